@@ -1,0 +1,2 @@
+"""Analyses: pure functions of the trace model returning typed results."""
+

@@ -1,0 +1,2 @@
+"""Collectors: capture host ETs, Kineto profiles and GPU telemetry from training runs."""
+

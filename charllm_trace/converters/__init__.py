@@ -1,0 +1,2 @@
+"""Converters: PyTorch host ET + Kineto profile -> the trace model -> Chakra ET."""
+

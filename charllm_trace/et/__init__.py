@@ -1,0 +1,2 @@
+"""Chakra execution traces (.et) in and out of the trace model."""
+

@@ -1,0 +1,60 @@
+"""Open whatever the user points at as a Run.
+
+Accepted inputs:
+- a Chakra ET file (``.et``, ``.et.gz``, or any file whose bytes are a Chakra ET);
+- a directory of per-rank Chakra ETs;
+- a collected run directory (host ETs + Kineto profiles + telemetry + manifest),
+  converted in memory;
+- a Kineto profile (``.json`` / ``.json.gz``), converted in memory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from charllm_trace.errors import InputError
+from charllm_trace.model import Run
+
+ET_SUFFIXES = (".et", ".et.gz")
+JSON_SUFFIXES = (".json", ".json.gz")
+
+
+def is_et_name(p: Path) -> bool:
+    return p.name.lower().endswith(ET_SUFFIXES)
+
+
+def is_json_name(p: Path) -> bool:
+    return p.name.lower().endswith(JSON_SUFFIXES)
+
+
+def load(path: str | os.PathLike[str], *, cache: bool = True) -> Run:
+    """Load ``path`` into a :class:`Run`. Raises :class:`InputError` for bad input."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(p, "no such file or directory")
+    if p.is_dir():
+        entries = [e for e in p.iterdir() if not e.name.startswith(".")]
+        if not entries:
+            raise InputError(p, "directory is empty")
+        if any(is_et_name(e) for e in entries if e.is_file()):
+            from charllm_trace.et.reader import read_et_dir
+
+            return read_et_dir(p, cache=cache)
+        if any(is_json_name(e) for e in entries if e.is_file()):
+            from charllm_trace.converters.run_dir import convert_run
+
+            return convert_run(p)
+        raise InputError(p, "no Chakra ET (.et) files, Kineto profiles or run directory found here")
+    if not os.access(p, os.R_OK):
+        raise InputError(p, "file is not readable (permission denied)")
+    if p.stat().st_size == 0:
+        raise InputError(p, "file is empty")
+    if is_json_name(p):
+        from charllm_trace.converters.run_dir import convert_file
+
+        return convert_file(p)
+    from charllm_trace.et.reader import read_et
+
+    trace = read_et(p, cache=cache)
+    return Run.single(trace, source=str(p))

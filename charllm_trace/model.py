@@ -1,0 +1,307 @@
+"""The in-memory trace model: one rank's trace as polars tables.
+
+Every part of charllm-trace speaks this model. Converters build it, the Chakra
+ET reader and writer move it to and from disk, analyses are pure functions of
+it. The column contract lives here and only here; ``docs/model.md`` explains it
+for readers.
+
+Time is integer nanoseconds on the Unix epoch clock. A trace whose source had no
+timestamps (Chakra's own converter writes ``start_time_micros = 0``) has
+``meta.has_timestamps = False`` and null ``start_ns`` everywhere: we never
+pretend every op started at 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+MODEL_VERSION = "1.0"
+
+# ---------------------------------------------------------------------------
+# Vocabularies
+# ---------------------------------------------------------------------------
+
+#: Chakra node types (names of ``ChakraProtoMsg.NodeType`` without ``_NODE``).
+NODE_TYPES = (
+    "METADATA",
+    "MEM_LOAD",
+    "MEM_STORE",
+    "COMP",
+    "COMM_SEND",
+    "COMM_RECV",
+    "COMM_COLL",
+    "INVALID",
+)
+
+#: What a node is, independent of the Chakra type (the Kineto category, roughly).
+NODE_KINDS = (
+    "cpu_op",  # an operator or Python/user range on a CPU thread
+    "annotation",  # a user/profiler annotation (ProfilerStep#N, record_function ranges)
+    "runtime",  # a CUDA/HIP runtime or driver call (cudaLaunchKernel ...)
+    "kernel",  # a GPU kernel (compute or communication)
+    "memcpy",  # a GPU memory copy
+    "memset",  # a GPU memory set
+    "gpu_annotation",  # a range on a GPU stream (gpu_user_annotation)
+    "other",
+)
+
+#: Collective types; the names follow nccl-tests / torch.distributed.
+COLL_TYPES = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "send",
+    "recv",
+    "barrier",
+)
+
+# ---------------------------------------------------------------------------
+# Table schemas
+# ---------------------------------------------------------------------------
+
+IO_STRUCT = pl.Struct({"values": pl.String, "shapes": pl.String, "types": pl.String})
+
+#: One row per node. ``id`` is unique within a rank.
+NODE_SCHEMA: dict[str, pl.DataType] = {
+    "id": pl.Int64,
+    "name": pl.String,
+    "node_type": pl.String,  # one of NODE_TYPES
+    "kind": pl.String,  # one of NODE_KINDS
+    "on_gpu": pl.Boolean,
+    "pid": pl.Int64,  # process id (CPU) or GPU device id as Kineto writes it
+    "tid": pl.Int64,  # CPU thread id; null on GPU
+    "device": pl.Int32,  # GPU index the node ran on; null on CPU
+    "stream": pl.Int64,  # GPU stream; null on CPU
+    "start_ns": pl.Int64,  # Unix epoch ns; null when unknown
+    "dur_ns": pl.Int64,  # null when unknown
+    "parent": pl.Int64,  # enclosing CPU op (call tree); null for roots
+    "launch_id": pl.Int64,  # for GPU nodes: id of the CPU op that launched them
+    "correlation": pl.Int64,  # Kineto runtime correlation id
+    "rf_id": pl.Int64,  # record-function id (host ET <-> Kineto key)
+    "external_id": pl.Int64,  # Kineto External id
+    "coll_type": pl.String,  # one of COLL_TYPES; null for non-communication
+    "comm_bytes": pl.Int64,  # nccl-tests message size, see docs/et-conventions.md
+    "dtype": pl.String,
+    "num_elems": pl.Int64,
+    "pg_name": pl.String,  # process group name (key into meta.process_groups)
+    "coll_seq": pl.Int64,  # per-process-group sequence number
+    "peer": pl.Int32,  # global rank of the send/recv peer
+    "root": pl.Int32,  # root rank of broadcast/reduce/gather/scatter
+    "in_split": pl.List(pl.Int64),  # all_to_all input split sizes (elements)
+    "out_split": pl.List(pl.Int64),  # all_to_all output split sizes (elements)
+    "inputs": IO_STRUCT,  # Chakra IOInfo, kept verbatim
+    "outputs": IO_STRUCT,
+    "attrs": pl.String,  # JSON object of attributes with no column (verbatim)
+}
+
+#: Edges: ``node`` depends on ``dep``. ``kind`` is "ctrl" or "data".
+DEP_SCHEMA: dict[str, pl.DataType] = {
+    "node": pl.Int64,
+    "dep": pl.Int64,
+    "kind": pl.String,
+}
+
+#: GPU telemetry samples. Energy counter in joules (cumulative, device-defined origin).
+TELEMETRY_SCHEMA: dict[str, pl.DataType] = {
+    "time_ns": pl.Int64,  # Unix epoch ns, same clock as node times
+    "device": pl.Int32,  # local GPU index
+    "power_w": pl.Float64,
+    "energy_j": pl.Float64,  # cumulative energy counter; null if absent
+    "temp_c": pl.Float64,
+    "mem_temp_c": pl.Float64,
+    "sm_clock_mhz": pl.Float64,
+    "mem_clock_mhz": pl.Float64,
+    "util_pct": pl.Float64,
+    "power_limit_w": pl.Float64,
+    "throttle_reasons": pl.Int64,  # bit mask, see collectors/telemetry docs
+}
+
+#: Rows of the steps table derived from ``ProfilerStep#N`` annotations.
+STEP_SCHEMA: dict[str, pl.DataType] = {
+    "step": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+}
+
+
+def empty_frame(schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
+    return pl.DataFrame(schema=dict(schema))
+
+
+def conform(df: pl.DataFrame, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
+    """Return ``df`` with exactly the columns of ``schema``, in order and type.
+
+    Missing columns are added as nulls; extra columns are an error (they would be
+    silently dropped otherwise).
+    """
+    extra = set(df.columns) - set(schema)
+    if extra:
+        raise ValueError(f"columns not in the model: {sorted(extra)}")
+    exprs = []
+    for name, dtype in schema.items():
+        if name in df.columns:
+            col = pl.col(name)
+            exprs.append(col if df.schema[name] == dtype else col.cast(dtype))
+        else:
+            exprs.append(pl.lit(None, dtype=dtype).alias(name))
+    return df.select(exprs)
+
+
+# ---------------------------------------------------------------------------
+# Metadata
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessGroup:
+    """A communicator: its name (as torch.distributed names it), description and global ranks."""
+
+    name: str
+    desc: str | None = None
+    ranks: tuple[int, ...] = ()
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+
+@dataclass
+class TraceMeta:
+    """What is known about the rank as a whole."""
+
+    rank: int | None = None
+    world_size: int | None = None
+    device_model: str | None = None  # e.g. "NVIDIA H100 80GB HBM3"
+    device_index: int | None = None  # local GPU index of this rank
+    hostname: str | None = None
+    has_timestamps: bool = True
+    clock: str = "unix_ns"  # "unix_ns" when times are Unix-epoch ns; "none" otherwise
+    source: str = "unknown"  # e.g. "chakra-et", "kineto", "host_et+kineto"
+    source_schema: str | None = None  # schema/version string of the source
+    model_version: str = MODEL_VERSION
+    process_groups: tuple[ProcessGroup, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)  # anything else, JSON-serialisable
+
+    def group(self, name: str) -> ProcessGroup | None:
+        for pg in self.process_groups:
+            if pg.name == name:
+                return pg
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["process_groups"] = [
+            {"name": p.name, "desc": p.desc, "ranks": list(p.ranks)} for p in self.process_groups
+        ]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TraceMeta:
+        d = dict(d)
+        pgs = tuple(
+            ProcessGroup(name=p["name"], desc=p.get("desc"), ranks=tuple(p.get("ranks") or ()))
+            for p in d.pop("process_groups", ()) or ()
+        )
+        known = {f.name for f in dataclasses.fields(cls)}
+        extra = dict(d.pop("extra", {}) or {})
+        for k in list(d):
+            if k not in known:
+                extra[k] = d.pop(k)
+        return cls(process_groups=pgs, extra=extra, **d)
+
+
+# ---------------------------------------------------------------------------
+# Trace and Run
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Trace:
+    """One rank's trace: nodes, dependencies, telemetry and metadata."""
+
+    nodes: pl.DataFrame
+    deps: pl.DataFrame = field(default_factory=lambda: empty_frame(DEP_SCHEMA))
+    telemetry: pl.DataFrame = field(default_factory=lambda: empty_frame(TELEMETRY_SCHEMA))
+    meta: TraceMeta = field(default_factory=TraceMeta)
+
+    def __post_init__(self) -> None:
+        self.nodes = conform(self.nodes, NODE_SCHEMA)
+        self.deps = conform(self.deps, DEP_SCHEMA)
+        self.telemetry = conform(self.telemetry, TELEMETRY_SCHEMA)
+
+    # Convenience views -------------------------------------------------
+    @property
+    def rank(self) -> int | None:
+        return self.meta.rank
+
+    def steps(self) -> pl.DataFrame:
+        """``ProfilerStep#N`` windows (step, start_ns, end_ns), sorted by start; empty if none."""
+        if not self.meta.has_timestamps:
+            return empty_frame(STEP_SCHEMA)
+        return (
+            self.nodes.lazy()
+            .filter(~pl.col("on_gpu") & pl.col("name").str.starts_with("ProfilerStep#"))
+            .select(
+                pl.col("name").str.extract(r"ProfilerStep#(\d+)", 1).cast(pl.Int64).alias("step"),
+                pl.col("start_ns"),
+                (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+            )
+            .drop_nulls()
+            .unique(subset="step", keep="first")
+            .sort("start_ns")
+            .collect()
+        )
+
+    def equals(self, other: Trace) -> bool:
+        """Exact equality of all tables and metadata (row order of nodes/deps ignored)."""
+        if self.meta.to_dict() != other.meta.to_dict():
+            return False
+        a = self.nodes.sort("id")
+        b = other.nodes.sort("id")
+        if not a.equals(b, null_equal=True):
+            return False
+        ka = self.deps.sort(["node", "dep", "kind"])
+        kb = other.deps.sort(["node", "dep", "kind"])
+        if not ka.equals(kb, null_equal=True):
+            return False
+        ta = self.telemetry.sort(["device", "time_ns"])
+        tb = other.telemetry.sort(["device", "time_ns"])
+        return ta.equals(tb, null_equal=True)
+
+
+@dataclass
+class Run:
+    """A multi-rank run: one Trace per rank, plus run-level metadata (the manifest)."""
+
+    traces: dict[int, Trace]
+    manifest: dict[str, Any] = field(default_factory=dict)
+    source: str | None = None  # path the run was loaded from, for messages
+
+    def __iter__(self) -> Iterator[Trace]:
+        return iter(self.traces[r] for r in sorted(self.traces))
+
+    def __len__(self) -> int:
+        return len(self.traces)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.traces)
+
+    def select(self, ranks: Iterable[int]) -> Run:
+        keep = {r: self.traces[r] for r in ranks if r in self.traces}
+        return Run(traces=keep, manifest=self.manifest, source=self.source)
+
+    @classmethod
+    def single(cls, trace: Trace, source: str | None = None) -> Run:
+        rank = trace.meta.rank if trace.meta.rank is not None else 0
+        return cls(traces={rank: trace}, source=source)

@@ -1,0 +1,2 @@
+"""Renderers: tables, machine formats, HTML, Perfetto. They format; they never compute."""
+

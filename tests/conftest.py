@@ -1,0 +1,44 @@
+"""Shared test fixtures: paths to the team's real traces and our own fixtures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "traces"
+# ../shared beside the project root; CHARLLM_SHARED overrides it.
+SHARED = Path(os.environ.get("CHARLLM_SHARED", ROOT.parent / "shared"))
+SHARED_TRACES = SHARED / "traces"
+
+
+def shared_trace(rel: str) -> Path:
+    """Path of a file under ../shared/traces; skips the test when ../shared is absent."""
+    p = SHARED_TRACES / rel
+    if not SHARED_TRACES.is_dir():
+        pytest.skip(f"{SHARED_TRACES} is absent (the team's shared traces); skipping")
+    if not p.exists():
+        raise FileNotFoundError(f"shared trace {p} is missing although ../shared exists")
+    return p
+
+
+@pytest.fixture
+def shared() -> type:
+    class _S:
+        path = staticmethod(shared_trace)
+
+    return _S
+
+
+def _torch_available() -> bool:
+    try:
+        import importlib.util
+
+        return importlib.util.find_spec("torch") is not None
+    except Exception:
+        return False
+
+
+HAVE_TORCH = _torch_available()
