@@ -1,0 +1,347 @@
+"""Typed results of the analyses.
+
+Every analysis is a pure function of the trace model that returns one of the
+dataclasses below. Each holds polars frames whose columns are fixed by the
+``*_SCHEMA`` dicts in this module (renderers, exporters, the HTML report,
+baseline/check and diff rely on them). Times are integer ns, energy J, power W,
+bandwidth GB/s with GB = 1e9 bytes. Percentages are 0..100.
+
+Conventions shared by all frames:
+
+- ``rank``: the global rank the row belongs to (null when the trace had none).
+- ``step``: the ``ProfilerStep#N`` number, or null for a row covering the whole
+  trace (the "total" row).
+- ``simulated``: True when the timeline was rebuilt by ``--simulate`` from
+  dependencies and durations (the source had no timestamps); every figure of such
+  a result is simulated, not measured.
+
+The formulas are in ``docs/analyses.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+# ---------------------------------------------------------------------------
+# Overlap
+# ---------------------------------------------------------------------------
+
+#: One row per (rank, step); the step-null row covers the whole trace.
+OVERLAP_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int64,
+    "step": pl.Int64,
+    "start_ns": pl.Int64,  # window analysed
+    "end_ns": pl.Int64,
+    "span_ns": pl.Int64,  # end_ns - start_ns
+    "compute_ns": pl.Int64,  # |union of compute intervals|
+    "comm_ns": pl.Int64,  # |union of communication intervals|
+    "overlap_ns": pl.Int64,  # |comm ∩ compute|
+    "exposed_comm_ns": pl.Int64,  # comm_ns - overlap_ns
+    "memory_ns": pl.Int64,  # |union of memcpy/memset intervals| (neither comm nor compute)
+    "busy_ns": pl.Int64,  # |union of all GPU (or CPU-op, in CPU mode) activity|
+    "idle_ns": pl.Int64,  # span_ns - busy_ns
+    "overlap_pct": pl.Float64,  # 100 * overlap_ns / comm_ns; null when comm_ns == 0
+    "n_compute": pl.Int64,  # intervals counted
+    "n_comm": pl.Int64,
+}
+
+#: Same measures per process group / parallelism dimension: communication of that
+#: group only, against all compute of the rank.
+OVERLAP_GROUP_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int64,
+    "step": pl.Int64,
+    "pg_name": pl.String,  # null in the per-dimension frame
+    "pg_desc": pl.String,
+    "dim": pl.String,  # "tp" | "pp" | "dp" | "ep" | "cp" | null when it cannot be named
+    "comm_ns": pl.Int64,
+    "overlap_ns": pl.Int64,
+    "exposed_comm_ns": pl.Int64,
+    "overlap_pct": pl.Float64,
+    "n_comm": pl.Int64,
+}
+
+
+@dataclass
+class OverlapResult:
+    """Compute/communication overlap per rank and step, per process group and per dimension.
+
+    ``mode`` is ``"gpu"`` (kernels on GPU streams) or ``"cpu"`` (gloo / CPU-only
+    traces: communication = CPU collective ops, compute = other leaf CPU ops, see
+    docs/analyses.md). ``hta_compat`` records whether HTA's kernel filter was applied.
+    """
+
+    per_rank: pl.DataFrame  # OVERLAP_SCHEMA
+    per_group: pl.DataFrame  # OVERLAP_GROUP_SCHEMA (pg_name set)
+    per_dim: pl.DataFrame  # OVERLAP_GROUP_SCHEMA (pg_name null, dim set)
+    mode: str = "gpu"
+    hta_compat: bool = False
+    simulated: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def total(self, rank: int | None = None) -> pl.DataFrame:
+        """The whole-trace rows (step null), optionally of one rank."""
+        df = self.per_rank.filter(pl.col("step").is_null())
+        return df if rank is None else df.filter(pl.col("rank") == rank)
+
+
+# ---------------------------------------------------------------------------
+# Bandwidth
+# ---------------------------------------------------------------------------
+
+#: One row per collective instance on one rank.
+COLLECTIVE_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int64,
+    "id": pl.Int64,  # node id within the rank
+    "name": pl.String,
+    "coll_type": pl.String,
+    "pg_name": pl.String,
+    "pg_desc": pl.String,
+    "dim": pl.String,
+    "coll_seq": pl.Int64,
+    "group_size": pl.Int64,  # n in the bus factor
+    "step": pl.Int64,
+    "start_ns": pl.Int64,
+    "dur_ns": pl.Int64,
+    "bytes": pl.Int64,  # nccl-tests message size
+    "size_bucket": pl.String,  # e.g. "1MB-4MB" (powers of 4, GB = 1e9 style decimal units)
+    "algbw_gbps": pl.Float64,  # bytes / dur
+    "bus_factor": pl.Float64,
+    "busbw_gbps": pl.Float64,  # algbw * bus_factor
+    "peak_gbps": pl.Float64,  # link peak (per direction) used for utilisation
+    "util_pct": pl.Float64,  # 100 * busbw / peak
+}
+
+#: Aggregates by (coll_type, pg_name, size_bucket).
+BANDWIDTH_SUMMARY_SCHEMA: dict[str, pl.DataType] = {
+    "coll_type": pl.String,
+    "pg_name": pl.String,
+    "dim": pl.String,
+    "size_bucket": pl.String,
+    "count": pl.Int64,
+    "bytes_total": pl.Int64,
+    "dur_ns_total": pl.Int64,
+    "algbw_gbps": pl.Float64,  # bytes_total / dur_ns_total
+    "busbw_gbps": pl.Float64,  # time-weighted: sum(bytes*factor) / dur_ns_total
+    "busbw_gbps_max": pl.Float64,
+    "peak_gbps": pl.Float64,
+    "util_pct": pl.Float64,
+}
+
+#: One row per collective matched across ranks by (pg_name, coll_seq).
+MATCHED_SCHEMA: dict[str, pl.DataType] = {
+    "pg_name": pl.String,
+    "coll_seq": pl.Int64,
+    "coll_type": pl.String,
+    "bytes": pl.Int64,
+    "group_size": pl.Int64,
+    "n_ranks": pl.Int64,  # ranks of the group present in the input
+    "dur_min_ns": pl.Int64,  # duration free of waiting for late ranks
+    "dur_max_ns": pl.Int64,
+    "busbw_gbps": pl.Float64,  # from dur_min_ns
+    "first_start_ns": pl.Int64,
+    "last_start_ns": pl.Int64,
+    "skew_ns": pl.Int64,  # last_start_ns - first_start_ns (arrival skew)
+    "late_rank": pl.Int64,  # the rank that started last
+}
+
+
+@dataclass
+class LinkPeak:
+    """The link peak used for utilisation, and where it came from."""
+
+    gbps: float | None  # per direction, GB/s; None when unknown
+    link: str  # e.g. "NVLink 4 (H100)", "InfiniBand NDR", "override"
+    source: str  # "table" | "override" | "unknown"
+    spans_nodes: bool | None = None
+
+
+@dataclass
+class BandwidthResult:
+    collectives: pl.DataFrame  # COLLECTIVE_SCHEMA
+    summary: pl.DataFrame  # BANDWIDTH_SUMMARY_SCHEMA
+    matched: pl.DataFrame  # MATCHED_SCHEMA (empty with a single rank)
+    peaks: dict[str, LinkPeak] = field(default_factory=dict)  # pg_name -> peak used
+    simulated: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------
+# Energy
+# ---------------------------------------------------------------------------
+
+#: Energy attributed to one key (a kernel name, a launching op, a collective type,
+#: a step or a phase). ``key`` is the name; ``group`` says which aggregation.
+ENERGY_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int64,
+    "group": pl.String,  # "kernel" | "op" | "coll_type" | "step" | "phase"
+    "key": pl.String,
+    "count": pl.Int64,  # GPU operators in this key
+    "busy_ns": pl.Int64,  # summed operator time inside the telemetry window
+    "energy_j": pl.Float64,  # after the counter correction, if any
+    "share_pct": pl.Float64,  # of the window's total device energy
+    "short_pct": pl.Float64,  # % of busy_ns from operators shorter than the sensor period
+}
+
+#: One row per (rank, device): totals and the counter reconciliation.
+ENERGY_TOTAL_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int64,
+    "device": pl.Int64,
+    "start_ns": pl.Int64,  # telemetry window
+    "end_ns": pl.Int64,
+    "n_samples": pl.Int64,
+    "sensor_period_ns": pl.Int64,  # median gap between power samples
+    "integral_j": pl.Float64,  # ∫ power dt over the window (method below)
+    "counter_j": pl.Float64,  # energy counter difference; null when not recorded
+    "correction": pl.Float64,  # counter_j / integral_j (1.0 when no counter)
+    "total_j": pl.Float64,  # integral_j * correction
+    "operators_j": pl.Float64,  # energy attributed to operators
+    "idle_j": pl.Float64,  # the rest
+    "short_kernel_pct": pl.Float64,  # % of operator time in operators shorter than the sensor period
+}
+
+
+@dataclass
+class EnergyResult:
+    """Energy per operator, split by time share within each telemetry interval.
+
+    ``method`` is ``"trapezoid"`` (power linear between samples) or ``"step"``.
+    """
+
+    totals: pl.DataFrame  # ENERGY_TOTAL_SCHEMA
+    by: pl.DataFrame  # ENERGY_SCHEMA, all aggregations stacked (filter on "group")
+    method: str = "trapezoid"
+    simulated: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def group(self, name: str) -> pl.DataFrame:
+        return self.by.filter(pl.col("group") == name)
+
+
+# ---------------------------------------------------------------------------
+# Power and thermal
+# ---------------------------------------------------------------------------
+
+#: One row per (rank, device, step); the step-null row covers the whole telemetry window.
+POWER_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int64,
+    "device": pl.Int64,
+    "step": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "n_samples": pl.Int64,
+    "avg_w": pl.Float64,  # time-weighted (trapezoid) mean
+    "peak_w": pl.Float64,
+    "min_w": pl.Float64,
+    "swing_w": pl.Float64,  # largest |ΔP| between a sample and a later one within the step, see docs
+    "swing_rate_w_per_s": pl.Float64,  # largest |ΔP|/Δt between consecutive samples
+    "power_limit_w": pl.Float64,
+    "above_limit_ns": pl.Int64,  # time with power_w >= power_limit_w (step hold)
+    "temp_start_c": pl.Float64,
+    "temp_end_c": pl.Float64,
+    "temp_max_c": pl.Float64,
+    "temp_rise_c": pl.Float64,  # temp_end - temp_start
+    "sm_clock_avg_mhz": pl.Float64,
+    "sm_clock_max_mhz": pl.Float64,  # highest SM clock seen on this device in the whole trace
+    "sm_clock_ratio": pl.Float64,  # avg / max
+    "throttled_ns": pl.Int64,  # time with any throttle reason other than idle / app clocks
+    "outlier": pl.Boolean,  # peak power or throttling stands out (see docs)
+    "outlier_reason": pl.String,
+}
+
+#: Time in each throttle reason per (rank, device, step).
+THROTTLE_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int64,
+    "device": pl.Int64,
+    "step": pl.Int64,
+    "reason": pl.String,  # a name from power.THROTTLE_REASONS
+    "time_ns": pl.Int64,
+}
+
+
+@dataclass
+class PowerResult:
+    per_step: pl.DataFrame  # POWER_SCHEMA
+    throttle: pl.DataFrame  # THROTTLE_SCHEMA
+    simulated: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------
+# The bundle
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class AnalyzeOptions:
+    """Options of ``analyze_run`` (the CLI's ``analyze`` flags)."""
+
+    per_step: bool = False
+    hta_compat: bool = False  # drop kernels launched after the last ProfilerStep begins
+    peak_gbps: float | None = None  # override the link peak
+    parallel: Mapping[str, int] | None = None  # {"tp": 2, "pp": 2, "dp": 2, "ep": 1}
+    simulate: bool = False  # rebuild a timeline for traces without timestamps
+    energy_method: str = "trapezoid"  # or "step"
+
+
+@dataclass
+class RunAnalysis:
+    """The four analyses of a run. An analysis that cannot be computed is None and
+    ``skipped[name]`` says why, in one plain sentence."""
+
+    overlap: OverlapResult | None
+    bandwidth: BandwidthResult | None
+    energy: EnergyResult | None
+    power: PowerResult | None
+    skipped: dict[str, str] = field(default_factory=dict)
+    ranks: list[int] = field(default_factory=list)
+    simulated: bool = False
+    source: str | None = None
+    options: AnalyzeOptions = field(default_factory=AnalyzeOptions)
+
+    def frames(self) -> dict[str, pl.DataFrame]:
+        """Every frame of the result, by a stable name (used by the exporters)."""
+        out: dict[str, pl.DataFrame] = {}
+        if self.overlap is not None:
+            out["overlap"] = self.overlap.per_rank
+            out["overlap_by_group"] = self.overlap.per_group
+            out["overlap_by_dim"] = self.overlap.per_dim
+        if self.bandwidth is not None:
+            out["collectives"] = self.bandwidth.collectives
+            out["bandwidth"] = self.bandwidth.summary
+            out["collectives_matched"] = self.bandwidth.matched
+        if self.energy is not None:
+            out["energy_totals"] = self.energy.totals
+            out["energy"] = self.energy.by
+        if self.power is not None:
+            out["power"] = self.power.per_step
+            out["throttle"] = self.power.throttle
+        return out
+
+    def notes(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for name in ("overlap", "bandwidth", "energy", "power"):
+            r: Any = getattr(self, name)
+            if r is not None and r.notes:
+                out[name] = list(r.notes)
+        return out
+
+
+def frame(rows: Any, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
+    """Build a frame with exactly ``schema`` from a dict of columns or a frame."""
+    if isinstance(rows, pl.DataFrame):
+        df = rows
+    else:
+        df = pl.DataFrame(rows) if rows else pl.DataFrame()
+    exprs = []
+    for name, dtype in schema.items():
+        if name in df.columns:
+            exprs.append(pl.col(name).cast(dtype))
+        else:
+            exprs.append(pl.lit(None, dtype=dtype).alias(name))
+    if df.width == 0:
+        return pl.DataFrame(schema=dict(schema))
+    return df.select(exprs)
