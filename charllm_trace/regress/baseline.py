@@ -1,0 +1,213 @@
+"""The baseline file: a run's headline figures, versioned JSON.
+
+A baseline is a flat list of :class:`Metric` rows, each with a stable key
+(``overlap_pct/rank=0/step=5``), a class that decides its tolerance, a unit, a
+value and a direction. ``charllm-trace baseline`` writes one, ``check`` reads
+it back and compares a new run against it (:mod:`charllm_trace.regress.compare`).
+
+File layout (``docs/regressions.md`` has an example)::
+
+    {
+      "format": "charllm-trace-baseline",
+      "version": 1,
+      "tool_version": "0.1.0",
+      "input": {"path": "...", "ranks": [0, 1], ...},
+      "metrics": [
+        {"key": "overlap_pct/rank=0/step=5", "class": "overlap", "unit": "%",
+         "value": 61.2, "direction": "higher-is-better"},
+        ...
+      ]
+    }
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from charllm_trace.errors import InputError
+
+FORMAT = "charllm-trace-baseline"
+FORMAT_VERSION = 1
+
+HIGHER = "higher-is-better"
+LOWER = "lower-is-better"
+DIRECTIONS = (HIGHER, LOWER)
+
+
+@dataclass(frozen=True)
+class MetricClass:
+    """A family of metrics sharing a unit, a direction and a tolerance."""
+
+    name: str
+    unit: str
+    direction: str
+    what: str
+
+
+#: The metric classes, their one unit each, and which way is better.
+METRIC_CLASSES: dict[str, MetricClass] = {
+    c.name: c
+    for c in (
+        MetricClass("overlap", "%", HIGHER, "share of communication time hidden under compute"),
+        MetricClass("exposed_comm", "ms", LOWER, "communication time not overlapped by compute"),
+        MetricClass("busbw", "GB/s", HIGHER, "median bus bandwidth (nccl-tests convention)"),
+        MetricClass("energy", "J", LOWER, "GPU energy attributed to a class of operators"),
+        MetricClass("power", "W", LOWER, "GPU power draw (peak or mean)"),
+        MetricClass("throttle", "ms", LOWER, "time the GPU clocks were held back"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One headline figure. ``key`` is stable across runs of the same job."""
+
+    key: str
+    cls: str
+    unit: str
+    value: float
+    direction: str
+
+    def __post_init__(self) -> None:
+        if self.cls not in METRIC_CLASSES:
+            raise ValueError(f"unknown metric class {self.cls!r} (known: {', '.join(METRIC_CLASSES)})")
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"direction must be {HIGHER!r} or {LOWER!r}, not {self.direction!r}")
+        if not isinstance(self.value, (int, float)) or isinstance(self.value, bool):
+            raise ValueError(f"value must be a number, not {self.value!r}")
+        if not math.isfinite(self.value):
+            raise ValueError(f"value must be finite, not {self.value!r}")
+        if not self.key or any(ch.isspace() for ch in self.key):
+            raise ValueError(f"key must be non-empty with no spaces, not {self.key!r}")
+
+    @classmethod
+    def of(cls, key: str, metric_class: str, value: float) -> Metric:
+        """A metric whose unit and direction are its class's."""
+        c = METRIC_CLASSES[metric_class]
+        return cls(key=key, cls=metric_class, unit=c.unit, value=float(value), direction=c.direction)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "class": self.cls,
+            "unit": self.unit,
+            "value": self.value,
+            "direction": self.direction,
+        }
+
+
+@dataclass
+class Baseline:
+    """What ``baseline`` writes: the metrics plus where they came from."""
+
+    metrics: list[Metric]
+    input: dict[str, Any] = field(default_factory=dict)
+    tool_version: str = ""
+    version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        seen: set[str] = set()
+        for m in self.metrics:
+            if m.key in seen:
+                raise ValueError(f"duplicate metric key {m.key!r}")
+            seen.add(m.key)
+
+    def by_key(self) -> dict[str, Metric]:
+        return {m.key: m for m in self.metrics}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": self.version,
+            "tool_version": self.tool_version,
+            "input": self.input,
+            "metrics": [m.to_dict() for m in sorted(self.metrics, key=lambda m: m.key)],
+        }
+
+
+def make_baseline(metrics: Iterable[Metric], input_desc: Mapping[str, Any] | None = None) -> Baseline:
+    from charllm_trace import __version__
+
+    return Baseline(metrics=list(metrics), input=dict(input_desc or {}), tool_version=__version__)
+
+
+def write_baseline(baseline: Baseline, path: str | os.PathLike[str], *, force: bool = False) -> Path:
+    """Write ``baseline`` as indented JSON. Refuses to overwrite unless ``force``."""
+    p = Path(path)
+    if p.exists() and not force:
+        raise InputError(p, "already exists; pass --force to overwrite it")
+    if p.parent and not p.parent.is_dir():
+        raise InputError(p.parent, "no such directory")
+    p.write_bytes(orjson.dumps(baseline.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")
+    return p
+
+
+def baseline_from_dict(d: Any, path: str | os.PathLike[str] | None = None) -> Baseline:
+    """Validate a parsed baseline document; every problem is an :class:`InputError`."""
+    if not isinstance(d, dict) or d.get("format") != FORMAT:
+        raise InputError(path, f"not a charllm-trace baseline (no \"format\": \"{FORMAT}\")")
+    version = d.get("version")
+    if version != FORMAT_VERSION:
+        raise InputError(
+            path,
+            f"baseline format version {version!r} is not supported "
+            f"(this charllm-trace reads version {FORMAT_VERSION}); regenerate it with `charllm-trace baseline`",
+        )
+    raw = d.get("metrics")
+    if not isinstance(raw, list):
+        raise InputError(path, "baseline has no \"metrics\" list")
+    metrics: list[Metric] = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict):
+            raise InputError(path, f"metric #{i} is not an object")
+        try:
+            metric = Metric(
+                key=m["key"], cls=m["class"], unit=m["unit"], value=m["value"], direction=m["direction"]
+            )
+        except KeyError as exc:
+            raise InputError(path, f"metric #{i} has no {exc.args[0]!r}") from None
+        except (ValueError, TypeError) as exc:
+            raise InputError(path, f"metric #{i} ({m.get('key')!r}): {exc}") from None
+        expected = METRIC_CLASSES[metric.cls].unit
+        if metric.unit != expected:
+            raise InputError(
+                path, f"metric {metric.key!r}: unit {metric.unit!r}, expected {expected!r} for {metric.cls}"
+            )
+        metrics.append(metric)
+    inp = d.get("input", {})
+    try:
+        return Baseline(
+            metrics=metrics,
+            input=inp if isinstance(inp, dict) else {},
+            tool_version=str(d.get("tool_version", "")),
+            version=version,
+        )
+    except ValueError as exc:
+        raise InputError(path, str(exc)) from None
+
+
+def read_baseline(path: str | os.PathLike[str]) -> Baseline:
+    """Read and validate a baseline file. Raises :class:`InputError` for anything wrong with it."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(p, "no such file")
+    if p.is_dir():
+        raise InputError(p, "is a directory, expected a baseline JSON file")
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise InputError(p, f"cannot read: {exc.strerror}") from None
+    if not data.strip():
+        raise InputError(p, "file is empty")
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise InputError(p, f"not valid JSON ({exc})") from None
+    return baseline_from_dict(doc, p)

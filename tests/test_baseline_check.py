@@ -1,0 +1,242 @@
+"""baseline / check: the file format, tolerances, the comparison engine, and the CLI on real traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from charllm_trace.errors import InputError, UsageError
+from charllm_trace.regress.baseline import (
+    FORMAT_VERSION,
+    HIGHER,
+    LOWER,
+    METRIC_CLASSES,
+    Metric,
+    make_baseline,
+    read_baseline,
+    write_baseline,
+)
+from charllm_trace.regress.compare import compare
+from charllm_trace.regress.tolerance import (
+    DEFAULT_TOLERANCES,
+    Tolerance,
+    format_tolerances,
+    parse_tolerances,
+)
+
+# ---------------------------------------------------------------------------
+# Tolerance parser
+# ---------------------------------------------------------------------------
+
+
+def test_defaults_cover_every_class() -> None:
+    assert set(parse_tolerances(None)) == set(METRIC_CLASSES)
+    assert parse_tolerances("") == DEFAULT_TOLERANCES
+
+
+def test_parse_issue_example() -> None:
+    t = parse_tolerances("overlap=2pp,busbw=5%,energy=5%")
+    assert t["overlap"] == Tolerance(absolute=2.0)
+    assert t["busbw"] == Tolerance(relative=0.05)
+    assert t["energy"] == Tolerance(relative=0.05)
+    # the classes not named keep their defaults
+    assert t["power"] == DEFAULT_TOLERANCES["power"]
+    assert t["throttle"] == DEFAULT_TOLERANCES["throttle"]
+
+
+def test_parse_units_convert_to_class_unit() -> None:
+    t = parse_tolerances("exposed_comm=500us,throttle=10%+0.2s,energy=1.5kJ,power=20W,busbw=3GB/s")
+    assert t["exposed_comm"] == Tolerance(absolute=0.5)  # ms
+    assert t["throttle"] == Tolerance(relative=0.10, absolute=200.0)
+    assert t["energy"] == Tolerance(absolute=1500.0)
+    assert t["power"] == Tolerance(absolute=20.0)
+    assert t["busbw"] == Tolerance(absolute=3.0)
+
+
+def test_format_round_trips() -> None:
+    t = parse_tolerances("overlap=1.5pp+10%,throttle=50ms")
+    assert parse_tolerances(format_tolerances(t)) == t
+
+
+@pytest.mark.parametrize(
+    "spec, fragment",
+    [
+        ("overlap", "not CLASS=VALUE"),
+        ("latency=5%", "unknown class 'latency'"),
+        ("busbw=2pp", "does not fit busbw"),
+        ("energy=5", "expected a number with a unit"),
+        ("overlap=2pp,overlap=3pp", "given twice"),
+        ("power=5%+6%", "two relative bounds"),
+        ("power=-5%", "expected a number with a unit"),
+    ],
+)
+def test_parse_rejects_bad_specs(spec: str, fragment: str) -> None:
+    with pytest.raises(UsageError, match=fragment):
+        parse_tolerances(spec)
+
+
+def test_tolerance_allows() -> None:
+    pp = Tolerance(absolute=2.0)
+    assert pp.allows(50.0, 52.0) and pp.allows(50.0, 48.0)
+    assert not pp.allows(50.0, 52.5)
+    rel = Tolerance(relative=0.05)
+    assert rel.allows(100.0, 105.0) and not rel.allows(100.0, 105.5)
+    assert rel.allows(0.0, 0.0) and not rel.allows(0.0, 1e-9)  # relative of 0 is exact
+    both = Tolerance(relative=0.05, absolute=100.0)
+    assert both.allows(0.0, 99.0) and both.allows(10_000.0, 10_400.0)
+    assert not both.allows(0.0, 101.0)
+
+
+# ---------------------------------------------------------------------------
+# Comparison engine
+# ---------------------------------------------------------------------------
+
+
+def _m(key: str, cls: str, value: float) -> Metric:
+    return Metric.of(key, cls, value)
+
+
+def test_compare_statuses() -> None:
+    old = [
+        _m("overlap_pct/rank=0/step=1", "overlap", 60.0),
+        _m("overlap_pct/rank=0/step=2", "overlap", 60.0),
+        _m("overlap_pct/rank=0/step=3", "overlap", 60.0),
+        _m("energy_j/rank=0/phase=forward", "energy", 100.0),
+        _m("energy_j/rank=0/phase=backward", "energy", 100.0),
+        _m("busbw_gbps/coll=all_reduce/pg=0/size=1MB-4MB", "busbw", 40.0),
+        _m("power_peak_w/rank=0/device=0", "power", 300.0),
+    ]
+    new = [
+        _m("overlap_pct/rank=0/step=1", "overlap", 57.0),  # -3pp, higher is better -> regressed
+        _m("overlap_pct/rank=0/step=2", "overlap", 61.9),  # +1.9pp -> within
+        _m("overlap_pct/rank=0/step=3", "overlap", 63.0),  # +3pp -> improved
+        _m("energy_j/rank=0/phase=forward", "energy", 106.0),  # +6%, lower is better -> regressed
+        _m("energy_j/rank=0/phase=backward", "energy", 90.0),  # -10% -> improved
+        _m("power_peak_w/rank=0/device=0", "power", 300.0),
+        _m("throttle_ms/rank=0/device=0", "throttle", 0.0),  # new
+    ]
+    cmp = compare(old, new)
+    status = {c.key: c.status for c in cmp.changes}
+    assert status == {
+        "overlap_pct/rank=0/step=1": "regressed",
+        "overlap_pct/rank=0/step=2": "within",
+        "overlap_pct/rank=0/step=3": "improved",
+        "energy_j/rank=0/phase=forward": "regressed",
+        "energy_j/rank=0/phase=backward": "improved",
+        "busbw_gbps/coll=all_reduce/pg=0/size=1MB-4MB": "missing",
+        "power_peak_w/rank=0/device=0": "within",
+        "throttle_ms/rank=0/device=0": "new",
+    }
+    assert cmp.counts() == {"regressed": 2, "improved": 2, "within": 2, "missing": 1, "new": 1}
+    assert not cmp.ok
+    assert {c.key for c in cmp.failures} == {
+        "overlap_pct/rank=0/step=1",
+        "energy_j/rank=0/phase=forward",
+        "busbw_gbps/coll=all_reduce/pg=0/size=1MB-4MB",
+    }
+    ch = next(c for c in cmp.changes if c.key == "energy_j/rank=0/phase=forward")
+    assert ch.delta == pytest.approx(6.0) and ch.relative == pytest.approx(0.06)
+
+
+def test_missing_can_be_allowed_and_tolerance_overrides() -> None:
+    old = [_m("busbw_gbps/coll=all_reduce/pg=0/size=1MB-4MB", "busbw", 40.0), _m("x/energy", "energy", 1.0)]
+    new = [_m("busbw_gbps/coll=all_reduce/pg=0/size=1MB-4MB", "busbw", 37.0)]  # -7.5%
+    assert not compare(old, new, allow_missing=True).ok
+    loose = parse_tolerances("busbw=8%")
+    assert compare(old, new, loose, allow_missing=True).ok
+    assert not compare(old, new, loose).ok  # the missing energy metric still fails
+
+
+def test_compare_incompatible_metric_is_input_error() -> None:
+    a = [Metric("k", "energy", "J", 1.0, LOWER)]
+    b = [Metric("k", "busbw", "GB/s", 1.0, HIGHER)]
+    with pytest.raises(InputError, match="regenerate the baseline"):
+        compare(a, b, baseline_path="b.json")
+
+
+@given(
+    old=st.floats(min_value=-1e6, max_value=1e6, allow_nan=False),
+    new=st.floats(min_value=-1e6, max_value=1e6, allow_nan=False),
+    cls=st.sampled_from(sorted(METRIC_CLASSES)),
+)
+def test_compare_is_a_partition_and_respects_direction(old: float, new: float, cls: str) -> None:
+    ch = compare([_m("k", cls, old)], [_m("k", cls, new)]).changes[0]
+    tol = DEFAULT_TOLERANCES[cls]
+    if tol.allows(old, new):
+        assert ch.status == "within"
+    else:
+        worse = new < old if METRIC_CLASSES[cls].direction == HIGHER else new > old
+        assert ch.status == ("regressed" if worse else "improved")
+    # swapping the runs swaps regressed and improved
+    back = compare([_m("k", cls, new)], [_m("k", cls, old)]).changes[0].status
+    assert back == {"within": "within", "regressed": "improved", "improved": "regressed"}[ch.status]
+
+
+# ---------------------------------------------------------------------------
+# Baseline file
+# ---------------------------------------------------------------------------
+
+
+def test_baseline_file_round_trip(tmp_path: Path) -> None:
+    ms = [_m("overlap_pct/rank=0/step=all", "overlap", 12.5), _m("energy_j/rank=0/total", "energy", 3.0)]
+    b = make_baseline(ms, {"name": "x", "ranks": [0]})
+    p = write_baseline(b, tmp_path / "b.json")
+    doc = json.loads(p.read_text())
+    assert doc["format"] == "charllm-trace-baseline" and doc["version"] == FORMAT_VERSION
+    assert [m["key"] for m in doc["metrics"]] == sorted(m.key for m in ms)
+    back = read_baseline(p)
+    assert back.by_key() == {m.key: m for m in ms}
+    assert back.input == {"name": "x", "ranks": [0]}
+    with pytest.raises(InputError, match="already exists"):
+        write_baseline(b, p)
+    write_baseline(b, p, force=True)
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "b.json"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("", "file is empty"),
+        ("{not json", "not valid JSON"),
+        ('{"format": "other"}', "not a charllm-trace baseline"),
+        ('{"format": "charllm-trace-baseline", "version": 99, "metrics": []}', "version 99 is not supported"),
+        ('{"format": "charllm-trace-baseline", "version": 1}', 'no "metrics" list'),
+        ('{"format": "charllm-trace-baseline", "version": 1, "metrics": [{"key": "k"}]}', "has no 'class'"),
+        (
+            '{"format": "charllm-trace-baseline", "version": 1, "metrics": [{"key": "k", "class": "energy",'
+            ' "unit": "J", "value": "x", "direction": "lower-is-better"}]}',
+            "value must be a number",
+        ),
+        (
+            '{"format": "charllm-trace-baseline", "version": 1, "metrics": [{"key": "k", "class": "energy",'
+            ' "unit": "W", "value": 1, "direction": "lower-is-better"}]}',
+            "expected 'J'",
+        ),
+        (
+            '{"format": "charllm-trace-baseline", "version": 1, "metrics": ['
+            '{"key": "k", "class": "energy", "unit": "J", "value": 1, "direction": "lower-is-better"},'
+            '{"key": "k", "class": "energy", "unit": "J", "value": 2, "direction": "lower-is-better"}]}',
+            "duplicate metric key",
+        ),
+    ],
+)
+def test_read_baseline_rejects_bad_files(tmp_path: Path, text: str, fragment: str) -> None:
+    p = _write(tmp_path, text)
+    with pytest.raises(InputError, match=fragment) as ei:
+        read_baseline(p)
+    assert "\n" not in ei.value.one_line()
+    assert ei.value.path == str(p)
+
+
+def test_read_baseline_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such file"):
+        read_baseline(tmp_path / "nope.json")
