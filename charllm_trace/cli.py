@@ -69,6 +69,42 @@ def main(debug: bool) -> None:
 
 # --- baseline / check / diff / report / export / sanitize (issue 6) --------
 
+# export / sanitize / report (issue 6) ...................................
+
+
+def _refuse_existing(path: str, force: bool) -> None:
+    import os
+
+    if os.path.lexists(path) and not force:
+        raise InputError(path, "already exists; pass --force to overwrite it")
+
+
+@main.group("export")
+def export_group() -> None:
+    """Export a run to other tools' formats."""
+
+
+@export_group.command("perfetto")
+@click.argument("run", type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(), help="Chrome-trace JSON (.json or .json.gz).")
+@click.option("--no-flows", is_flag=True, help="Leave out the launch arrows from CPU ops to GPU kernels.")
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+def export_perfetto(run: str, output: str, no_flows: bool, force: bool) -> None:
+    """Write RUN as a Chrome-trace JSON for the Perfetto UI (ui.perfetto.dev): one process per
+    rank, one track per CPU thread and GPU stream, power/temperature/clock counters per GPU."""
+    from charllm_trace import loader
+    from charllm_trace.render.perfetto import write_chrome_trace
+
+    _refuse_existing(output, force)
+    stats = write_chrome_trace(loader.load(run), output, flows=not no_flows)
+    click.echo(
+        f"wrote {output}: {stats.ranks} ranks, {stats.tracks} tracks, {stats.slices} slices, "
+        f"{stats.counter_samples} counter samples, {stats.flows} launch flows"
+        + (f" ({stats.skipped_untimed} nodes without a start time left out)" if stats.skipped_untimed else "")
+    )
+
+# end export / sanitize / report (issue 6) ...............................
+
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -1,0 +1,328 @@
+"""Export a :class:`~charllm_trace.model.Run` as a Chrome-trace JSON for the Perfetto UI.
+
+Layout of the file:
+
+- one *process* per rank (``pid`` = rank, named ``rank N`` plus the device model);
+- one *thread* (track) per CPU thread and per GPU ``(device, stream)``, CPU threads
+  first; thread ids are dense small integers and the real thread id / stream is in the
+  track name (``CPU thread 4242``, ``GPU 0 stream 7``);
+- every timed node is a complete event (``"ph": "X"``); its args carry the node id and,
+  where set, the collective fields and the linking keys;
+- a flow arrow (``"ph": "s"`` / ``"f"``, category ``launch``) from each GPU node's
+  launching CPU op to the GPU node;
+- counter tracks (``"ph": "C"``) per GPU of the rank's telemetry: power (W),
+  temperature (C), memory temperature (C), SM clock (MHz) and memory clock (MHz).
+
+Times: Chrome-trace ``ts``/``dur`` are microseconds. We write them as exact decimal
+literals with three fractional digits (nanosecond precision), relative to the run's
+earliest timestamp, which is kept as ``otherData.origin_unix_ns``. Absolute Unix
+microseconds would not survive a float64 parser at nanosecond precision.
+
+The JSON is built column-wise with polars (no per-event Python loop).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import polars as pl
+
+from charllm_trace.errors import InputError
+from charllm_trace.model import Run, Trace
+
+#: (telemetry column, counter name, unit) written as counter tracks per GPU.
+COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("power_w", "power", "W"),
+    ("temp_c", "temperature", "C"),
+    ("mem_temp_c", "memory temperature", "C"),
+    ("sm_clock_mhz", "SM clock", "MHz"),
+    ("mem_clock_mhz", "memory clock", "MHz"),
+)
+
+#: Node columns copied into each slice's args when not null.
+_ARG_COLS = (
+    "node_type",
+    "coll_type",
+    "comm_bytes",
+    "dtype",
+    "num_elems",
+    "pg_name",
+    "coll_seq",
+    "peer",
+    "root",
+    "correlation",
+    "external_id",
+    "rf_id",
+    "launch_id",
+)
+
+
+@dataclass(frozen=True)
+class ExportStats:
+    """What was written: counts a test (or the CLI) can check against the model."""
+
+    ranks: int
+    slices: int  # complete events
+    counter_samples: int  # counter events (one value each)
+    flows: int  # launch arrows (pairs of s/f events)
+    tracks: int  # CPU threads + GPU streams
+    skipped_untimed: int  # nodes without a start time (not placeable)
+    origin_unix_ns: int
+
+
+def _us(col: pl.Expr) -> pl.Expr:
+    """Integer ns -> exact decimal µs literal ('12.345')."""
+    return pl.concat_str(
+        [(col // 1000).cast(pl.String), pl.lit("."), (col % 1000).cast(pl.String).str.zfill(3)]
+    )
+
+
+def _origin(run: Run) -> int | None:
+    lows: list[int] = []
+    for t in run:
+        if t.meta.has_timestamps:
+            v = t.nodes["start_ns"].min()
+            if v is not None:
+                lows.append(int(v))
+        if t.telemetry.height:
+            v = t.telemetry["time_ns"].min()
+            if v is not None:
+                lows.append(int(v))
+    return min(lows) if lows else None
+
+
+def _tracks(nodes: pl.DataFrame) -> pl.DataFrame:
+    """One row per track: on_gpu, tid, device, stream -> out_tid (1-based) and label."""
+    keys = (
+        nodes.select(
+            pl.col("on_gpu").fill_null(False),
+            pl.when(pl.col("on_gpu")).then(None).otherwise(pl.col("tid")).alias("tid"),
+            pl.when(pl.col("on_gpu")).then(pl.col("device")).otherwise(None).alias("device"),
+            pl.when(pl.col("on_gpu")).then(pl.col("stream")).otherwise(None).alias("stream"),
+        )
+        .unique()
+        .sort(["on_gpu", "tid", "device", "stream"], nulls_last=True)
+    )
+    return keys.with_columns(
+        pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("out_tid"),
+        pl.when(pl.col("on_gpu"))
+        .then(
+            pl.concat_str(
+                [
+                    pl.lit("GPU "),
+                    pl.col("device").cast(pl.String).fill_null("?"),
+                    pl.lit(" stream "),
+                    pl.col("stream").cast(pl.String).fill_null("?"),
+                ]
+            )
+        )
+        .otherwise(pl.concat_str([pl.lit("CPU thread "), pl.col("tid").cast(pl.String).fill_null("?")]))
+        .alias("label"),
+    )
+
+
+def _meta_lines(pid: int, trace: Trace, rank_label: str, tracks: pl.DataFrame) -> list[str]:
+    def ev(name: str, tid: int, args: dict) -> str:
+        return orjson.dumps({"name": name, "ph": "M", "pid": pid, "tid": tid, "args": args}).decode()
+
+    lines = [
+        ev("process_name", 0, {"name": rank_label}),
+        ev("process_sort_index", 0, {"sort_index": pid}),
+    ]
+    for row in tracks.iter_rows(named=True):  # one per track: tens, not millions
+        lines.append(ev("thread_name", row["out_tid"], {"name": row["label"]}))
+        lines.append(ev("thread_sort_index", row["out_tid"], {"sort_index": row["out_tid"]}))
+    return lines
+
+
+def _slice_lines(nodes: pl.DataFrame, pid: int, origin: int) -> pl.Series:
+    args = (
+        pl.struct([pl.col("id")] + [pl.col(c) for c in _ARG_COLS])
+        .struct.json_encode()
+        .str.replace_all(r',"[a-z_]+":null', "")
+    )
+    head = (
+        pl.struct(pl.col("name").fill_null(""), pl.col("kind").fill_null("node").alias("cat"))
+        .struct.json_encode()
+        .str.strip_suffix("}")
+    )
+    rel = pl.col("start_ns") - origin
+    return nodes.select(
+        pl.concat_str(
+            [
+                head,
+                pl.lit(f',"ph":"X","pid":{pid},"tid":'),
+                pl.col("out_tid").cast(pl.String),
+                pl.lit(',"ts":'),
+                _us(rel),
+                pl.lit(',"dur":'),
+                _us(pl.col("dur_ns").fill_null(0).clip(lower_bound=0)),
+                pl.lit(',"args":'),
+                args,
+                pl.lit("}"),
+            ]
+        ).alias("line")
+    )["line"]
+
+
+def _flow_lines(nodes: pl.DataFrame, pid: int, origin: int, first_id: int) -> pl.Series:
+    """s/f pairs from each GPU node's launching CPU op to the GPU node."""
+    cpu = nodes.filter(~pl.col("on_gpu")).select(
+        pl.col("id").alias("launch_id"),
+        # the s event sits mid-way through the launching op so it binds to that op
+        (pl.col("start_ns") + pl.col("dur_ns").fill_null(0).clip(lower_bound=0) // 2).alias("s_ns"),
+        pl.col("out_tid").alias("s_tid"),
+    )
+    gpu = nodes.filter(pl.col("on_gpu") & pl.col("launch_id").is_not_null()).select(
+        "launch_id", pl.col("start_ns").alias("f_ns"), pl.col("out_tid").alias("f_tid")
+    )
+    pairs = gpu.join(cpu, on="launch_id", how="inner").with_row_index("k")
+    if pairs.is_empty():
+        return pl.Series("line", [], dtype=pl.String)
+    fid = (pl.col("k").cast(pl.Int64) + first_id).cast(pl.String)
+    s = pairs.select(
+        pl.concat_str(
+            [
+                pl.lit(f'{{"name":"launch","cat":"launch","ph":"s","pid":{pid},"tid":'),
+                pl.col("s_tid").cast(pl.String),
+                pl.lit(',"ts":'),
+                _us(pl.col("s_ns") - origin),
+                pl.lit(',"id":'),
+                fid,
+                pl.lit("}"),
+            ]
+        ).alias("line")
+    )
+    f = pairs.select(
+        pl.concat_str(
+            [
+                pl.lit(f'{{"name":"launch","cat":"launch","ph":"f","bp":"e","pid":{pid},"tid":'),
+                pl.col("f_tid").cast(pl.String),
+                pl.lit(',"ts":'),
+                _us(pl.col("f_ns") - origin),
+                pl.lit(',"id":'),
+                fid,
+                pl.lit("}"),
+            ]
+        ).alias("line")
+    )
+    return pl.concat([s, f])["line"]
+
+
+def _counter_lines(tel: pl.DataFrame, pid: int, origin: int) -> tuple[pl.Series, int]:
+    parts: list[pl.DataFrame] = []
+    for col, what, unit in COUNTERS:
+        sub = tel.filter(
+            pl.col(col).is_not_null() & pl.col(col).is_finite() & pl.col("time_ns").is_not_null()
+        )
+        if sub.is_empty():
+            continue
+        parts.append(
+            sub.select(
+                pl.concat_str(
+                    [
+                        pl.lit('{"name":"GPU'),
+                        pl.col("device").cast(pl.String).fill_null("?"),
+                        pl.lit(f' {what}","cat":"telemetry","ph":"C","pid":{pid},"ts":'),
+                        _us(pl.col("time_ns") - origin),
+                        pl.lit(f',"args":{{"{unit}":'),
+                        pl.col(col).cast(pl.String),
+                        pl.lit("}}"),
+                    ]
+                ).alias("line")
+            )
+        )
+    if not parts:
+        return pl.Series("line", [], dtype=pl.String), 0
+    out = pl.concat(parts)["line"]
+    return out, out.len()
+
+
+def write_chrome_trace(run: Run, path: str | os.PathLike[str], *, flows: bool = True) -> ExportStats:
+    """Write ``run`` as a Chrome-trace JSON (gzip-compressed when ``path`` ends in ``.gz``).
+
+    Raises :class:`InputError` when no rank has any timestamp (nothing to place on a
+    timeline, e.g. a Chakra ET written by Chakra's own converter).
+    """
+    origin = _origin(run)
+    if origin is None:
+        raise InputError(
+            run.source,
+            "no timestamps in any rank (e.g. a Chakra ET from Chakra's converter): nothing to place on a timeline",
+        )
+    chunks: list[str] = []
+    n_slices = n_counters = n_flows = n_tracks = n_skipped = 0
+    for idx, rank in enumerate(run.ranks):
+        trace = run.traces[rank]
+        pid = rank if rank is not None else idx
+        nodes = trace.nodes
+        if not trace.meta.has_timestamps:
+            n_skipped += nodes.height
+            nodes = nodes.clear()
+        timed = nodes.filter(pl.col("start_ns").is_not_null())
+        n_skipped += nodes.height - timed.height
+        tracks = _tracks(timed)
+        n_tracks += tracks.height
+        timed = (
+            timed.with_columns(
+                pl.col("on_gpu").fill_null(False),
+                pl.when(pl.col("on_gpu")).then(None).otherwise(pl.col("tid")).alias("_tid"),
+                pl.when(pl.col("on_gpu")).then(pl.col("device")).otherwise(None).alias("_dev"),
+                pl.when(pl.col("on_gpu")).then(pl.col("stream")).otherwise(None).alias("_str"),
+            )
+            .join(
+                tracks.select(
+                    "on_gpu",
+                    pl.col("tid").alias("_tid"),
+                    pl.col("device").alias("_dev"),
+                    pl.col("stream").alias("_str"),
+                    "out_tid",
+                ),
+                on=["on_gpu", "_tid", "_dev", "_str"],
+                how="left",
+                nulls_equal=True,
+            )
+            .sort(["start_ns", "dur_ns"], descending=[False, True], nulls_last=True)
+        )
+        label = f"rank {pid}"
+        if trace.meta.device_model:
+            label += f" ({trace.meta.device_model})"
+        chunks.extend(_meta_lines(pid, trace, label, tracks))
+        if timed.height:
+            sl = _slice_lines(timed, pid, origin)
+            n_slices += sl.len()
+            chunks.append(sl.str.join(",\n").item())
+            if flows:
+                fl = _flow_lines(timed, pid, origin, first_id=n_flows + 1)
+                if fl.len():
+                    n_flows += fl.len() // 2
+                    chunks.append(fl.str.join(",\n").item())
+        if trace.telemetry.height:
+            cl, n = _counter_lines(trace.telemetry.sort(["device", "time_ns"]), pid, origin)
+            if n:
+                n_counters += n
+                chunks.append(cl.str.join(",\n").item())
+    other = orjson.dumps(
+        {"origin_unix_ns": origin, "generator": "charllm-trace", "ranks": list(run.ranks)}
+    ).decode()
+    body = (
+        '{"displayTimeUnit":"ns","otherData":' + other + ',"traceEvents":[\n' + ",\n".join(chunks) + "\n]}\n"
+    )
+    data = body.encode()
+    p = Path(path)
+    if p.name.endswith(".gz"):
+        data = gzip.compress(data, compresslevel=6)
+    p.write_bytes(data)
+    return ExportStats(
+        ranks=len(run),
+        slices=n_slices,
+        counter_samples=n_counters,
+        flows=n_flows,
+        tracks=n_tracks,
+        skipped_untimed=n_skipped,
+        origin_unix_ns=origin,
+    )
