@@ -1,0 +1,150 @@
+"""The one place where nodes are classified (NVIDIA, AMD and CPU/gloo traces).
+
+Every analysis asks this module what a node is; no other module looks at names.
+
+Activity class (column ``cls``):
+
+============== ==============================================================
+``comm``       a GPU collective / point-to-point kernel: NCCL and RCCL kernels
+               (RCCL names its kernels ``nccl…`` too), MSCCL(++) kernels, or any
+               GPU kernel the converter gave a ``coll_type``
+``compute``    any other GPU kernel
+``memcpy``     GPU memory copies (Kineto ``gpu_memcpy``; AMD ``__amd_rocclr_copy…``
+               blit kernels; names ``Memcpy…`` / ``dma…``)
+``memset``     GPU memory sets (``gpu_memset``; ``__amd_rocclr_fill…``; ``Memset…``)
+``sync``       GPU-side synchronisation records (Kineto ``cuda_sync``: ``… Sync``)
+``gpu_range``  ranges on GPU streams (``gpu_user_annotation``): not activity
+``cpu_comm``   a CPU operator that performs or wraps a collective (it has a
+               ``coll_type``, or is named ``gloo:…``, ``nccl:…``, ``c10d::…``,
+               ``record_param_comms``), and every CPU op nested inside one
+``cpu_compute`` a CPU operator with no children (a leaf), not ``cpu_comm``
+``cpu``        any other CPU node (annotations, runtime calls, inner CPU ops)
+============== ==============================================================
+
+``hip…``/``cuda…`` memcpy runtime calls are CPU runtime nodes (``cpu``), never
+communication.
+
+Phase (column ``phase``) for GPU nodes, from the CPU op that launched them and
+that op's ancestors: ``communication`` for ``comm``; ``optimizer`` when an
+ancestor is ``Optimizer.step``/``Optimizer.zero_grad``/``optimizer…``;
+``backward`` when an ancestor is a backward op (``…Backward…``,
+``autograd::engine…``, the root of every op the autograd thread runs);
+``forward`` otherwise; ``unknown`` when the launcher is not in the trace.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+CLASSES = ("compute", "comm", "memcpy", "memset", "sync", "gpu_range", "cpu_comm", "cpu_compute", "cpu")
+PHASES = ("forward", "backward", "optimizer", "communication", "unknown")
+
+# Patterns (polars regex, applied to node names).
+COMM_KERNEL_RE = r"^(nccl|rccl|msccl|ncclDevKernel|ncclKernel)|^void (nccl|rccl)"
+MEMCPY_NAME_RE = r"^(Memcpy|memcpy|dma)|__amd_rocclr_copy"
+MEMSET_NAME_RE = r"^(Memset|memset)|__amd_rocclr_fill"
+SYNC_NAME_RE = r"(?i)\bsync\b|Sync$"
+CPU_COMM_NAME_RE = r"^(gloo:|nccl:|rccl:|c10d::|record_param_comms$|ProcessGroupGloo|ProcessGroupNCCL)"
+OPTIMIZER_RE = r"^Optimizer\.(step|zero_grad)|^[Oo]ptimizer"
+BACKWARD_RE = r"Backward|backward|^autograd::engine"
+
+
+def classify(nodes: pl.DataFrame) -> pl.DataFrame:
+    """Return ``nodes`` with a ``cls`` column (see the module docstring)."""
+    name = pl.col("name").fill_null("")
+    kind = pl.col("kind").fill_null("other")
+    gpu = pl.col("on_gpu").fill_null(False)
+    cpu_comm_self = (~gpu) & (
+        pl.col("coll_type").is_not_null() | name.str.contains(CPU_COMM_NAME_RE)
+    ) & (kind != "runtime")
+    gpu_cls = (
+        pl.when(kind == "gpu_annotation")
+        .then(pl.lit("gpu_range"))
+        .when((kind == "memcpy") | name.str.contains(MEMCPY_NAME_RE))
+        .then(pl.lit("memcpy"))
+        .when((kind == "memset") | name.str.contains(MEMSET_NAME_RE))
+        .then(pl.lit("memset"))
+        .when((kind == "kernel") & (pl.col("coll_type").is_not_null() | name.str.contains(COMM_KERNEL_RE)))
+        .then(pl.lit("comm"))
+        .when(kind == "kernel")
+        .then(pl.lit("compute"))
+        .when(name.str.contains(SYNC_NAME_RE))
+        .then(pl.lit("sync"))
+        .otherwise(pl.lit("gpu_range"))
+    )
+    df = nodes.with_columns(
+        pl.when(gpu).then(gpu_cls).otherwise(pl.lit("cpu")).alias("cls"),
+        cpu_comm_self.alias("_cpu_comm_self"),
+    )
+    # CPU ops nested in a CPU collective are communication too; leaves are compute.
+    ids = df["id"].to_numpy()
+    in_comm = ancestor_any(ids, df["parent"].to_numpy(), df["_cpu_comm_self"].to_numpy())
+    has_child = np.isin(ids, df["parent"].drop_nulls().to_numpy())
+    cpu_op = (~df["on_gpu"].fill_null(False).to_numpy()) & (df["kind"].fill_null("").to_numpy() == "cpu_op")
+    cls = df["cls"].to_numpy().astype(object)
+    cls[cpu_op & ~in_comm & ~has_child] = "cpu_compute"
+    cls[in_comm & ~df["on_gpu"].fill_null(False).to_numpy()] = "cpu_comm"
+    return df.drop("_cpu_comm_self").with_columns(pl.Series("cls", cls.tolist(), dtype=pl.String))
+
+
+def _positions(ids: np.ndarray, refs: np.ndarray) -> np.ndarray:
+    """Row position of each ref in ``ids`` (-1 when missing or null)."""
+    ids = np.asarray(ids)
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    refs_f = np.asarray(refs, dtype=float)
+    valid = ~np.isnan(refs_f)
+    r = np.where(valid, refs_f, 0).astype(np.int64)
+    k = np.searchsorted(sorted_ids, r)
+    k = np.minimum(k, max(len(ids) - 1, 0))
+    found = valid & (len(ids) > 0)
+    if len(ids):
+        found &= sorted_ids[k] == r
+    return np.where(found, order[k] if len(ids) else -1, -1)
+
+
+def ancestor_any(ids: np.ndarray, parents: np.ndarray, flag: np.ndarray) -> np.ndarray:
+    """For each row, whether it or any ancestor (via ``parent``) has ``flag``.
+
+    Pointer doubling: log2(depth) vector steps, no per-node loop. Cycles are safe.
+    """
+    flag = np.asarray(flag, dtype=bool).copy()
+    if flag.size == 0:
+        return flag
+    p = _positions(ids, parents)
+    for _ in range(64):
+        valid = p >= 0
+        if not valid.any():
+            break
+        flag[valid] |= flag[p[valid]]
+        nxt = np.full_like(p, -1)
+        nxt[valid] = p[p[valid]]
+        if np.array_equal(nxt, p):
+            break
+        p = nxt
+    return flag
+
+
+def with_phase(nodes: pl.DataFrame) -> pl.DataFrame:
+    """``classify`` plus a ``phase`` column for GPU nodes (null on CPU)."""
+    df = nodes if "cls" in nodes.columns else classify(nodes)
+    ids = df["id"].to_numpy()
+    parents = df["parent"].to_numpy()
+    name = df["name"].fill_null("")
+    opt = ancestor_any(ids, parents, name.str.contains(OPTIMIZER_RE).to_numpy())
+    bwd = ancestor_any(ids, parents, name.str.contains(BACKWARD_RE).to_numpy())
+    cpu_phase = np.where(opt, "optimizer", np.where(bwd, "backward", "forward")).astype(object)
+    launch_pos = _positions(ids, df["launch_id"].to_numpy())
+    on_gpu = df["on_gpu"].fill_null(False).to_numpy()
+    phase = np.full(len(df), None, dtype=object)
+    has = on_gpu & (launch_pos >= 0)
+    phase[has] = cpu_phase[launch_pos[has]]
+    phase[on_gpu & (launch_pos < 0)] = "unknown"
+    phase[df["cls"].to_numpy() == "comm"] = "communication"
+    return df.with_columns(pl.Series("phase", phase.tolist(), dtype=pl.String))
+
+
+def is_gpu_trace(nodes: pl.DataFrame) -> bool:
+    """True when the trace has GPU kernels (else it is analysed in CPU mode)."""
+    return bool(nodes.select((pl.col("on_gpu").fill_null(False) & (pl.col("kind") == "kernel")).any()).item())

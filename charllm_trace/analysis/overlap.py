@@ -1,0 +1,295 @@
+"""Compute / communication overlap per rank, step, process group and dimension.
+
+Definitions (docs/analyses.md has the full text):
+
+- comm = union of communication intervals (``cls == "comm"``) across all streams;
+- compute = union of compute-kernel intervals (``cls == "compute"``); memcpy, memset
+  and sync are neither;
+- overlap = |comm ∩ compute|; overlap % = 100·overlap/|comm|; exposed = |comm| − overlap;
+- busy = |compute ∪ comm ∪ memcpy ∪ memset|; idle = span − busy, span = first start to
+  last end of that activity.
+
+A step's intervals are those of the GPU operators *launched* during the step (the
+launching CPU call began inside ``ProfilerStep#N``), as HTA assigns iterations.
+
+CPU mode (a trace without GPU kernels, e.g. gloo): comm = CPU collective ops and the
+ops nested in them (``cpu_comm``), compute = leaf CPU ops (``cpu_compute``), busy =
+union of all CPU ops; a step holds the ops that started inside it.
+
+``hta_compat=True`` applies Holistic Trace Analysis 0.5.0's conventions: keep only GPU
+operators whose launching CPU event (matched by correlation id) started before the
+last ``ProfilerStep`` begins (or, with ``hta_keep_last_step``, before it ends), and
+round each interval inwards to whole microseconds (start up, end down).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import polars as pl
+
+from charllm_trace.analysis import intervals as iv
+from charllm_trace.analysis.classify import classify, is_gpu_trace
+from charllm_trace.analysis.results import (
+    OVERLAP_GROUP_SCHEMA,
+    OVERLAP_SCHEMA,
+    OverlapResult,
+    frame,
+)
+from charllm_trace.model import Trace
+
+GPU_BUSY = ("compute", "comm", "memcpy", "memset")
+
+
+def launch_times(nodes: pl.DataFrame) -> pl.Series:
+    """For each node, when the CPU call that launched it began (ns).
+
+    GPU nodes: the CPU node with the same correlation id (the runtime launch), else
+    the node named by ``launch_id``; CPU nodes: their own start.
+    """
+    cpu = nodes.filter(~pl.col("on_gpu").fill_null(False))
+    by_corr = (
+        cpu.filter(pl.col("correlation").is_not_null() & pl.col("start_ns").is_not_null())
+        .group_by("correlation")
+        .agg(pl.col("start_ns").min().alias("_t_corr"))
+    )
+    by_id = cpu.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("_t_launch"))
+    df = (
+        nodes.select("id", "on_gpu", "correlation", "launch_id", "start_ns")
+        .with_row_index("_row")
+        .join(by_corr, on="correlation", how="left")
+        .join(by_id, on="launch_id", how="left")
+        .sort("_row")
+    )
+    t = (
+        pl.when(pl.col("on_gpu").fill_null(False))
+        .then(pl.coalesce("_t_corr", "_t_launch"))
+        .otherwise(pl.col("start_ns"))
+    )
+    return df.select(t.alias("launch_ns"))["launch_ns"]
+
+
+def hta_filter(nodes: pl.DataFrame, steps: pl.DataFrame, keep_last_step: bool = False) -> pl.DataFrame:
+    """HTA 0.5.0's ``_filter_irrelevant_gpu_kernels`` on the model: keep GPU nodes whose
+    correlated CPU event started before the last ProfilerStep began (``keep_last_step``:
+    at or before it ended). GPU nodes with no correlated CPU event are dropped, as HTA's
+    inner join does. Applies only with at least two steps (as HTA)."""
+    if steps.height < 2:
+        return nodes
+    last_start = int(steps["start_ns"].max())
+    last_end = int(steps["end_ns"].max())
+    cpu = nodes.filter(~pl.col("on_gpu").fill_null(False) & pl.col("correlation").is_not_null())
+    if keep_last_step:
+        cpu = cpu.filter(pl.col("start_ns") <= last_end)
+    else:
+        cpu = cpu.filter(pl.col("start_ns") < last_start)
+    keep_corr = cpu["correlation"].unique().implode()
+    gpu = pl.col("on_gpu").fill_null(False)
+    return nodes.filter(~gpu | pl.col("correlation").is_in(keep_corr).fill_null(False))
+
+
+def _slot_measures(
+    a: tuple[np.ndarray, np.ndarray, np.ndarray],
+    b: tuple[np.ndarray, np.ndarray, np.ndarray],
+    nslots: int,
+    big: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """|A_k|, |B_k|, |A_k ∩ B_k| for each slot k; intervals are (start, end, slot) with
+    times relative to an origin and shorter than ``big``: slot k is shifted by k·big so
+    that one merge handles every slot."""
+    A = iv.merge(a[0] + a[2] * big, a[1] + a[2] * big)
+    B = iv.merge(b[0] + b[2] * big, b[1] + b[2] * big)
+    w0 = np.arange(nslots, dtype=np.int64) * big
+    w1 = w0 + big
+    la = iv.measure_in(*A, w0, w1)
+    lb = iv.measure_in(*B, w0, w1)
+    lab = iv.measure_in(*iv.union(A, B), w0, w1)
+    return la, lb, la + lb - lab
+
+
+def overlap(
+    trace: Trace,
+    *,
+    per_step: bool = True,
+    hta_compat: bool = False,
+    hta_keep_last_step: bool = False,
+    group_dims: Mapping[str, str | None] | None = None,
+    classified: pl.DataFrame | None = None,
+) -> OverlapResult:
+    """Overlap of one rank's trace. ``group_dims`` maps pg_name -> dimension (see
+    :mod:`charllm_trace.analysis.parallel`). ``classified`` may pass ``classify(nodes)``."""
+    rank = trace.meta.rank if trace.meta.rank is not None else 0
+    notes: list[str] = []
+    simulated = bool(trace.meta.extra.get("simulated"))
+    df = classified if classified is not None else classify(trace.nodes)
+    steps = trace.steps()
+    mode = "gpu" if is_gpu_trace(df) else "cpu"
+    if hta_compat:
+        if mode != "gpu":
+            notes.append("--hta-compat has no effect on a CPU-only trace")
+        elif steps.height < 2:
+            notes.append("fewer than two ProfilerSteps: HTA's kernel filter not applied (as HTA)")
+        else:
+            before = int(df["on_gpu"].fill_null(False).sum())
+            df = hta_filter(df, steps, keep_last_step=hta_keep_last_step)
+            dropped = before - int(df["on_gpu"].fill_null(False).sum())
+            which = "after the last ProfilerStep ended" if hta_keep_last_step else "after the last ProfilerStep began"
+            notes.append(f"HTA convention: {dropped} GPU operators launched {which} (or never launched) dropped")
+    df = df.with_columns(launch_ns=launch_times(df)).filter(
+        pl.col("start_ns").is_not_null() & pl.col("dur_ns").is_not_null()
+    )
+    if mode == "gpu":
+        act = df.filter(pl.col("on_gpu").fill_null(False) & pl.col("cls").is_in(list(GPU_BUSY)))
+        comm_cls, comp_cls = ["comm"], ["compute"]
+        mem_cls = ["memcpy", "memset"]
+    else:
+        act = df.filter(pl.col("cls").is_in(["cpu_comm", "cpu_compute"]) | (pl.col("kind") == "cpu_op"))
+        comm_cls, comp_cls, mem_cls = ["cpu_comm"], ["cpu_compute"], []
+        notes.append(
+            "no GPU kernels: CPU mode (communication = CPU collective ops, compute = leaf CPU ops)"
+        )
+    start = act["start_ns"].to_numpy().astype(np.int64)
+    end = start + act["dur_ns"].to_numpy().astype(np.int64)
+    if hta_compat and mode == "gpu":
+        start = -((-start) // 1000) * 1000  # ceil to µs
+        end = (end // 1000) * 1000  # floor to µs
+        end = np.maximum(end, start)
+    cls = act["cls"].to_numpy()
+    # slots: 0 = whole trace, 1 + i = step i
+    slot_step: list[int | None] = [None]
+    nslots = 1
+    step_slot = np.full(act.height, -1, dtype=np.int64)
+    if per_step and steps.height:
+        t = act["launch_ns"].fill_null(act["start_ns"]).to_numpy() if mode == "gpu" else start
+        s0 = steps["start_ns"].to_numpy()
+        s1 = steps["end_ns"].to_numpy()
+        idx = np.searchsorted(s0, t, side="right") - 1
+        ok = (idx >= 0) & (t < s1[np.maximum(idx, 0)])
+        step_slot = np.where(ok, idx + 1, -1)
+        slot_step += [int(x) for x in steps["step"].to_list()]
+        nslots = 1 + steps.height
+    if act.height == 0:
+        notes.append("no GPU activity with timestamps" if mode == "gpu" else "no CPU ops with timestamps")
+        empty = frame({}, OVERLAP_GROUP_SCHEMA)
+        return OverlapResult(frame({}, OVERLAP_SCHEMA), empty, empty, mode, hta_compat, simulated, notes)
+    origin = int(start.min())
+    rs, re_ = start - origin, end - origin
+    big = int(re_.max()) + 1
+    if nslots * big * max(1, len(group_dims or {}) + 1) >= 2**62:
+        raise ValueError("trace span too long for per-step slotting")
+    # duplicate every interval into slot 0 and its step slot
+    in_step = step_slot >= 0
+    s_all = np.concatenate([rs, rs[in_step]])
+    e_all = np.concatenate([re_, re_[in_step]])
+    k_all = np.concatenate([np.zeros(rs.size, np.int64), step_slot[in_step]])
+    c_all = np.concatenate([cls, cls[in_step]])
+    is_comm = np.isin(c_all, comm_cls)
+    is_comp = np.isin(c_all, comp_cls)
+    is_mem = np.isin(c_all, mem_cls) if mem_cls else np.zeros(c_all.size, bool)
+
+    def sel(m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return s_all[m], e_all[m], k_all[m]
+
+    comm_len, comp_len, ov = _slot_measures(sel(is_comm), sel(is_comp), nslots, big)
+    mem_len, _, _ = _slot_measures(sel(is_mem), sel(np.zeros(c_all.size, bool)), nslots, big)
+    busy_len, _, _ = _slot_measures(sel(np.ones(c_all.size, bool)), sel(np.zeros(c_all.size, bool)), nslots, big)
+    lo = np.full(nslots, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(nslots, -1, dtype=np.int64)
+    np.minimum.at(lo, k_all, s_all)
+    np.maximum.at(hi, k_all, e_all)
+    present = hi >= 0
+    n_comm = np.bincount(k_all[is_comm], minlength=nslots)
+    n_comp = np.bincount(k_all[is_comp], minlength=nslots)
+    span = np.where(present, hi - lo, 0)
+    rows = {
+        "rank": [rank] * nslots,
+        "step": slot_step,
+        "start_ns": np.where(present, lo + origin, 0),
+        "end_ns": np.where(present, hi + origin, 0),
+        "span_ns": span,
+        "compute_ns": comp_len,
+        "comm_ns": comm_len,
+        "overlap_ns": ov,
+        "exposed_comm_ns": comm_len - ov,
+        "memory_ns": mem_len,
+        "busy_ns": busy_len,
+        "idle_ns": span - busy_len,
+        "overlap_pct": [100.0 * o / c if c else None for o, c in zip(ov.tolist(), comm_len.tolist())],
+        "n_compute": n_comp,
+        "n_comm": n_comm,
+    }
+    per_rank = frame(rows, OVERLAP_SCHEMA).filter(pl.Series(present))
+
+    # per process group and per dimension: that group's comm against all compute
+    pg_all = np.concatenate([act["pg_name"].to_numpy(), act["pg_name"].to_numpy()[in_step]])
+    per_group = _group_rows(
+        rank, slot_step, nslots, big, s_all, e_all, k_all, is_comm, is_comp, pg_all, group_dims, trace, by_dim=False
+    )
+    per_dim = _group_rows(
+        rank, slot_step, nslots, big, s_all, e_all, k_all, is_comm, is_comp, pg_all, group_dims, trace, by_dim=True
+    )
+    if mode == "gpu" and is_comm.any() and not any(p is not None for p in pg_all[is_comm]):
+        notes.append("communication kernels carry no process group: per-group overlap not computed")
+    return OverlapResult(per_rank, per_group, per_dim, mode, hta_compat, simulated, notes)
+
+
+def _group_rows(
+    rank: int,
+    slot_step: list[int | None],
+    nslots: int,
+    big: int,
+    s_all: np.ndarray,
+    e_all: np.ndarray,
+    k_all: np.ndarray,
+    is_comm: np.ndarray,
+    is_comp: np.ndarray,
+    pg_all: np.ndarray,
+    group_dims: Mapping[str, str | None] | None,
+    trace: Trace,
+    by_dim: bool,
+) -> pl.DataFrame:
+    dims = dict(group_dims or {})
+    comm_idx = np.flatnonzero(is_comm)
+    pgs = pg_all[comm_idx]
+    has = np.array([p is not None for p in pgs], dtype=bool)
+    comm_idx, pgs = comm_idx[has], pgs[has]
+    if comm_idx.size == 0:
+        return frame({}, OVERLAP_GROUP_SCHEMA)
+    labels = np.array([dims.get(p) for p in pgs], dtype=object) if by_dim else pgs
+    keep = np.array([lab is not None for lab in labels], dtype=bool)
+    comm_idx, labels, pgs = comm_idx[keep], labels[keep], pgs[keep]
+    if comm_idx.size == 0:
+        return frame({}, OVERLAP_GROUP_SCHEMA)
+    names, g = np.unique(labels.astype(str), return_inverse=True)
+    ng = names.size
+    # slot (k, g) -> k * ng + g; compute replicated into every group slot
+    comp_idx = np.flatnonzero(is_comp)
+    a = (s_all[comm_idx], e_all[comm_idx], k_all[comm_idx] * ng + g)
+    rep = np.repeat(comp_idx, ng)
+    gg = np.tile(np.arange(ng), comp_idx.size)
+    b = (s_all[rep], e_all[rep], k_all[rep] * ng + gg)
+    comm_len, _, ov = _slot_measures(a, b, nslots * ng, big)
+    n_comm = np.bincount(a[2], minlength=nslots * ng)
+    present = n_comm > 0
+    slots = np.flatnonzero(present)
+    k, gi = slots // ng, slots % ng
+    rows: dict[str, list] = {
+        "rank": [rank] * slots.size,
+        "step": [slot_step[int(x)] for x in k],
+        "comm_ns": comm_len[slots],
+        "overlap_ns": ov[slots],
+        "exposed_comm_ns": comm_len[slots] - ov[slots],
+        "overlap_pct": [100.0 * o / c if c else None for o, c in zip(ov[slots].tolist(), comm_len[slots].tolist())],
+        "n_comm": n_comm[slots],
+    }
+    if by_dim:
+        rows["dim"] = [str(names[i]) for i in gi]
+        rows["pg_name"] = [None] * slots.size
+        rows["pg_desc"] = [None] * slots.size
+    else:
+        pg_names = [str(names[i]) for i in gi]
+        rows["pg_name"] = pg_names
+        rows["pg_desc"] = [(trace.meta.group(p).desc if trace.meta.group(p) else None) for p in pg_names]
+        rows["dim"] = [dims.get(p) for p in pg_names]
+    return frame(rows, OVERLAP_GROUP_SCHEMA)
