@@ -29,7 +29,9 @@ def cpu(id: int, name: str, start: int, dur: int, kind: str = "cpu_op", **kw: An
     return node(id, name, start, dur, on_gpu=False, kind=kind, node_type="COMP", **kw)
 
 
-def make_trace(rows: list[dict[str, Any]], *, rank: int = 0, telemetry: dict | None = None, **meta: Any) -> Trace:
+def make_trace(
+    rows: list[dict[str, Any]], *, rank: int = 0, telemetry: dict | None = None, **meta: Any
+) -> Trace:
     cols: dict[str, list] = {}
     keys = sorted({k for r in rows for k in r})
     for k in keys:

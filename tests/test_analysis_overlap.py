@@ -24,7 +24,9 @@ def _brute(intervals: list[tuple[int, int]]) -> set[int]:
     return pts
 
 
-ivs = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)).map(lambda t: (t[0], t[0] + t[1])), max_size=25)
+ivs = st.lists(
+    st.tuples(st.integers(0, 60), st.integers(0, 20)).map(lambda t: (t[0], t[0] + t[1])), max_size=25
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -39,8 +41,8 @@ def test_interval_measures_match_brute_force(a, b, w0, w1):
     win = set(range(w0, w1))
     assert int(iv.measure_in(*A, [w0], [w1])[0]) == len(pa & win)
     assert int(iv.intersection_in(A, B, [w0], [w1])[0]) == len(pa & pb & win)
-    I = iv.intersect(A, B)
-    assert _brute(list(zip(I[0].tolist(), I[1].tolist()))) == pa & pb
+    inter = iv.intersect(A, B)
+    assert _brute(list(zip(inter[0].tolist(), inter[1].tolist(), strict=True))) == pa & pb
 
 
 # ---------------------------------------------------------------- classification
@@ -148,7 +150,9 @@ def test_overlap_per_step_by_launch_time():
         cpu(4, "cudaLaunchKernel", 1100 * U, 5 * U, kind="runtime", correlation=12),
         cpu(5, "cudaLaunchKernel", 1200 * U, 5 * U, kind="runtime", correlation=13),
         kernel(6, "gemm", 1050 * U, 100 * U, correlation=11),  # launched in step 1, runs in step 2's window
-        kernel(7, "ncclDevKernel_AllReduce", 1100 * U, 200 * U, stream=20, correlation=12, coll_type="all_reduce"),
+        kernel(
+            7, "ncclDevKernel_AllReduce", 1100 * U, 200 * U, stream=20, correlation=12, coll_type="all_reduce"
+        ),
         kernel(8, "gemm", 1250 * U, 100 * U, correlation=13),
     ]
     r = overlap(make_trace(rows), per_step=True)
@@ -193,7 +197,11 @@ def test_megatron_order_groups():
     g = groups_of_rank(lay, 2)  # tp 0, dp 1
     assert g["ep"] == (0, 2) and g["dp"] == (0, 2, 4, 6)
     dims = name_groups(
-        [ProcessGroup("a", None, (0, 2)), ProcessGroup("b", None, (0, 1)), ProcessGroup("c", None, (0, 2, 4, 6))],
+        [
+            ProcessGroup("a", None, (0, 2)),
+            ProcessGroup("b", None, (0, 1)),
+            ProcessGroup("c", None, (0, 2, 4, 6)),
+        ],
         lay,
     )
     assert dims == {"a": "ep", "b": "tp", "c": "dp"}

@@ -1,2 +1,1 @@
 """Analyses: pure functions of the trace model returning typed results."""
-

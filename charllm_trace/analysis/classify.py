@@ -55,9 +55,11 @@ def classify(nodes: pl.DataFrame) -> pl.DataFrame:
     name = pl.col("name").fill_null("")
     kind = pl.col("kind").fill_null("other")
     gpu = pl.col("on_gpu").fill_null(False)
-    cpu_comm_self = (~gpu) & (
-        pl.col("coll_type").is_not_null() | name.str.contains(CPU_COMM_NAME_RE)
-    ) & (kind != "runtime")
+    cpu_comm_self = (
+        (~gpu)
+        & (pl.col("coll_type").is_not_null() | name.str.contains(CPU_COMM_NAME_RE))
+        & (kind != "runtime")
+    )
     gpu_cls = (
         pl.when(kind == "gpu_annotation")
         .then(pl.lit("gpu_range"))

@@ -134,8 +134,14 @@ def overlap(
             before = int(df["on_gpu"].fill_null(False).sum())
             df = hta_filter(df, steps, keep_last_step=hta_keep_last_step)
             dropped = before - int(df["on_gpu"].fill_null(False).sum())
-            which = "after the last ProfilerStep ended" if hta_keep_last_step else "after the last ProfilerStep began"
-            notes.append(f"HTA convention: {dropped} GPU operators launched {which} (or never launched) dropped")
+            which = (
+                "after the last ProfilerStep ended"
+                if hta_keep_last_step
+                else "after the last ProfilerStep began"
+            )
+            notes.append(
+                f"HTA convention: {dropped} GPU operators launched {which} (or never launched) dropped"
+            )
     df = df.with_columns(launch_ns=launch_times(df)).filter(
         pl.col("start_ns").is_not_null() & pl.col("dur_ns").is_not_null()
     )
@@ -146,9 +152,7 @@ def overlap(
     else:
         act = df.filter(pl.col("cls").is_in(["cpu_comm", "cpu_compute"]) | (pl.col("kind") == "cpu_op"))
         comm_cls, comp_cls, mem_cls = ["cpu_comm"], ["cpu_compute"], []
-        notes.append(
-            "no GPU kernels: CPU mode (communication = CPU collective ops, compute = leaf CPU ops)"
-        )
+        notes.append("no GPU kernels: CPU mode (communication = CPU collective ops, compute = leaf CPU ops)")
     start = act["start_ns"].to_numpy().astype(np.int64)
     end = start + act["dur_ns"].to_numpy().astype(np.int64)
     if hta_compat and mode == "gpu":
@@ -193,7 +197,9 @@ def overlap(
 
     comm_len, comp_len, ov = _slot_measures(sel(is_comm), sel(is_comp), nslots, big)
     mem_len, _, _ = _slot_measures(sel(is_mem), sel(np.zeros(c_all.size, bool)), nslots, big)
-    busy_len, _, _ = _slot_measures(sel(np.ones(c_all.size, bool)), sel(np.zeros(c_all.size, bool)), nslots, big)
+    busy_len, _, _ = _slot_measures(
+        sel(np.ones(c_all.size, bool)), sel(np.zeros(c_all.size, bool)), nslots, big
+    )
     lo = np.full(nslots, np.iinfo(np.int64).max, dtype=np.int64)
     hi = np.full(nslots, -1, dtype=np.int64)
     np.minimum.at(lo, k_all, s_all)
@@ -215,7 +221,9 @@ def overlap(
         "memory_ns": mem_len,
         "busy_ns": busy_len,
         "idle_ns": span - busy_len,
-        "overlap_pct": [100.0 * o / c if c else None for o, c in zip(ov.tolist(), comm_len.tolist())],
+        "overlap_pct": [
+            100.0 * o / c if c else None for o, c in zip(ov.tolist(), comm_len.tolist(), strict=False)
+        ],
         "n_compute": n_comp,
         "n_comm": n_comm,
     }
@@ -224,10 +232,34 @@ def overlap(
     # per process group and per dimension: that group's comm against all compute
     pg_all = np.concatenate([act["pg_name"].to_numpy(), act["pg_name"].to_numpy()[in_step]])
     per_group = _group_rows(
-        rank, slot_step, nslots, big, s_all, e_all, k_all, is_comm, is_comp, pg_all, group_dims, trace, by_dim=False
+        rank,
+        slot_step,
+        nslots,
+        big,
+        s_all,
+        e_all,
+        k_all,
+        is_comm,
+        is_comp,
+        pg_all,
+        group_dims,
+        trace,
+        by_dim=False,
     )
     per_dim = _group_rows(
-        rank, slot_step, nslots, big, s_all, e_all, k_all, is_comm, is_comp, pg_all, group_dims, trace, by_dim=True
+        rank,
+        slot_step,
+        nslots,
+        big,
+        s_all,
+        e_all,
+        k_all,
+        is_comm,
+        is_comp,
+        pg_all,
+        group_dims,
+        trace,
+        by_dim=True,
     )
     if mode == "gpu" and is_comm.any() and not any(p is not None for p in pg_all[is_comm]):
         notes.append("communication kernels carry no process group: per-group overlap not computed")
@@ -280,7 +312,10 @@ def _group_rows(
         "comm_ns": comm_len[slots],
         "overlap_ns": ov[slots],
         "exposed_comm_ns": comm_len[slots] - ov[slots],
-        "overlap_pct": [100.0 * o / c if c else None for o, c in zip(ov[slots].tolist(), comm_len[slots].tolist())],
+        "overlap_pct": [
+            100.0 * o / c if c else None
+            for o, c in zip(ov[slots].tolist(), comm_len[slots].tolist(), strict=False)
+        ],
         "n_comm": n_comm[slots],
     }
     if by_dim:
