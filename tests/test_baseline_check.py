@@ -240,3 +240,194 @@ def test_read_baseline_rejects_bad_files(tmp_path: Path, text: str, fragment: st
 def test_read_baseline_missing_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such file"):
         read_baseline(tmp_path / "nope.json")
+
+
+# ---------------------------------------------------------------------------
+# Headline extraction from typed analysis results (synthetic results)
+# ---------------------------------------------------------------------------
+
+
+def _synthetic_analysis():  # noqa: ANN202
+
+    from charllm_trace.analysis.results import (
+        BANDWIDTH_SUMMARY_SCHEMA,
+        COLLECTIVE_SCHEMA,
+        ENERGY_SCHEMA,
+        ENERGY_TOTAL_SCHEMA,
+        MATCHED_SCHEMA,
+        OVERLAP_GROUP_SCHEMA,
+        OVERLAP_SCHEMA,
+        POWER_SCHEMA,
+        THROTTLE_SCHEMA,
+        BandwidthResult,
+        EnergyResult,
+        OverlapResult,
+        PowerResult,
+        RunAnalysis,
+        frame,
+    )
+
+    overlap = OverlapResult(
+        per_rank=frame(
+            {
+                "rank": [0, 0, 0, 1, 1],
+                "step": [None, 1, 2, None, 1],
+                "comm_ns": [4_000_000, 2_000_000, 0, 3_000_000, 3_000_000],
+                "overlap_ns": [1_000_000, 1_000_000, 0, 3_000_000, 3_000_000],
+                "exposed_comm_ns": [3_000_000, 1_000_000, 0, 0, 0],
+                "overlap_pct": [25.0, 50.0, None, 100.0, 100.0],
+            },
+            OVERLAP_SCHEMA,
+        ),
+        per_group=frame({}, OVERLAP_GROUP_SCHEMA),
+        per_dim=frame({}, OVERLAP_GROUP_SCHEMA),
+    )
+    bw = BandwidthResult(
+        collectives=frame(
+            {
+                "rank": [0, 0, 0, 1, 1],
+                "coll_type": ["all_reduce"] * 3 + ["all_gather", "all_reduce"],
+                "pg_name": ["0"] * 5,
+                "size_bucket": ["1MB-4MB"] * 5,
+                "busbw_gbps": [10.0, 30.0, 20.0, 7.0, 40.0],
+            },
+            COLLECTIVE_SCHEMA,
+        ),
+        summary=frame({}, BANDWIDTH_SUMMARY_SCHEMA),
+        matched=frame({}, MATCHED_SCHEMA),
+    )
+    energy = EnergyResult(
+        totals=frame({"rank": [0], "device": [0], "total_j": [500.0]}, ENERGY_TOTAL_SCHEMA),
+        by=frame(
+            {
+                "rank": [0, 0, 0],
+                "group": ["phase", "phase", "op"],
+                "key": ["forward", "backward", "aten::mm"],
+                "energy_j": [120.0, 240.0, 99.0],
+            },
+            ENERGY_SCHEMA,
+        ),
+    )
+    power = PowerResult(
+        per_step=frame(
+            {
+                "rank": [0, 0],
+                "device": [0, 0],
+                "step": [None, 1],
+                "avg_w": [250.0, 260.0],
+                "peak_w": [400.0, 390.0],
+                "throttled_ns": [30_000_000, 10_000_000],
+            },
+            POWER_SCHEMA,
+        ),
+        throttle=frame({}, THROTTLE_SCHEMA),
+    )
+    return RunAnalysis(overlap=overlap, bandwidth=bw, energy=energy, power=power, ranks=[0, 1])
+
+
+def test_headline_extracts_every_class() -> None:
+    from charllm_trace.regress.headline import headline
+
+    got = {m.key: (m.cls, m.value) for m in headline(_synthetic_analysis())}
+    assert got == {
+        # rows without communication (rank 0 step 2) give no overlap metric
+        "overlap_pct/rank=0/step=all": ("overlap", 25.0),
+        "overlap_pct/rank=0/step=1": ("overlap", 50.0),
+        "overlap_pct/rank=1/step=all": ("overlap", 100.0),
+        "overlap_pct/rank=1/step=1": ("overlap", 100.0),
+        "exposed_comm_ms/rank=0/step=all": ("exposed_comm", 3.0),
+        "exposed_comm_ms/rank=0/step=1": ("exposed_comm", 1.0),
+        "exposed_comm_ms/rank=1/step=all": ("exposed_comm", 0.0),
+        "exposed_comm_ms/rank=1/step=1": ("exposed_comm", 0.0),
+        # median over instances of all ranks: all_reduce {10, 30, 20, 40} -> 25
+        "busbw_gbps/coll=all_reduce/pg=0/size=1MB-4MB": ("busbw", 25.0),
+        "busbw_gbps/coll=all_gather/pg=0/size=1MB-4MB": ("busbw", 7.0),
+        "energy_j/rank=0/phase=forward": ("energy", 120.0),
+        "energy_j/rank=0/phase=backward": ("energy", 240.0),
+        "energy_j/rank=0/device=0/total": ("energy", 500.0),
+        # whole-window row only
+        "power_peak_w/rank=0/device=0": ("power", 400.0),
+        "power_mean_w/rank=0/device=0": ("power", 250.0),
+        "throttle_ms/rank=0/device=0": ("throttle", 30.0),
+    }
+
+
+def test_headline_of_skipped_analyses_is_empty() -> None:
+    from charllm_trace.analysis.results import RunAnalysis
+    from charllm_trace.regress.headline import headline
+
+    an = RunAnalysis(
+        overlap=None, bandwidth=None, energy=None, power=None, skipped={"energy": "no telemetry"}
+    )
+    assert headline(an) == []
+
+
+# ---------------------------------------------------------------------------
+# CLI: bad input exits 2 with one line
+# ---------------------------------------------------------------------------
+
+
+def _cli(*args: str):  # noqa: ANN202
+    from click.testing import CliRunner
+
+    from charllm_trace.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def _valid_baseline(tmp_path: Path) -> Path:
+    return write_baseline(make_baseline([_m("energy_j/rank=0/total", "energy", 1.0)]), tmp_path / "ok.json")
+
+
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        (None, "no such file"),
+        ("{oops", "not valid JSON"),
+        ('{"format": "charllm-trace-baseline", "version": 0, "metrics": []}', "version 0 is not supported"),
+    ],
+)
+def test_check_bad_baseline_exits_2_with_one_line(tmp_path: Path, content: str | None, fragment: str) -> None:
+    p = tmp_path / "b.json"
+    if content is not None:
+        p.write_text(content)
+    r = _cli("check", str(_valid_baseline(tmp_path)), "--baseline", str(p))
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {p}: ") and fragment in lines[0]
+    assert "Traceback" not in r.output
+
+
+def test_check_unreadable_run_exits_2(tmp_path: Path) -> None:
+    missing = tmp_path / "no-run"
+    base = _valid_baseline(tmp_path)
+    r = _cli("check", str(missing), "--baseline", str(base))
+    assert r.exit_code == 2
+    assert r.stderr.strip().splitlines() == [f"error: {missing}: no such file or directory"]
+
+
+def test_check_corrupt_run_exits_2(tmp_path: Path) -> None:
+    pytest.importorskip("charllm_trace.et.reader")
+    base = _valid_baseline(tmp_path)
+    garbage = tmp_path / "garbage.et"
+    garbage.write_bytes(b"\x00\x01not an execution trace")
+    r = _cli("check", str(garbage), "--baseline", str(base))
+    assert r.exit_code == 2, r.output
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith(f"error: {garbage}: ")
+
+
+def test_check_bad_tolerance_exits_2(tmp_path: Path) -> None:
+    r = _cli("check", str(tmp_path), "--baseline", str(_valid_baseline(tmp_path)), "--tolerance", "speed=5%")
+    assert r.exit_code == 2
+    assert r.stderr.strip().splitlines() == [
+        "error: --tolerance: unknown class 'speed' (known: overlap, exposed_comm, busbw, energy, power, throttle)"
+    ]
+
+
+def test_baseline_refuses_to_overwrite(tmp_path: Path) -> None:
+    out = _valid_baseline(tmp_path)
+    before = out.read_bytes()
+    r = _cli("baseline", str(tmp_path / "whatever"), "-o", str(out))
+    assert r.exit_code == 2
+    assert r.stderr.strip() == f"error: {out}: already exists; pass --force to overwrite it"
+    assert out.read_bytes() == before

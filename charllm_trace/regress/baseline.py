@@ -152,7 +152,7 @@ def write_baseline(baseline: Baseline, path: str | os.PathLike[str], *, force: b
 def baseline_from_dict(d: Any, path: str | os.PathLike[str] | None = None) -> Baseline:
     """Validate a parsed baseline document; every problem is an :class:`InputError`."""
     if not isinstance(d, dict) or d.get("format") != FORMAT:
-        raise InputError(path, f"not a charllm-trace baseline (no \"format\": \"{FORMAT}\")")
+        raise InputError(path, f'not a charllm-trace baseline (no "format": "{FORMAT}")')
     version = d.get("version")
     if version != FORMAT_VERSION:
         raise InputError(
@@ -162,7 +162,7 @@ def baseline_from_dict(d: Any, path: str | os.PathLike[str] | None = None) -> Ba
         )
     raw = d.get("metrics")
     if not isinstance(raw, list):
-        raise InputError(path, "baseline has no \"metrics\" list")
+        raise InputError(path, 'baseline has no "metrics" list')
     metrics: list[Metric] = []
     for i, m in enumerate(raw):
         if not isinstance(m, dict):
