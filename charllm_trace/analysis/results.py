@@ -107,7 +107,7 @@ COLLECTIVE_SCHEMA: dict[str, pl.DataType] = {
     "start_ns": pl.Int64,
     "dur_ns": pl.Int64,
     "bytes": pl.Int64,  # nccl-tests message size
-    "size_bucket": pl.String,  # e.g. "1MB-4MB" (powers of 4, GB = 1e9 style decimal units)
+    "size_bucket": pl.String,  # [4^k, 4^(k+1)) bytes, binary units, e.g. "1MiB-4MiB"
     "algbw_gbps": pl.Float64,  # bytes / dur
     "bus_factor": pl.Float64,
     "busbw_gbps": pl.Float64,  # algbw * bus_factor

@@ -1,0 +1,336 @@
+"""Bandwidth per collective instance, aggregated and matched across ranks.
+
+For every collective instance (a communication kernel on the GPU; in CPU mode, the
+outermost CPU op carrying a collective type):
+
+- ``bytes``: the nccl-tests message size (the model's ``comm_bytes``; when missing,
+  ``num_elems`` x dtype size);
+- ``algbw = bytes / dur`` (GB/s, GB = 1e9), ``busbw = algbw x factor`` with
+  nccl-tests' factors for a group of n ranks: all_reduce 2(n-1)/n; all_gather,
+  reduce_scatter, all_to_all (n-1)/n; broadcast, reduce, gather, scatter, send,
+  recv 1; barrier has no bandwidth;
+- ``util_pct = 100 x busbw / peak`` with the link peak of :mod:`.hardware`.
+
+Across ranks, instances are matched by ``(pg_name, coll_seq)`` (when the trace has no
+sequence numbers, by the order of collectives of the group on each rank). For each
+match: the duration free of waiting for late ranks is the minimum duration across
+ranks (the last rank to arrive waits least), the arrival skew is the latest start
+minus the earliest, and the late rank is the one that started last.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import polars as pl
+
+from charllm_trace.analysis.classify import ancestor_any, classify, is_gpu_trace
+from charllm_trace.analysis.hardware import link_peak, spans_nodes
+from charllm_trace.analysis.overlap import launch_times
+from charllm_trace.analysis.results import (
+    BANDWIDTH_SUMMARY_SCHEMA,
+    COLLECTIVE_SCHEMA,
+    MATCHED_SCHEMA,
+    BandwidthResult,
+    LinkPeak,
+    frame,
+)
+from charllm_trace.model import Run, Trace
+
+#: Element sizes in bytes by dtype name (torch / Kineto / Chakra spellings).
+DTYPE_BYTES: dict[str, int] = {
+    "float": 4, "float32": 4, "f32": 4, "float64": 8, "double": 8, "f64": 8,
+    "float16": 2, "half": 2, "f16": 2, "bfloat16": 2, "bf16": 2,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+    "int8": 1, "uint8": 1, "char": 1, "byte": 1, "bool": 1,
+    "int16": 2, "short": 2, "int32": 4, "int": 4, "int64": 8, "long": 8,
+    "complex64": 8, "complex128": 16,
+}  # fmt: skip
+
+#: nccl-tests bus-bandwidth factor as a function of the group size n.
+BUS_FACTOR = {
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "gather": lambda n: 1.0,
+    "scatter": lambda n: 1.0,
+    "send": lambda n: 1.0,
+    "recv": lambda n: 1.0,
+}
+
+#: Kernel-name fragments -> collective type, for comm kernels the converter left untyped.
+_NAME_TYPES = (
+    ("(?i)allreduce|all_reduce", "all_reduce"),
+    ("(?i)allgather|all_gather", "all_gather"),
+    ("(?i)reducescatter|reduce_scatter", "reduce_scatter"),
+    ("(?i)alltoall|all_to_all", "all_to_all"),
+    ("(?i)broadcast", "broadcast"),
+    ("(?i)sendrecv", "send"),
+    ("(?i)send", "send"),
+    ("(?i)recv", "recv"),
+    ("(?i)reduce", "reduce"),
+)
+
+_UNITS = ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"), (1, "B"))
+
+
+def _fmt_bytes(b: int) -> str:
+    for size, unit in _UNITS:
+        if b >= size:
+            return f"{b // size}{unit}"
+    return "0B"
+
+
+def size_bucket_label(nbytes: int | None) -> str | None:
+    """Powers-of-4 buckets in binary units: ``[4^k, 4^(k+1))``, e.g. ``1MiB-4MiB``."""
+    if nbytes is None:
+        return None
+    if nbytes <= 0:
+        return "0B"
+    k = int(math.floor(math.log(nbytes, 4)))
+    while 4**k > nbytes:  # guard float error
+        k -= 1
+    while 4 ** (k + 1) <= nbytes:
+        k += 1
+    return f"{_fmt_bytes(4**k)}-{_fmt_bytes(4 ** (k + 1))}"
+
+
+def bus_factor(coll_type: str | None, n: int | None) -> float | None:
+    f = BUS_FACTOR.get(coll_type or "")
+    if f is None or not n or n < 1:
+        return None
+    return float(f(n))
+
+
+def _instances(trace: Trace, classified: pl.DataFrame | None) -> pl.DataFrame:
+    df = classified if classified is not None else classify(trace.nodes)
+    if is_gpu_trace(df):
+        inst = df.filter(pl.col("cls") == "comm")
+    else:
+        flag = df["coll_type"].is_not_null().to_numpy() & (df["cls"] == "cpu_comm").to_numpy()
+        ids, parents = df["id"].to_numpy(), df["parent"].to_numpy()
+        # outermost: flagged, and no strict ancestor flagged
+        from charllm_trace.analysis.classify import _positions
+
+        ppos = _positions(ids, parents)
+        anc = ancestor_any(ids, parents, flag)
+        strict = np.where(ppos >= 0, anc[np.maximum(ppos, 0)], False)
+        inst = df.filter(pl.Series(flag & ~strict))
+    if inst.height == 0:
+        return inst.with_columns(launch_ns=pl.lit(None, dtype=pl.Int64))
+    t = launch_times(df)
+    df_l = df.select("id").with_columns(launch_ns=t)
+    return inst.join(df_l, on="id", how="left")
+
+
+def _coll_type_expr() -> pl.Expr:
+    e: pl.Expr = pl.lit(None, dtype=pl.String)
+    for rx, ct in reversed(_NAME_TYPES):
+        e = pl.when(pl.col("name").str.contains(rx)).then(pl.lit(ct)).otherwise(e)
+    return pl.coalesce(pl.col("coll_type"), e)
+
+
+def collectives(
+    trace: Trace,
+    *,
+    peak_gbps: float | None = None,
+    group_dims: Mapping[str, str | None] | None = None,
+    hosts: Mapping[int, str | None] | None = None,
+    classified: pl.DataFrame | None = None,
+) -> tuple[pl.DataFrame, dict[str, LinkPeak]]:
+    """COLLECTIVE_SCHEMA rows of one rank, and the link peak used per process group."""
+    rank = trace.meta.rank if trace.meta.rank is not None else 0
+    inst = _instances(trace, classified).filter(pl.col("dur_ns").is_not_null())
+    if inst.height == 0:
+        return frame({}, COLLECTIVE_SCHEMA), {}
+    dims = dict(group_dims or {})
+    hosts = dict(hosts or {})
+    if trace.meta.hostname is not None:
+        hosts.setdefault(rank, trace.meta.hostname)
+    dtype_size = (
+        pl.col("dtype")
+        .str.to_lowercase()
+        .str.replace(r"^(torch\.|c10::)", "")
+        .replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+    )
+    attr_n = pl.col("attrs").str.extract(r'"Group size"\s*:\s*"?(\d+)', 1).cast(pl.Int64, strict=False)
+    pgs = {pg.name: pg for pg in trace.meta.process_groups}
+    pg_size = {k: (len(v.ranks) or None) for k, v in pgs.items()}
+    inst = inst.with_columns(
+        coll_type=_coll_type_expr(),
+        bytes=pl.coalesce(pl.col("comm_bytes"), pl.col("num_elems") * dtype_size),
+        group_size=pl.coalesce(
+            pl.col("pg_name").replace_strict(pg_size, default=None, return_dtype=pl.Int64),
+            attr_n,
+            pl.lit(trace.meta.world_size, dtype=pl.Int64),
+        ),
+    )
+    # step of each instance, by launch time (as overlap)
+    steps = trace.steps()
+    t = inst["launch_ns"].fill_null(inst["start_ns"]).to_numpy()
+    step = np.full(inst.height, None, dtype=object)
+    if steps.height:
+        s0, s1 = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+        idx = np.searchsorted(s0, t, side="right") - 1
+        ok = (idx >= 0) & (t < s1[np.maximum(idx, 0)])
+        sv = steps["step"].to_numpy()
+        step[ok] = sv[idx[ok]]
+    # bus factor per (type, n): few distinct pairs
+    pairs = inst.select("coll_type", "group_size").unique()
+    fac = pairs.with_columns(
+        bus_factor=pl.Series([bus_factor(c, n) for c, n in pairs.iter_rows()], dtype=pl.Float64)
+    )
+    # link peak per process group
+    peaks: dict[str, LinkPeak] = {}
+    peak_of: dict[str | None, float | None] = {}
+    for pg_name in inst["pg_name"].unique().to_list():
+        pg = pgs.get(pg_name) if pg_name is not None else None
+        spans = spans_nodes(pg.ranks, hosts) if pg is not None and pg.ranks else None
+        lp = link_peak(trace.meta.device_model, spans, peak_gbps)
+        peaks[str(pg_name)] = lp
+        peak_of[pg_name] = lp.gbps
+    peak_df = pl.DataFrame(
+        {"pg_name": list(peak_of), "peak_gbps": list(peak_of.values())},
+        schema={"pg_name": pl.String, "peak_gbps": pl.Float64},
+    )
+    out = (
+        inst.with_columns(step=pl.Series(step.tolist(), dtype=pl.Int64))
+        .join(fac, on=["coll_type", "group_size"], how="left", nulls_equal=True)
+        .join(peak_df, on="pg_name", how="left", nulls_equal=True)
+        .with_columns(
+            rank=pl.lit(rank, dtype=pl.Int64),
+            algbw_gbps=pl.when(pl.col("dur_ns") > 0).then(pl.col("bytes") / pl.col("dur_ns")),
+            pg_desc=pl.col("pg_name").replace_strict(
+                {k: v.desc for k, v in pgs.items()}, default=None, return_dtype=pl.String
+            ),
+            dim=pl.col("pg_name").replace_strict(dims, default=None, return_dtype=pl.String)
+            if dims
+            else pl.lit(None, dtype=pl.String),
+        )
+        .with_columns(busbw_gbps=pl.col("algbw_gbps") * pl.col("bus_factor"))
+        .with_columns(util_pct=100.0 * pl.col("busbw_gbps") / pl.col("peak_gbps"))
+    )
+    buckets = {b: size_bucket_label(b) for b in out["bytes"].drop_nulls().unique().to_list()}
+    out = out.with_columns(
+        size_bucket=pl.col("bytes").replace_strict(buckets, default=None, return_dtype=pl.String)
+    ).sort("start_ns")
+    return frame(out, COLLECTIVE_SCHEMA), peaks
+
+
+def summarize(coll: pl.DataFrame) -> pl.DataFrame:
+    """Aggregate by (coll_type, pg_name, size_bucket): totals and time-weighted bandwidths."""
+    if coll.height == 0:
+        return frame({}, BANDWIDTH_SUMMARY_SCHEMA)
+    agg = (
+        coll.group_by(["coll_type", "pg_name", "size_bucket"], maintain_order=True)
+        .agg(
+            pl.col("dim").first(),
+            pl.len().alias("count"),
+            pl.col("bytes").sum().alias("bytes_total"),
+            pl.col("dur_ns").sum().alias("dur_ns_total"),
+            (pl.col("bytes") * pl.col("bus_factor")).sum().alias("_bus_bytes"),
+            pl.col("bus_factor").is_null().any().alias("_nofac"),
+            pl.col("busbw_gbps").max().alias("busbw_gbps_max"),
+            pl.col("peak_gbps").first(),
+            pl.col("bytes").min().alias("_minb"),
+        )
+        .with_columns(
+            algbw_gbps=pl.when(pl.col("dur_ns_total") > 0).then(
+                pl.col("bytes_total") / pl.col("dur_ns_total")
+            ),
+            busbw_gbps=pl.when((pl.col("dur_ns_total") > 0) & ~pl.col("_nofac")).then(
+                pl.col("_bus_bytes") / pl.col("dur_ns_total")
+            ),
+        )
+        .with_columns(util_pct=100.0 * pl.col("busbw_gbps") / pl.col("peak_gbps"))
+        .sort(["coll_type", "pg_name", "_minb"], nulls_last=True)
+    )
+    return frame(agg, BANDWIDTH_SUMMARY_SCHEMA)
+
+
+def match_ranks(coll: pl.DataFrame) -> pl.DataFrame:
+    """Match instances across ranks by (pg_name, coll_seq); MATCHED_SCHEMA rows for
+    collectives seen on at least two ranks."""
+    if coll.height == 0 or coll["rank"].n_unique() < 2:
+        return frame({}, MATCHED_SCHEMA)
+    c = coll.sort("start_ns").with_columns(
+        _order=pl.int_range(pl.len()).over(["rank", "pg_name"]),
+    )
+    c = c.with_columns(_key=pl.coalesce(pl.col("coll_seq"), pl.col("_order")))
+    m = (
+        c.group_by(["pg_name", "_key"])
+        .agg(
+            pl.col("coll_type").first(),
+            pl.col("bytes").max(),
+            pl.col("group_size").max(),
+            pl.col("rank").n_unique().alias("n_ranks"),
+            pl.col("dur_ns").min().alias("dur_min_ns"),
+            pl.col("dur_ns").max().alias("dur_max_ns"),
+            pl.col("bus_factor").first(),
+            pl.col("start_ns").min().alias("first_start_ns"),
+            pl.col("start_ns").max().alias("last_start_ns"),
+            pl.col("rank").sort_by("start_ns").last().alias("late_rank"),
+        )
+        .filter(pl.col("n_ranks") >= 2)
+        .with_columns(
+            coll_seq=pl.col("_key"),
+            skew_ns=pl.col("last_start_ns") - pl.col("first_start_ns"),
+            busbw_gbps=pl.when(pl.col("dur_min_ns") > 0).then(
+                pl.col("bytes") * pl.col("bus_factor") / pl.col("dur_min_ns")
+            ),
+        )
+        .sort(["pg_name", "coll_seq"])
+    )
+    return frame(m, MATCHED_SCHEMA)
+
+
+def bandwidth(
+    run: Run | Trace,
+    *,
+    peak_gbps: float | None = None,
+    group_dims: Mapping[str, str | None] | None = None,
+    classified: Mapping[int, pl.DataFrame] | None = None,
+) -> BandwidthResult:
+    """Bandwidth of every collective of every rank of ``run``."""
+    if isinstance(run, Trace):
+        run = Run.single(run)
+    hosts = {r: t.meta.hostname for r, t in run.traces.items()}
+    frames: list[pl.DataFrame] = []
+    peaks: dict[str, LinkPeak] = {}
+    notes: list[str] = []
+    simulated = False
+    for r in run.ranks:
+        tr = run.traces[r]
+        simulated |= bool(tr.meta.extra.get("simulated"))
+        cl = classified.get(r) if classified else None
+        c, p = collectives(tr, peak_gbps=peak_gbps, group_dims=group_dims, hosts=hosts, classified=cl)
+        frames.append(c)
+        peaks.update(p)
+    coll = pl.concat(frames) if frames else frame({}, COLLECTIVE_SCHEMA)
+    if coll.height == 0:
+        notes.append("no collectives in this trace")
+    else:
+        nb = coll["bytes"].is_null().sum()
+        if nb:
+            notes.append(f"{nb} collectives carry no message size: no bandwidth for them")
+        if coll["group_size"].is_null().any():
+            notes.append("group size unknown for some collectives: no bus bandwidth for them")
+        if any(p.gbps is None for p in peaks.values()):
+            notes.append("device model unknown: no link peak, utilisation not computed (use --peak-gbps)")
+        if coll["rank"].n_unique() >= 2 and coll["coll_seq"].is_null().all():
+            notes.append(
+                "no collective sequence numbers: ranks matched by the order of each group's collectives"
+            )
+    return BandwidthResult(
+        collectives=coll,
+        summary=summarize(coll),
+        matched=match_ranks(coll),
+        peaks=peaks,
+        simulated=simulated,
+        notes=notes,
+    )

@@ -1,0 +1,136 @@
+"""Bandwidth per collective, on synthetic traces with hand-computed answers."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from charllm_trace.analysis.bandwidth import bandwidth, bus_factor, size_bucket_label
+from charllm_trace.analysis.hardware import link_peak
+from charllm_trace.model import ProcessGroup, Run
+from tests.analysis_helpers import cpu, kernel, make_trace
+
+PG4 = ProcessGroup(name="0", desc="default_pg", ranks=(0, 1, 2, 3))
+
+
+def test_bus_factors_are_nccl_tests():
+    assert bus_factor("all_reduce", 4) == pytest.approx(1.5)
+    assert bus_factor("all_gather", 4) == pytest.approx(0.75)
+    assert bus_factor("reduce_scatter", 8) == pytest.approx(7 / 8)
+    assert bus_factor("all_to_all", 2) == pytest.approx(0.5)
+    for t in ("broadcast", "reduce", "send", "recv"):
+        assert bus_factor(t, 8) == 1.0
+    assert bus_factor("barrier", 8) is None
+
+
+def test_size_buckets():
+    assert size_bucket_label(1) == "1B-4B"
+    assert size_bucket_label(1 << 20) == "1MiB-4MiB"
+    assert size_bucket_label((1 << 22) - 1) == "1MiB-4MiB"
+    assert size_bucket_label(1 << 22) == "4MiB-16MiB"
+
+
+def test_link_peak_table():
+    assert link_peak("NVIDIA H100 80GB HBM3", False).gbps == 450.0
+    assert link_peak("NVIDIA H200", False).gbps == 450.0
+    assert link_peak("NVIDIA A100-PG509-200", False).gbps == 300.0
+    assert link_peak("NVIDIA H100 80GB HBM3", True).gbps == 50.0  # InfiniBand NDR port
+    assert link_peak("NVIDIA H100 80GB HBM3", False, override=123.0).gbps == 123.0
+    assert link_peak("Something Else", False).gbps is None
+
+
+def _rank(rank: int, start: int, dur: int, host: str = "h0"):
+    return make_trace(
+        [
+            kernel(
+                1,
+                "ncclDevKernel_AllReduce_Sum_f32",
+                start,
+                dur,
+                stream=20,
+                coll_type="all_reduce",
+                comm_bytes=4_000_000,
+                pg_name="0",
+                coll_seq=1,
+                dtype="Float",
+                num_elems=1_000_000,
+            ),
+            kernel(
+                2,
+                "ncclDevKernel_AllGather",
+                start + 10_000,
+                1_000,
+                stream=20,
+                pg_name="0",
+                coll_seq=2,
+                num_elems=1000,
+                dtype="BFloat16",
+            ),
+        ],  # fmt: skip
+        rank=rank,
+        world_size=4,
+        device_model="NVIDIA H100 80GB HBM3",
+        hostname=host,
+        process_groups=(PG4,),
+    )
+
+
+def test_bandwidth_instances_summary_and_matching():
+    # 4 ranks; rank 2 arrives last (start 3000) and so waits least (dur 1000)
+    starts = {0: 0, 1: 1000, 2: 3000, 3: 2000}
+    durs = {0: 4000, 1: 3000, 2: 1000, 3: 2000}
+    run = Run(traces={r: _rank(r, starts[r], durs[r]) for r in range(4)})
+    res = bandwidth(run)
+    c = res.collectives.filter(pl.col("rank") == 0).sort("start_ns")
+    ar = c.row(0, named=True)
+    assert ar["bytes"] == 4_000_000 and ar["group_size"] == 4
+    assert ar["algbw_gbps"] == pytest.approx(4_000_000 / 4000)
+    assert ar["busbw_gbps"] == pytest.approx(4_000_000 / 4000 * 1.5)
+    assert ar["peak_gbps"] == 450.0
+    assert ar["util_pct"] == pytest.approx(100 * 1500 / 450)
+    ag = c.row(1, named=True)
+    # no comm_bytes: num_elems x dtype size; type from the kernel name
+    assert ag["coll_type"] == "all_gather" and ag["bytes"] == 2000
+    m = res.matched.filter(pl.col("coll_seq") == 1).row(0, named=True)
+    assert m["n_ranks"] == 4 and m["dur_min_ns"] == 1000 and m["dur_max_ns"] == 4000
+    assert m["skew_ns"] == 3000 and m["late_rank"] == 2
+    assert m["busbw_gbps"] == pytest.approx(4_000_000 * 1.5 / 1000)
+    s = res.summary.filter(pl.col("coll_type") == "all_reduce").row(0, named=True)
+    assert s["count"] == 4 and s["bytes_total"] == 16_000_000 and s["dur_ns_total"] == 10_000
+    assert s["busbw_gbps"] == pytest.approx(16_000_000 * 1.5 / 10_000)
+    assert res.peaks["0"].spans_nodes is False
+
+
+def test_bandwidth_group_spanning_nodes_uses_network_peak():
+    run = Run(traces={r: _rank(r, 0, 1000, host=f"h{r // 2}") for r in range(4)})
+    res = bandwidth(run)
+    assert res.peaks["0"].gbps == 50.0
+    assert set(res.collectives["peak_gbps"].to_list()) == {50.0}
+
+
+def test_bandwidth_cpu_mode_outermost_op():
+    tr = make_trace(
+        [
+            cpu(1, "c10d::allreduce_", 0, 1000, coll_type="all_reduce", comm_bytes=800, pg_name="0"),
+            cpu(
+                2,
+                "record_param_comms",
+                10,
+                900,
+                parent=1,
+                coll_type="all_reduce",
+                comm_bytes=800,
+                pg_name="0",
+            ),
+        ],
+        world_size=2,
+        process_groups=(ProcessGroup("0", "default_pg", (0, 1)),),
+    )
+    c = bandwidth(tr).collectives
+    assert c["id"].to_list() == [1]
+    assert c["busbw_gbps"].to_list() == [pytest.approx(800 / 1000 * 1.0)]
+
+
+def test_bandwidth_no_collectives_says_so():
+    res = bandwidth(make_trace([kernel(1, "gemm", 0, 10)]))
+    assert res.collectives.height == 0 and res.notes == ["no collectives in this trace"]
