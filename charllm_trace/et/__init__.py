@@ -1,2 +1,1 @@
 """Chakra execution traces (.et) in and out of the trace model."""
-

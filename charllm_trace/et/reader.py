@@ -1,0 +1,379 @@
+"""Read Chakra ET files (ours or anyone's) into the trace model.
+
+``read_et`` reads one file into a :class:`~charllm_trace.model.Trace`;
+``read_et_dir`` reads a directory of per-rank files into a
+:class:`~charllm_trace.model.Run`. Both raise :class:`InputError` for bad
+input (truncated, corrupt, not an ET, ranks that do not belong together).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import polars as pl
+from chakra.schema.protobuf import et_def_pb2 as pb
+from google.protobuf.message import DecodeError
+
+from charllm_trace.errors import InputError
+from charllm_trace.et import conventions as cv
+from charllm_trace.et.framing import message_bounds, read_bytes, sniff_text
+from charllm_trace.model import (
+    DEP_SCHEMA,
+    NODE_SCHEMA,
+    TELEMETRY_SCHEMA,
+    ProcessGroup,
+    Run,
+    Trace,
+    TraceMeta,
+)
+
+_I64 = np.int64
+
+# ---------------------------------------------------------------------------
+# GlobalMetadata
+# ---------------------------------------------------------------------------
+
+
+def attr_value(a: pb.AttributeProto) -> Any:
+    """The Python (JSON) value of an AttributeProto; bytes become hex strings, unset is None."""
+    which = a.WhichOneof("value")
+    if which is None:
+        return None
+    v = getattr(a, which)
+    if which.endswith("_list"):
+        vals = list(v.values)
+        if which == "bytes_list":
+            return [b.hex() for b in vals]
+        if which == "float_list":
+            return [float(x) for x in vals]
+        return vals
+    if which == "bytes_val":
+        return v.hex()
+    return v
+
+
+def _meta_from_global(gm: pb.GlobalMetadata, path: Any) -> tuple[TraceMeta, pl.DataFrame, dict | None, bool]:
+    """(meta, telemetry, run manifest, ours) from the GlobalMetadata message."""
+    attrs: dict[str, Any] = {}
+    for a in gm.attr:
+        attrs[a.name] = attr_value(a)
+    ours = cv.M_MODEL_VERSION in attrs
+    manifest = None
+    if not ours:
+        extra: dict[str, Any] = {k: v for k, v in attrs.items()}
+        if gm.version:
+            extra["et_version"] = gm.version
+        schema = attrs.get("schema")
+        meta = TraceMeta(
+            source="chakra-et",
+            source_schema=schema if isinstance(schema, str) else (gm.version or None),
+            extra=extra,
+        )
+        return meta, pl.DataFrame(schema=TELEMETRY_SCHEMA), None, False
+    try:
+        pgs = tuple(
+            ProcessGroup(name=p["name"], desc=p.get("desc"), ranks=tuple(p.get("ranks") or ()))
+            for p in orjson.loads(attrs.get(cv.M_PROCESS_GROUPS) or "[]")
+        )
+        extra = orjson.loads(attrs[cv.M_EXTRA]) if cv.M_EXTRA in attrs else {}
+        if cv.M_RUN in attrs:
+            manifest = orjson.loads(attrs[cv.M_RUN])
+    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        raise InputError(path, f"corrupt charllm metadata in the ET header ({exc})") from exc
+    meta = TraceMeta(
+        rank=attrs.get(cv.M_RANK),
+        world_size=attrs.get(cv.M_WORLD_SIZE),
+        device_model=attrs.get(cv.M_DEVICE_MODEL),
+        device_index=attrs.get(cv.M_DEVICE_INDEX),
+        hostname=attrs.get(cv.M_HOSTNAME),
+        has_timestamps=bool(attrs.get(cv.M_HAS_TIMESTAMPS, True)),
+        clock=attrs.get(cv.M_CLOCK, "unix_ns"),
+        source=attrs.get(cv.M_SOURCE, "unknown"),
+        source_schema=attrs.get(cv.M_SOURCE_SCHEMA),
+        model_version=attrs[cv.M_MODEL_VERSION],
+        process_groups=pgs,
+        extra=extra,
+    )
+    rows = int(attrs.get(cv.M_TELEMETRY_ROWS) or 0)
+    cols: dict[str, Any] = {}
+    for col, dtype in TELEMETRY_SCHEMA.items():
+        vals = attrs.get(cv.M_TELEMETRY_COL + col)
+        if vals is None:
+            cols[col] = pl.Series(col, [None] * rows, dtype=dtype)
+            continue
+        if len(vals) != rows:
+            raise InputError(path, f"telemetry column {col} has {len(vals)} values, expected {rows}")
+        s = pl.Series(col, vals).cast(dtype)
+        valid = attrs.get(cv.M_TELEMETRY_COL + col + cv.M_TELEMETRY_VALID)
+        if valid is not None:
+            s = pl.select(pl.when(pl.Series(valid)).then(s).otherwise(None).alias(col)).to_series()
+        cols[col] = s
+    telemetry = pl.DataFrame(cols, schema=TELEMETRY_SCHEMA) if rows else pl.DataFrame(schema=TELEMETRY_SCHEMA)
+    return meta, telemetry, manifest, True
+
+
+# ---------------------------------------------------------------------------
+# Nodes
+# ---------------------------------------------------------------------------
+
+
+def parse_messages(data: bytes, path: Any) -> tuple[pb.GlobalMetadata, list[pb.Node]]:
+    """GlobalMetadata and every Node of an ET, or ``InputError``."""
+    text = sniff_text(data)
+    if text:
+        raise InputError(path, text)
+    starts, lens = message_bounds(data, path)
+    if len(starts) == 0:
+        raise InputError(path, "not a Chakra ET: no messages")
+    gm = pb.GlobalMetadata()
+    try:
+        gm.ParseFromString(data[starts[0] : starts[0] + lens[0]])
+    except DecodeError as exc:
+        raise InputError(path, f"not a Chakra ET: the first message is not a GlobalMetadata ({exc})") from exc
+    nodes: list[pb.Node] = []
+    for k in range(1, len(starts)):
+        n = pb.Node()
+        try:
+            n.ParseFromString(data[starts[k] : starts[k] + lens[k]])
+        except DecodeError as exc:
+            raise InputError(
+                path, f"corrupt: message {k} (at byte {int(starts[k])}) is not a Chakra Node ({exc})"
+            ) from exc
+        nodes.append(n)
+    return gm, nodes
+
+
+def _nodes_frame(
+    nodes: list[pb.Node], ours: bool, rank: int | None
+) -> tuple[pl.DataFrame, pl.DataFrame, bool]:
+    """(nodes, deps, has_timestamps) from Node messages."""
+    cols: dict[str, list[Any]] = {c: [] for c in NODE_SCHEMA}
+    dep_node: list[int] = []
+    dep_dep: list[int] = []
+    dep_kind: list[str] = []
+    send = cv.NODE_TYPE_TO_PB["COMM_SEND"]
+    recv = cv.NODE_TYPE_TO_PB["COMM_RECV"]
+    int_attr_to_col = {name: col for col, (name, _) in cv.NODE_INT_ATTRS.items()}
+    str_attr_to_col = {name: col for col, name in cv.NODE_STR_ATTRS.items()}
+    any_start = False
+    for n in nodes:
+        row: dict[str, Any] = dict.fromkeys(NODE_SCHEMA)
+        nid = n.id - (1 << 64) if n.id >= (1 << 63) else n.id
+        row["id"] = nid
+        row["name"] = n.name
+        row["node_type"] = cv.PB_TO_NODE_TYPE.get(n.type, "INVALID")
+        for d in n.ctrl_deps:
+            dep_node.append(nid)
+            dep_dep.append(d - (1 << 64) if d >= (1 << 63) else d)
+            dep_kind.append("ctrl")
+        for d in n.data_deps:
+            dep_node.append(nid)
+            dep_dep.append(d - (1 << 64) if d >= (1 << 63) else d)
+            dep_kind.append("data")
+        for fld in ("inputs", "outputs"):
+            if n.HasField(fld):
+                io = getattr(n, fld)
+                row[fld] = {"values": io.values, "shapes": io.shapes, "types": io.types}
+        extra: dict[str, Any] = {}
+        raw = None
+        src = dst = None
+        for a in n.attr:
+            name = a.name
+            if name == cv.A_IS_CPU_OP:
+                row["on_gpu"] = not bool(attr_value(a))
+            elif name == cv.A_TID:
+                row["tid"] = attr_value(a)
+            elif name == cv.A_STREAM:
+                row["stream"] = attr_value(a)
+            elif name == cv.A_RF_ID:
+                row["rf_id"] = attr_value(a)
+            elif name == cv.A_COMM_TYPE:
+                row["coll_type"] = cv.COMM_TYPE_TO_COLL.get(attr_value(a))
+            elif name == cv.A_COMM_SIZE:
+                row["comm_bytes"] = attr_value(a)
+            elif name == cv.A_PG_NAME:
+                row["pg_name"] = attr_value(a)
+            elif name == cv.A_COMM_SRC and n.type in (send, recv):
+                src = attr_value(a)
+            elif name == cv.A_COMM_DST and n.type in (send, recv):
+                dst = attr_value(a)
+            elif ours and name.startswith(cv.PREFIX):
+                if name in int_attr_to_col:
+                    row[int_attr_to_col[name]] = attr_value(a)
+                elif name in str_attr_to_col:
+                    row[str_attr_to_col[name]] = attr_value(a)
+                elif name == cv.A_PEER:
+                    row["peer"] = attr_value(a)
+                elif name == cv.A_COLL_TYPE:
+                    row["coll_type"] = attr_value(a)
+                elif name == cv.A_IN_SPLIT:
+                    row["in_split"] = attr_value(a)
+                elif name == cv.A_OUT_SPLIT:
+                    row["out_split"] = attr_value(a)
+                elif name == cv.A_IN_SPLIT + ".json":
+                    row["in_split"] = orjson.loads(attr_value(a))
+                elif name == cv.A_OUT_SPLIT + ".json":
+                    row["out_split"] = orjson.loads(attr_value(a))
+                elif name == cv.A_NULLS:
+                    for c in attr_value(a):
+                        if "." in c:
+                            fld, sub = c.split(".", 1)
+                            if row[fld] is not None:
+                                row[fld][sub] = None
+                        else:
+                            row[c] = None
+                elif name == cv.A_ATTRS_RAW:
+                    raw = attr_value(a)
+                elif name == cv.A_PRESENT:
+                    pass
+                elif name.startswith(cv.A_JSON):
+                    extra[name[len(cv.A_JSON) :]] = orjson.loads(attr_value(a))
+                elif name.startswith(cv.A_ESCAPED):
+                    extra[name[len(cv.A_ESCAPED) :]] = attr_value(a)
+                else:
+                    extra[name] = attr_value(a)
+            else:
+                extra[name] = attr_value(a)
+        if n.type == send:
+            row["peer"] = dst
+        elif n.type == recv:
+            row["peer"] = src
+        if not ours:
+            if n.start_time_micros:
+                any_start = True
+            row["start_ns"] = n.start_time_micros * 1000
+            row["dur_ns"] = n.duration_micros * 1000
+            if row["coll_type"] is None and n.type == send:
+                row["coll_type"] = "send"
+            elif row["coll_type"] is None and n.type == recv:
+                row["coll_type"] = "recv"
+            if row["on_gpu"] is not None:
+                row["kind"] = "kernel" if row["on_gpu"] else "cpu_op"
+        if raw is not None:
+            row["attrs"] = raw
+        elif extra:
+            row["attrs"] = orjson.dumps(extra).decode()
+        for c in NODE_SCHEMA:
+            cols[c].append(row[c])
+    df = pl.DataFrame(cols, schema=NODE_SCHEMA)
+    if not ours and not any_start:
+        df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias("start_ns"))
+    deps = pl.DataFrame({"node": dep_node, "dep": dep_dep, "kind": dep_kind}, schema=DEP_SCHEMA)
+    return df, deps, (any_start if not ours else True)
+
+
+def decode_et(data: bytes, path: Any = None) -> tuple[Trace, dict | None]:
+    """A Trace (and the run manifest, if the file has one) from the bytes of an ET."""
+    gm, nodes = parse_messages(data, path)
+    meta, telemetry, manifest, ours = _meta_from_global(gm, path)
+    df, deps, has_ts = _nodes_frame(nodes, ours, meta.rank)
+    if not ours:
+        meta.has_timestamps = has_ts
+        meta.clock = "unix_ns" if has_ts else "none"
+    return Trace(nodes=df, deps=deps, telemetry=telemetry, meta=meta), manifest
+
+
+def read_et(path: str | os.PathLike[str], *, cache: bool = True) -> Trace:
+    """Read one Chakra ET file (``.et`` or gzip-compressed) into a Trace."""
+    trace, _ = _read_with_manifest(path, cache=cache)
+    return trace
+
+
+def _read_with_manifest(path: str | os.PathLike[str], *, cache: bool) -> tuple[Trace, dict | None]:
+    data = read_bytes(path)
+    return decode_et(data, path)
+
+
+# ---------------------------------------------------------------------------
+# Directories of per-rank files
+# ---------------------------------------------------------------------------
+
+_RANK_PATTERNS = (
+    re.compile(r"(?:^|[^a-z])rank[-_.]?(\d+)", re.IGNORECASE),  # rank-3.et, trace_rank3.et
+    re.compile(r"\.(\d+)\.et(?:\.gz)?$", re.IGNORECASE),  # Chakra's converter: name.3.et
+    re.compile(r"(\d+)\.et(?:\.gz)?$", re.IGNORECASE),  # anything ending in a number
+)
+
+
+def rank_from_name(name: str) -> int | None:
+    """The rank a file name states (``rank-3.et``, ``trace.3.et``, ``et_3.et``), or None."""
+    for pat in _RANK_PATTERNS:
+        m = pat.search(name)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def et_files(path: Path) -> list[Path]:
+    return sorted(
+        p
+        for p in path.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.name.lower().endswith((".et", ".et.gz"))
+    )
+
+
+def read_et_dir(path: str | os.PathLike[str], *, cache: bool = True) -> Run:
+    """Read a directory of per-rank Chakra ETs into a Run.
+
+    The rank of a file is ``charllm.rank`` from its header; files without one
+    (Chakra's own converter writes none) take it from the file name. Files that
+    do not belong to one run are refused: two files with the same rank,
+    different world sizes or run ids, or a rank outside the world size.
+    """
+    d = Path(path)
+    if not d.exists():
+        raise InputError(d, "no such file or directory")
+    if not d.is_dir():
+        raise InputError(d, "is not a directory")
+    files = et_files(d)
+    if not files:
+        raise InputError(d, "no Chakra ET (.et) files in this directory")
+    traces: dict[int, Trace] = {}
+    origin: dict[int, Path] = {}
+    manifest: dict | None = None
+    manifest_from: Path | None = None
+    world: int | None = None
+    world_from: Path | None = None
+    for f in files:
+        trace, man = _read_with_manifest(f, cache=cache)
+        rank = trace.meta.rank
+        if rank is None:
+            rank = rank_from_name(f.name)
+            if rank is None:
+                raise InputError(
+                    f,
+                    "cannot tell its rank: no charllm.rank in the header and no number in the file name (name it rank-<N>.et)",
+                )
+            trace.meta.rank = rank
+            trace.meta.extra["rank_from"] = "file name"
+        if rank in traces:
+            raise InputError(f, f"mixes two runs: rank {rank} again (also in {origin[rank].name})")
+        ws = trace.meta.world_size
+        if ws is not None:
+            if world is not None and ws != world:
+                raise InputError(
+                    f,
+                    f"mixes two runs: world size {ws} but {world_from.name if world_from else '?'} says {world}",
+                )
+            world, world_from = ws, f
+        if man is not None:
+            if manifest is not None and man.get("run_id") != manifest.get("run_id"):
+                raise InputError(
+                    f,
+                    f"mixes two runs: run id {man.get('run_id')!r} but "
+                    f"{manifest_from.name if manifest_from else '?'} has {manifest.get('run_id')!r}",
+                )
+            if manifest is None:
+                manifest, manifest_from = man, f
+        traces[rank] = trace
+        origin[rank] = f
+    if world is not None:
+        outside = [r for r in traces if r >= world]
+        if outside:
+            raise InputError(origin[outside[0]], f"rank {outside[0]} is outside the world size {world}")
+    return Run(traces=traces, manifest=manifest or {}, source=str(d))

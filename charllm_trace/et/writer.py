@@ -1,0 +1,347 @@
+"""Write the trace model as Chakra ET files that Chakra's own tools read.
+
+The file is what Chakra's ``protolib.encodeMessage`` writes: a varint length and a
+``GlobalMetadata`` message, then a varint length and a ``Node`` message per node.
+Standard fields are filled as the schema means them; what Chakra has no field
+for goes into ``charllm.*`` attributes (see ``docs/et-conventions.md``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+from chakra.schema.protobuf import et_def_pb2 as pb
+
+from charllm_trace.errors import InputError
+from charllm_trace.et import conventions as cv
+from charllm_trace.model import TELEMETRY_SCHEMA, Run, Trace
+
+_MASK64 = (1 << 64) - 1
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        bits = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(0x80 | bits)
+        else:
+            out.append(bits)
+            return bytes(out)
+
+
+# ---------------------------------------------------------------------------
+# attribute helpers
+# ---------------------------------------------------------------------------
+
+
+def _add_value(attrs: Any, name: str, value: Any) -> None:
+    """Append ``value`` (a JSON value) as an AttributeProto called ``name``."""
+    if isinstance(value, bool):
+        attrs.add(name=name, bool_val=value)
+    elif isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX:
+        attrs.add(name=name, int64_val=value)
+    elif isinstance(value, int) and 0 <= value <= _MASK64:
+        attrs.add(name=name, uint64_val=value)
+    elif isinstance(value, float):
+        attrs.add(name=name, double_val=value)
+    elif isinstance(value, str):
+        attrs.add(name=name, string_val=value)
+    elif isinstance(value, list) and value and _list_kind(value) is not None:
+        kind = _list_kind(value)
+        a = attrs.add(name=name)
+        getattr(a, kind).values.extend(value)
+    else:  # null, object, empty or mixed list, huge int: JSON text
+        attrs.add(name=cv.A_JSON + name.removeprefix(cv.A_ESCAPED), string_val=orjson.dumps(value).decode())
+
+
+def _list_kind(values: list[Any]) -> str | None:
+    if all(isinstance(v, bool) for v in values):
+        return "bool_list"
+    if all(isinstance(v, int) and not isinstance(v, bool) and _INT64_MIN <= v <= _INT64_MAX for v in values):
+        return "int64_list"
+    if all(isinstance(v, float) for v in values):
+        return "double_list"
+    if all(isinstance(v, str) for v in values):
+        return "string_list"
+    return None
+
+
+def _add_extra_attrs(node: pb.Node, text: str) -> None:
+    """The ``attrs`` JSON object, one attribute per key; the exact text too when needed."""
+    try:
+        obj = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict) and obj:
+        for key, value in obj.items():
+            _add_value(node.attr, cv.A_ESCAPED + key if cv.is_reserved(key) else key, value)
+        if orjson.dumps(obj).decode() == text:
+            return
+    # not a JSON object, an empty one, or not in canonical form: keep the exact text
+    node.attr.add(name=cv.A_ATTRS_RAW, string_val=text)
+
+
+# ---------------------------------------------------------------------------
+# GlobalMetadata
+# ---------------------------------------------------------------------------
+
+
+def global_metadata(trace: Trace, manifest: Mapping[str, Any] | None = None) -> pb.GlobalMetadata:
+    """The ``GlobalMetadata`` message for ``trace`` (metadata and telemetry)."""
+    m = trace.meta
+    gm = pb.GlobalMetadata(version=cv.ET_VERSION)
+    a = gm.attr
+    a.add(name=cv.M_MODEL_VERSION, string_val=m.model_version)
+    if m.rank is not None:
+        a.add(name=cv.M_RANK, int64_val=m.rank)
+    if m.world_size is not None:
+        a.add(name=cv.M_WORLD_SIZE, int64_val=m.world_size)
+    if m.device_model is not None:
+        a.add(name=cv.M_DEVICE_MODEL, string_val=m.device_model)
+    if m.device_index is not None:
+        a.add(name=cv.M_DEVICE_INDEX, int64_val=m.device_index)
+    if m.hostname is not None:
+        a.add(name=cv.M_HOSTNAME, string_val=m.hostname)
+    a.add(name=cv.M_HAS_TIMESTAMPS, bool_val=bool(m.has_timestamps))
+    a.add(name=cv.M_CLOCK, string_val=m.clock)
+    a.add(name=cv.M_SOURCE, string_val=m.source)
+    if m.source_schema is not None:
+        a.add(name=cv.M_SOURCE_SCHEMA, string_val=m.source_schema)
+    pgs = [{"name": p.name, "desc": p.desc, "ranks": list(p.ranks)} for p in m.process_groups]
+    a.add(name=cv.M_PROCESS_GROUPS, string_val=orjson.dumps(pgs).decode())
+    if m.extra:
+        a.add(name=cv.M_EXTRA, string_val=orjson.dumps(m.extra, option=orjson.OPT_NON_STR_KEYS).decode())
+    if manifest:
+        a.add(name=cv.M_RUN, string_val=orjson.dumps(dict(manifest), default=str).decode())
+    tel = trace.telemetry
+    a.add(name=cv.M_TELEMETRY_ROWS, int64_val=tel.height)
+    if tel.height:
+        for col, dtype in TELEMETRY_SCHEMA.items():
+            s = tel[col]
+            nulls = s.null_count()
+            if nulls == tel.height:
+                continue  # an all-null column is simply absent
+            attr = a.add(name=cv.M_TELEMETRY_COL + col)
+            if dtype.is_integer():
+                attr.int64_list.values.extend(s.fill_null(0).cast(pl.Int64).to_list())
+            else:
+                attr.double_list.values.extend(s.fill_null(0.0).cast(pl.Float64).to_list())
+            if nulls:
+                v = a.add(name=cv.M_TELEMETRY_COL + col + cv.M_TELEMETRY_VALID)
+                v.bool_list.values.extend(s.is_not_null().to_list())
+    return gm
+
+
+# ---------------------------------------------------------------------------
+# Nodes
+# ---------------------------------------------------------------------------
+
+
+def _deps_by_node(trace: Trace, kind: str) -> dict[int, list[int]]:
+    d = trace.deps.filter(pl.col("kind") == kind)
+    if d.height == 0:
+        return {}
+    g = d.group_by("node", maintain_order=True).agg(pl.col("dep"))
+    return dict(zip(g["node"].to_list(), g["dep"].to_list(), strict=True))
+
+
+def iter_node_messages(trace: Trace):  # noqa: C901 - one flat mapping, easier to read in one place
+    """Yield one Chakra ``Node`` message per row of ``trace.nodes``."""
+    nodes = trace.nodes
+    ids = set(nodes["id"].to_list())
+    if None in ids:
+        raise ValueError("node id is null")
+    if nodes.height != len(ids):
+        raise ValueError("node ids are not unique")
+    bad_deps = set(trace.deps["node"].to_list()) - ids
+    if bad_deps:
+        raise ValueError(f"dependencies of nodes that do not exist: {sorted(bad_deps)[:5]}")
+    unknown_types = set(nodes["node_type"].drop_nulls().unique().to_list()) - set(cv.NODE_TYPE_TO_PB)
+    if unknown_types:
+        raise ValueError(f"unknown node_type {sorted(unknown_types)}")
+    ctrl = _deps_by_node(trace, "ctrl")
+    data = _deps_by_node(trace, "data")
+    rank = trace.meta.rank
+    send = cv.NODE_TYPE_TO_PB["COMM_SEND"]
+    recv = cv.NODE_TYPE_TO_PB["COMM_RECV"]
+    cols = nodes.to_dict(as_series=False)
+    int_attrs = [(cols[c], name) for c, (name, _) in cv.NODE_INT_ATTRS.items()]
+    str_attrs = [(cols[c], name) for c, name in cv.NODE_STR_ATTRS.items()]
+    for i in range(nodes.height):
+        n = pb.Node()
+        nid = cols["id"][i]
+        n.id = nid & _MASK64
+        nulls: list[str] = []
+        name = cols["name"][i]
+        if name is None:
+            nulls.append("name")
+        else:
+            n.name = name
+        ntype = cols["node_type"][i]
+        if ntype is None:
+            nulls.append("node_type")
+        else:
+            n.type = cv.NODE_TYPE_TO_PB[ntype]
+        if nid in ctrl:
+            n.ctrl_deps.extend(d & _MASK64 for d in ctrl[nid])
+        if nid in data:
+            n.data_deps.extend(d & _MASK64 for d in data[nid])
+        start = cols["start_ns"][i]
+        if start is not None and start > 0:
+            n.start_time_micros = start // 1000
+        dur = cols["dur_ns"][i]
+        if dur is not None and dur > 0:
+            n.duration_micros = (dur + 500) // 1000
+        for fld in ("inputs", "outputs"):
+            io = cols[fld][i]
+            if io is not None:
+                msg = getattr(n, fld)
+                msg.SetInParent()
+                for sub in ("values", "shapes", "types"):
+                    v = io.get(sub)
+                    if v is None:
+                        nulls.append(f"{fld}.{sub}")
+                    else:
+                        setattr(msg, sub, v)
+        a = n.attr
+        on_gpu = cols["on_gpu"][i]
+        if on_gpu is not None:
+            a.add(name=cv.A_IS_CPU_OP, bool_val=not on_gpu)
+        for col, aname in (("tid", cv.A_TID), ("stream", cv.A_STREAM), ("rf_id", cv.A_RF_ID)):
+            v = cols[col][i]
+            if v is not None:
+                a.add(name=aname, int64_val=v)
+        coll = cols["coll_type"][i]
+        if coll is not None:
+            if coll in cv.COLL_TO_COMM_TYPE:
+                a.add(name=cv.A_COMM_TYPE, int64_val=cv.COLL_TO_COMM_TYPE[coll])
+            else:
+                a.add(name=cv.A_COLL_TYPE, string_val=coll)
+        v = cols["comm_bytes"][i]
+        if v is not None:
+            a.add(name=cv.A_COMM_SIZE, int64_val=v)
+        v = cols["pg_name"][i]
+        if v is not None:
+            a.add(name=cv.A_PG_NAME, string_val=v)
+        peer = cols["peer"][i]
+        if n.type == send and ntype is not None:
+            if rank is not None:
+                a.add(name=cv.A_COMM_SRC, int32_val=rank)
+            if peer is not None:
+                a.add(name=cv.A_COMM_DST, int32_val=peer)
+        elif n.type == recv and ntype is not None:
+            if peer is not None:
+                a.add(name=cv.A_COMM_SRC, int32_val=peer)
+            if rank is not None:
+                a.add(name=cv.A_COMM_DST, int32_val=rank)
+        elif peer is not None:
+            a.add(name=cv.A_PEER, int64_val=peer)
+        for values, aname in int_attrs:
+            v = values[i]
+            if v is not None:
+                a.add(name=aname, int64_val=v)
+        for values, aname in str_attrs:
+            v = values[i]
+            if v is not None:
+                a.add(name=aname, string_val=v)
+        for col, aname in (("in_split", cv.A_IN_SPLIT), ("out_split", cv.A_OUT_SPLIT)):
+            v = cols[col][i]
+            if v is None:
+                continue
+            if None in v:
+                a.add(name=aname + ".json", string_val=orjson.dumps(v).decode())
+            else:
+                attr = a.add(name=aname)
+                attr.int64_list.SetInParent()
+                attr.int64_list.values.extend(v)
+        if nulls:
+            a.add(name=cv.A_NULLS).string_list.values.extend(nulls)
+        extra = cols["attrs"][i]
+        if extra is not None:
+            _add_extra_attrs(n, extra)
+        if n.ByteSize() == 0:
+            a.add(name=cv.A_PRESENT, bool_val=True)
+        yield n
+
+
+def encode_et(trace: Trace, manifest: Mapping[str, Any] | None = None) -> bytes:
+    """The bytes of a Chakra ET file for ``trace`` (uncompressed)."""
+    parts: list[bytes] = []
+    gm = global_metadata(trace, manifest).SerializeToString()
+    parts.append(_varint(len(gm)))
+    parts.append(gm)
+    for n in iter_node_messages(trace):
+        b = n.SerializeToString()
+        parts.append(_varint(len(b)))
+        parts.append(b)
+    return b"".join(parts)
+
+
+def write_et(
+    trace: Trace,
+    path: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    manifest: Mapping[str, Any] | None = None,
+) -> None:
+    """Write ``trace`` as a Chakra ET file (gzip-compressed when ``path`` ends in ``.gz``).
+
+    Refuses (``InputError``) to replace an existing file unless ``overwrite``.
+    The file appears atomically: it is written beside ``path`` and renamed.
+    """
+    p = Path(path)
+    if p.exists() and not overwrite:
+        raise InputError(p, "already exists; refusing to overwrite it (use --force)")
+    data = encode_et(trace, manifest)
+    if p.name.endswith(".gz"):
+        data = gzip.compress(data, compresslevel=6)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, p)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def rank_file_name(rank: int, *, gz: bool = False) -> str:
+    return f"rank-{rank}.et" + (".gz" if gz else "")
+
+
+def write_run(
+    run: Run,
+    out_dir: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    gz: bool = False,
+) -> list[Path]:
+    """Write one ``rank-<N>.et`` per rank of ``run`` into ``out_dir`` (created if needed).
+
+    Nothing is written if any target exists and ``overwrite`` is false.
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(out, "is not a directory")
+    targets = [(rank, out / rank_file_name(rank, gz=gz)) for rank in run.ranks]
+    if not overwrite:
+        existing = [p for _, p in targets if p.exists()]
+        if existing:
+            raise InputError(existing[0], "already exists; refusing to overwrite it (use --force)")
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = dict(run.manifest)
+    paths = []
+    for rank, p in targets:
+        write_et(run.traces[rank], p, overwrite=True, manifest=manifest)
+        paths.append(p)
+    return paths
