@@ -128,6 +128,30 @@ def ancestor_any(ids: np.ndarray, parents: np.ndarray, flag: np.ndarray) -> np.n
     return flag
 
 
+def launcher_positions(df: pl.DataFrame) -> np.ndarray:
+    """Row position of the CPU node that launched each row (-1 if none): the ``launch_id``
+    node, else the CPU node with the same correlation id (the runtime launch call)."""
+    ids = df["id"].to_numpy()
+    lp = _positions(ids, df["launch_id"].to_numpy())
+    cpu = df.filter(~pl.col("on_gpu").fill_null(False) & pl.col("correlation").is_not_null())
+    if cpu.height == 0:
+        return lp
+    first = cpu.group_by("correlation").agg(pl.col("id").first())
+    corr_map = dict(zip(first["correlation"].to_list(), first["id"].to_list(), strict=True))
+    gpu = df["on_gpu"].fill_null(False)
+    corr_ids = (
+        df.select(
+            pl.when(gpu).then(
+                pl.col("correlation").replace_strict(corr_map, default=None, return_dtype=pl.Int64)
+            )
+        )
+        .to_series()
+        .to_numpy()
+    )
+    cp = _positions(ids, corr_ids)
+    return np.where(lp >= 0, lp, cp)
+
+
 def with_phase(nodes: pl.DataFrame) -> pl.DataFrame:
     """``classify`` plus a ``phase`` column for GPU nodes (null on CPU)."""
     df = nodes if "cls" in nodes.columns else classify(nodes)
@@ -137,7 +161,7 @@ def with_phase(nodes: pl.DataFrame) -> pl.DataFrame:
     opt = ancestor_any(ids, parents, name.str.contains(OPTIMIZER_RE).to_numpy())
     bwd = ancestor_any(ids, parents, name.str.contains(BACKWARD_RE).to_numpy())
     cpu_phase = np.where(opt, "optimizer", np.where(bwd, "backward", "forward")).astype(object)
-    launch_pos = _positions(ids, df["launch_id"].to_numpy())
+    launch_pos = launcher_positions(df)
     on_gpu = df["on_gpu"].fill_null(False).to_numpy()
     phase = np.full(len(df), None, dtype=object)
     has = on_gpu & (launch_pos >= 0)

@@ -1,0 +1,271 @@
+"""Energy per GPU operator, from power telemetry joined to operator time spans.
+
+Definitions (docs/analyses.md):
+
+- Power between samples: ``trapezoid`` (linear between consecutive samples, the
+  default) or ``step`` (each sample held until the next). The window is the first
+  to the last sample; E_i is the energy of sample interval i, ∫ P dt over the window
+  is Σ E_i.
+- Within interval i of length Δ_i, let U_i be the time during which at least one
+  operator of the device runs (union of operator spans), o_ki the time operator k
+  runs in it and S_i = Σ_k o_ki. The busy energy ``E_i · U_i / Δ_i`` is split among
+  the operators in proportion to o_ki / S_i (operators on concurrent streams share it);
+  the idle energy is ``E_i · (Δ_i − U_i) / Δ_i``. Operators + idle = Σ E_i exactly.
+- When the telemetry carries a cumulative energy counter, every figure is scaled by
+  ``correction = (counter_last − counter_first) / Σ E_i``; the correction is reported.
+- Operators are GPU kernels (compute and communication), memcpys and memsets.
+- Uncertainty: an operator shorter than the sensor period (median gap between
+  samples) does not get a power reading of its own; its energy is its time share of
+  the interval's energy. ``short_pct`` says how much operator time is in such
+  operators.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from charllm_trace.analysis import intervals as iv
+from charllm_trace.analysis.classify import _positions, launcher_positions, with_phase
+from charllm_trace.analysis.overlap import launch_times
+from charllm_trace.analysis.results import (
+    ENERGY_SCHEMA,
+    ENERGY_TOTAL_SCHEMA,
+    EnergyResult,
+    frame,
+)
+from charllm_trace.model import Trace
+
+OPERATOR_CLASSES = ("compute", "comm", "memcpy", "memset")
+IDLE = "(idle)"
+
+
+def interval_energy(t: np.ndarray, p: np.ndarray, method: str = "trapezoid") -> np.ndarray:
+    """Energy (J) of each interval [t_i, t_{i+1}) for samples at ``t`` (ns) of power ``p`` (W)."""
+    dt = np.diff(t).astype(np.float64) * 1e-9
+    if method == "trapezoid":
+        return 0.5 * (p[:-1] + p[1:]) * dt
+    if method == "step":
+        return p[:-1] * dt
+    raise ValueError(f"unknown energy method {method!r} (trapezoid or step)")
+
+
+def cumulative_energy(t: np.ndarray, p: np.ndarray, q: np.ndarray, method: str = "trapezoid") -> np.ndarray:
+    """∫ P dt from t[0] to each time in ``q`` (clipped to the sample window), vectorized."""
+    if t.size < 2:
+        return np.zeros(np.shape(q))
+    e = interval_energy(t, p, method)
+    cum = np.concatenate([[0.0], np.cumsum(e)])
+    q = np.clip(np.asarray(q, dtype=np.int64), t[0], t[-1])
+    i = np.clip(np.searchsorted(t, q, side="right") - 1, 0, t.size - 2)
+    d = (q - t[i]).astype(np.float64) * 1e-9
+    if method == "trapezoid":
+        span = (t[i + 1] - t[i]).astype(np.float64) * 1e-9
+        pq = p[i] + (p[i + 1] - p[i]) * np.where(span > 0, d / np.where(span > 0, span, 1), 0)
+        part = 0.5 * (p[i] + pq) * d
+    else:
+        part = p[i] * d
+    return cum[i] + part
+
+
+def device_samples(trace: Trace, device: int) -> pl.DataFrame:
+    return (
+        trace.telemetry.filter((pl.col("device") == device) & pl.col("time_ns").is_not_null())
+        .sort("time_ns")
+        .unique(subset="time_ns", keep="first", maintain_order=True)
+    )
+
+
+def trace_devices(trace: Trace) -> list[int]:
+    """Telemetry devices belonging to this rank: those its GPU operators ran on, else the
+    rank's own GPU index, else every device in the telemetry."""
+    tel = trace.telemetry.filter(pl.col("power_w").is_not_null())
+    have = set(tel["device"].drop_nulls().unique().to_list())
+    used = set(
+        trace.nodes.filter(pl.col("on_gpu").fill_null(False))["device"].drop_nulls().unique().to_list()
+    )
+    if used & have:
+        return sorted(used & have)
+    if trace.meta.device_index is not None and trace.meta.device_index in have:
+        return [trace.meta.device_index]
+    return sorted(have)
+
+
+def _split(
+    t: np.ndarray, e: np.ndarray, ks: np.ndarray, ke: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Energy per operator, busy time per operator inside the window, idle energy total."""
+    n = ks.size
+    if t.size < 2:
+        return np.zeros(n), np.zeros(n, np.int64), 0.0
+    ks_c = np.clip(ks, t[0], t[-1])
+    ke_c = np.clip(ke, t[0], t[-1])
+    live = ke_c > ks_c
+    # first and last interval touched by each operator
+    a = np.clip(np.searchsorted(t, ks_c, side="right") - 1, 0, t.size - 2)
+    b = np.clip(np.searchsorted(t, ke_c, side="left") - 1, 0, t.size - 2)
+    cnt = np.where(live, b - a + 1, 0)
+    op = np.repeat(np.arange(n), cnt)
+    offs = np.arange(op.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    itv = a[op] + offs
+    o = np.minimum(ke_c[op], t[itv + 1]) - np.maximum(ks_c[op], t[itv])
+    o = np.maximum(o, 0)
+    nint = t.size - 1
+    s_sum = np.bincount(itv, weights=o, minlength=nint)
+    merged = iv.merge(ks_c[live], ke_c[live])
+    u = iv.measure_in(*merged, t[:-1], t[1:]).astype(np.float64)
+    dt = np.diff(t).astype(np.float64)
+    busy_e = np.where(dt > 0, e * u / np.where(dt > 0, dt, 1), 0.0)
+    idle_e = float((e - busy_e).sum())
+    per_pair = np.where(s_sum[itv] > 0, busy_e[itv] * o / np.where(s_sum[itv] > 0, s_sum[itv], 1), 0.0)
+    energy = np.bincount(op, weights=per_pair, minlength=n)
+    busy = np.bincount(op, weights=o, minlength=n).astype(np.int64)
+    return energy, busy, idle_e
+
+
+def _launcher_names(df: pl.DataFrame) -> pl.Series:
+    """Name of the CPU op that launched each GPU node: the ``launch_id`` node, or the node
+    with the same correlation id; a runtime call (cudaLaunchKernel) is replaced by its
+    enclosing op."""
+    ids = df["id"].to_numpy()
+    names = df["name"].to_numpy()
+    kinds = df["kind"].fill_null("").to_numpy()
+    parents = df["parent"].to_numpy()
+    pos = launcher_positions(df)
+    ppos = _positions(ids, parents)
+    is_rt = (pos >= 0) & (kinds[np.maximum(pos, 0)] == "runtime")
+    up = np.where(is_rt, ppos[np.maximum(pos, 0)], pos)
+    pos = np.where(is_rt & (up >= 0), up, pos)
+    out = np.where(pos >= 0, names[np.maximum(pos, 0)], None)
+    return pl.Series("op", out.tolist(), dtype=pl.String)
+
+
+def energy(trace: Trace, *, method: str = "trapezoid", per_step: bool = True) -> EnergyResult:
+    """Energy per operator of one rank. Raises nothing for a trace without telemetry:
+    the result is empty with a note."""
+    rank = trace.meta.rank if trace.meta.rank is not None else 0
+    notes: list[str] = []
+    simulated = bool(trace.meta.extra.get("simulated"))
+    devices = trace_devices(trace)
+    if not devices:
+        return EnergyResult(frame({}, ENERGY_TOTAL_SCHEMA), frame({}, ENERGY_SCHEMA), method, simulated,
+                            ["no power telemetry in this trace"])  # fmt: skip
+    df = with_phase(trace.nodes)
+    df = df.with_columns(launch_ns=launch_times(df), op=_launcher_names(df))
+    ops_all = df.filter(
+        pl.col("on_gpu").fill_null(False)
+        & pl.col("cls").is_in(list(OPERATOR_CLASSES))
+        & pl.col("start_ns").is_not_null()
+        & pl.col("dur_ns").is_not_null()
+    )
+    steps = trace.steps()
+    totals: list[dict] = []
+    parts: list[pl.DataFrame] = []
+    single = len(devices) == 1
+    for dev in devices:
+        smp = device_samples(trace, dev).filter(pl.col("power_w").is_not_null())
+        if smp.height < 2:
+            notes.append(f"device {dev}: fewer than two power samples, no energy")
+            continue
+        t = smp["time_ns"].to_numpy().astype(np.int64)
+        p = smp["power_w"].to_numpy().astype(np.float64)
+        e = interval_energy(t, p, method)
+        integral = float(e.sum())
+        ops = (
+            ops_all.filter((pl.col("device") == dev) | pl.col("device").is_null()) if not single else ops_all
+        )
+        ks = ops["start_ns"].to_numpy().astype(np.int64)
+        ke = ks + ops["dur_ns"].to_numpy().astype(np.int64)
+        en, busy, idle_e = _split(t, e, ks, ke)
+        ctr = smp.filter(pl.col("energy_j").is_not_null())["energy_j"]
+        counter = None
+        corr = 1.0
+        if ctr.len() >= 2:
+            ct = smp.filter(pl.col("energy_j").is_not_null())["time_ns"]
+            counter = float(ctr[-1] - ctr[0])
+            if int(ct[0]) != int(t[0]) or int(ct[-1]) != int(t[-1]):
+                # counter over a sub-window: compare like with like
+                sub = float(np.diff(cumulative_energy(t, p, np.array([int(ct[0]), int(ct[-1])]), method))[0])
+                corr = counter / sub if sub > 0 else 1.0
+            else:
+                corr = counter / integral if integral > 0 else 1.0
+            if counter < 0:
+                notes.append(f"device {dev}: energy counter went backwards (reset?); not used")
+                counter, corr = None, 1.0
+            else:
+                notes.append(
+                    f"device {dev}: scaled to the energy counter, correction x{corr:.4f} "
+                    f"({100 * (corr - 1):+.2f} %)"
+                )
+        period = int(np.median(np.diff(t)))
+        short = (ke - ks) < period
+        busy_total = int(busy.sum())
+        short_pct = 100.0 * float(busy[short].sum()) / busy_total if busy_total else None
+        totals.append(
+            {
+                "rank": rank, "device": dev, "start_ns": int(t[0]), "end_ns": int(t[-1]),
+                "n_samples": int(t.size), "sensor_period_ns": period, "integral_j": integral,
+                "counter_j": counter, "correction": corr, "total_j": integral * corr,
+                "operators_j": float(en.sum()) * corr, "idle_j": idle_e * corr,
+                "short_kernel_pct": short_pct,
+            }
+        )  # fmt: skip
+        if short_pct and short_pct > 0:
+            notes.append(
+                f"device {dev}: {short_pct:.1f} % of operator time is in operators shorter than the sensor "
+                f"period ({period / 1e6:.3g} ms); their energies are time shares of a sample interval, "
+                "not separate measurements"
+            )
+        step_key = np.full(ops.height, None, dtype=object)
+        if per_step and steps.height:
+            lt = ops["launch_ns"].fill_null(ops["start_ns"]).to_numpy()
+            s0, s1 = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+            idx = np.searchsorted(s0, lt, side="right") - 1
+            ok = (idx >= 0) & (lt < s1[np.maximum(idx, 0)])
+            sv = steps["step"].to_numpy()
+            step_key[ok] = [str(int(x)) for x in sv[idx[ok]]]
+            step_key[~ok] = "(outside steps)"
+        base = ops.select("name", "op", "coll_type", "phase").with_columns(
+            energy_j=pl.Series(en * corr),
+            busy_ns=pl.Series(busy),
+            short_ns=pl.Series(np.where(short, busy, 0)),
+            step=pl.Series(step_key.tolist(), dtype=pl.String),
+        )
+        keys = {"kernel": "name", "op": "op", "coll_type": "coll_type", "phase": "phase"}
+        if per_step and steps.height:
+            keys["step"] = "step"
+        for group, col in keys.items():
+            sub = base if group != "coll_type" else base.filter(pl.col("coll_type").is_not_null())
+            agg = (
+                sub.group_by(pl.col(col).fill_null("(unknown)").alias("key"))
+                .agg(
+                    pl.len().alias("count"),
+                    pl.col("busy_ns").sum(),
+                    pl.col("energy_j").sum(),
+                    pl.col("short_ns").sum(),
+                )
+                .with_columns(group=pl.lit(group), rank=pl.lit(rank), device=pl.lit(dev))
+            )
+            idle_row = pl.DataFrame(
+                {"key": [IDLE], "count": [0], "busy_ns": [0], "energy_j": [idle_e * corr], "short_ns": [0],
+                 "group": [group], "rank": [rank], "device": [dev]},
+                schema=agg.schema,
+            )  # fmt: skip
+            parts.append(pl.concat([agg, idle_row]) if group != "coll_type" else agg)
+    tot = frame(totals, ENERGY_TOTAL_SCHEMA) if totals else frame({}, ENERGY_TOTAL_SCHEMA)
+    if not parts:
+        return EnergyResult(tot, frame({}, ENERGY_SCHEMA), method, simulated, notes)
+    all_j = float(tot["total_j"].sum())
+    by = (
+        pl.concat(parts)
+        .group_by(["rank", "group", "key"], maintain_order=True)
+        .agg(
+            pl.col("count").sum(), pl.col("busy_ns").sum(), pl.col("energy_j").sum(), pl.col("short_ns").sum()
+        )
+        .with_columns(
+            share_pct=100.0 * pl.col("energy_j") / all_j if all_j > 0 else pl.lit(None, dtype=pl.Float64),
+            short_pct=pl.when(pl.col("busy_ns") > 0).then(100.0 * pl.col("short_ns") / pl.col("busy_ns")),
+        )
+        .sort(["group", "energy_j"], descending=[False, True])
+    )
+    return EnergyResult(tot, frame(by, ENERGY_SCHEMA), method, simulated, notes)
