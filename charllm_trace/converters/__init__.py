@@ -1,2 +1,1 @@
 """Converters: PyTorch host ET + Kineto profile -> the trace model -> Chakra ET."""
-

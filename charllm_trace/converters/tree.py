@@ -1,0 +1,85 @@
+"""The CPU call tree from time nesting, vectorized.
+
+Within one thread, sort events by (start ascending, end descending, original order).
+The parent of event *i* is the nearest earlier event *j* in that order with
+``end_j >= end_i``: it started no later and ends no earlier, so it encloses *i*,
+and being the nearest it is the innermost such event. That is the classic
+"previous greater-or-equal element" problem; we solve it for all events at once
+with a sparse table of running maxima and binary lifting (O(n log n) numpy
+operations, no per-event Python loop). Events that overlap partially (end after
+their would-be parent) are not nested: they become siblings, as a call stack that
+pops closed frames would make them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+
+def prev_greater_equal(e: np.ndarray) -> np.ndarray:
+    """For each i, the largest j < i with ``e[j] >= e[i]``, or -1."""
+    n = len(e)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    levels = [e]
+    k = 1
+    while (1 << k) <= n:
+        prev = levels[-1]
+        h = 1 << (k - 1)
+        cur = prev.copy()
+        np.maximum(prev[h:], prev[:-h], out=cur[h:])
+        levels.append(cur)
+        k += 1
+    p = np.arange(n, dtype=np.int64) - 1
+    for k in range(len(levels) - 1, -1, -1):
+        step = 1 << k
+        ok = p - step + 1 >= 0
+        blk = levels[k][np.where(ok, p, 0)]
+        p = np.where(ok & (blk < e), p - step, p)
+    valid = (p >= 0) & (e[np.maximum(p, 0)] >= e)
+    return np.where(valid, p, -1)
+
+
+def nest_parents(df: pl.DataFrame) -> pl.Series:
+    """Parent ``id`` of each row by time nesting within its (pid, tid).
+
+    ``df`` needs columns id, pid, tid, start_ns, dur_ns (all rows on CPU threads). Returns an
+    Int64 series aligned with ``df`` (null for roots).
+    """
+    n = df.height
+    if n == 0:
+        return pl.Series("parent", [], dtype=pl.Int64)
+    s = df.select(
+        pl.int_range(0, n, dtype=pl.Int64).alias("_pos"),
+        "id",
+        pl.col("pid").fill_null(-1),
+        pl.col("tid").fill_null(-1),
+        "start_ns",
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("_end"),
+    ).sort(["pid", "tid", "start_ns", "_end", "_pos"], descending=[False, False, False, True, False])
+    # One thread after another: make ends comparable only within a thread by processing per thread
+    # boundary. Threads are few, so a loop over threads (not events) is fine.
+    thread_key = s.select((pl.col("pid").cast(pl.String) + ":" + pl.col("tid").cast(pl.String)).alias("k"))[
+        "k"
+    ]
+    bounds = (
+        np.flatnonzero(np.r_[True, thread_key[1:].to_numpy() != thread_key[:-1].to_numpy(), True])
+        if n > 1
+        else np.array([0, 1])
+    )
+    ends = s["_end"].to_numpy()
+    ids = s["id"].to_numpy()
+    parent_sorted = np.full(n, -1, dtype=np.int64)
+    has_parent = np.zeros(n, dtype=bool)
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        pj = prev_greater_equal(ends[a:b])
+        m = pj >= 0
+        parent_sorted[a:b][m] = ids[a:b][pj[m]]
+        has_parent[a:b] = m
+    out = np.full(n, -1, dtype=np.int64)
+    okpar = np.full(n, False)
+    pos = s["_pos"].to_numpy()
+    out[pos] = parent_sorted
+    okpar[pos] = has_parent
+    return pl.Series("parent", out, dtype=pl.Int64).set(pl.Series(~okpar), None)
