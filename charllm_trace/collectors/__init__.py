@@ -1,2 +1,1 @@
 """Collectors: capture host ETs, Kineto profiles and GPU telemetry from training runs."""
-

@@ -1,0 +1,306 @@
+"""``charllm-trace collect``: run a training command with tracing injected and telemetry sampled.
+
+The launcher
+
+1. checks the run directory (never writes into a used one without ``force``);
+2. starts the node's telemetry sampler (a separate process);
+3. runs the command with ``charllm_trace/collectors/_inject`` first on ``PYTHONPATH`` and the
+   configuration in ``$CHARLLM_TRACE_CONFIG``, so every Python rank process hooks
+   ``optimizer.step()`` and traces the chosen steps (see :mod:`charllm_trace.collectors.hook`);
+4. waits for it (forwarding SIGINT/SIGTERM), stops the sampler, writes ``manifest.json``;
+5. returns the command's exit code.
+
+Multi-node: run the same ``collect`` on every node (e.g. under ``srun``) with the same ``-o`` on a
+shared file system. Every node writes its own ``telemetry-<host>.*`` and ``node-<host>.json``;
+only node 0 (``NODE_RANK``/``GROUP_RANK``/``SLURM_NODEID``, or ``--node-rank`` of torchrun) checks
+the run directory and writes the manifest. A second launcher on the same host does not start a
+second sampler.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from charllm_trace.collectors.hook import ENV_CONFIG
+from charllm_trace.errors import InputError, UsageError
+
+INJECT_DIR = str(Path(__file__).resolve().parent / "_inject")
+PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "sp", "vpp")
+#: Files the collector writes into a run directory (what --force clears).
+OWN_PATTERNS = (
+    "rank-*.host_et.json.gz",
+    "rank-*.kineto.json.gz",
+    "rank-*.info.json",
+    "telemetry-*.csv",
+    "telemetry-*.meta.json",
+    "telemetry-*.lock",
+    "node-*.json",
+    "manifest.json",
+    ".tmp-*",
+)
+
+
+# ---------------------------------------------------------------------------
+# Option parsing (pure; raise UsageError)
+# ---------------------------------------------------------------------------
+
+
+def parse_steps(text: str, *, allow_zero: bool = False) -> tuple[int, int]:
+    """``"10-12"`` -> (10, 12); ``"5"`` -> (5, 5). Steps are 0-based (see hook.py)."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text or "")
+    if not m:
+        raise UsageError(f"--steps {text!r}: expected N or A-B (for example 10-12)")
+    a = int(m.group(1))
+    b = int(m.group(2)) if m.group(2) is not None else a
+    if b < a:
+        raise UsageError(f"--steps {text!r}: the range ends before it starts")
+    if a == 0 and not allow_zero:
+        raise UsageError(
+            "--steps: step 0 cannot be traced without changing the script (it begins before the first "
+            "optimizer.step() the hook sees); start at 1, or use the Python API (charllm_trace.collectors.session)"
+        )
+    return a, b
+
+
+def parse_ranks(text: str) -> list[int] | None:
+    """``"all"`` -> None; ``"0,8,16-18"`` -> [0, 8, 16, 17, 18]."""
+    t = (text or "").strip().lower()
+    if t in ("", "all"):
+        return None
+    out: set[int] = set()
+    for part in t.split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        if not m:
+            raise UsageError(f"--ranks {text!r}: expected 'all' or a list like 0,8,16-18")
+        a = int(m.group(1))
+        b = int(m.group(2)) if m.group(2) is not None else a
+        if b < a:
+            raise UsageError(f"--ranks {text!r}: range {part} ends before it starts")
+        out.update(range(a, b + 1))
+    return sorted(out)
+
+
+def parse_parallel(text: str | None) -> dict[str, int] | None:
+    """``"tp=8,pp=4,dp=2,ep=1"`` -> {"tp": 8, "pp": 4, "dp": 2, "ep": 1}."""
+    if not text:
+        return None
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*([a-z]+)\s*=\s*(\d+)\s*", part.lower())
+        if not m or m.group(1) not in PARALLEL_KEYS:
+            raise UsageError(
+                f"--parallel {text!r}: expected KEY=N pairs with KEY in {', '.join(PARALLEL_KEYS)}"
+            )
+        n = int(m.group(2))
+        if n < 1:
+            raise UsageError(f"--parallel {text!r}: {m.group(1)} must be at least 1")
+        out[m.group(1)] = n
+    return out
+
+
+def node_rank(command: list[str]) -> int:
+    """This node's rank from the environment or torchrun's ``--node-rank`` option (0 if unknown)."""
+    for var in ("NODE_RANK", "GROUP_RANK", "SLURM_NODEID", "OMPI_COMM_WORLD_NODE_RANK"):
+        v = os.environ.get(var)
+        if v and v.isdigit():
+            return int(v)
+    for i, a in enumerate(command):
+        for opt in ("--node-rank", "--node_rank"):
+            if a == opt and i + 1 < len(command) and command[i + 1].isdigit():
+                return int(command[i + 1])
+            if a.startswith(opt + "=") and a.split("=", 1)[1].isdigit():
+                return int(a.split("=", 1)[1])
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# Run directory
+# ---------------------------------------------------------------------------
+
+
+def prepare_run_dir(run_dir: Path, *, force: bool, check: bool = True) -> None:
+    """Create ``run_dir``; refuse one that holds anything unless ``force`` (then clear our files)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise InputError(run_dir, "exists and is not a directory")
+    if check and run_dir.is_dir() and any(run_dir.iterdir()):
+        if not force:
+            raise InputError(
+                run_dir, "run directory exists and is not empty (use --force to replace its trace files)"
+            )
+        for pat in OWN_PATTERNS:
+            for p in glob.glob(str(run_dir / pat)):
+                os.remove(p)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(run_dir, f"cannot create run directory: {exc.strerror}") from None
+    if not os.access(run_dir, os.W_OK):
+        raise InputError(run_dir, "run directory is not writable")
+
+
+def default_run_dir() -> str:
+    return time.strftime("charllm-run-%Y%m%d-%H%M%S")
+
+
+@dataclass
+class CollectResult:
+    exit_code: int
+    run_dir: Path
+    manifest: dict[str, Any] = field(default_factory=dict)
+    telemetry_note: str | None = None
+
+
+def _host_lock(run_dir: Path) -> Any:
+    """An exclusive lock per host: only the first launcher on a host starts a sampler."""
+    from charllm_trace.collectors.telemetry.format import host_tag
+
+    f = open(run_dir / f"telemetry-{host_tag()}.lock", "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return None
+    return f
+
+
+def collect(
+    command: list[str],
+    run_dir: str | os.PathLike[str] | None = None,
+    *,
+    steps: tuple[int, int] = (1, 2),
+    ranks: list[int] | None = None,
+    telemetry_hz: float = 100.0,
+    telemetry_source: str = "auto",
+    parallel: dict[str, int] | None = None,
+    force: bool = False,
+    record_shapes: bool = True,
+    with_stack: bool = False,
+    log: Any = None,
+) -> CollectResult:
+    """Run ``command`` with collection; return its exit code and what was written."""
+    from charllm_trace.collectors.manifest import write_manifest, write_node_info
+    from charllm_trace.collectors.telemetry.sampler import start_sampler_process, stop_sampler_process
+
+    def say(msg: str) -> None:
+        if log is not None:
+            log(msg)
+
+    if not command:
+        raise UsageError(
+            "no training command given (put it after --, e.g. -- torchrun --nproc_per_node 2 train.py)"
+        )
+    if telemetry_hz < 0:
+        raise UsageError("--telemetry-hz must be positive (0 turns telemetry off)")
+    rd = Path(run_dir if run_dir is not None else default_run_dir()).resolve()
+    nrank = node_rank(command)
+    prepare_run_dir(rd, force=force, check=(nrank == 0))
+    started_ns = time.time_ns()
+    manifest_args: dict[str, Any] = {
+        "command": list(command),
+        "steps": steps,
+        "ranks": ranks,
+        "telemetry_hz": telemetry_hz,
+        "parallel": parallel,
+        "started_ns": started_ns,
+        "node_rank": nrank,
+    }
+    if nrank == 0:
+        write_manifest(rd, **manifest_args, exit_code=None, finished_ns=None)
+
+    lock = None
+    sampler = None
+    if telemetry_hz > 0:
+        lock = _host_lock(rd)
+        if lock is not None:
+            sampler = start_sampler_process(str(rd), telemetry_hz, telemetry_source)
+        else:
+            say("telemetry: another collector on this host already samples it")
+    cfg = {
+        "run_dir": str(rd),
+        "steps": list(steps),
+        "ranks": ranks,
+        "record_shapes": record_shapes,
+        "with_stack": with_stack,
+    }
+    env = dict(os.environ)
+    env[ENV_CONFIG] = json.dumps(cfg)
+    env["PYTHONPATH"] = INJECT_DIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    say(f"collect: {shlex.join(command)} -> {rd} (steps {steps[0]}-{steps[1]})")
+    try:
+        proc = subprocess.Popen(command, env=env)
+    except OSError as exc:
+        if sampler is not None:
+            stop_sampler_process(sampler)
+        raise InputError(command[0], f"cannot run the training command: {exc.strerror}") from None
+
+    def forward(signum: int, frame: Any) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        rc = proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    exit_code = rc if rc >= 0 else 128 - rc  # killed by a signal: shell convention
+    if sampler is not None:
+        stop_sampler_process(sampler)
+    if lock is not None:
+        lock.close()
+        try:
+            os.remove(lock.name)
+        except OSError:
+            pass
+    finished_ns = time.time_ns()
+    write_node_info(rd, command=command, node_rank=nrank)
+    manifest: dict[str, Any] = {}
+    if nrank == 0:
+        manifest = write_manifest(rd, **manifest_args, exit_code=exit_code, finished_ns=finished_ns)
+    note = _telemetry_note(rd)
+    if note:
+        say(note)
+    return CollectResult(exit_code=exit_code, run_dir=rd, manifest=manifest, telemetry_note=note)
+
+
+def _telemetry_note(rd: Path) -> str | None:
+    from charllm_trace.collectors.telemetry.format import meta_path
+
+    mp = meta_path(rd)
+    try:
+        with open(mp) as f:
+            m = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if m.get("source") is None:
+        return f"telemetry: no power source on {m.get('host')}: {m.get('no_source_reason')}"
+    hz = m.get("achieved_hz")
+    per = m.get("sensor_update_period_ms") or {}
+    pers = sorted({round(v, 1) for v in per.values() if v is not None})
+    return (
+        f"telemetry: {m.get('source')}, {len(m.get('devices') or [])} device(s), "
+        f"{hz:.1f} Hz achieved of {m.get('requested_hz')} requested"
+        + (f", sensor updates every {'/'.join(str(p) for p in pers)} ms" if pers else "")
+        if hz
+        else f"telemetry: {m.get('source')}, no samples"
+    )
+
+
+def main_exit_code(result: CollectResult) -> int:
+    return result.exit_code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(collect(sys.argv[1:], log=print).exit_code)

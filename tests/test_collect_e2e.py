@@ -1,0 +1,171 @@
+"""End to end on CPU: `charllm-trace collect` around a real 2-rank torchrun (gloo) training run."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import HAVE_TORCH, ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch, pytest.mark.skipif(not HAVE_TORCH, reason="needs torch")]
+
+N = 1000  # --coll-elems: float32 elements per rank in the example's explicit collectives
+WORLD = 2
+STEPS = (2, 3)
+TOTAL_STEPS = 6
+
+
+def _collect(out: Path, *extra: str, steps: str = "2-3") -> subprocess.CompletedProcess[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "charllm_trace.cli",
+        "collect",
+        "--steps",
+        steps,
+        "-o",
+        str(out),
+        *extra,
+        "--",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(WORLD),
+        str(ROOT / "examples" / "train_tiny.py"),
+        "--steps",
+        str(TOTAL_STEPS),
+        "--coll-elems",
+        str(N),
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("collect") / "run"
+    p = _collect(out)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return out
+
+
+def _kineto(run_dir: Path, rank: int) -> dict:
+    with gzip.open(run_dir / f"rank-{rank}.kineto.json.gz") as f:
+        return json.load(f)
+
+
+def _host_et(run_dir: Path, rank: int) -> dict:
+    with gzip.open(run_dir / f"rank-{rank}.host_et.json.gz") as f:
+        return json.load(f)
+
+
+# name in the trace -> expected input shapes (output first for the *_base_ ops), per rank
+COLLECTIVES = {
+    "c10d::_allgather_base_": [[WORLD * N], [N]],
+    "c10d::_reduce_scatter_base_": [[N], [WORLD * N]],
+    "c10d::alltoall_base_": [[N], [N]],
+}
+
+
+def test_files_and_manifest(run_dir: Path) -> None:
+    for r in range(WORLD):
+        for kind in ("host_et.json.gz", "kineto.json.gz", "info.json"):
+            assert (run_dir / f"rank-{r}.{kind}").stat().st_size > 0
+    assert not list(run_dir.glob(".tmp-*"))
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["status"] == "finished" and m["exit_code"] == 0
+    assert m["world_size"] == WORLD and m["ranks_per_node"] == WORLD
+    assert m["ranks_traced"] == list(range(WORLD))
+    assert m["steps"]["requested"] == list(STEPS)
+    assert m["steps"]["traced"] == {str(r): list(STEPS) for r in range(WORLD)}
+    assert m["versions"]["torch"]
+    assert m["clock"]["base"] == "unix_epoch" and m["clock"]["unit"] == "ns"
+    assert m["command"][-1] == str(N)
+    tel = m["telemetry"]["nodes"]
+    assert len(tel) == 1
+    (node,) = tel.values()
+    # This machine has no GPU: the manifest must say so plainly; with a GPU there is a source.
+    assert node["source"] is not None or "no NVIDIA driver" in node["no_source_reason"]
+    for r in range(WORLD):
+        info = json.loads((run_dir / f"rank-{r}.info.json").read_text())
+        assert info["rank"] == r and info["world_size"] == WORLD
+        assert info["steps_completed"] == TOTAL_STEPS and len(info["step_end_ns"]) == TOTAL_STEPS
+        assert info["trace_complete"] is True
+
+
+@pytest.mark.parametrize("rank", range(WORLD))
+def test_kineto_steps_and_collectives(run_dir: Path, rank: int) -> None:
+    k = _kineto(run_dir, rank)
+    assert k["distributedInfo"]["rank"] == rank and k["distributedInfo"]["world_size"] == WORLD
+    assert k["distributedInfo"]["backend"] == "gloo"
+    ev = [e for e in k["traceEvents"] if e.get("ph") == "X"]
+    steps = sorted(
+        (e["name"], e["ts"], e["ts"] + e["dur"]) for e in ev if e["name"].startswith("ProfilerStep#")
+    )
+    assert [s[0] for s in steps] == [f"ProfilerStep#{s}" for s in STEPS]
+    # Every collective of the example runs once per step, inside that step, with the right sizes.
+    for name, dims in COLLECTIVES.items():
+        hits = [e for e in ev if e["name"] == name]
+        assert len(hits) == len(STEPS), name
+        for e in hits:
+            assert e["args"]["Input Dims"][:2] == dims, name
+            assert e["args"]["Input type"][:2] == ["float", "float"]
+        per_step = [sum(1 for e in hits if s[1] <= e["ts"] and e["ts"] + e["dur"] <= s[2]) for s in steps]
+        assert per_step == [1] * len(STEPS), name
+    bcast = [e for e in ev if e["name"] == "c10d::broadcast_" and e["args"]["Input Dims"][0] == [[N]]]
+    assert len(bcast) == len(STEPS)
+    assert all(e["args"]["Concrete Inputs"][2] == "0" for e in bcast)  # root rank 0
+    assert sum(1 for e in ev if e["name"] == "c10d::allreduce_") >= len(STEPS)  # DDP gradients
+
+
+@pytest.mark.parametrize("rank", range(WORLD))
+def test_host_et_covers_same_steps(run_dir: Path, rank: int) -> None:
+    et = _host_et(run_dir, rank)
+    nodes = et["nodes"]
+    names = [n["name"] for n in nodes]
+    assert sorted(n for n in names if n.startswith("ProfilerStep#")) == [f"ProfilerStep#{s}" for s in STEPS]
+    for name, dims in COLLECTIVES.items():
+        hits = [n for n in nodes if n["name"] == name]
+        assert len(hits) == len(STEPS), name
+        assert all(n["inputs"]["shapes"][:2] == dims for n in hits)
+    # The host ET and the Kineto profile link by record-function id.
+    k_rf = {
+        e["args"]["Record function id"]
+        for e in _kineto(run_dir, rank)["traceEvents"]
+        if e.get("name", "").startswith("c10d::") and "Record function id" in e.get("args", {})
+    }
+
+    def rf(n: dict) -> int:
+        return next(a["value"] for a in n["attrs"] if a["name"] == "rf_id")
+
+    et_rf = {rf(n) for n in nodes if n["name"] in COLLECTIVES}
+    assert et_rf and et_rf <= k_rf
+
+
+def test_refuses_existing_run_dir_and_force_replaces(run_dir: Path, tmp_path: Path) -> None:
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "charllm_trace.cli",
+            "collect",
+            "-o",
+            str(run_dir),
+            "--",
+            sys.executable,
+            "-c",
+            "pass",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines()[-1].startswith(f"error: {run_dir}")
+    assert (run_dir / "rank-0.kineto.json.gz").exists()  # untouched
