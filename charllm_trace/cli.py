@@ -247,6 +247,26 @@ def export_perfetto(run: str, output: str, no_flows: bool, force: bool) -> None:
         + (f" ({stats.skipped_untimed} nodes without a start time left out)" if stats.skipped_untimed else "")
     )
 
+
+@main.command("sanitize")
+@click.argument("run", type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(), help="Where to write the clean copy.")
+@click.option("--redact", multiple=True, metavar="WORD", help="Also replace WORD everywhere (repeatable).")
+@click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
+def sanitize_cmd(run: str, output: str, redact: tuple[str, ...], force: bool) -> None:
+    """Write a copy of RUN without host names, user names, file paths, Python stack frames
+    and environment, for sharing. RUN itself is never modified (see docs/sharing.md)."""
+    from charllm_trace.sanitize import sanitize_run
+
+    r = sanitize_run(run, output, force=force, redact=redact)
+    click.echo(
+        f"wrote {output}: {len(r.written)} files; {r.hosts} host names pseudonymised, {r.users} user names, "
+        f"{r.paths_replaced} paths, {r.env_dropped} environment blocks, {r.python_events_dropped} Python "
+        f"stack events and {r.keys_dropped} other private fields removed"
+    )
+    if r.left_out:
+        click.echo(f"left out (unknown file type, not copied): {', '.join(r.left_out)}")
+
 # end export / sanitize / report (issue 6) ...............................
 
 
