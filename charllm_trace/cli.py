@@ -116,6 +116,103 @@ def collect_cmd(
 
 # --- analyze (issue 5) -----------------------------------------------------
 
+
+def _parse_ranks_option(text: str | None) -> list[int] | None:
+    from charllm_trace.errors import UsageError
+
+    if not text:
+        return None
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        a, sep, b = part.partition("-")
+        try:
+            lo, hi = int(a), int(b) if sep else int(a)
+        except ValueError:
+            raise UsageError(f"--ranks: expected a list like 0,1,4-7, got {text!r}") from None
+        out.extend(range(lo, hi + 1))
+    return out
+
+
+@main.command("analyze")
+@click.argument("path", type=click.Path())
+@click.option("--per-step", is_flag=True, help="Also split every figure by ProfilerStep.")
+@click.option("--ranks", default=None, help="Ranks to analyse, e.g. 0,1 or 0-3 (default: all).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "parquet"]), default="table",
+              show_default=True, help="Output format.")  # fmt: skip
+@click.option("-o", "--output", type=click.Path(), default=None,
+              help="Output file (json) or path stem (csv/parquet: one file per table).")  # fmt: skip
+@click.option("--force", is_flag=True, help="Overwrite existing output files.")
+@click.option("--hta-compat", is_flag=True,
+              help="Holistic Trace Analysis' convention: drop kernels launched after the last ProfilerStep begins; µs rounding.")  # fmt: skip
+@click.option("--hta-keep-last-step", is_flag=True, help="With --hta-compat: keep the last step (HTA include_last_profiler_step).")
+@click.option("--peak-gbps", type=float, default=None, help="Link peak (GB/s per direction) for utilisation.")
+@click.option("--parallel", default=None, help="Layout naming groups by dimension, e.g. tp=8,pp=4,dp=2,ep=1 (Megatron order).")
+@click.option("--simulate", is_flag=True, help="Rebuild a timeline for ETs without timestamps (figures labelled simulated).")
+@click.option("--energy-method", type=click.Choice(["trapezoid", "step"]), default="trapezoid", show_default=True,
+              help="Power integration between telemetry samples.")  # fmt: skip
+def analyze_cmd(
+    path: str,
+    per_step: bool,
+    ranks: str | None,
+    fmt: str,
+    output: str | None,
+    force: bool,
+    hta_compat: bool,
+    hta_keep_last_step: bool,
+    peak_gbps: float | None,
+    parallel: str | None,
+    simulate: bool,
+    energy_method: str,
+) -> None:
+    """Overlap, bandwidth per collective, energy per operator and power per step of PATH
+    (a .et, a directory of per-rank ETs, a collected run directory or a Kineto profile)."""
+    from charllm_trace.analysis.api import analyze_run
+    from charllm_trace.analysis.parallel import parse_parallel
+    from charllm_trace.analysis.results import AnalyzeOptions
+    from charllm_trace.errors import UsageError
+    from charllm_trace.loader import load
+
+    if peak_gbps is not None and not peak_gbps > 0:
+        raise UsageError("--peak-gbps must be > 0")
+    if fmt == "parquet" and output is None:
+        raise UsageError("--format parquet needs -o FILE")
+    layout = parse_parallel(parallel) if parallel else None
+    wanted = _parse_ranks_option(ranks)
+    run = load(path)
+    if wanted is not None:
+        missing = [r for r in wanted if r not in run.traces]
+        if missing:
+            raise InputError(path, f"no rank {missing} here (ranks present: {run.ranks})")
+        run = run.select(wanted)
+    opts = AnalyzeOptions(
+        per_step=per_step,
+        hta_compat=hta_compat or hta_keep_last_step,
+        hta_keep_last_step=hta_keep_last_step,
+        peak_gbps=peak_gbps,
+        parallel=layout,
+        simulate=simulate,
+        energy_method=energy_method,
+    )
+    res = analyze_run(run, opts)
+    if fmt == "table":
+        from charllm_trace.render.tables import render_analysis
+
+        if output is not None:
+            raise UsageError("-o needs --format json, csv or parquet")
+        render_analysis(res)
+        return
+    from charllm_trace.render import export
+
+    if output is None:
+        click.echo(export.render_stdout(res, fmt), nl=False)
+        return
+    for p in export.write(res, fmt, output, force=force):
+        click.echo(f"wrote {p}", err=True)
+
+
 # --- baseline / check / diff / report / export / sanitize (issue 6) --------
 
 # baseline / check / diff (issue 6) .......................................
@@ -177,11 +274,9 @@ def check_cmd(
 
         click.echo(orjson.dumps(res.comparison.to_dict(), option=orjson.OPT_INDENT_2).decode())
     else:
-        from rich.console import Console
+        from charllm_trace.render.regress import make_console, print_check
 
-        from charllm_trace.render.regress import print_check
-
-        print_check(res.comparison, Console(), show_all=show_all)
+        print_check(res.comparison, make_console(), show_all=show_all)
     if not res.comparison.ok:
         sys.exit(EXIT_REGRESSION)
 
@@ -204,11 +299,9 @@ def diff_cmd(run_a: str, run_b: str, top: int, hta_compat: bool, fmt: str) -> No
 
         click.echo(orjson.dumps(d.to_dict(), option=orjson.OPT_INDENT_2).decode())
         return
-    from rich.console import Console
+    from charllm_trace.render.regress import make_console, print_diff
 
-    from charllm_trace.render.regress import print_diff
-
-    print_diff(d, Console(), label_a="A", label_b="B")
+    print_diff(d, make_console(), label_a="A", label_b="B")
     click.echo(f"A = {run_a}\nB = {run_b}")
 
 # end baseline / check / diff (issue 6) ...................................

@@ -281,6 +281,7 @@ class AnalyzeOptions:
 
     per_step: bool = False
     hta_compat: bool = False  # drop kernels launched after the last ProfilerStep begins
+    hta_keep_last_step: bool = False  # with hta_compat: keep the last step (HTA's include_last_profiler_step)
     peak_gbps: float | None = None  # override the link peak
     parallel: Mapping[str, int] | None = None  # {"tp": 2, "pp": 2, "dp": 2, "ep": 1}
     simulate: bool = False  # rebuild a timeline for traces without timestamps

@@ -1,0 +1,184 @@
+"""``analyze_run``: the four analyses of a run, bundled (what ``charllm-trace analyze`` prints)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from charllm_trace.analysis.bandwidth import bandwidth
+from charllm_trace.analysis.classify import classify
+from charllm_trace.analysis.energy import energy
+from charllm_trace.analysis.overlap import overlap
+from charllm_trace.analysis.parallel import name_groups
+from charllm_trace.analysis.power import power
+from charllm_trace.analysis.results import (
+    AnalyzeOptions,
+    EnergyResult,
+    OverlapResult,
+    PowerResult,
+    RunAnalysis,
+)
+from charllm_trace.analysis.simulate import simulate
+from charllm_trace.model import ProcessGroup, Run, Trace
+
+NO_TIMESTAMPS = (
+    "this trace has no timestamps (a Chakra ET written by Chakra's converter): overlap needs them; "
+    "rerun with --simulate to rebuild a timeline from dependencies and durations (figures then simulated)"
+)
+NO_TELEMETRY = "no telemetry in this trace: energy and power not computed"
+
+
+def _layout(run: Run, options: AnalyzeOptions) -> dict[str, int] | None:
+    if options.parallel:
+        return dict(options.parallel)
+    lay = run.manifest.get("parallel") if isinstance(run.manifest, dict) else None
+    if isinstance(lay, dict):
+        try:
+            return {
+                str(k).lower(): int(v)
+                for k, v in lay.items()
+                if str(k).lower() in ("tp", "pp", "dp", "ep", "cp")
+            }
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _all_groups(run: Run) -> list[ProcessGroup]:
+    seen: dict[str, ProcessGroup] = {}
+    for tr in run:
+        for pg in tr.meta.process_groups:
+            seen.setdefault(pg.name, pg)
+    return list(seen.values())
+
+
+def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    return pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
+
+
+def _merge_notes(per_rank: list[tuple[int, list[str]]], multi: bool) -> list[str]:
+    out: list[str] = []
+    for r, notes in per_rank:
+        for n in notes:
+            line = f"rank {r}: {n}" if multi else n
+            if line not in out:
+                out.append(line)
+    return out
+
+
+def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
+    """Overlap, bandwidth, energy and power of every rank of ``run``.
+
+    An analysis that cannot be computed for any rank is None, with the reason in
+    ``skipped``. Pure: no I/O, no printing."""
+    options = options or AnalyzeOptions()
+    skipped: dict[str, str] = {}
+    traces: dict[int, Trace] = {}
+    simulated = False
+    no_ts: list[int] = []
+    for r in run.ranks:
+        tr = run.traces[r]
+        if not tr.meta.has_timestamps:
+            if options.simulate:
+                tr = simulate(tr)
+                simulated = True
+            else:
+                no_ts.append(r)
+        traces[r] = tr
+    work = Run(traces=traces, manifest=run.manifest, source=run.source)
+    multi = len(traces) > 1
+    dims = name_groups(_all_groups(work), _layout(work, options))
+    classified = {r: classify(tr.nodes) for r, tr in traces.items()}
+
+    # overlap
+    ov_parts: list[OverlapResult] = []
+    for r, tr in traces.items():
+        if r in no_ts:
+            continue
+        ov_parts.append(
+            overlap(
+                tr,
+                per_step=options.per_step,
+                hta_compat=options.hta_compat,
+                hta_keep_last_step=options.hta_keep_last_step,
+                group_dims=dims,
+                classified=classified[r],
+            )
+        )
+    ov: OverlapResult | None = None
+    if ov_parts:
+        ov = OverlapResult(
+            per_rank=_concat([o.per_rank for o in ov_parts]),
+            per_group=_concat([o.per_group for o in ov_parts]),
+            per_dim=_concat([o.per_dim for o in ov_parts]),
+            mode=ov_parts[0].mode if len({o.mode for o in ov_parts}) == 1 else "mixed",
+            hta_compat=options.hta_compat,
+            simulated=simulated,
+            notes=_merge_notes(
+                [(r, o.notes) for r, o in zip([r for r in traces if r not in no_ts], ov_parts, strict=True)],
+                multi,
+            ),
+        )
+        if no_ts:
+            ov.notes.append(f"ranks {no_ts}: {NO_TIMESTAMPS}")
+    else:
+        skipped["overlap"] = NO_TIMESTAMPS if no_ts else "no trace to analyse"
+
+    # bandwidth (durations suffice: it runs without timestamps too)
+    bw = bandwidth(work, peak_gbps=options.peak_gbps, group_dims=dims, classified=classified)
+    if bw.collectives.height == 0:
+        skipped["bandwidth"] = "no collectives in this trace: bandwidth not computed"
+        bw_res = None
+    else:
+        bw_res = bw
+        if no_ts:
+            bw.notes.append("no timestamps: steps and cross-rank arrival skew not available")
+
+    # energy and power
+    en_parts: list[tuple[int, EnergyResult]] = []
+    pw_parts: list[tuple[int, PowerResult]] = []
+    for r, tr in traces.items():
+        if tr.telemetry.height == 0 or tr.telemetry["power_w"].is_null().all():
+            continue
+        en_parts.append((r, energy(tr, method=options.energy_method, per_step=options.per_step)))
+        pw_parts.append((r, power(tr, per_step=options.per_step)))
+    en = pw = None
+    if en_parts:
+        en = EnergyResult(
+            totals=_concat([e.totals for _, e in en_parts]),
+            by=_concat([e.by for _, e in en_parts]),
+            method=options.energy_method,
+            simulated=simulated,
+            notes=_merge_notes([(r, e.notes) for r, e in en_parts], multi),
+        )
+        pw = PowerResult(
+            per_step=_concat([p.per_step for _, p in pw_parts]),
+            throttle=_concat([p.throttle for _, p in pw_parts]),
+            simulated=simulated,
+            notes=_merge_notes([(r, p.notes) for r, p in pw_parts], multi),
+        )
+        missing = [r for r in traces if r not in {r for r, _ in en_parts}]
+        if missing:
+            en.notes.append(f"ranks {missing}: no telemetry")
+    else:
+        reason = NO_TELEMETRY
+        if simulated:
+            reason = "simulated timeline: telemetry cannot be joined to it; energy and power not computed"
+        skipped["energy"] = reason
+        skipped["power"] = reason
+    return RunAnalysis(
+        overlap=ov,
+        bandwidth=bw_res,
+        energy=en,
+        power=pw,
+        skipped=skipped,
+        ranks=list(traces),
+        simulated=simulated,
+        source=run.source,
+        options=options,
+    )
+
+
+def analyze_trace(trace: Trace, options: AnalyzeOptions | None = None, **kw: Any) -> RunAnalysis:
+    return analyze_run(Run.single(trace), options or AnalyzeOptions(**kw))

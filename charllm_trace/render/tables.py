@@ -1,0 +1,221 @@
+"""Terminal tables (rich) for ``charllm-trace analyze``. Formatting only: every number
+comes from :class:`charllm_trace.analysis.results.RunAnalysis`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from charllm_trace.analysis.results import RunAnalysis
+
+TOP = 10
+
+
+def _num(v: Any, fmt: str = "{:.2f}") -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    return fmt.format(v)
+
+
+def _ms(ns: Any) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def _step(v: Any) -> str:
+    return "all" if v is None else str(v)
+
+
+def _table(title: str, cols: Iterable[tuple[str, str]]) -> Table:
+    t = Table(title=title, title_justify="left", title_style="bold", header_style="bold")
+    for name, just in cols:
+        t.add_column(name, justify=just)  # type: ignore[arg-type]
+    return t
+
+
+def _label(res: RunAnalysis) -> str:
+    return " [SIMULATED]" if res.simulated else ""
+
+
+def _notes(console: Console, notes: list[str]) -> None:
+    for n in notes:
+        console.print(f"  note: {n}", style="dim", markup=False, highlight=False)
+
+
+def render_overlap(res: RunAnalysis, console: Console) -> None:
+    ov = res.overlap
+    assert ov is not None
+    title = "Compute / communication overlap" + _label(res)
+    if ov.hta_compat:
+        title += " (HTA convention)"
+    if ov.mode == "cpu":
+        title += " (CPU ops)"
+    t = _table(
+        title,
+        [("rank", "right"), ("step", "right"), ("span ms", "right"), ("compute ms", "right"),
+         ("comm ms", "right"), ("overlap %", "right"), ("exposed comm ms", "right"),
+         ("memcpy/set ms", "right"), ("idle ms", "right")],
+    )  # fmt: skip
+    for r in ov.per_rank.iter_rows(named=True):
+        t.add_row(
+            str(r["rank"]), _step(r["step"]), _ms(r["span_ns"]), _ms(r["compute_ns"]), _ms(r["comm_ns"]),
+            _num(r["overlap_pct"]), _ms(r["exposed_comm_ns"]), _ms(r["memory_ns"]), _ms(r["idle_ns"]),
+        )  # fmt: skip
+    console.print(t)
+    for df, key, name in ((ov.per_group, "pg_name", "process group"), (ov.per_dim, "dim", "dimension")):
+        if df.height == 0:
+            continue
+        g = _table(
+            f"Overlap by {name}" + _label(res),
+            [("rank", "right"), ("step", "right"), (name, "left"), ("dim", "left"), ("comm ms", "right"),
+             ("overlap %", "right"), ("exposed comm ms", "right"), ("n", "right")],
+        )  # fmt: skip
+        for r in df.iter_rows(named=True):
+            label = (
+                r[key]
+                if key == "dim"
+                else f"{r['pg_name']} ({r['pg_desc']})"
+                if r["pg_desc"]
+                else r["pg_name"]
+            )
+            g.add_row(
+                str(r["rank"]), _step(r["step"]), str(label), r["dim"] or "-", _ms(r["comm_ns"]),
+                _num(r["overlap_pct"]), _ms(r["exposed_comm_ns"]), str(r["n_comm"]),
+            )  # fmt: skip
+        console.print(g)
+    _notes(console, ov.notes)
+
+
+def render_bandwidth(res: RunAnalysis, console: Console) -> None:
+    bw = res.bandwidth
+    assert bw is not None
+    t = _table(
+        "Collective bandwidth by type, group and message size" + _label(res),
+        [("type", "left"), ("group", "left"), ("dim", "left"), ("size", "left"), ("count", "right"),
+         ("MB", "right"), ("time ms", "right"), ("algbw GB/s", "right"), ("busbw GB/s", "right"),
+         ("max busbw", "right"), ("peak GB/s", "right"), ("util %", "right")],
+    )  # fmt: skip
+    for r in bw.summary.iter_rows(named=True):
+        t.add_row(
+            str(r["coll_type"]), str(r["pg_name"]), r["dim"] or "-", str(r["size_bucket"]), str(r["count"]),
+            _num(None if r["bytes_total"] is None else r["bytes_total"] / 1e6), _ms(r["dur_ns_total"]),
+            _num(r["algbw_gbps"]), _num(r["busbw_gbps"]), _num(r["busbw_gbps_max"]),
+            _num(r["peak_gbps"], "{:.0f}"), _num(r["util_pct"], "{:.1f}"),
+        )  # fmt: skip
+    console.print(t)
+    for pg, lp in bw.peaks.items():
+        console.print(
+            f"  group {pg}: peak {_num(lp.gbps, '{:.0f}')} GB/s per direction — {lp.link} ({lp.source})",
+            style="dim", markup=False, highlight=False,
+        )  # fmt: skip
+    if bw.matched.height:
+        m = bw.matched.sort("skew_ns", descending=True).head(TOP)
+        mt = _table(
+            f"Collectives matched across ranks: largest arrival skew (top {TOP} of {bw.matched.height})" + _label(res),
+            [("group", "left"), ("seq", "right"), ("type", "left"), ("MB", "right"), ("ranks", "right"),
+             ("min dur ms", "right"), ("max dur ms", "right"), ("busbw (min dur) GB/s", "right"),
+             ("skew ms", "right"), ("late rank", "right")],
+        )  # fmt: skip
+        for r in m.iter_rows(named=True):
+            mt.add_row(
+                str(r["pg_name"]), str(r["coll_seq"]), str(r["coll_type"]),
+                _num(None if r["bytes"] is None else r["bytes"] / 1e6), str(r["n_ranks"]),
+                _ms(r["dur_min_ns"]), _ms(r["dur_max_ns"]), _num(r["busbw_gbps"]), _ms(r["skew_ns"]),
+                str(r["late_rank"]),
+            )  # fmt: skip
+        console.print(mt)
+    _notes(console, bw.notes)
+
+
+def render_energy(res: RunAnalysis, console: Console) -> None:
+    en = res.energy
+    assert en is not None
+    t = _table(
+        f"Energy ({en.method} integration)" + _label(res),
+        [("rank", "right"), ("device", "right"), ("window s", "right"), ("samples", "right"),
+         ("sensor period ms", "right"), ("∫P dt J", "right"), ("counter J", "right"), ("correction", "right"),
+         ("operators J", "right"), ("idle J", "right"), ("short-op time %", "right")],
+    )  # fmt: skip
+    for r in en.totals.iter_rows(named=True):
+        t.add_row(
+            str(r["rank"]), str(r["device"]), _num((r["end_ns"] - r["start_ns"]) / 1e9, "{:.3f}"),
+            str(r["n_samples"]), _num(r["sensor_period_ns"] / 1e6, "{:.3g}"), _num(r["integral_j"]),
+            _num(r["counter_j"]), _num(r["correction"], "{:.4f}"), _num(r["operators_j"]), _num(r["idle_j"]),
+            _num(r["short_kernel_pct"], "{:.1f}"),
+        )  # fmt: skip
+    console.print(t)
+    titles = {"phase": "phase", "op": "launching CPU op", "kernel": "kernel", "coll_type": "collective type",
+              "step": "step"}  # fmt: skip
+    for group, what in titles.items():
+        df = en.group(group)
+        if df.height == 0:
+            continue
+        show = df if group in ("phase", "step", "coll_type") else df.head(TOP)
+        more = "" if show.height == df.height else f" (top {TOP} of {df.height})"
+        g = _table(
+            f"Energy by {what}{more}" + _label(res),
+            [("rank", "right"), (what, "left"), ("count", "right"), ("busy ms", "right"), ("J", "right"),
+             ("share %", "right"), ("short-op %", "right")],
+        )  # fmt: skip
+        for r in show.iter_rows(named=True):
+            key = str(r["key"])
+            g.add_row(
+                str(r["rank"]), key if len(key) <= 70 else key[:67] + "...", str(r["count"]), _ms(r["busy_ns"]),
+                _num(r["energy_j"]), _num(r["share_pct"], "{:.1f}"), _num(r["short_pct"], "{:.0f}"),
+            )  # fmt: skip
+        console.print(g)
+    _notes(console, en.notes)
+
+
+def render_power(res: RunAnalysis, console: Console) -> None:
+    pw = res.power
+    assert pw is not None
+    t = _table(
+        "Power and thermal per step" + _label(res),
+        [("rank", "right"), ("dev", "right"), ("step", "right"), ("avg W", "right"), ("peak W", "right"),
+         ("swing W", "right"), ("max dP/dt W/s", "right"), ("above limit ms", "right"), ("temp rise °C", "right"),
+         ("SM clk/max", "right"), ("throttled ms", "right"), ("outlier", "left")],
+    )  # fmt: skip
+    for r in pw.per_step.iter_rows(named=True):
+        t.add_row(
+            str(r["rank"]), str(r["device"]), _step(r["step"]), _num(r["avg_w"], "{:.1f}"),
+            _num(r["peak_w"], "{:.1f}"), _num(r["swing_w"], "{:.1f}"), _num(r["swing_rate_w_per_s"], "{:.0f}"),
+            _ms(r["above_limit_ns"]), _num(r["temp_rise_c"], "{:.1f}"), _num(r["sm_clock_ratio"], "{:.3f}"),
+            _ms(r["throttled_ns"]), r["outlier_reason"] or "",
+        )  # fmt: skip
+    console.print(t)
+    if pw.throttle.height:
+        th = pw.throttle.group_by(["rank", "device", "reason"], maintain_order=True).agg(
+            pl.col("time_ns").filter(pl.col("step").is_null()).sum()
+        )
+        g = _table("Time per throttle reason (whole window)", [("rank", "right"), ("dev", "right"),
+                   ("reason", "left"), ("ms", "right")])  # fmt: skip
+        for r in th.iter_rows(named=True):
+            g.add_row(str(r["rank"]), str(r["device"]), r["reason"], _ms(r["time_ns"]))
+        console.print(g)
+    _notes(console, pw.notes)
+
+
+def render_analysis(res: RunAnalysis, console: Console | None = None) -> None:
+    """Print the four analyses, or one plain line saying why one was not computed."""
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # piped: do not squeeze the tables into 80 columns
+            console = Console(width=200)
+    if res.simulated:
+        console.print(
+            "SIMULATED: this trace has no timestamps; the timeline was rebuilt from dependencies and "
+            "durations (analyze --simulate). Every time below is simulated, not measured.",
+            style="bold yellow", markup=False,
+        )  # fmt: skip
+    for name, fn in (("overlap", render_overlap), ("bandwidth", render_bandwidth), ("energy", render_energy),
+                     ("power", render_power)):  # fmt: skip
+        if getattr(res, name) is not None:
+            fn(res, console)
+        elif name in res.skipped and not (name == "power" and res.skipped.get("energy") == res.skipped[name]):
+            console.print(f"{name}: {res.skipped[name]}", markup=False, highlight=False)
+        console.print()
