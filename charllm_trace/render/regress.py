@@ -13,6 +13,13 @@ if TYPE_CHECKING:
     from charllm_trace.regress.compare import Comparison, MetricChange
     from charllm_trace.regress.diff import RunDiff
 
+
+def make_console() -> Console:
+    """A console for check/diff output: at least 140 columns when not a terminal (CI logs)."""
+    c = Console()
+    return c if c.is_terminal else Console(width=max(c.width, 140))
+
+
 _STATUS_STYLE = {
     "regressed": "bold red",
     "missing": "red",
