@@ -78,3 +78,33 @@ def test_overlap_totals_match_kernel_counts(a100):
     # per-step rows partition the kernels launched inside steps
     steps = overlap(tr, per_step=True).per_rank.filter(pl.col("step").is_not_null())
     assert steps.height == 3 and steps["n_comm"].sum() == n_comm
+
+
+def test_cross_rank_matching_on_8_rank_dlrm():
+    """8 V100 ranks: the k-th NCCL kernel of every rank is one collective; the duration free
+    of waiting is the minimum across ranks and the late rank the one that started last,
+    both read here straight from the JSON files."""
+    from charllm_trace.model import Run
+
+    traces = {}
+    kernels = {}
+    for r in range(8):
+        path = shared_trace(f"param/dlrm_8ranks_v100/kineto_rank{r}.json.gz")
+        doc = json.loads(gzip.open(path).read())
+        ev = sorted(
+            (e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("nccl")),
+            key=lambda e: e["ts"],
+        )
+        kernels[r] = [(round(e["ts"] * 1000), round(e["dur"] * 1000)) for e in ev]
+        run = load(path)
+        traces[r] = run.traces[run.ranks[0]]
+    n = len(kernels[0])
+    assert n > 0 and all(len(k) == n for k in kernels.values())
+    m = bandwidth(Run(traces=traces)).matched.sort("first_start_ns")
+    assert m.height == n and set(m["n_ranks"].to_list()) == {8}
+    for k, row in enumerate(m.iter_rows(named=True)):
+        durs = [kernels[r][k][1] for r in range(8)]
+        starts = [kernels[r][k][0] for r in range(8)]
+        assert row["dur_min_ns"] == min(durs) and row["dur_max_ns"] == max(durs)
+        assert row["skew_ns"] == max(starts) - min(starts)
+        assert row["late_rank"] == max(range(8), key=lambda r: starts[r])
