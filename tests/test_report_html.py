@@ -1,0 +1,127 @@
+"""The HTML report: chart primitives and the `report` command, checked in a real headless Chromium."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from charllm_trace.render import html as H
+from tests.browser import open_page, require_browser
+
+
+def _primitives_page() -> tuple[str, dict[str, int]]:
+    """A page with every primitive, and the number of marks each must draw (from the inputs)."""
+    rng = np.random.default_rng(7)
+    t = np.arange(0, 2_000_000_000, 10_000_000, dtype=np.float64)  # 2 s at 100 Hz, ns offsets
+    power = 300 + 80 * np.sin(t / 2e8) + rng.normal(0, 5, t.size)
+    temp = 60 + t / 1e9 * 4
+    clock = np.where((t > 5e8) & (t < 8e8), 1410.0, 1980.0)
+    spans = [H.Span(5e8, 8e8, "sw_power_cap"), H.Span(1.5e9, 1.6e9, "hw_slowdown")]
+    line = H.line_chart(
+        [
+            H.Series("power (W)", t, power),
+            H.Series("temperature (C)", t, temp),
+            H.Series("SM clock (MHz)", t, clock, axis="right"),
+        ],
+        title="Power, temperature and SM clock",
+        y_label="W / C",
+        y2_label="MHz",
+        spans=spans,
+        span_label="throttled",
+    )
+    # 2 ranks x (compute, communication, idle); 200k compute intervals to exercise pixel merging
+    n = 200_000
+    cs = np.sort(rng.integers(0, 2_000_000_000, n)).astype(np.float64)
+    lanes = [
+        H.Lane(
+            f"rank {r}",
+            [
+                H.LaneRow("compute", cs, cs + 3_000),
+                H.LaneRow("communication", np.arange(0, 2e9, 2e8) + r * 1e7, np.arange(0, 2e9, 2e8) + 9e7),
+                H.LaneRow("idle", [1.9e9], [2.0e9]),
+            ],
+        )
+        for r in range(2)
+    ]
+    lanes_html = H.lanes_chart(
+        lanes,
+        title="Timeline",
+        x_range=(0.0, 2e9),
+        overlay=[H.Series("GPU0 power", t, power), H.Series("GPU1 power", t, power - 30)],
+        overlay_label="W",
+    )
+    cats = [f"aten::op_{i}" for i in range(12)]
+    bars = H.bar_chart(cats, {"energy (J)": rng.uniform(1, 100, 12)}, title="Energy by operator", x_label="J")
+    grouped = H.bar_chart(
+        ["step 1", "step 2", "step 3"],
+        {"rank 0": [40, 55, 61], "rank 1": [38, 52, 66.5]},
+        title="Overlap per step",
+        x_label="%",
+    )
+    sizes = 2.0 ** rng.integers(10, 30, 300)
+    scatter = H.scatter_chart(
+        [
+            H.Series("all_reduce", sizes[:200], rng.uniform(10, 200, 200)),
+            H.Series("all_gather", sizes[200:], rng.uniform(5, 150, 100)),
+        ],
+        title="Bus bandwidth vs message size",
+        x_label="message size",
+        y_label="GB/s",
+        hlines=[H.HLine(450.0, "NVLink peak 450 GB/s")],
+    )
+    nothing = H.empty("Energy by operator (rank 3)", "no telemetry in this trace")
+    rep = H.HtmlReport("Primitives", "synthetic data")
+    rep.add("lines", line)
+    rep.add("lanes", lanes_html)
+    rep.add("bars", bars, grouped, H.table(["a", "b"], [["x", 1], ["y", 2]]))
+    rep.add("scatter", scatter, nothing, note="a note")
+    # marks the page must draw, from the inputs: series + spans, lane rows + overlays, bars, groups + line
+    circles = scatter.count("<circle")
+    assert 0 < circles <= 300  # points on the same pixel are drawn once
+    expect = {"line": 3 + 2, "lanes": 2 * 3 + 2, "bar": 12, "bar2": 6, "scatter": circles + 1}
+    return rep.render(), expect
+
+
+def test_reduce_line_keeps_extremes_and_order() -> None:
+    x = np.linspace(0, 100, 100_000)
+    y = np.sin(x) * 10
+    px, py = H._reduce_line(x * 9.0, y, 960)
+    assert px.size < 5 * 960
+    assert py.max() == y.max() and py.min() == y.min()
+    assert np.all(np.diff(px) >= 0)
+
+
+def test_merge_px_joins_intervals_on_the_same_pixel() -> None:
+    a, b = H._merge_px(np.array([0.2, 0.4, 5.0, 5.5, 9.0]), np.array([0.3, 0.6, 5.2, 7.1, 9.1]))
+    assert a.tolist() == [0.0, 5.0, 9.0] and b.tolist() == [1.0, 8.0, 10.0]
+
+
+def test_page_is_self_contained() -> None:
+    page, _ = _primitives_page()
+    assert "<script" not in page
+    # the only URL in the page is the SVG namespace
+    assert set(re.findall(r"https?://[^\s\"')]+", page)) == {"http://www.w3.org/2000/svg"}
+    assert len(page) < 2_000_000  # 200k intervals were merged to pixels
+
+
+def test_primitives_render_in_chromium(tmp_path: Path) -> None:
+    require_browser()
+    page, expect = _primitives_page()
+    f = tmp_path / "primitives.html"
+    f.write_text(page, encoding="utf-8")
+    res = open_page(f, tmp_path / "primitives.png")
+    assert res.console_errors == [] and res.page_errors == []
+    assert res.requests == [f.resolve().as_uri()]  # nothing fetched
+    figs = res.figures
+    assert [x["kind"] for x in figs] == ["line", "lanes", "bar", "bar", "scatter", "empty"]
+    for fig in figs[:-1]:
+        assert fig["svg_w"] > 900 and fig["svg_h"] > 100, fig
+        assert fig["drawn"] == fig["marks"] > 0, fig
+    assert figs[0]["marks"] == expect["line"]
+    assert figs[1]["marks"] == expect["lanes"]
+    assert figs[2]["marks"] == expect["bar"]
+    assert figs[3]["marks"] == expect["bar2"]
+    assert figs[4]["marks"] == expect["scatter"]
+    assert res.pixel_std > 10 and res.distinct_colors > 20
