@@ -348,7 +348,8 @@ class StepTracer:
             "error": self.error,
             "step_numbering": STEP_NUMBERING,
             "steps_requested": [self.first, self.last],
-            "steps_traced": list(self.traced) if self.state in ("done", "failed", "tracing") else [],
+            "steps_traced": self._complete_steps(),
+            "partial_step": self._partial_step(),
             "trace_complete": bool(getattr(self, "_complete", False)),
             "trace_start_ns": self.trace_start_ns,
             "trace_end_ns": self.trace_end_ns,
@@ -372,6 +373,19 @@ class StepTracer:
             except Exception:
                 pass
         return d
+
+    def _complete_steps(self) -> list[int]:
+        """Traced steps that ended (a run ending inside the window leaves its last step partial)."""
+        if self.state not in ("done", "failed", "tracing"):
+            return []
+        return [s for s in self.traced if s < self.completed]
+
+    def _partial_step(self) -> int | None:
+        """The step that had begun but not ended when tracing stopped (training ended first)."""
+        if self.state not in ("done", "failed") or not self.traced:
+            return None
+        last = self.traced[-1]
+        return last if last >= self.completed else None
 
     def write_info(self) -> None:
         rank = self.rank if self.rank is not None else env_rank()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -37,6 +38,7 @@ from charllm_trace.collectors.telemetry.format import (
 )
 
 RETRY_S = 1.0
+READY_TIMEOUT_S = 30.0
 
 
 class Sampler:
@@ -60,6 +62,7 @@ class Sampler:
         self.reasons = no_source_reasons or []
         self.parent_pid = parent_pid
         self.source_spec = source_spec
+        self.ready_fd: int | None = None
         self.stop_requested = False
         self.ticks = 0
         self.missed = 0
@@ -115,6 +118,7 @@ class Sampler:
             self.start_ns = self.end_ns = time.time_ns()
             m = self.meta(complete=True)
             write_meta(self.meta_path, m)
+            self._ready()
             return m
         b = self.backend
         ndev = len(b.devices)
@@ -122,6 +126,7 @@ class Sampler:
         period = round(1e9 / self.hz)
         self.start_ns = time.time_ns()
         write_meta(self.meta_path, self.meta(complete=False))
+        self._ready()
         t0 = time.monotonic_ns()
         deadline = None if duration_s is None else t0 + int(duration_s * 1e9)
         next_flush = t0 + int(FLUSH_S * 1e9)
@@ -181,6 +186,16 @@ class Sampler:
         write_meta(self.meta_path, m)
         return m
 
+    def _ready(self) -> None:
+        """Tell a waiting launcher that the signal handlers are in place and sampling starts."""
+        if self.ready_fd is not None:
+            try:
+                os.write(self.ready_fd, b"ready\n")
+                os.close(self.ready_fd)
+            except OSError:
+                pass
+            self.ready_fd = None
+
     def _device_error(self, i: int, msg: str) -> None:
         dev = self.backend.devices[i]["index"] if self.backend else i
         self.error_counts[dev] = self.error_counts.get(dev, 0) + 1
@@ -228,7 +243,26 @@ def start_sampler_process(run_dir: str, hz: float, source: str = "auto") -> subp
     ]
     env = dict(os.environ)
     env.pop("CHARLLM_TRACE_CONFIG", None)
-    return subprocess.Popen(cmd, env=env, start_new_session=True, stdin=subprocess.DEVNULL)
+    r, w = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [*cmd, "--ready-fd", str(w)],
+            env=env,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            pass_fds=(w,),
+        )
+    finally:
+        os.close(w)
+    # Wait until the sampler can be stopped cleanly (its SIGTERM handler is installed) and has
+    # begun sampling, so that the telemetry covers the start of the training command.
+    try:
+        ready, _, _ = select.select([r], [], [], READY_TIMEOUT_S)
+        if ready:
+            os.read(r, 64)
+    finally:
+        os.close(r)
+    return proc
 
 
 def stop_sampler_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> int:
@@ -252,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", default="auto", help="auto, nvml, amdsmi, none or replay:PATH")
     ap.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     ap.add_argument("--parent-pid", type=int, default=None, help="stop when this parent process exits")
+    ap.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--host", default=None, help="host name for the file names (default: this host)")
     args = ap.parse_args(argv)
     backend, reasons = open_backend(args.source)
@@ -264,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         parent_pid=args.parent_pid,
         source_spec=args.source,
     )
+    s.ready_fd = args.ready_fd
     m = s.run(args.duration)
     if backend is None:
         print(

@@ -1,0 +1,143 @@
+"""The Python API: trace chosen steps of a custom training loop.
+
+::
+
+    from charllm_trace.collectors.session import Session
+
+    with Session("run-dir", steps="10-12") as s:
+        for batch in loader:
+            ...  # forward, backward, optimizer.step()
+            s.step()  # the end of one training step
+
+Step numbering is the launcher's (0-based; ``s.step()`` ends a step, entering the ``with``
+begins step 0), so unlike the zero-code hook the API can trace step 0. Every rank runs the same
+code; each writes its own ``rank-<N>.*`` files. The process with local rank 0 starts the node's
+telemetry sampler (a separate process) unless ``telemetry_hz=0``; global rank 0 writes
+``manifest.json`` when it leaves the ``with``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from charllm_trace.collectors.hook import StepTracer, env_local_rank, env_rank, rank_file
+from charllm_trace.errors import InputError, UsageError
+
+
+def _launcher_active() -> bool:
+    mod = sys.modules.get("_charllm_trace_hook")
+    return mod is not None and getattr(mod, "_TRACER", None) is not None
+
+
+class Session:
+    """Context manager that traces steps ``steps`` of the loop it wraps; call :meth:`step` per step."""
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        steps: str | tuple[int, int] = (1, 2),
+        *,
+        ranks: str | list[int] | None = None,
+        telemetry_hz: float = 100.0,
+        telemetry_source: str = "auto",
+        record_shapes: bool = True,
+        with_stack: bool = False,
+        force: bool = False,
+    ) -> None:
+        from charllm_trace.collectors.launcher import parse_ranks, parse_steps
+
+        self.run_dir = Path(run_dir).resolve()
+        self.steps = (
+            parse_steps(steps, allow_zero=True) if isinstance(steps, str) else (int(steps[0]), int(steps[1]))
+        )
+        if self.steps[0] < 0 or self.steps[1] < self.steps[0]:
+            raise UsageError(f"steps {steps!r}: expected 0 <= first <= last")
+        self.ranks = parse_ranks(ranks) if isinstance(ranks, str) else ranks
+        self.telemetry_hz = telemetry_hz
+        self.telemetry_source = telemetry_source
+        self.force = force
+        self.tracer = StepTracer(
+            str(self.run_dir),
+            self.steps[0],
+            self.steps[1],
+            self.ranks,
+            record_shapes=record_shapes,
+            with_stack=with_stack,
+            mode="api",
+        )
+        self._sampler: Any = None
+        self._lock: Any = None
+        self._started_ns: int | None = None
+
+    def __enter__(self) -> Session:
+        if _launcher_active():
+            raise UsageError(
+                "this process is already traced by `charllm-trace collect`; use one or the other, not both"
+            )
+        rank = env_rank() or 0
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise InputError(self.run_dir, "exists and is not a directory")
+        mine = rank_file(str(self.run_dir), rank, "kineto")
+        if os.path.exists(mine) and not self.force:
+            raise InputError(mine, "already exists (pass force=True to replace it)")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._started_ns = time.time_ns()
+        if self.telemetry_hz > 0 and (env_local_rank() or 0) == 0:
+            from charllm_trace.collectors.launcher import _host_lock
+            from charllm_trace.collectors.telemetry.sampler import start_sampler_process
+
+            self._lock = _host_lock(self.run_dir)
+            if self._lock is not None:
+                self._sampler = start_sampler_process(
+                    str(self.run_dir), self.telemetry_hz, self.telemetry_source
+                )
+        self.tracer.begin()
+        return self
+
+    def step(self) -> None:
+        """Call once at the end of every training step (after ``optimizer.step()``)."""
+        self.tracer.on_step_end()
+
+    @property
+    def current_step(self) -> int:
+        return self.tracer.completed
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.tracer.finish()
+        if self._sampler is not None:
+            from charllm_trace.collectors.telemetry.sampler import stop_sampler_process
+
+            stop_sampler_process(self._sampler)
+            self._sampler = None
+        if self._lock is not None:
+            self._lock.close()
+            try:
+                os.remove(self._lock.name)
+            except OSError:
+                pass
+            self._lock = None
+        if (self.tracer.rank if self.tracer.rank is not None else env_rank() or 0) == 0:
+            from charllm_trace.collectors.manifest import write_manifest, write_node_info
+
+            write_node_info(self.run_dir, command=list(sys.argv), node_rank=0)
+            write_manifest(
+                self.run_dir,
+                command=[sys.executable, *sys.argv],
+                steps=self.steps,
+                ranks=self.ranks,
+                telemetry_hz=self.telemetry_hz,
+                parallel=None,
+                started_ns=self._started_ns or time.time_ns(),
+                node_rank=0,
+                exit_code=1 if exc_type is not None else 0,
+                finished_ns=time.time_ns(),
+            )
+
+
+def trace_steps(run_dir: str | os.PathLike[str], steps: str | tuple[int, int] = (1, 2), **kw: Any) -> Session:
+    """``Session(...)``, under a name that reads well in a ``with`` statement."""
+    return Session(run_dir, steps, **kw)
