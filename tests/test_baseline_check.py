@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import shared_trace
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -431,3 +432,77 @@ def test_baseline_refuses_to_overwrite(tmp_path: Path) -> None:
     assert r.exit_code == 2
     assert r.stderr.strip() == f"error: {out}: already exists; pass --force to overwrite it"
     assert out.read_bytes() == before
+
+
+# ---------------------------------------------------------------------------
+# baseline + check end to end on a real trace (the team's shared A100 profile)
+# ---------------------------------------------------------------------------
+
+
+def _stretch_nccl_kernels(src: Path, dst: Path, factor: float) -> int:
+    """Copy a Kineto profile, multiplying the duration of every NCCL kernel by ``factor``."""
+    import gzip
+
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    n = 0
+    for ev in doc["traceEvents"]:
+        if ev.get("cat") == "kernel" and str(ev.get("name", "")).startswith("ncclKernel"):
+            ev["dur"] = ev["dur"] * factor
+            n += 1
+    dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return n
+
+
+def test_check_real_trace_against_itself_and_a_slower_copy(tmp_path: Path) -> None:
+    import gzip
+
+    src = shared_trace("hta/a100_ddp_nccl_rank0.json.gz")
+    base = tmp_path / "a100.baseline.json"
+    r = _cli("baseline", str(src), "-o", str(base))
+    assert r.exit_code == 0, r.output
+    doc = json.loads(base.read_text())
+    keys = {m["key"] for m in doc["metrics"]}
+    # one overlap and one exposed-comm metric per ProfilerStep plus the whole trace
+    events = json.loads(gzip.decompress(src.read_bytes()))["traceEvents"]
+    steps = {
+        int(e["name"].split("#")[1]) for e in events if str(e.get("name", "")).startswith("ProfilerStep#")
+    }
+    assert {k for k in keys if k.startswith("overlap_pct/")} == {
+        f"overlap_pct/rank=0/step={s}" for s in [*sorted(steps), "all"]
+    }
+    assert doc["input"]["name"] == src.name and "/" not in doc["input"]["name"]
+    # one busbw metric per (collective, size bucket) seen among the NCCL kernels
+    colls = {
+        e["args"]["Collective name"]
+        for e in events
+        if e.get("cat") == "kernel" and "Collective name" in e.get("args", {})
+    }
+    assert {k.split("/")[1].removeprefix("coll=") for k in keys if k.startswith("busbw_gbps/")} == {
+        c.replace("allreduce", "all_reduce") for c in colls
+    }
+
+    same = _cli("check", str(src), "--baseline", str(base))
+    assert same.exit_code == 0, same.output
+    assert f"{len(keys)} within" in same.output
+
+    slow = tmp_path / "slow.json.gz"
+    assert _stretch_nccl_kernels(src, slow, 2.0) > 0
+    bad = _cli("check", str(slow), "--baseline", str(base))
+    assert bad.exit_code == 1, bad.output
+    assert "regressions" in bad.output
+    for k in keys:
+        if k.startswith("busbw_gbps/"):  # half the bandwidth: every bucket regressed
+            assert k in bad.output and "regressed" in bad.output
+    cmp = json.loads(_cli("check", str(slow), "--baseline", str(base), "--format", "json").output)
+    st = {c["key"]: c for c in cmp["changes"]}
+    for k in keys:
+        if k.startswith("busbw_gbps/"):
+            assert st[k]["status"] == "regressed"
+            assert st[k]["relative"] == pytest.approx(-0.5, abs=0.01)
+    assert st["exposed_comm_ms/rank=0/step=all"]["status"] == "regressed"
+    # a loose enough tolerance lets it pass: the tolerance really is applied
+    loose = _cli(
+        "check", str(slow), "--baseline", str(base), "--tolerance",
+        "busbw=60%,exposed_comm=1000%,overlap=100pp",
+    )  # fmt: skip
+    assert loose.exit_code == 0, loose.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -98,26 +99,26 @@ def test_diff_runs_sections() -> None:
     assert [s.name for s in d.sections] == ["collectives", "operators", "steps"]
     # collectives: all_reduce total time 4 ms -> 8 ms, median busbw 5 -> 2.5
     coll = {r["coll_type"]: r for r in d.section("collectives").frame.to_dicts()}
-    assert coll["all_reduce"]["count_a"] == 2 and coll["all_reduce"]["count_b"] == 2
-    assert coll["all_reduce"]["time_ms_a"] == pytest.approx(4.0)
-    assert coll["all_reduce"]["time_ms_rel"] == pytest.approx(1.0)
-    assert coll["all_reduce"]["busbw_gbps_a"] == pytest.approx(5.0)
-    assert coll["all_reduce"]["busbw_gbps_b"] == pytest.approx(2.5)
-    assert coll["broadcast"]["time_ms_delta"] == pytest.approx(0.0)
+    assert coll["all_reduce"]["calls_a"] == 2 and coll["all_reduce"]["calls_b"] == 2
+    assert coll["all_reduce"]["time_a"] == pytest.approx(4.0)
+    assert coll["all_reduce"]["time_rel"] == pytest.approx(1.0)
+    assert coll["all_reduce"]["busbw_a"] == pytest.approx(5.0)
+    assert coll["all_reduce"]["busbw_b"] == pytest.approx(2.5)
+    assert coll["broadcast"]["time_delta"] == pytest.approx(0.0)
     # operators: kernels by name, sorted by the larger time
     ops = d.section("operators").frame
     assert ops["name"].to_list() == ["gemm", "nccl_ar", "softmax", "memcpy_x"]
     g = ops.row(0, named=True)
-    assert (g["count_a"], g["count_b"], g["time_ms_a"], g["time_ms_b"]) == (2, 1, 0.002, 0.0015)
-    assert g["time_ms_rel"] == pytest.approx(-0.25)
+    assert (g["calls_a"], g["calls_b"], g["time_a"], g["time_b"]) == (2, 1, 0.002, 0.0015)
+    assert g["time_rel"] == pytest.approx(-0.25)
     # steps: "all" last; slowest rank; overlap pooled
     steps = d.section("steps").frame
     assert steps["step"].to_list() == ["3", "4"]
     s3 = steps.row(0, named=True)
-    assert s3["step_ms_a"] == pytest.approx(12.0) and s3["step_ms_b"] == pytest.approx(24.0)
-    assert s3["overlap_pct_a"] == pytest.approx(75.0) and s3["overlap_pct_b"] == pytest.approx(37.5)
-    assert s3["exposed_comm_ms_b"] == pytest.approx(2.5)
-    assert "mean_w" not in d.section("steps").values  # no telemetry on either side
+    assert s3["step_time_a"] == pytest.approx(12.0) and s3["step_time_b"] == pytest.approx(24.0)
+    assert s3["overlap_a"] == pytest.approx(75.0) and s3["overlap_b"] == pytest.approx(37.5)
+    assert s3["exposed_comm_b"] == pytest.approx(2.5)
+    assert "mean_power" not in d.section("steps").values  # no telemetry on either side
 
 
 def test_diff_steps_matched_in_order_when_numbers_differ() -> None:
@@ -135,5 +136,71 @@ def test_diff_without_analyses_still_compares_operators() -> None:
     run = _run([("gemm", 1000)])
     d = diff_runs(run, empty, run, dataclasses.replace(empty))
     assert [s.name for s in d.sections] == ["operators"]
-    assert d.section("operators").frame["time_ms_delta"].to_list() == [0.0]
+    assert d.section("operators").frame["time_delta"].to_list() == [0.0]
     assert len(d.notes) == 2
+
+
+# ---------------------------------------------------------------------------
+# CLI on a real trace and a copy with slower NCCL kernels
+# ---------------------------------------------------------------------------
+
+
+def _cli(*args: str):  # noqa: ANN202
+    from click.testing import CliRunner
+
+    from charllm_trace.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def test_diff_cli_real_trace_and_slower_copy(tmp_path: Path) -> None:
+    import gzip
+    import json
+
+    from conftest import shared_trace
+    from test_baseline_check import _stretch_nccl_kernels
+
+    src = shared_trace("hta/a100_ddp_nccl_rank0.json.gz")
+    slow = tmp_path / "slow.json.gz"
+    n_stretched = _stretch_nccl_kernels(src, slow, 2.0)
+    events = json.loads(gzip.decompress(src.read_bytes()))["traceEvents"]
+    nccl = [e for e in events if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel")]
+    assert n_stretched == len(nccl)
+
+    r = _cli("diff", str(src), str(slow), "--format", "json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    secs = {s["name"]: s for s in d["sections"]}
+    assert set(secs) == {"collectives", "operators", "steps"}
+    colls = {row["coll_type"]: row for row in secs["collectives"]["rows"]}
+    assert sum(row["calls_a"] for row in colls.values()) == len(nccl)
+    for row in colls.values():
+        assert row["calls_delta"] == 0
+        assert row["time_rel"] == pytest.approx(1.0, abs=1e-3)  # twice the time
+        assert row["busbw_rel"] == pytest.approx(-0.5, abs=1e-3)  # half the bandwidth
+    for row in secs["operators"]["rows"]:
+        if row["name"].startswith("ncclKernel"):
+            assert row["time_rel"] == pytest.approx(1.0, abs=1e-3)
+        else:
+            assert row["time_delta"] == pytest.approx(0.0, abs=1e-9)
+    total = next(row for row in secs["steps"]["rows"] if row["step"] == "all")
+    assert total["exposed_comm_delta"] > 0
+    assert {row["step"] for row in secs["steps"]["rows"]} == {
+        str(int(e["name"].split("#")[1])) for e in events if e.get("name", "").startswith("ProfilerStep#")
+    } | {"all"}
+
+    table = _cli("diff", str(src), str(slow))
+    assert table.exit_code == 0
+    assert "all_reduce" in table.output and "+100.0%" in table.output and "-50.0%" in table.output
+
+    same = json.loads(_cli("diff", str(src), str(src), "--format", "json").output)
+    for sec in same["sections"]:
+        for row in sec["rows"]:
+            for v in sec["values"]:
+                assert row[f"{v}_delta"] in (0, 0.0, None)
+
+
+def test_diff_cli_bad_input_exits_2(tmp_path: Path) -> None:
+    r = _cli("diff", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert r.exit_code == 2
+    assert r.stderr.strip().splitlines() == [f"error: {tmp_path / 'a'}: no such file or directory"]

@@ -3,8 +3,8 @@
 Sections (each a polars frame: key columns, then for every value ``<v>_a``,
 ``<v>_b``, ``<v>_delta`` = b - a and ``<v>_rel`` = (b - a) / |a|):
 
-- **collectives**, per collective type: instances, total time, bytes, median bus
-  bandwidth (from the bandwidth analysis; sums over all ranks);
+- **collectives**, per collective type: calls, total time, median bus bandwidth
+  (from the bandwidth analysis; sums over all ranks);
 - **operators**, per operator (GPU kernels / memcpys by name, or CPU operators by
   name for CPU-only traces): calls and total time, sums over all ranks, the top
   ``top`` by time in either run;
@@ -103,10 +103,9 @@ def collective_totals(an: RunAnalysis) -> pl.DataFrame | None:
     return (
         an.bandwidth.collectives.group_by("coll_type")
         .agg(
-            pl.len().alias("count"),
-            (pl.col("dur_ns").sum() / NS_PER_MS).alias("time_ms"),
-            (pl.col("bytes").sum() / 1e9).alias("gb"),
-            pl.col("busbw_gbps").filter(pl.col("busbw_gbps").is_finite()).median().alias("busbw_gbps"),
+            pl.len().alias("calls"),
+            (pl.col("dur_ns").sum() / NS_PER_MS).alias("time"),
+            pl.col("busbw_gbps").filter(pl.col("busbw_gbps").is_finite()).median().alias("busbw"),
         )
         .with_columns(pl.col("coll_type").fill_null("unknown"))
     )
@@ -117,7 +116,7 @@ def operator_totals(run: Run) -> pl.DataFrame:
     frames = [t.nodes.select("name", "kind", "on_gpu", "dur_ns") for t in run]
     if not frames:
         return pl.DataFrame(
-            schema={"where": pl.String, "name": pl.String, "count": pl.Int64, "time_ms": pl.Float64}
+            schema={"where": pl.String, "name": pl.String, "calls": pl.Int64, "time": pl.Float64}
         )
     nodes = pl.concat(frames)
     gpu = nodes.filter(pl.col("on_gpu") & pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
@@ -128,7 +127,7 @@ def operator_totals(run: Run) -> pl.DataFrame:
     return (
         sel.filter(pl.col("dur_ns").is_not_null())
         .group_by("name")
-        .agg(pl.len().alias("count"), (pl.col("dur_ns").sum() / NS_PER_MS).alias("time_ms"))
+        .agg(pl.len().alias("calls"), (pl.col("dur_ns").sum() / NS_PER_MS).alias("time"))
         .with_columns(pl.lit(where).alias("where"))
     )
 
@@ -137,21 +136,21 @@ def step_totals(an: RunAnalysis) -> pl.DataFrame | None:
     if an.overlap is None:
         return None
     ov = an.overlap.per_rank.group_by("step").agg(
-        (pl.col("span_ns").max() / NS_PER_MS).alias("step_ms"),
-        (pl.col("exposed_comm_ns").mean() / NS_PER_MS).alias("exposed_comm_ms"),
+        (pl.col("span_ns").max() / NS_PER_MS).alias("step_time"),
+        (pl.col("exposed_comm_ns").mean() / NS_PER_MS).alias("exposed_comm"),
         pl.when(pl.col("comm_ns").sum() > 0)
         .then(100.0 * pl.col("overlap_ns").sum() / pl.col("comm_ns").sum())
         .otherwise(None)
-        .alias("overlap_pct"),
+        .alias("overlap"),
     )
     if an.power is not None and an.power.per_step.height:
         pw = an.power.per_step.group_by("step").agg(
-            pl.col("avg_w").mean().alias("mean_w"), pl.col("peak_w").max().alias("peak_w")
+            pl.col("avg_w").mean().alias("mean_power"), pl.col("peak_w").max().alias("peak_power")
         )
         ov = ov.join(pw, on="step", how="left", nulls_equal=True)
     else:
         ov = ov.with_columns(
-            pl.lit(None, pl.Float64).alias("mean_w"), pl.lit(None, pl.Float64).alias("peak_w")
+            pl.lit(None, pl.Float64).alias("mean_power"), pl.lit(None, pl.Float64).alias("peak_power")
         )
     return ov
 
@@ -162,7 +161,7 @@ def energy_totals(an: RunAnalysis) -> pl.DataFrame | None:
     return (
         an.energy.group("phase")
         .group_by("key")
-        .agg(pl.col("energy_j").sum())
+        .agg(pl.col("energy_j").sum().alias("energy"))
         .rename({"key": "phase"})
         .with_columns(pl.col("phase").fill_null("none"))
     )
@@ -213,7 +212,7 @@ def diff_runs(run_a: Run, an_a: RunAnalysis, run_b: Run, an_b: RunAnalysis, *, t
 
     ca, cb = collective_totals(an_a), collective_totals(an_b)
     if ca is not None or cb is not None:
-        vals = ["count", "time_ms", "gb", "busbw_gbps"]
+        vals = ["calls", "time", "busbw"]
         f = side_by_side(ca, cb, ["coll_type"], vals).sort("coll_type")
         sections.append(
             DiffSection(
@@ -221,7 +220,7 @@ def diff_runs(run_a: Run, an_a: RunAnalysis, run_b: Run, an_b: RunAnalysis, *, t
                 "per collective type (all ranks)",
                 ["coll_type"],
                 vals,
-                {"count": "count", "time_ms": "ms", "gb": "GB", "busbw_gbps": "GB/s"},
+                {"calls": "count", "time": "ms", "busbw": "GB/s"},
                 f,
                 note=None if ca is not None and cb is not None else "bandwidth analysis missing in one run",
             )
@@ -232,12 +231,12 @@ def diff_runs(run_a: Run, an_a: RunAnalysis, run_b: Run, an_b: RunAnalysis, *, t
         )
 
     oa, ob = operator_totals(run_a), operator_totals(run_b)
-    vals = ["count", "time_ms"]
+    vals = ["calls", "time"]
     f = side_by_side(oa, ob, ["where", "name"], vals)
     n_all = f.height
     f = (
         f.with_columns(
-            pl.max_horizontal(pl.col("time_ms_a").fill_null(0), pl.col("time_ms_b").fill_null(0)).alias("_t")
+            pl.max_horizontal(pl.col("time_a").fill_null(0), pl.col("time_b").fill_null(0)).alias("_t")
         )
         .sort("_t", descending=True)
         .head(top)
@@ -249,7 +248,7 @@ def diff_runs(run_a: Run, an_a: RunAnalysis, run_b: Run, an_b: RunAnalysis, *, t
             "per operator (all ranks)",
             ["where", "name"],
             vals,
-            {"count": "count", "time_ms": "ms"},
+            {"calls": "count", "time": "ms"},
             f,
             note=f"top {f.height} of {n_all} operators by time in either run" if n_all > f.height else None,
         )
@@ -258,19 +257,25 @@ def diff_runs(run_a: Run, an_a: RunAnalysis, run_b: Run, an_b: RunAnalysis, *, t
     sa, sb = step_totals(an_a), step_totals(an_b)
     if sa is not None and sb is not None:
         sa2, sb2, note = _align_steps(sa, sb)
-        vals = ["step_ms", "exposed_comm_ms", "overlap_pct", "mean_w", "peak_w"]
+        vals = ["step_time", "exposed_comm", "overlap", "mean_power", "peak_power"]
         f = _step_order(side_by_side(sa2, sb2, ["step"], vals))
         # drop power columns when neither run has telemetry
-        if f["mean_w_a"].null_count() == f.height and f["mean_w_b"].null_count() == f.height:
+        if f["mean_power_a"].null_count() == f.height and f["mean_power_b"].null_count() == f.height:
             vals = vals[:3]
-            f = f.select([c for c in f.columns if not c.startswith(("mean_w", "peak_w"))])
+            f = f.select([c for c in f.columns if not c.startswith(("mean_power", "peak_power"))])
         sections.append(
             DiffSection(
                 "steps",
                 "per step (time: slowest rank; exposed: mean over ranks; overlap: pooled)",
                 ["step"],
                 vals,
-                {"step_ms": "ms", "exposed_comm_ms": "ms", "overlap_pct": "%", "mean_w": "W", "peak_w": "W"},
+                {
+                    "step_time": "ms",
+                    "exposed_comm": "ms",
+                    "overlap": "%",
+                    "mean_power": "W",
+                    "peak_power": "W",
+                },
                 f,
                 note=note,
             )
@@ -283,11 +288,9 @@ def diff_runs(run_a: Run, an_a: RunAnalysis, run_b: Run, an_b: RunAnalysis, *, t
 
     ea, eb = energy_totals(an_a), energy_totals(an_b)
     if ea is not None and eb is not None:
-        f = side_by_side(ea, eb, ["phase"], ["energy_j"]).sort("phase")
+        f = side_by_side(ea, eb, ["phase"], ["energy"]).sort("phase")
         sections.append(
-            DiffSection(
-                "energy", "energy per phase (all ranks)", ["phase"], ["energy_j"], {"energy_j": "J"}, f
-            )
+            DiffSection("energy", "energy per phase (all ranks)", ["phase"], ["energy"], {"energy": "J"}, f)
         )
     elif ea is not None or eb is not None:
         notes.append("energy only in one run (the other has no telemetry)")

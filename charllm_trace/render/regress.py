@@ -65,7 +65,7 @@ def check_table(cmp: Comparison, *, show_all: bool = False) -> Table:
     for ch in rows:
         style = _STATUS_STYLE[ch.status]
         t.add_row(
-            ch.key,
+            Text(ch.key),
             Text(ch.status, style=style),
             fmt_value(ch.old, ch.unit),
             fmt_value(ch.new, ch.unit),
@@ -98,6 +98,14 @@ def print_check(cmp: Comparison, console: Console, *, show_all: bool = False) ->
 # ---------------------------------------------------------------------------
 
 
+NAME_WIDTH = 48
+
+
+def _short(name: str) -> str:
+    """Long kernel names (C++ templates) cut to NAME_WIDTH characters."""
+    return name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 1] + "…"
+
+
 def _cell(v: Any, unit: str) -> str:
     """A diff cell: the unit is in the column header, so only % is spelled out."""
     if v is None:
@@ -108,6 +116,8 @@ def _cell(v: Any, unit: str) -> str:
 def _change(d: float | None, rel: float | None, unit: str) -> str:
     if d is None:
         return "-"
+    if d == 0:
+        return "0"
     if unit == "%":
         return f"{d:+.2f}pp"
     s = ("+" if d >= 0 else "") + _cell(d, unit)
@@ -122,15 +132,15 @@ def diff_tables(diff: RunDiff, *, label_a: str = "A", label_b: str = "B") -> lis
     for sec in diff.sections:
         t = Table(title=f"{sec.title}  ({label_a} → {label_b})", title_justify="left")
         for k in sec.keys:
-            t.add_column(k, overflow="fold")
+            t.add_column(k, no_wrap=True, max_width=NAME_WIDTH)
         for v in sec.values:
             unit = sec.units.get(v, "")
             head = f"{v} [{unit}]" if unit and unit not in ("count", "%") else v
-            t.add_column(f"{head}\n{label_a}", justify="right")
-            t.add_column(f"{head}\n{label_b}", justify="right")
-            t.add_column("change", justify="right")
+            t.add_column(Text(f"{head}\n{label_a}"), justify="right", no_wrap=True, min_width=len(head))
+            t.add_column(f"\n{label_b}", justify="right", no_wrap=True)
+            t.add_column("\nchange", justify="right", no_wrap=True)
         for row in sec.frame.iter_rows(named=True):
-            cells: list[Any] = [("-" if row[k] is None else str(row[k])) for k in sec.keys]
+            cells: list[Any] = [Text(_short("-" if row[k] is None else str(row[k]))) for k in sec.keys]
             for v in sec.values:
                 unit = sec.units.get(v, "")
                 cells += [
