@@ -92,12 +92,16 @@ def test_rate_control_is_drift_free(steady_run: tuple[Path, dict, pl.DataFrame])
     for d in UPDATE_NS:
         t = df.filter(pl.col("device") == d)["time_ns"].to_numpy()
         assert len(t) == meta["ticks"]
-        # Ticks sit on a fixed grid start + k * period: the phase error does not grow over time.
-        k = np.rint((t - t[0]) / PERIOD_NS)
-        phase = (t - t[0]) - k * PERIOD_NS
-        assert np.median(np.abs(phase)) < 1_000_000  # 1 ms
-        assert np.abs(phase[-50:]).mean() < 2_000_000
-        assert len(np.unique(k)) == len(k)  # one sample per tick
+        # Tick k is due at grid0 + k * period; a tick found a full period late is skipped and
+        # counted, so samples stay on the grid (a read pre-empted by the OS may still land one
+        # slot late, hence >= 95 % rather than all) and the lateness does not grow.
+        rel = t - meta["grid_t0_unix_ns"]
+        k = rel // PERIOD_NS
+        late = rel - k * PERIOD_NS
+        assert len(np.unique(k)) >= 0.95 * len(k)
+        assert abs(int(k[-1]) + 1 - meta["ticks"] - meta["missed_ticks"]) <= 2
+        assert np.median(late) < 2_000_000  # 2 ms, on a loaded 2-core machine
+        assert np.median(late[-50:]) < 3_000_000  # no drift: the end is as punctual as the start
     rates = meta["achieved_hz_per_device"]
     assert all(r > 0.8 * HZ for r in rates.values())
 

@@ -69,6 +69,7 @@ class Sampler:
         self.errors: list[dict[str, Any]] = []
         self.error_counts: dict[int, int] = {}
         self.start_ns: int | None = None
+        self.grid_t0_unix_ns: int | None = None
         self.end_ns: int | None = None
         self.meta_path = meta_path(run_dir, self.host)
         self.csv_path = csv_path(run_dir, self.host)
@@ -97,6 +98,8 @@ class Sampler:
             "flush_s": FLUSH_S,
             "start_ns": self.start_ns,
             "end_ns": self.end_ns,
+            "grid_t0_unix_ns": self.grid_t0_unix_ns,
+            "period_ns": round(1e9 / self.hz),
             "ticks": self.ticks,
             "missed_ticks": self.missed,
             "achieved_hz": (self.ticks / elapsed) if elapsed else None,
@@ -128,6 +131,7 @@ class Sampler:
         write_meta(self.meta_path, self.meta(complete=False))
         self._ready()
         t0 = time.monotonic_ns()
+        self.grid_t0_unix_ns = time.time_ns()  # tick k is due at this + k * period (Unix clock)
         deadline = None if duration_s is None else t0 + int(duration_s * 1e9)
         next_flush = t0 + int(FLUSH_S * 1e9)
         next_meta = t0 + int(META_EVERY_S * 1e9)
