@@ -169,3 +169,36 @@ def test_refuses_existing_run_dir_and_force_replaces(run_dir: Path, tmp_path: Pa
     assert p.returncode == 2
     assert p.stderr.strip().splitlines()[-1].startswith(f"error: {run_dir}")
     assert (run_dir / "rank-0.kineto.json.gz").exists()  # untouched
+
+
+def test_convert_and_analyse(run_dir: Path) -> None:
+    """The collected directory goes through the converter and the analyses (issues 3 and 5)."""
+    import polars as pl
+
+    from charllm_trace.analysis.api import analyze_run
+    from charllm_trace.converters.run_dir import convert_run
+
+    run = convert_run(run_dir, workers=1)
+    assert run.ranks == list(range(WORLD))
+    a = analyze_run(run)
+    coll = a.bandwidth.collectives
+    # The example's explicit collectives, one per traced step and rank, with the nccl-tests
+    # message sizes computed here from N and WORLD (float32 = 4 bytes).
+    expected = {
+        ("all_gather", WORLD * N * 4),
+        ("reduce_scatter", WORLD * N * 4),
+        ("all_to_all", N * 4),
+        ("broadcast", N * 4),
+    }
+    for r in range(WORLD):
+        assert run.traces[r].steps()["step"].to_list() == list(STEPS)
+        for ct, nbytes in expected:
+            hits = coll.filter(
+                (pl.col("rank") == r) & (pl.col("coll_type") == ct) & (pl.col("bytes") == nbytes)
+            )
+            assert sorted(hits["step"].to_list()) == list(STEPS), (r, ct)
+        assert coll.filter((pl.col("rank") == r) & (pl.col("coll_type") == "all_reduce")).height >= len(STEPS)
+    assert a.overlap is not None and a.overlap.per_rank.height == WORLD
+    # No GPU here: no telemetry, and the analyses say so instead of inventing energy.
+    if all(t.telemetry.height == 0 for t in run):
+        assert a.energy is None and "no telemetry" in a.skipped["energy"]
