@@ -15,6 +15,7 @@ Run it plainly (``torchrun --nproc_per_node 2 examples/train_tiny.py``) or under
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 
@@ -104,7 +105,9 @@ def main() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     gen = torch.Generator().manual_seed(1234 + rank)
     t0 = time.perf_counter()
+    times = []
     for step in range(args.steps):
+        ts = time.perf_counter()
         idx = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=gen)
         logits = model(idx[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, args.vocab), idx[:, 1:].reshape(-1))
@@ -112,10 +115,14 @@ def main() -> None:
         loss.backward()
         explicit_collectives(args.coll_elems, rank, world)
         opt.step()
-        if rank == 0:
+        times.append(time.perf_counter() - ts)
+        if rank == 0 and (step < 10 or step % 100 == 0):
             print(f"step {step} loss {loss.item():.4f}", flush=True)
     if rank == 0:
         print(f"done: {args.steps} steps in {time.perf_counter() - t0:.2f} s", flush=True)
+        if args.step_times:
+            with open(args.step_times, "w") as f:
+                json.dump(times, f)
     dist.destroy_process_group()
 
 

@@ -1,0 +1,116 @@
+"""A collected run that is interrupted or killed mid-way leaves readable files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from charllm_trace.collectors.telemetry import read_telemetry
+from tests.conftest import HAVE_TORCH, ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch, pytest.mark.skipif(not HAVE_TORCH, reason="needs torch")]
+
+
+def _start(run: Path, *extra: str) -> subprocess.Popen[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "charllm_trace.cli",
+        "collect",
+        "--steps",
+        "2-3",
+        "-o",
+        str(run),
+        *extra,
+        "--",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(ROOT / "examples" / "train_tiny.py"),
+        "--steps",
+        "100000",
+    ]
+    return subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
+def _wait_for_traces(run: Path, proc: subprocess.Popen[str]) -> None:
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if all((run / f"rank-{r}.info.json").exists() for r in range(2)):
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"collect ended early: {proc.stderr.read()[-2000:]}")
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    pytest.fail("no traces after 120 s")
+
+
+def _readable(run: Path) -> None:
+    for r in range(2):
+        with gzip.open(run / f"rank-{r}.kineto.json.gz") as f:
+            names = [e["name"] for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        assert sorted(n for n in names if n.startswith("ProfilerStep#")) == [
+            "ProfilerStep#2",
+            "ProfilerStep#3",
+        ]
+        with gzip.open(run / f"rank-{r}.host_et.json.gz") as f:
+            assert json.load(f)["nodes"]
+    read_telemetry(run)  # parses (empty without a GPU)
+
+
+def test_interrupt_is_forwarded_and_files_stay_readable(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = _start(run)
+    _wait_for_traces(run, proc)
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C does to the launcher
+    try:
+        rc = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc != 0
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "failed" and m["exit_code"] == rc
+    assert m["steps"]["traced"] == {"0": [2, 3], "1": [2, 3]}
+    _readable(run)
+
+
+def test_sigkill_of_everything_leaves_readable_files(tmp_path: Path) -> None:
+    # Telemetry from a SYNTHETIC replay stream (no GPU here): one device, a new value every 20 ms.
+    stream = tmp_path / "stream.csv"
+    stream.write_text("t_ns,device,power_w\n" + "".join(f"{k * 20_000_000},0,{k}\n" for k in range(30_000)))
+    run = tmp_path / "run"
+    proc = _start(run, "--telemetry-source", f"replay:{stream}")
+    _wait_for_traces(run, proc)
+    time.sleep(1.0)
+    t_kill = time.time_ns()
+    os.killpg(proc.pid, signal.SIGKILL)  # launcher, torchrun and ranks; not the sampler (own session)
+    proc.wait(30)
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "running"  # the manifest written at the start survives
+    _readable(run)
+    # The sampler notices that its launcher is gone and finishes its file.
+    metas = list(run.glob("telemetry-*.meta.json"))
+    assert len(metas) == 1
+    deadline = time.time() + 10
+    while time.time() < deadline and not json.loads(metas[0].read_text())["complete"]:
+        time.sleep(0.2)
+    meta = json.loads(metas[0].read_text())
+    assert meta["complete"] is True and meta["source"] == "replay"
+    tel = read_telemetry(run)
+    assert tel.height > 50
+    # Sampling went on until the launcher's death was noticed (checked once a second), not longer.
+    assert t_kill - 1_000_000_000 < tel["time_ns"].max() < t_kill + 2_500_000_000
