@@ -95,6 +95,7 @@ def main() -> None:
     ap.add_argument(
         "--coll-elems", type=int, default=1024, help="elements per rank in the explicit collectives"
     )
+    ap.add_argument("--step-times", default=None, help="rank 0 writes each step's wall time (s) to this JSON file")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
