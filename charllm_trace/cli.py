@@ -63,6 +63,41 @@ def main(debug: bool) -> None:
 
 # --- convert (issue 3) -----------------------------------------------------
 
+
+@main.command("convert")
+@click.argument("path", type=click.Path())
+@click.option("-o", "--output", required=True, help="Output directory for rank-<N>.et files.")
+@click.option("--host-et", type=click.Path(), default=None, help="With a single Kineto file: its host execution trace.")
+@click.option("--workers", type=int, default=None, help="Worker processes (default: one per CPU, at most one per rank).")
+@click.option("--gz", is_flag=True, help="Write gzip-compressed rank-<N>.et.gz files.")
+@click.option("--force", is_flag=True, help="Replace existing rank-<N>.et files in the output directory.")
+def convert_cmd(path: str, output: str, host_et: str | None, workers: int | None, gz: bool, force: bool) -> None:
+    """Convert a run directory, or one Kineto profile / host ET, to one Chakra ET per rank.
+
+    \b
+    charllm-trace convert RUN_DIR -o et/
+    charllm-trace convert kineto.json.gz --host-et host_et.json.gz -o et/
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from charllm_trace.converters.run_dir import convert_path, summary_lines
+    from charllm_trace.et.writer import write_run
+
+    with Progress(
+        TextColumn("converting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        transient=True, console=None, disable=not sys.stderr.isatty(),
+    ) as bar:
+        task = bar.add_task("convert", total=None)
+        run = convert_path(
+            path, host_et=host_et, workers=workers,
+            progress=lambda done, total, _rank: bar.update(task, completed=done, total=total),
+        )
+    paths = write_run(run, output, overwrite=force, gz=gz)
+    for line in summary_lines(run):
+        click.echo(line)
+    click.echo(f"wrote {len(paths)} Chakra ET file(s) to {output}")
+
+
 # --- collect (issue 4) -----------------------------------------------------
 
 
@@ -359,6 +394,31 @@ def sanitize_cmd(run: str, output: str, redact: tuple[str, ...], force: bool) ->
     )
     if r.left_out:
         click.echo(f"left out (unknown file type, not copied): {', '.join(r.left_out)}")
+
+
+@main.command("report")
+@click.argument("run", type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(), help="The HTML file to write.")
+@click.option("--peak-gbps", type=float, default=None, help="Override the link peak (GB/s per direction).")
+@click.option("--title", default=None, help="Title of the page.")
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+def report_cmd(run: str, output: str, peak_gbps: float | None, title: str | None, force: bool) -> None:
+    """Write one self-contained HTML page (opens offline) with the run's timeline and power,
+    overlap per step, bus bandwidth vs message size, energy by operator, and power /
+    temperature / SM clock with throttle periods."""
+    from pathlib import Path
+
+    from charllm_trace import loader
+    from charllm_trace.analysis import AnalyzeOptions, analyze_run
+    from charllm_trace.report import render_report, report_data
+
+    _refuse_existing(output, force)
+    r = loader.load(run)
+    an = analyze_run(r, AnalyzeOptions(per_step=True, peak_gbps=peak_gbps))
+    data = report_data(r, an, title=title or f"charllm-trace report: {Path(run).name}")
+    Path(output).write_text(render_report(data), encoding="utf-8")
+    skipped = "; ".join(f"{k}: {v}" for k, v in an.skipped.items())
+    click.echo(f"wrote {output}" + (f" (not drawn: {skipped})" if skipped else ""))
 
 # end export / sanitize / report (issue 6) ...............................
 

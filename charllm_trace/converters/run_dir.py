@@ -1,14 +1,41 @@
-"""Convert files and run directories into :class:`~charllm_trace.model.Run` objects."""
+"""Convert files and run directories into :class:`~charllm_trace.model.Run` objects.
+
+A run directory holds, per rank, a Kineto profile and optionally a host execution trace
+(``rank-<N>.kineto.json.gz`` + ``rank-<N>.host_et.json.gz`` as ``charllm-trace collect`` writes
+them, or any names: ``kineto_rank3.json.gz``, ``worker3...``). Files are classified by content
+(a peek at their first bytes), given a rank by ``distributedInfo.rank`` (Kineto) or else by the
+number in their name, paired per rank, and converted in parallel worker processes.
+"""
 
 from __future__ import annotations
 
+import gzip
+import json
+import multiprocessing
 import os
+import re
+import zlib
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from charllm_trace.converters._io import kind_of, load_json
 from charllm_trace.errors import InputError
 from charllm_trace.model import Run, Trace
+
+PEEK_BYTES = 1 << 16
+#: compressed input size from which convert_run uses worker processes by default
+PARALLEL_MIN_BYTES = 32 << 20
+_RANK_IN_NAME = re.compile(r"(?:rank|worker|rk)[-_]?(\d+)", re.IGNORECASE)
+_DIST_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)')
+#: JSON files of a run directory that are not traces.
+_NOT_TRACES = re.compile(
+    r"^(manifest|sizes)\.json$|\.info\.json$|\.meta\.json$|^node-.*\.json$", re.IGNORECASE
+)
+
+Progress = Callable[[int, int, int], None]  # (done, total, rank)
 
 
 def convert_doc(doc: dict[str, Any], path: str | os.PathLike[str]) -> tuple[Trace, dict[str, Any]]:
@@ -19,6 +46,10 @@ def convert_doc(doc: dict[str, Any], path: str | os.PathLike[str]) -> tuple[Trac
         from charllm_trace.converters.kineto import parse_kineto
 
         return kineto_trace(parse_kineto(doc, path))
+    if k == "host_et":
+        from charllm_trace.converters.host_et import host_et_trace, parse_host_et
+
+        return host_et_trace(parse_host_et(doc, path))
     raise InputError(
         path, "JSON is neither a Kineto profile (traceEvents) nor a PyTorch host execution trace (nodes)"
     )
@@ -29,3 +60,266 @@ def convert_file(path: str | os.PathLike[str]) -> Run:
     p = Path(path)
     trace, _report = convert_doc(load_json(p), p)
     return Run.single(trace, source=str(p))
+
+
+def convert_pair(
+    host_et: str | os.PathLike[str] | None, kineto: str | os.PathLike[str] | None
+) -> tuple[Trace, dict[str, Any]]:
+    """Convert one rank: a host ET and/or a Kineto profile (at least one)."""
+    if kineto is None and host_et is None:
+        raise ValueError("convert_pair needs at least one file")
+    if kineto is None:
+        return convert_doc(_load_kind(host_et, "host_et"), host_et)  # type: ignore[arg-type]
+    from charllm_trace.converters.build import kineto_trace, linked_trace
+    from charllm_trace.converters.kineto import parse_kineto
+
+    prof = parse_kineto(_load_kind(kineto, "kineto"), kineto)
+    if host_et is None:
+        return kineto_trace(prof)
+    from charllm_trace.converters.host_et import parse_host_et
+
+    host = parse_host_et(_load_kind(host_et, "host_et"), host_et)
+    return linked_trace(host, prof)
+
+
+def _load_kind(path: Any, want: str) -> dict[str, Any]:
+    doc = load_json(path)
+    k = kind_of(doc)
+    if k != want:
+        what = {"kineto": "a Kineto profile", "host_et": "a host execution trace"}
+        raise InputError(
+            path, f"expected {what[want]}, found {what.get(k, 'neither a Kineto profile nor a host ET')}"
+        )
+    return doc
+
+
+# ---------------------------------------------------------------------------
+# Run directories
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class RankFiles:
+    rank: int
+    kineto: Path | None = None
+    host_et: Path | None = None
+
+
+def _peek(p: Path) -> bytes:
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(2)
+            fh.seek(0)
+            if head == b"\x1f\x8b":
+                with gzip.open(fh) as g:
+                    return g.read(PEEK_BYTES)
+            return fh.read(PEEK_BYTES)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(p, f"cannot read (corrupt or truncated gzip?): {exc}") from None
+
+
+def classify(p: Path) -> tuple[str, int | None]:
+    """("kineto" | "host_et" | "other", rank or None) from the first bytes and the file name."""
+    head = _peek(p)
+    m = _RANK_IN_NAME.search(p.name)
+    rank = int(m.group(1)) if m else None
+    if b'"traceEvents"' in head:
+        d = _DIST_RANK.search(head)
+        return "kineto", int(d.group(1)) if d else rank
+    if b'"nodes"' in head and (b'"schema"' in head or b'"pid"' in head):
+        return "host_et", rank
+    if b'"schemaVersion"' in head or b'"deviceProperties"' in head:
+        return "kineto", rank  # traceEvents beyond the peek
+    return "other", rank
+
+
+def pair_files(run_dir: str | os.PathLike[str]) -> list[RankFiles]:
+    """Pair the Kineto profiles and host ETs of a run directory by rank."""
+    d = Path(run_dir)
+    files = sorted(
+        e
+        for e in d.iterdir()
+        if e.is_file() and e.name.lower().endswith((".json", ".json.gz")) and not _NOT_TRACES.search(e.name)
+    )
+    by_rank: dict[int, RankFiles] = {}
+    unranked: list[tuple[str, Path]] = []
+    for f in files:
+        kind, rank = classify(f)
+        if kind == "other":
+            continue
+        if rank is None:
+            unranked.append((kind, f))
+            continue
+        rf = by_rank.setdefault(rank, RankFiles(rank))
+        prev = getattr(rf, kind)
+        if prev is not None:
+            raise InputError(
+                d, f"two {kind.replace('_', ' ')} files for rank {rank}: {prev.name} and {f.name}"
+            )
+        setattr(rf, kind, f)
+    if unranked:
+        if by_rank or len(unranked) > 2 or len({k for k, _ in unranked}) != len(unranked):
+            names = ", ".join(f.name for _, f in unranked[:3])
+            raise InputError(
+                d, f"cannot tell which rank these files belong to (no rank in the name or profile): {names}"
+            )
+        rf = RankFiles(0)
+        for kind, f in unranked:
+            setattr(rf, kind, f)
+        by_rank[0] = rf
+    if not by_rank:
+        raise InputError(d, "no Kineto profiles or host execution traces found here")
+    only_host = [r for r, f in by_rank.items() if f.kineto is None]
+    only_kineto = [r for r, f in by_rank.items() if f.host_et is None]
+    if only_host and only_kineto:
+        raise InputError(
+            d,
+            f"files do not pair up: rank(s) {only_host[:4]} have a host ET but no Kineto profile and "
+            f"rank(s) {only_kineto[:4]} a Kineto profile but no host ET (by distributedInfo.rank or file name)",
+        )
+    return [by_rank[r] for r in sorted(by_rank)]
+
+
+def _convert_rank_job(rank: int, host_et: str | None, kineto: str | None) -> tuple[str, Any, Any]:
+    """Worker entry point. Returns ("ok", trace, report) or ("error", path, problem)."""
+    try:
+        trace, report = convert_pair(host_et, kineto)
+    except InputError as exc:
+        return "error", exc.path, exc.problem
+    if trace.meta.rank is None:
+        trace.meta.rank = rank
+    return "ok", trace, report
+
+
+def _attach_run_facts(run_dir: Path, traces: dict[int, Trace], manifest: dict[str, Any]) -> None:
+    """Telemetry and host/device facts from a collected run (manifest, rank info, telemetry files)."""
+    if manifest:
+        ws = manifest.get("world_size")
+        for t in traces.values():
+            if t.meta.world_size is None and isinstance(ws, int):
+                t.meta.world_size = ws
+    if not any(run_dir.glob("telemetry-*.meta.json")) and not any(run_dir.glob("rank-*.info.json")):
+        return
+    from charllm_trace.collectors.telemetry.reader import rank_devices, read_telemetry, telemetry_for_rank
+
+    devices = rank_devices(run_dir)
+    tel = read_telemetry(run_dir) if any(run_dir.glob("telemetry-*.meta.json")) else None
+    for rank, t in traces.items():
+        host, idx = devices.get(rank, (None, None))
+        if host is not None and t.meta.hostname is None:
+            t.meta.hostname = host
+        if idx is not None:
+            t.meta.device_index = idx
+        if tel is not None:
+            t.telemetry = telemetry_for_rank(run_dir, rank, tel)
+
+
+def convert_run(
+    run_dir: str | os.PathLike[str], *, workers: int | None = None, progress: Progress | None = None
+) -> Run:
+    """Convert every rank of a run directory, in parallel worker processes (``workers``: default
+    the number of CPUs, at most the number of ranks; 1 converts in this process)."""
+    d = Path(run_dir)
+    if not d.is_dir():
+        raise InputError(d, "is not a directory")
+    jobs = pair_files(d)
+    n = len(jobs)
+    if workers is None:
+        # Worker processes start with "spawn" (forking a process that already runs polars'
+        # thread pool can deadlock), which costs about a second each: only worth it for big runs.
+        total = sum(f.stat().st_size for j in jobs for f in (j.kineto, j.host_et) if f is not None)
+        workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_BYTES else 1
+    nw = max(1, min(workers, n))
+    results: dict[int, tuple[Trace, dict[str, Any]]] = {}
+
+    def take(rank: int, res: tuple[str, Any, Any]) -> None:
+        status, a, b = res
+        if status == "error":
+            raise InputError(a, b)
+        results[rank] = (a, b)
+        if progress is not None:
+            progress(len(results), n, rank)
+
+    args = [
+        (j.rank, str(j.host_et) if j.host_et else None, str(j.kineto) if j.kineto else None) for j in jobs
+    ]
+    if nw == 1:
+        for a in args:
+            take(a[0], _convert_rank_job(*a))
+    else:
+        with ProcessPoolExecutor(max_workers=nw, mp_context=multiprocessing.get_context("spawn")) as ex:
+            futs = {ex.submit(_convert_rank_job, *a): a[0] for a in args}
+            try:
+                for f in as_completed(futs):
+                    take(futs[f], f.result())
+            except BaseException:
+                for f in futs:
+                    f.cancel()
+                raise
+    traces: dict[int, Trace] = {}
+    for rank, (trace, _report) in results.items():
+        if trace.meta.rank is not None and trace.meta.rank != rank and rank in traces:
+            raise InputError(d, f"rank {rank}'s files say rank {trace.meta.rank}")
+        if trace.meta.rank in traces:
+            raise InputError(d, f"two sets of files are rank {trace.meta.rank}")
+        traces[trace.meta.rank if trace.meta.rank is not None else rank] = trace
+    manifest: dict[str, Any] = {}
+    mp = d / "manifest.json"
+    if mp.exists():
+        try:
+            manifest = json.loads(mp.read_text())
+        except (OSError, ValueError) as exc:
+            raise InputError(mp, f"manifest does not parse: {exc}") from None
+        if not isinstance(manifest, dict):
+            raise InputError(mp, "manifest is not a JSON object")
+    _attach_run_facts(d, traces, manifest)
+    sizes = {t.meta.world_size for t in traces.values() if t.meta.world_size is not None}
+    if len(sizes) > 1:
+        raise InputError(d, f"ranks disagree on the world size ({sorted(sizes)}): files from different runs?")
+    return Run(traces=traces, manifest=manifest, source=str(d))
+
+
+def convert_path(
+    path: str | os.PathLike[str],
+    *,
+    host_et: str | os.PathLike[str] | None = None,
+    workers: int | None = None,
+    progress: Progress | None = None,
+) -> Run:
+    """Convert a run directory, one Kineto profile / host ET, or (with ``host_et``) one pair."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(p, "no such file or directory")
+    if p.is_dir():
+        if host_et is not None:
+            raise InputError(p, "--host-et goes with a single Kineto file, not a directory")
+        return convert_run(p, workers=workers, progress=progress)
+    if host_et is None:
+        run = convert_file(p)
+    else:
+        trace, _ = convert_pair(host_et, p)
+        run = Run.single(trace, source=str(p))
+    if progress is not None:
+        progress(1, 1, run.ranks[0])
+    return run
+
+
+def summary_lines(run: Run) -> list[str]:
+    """One line per rank: what was converted and how well it linked (from each trace's report)."""
+    out = []
+    for rank in run.ranks:
+        t = run.traces[rank]
+        r = t.meta.extra.get("convert", {})
+        parts = [f"rank {rank}: {t.nodes.height} nodes", f"{r.get('comm_nodes', 0)} communication nodes"]
+        lm = r.get("link_method")
+        if r.get("host_ops") is not None:
+            parts.append(f"host ops linked {r.get('host_ops_linked')}/{r.get('host_ops')} by {lm}")
+        else:
+            parts.append(f"link: {lm}")
+        if r.get("gpu_nodes"):
+            linked = r.get("gpu_nodes", 0) - r.get("gpu_unlinked", 0)
+            parts.append(f"GPU nodes linked to their launch {linked}/{r.get('gpu_nodes')}")
+        if r.get("comm_without_bytes"):
+            parts.append(f"{r['comm_without_bytes']} collectives of unknown size")
+        out.append(", ".join(parts))
+    return out
