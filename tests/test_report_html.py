@@ -125,3 +125,121 @@ def test_primitives_render_in_chromium(tmp_path: Path) -> None:
     assert figs[3]["marks"] == expect["bar2"]
     assert figs[4]["marks"] == expect["scatter"]
     assert res.pixel_std > 10 and res.distinct_colors > 20
+
+
+# ---------------------------------------------------------------------------
+# The report wired to the analyses
+# ---------------------------------------------------------------------------
+
+A100 = "hta/a100_ddp_nccl_rank0.json.gz"
+
+
+def _raw_counts(path: Path) -> tuple[int, dict[str, int]]:
+    """ProfilerSteps and collective kernels per type, read straight from the Kineto JSON."""
+    import gzip
+    import json
+    from collections import Counter
+
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    ev = doc["traceEvents"]
+    steps = {e["name"] for e in ev if str(e.get("name", "")).startswith("ProfilerStep#")}
+    colls = Counter(
+        e["args"]["Collective name"]
+        for e in ev
+        if e.get("cat") == "kernel" and "Collective name" in e.get("args", {})
+    )
+    return len(steps), dict(colls)
+
+
+def _with_telemetry(run, period_ns: int = 10_000_000):
+    """The run's rank with a 100 Hz telemetry stream over its span; every 20th..23rd sample is
+    power-capped (NVML reason 0x4). Returns the run and the number of throttle periods."""
+    import polars as pl
+
+    from charllm_trace.model import Run, Trace
+
+    (rank,) = run.ranks
+    tr = run.traces[rank]
+    s0 = int(tr.nodes["start_ns"].min())
+    s1 = int((tr.nodes["start_ns"] + tr.nodes["dur_ns"]).max())
+    t = np.arange(s0 - period_ns // 2, s1 + period_ns, period_ns, dtype=np.int64)
+    i = np.arange(t.size)
+    capped = i % 20 < 4
+    tel = pl.DataFrame(
+        {
+            "time_ns": t,
+            "device": [tr.meta.device_index or 0] * t.size,
+            "power_w": 250 + 100 * np.sin(i / 3.0),
+            "temp_c": 60 + 0.2 * i,
+            "sm_clock_mhz": np.where(capped, 1200.0, 1410.0),
+            "power_limit_w": [400.0] * t.size,
+            "throttle_reasons": np.where(capped, 0x4, 0),
+        }
+    )
+    periods = int(np.sum(np.diff(np.r_[0, capped.astype(int)]) == 1))
+    return Run(
+        {rank: Trace(nodes=tr.nodes, deps=tr.deps, telemetry=tel, meta=tr.meta)}, source=run.source
+    ), periods
+
+
+def test_report_of_a_real_trace_in_chromium(tmp_path: Path) -> None:
+    from tests.conftest import shared_trace
+
+    src = shared_trace(A100)
+    require_browser()
+    from charllm_trace import loader
+    from charllm_trace.analysis import AnalyzeOptions, analyze_run
+    from charllm_trace.report import render_report, report_data
+
+    run, periods = _with_telemetry(loader.load(src))
+    an = analyze_run(run, AnalyzeOptions(per_step=True))
+    assert an.skipped == {}
+    page = render_report(report_data(run, an, title="A100 DDP"))
+    assert "<script" not in page
+    f = tmp_path / "report.html"
+    f.write_text(page, encoding="utf-8")
+    res = open_page(f, tmp_path / "report.png")
+    assert res.console_errors == [] and res.page_errors == []
+    assert res.requests == [f.resolve().as_uri()]
+    kinds = [x["kind"] for x in res.figures]
+    assert kinds == ["lanes", "bar", "scatter", "bar", "line"], kinds
+    for fig in res.figures:
+        assert fig["drawn"] == fig["marks"] > 0 and fig["svg_w"] > 900, fig
+    lanes, steps_bar, scatter, energy_bar, line = res.figures
+    n_steps, colls = _raw_counts(src)
+    assert lanes["marks"] == 3 + 1  # compute, communication, idle rows + the power line
+    assert steps_bar["marks"] == n_steps == 3  # one bar per ProfilerStep
+    # one group per collective type, each point counted in the legend: as many as kernels in the input
+    legend = re.findall(r"(all_reduce|broadcast) \((\d+)\)", page)
+    assert {k: int(v) for k, v in legend} == {
+        "all_reduce": colls["allreduce"],
+        "broadcast": colls["broadcast"],
+    }
+    assert "peak 300 GB/s" in page  # the A100's NVLink peak line is drawn
+    assert energy_bar["marks"] >= 3
+    assert line["marks"] == 3 + periods  # power, temperature, SM clock + one shaded span per throttle period
+    assert res.pixel_std > 10 and res.distinct_colors > 20
+
+
+def test_report_command_on_a_two_rank_run(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from charllm_trace.cli import main
+    from tests.conftest import shared_trace
+
+    src = shared_trace("hta/trace_filter_2ranks/rank-0.json.gz").parent
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(main, ["report", str(src), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "no telemetry" in res.output  # energy and power say why they are not drawn
+    page = out.read_text(encoding="utf-8")
+    assert page.count('data-chart="lanes"') == 1 and "rank 0" in page and "rank 1" in page
+    assert page.count("no telemetry in this trace") >= 2  # energy and power sections
+    res = CliRunner().invoke(main, ["report", str(src), "-o", str(out)])
+    assert res.exit_code == 2 and "already exists" in res.output
+    require_browser()
+    shown = open_page(out, tmp_path / "r.png")
+    assert shown.console_errors == [] and shown.page_errors == []
+    lanes = shown.figures[0]
+    assert lanes["kind"] == "lanes" and lanes["drawn"] == lanes["marks"] >= 2 * 2  # two ranks, >= 2 rows each
+    assert shown.pixel_std > 10

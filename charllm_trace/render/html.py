@@ -411,7 +411,7 @@ def lanes_chart(
     """Stacked lanes of intervals (one row per state) with series drawn over them on a right axis."""
     if not lanes:
         return empty(title, "no timed activity to draw")
-    row_h, gap = 12, 10
+    row_h, gap = (18, 12) if len(lanes) <= 4 else (12, 8)
     n_rows = sum(max(len(lane.rows), 1) for lane in lanes)
     height = MT + n_rows * row_h + len(lanes) * gap + MB + 4
     top, bottom = MT, height - MB

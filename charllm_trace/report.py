@@ -1,0 +1,394 @@
+"""What the HTML report shows, assembled from a Run and its analyses (pure: no I/O).
+
+:func:`report_data` picks and reshapes already-defined quantities into the frames
+the charts draw: the per-rank activity lanes come from the analyses' own node
+classification (:mod:`charllm_trace.analysis.classify`) and interval algebra, the
+overlap, bandwidth, energy and power figures straight from :class:`RunAnalysis`,
+the time series from the telemetry samples. :func:`render_report` turns it into one
+self-contained HTML page (:mod:`charllm_trace.render.html`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from charllm_trace.analysis import intervals as iv
+from charllm_trace.analysis.classify import classify
+from charllm_trace.analysis.energy import IDLE
+from charllm_trace.analysis.overlap import GPU_BUSY
+from charllm_trace.analysis.power import SLOWDOWN_MASK, THROTTLE_REASONS
+from charllm_trace.analysis.results import RunAnalysis
+from charllm_trace.model import Run, Trace
+
+MAX_LANES = 16  # ranks drawn in the timeline
+MAX_DEVICE_CHARTS = 8  # (rank, device) telemetry charts
+TOP_OPS = 15  # operators in the energy chart
+
+
+@dataclass
+class RankLanes:
+    rank: int
+    mode: str  # "gpu" or "cpu"
+    compute: tuple[np.ndarray, np.ndarray]  # merged [start, end) ns
+    comm: tuple[np.ndarray, np.ndarray]
+    idle: tuple[np.ndarray, np.ndarray]
+    window: tuple[int, int]
+
+
+@dataclass
+class DeviceSeries:
+    rank: int
+    device: int
+    t: np.ndarray  # ns
+    power_w: np.ndarray
+    temp_c: np.ndarray
+    sm_clock_mhz: np.ndarray
+    throttle: list[tuple[int, int, str]]  # (start_ns, end_ns, reason names)
+
+
+@dataclass
+class ReportData:
+    title: str
+    source: str | None
+    ranks: list[int]
+    origin_ns: int | None
+    lanes: list[RankLanes] = field(default_factory=list)
+    overlay: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # rank -> (t, W)
+    overlap_total: pl.DataFrame | None = None
+    overlap_steps: pl.DataFrame | None = None  # rank, step, overlap_pct
+    collectives: pl.DataFrame | None = None  # coll_type, bytes, busbw_gbps
+    peaks: list[tuple[float, str]] = field(default_factory=list)
+    energy_ops: pl.DataFrame | None = None  # key, energy_j (summed over ranks), sorted
+    energy_totals: pl.DataFrame | None = None
+    devices: list[DeviceSeries] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _lanes(trace: Trace, rank: int) -> RankLanes | None:
+    df = classify(trace.nodes).filter(pl.col("start_ns").is_not_null() & pl.col("dur_ns").is_not_null())
+    gpu = df.filter(pl.col("on_gpu").fill_null(False) & pl.col("cls").is_in(list(GPU_BUSY)))
+    if gpu.height:
+        mode, act = "gpu", gpu
+        comm_cls, comp_cls = ["comm"], ["compute"]
+    else:
+        mode = "cpu"
+        act = df.filter(pl.col("cls").is_in(["cpu_comm", "cpu_compute"]) | (pl.col("kind") == "cpu_op"))
+        comm_cls, comp_cls = ["cpu_comm"], ["cpu_compute"]
+    if act.height == 0:
+        return None
+    s = act["start_ns"].to_numpy().astype(np.int64)
+    e = s + act["dur_ns"].to_numpy().astype(np.int64)
+    cls = act["cls"].to_numpy()
+    comm = iv.merge(s[np.isin(cls, comm_cls)], e[np.isin(cls, comm_cls)])
+    comp = iv.merge(s[np.isin(cls, comp_cls)], e[np.isin(cls, comp_cls)])
+    busy_s, busy_e = iv.merge(s, e)
+    w0, w1 = int(busy_s[0]), int(busy_e[-1])
+    idle = (busy_e[:-1].copy(), busy_s[1:].copy())  # the gaps between busy intervals
+    return RankLanes(rank, mode, comp, comm, idle, (w0, w1))
+
+
+def _throttle_spans(t: np.ndarray, mask: np.ndarray, amd: bool) -> list[tuple[int, int, str]]:
+    """Runs of samples with a slowdown reason, each held until the next sample."""
+    if t.size < 2:
+        return []
+    flag = (mask & (~0 if amd else SLOWDOWN_MASK)) != 0
+    if not flag.any():
+        return []
+    d = np.diff(np.r_[0, flag.astype(np.int8), 0])
+    starts, stops = np.flatnonzero(d == 1), np.flatnonzero(d == -1)  # stops: first unflagged index
+    out = []
+    for a, b in zip(starts.tolist(), stops.tolist(), strict=True):  # one per throttle period
+        end = int(t[b]) if b < t.size else int(t[-1])
+        bits = int(np.bitwise_or.reduce(mask[a:b]))
+        names = (
+            [f"bit {k}" for k in range(32) if bits >> k & 1]
+            if amd
+            else [n for bit, n in THROTTLE_REASONS.items() if bits & bit & SLOWDOWN_MASK]
+        )
+        out.append((int(t[a]), end, ", ".join(names)))
+    return out
+
+
+def _is_amd(trace: Trace) -> bool:
+    m = (trace.meta.device_model or "").lower()
+    return "amd" in m or "instinct" in m or m.startswith("mi")
+
+
+def _devices_of(trace: Trace) -> list[int]:
+    tel = trace.telemetry
+    if tel.height == 0:
+        return []
+    devs = sorted(int(d) for d in tel["device"].drop_nulls().unique().to_list())
+    if trace.meta.device_index is not None and trace.meta.device_index in devs:
+        return [trace.meta.device_index]
+    return devs
+
+
+def report_data(run: Run, an: RunAnalysis, title: str | None = None) -> ReportData:
+    """The frames and series the report draws, from ``run`` and its analyses."""
+    data = ReportData(
+        title=title or "charllm-trace report",
+        source=run.source,
+        ranks=run.ranks,
+        origin_ns=None,
+        skipped=dict(an.skipped),
+    )
+    for name, notes in an.notes().items():
+        data.notes += [f"{name}: {n}" for n in notes]
+    lows: list[int] = []
+    for r in run.ranks[:MAX_LANES]:
+        tr = run.traces[r]
+        if not tr.meta.has_timestamps:
+            continue
+        lane = _lanes(tr, r)
+        if lane is not None:
+            data.lanes.append(lane)
+            lows.append(lane.window[0])
+    if len(run.ranks) > MAX_LANES:
+        data.notes.append(f"timeline: the first {MAX_LANES} of {len(run.ranks)} ranks are drawn")
+    # telemetry: power over each rank's lane, and per-device charts
+    for r in run.ranks:
+        tr = run.traces[r]
+        for dev in _devices_of(tr):
+            smp = tr.telemetry.filter(pl.col("device") == dev).sort("time_ns")
+            t = smp["time_ns"].to_numpy().astype(np.int64)
+            pw = smp["power_w"].cast(pl.Float64).fill_null(np.nan).to_numpy()
+            if r not in data.overlay:
+                data.overlay[r] = (t, pw)
+            if len(data.devices) < MAX_DEVICE_CHARTS:
+                th = smp.filter(pl.col("throttle_reasons").is_not_null())
+                spans = _throttle_spans(
+                    th["time_ns"].to_numpy().astype(np.int64),
+                    th["throttle_reasons"].to_numpy().astype(np.int64),
+                    _is_amd(tr),
+                )
+                data.devices.append(
+                    DeviceSeries(
+                        r,
+                        dev,
+                        t,
+                        pw,
+                        smp["temp_c"].cast(pl.Float64).fill_null(np.nan).to_numpy(),
+                        smp["sm_clock_mhz"].cast(pl.Float64).fill_null(np.nan).to_numpy(),
+                        spans,
+                    )
+                )
+            if t.size:
+                lows.append(int(t[0]))
+    data.origin_ns = min(lows) if lows else None
+    if an.overlap is not None:
+        pr = an.overlap.per_rank
+        data.overlap_total = pr.filter(pl.col("step").is_null()).sort("rank")
+        data.overlap_steps = (
+            pr.filter(pl.col("step").is_not_null()).select("rank", "step", "overlap_pct").sort("step", "rank")
+        )
+    if an.bandwidth is not None:
+        c = an.bandwidth.collectives
+        data.collectives = c.select("coll_type", "bytes", "busbw_gbps").filter(
+            pl.col("bytes").is_not_null() & pl.col("busbw_gbps").is_not_null()
+        )
+        labels = {}
+        for p in an.bandwidth.peaks.values():
+            if p.gbps is not None:
+                labels.setdefault(float(p.gbps), p.link)
+        for g in c["peak_gbps"].drop_nulls().unique().sort().to_list():
+            data.peaks.append((float(g), f"{labels.get(float(g), 'link')} peak {g:g} GB/s"))
+    if an.energy is not None:
+        ops = (
+            an.energy.group("op")
+            .group_by("key")
+            .agg(pl.col("energy_j").sum())
+            .sort("energy_j", descending=True)
+        )
+        if ops.height > TOP_OPS:
+            rest = ops.slice(TOP_OPS)
+            ops = pl.concat(
+                [
+                    ops.head(TOP_OPS),
+                    pl.DataFrame(
+                        {"key": [f"({rest.height} other ops)"], "energy_j": [rest["energy_j"].sum()]}
+                    ),
+                ]
+            )
+        if IDLE not in ops["key"].to_list():  # the idle share, unless the analysis lists it already
+            idle = float(an.energy.totals["idle_j"].sum())
+            ops = pl.concat([ops, pl.DataFrame({"key": [IDLE], "energy_j": [idle]})])
+        data.energy_ops = ops
+        data.energy_totals = an.energy.totals
+    return data
+
+
+# ---------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------
+
+
+def _ms(ns: float | None) -> str:
+    return "" if ns is None else f"{ns / 1e6:,.3f}"
+
+
+def _pct(v: float | None) -> str:
+    return "" if v is None or v != v else f"{v:.2f}"
+
+
+def render_report(data: ReportData) -> str:
+    """One self-contained HTML page of ``data``."""
+    from charllm_trace.render import html as H
+
+    o = data.origin_ns or 0
+    rep = H.HtmlReport(
+        data.title,
+        f"{len(data.ranks)} rank(s) · source: {data.source or 'in memory'} · times from the run's first event",
+    )
+    # 1. timeline
+    if data.lanes:
+        lanes = [
+            H.Lane(
+                f"rank {ln.rank}",
+                [
+                    H.LaneRow("compute", ln.compute[0] - o, ln.compute[1] - o),
+                    H.LaneRow("communication", ln.comm[0] - o, ln.comm[1] - o),
+                    H.LaneRow("idle", ln.idle[0] - o, ln.idle[1] - o),
+                ],
+            )
+            for ln in data.lanes
+        ]
+        x0 = min(ln.window[0] for ln in data.lanes) - o
+        x1 = max(ln.window[1] for ln in data.lanes) - o
+        overlay = [
+            H.Series(f"rank {r} power", t - o, w)
+            for r, (t, w) in data.overlay.items()
+            if np.isfinite(w).any()
+        ]
+        modes = {ln.mode for ln in data.lanes}
+        note = (
+            "GPU streams: compute and communication kernels, idle = no GPU activity"
+            if modes == {"gpu"}
+            else "CPU mode (no GPU kernels): communication = CPU collective ops, compute = leaf CPU ops"
+        )
+        chart = H.lanes_chart(
+            lanes,
+            title="Per-rank timeline: compute / communication / idle, with power",
+            x_range=(float(x0), float(x1)),
+            overlay=overlay,
+            overlay_label="power (W)",
+            note=note + ("" if overlay else "; no power samples to draw over it"),
+        )
+    else:
+        chart = H.empty("Per-rank timeline", data.skipped.get("overlap", "no timed activity in this run"))
+    rep.add("Timeline", chart)
+
+    # 2. overlap
+    parts = []
+    if data.overlap_total is not None and data.overlap_total.height:
+        t = data.overlap_total
+        parts.append(
+            H.table(
+                [
+                    "rank",
+                    "span (ms)",
+                    "compute (ms)",
+                    "communication (ms)",
+                    "overlap %",
+                    "exposed comm (ms)",
+                    "idle (ms)",
+                ],
+                [
+                    [
+                        r["rank"],
+                        _ms(r["span_ns"]),
+                        _ms(r["compute_ns"]),
+                        _ms(r["comm_ns"]),
+                        _pct(r["overlap_pct"]),
+                        _ms(r["exposed_comm_ns"]),
+                        _ms(r["idle_ns"]),
+                    ]
+                    for r in t.iter_rows(named=True)
+                ],
+            )
+        )
+    st = data.overlap_steps
+    if st is not None and st.height and st["overlap_pct"].is_not_null().any():
+        steps = st["step"].unique().sort().to_list()
+        ranks = st["rank"].unique().sort().to_list()[:8]
+        values = {}
+        for r in ranks:
+            sub = dict(st.filter(pl.col("rank") == r).select("step", "overlap_pct").iter_rows())
+            values[f"rank {r}"] = [sub.get(s) if sub.get(s) is not None else np.nan for s in steps]
+        parts.append(
+            H.bar_chart(
+                [f"step {s}" for s in steps],
+                values,
+                title="Overlap per step",
+                x_label="overlap of communication with compute (%)",
+            )
+        )
+    elif data.overlap_total is not None:
+        parts.append(H.empty("Overlap per step", "no ProfilerStep annotations or no communication per step"))
+    else:
+        parts.append(H.empty("Overlap", data.skipped.get("overlap", "not computed")))
+    rep.add("Overlap", *parts)
+
+    # 3. bandwidth
+    c = data.collectives
+    if c is not None and c.height:
+        groups = [
+            H.Series(
+                str(ct),
+                c.filter(pl.col("coll_type") == ct)["bytes"].to_numpy(),
+                c.filter(pl.col("coll_type") == ct)["busbw_gbps"].to_numpy(),
+            )
+            for ct in c["coll_type"].unique().sort().to_list()
+        ]
+        chart = H.scatter_chart(
+            groups,
+            title="Bus bandwidth vs message size, per collective type",
+            x_label="message size (nccl-tests convention)",
+            y_label="bus bandwidth (GB/s)",
+            hlines=[H.HLine(g, label) for g, label in data.peaks],
+            note="" if data.peaks else "link peak unknown for this device: no peak line",
+        )
+    else:
+        chart = H.empty("Bus bandwidth vs message size", data.skipped.get("bandwidth", "no collectives"))
+    rep.add("Collective bandwidth", chart)
+
+    # 4. energy
+    e = data.energy_ops
+    if e is not None and e.height:
+        chart = H.bar_chart(
+            e["key"].to_list(),
+            {"energy (J)": e["energy_j"].to_list()},
+            title="Energy by launching operator (all ranks)",
+            x_label="energy (J)",
+        )
+    else:
+        chart = H.empty("Energy by operator", data.skipped.get("energy", "not computed"))
+    rep.add("Energy", chart)
+
+    # 5. power, temperature, SM clock
+    figs = []
+    for d in data.devices:
+        figs.append(
+            H.line_chart(
+                [
+                    H.Series("power (W)", d.t - o, d.power_w, color="#d62728"),
+                    H.Series("temperature (C)", d.t - o, d.temp_c, color="#ff7f0e"),
+                    H.Series("SM clock (MHz)", d.t - o, d.sm_clock_mhz, color="#1f77b4", axis="right"),
+                ],
+                title=f"rank {d.rank} · GPU {d.device}: power, temperature and SM clock",
+                y_label="W / °C",
+                y2_label="MHz",
+                spans=[H.Span(a - o, b - o, why) for a, b, why in d.throttle],
+                span_label="throttled (power / thermal / hardware slowdown)",
+            )
+        )
+    if not figs:
+        figs.append(H.empty("Power, temperature and SM clock", data.skipped.get("power", "no telemetry")))
+    rep.add("Power and thermal", *figs)
+    if data.notes:
+        rep.add("Notes", "<ul>" + "".join(f"<li>{H._esc(n)}</li>" for n in data.notes) + "</ul>")
+    return rep.render()
