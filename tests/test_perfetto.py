@@ -346,3 +346,47 @@ def test_perfetto_trace_processor_reads_it_back(run: Run, tmp_path: Path) -> Non
         assert q("select count(*) as n from flow")[0].n == stats.flows
     finally:
         tp.close()
+
+
+@pytest.mark.parametrize("rel", ["hta/a100_ddp_nccl_rank0.json.gz", "hta/trace_filter_2ranks/rank-0.json.gz"])
+def test_real_trace_every_timed_node_is_one_slice(rel: str, tmp_path: Path) -> None:
+    from tests.conftest import shared_trace
+
+    src = shared_trace(rel)
+    if rel.endswith("rank-0.json.gz"):
+        src = src.parent  # the two-rank directory
+    run = loader.load(src)
+    out = tmp_path / "t.json"
+    stats = write_chrome_trace(run, out)
+    doc = _load(out)
+    events = doc["traceEvents"]
+    tnames = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    got = Counter()
+    for e in events:
+        if e["ph"] == "X":
+            got[(e["pid"], tnames[(e["pid"], e["tid"])])] += 1
+    exp = Counter()
+    n_launched = 0
+    for tr in run:
+        n = tr.nodes.filter(pl.col("start_ns").is_not_null())
+        cpu = n.filter(~pl.col("on_gpu"))
+        for t, k in cpu.group_by("tid").len().iter_rows():
+            exp[(tr.rank, f"CPU thread {t}")] += k
+        for d, s, k in n.filter(pl.col("on_gpu")).group_by("device", "stream").len().iter_rows():
+            exp[(tr.rank, f"GPU {d} stream {s}")] += k
+        n_launched += n.filter(pl.col("on_gpu") & pl.col("launch_id").is_in(cpu["id"].implode())).height
+    assert got == exp and stats.slices == sum(exp.values()) > 1000
+    assert stats.flows == n_launched > 0
+    assert len({e["pid"] for e in events if e["ph"] == "X"}) == len(run)
+    # complete events nest on every track of these traces
+    by_track = defaultdict(list)
+    for e in events:
+        if e["ph"] == "X":
+            by_track[(e["pid"], e["tid"])].append((e["ts"], -e["dur"], e["ts"] + e["dur"]))
+    for spans in by_track.values():
+        stack: list[Decimal] = []
+        for ts, _neg, end in sorted(spans):
+            while stack and stack[-1] <= ts:
+                stack.pop()
+            assert not stack or end <= stack[-1]
+            stack.append(end)
