@@ -8,6 +8,7 @@ input (truncated, corrupt, not an ET, ranks that do not belong together).
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 from pathlib import Path
@@ -20,8 +21,10 @@ from chakra.schema.protobuf import et_def_pb2 as pb
 from google.protobuf.message import DecodeError
 
 from charllm_trace.errors import InputError
+from charllm_trace.et import _native
 from charllm_trace.et import conventions as cv
-from charllm_trace.et.framing import message_bounds, read_bytes, sniff_text
+from charllm_trace.et.fastdecode import PAD, Corrupt, decode_nodes
+from charllm_trace.et.framing import GZIP_MAGIC, message_bounds, read_bytes, sniff_text
 from charllm_trace.model import (
     DEP_SCHEMA,
     NODE_SCHEMA,
@@ -267,8 +270,11 @@ def _nodes_frame(
     return df, deps, (any_start if not ours else True)
 
 
-def decode_et(data: bytes, path: Any = None) -> tuple[Trace, dict | None]:
-    """A Trace (and the run manifest, if the file has one) from the bytes of an ET."""
+def decode_et_reference(data: bytes, path: Any = None) -> tuple[Trace, dict | None]:
+    """The same as :func:`decode_et` through the protobuf runtime, one node at a time.
+
+    Slow; kept as an independent implementation the tests compare the fast decoder with.
+    """
     gm, nodes = parse_messages(data, path)
     meta, telemetry, manifest, ours = _meta_from_global(gm, path)
     df, deps, has_ts = _nodes_frame(nodes, ours, meta.rank)
@@ -278,6 +284,100 @@ def decode_et(data: bytes, path: Any = None) -> tuple[Trace, dict | None]:
     return Trace(nodes=df, deps=deps, telemetry=telemetry, meta=meta), manifest
 
 
+def load_buffer(path: str | os.PathLike[str]) -> tuple[np.ndarray, int]:
+    """(buffer, size): the uncompressed bytes of ``path`` as a uint8 array.
+
+    With the C scanner, an uncompressed file is memory-mapped (private, read-only,
+    pre-faulted): no copy, and string columns point into the mapping. Like polars'
+    own memory-mapped IPC reading, this assumes the file is not truncated in place
+    while the trace is in use (our writer replaces files atomically). Otherwise
+    (gzip, or the numpy decoder, which reads a little past message ends) the bytes
+    are copied into an array followed by ``PAD`` zero bytes.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(p, "no such file or directory")
+    if p.is_dir():
+        raise InputError(p, "is a directory, not a Chakra ET file")
+    try:
+        with open(p, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(2)
+            if size == 0 or not head:
+                raise InputError(p, "file is empty")
+            if head == GZIP_MAGIC:
+                raw = read_bytes(p)  # decompresses, with gzip errors as InputError
+                arr = np.zeros(len(raw) + PAD, dtype=np.uint8)
+                arr[: len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+                return arr, len(raw)
+            if _native.lib() is not None and os.environ.get("CHARLLM_TRACE_MMAP", "1") != "0":
+                flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0)
+                mm = mmap.mmap(f.fileno(), size, flags=flags, prot=mmap.PROT_READ)
+                return np.frombuffer(mm, dtype=np.uint8), size
+            arr = np.empty(size + PAD, dtype=np.uint8)
+            arr[:2] = np.frombuffer(head, dtype=np.uint8)
+            got = 2
+            view = memoryview(arr)
+            while got < size:
+                k = f.readinto(view[got:size])
+                if not k:
+                    break
+                got += k
+    except OSError as exc:
+        raise InputError(p, f"cannot read the file ({exc.strerror or exc})") from exc
+    arr = arr[: got + PAD]
+    arr[got:] = 0
+    return arr, got
+
+
+def frame_messages(buf: np.ndarray, size: int, path: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Message offsets and lengths (the C scanner when available, else Python)."""
+    so = _native.lib()
+    if so is None:
+        return message_bounds(memoryview(buf)[:size], path)
+    err = np.zeros(2, np.int64)
+    n = so.et_frame(buf.ctypes.data, size, None, None, err.ctypes.data)
+    if n >= 0:
+        starts = np.zeros(n, np.int64)
+        lens = np.zeros(n, np.int64)
+        n = so.et_frame(buf.ctypes.data, size, starts.ctypes.data, lens.ctypes.data, err.ctypes.data)
+    if n >= 0:
+        return starts, lens
+    k, at = int(err[0]), int(err[1])
+    if n == -1:
+        raise InputError(path, f"not a Chakra ET: malformed message length at byte {at} (message {k})")
+    if n == -2:
+        raise InputError(path, f"truncated: a message length at byte {at} runs past the end of the file")
+    raise InputError(
+        path, f"truncated: message {k} at byte {at} runs past the end of the file ({size - at} bytes left)"
+    )
+
+
+def decode_et(buf: np.ndarray, size: int, path: Any = None) -> tuple[Trace, dict | None]:
+    """A Trace (and the run manifest, if the file has one) from the first ``size`` bytes of ``buf``."""
+    text = sniff_text(buf[: min(size, 4096)].tobytes())
+    if text:
+        raise InputError(path, text)
+    starts, lens = frame_messages(buf, size, path)
+    if len(starts) == 0:
+        raise InputError(path, "not a Chakra ET: no messages")
+    gm = pb.GlobalMetadata()
+    try:
+        gm.ParseFromString(buf[starts[0] : starts[0] + lens[0]].tobytes())
+    except DecodeError as exc:
+        raise InputError(path, f"not a Chakra ET: the first message is not a GlobalMetadata ({exc})") from exc
+    meta, telemetry, manifest, ours = _meta_from_global(gm, path)
+    try:
+        cols = decode_nodes(buf, starts[1:], lens[1:], ours=ours, first_index=1)
+    except Corrupt as exc:
+        where = f"message {exc.where}: " if exc.where >= 0 else ""
+        raise InputError(path, f"corrupt Chakra ET: {where}{exc.problem}") from exc
+    if not ours:
+        meta.has_timestamps = cols.any_start
+        meta.clock = "unix_ns" if cols.any_start else "none"
+    return Trace(nodes=cols.frame, deps=cols.deps, telemetry=telemetry, meta=meta), manifest
+
+
 def read_et(path: str | os.PathLike[str], *, cache: bool = True) -> Trace:
     """Read one Chakra ET file (``.et`` or gzip-compressed) into a Trace."""
     trace, _ = _read_with_manifest(path, cache=cache)
@@ -285,8 +385,8 @@ def read_et(path: str | os.PathLike[str], *, cache: bool = True) -> Trace:
 
 
 def _read_with_manifest(path: str | os.PathLike[str], *, cache: bool) -> tuple[Trace, dict | None]:
-    data = read_bytes(path)
-    return decode_et(data, path)
+    buf, size = load_buffer(path)
+    return decode_et(buf, size, path)
 
 
 # ---------------------------------------------------------------------------

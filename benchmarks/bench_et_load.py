@@ -1,0 +1,174 @@
+"""Chakra ET loading speed: Chakra's own protolib loop vs charllm-trace's loader.
+
+Builds a large ET (default >= 1,000,000 nodes) by repeating a real one (node ids
+renumbered per copy, dependencies follow), then, each in a fresh subprocess so
+that timings and peak memory do not mix:
+
+  (a) protolib:  Chakra's ``protolib.openFileRd`` + ``decodeMessage`` per node
+                 (what ``chakra_jsonizer`` does, without the JSON part);
+  (b) cold:      ``charllm_trace.et.reader.read_et(path, cache=False)`` into polars tables;
+  (b') cold+cache: the same with the cache on and empty (decodes, then writes the cache);
+  (c) cached:    ``read_et(path)`` again: the cached tables.
+
+Usage::
+
+    python benchmarks/bench_et_load.py [--src ../shared/traces/chakra/feeder_tests_chakra.0.et]
+                                       [--nodes 1000000] [--repeat 3]
+
+Prints nodes/s, the ratios to (a) and each run's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SRC = ROOT.parent / "shared" / "traces" / "chakra" / "feeder_tests_chakra.0.et"
+
+
+def build_big_et(src: Path, dst: Path, min_nodes: int) -> int:
+    """Write ``dst``: ``src``'s GlobalMetadata, then its nodes repeated until >= min_nodes."""
+    from chakra.schema.protobuf import et_def_pb2 as pb
+    from chakra.src.third_party.utils.protolib import decodeMessage, encodeMessage, openFileRd
+
+    f = openFileRd(str(src))
+    gm = pb.GlobalMetadata()
+    decodeMessage(f, gm)
+    nodes = []
+    while True:
+        n = pb.Node()
+        if not decodeMessage(f, n):
+            break
+        nodes.append(n)
+    f.close()
+    stride = max(n.id for n in nodes) + 1
+    copies = -(-min_nodes // len(nodes))
+    with open(dst, "wb") as out:
+        encodeMessage(out, gm)
+        for k in range(copies):
+            shift = k * stride
+            for n in nodes:
+                m = pb.Node()
+                m.CopyFrom(n)
+                m.id = n.id + shift
+                del m.ctrl_deps[:]
+                m.ctrl_deps.extend(d + shift for d in n.ctrl_deps)
+                del m.data_deps[:]
+                m.data_deps.extend(d + shift for d in n.data_deps)
+                encodeMessage(out, m)
+    return copies * len(nodes)
+
+
+# --- the measured runs (each in its own process) ------------------------------------
+
+
+def _peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def run_protolib(path: str) -> dict:
+    from chakra.schema.protobuf import et_def_pb2 as pb
+    from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
+
+    t0 = time.perf_counter()
+    f = openFileRd(path)
+    gm = pb.GlobalMetadata()
+    decodeMessage(f, gm)
+    node = pb.Node()
+    count = 0
+    while decodeMessage(f, node):
+        count += 1
+    f.close()
+    return {"nodes": count, "seconds": time.perf_counter() - t0}
+
+
+def run_ours(path: str, cache: bool) -> dict:
+    t_import = time.perf_counter()
+    from charllm_trace.et.reader import read_et
+
+    t0 = time.perf_counter()
+    trace = read_et(path, cache=cache)
+    n = trace.nodes.height
+    return {"nodes": n, "seconds": time.perf_counter() - t0, "import_seconds": t0 - t_import}
+
+
+def _child(mode: str, path: str) -> None:
+    if mode == "protolib":
+        out = run_protolib(path)
+    elif mode == "cold":
+        out = run_ours(path, cache=False)
+    else:
+        out = run_ours(path, cache=True)
+    out["peak_rss_mib"] = _peak_rss_mib()
+    print(json.dumps(out))
+
+
+def measure(mode: str, path: Path, env: dict) -> dict:
+    r = subprocess.run(
+        [sys.executable, __file__, "--child", mode, str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if r.returncode != 0:
+        raise SystemExit(f"{mode} run failed:\n{r.stderr}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--src", type=Path, default=DEFAULT_SRC, help="a real Chakra ET to repeat")
+    ap.add_argument("--nodes", type=int, default=1_000_000, help="at least this many nodes")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per mode (the best is reported)")
+    ap.add_argument("--child", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        _child(*args.child)
+        return
+    if not args.src.exists():
+        raise SystemExit(f"{args.src} not found (the team's shared traces); pass --src")
+    with tempfile.TemporaryDirectory(prefix="charllm-bench-et-") as tmp:
+        big = Path(tmp) / "big.et"
+        t0 = time.perf_counter()
+        n = build_big_et(args.src, big, args.nodes)
+        print(
+            f"built {big.name}: {n:,} nodes, {big.stat().st_size / 1e6:,.0f} MB in {time.perf_counter() - t0:.1f} s"
+        )
+        env = dict(os.environ)
+        env["CHARLLM_TRACE_CACHE_DIR"] = str(Path(tmp) / "cache")
+        results: dict[str, dict] = {}
+        for mode in ("protolib", "cold", "cold+cache", "cached"):
+            best = None
+            for _ in range(args.repeat if mode != "cold+cache" else 1):
+                if mode == "cold+cache":
+                    import shutil
+
+                    shutil.rmtree(Path(tmp) / "cache", ignore_errors=True)
+                r = measure("cache" if mode in ("cold+cache", "cached") else mode, big, env)
+                if r["nodes"] != n:
+                    raise SystemExit(f"{mode}: read {r['nodes']} nodes, expected {n}")
+                if best is None or r["seconds"] < best["seconds"]:
+                    best = r
+            results[mode] = best
+        base = results["protolib"]["nodes"] / results["protolib"]["seconds"]
+        print(f"{'mode':<12} {'seconds':>8} {'nodes/s':>12} {'vs protolib':>12} {'peak RSS MiB':>13}")
+        for mode, r in results.items():
+            rate = r["nodes"] / r["seconds"]
+            print(
+                f"{mode:<12} {r['seconds']:>8.3f} {rate:>12,.0f} {rate / base:>11.2f}x {r['peak_rss_mib']:>13,.0f}"
+            )
+        print(json.dumps({"nodes": n, "file_mb": big.stat().st_size / 1e6, "results": results}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""Zero-copy string columns: hand polars (offset, length) slices of one byte buffer.
+
+A Chakra ET holds millions of strings (names, tensor shapes) at known offsets
+in the file. Copying them one by one into Python strings is what makes
+protobuf readers slow. Arrow's *binary view* layout describes exactly what we
+have: per string a 16-byte view (length, 4-byte prefix, buffer index, offset),
+short strings (<= 12 bytes) inline. We build the views with numpy and give
+them to polars through the Arrow C Data Interface (PyCapsule protocol); polars
+keeps a reference to the byte buffer, no string is copied. ``to_utf8`` then
+validates the bytes as UTF-8 (polars raises on invalid text).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import threading
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+# Buffers are windows of the data: window k starts at k * _STEP and is at most
+# 2 * _STEP long, so every string that starts in [k*_STEP, (k+1)*_STEP) and is
+# shorter than _STEP lies inside window k (view offsets are int32).
+_STEP = 1 << 30
+
+
+class _ArrowSchema(ctypes.Structure):
+    pass
+
+
+class _ArrowArray(ctypes.Structure):
+    pass
+
+
+_SchemaRelease = ctypes.CFUNCTYPE(None, ctypes.POINTER(_ArrowSchema))
+_ArrayRelease = ctypes.CFUNCTYPE(None, ctypes.POINTER(_ArrowArray))
+
+_ArrowSchema._fields_ = [
+    ("format", ctypes.c_char_p),
+    ("name", ctypes.c_char_p),
+    ("metadata", ctypes.c_char_p),
+    ("flags", ctypes.c_int64),
+    ("n_children", ctypes.c_int64),
+    ("children", ctypes.c_void_p),
+    ("dictionary", ctypes.c_void_p),
+    ("release", _SchemaRelease),
+    ("private_data", ctypes.c_void_p),
+]
+_ArrowArray._fields_ = [
+    ("length", ctypes.c_int64),
+    ("null_count", ctypes.c_int64),
+    ("offset", ctypes.c_int64),
+    ("n_buffers", ctypes.c_int64),
+    ("n_children", ctypes.c_int64),
+    ("buffers", ctypes.c_void_p),
+    ("children", ctypes.c_void_p),
+    ("dictionary", ctypes.c_void_p),
+    ("release", _ArrayRelease),
+    ("private_data", ctypes.c_void_p),
+]
+
+_FORMAT_BINARY_VIEW = b"vz"
+_NAME = b""
+_CAPSULE_SCHEMA = b"arrow_schema"
+_CAPSULE_ARRAY = b"arrow_array"
+
+_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+# Everything a live export needs (structs, numpy buffers), by private_data key.
+_LIVE_ARRAYS: dict[int, Any] = {}
+_LIVE_SCHEMAS: dict[int, Any] = {}
+_LOCK = threading.Lock()
+_KEYS = itertools.count(1)
+
+
+def _release_schema(ptr: Any) -> None:
+    ptr.contents.release = _SchemaRelease()
+    with _LOCK:
+        _LIVE_SCHEMAS.pop(int(ptr.contents.private_data or 0), None)
+
+
+def _release_array(ptr: Any) -> None:
+    ptr.contents.release = _ArrayRelease()
+    with _LOCK:
+        _LIVE_ARRAYS.pop(int(ptr.contents.private_data or 0), None)
+
+
+_RELEASE_SCHEMA = _SchemaRelease(_release_schema)
+_RELEASE_ARRAY = _ArrayRelease(_release_array)
+
+
+class _ViewExport:
+    """An object with ``__arrow_c_array__`` for one binary-view array."""
+
+    def __init__(self, views: np.ndarray, data: np.ndarray, n: int) -> None:
+        nbuf = max(1, (len(data) + _STEP - 1) // _STEP)
+        windows = [data[k * _STEP : min(len(data), k * _STEP + 2 * _STEP)] for k in range(nbuf)]
+        sizes = np.array([len(w) for w in windows], dtype=np.int64)
+        ptrs = [0, views.ctypes.data] + [w.ctypes.data for w in windows] + [sizes.ctypes.data]
+        self._buffers = (ctypes.c_void_p * len(ptrs))(*[p or None for p in ptrs])
+        key = next(_KEYS)
+        self.schema = _ArrowSchema(
+            format=_FORMAT_BINARY_VIEW,
+            name=_NAME,
+            metadata=None,
+            flags=2,  # nullable
+            n_children=0,
+            children=None,
+            dictionary=None,
+            release=_RELEASE_SCHEMA,
+            private_data=key,
+        )
+        self.array = _ArrowArray(
+            length=n,
+            null_count=0,
+            offset=0,
+            n_buffers=len(ptrs),
+            n_children=0,
+            buffers=ctypes.cast(self._buffers, ctypes.c_void_p),
+            children=None,
+            dictionary=None,
+            release=_RELEASE_ARRAY,
+            private_data=key,
+        )
+        with _LOCK:
+            _LIVE_ARRAYS[key] = (views, data, windows, sizes, self._buffers)
+            _LIVE_SCHEMAS[key] = True
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]:
+        return (
+            _PyCapsule_New(ctypes.addressof(self.schema), _CAPSULE_SCHEMA, None),
+            _PyCapsule_New(ctypes.addressof(self.array), _CAPSULE_ARRAY, None),
+        )
+
+    def close(self) -> None:
+        """Release whatever polars did not take over (it moves the structs it imports)."""
+        if self.array.release:
+            self.array.release(ctypes.pointer(self.array))
+        if self.schema.release:
+            self.schema.release(ctypes.pointer(self.schema))
+
+
+def _window(data: np.ndarray, width: int) -> np.ndarray:
+    """Overlapping rows: row i is data[i : i + width] (data must be padded by width bytes)."""
+    return np.lib.stride_tricks.as_strided(data, shape=(len(data) - width + 1, width), strides=(1, 1))
+
+
+def _views_numpy(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    n = len(starts)
+    views = np.zeros((n, 16), dtype=np.uint8)
+    head = _window(data, 12)[starts]  # first 12 bytes of every string
+    short = lengths <= 12
+    # inline strings: zero the bytes past their end
+    keep = np.arange(12)[None, :] < lengths[:, None]
+    head[short] *= keep[short]
+    views[:, 4:16] = head
+    v32 = views.view(np.int32)
+    v32[:, 0] = lengths
+    long_ = ~short
+    ls = starts[long_]
+    v32[long_, 2] = ls // _STEP
+    v32[long_, 3] = ls % _STEP
+    return views
+
+
+def binary_column(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, name: str = "") -> pl.Series:
+    """A polars Binary series whose row i is ``data[starts[i] : starts[i] + lengths[i]]``.
+
+    ``data`` must be a uint8 array padded by at least 16 zero bytes past the last
+    string; every slice must lie inside it (the caller checks this).
+    """
+    n = len(starts)
+    if n == 0:
+        return pl.Series(name, [], dtype=pl.Binary)
+    starts = starts.astype(np.int64, copy=False)
+    lengths = lengths.astype(np.int64, copy=False)
+    if lengths.max(initial=0) >= _STEP:
+        raise ValueError("a string of 1 GiB or more")
+    from charllm_trace.et import _native
+
+    so = _native.lib()
+    if so is not None:
+        views = np.empty((n, 16), dtype=np.uint8)
+        starts = np.ascontiguousarray(starts)
+        lengths = np.ascontiguousarray(lengths)
+        so.et_views(data.ctypes.data, starts.ctypes.data, lengths.ctypes.data, n, views.ctypes.data, _STEP)
+    else:
+        views = _views_numpy(data, starts, lengths)
+    export = _ViewExport(views, data, n)
+    try:
+        s = pl.Series(name, export)
+    finally:
+        export.close()
+    return s
+
+
+def utf8_column(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, name: str = "") -> pl.Series:
+    """Like :func:`binary_column` but as String; raises ``polars.exceptions.ComputeError`` on invalid UTF-8."""
+    return binary_column(data, starts, lengths, name).cast(pl.String)

@@ -1,0 +1,910 @@
+"""A vectorised protobuf decoder for Chakra ET nodes (numpy + polars, no per-node Python).
+
+Chakra's reader parses one ``Node`` message at a time and copies every string
+into a Python object. Here all messages are decoded together: each *round*
+decodes the next field of every message still open (so the number of rounds is
+the number of fields in the longest message, not the number of messages), and
+strings never leave the file buffer (see :mod:`charllm_trace.et._arrow`).
+
+Rare shapes (attribute lists, floats, bytes, huge unsigned ints) fall back to
+the protobuf runtime for just those attributes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+import polars as pl
+from chakra.schema.protobuf import et_def_pb2 as pb
+
+from charllm_trace.et import _native
+from charllm_trace.et import conventions as cv
+from charllm_trace.et._arrow import binary_column
+
+PAD = 32  # zero bytes after the data: varint reads past a message end stop there
+_U7F = np.uint64(0x7F)
+_U80 = np.uint64(0x80)
+
+
+class Corrupt(Exception):
+    """Bytes that are not a valid protobuf message; ``where`` is a message index."""
+
+    def __init__(self, where: int, problem: str) -> None:
+        self.where = where
+        self.problem = problem
+        super().__init__(f"message {where}: {problem}")
+
+
+# ---------------------------------------------------------------------------
+# wire-level primitives
+# ---------------------------------------------------------------------------
+
+
+def _window(data: np.ndarray, width: int) -> np.ndarray:
+    return np.lib.stride_tricks.as_strided(data, shape=(len(data) - width + 1, width), strides=(1, 1))
+
+
+def varints(data: np.ndarray, pos: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(value as uint64, byte count) of the varint at each position."""
+    b = data[pos].astype(np.uint64)
+    val = b & _U7F
+    nb = np.ones(len(pos), dtype=np.int64)
+    cont = np.flatnonzero(b & _U80)
+    shift = 7
+    while cont.size:
+        if shift > 63:
+            raise Corrupt(int(owner[cont[0]]), "a varint longer than 10 bytes")
+        bb = data[pos[cont] + nb[cont]].astype(np.uint64)
+        val[cont] |= (bb & _U7F) << np.uint64(shift)
+        nb[cont] += 1
+        cont = cont[(bb & _U80) != 0]
+        shift += 7
+    return val, nb
+
+
+def packed_varints(
+    data: np.ndarray, off: np.ndarray, ln: np.ndarray, owner: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Decode packed repeated varints: (owner of each value, value as uint64)."""
+    keep = ln > 0
+    off, ln, owner = off[keep], ln[keep], owner[keep]
+    total = int(ln.sum())
+    if total == 0:
+        return np.empty(0, np.int64), np.empty(0, np.uint64)
+    first = np.cumsum(ln) - ln
+    idx = np.repeat(off - first, ln) + np.arange(total, dtype=np.int64)
+    b = data[idx].astype(np.uint64)
+    is_end = (b & _U80) == 0
+    last = first + ln - 1
+    if not is_end[last].all():
+        bad = int(np.flatnonzero(~is_end[last])[0])
+        raise Corrupt(int(owner[bad]), "a packed varint runs past its field")
+    vstart = np.flatnonzero(np.concatenate(([True], is_end[:-1])))
+    vid = np.cumsum(np.concatenate(([0], is_end[:-1].astype(np.int64))))
+    k = np.arange(total, dtype=np.int64) - vstart[vid]
+    if (k > 9).any():
+        raise Corrupt(int(owner[0]), "a varint longer than 10 bytes")
+    contrib = (b & _U7F) << (np.uint64(7) * k.astype(np.uint64))
+    values = np.bitwise_or.reduceat(contrib, vstart)
+    byte_owner = np.repeat(owner, ln)
+    return byte_owner[vstart], values
+
+
+@dataclass
+class Tokens:
+    """One row per field occurrence, grouped by message in wire order."""
+
+    msg: np.ndarray  # int64: index of the message
+    field: np.ndarray  # int64
+    wt: np.ndarray  # int8 wire type
+    val: np.ndarray  # uint64: varint/fixed value, or payload length for wire type 2
+    off: np.ndarray  # int64: payload offset (wire type 2)
+
+    def select(self, mask: np.ndarray) -> Tokens:
+        return Tokens(self.msg[mask], self.field[mask], self.wt[mask], self.val[mask], self.off[mask])
+
+
+def tokenize(
+    data: np.ndarray, starts: np.ndarray, ends: np.ndarray, base: np.ndarray | None = None
+) -> Tokens:
+    """Split every message ``data[starts[i]:ends[i]]`` into its fields.
+
+    ``base`` maps message i to the index reported in errors (the ET message number).
+    """
+    n = len(starts)
+    where = np.arange(n, dtype=np.int64) if base is None else base
+    pos = starts.astype(np.int64, copy=True)
+    act = np.flatnonzero(pos < ends)
+    parts: list[tuple[np.ndarray, ...]] = []
+    win8 = _window(data, 8)
+    while act.size:
+        p = pos[act]
+        tag, tl = varints(data, p, where[act])
+        p = p + tl
+        wt = (tag & np.uint64(7)).astype(np.int8)
+        field = (tag >> np.uint64(3)).astype(np.int64)
+        val = np.zeros(len(act), dtype=np.uint64)
+        nxt = p.copy()
+        bad = ~np.isin(wt, (0, 1, 2, 5)) | (field == 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise Corrupt(int(where[act[i]]), f"invalid field tag {int(tag[i])}")
+        i02 = np.flatnonzero((wt == 0) | (wt == 2))
+        if i02.size:
+            v, vl = varints(data, p[i02], where[act[i02]])
+            val[i02] = v
+            nxt[i02] = p[i02] + vl
+        off = nxt.copy()
+        i2 = np.flatnonzero(wt == 2)
+        if i2.size:
+            big = val[i2] > np.uint64(1 << 40)
+            if big.any():
+                raise Corrupt(int(where[act[i2[np.flatnonzero(big)[0]]]]), "a field length beyond the file")
+            nxt[i2] = nxt[i2] + val[i2].astype(np.int64)
+        i1 = np.flatnonzero(wt == 1)
+        if i1.size:
+            val[i1] = win8[p[i1]].copy().view("<u8").ravel()
+            nxt[i1] = p[i1] + 8
+        i5 = np.flatnonzero(wt == 5)
+        if i5.size:
+            val[i5] = win8[p[i5]][:, :4].copy().view("<u4").ravel()
+            nxt[i5] = p[i5] + 4
+        over = nxt > ends[act]
+        if over.any():
+            i = int(np.flatnonzero(over)[0])
+            raise Corrupt(
+                int(where[act[i]]), "a field runs past the end of its message (truncated or corrupt)"
+            )
+        parts.append((act, field, wt, val, off))
+        pos[act] = nxt
+        act = act[nxt < ends[act]]
+    if not parts:
+        e = np.empty(0, np.int64)
+        return Tokens(e, e, np.empty(0, np.int8), np.empty(0, np.uint64), e)
+    msg = np.concatenate([q[0] for q in parts])
+    order = np.argsort(msg, kind="stable")
+    return Tokens(
+        msg[order],
+        np.concatenate([q[1] for q in parts])[order],
+        np.concatenate([q[2] for q in parts])[order],
+        np.concatenate([q[3] for q in parts])[order],
+        np.concatenate([q[4] for q in parts])[order],
+    )
+
+
+def _last_per_msg(t: Tokens, field: int, wt: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For a singular field: (present mask, value, offset) per message; the last occurrence wins."""
+    sel = np.flatnonzero((t.field == field) & (t.wt == wt))
+    present = np.zeros(n, dtype=bool)
+    val = np.zeros(n, dtype=np.uint64)
+    off = np.zeros(n, dtype=np.int64)
+    if sel.size:
+        m = t.msg[sel]
+        present[m] = True
+        val[m] = t.val[sel]  # numpy assigns in order: the last duplicate wins
+        off[m] = t.off[sel]
+    return present, val, off
+
+
+def strings(data: np.ndarray, off: np.ndarray, ln: np.ndarray, name: str, where: str) -> pl.Series:
+    try:
+        return binary_column(data, off, ln.astype(np.int64), name).cast(pl.String)
+    except pl.exceptions.ComputeError as exc:
+        raise Corrupt(-1, f"{where} is not valid UTF-8 text") from exc
+
+
+def _i64(u: np.ndarray) -> np.ndarray:
+    return u.view(np.int64)
+
+
+def _zigzag(u: np.ndarray) -> np.ndarray:
+    return (u >> np.uint64(1)).view(np.int64) ^ -(u & np.uint64(1)).view(np.int64)
+
+
+# ---------------------------------------------------------------------------
+# attributes
+# ---------------------------------------------------------------------------
+
+# value kinds
+K_NONE, K_INT, K_BOOL, K_STR, K_PY = 0, 1, 2, 3, 4
+# AttributeProto value field numbers
+_INT_VARINT = {7, 9, 11, 13}  # int32, int64, uint32, uint64 (varint)
+_INT_ZIGZAG = {15, 17}  # sint32, sint64
+_F_BOOL = 27
+_F_STRING = 29
+_F_UINT64 = 13
+_F_FIXED64 = 21
+
+
+@dataclass
+class Attrs:
+    """Decoded AttributeProto messages, one row each, in wire order per node."""
+
+    node: np.ndarray  # int64 index of the owning node
+    code: np.ndarray  # int64 index into ``names``
+    names: list[str]
+    kind: np.ndarray  # K_*
+    ival: np.ndarray  # int64 (K_INT, K_BOOL)
+    soff: np.ndarray  # int64 (K_STR)
+    slen: np.ndarray  # int64 (K_STR)
+    pyval: dict[int, Any]  # row -> Python value (K_PY: floats, lists, bytes, huge ints)
+
+
+_NATIVE_ERRORS = {
+    -1: "a varint longer than 10 bytes",
+    -2: "a field runs past the end of its message (truncated or corrupt)",
+    -3: "an invalid field tag",
+    -4: "a message runs past the end of the file",
+}
+
+
+def _ptr(a: np.ndarray | None) -> int | None:
+    return None if a is None else a.ctypes.data
+
+
+def _native_check(rc: int, err: np.ndarray, where: np.ndarray) -> None:
+    if rc < 0:
+        i = int(err[0])
+        raise Corrupt(int(where[i]) if 0 <= i < len(where) else -1, _NATIVE_ERRORS.get(rc, f"error {rc}"))
+
+
+def scan_attrs(
+    data: np.ndarray, off: np.ndarray, ln: np.ndarray, where: np.ndarray
+) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(names, code per attribute, value field, wire type, value, payload offset)."""
+    a = len(off)
+    so = _native.lib()
+    if so is not None:
+        off = np.ascontiguousarray(off, dtype=np.int64)
+        ln = np.ascontiguousarray(ln, dtype=np.int64)
+        name_off = np.zeros(a, np.int64)
+        name_len = np.zeros(a, np.int64)
+        name_hash = np.zeros(a, np.uint64)
+        vfield = np.zeros(a, np.int32)
+        vwt = np.zeros(a, np.int8)
+        vval = np.zeros(a, np.uint64)
+        voff = np.zeros(a, np.int64)
+        err = np.zeros(2, np.int64)
+        rc = so.et_attrs(
+            _ptr(data), _ptr(off), _ptr(ln), a,
+            _ptr(name_off), _ptr(name_len), _ptr(name_hash), _ptr(vfield), _ptr(vwt), _ptr(vval), _ptr(voff), _ptr(err),
+        )  # fmt: skip
+        _native_check(rc, err, where)
+        # names from the hashes: one representative per distinct hash
+        firsts = (
+            pl.DataFrame({"h": name_hash})
+            .with_row_index("i")
+            .group_by("h", maintain_order=True)
+            .agg(pl.col("i").first())
+        )
+        uh = firsts["h"].to_numpy()
+        order = np.argsort(uh)
+        code_sorted = np.searchsorted(uh[order], name_hash)
+        code = order[code_sorted].astype(np.int64)
+        reps = firsts["i"].to_numpy().astype(np.int64)
+        if not (name_len == name_len[reps][code]).all():
+            raise Corrupt(-1, "attribute names collide in the scanner's hash")  # astronomically unlikely
+        names_s = strings(data, name_off[reps], name_len[reps], "name", "an attribute name")
+        return names_s.to_list(), code, vfield.astype(np.int64), vwt, vval, voff
+    t = tokenize(data, off, off + ln, where)
+    _, name_len, name_off = _last_per_msg(t, 1, 2, a)
+    names_s = strings(data, name_off, name_len.astype(np.int64), "name", "an attribute name")
+    names = names_s.unique(maintain_order=True).to_list()
+    code = names_s.cast(pl.Enum(names)).to_physical().to_numpy().astype(np.int64)
+    # the value: the last oneof field present (fields 3..32)
+    vsel = np.flatnonzero((t.field >= 3) & (t.field <= 32))
+    vfield = np.zeros(a, dtype=np.int64)
+    vval = np.zeros(a, dtype=np.uint64)
+    voff = np.zeros(a, dtype=np.int64)
+    vwt = np.zeros(a, dtype=np.int8)
+    m = t.msg[vsel]
+    vfield[m] = t.field[vsel]
+    vval[m] = t.val[vsel]
+    voff[m] = t.off[vsel]
+    vwt[m] = t.wt[vsel]
+    return names, code, vfield, vwt, vval, voff
+
+
+def decode_attrs(
+    data: np.ndarray, node: np.ndarray, off: np.ndarray, ln: np.ndarray, where: np.ndarray
+) -> Attrs:
+    a = len(off)
+    names, code, vfield, vwt, vval, voff = scan_attrs(data, off, ln, where)
+    kind = np.full(a, K_PY, dtype=np.int8)
+    kind[vfield == 0] = K_NONE
+    ival = np.zeros(a, dtype=np.int64)
+    is_var = np.isin(vfield, list(_INT_VARINT)) & (vwt == 0)
+    ival[is_var] = _i64(vval[is_var])
+    kind[is_var] = K_INT
+    # int32 is sign-extended to 64 bits on the wire; uint32 never exceeds 32 bits
+    huge = is_var & (vfield == _F_UINT64) & (vval >= np.uint64(1 << 63))
+    is_zz = np.isin(vfield, list(_INT_ZIGZAG)) & (vwt == 0)
+    ival[is_zz] = _zigzag(vval[is_zz])
+    kind[is_zz] = K_INT
+    f32 = vval.astype(np.uint32)
+    for fnum, wt, conv in (
+        (19, 5, lambda v: v.astype(np.uint32).astype(np.int64)),
+        (23, 5, lambda v: v.astype(np.uint32).view(np.int32).astype(np.int64)),
+        (21, 1, lambda v: v.view(np.int64)),
+        (25, 1, lambda v: v.view(np.int64)),
+    ):
+        s = (vfield == fnum) & (vwt == wt)
+        ival[s] = conv(vval[s])
+        kind[s] = K_INT
+    huge |= (vfield == _F_FIXED64) & (vwt == 1) & (vval >= np.uint64(1 << 63))
+    del f32
+    is_bool = (vfield == _F_BOOL) & (vwt == 0)
+    ival[is_bool] = (vval[is_bool] != 0).astype(np.int64)
+    kind[is_bool] = K_BOOL
+    is_str = (vfield == _F_STRING) & (vwt == 2)
+    kind[is_str] = K_STR
+    kind[huge] = K_PY
+    soff = np.where(is_str, voff, 0)
+    slen = np.where(is_str, vval.astype(np.int64), 0)
+    # wrong wire type for a known value field: not a valid AttributeProto
+    pyrows = np.flatnonzero(kind == K_PY)
+    pyval: dict[int, Any] = {}
+    if pyrows.size:
+        from charllm_trace.et.reader import attr_value
+
+        buf = data
+        for r in pyrows.tolist():
+            msg = pb.AttributeProto()
+            try:
+                msg.ParseFromString(buf[off[r] : off[r] + ln[r]].tobytes())
+            except Exception as exc:
+                raise Corrupt(int(where[r]), f"an attribute does not parse ({exc})") from exc
+            pyval[r] = attr_value(msg)
+    # validate string values as UTF-8 once, for all of them
+    if is_str.any():
+        strings(data, soff[is_str], slen[is_str], "v", "an attribute value")
+    return Attrs(node, code, names, kind, ival, soff, slen, pyval)
+
+
+# ---------------------------------------------------------------------------
+# nodes
+# ---------------------------------------------------------------------------
+
+_TYPE_NAMES = np.array([cv.PB_TO_NODE_TYPE.get(i, "INVALID") for i in range(8)], dtype=object)
+
+
+@dataclass
+class NodeColumns:
+    frame: pl.DataFrame
+    deps: pl.DataFrame
+    any_start: bool
+
+
+def _json_escape(s: pl.Series) -> pl.Series:
+    """JSON string literals (quotes included), escaped exactly as orjson does."""
+    return (
+        pl.DataFrame({"s": s})
+        .select(pl.struct("s").struct.json_encode().str.strip_prefix('{"s":').str.strip_suffix("}"))
+        .to_series()
+    )
+
+
+def _series(name: str, values: np.ndarray, present: np.ndarray | None, dtype: pl.DataType) -> pl.Series:
+    s = pl.Series(name, values).cast(dtype)
+    if present is not None and not present.all():
+        s = pl.select(pl.when(pl.Series(present)).then(s).otherwise(None).alias(name)).to_series()
+    return s
+
+
+@dataclass
+class NodeScan:
+    """Where everything of every node is (offsets into the buffer) and its varint values."""
+
+    id: np.ndarray  # uint64
+    type: np.ndarray  # uint64
+    start_us: np.ndarray  # uint64
+    dur_us: np.ndarray  # uint64
+    name_off: np.ndarray
+    name_len: np.ndarray
+    io_present: np.ndarray  # (n, 2) bool: inputs, outputs
+    io_off: np.ndarray  # (n, 6): inputs values/shapes/types, outputs values/shapes/types
+    io_len: np.ndarray  # (n, 6)
+    ctrl_node: np.ndarray
+    ctrl_val: np.ndarray  # uint64
+    data_node: np.ndarray
+    data_val: np.ndarray  # uint64
+    attr_node: np.ndarray
+    attr_off: np.ndarray
+    attr_len: np.ndarray
+    # set by the C scanner: all dependencies, ctrl then data, with node ids (not indices)
+    dep_node_ids: np.ndarray | None = None
+    dep_val: np.ndarray | None = None
+
+
+def _scan_native(
+    so: Any, data: np.ndarray, starts: np.ndarray, lens: np.ndarray, where: np.ndarray
+) -> NodeScan:
+    n = len(starts)
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    lens = np.ascontiguousarray(lens, dtype=np.int64)
+    counts = np.zeros(3, np.int64)
+    err = np.zeros(2, np.int64)
+    rc = so.et_nodes(_ptr(data), _ptr(starts), _ptr(lens), n, *([None] * 16), _ptr(counts), _ptr(err))
+    _native_check(rc, err, where)
+    nc, nd, na = (int(c) for c in counts)
+    # dependencies go straight into their final arrays: ctrl first, then data
+    dep_node = np.empty(max(nc + nd, 1), np.int64)
+    dep_val = np.empty(max(nc + nd, 1), np.uint64)
+    sc = NodeScan(
+        id=np.zeros(n, np.uint64),
+        type=np.zeros(n, np.uint64),
+        start_us=np.zeros(n, np.uint64),
+        dur_us=np.zeros(n, np.uint64),
+        name_off=np.zeros(n, np.int64),
+        name_len=np.zeros(n, np.int64),
+        io_present=np.zeros((n, 2), np.uint8),
+        io_off=np.zeros((n, 6), np.int64),
+        io_len=np.zeros((n, 6), np.int64),
+        ctrl_node=dep_node[:nc],
+        ctrl_val=dep_val[:nc],
+        data_node=dep_node[nc : nc + nd],
+        data_val=dep_val[nc : nc + nd],
+        attr_node=np.empty(max(na, 1), np.int64),
+        attr_off=np.empty(max(na, 1), np.int64),
+        attr_len=np.empty(max(na, 1), np.int64),
+    )
+    rc = so.et_nodes(
+        _ptr(data), _ptr(starts), _ptr(lens), n,
+        _ptr(sc.id), _ptr(sc.type), _ptr(sc.start_us), _ptr(sc.dur_us), _ptr(sc.name_off), _ptr(sc.name_len),
+        _ptr(sc.io_present), _ptr(sc.io_off), _ptr(sc.io_len), _ptr(dep_node), _ptr(dep_val),
+        dep_node.ctypes.data + 8 * nc, dep_val.ctypes.data + 8 * nc, _ptr(sc.attr_node), _ptr(sc.attr_off),
+        _ptr(sc.attr_len), _ptr(counts), _ptr(err),
+    )  # fmt: skip
+    _native_check(rc, err, where)
+    so.et_map_ids(_ptr(sc.id), _ptr(dep_node), nc + nd)
+    sc.dep_node_ids = dep_node[: nc + nd]
+    sc.dep_val = dep_val[: nc + nd]
+    sc.attr_node = sc.attr_node[:na]
+    sc.attr_off = sc.attr_off[:na]
+    sc.attr_len = sc.attr_len[:na]
+    sc.io_present = sc.io_present.astype(bool)
+    return sc
+
+
+def _scan_numpy(data: np.ndarray, starts: np.ndarray, lens: np.ndarray, where: np.ndarray) -> NodeScan:
+    n = len(starts)
+    t = tokenize(data, starts, starts + lens, where)
+    _, idv, _ = _last_per_msg(t, 1, 0, n)
+    _, name_len, name_off = _last_per_msg(t, 2, 2, n)
+    _, typev, _ = _last_per_msg(t, 3, 0, n)
+    _, startv, _ = _last_per_msg(t, 6, 0, n)
+    _, durv, _ = _last_per_msg(t, 7, 0, n)
+    deps = []
+    for field in (4, 5):
+        packed = np.flatnonzero((t.field == field) & (t.wt == 2))
+        single = np.flatnonzero((t.field == field) & (t.wt == 0))
+        owners = [t.msg[single]]
+        values = [t.val[single]]
+        if packed.size:
+            o, v = packed_varints(data, t.off[packed], t.val[packed].astype(np.int64), t.msg[packed])
+            owners.append(o)
+            values.append(v)
+        o = np.concatenate(owners)
+        v = np.concatenate(values)
+        order = np.argsort(o, kind="stable")
+        deps.append((o[order], v[order]))
+    io_present = np.zeros((n, 2), bool)
+    io_off = np.zeros((n, 6), np.int64)
+    io_len = np.zeros((n, 6), np.int64)
+    for w, field in enumerate((8, 9)):
+        present, ln, off = _last_per_msg(t, field, 2, n)
+        io_present[:, w] = present
+        rows = np.flatnonzero(present)
+        sub = tokenize(data, off[rows], off[rows] + ln[rows].astype(np.int64), where[rows])
+        for f in (1, 2, 3):
+            _, sl, so = _last_per_msg(sub, f, 2, len(rows))
+            io_off[rows, w * 3 + f - 1] = so
+            io_len[rows, w * 3 + f - 1] = sl.astype(np.int64)
+    asel = np.flatnonzero((t.field == 10) & (t.wt == 2))
+    return NodeScan(
+        id=idv,
+        type=typev,
+        start_us=startv,
+        dur_us=durv,
+        name_off=name_off,
+        name_len=name_len.astype(np.int64),
+        io_present=io_present,
+        io_off=io_off,
+        io_len=io_len,
+        ctrl_node=deps[0][0],
+        ctrl_val=deps[0][1],
+        data_node=deps[1][0],
+        data_val=deps[1][1],
+        attr_node=t.msg[asel],
+        attr_off=t.off[asel],
+        attr_len=t.val[asel].astype(np.int64),
+    )
+
+
+def scan_nodes(data: np.ndarray, starts: np.ndarray, lens: np.ndarray, where: np.ndarray) -> NodeScan:
+    so = _native.lib()
+    if so is not None:
+        return _scan_native(so, data, starts, lens, where)
+    return _scan_numpy(data, starts, lens, where)
+
+
+def decode_nodes(
+    data: np.ndarray, starts: np.ndarray, lens: np.ndarray, *, ours: bool, first_index: int = 1
+) -> NodeColumns:
+    """Decode Node messages ``data[starts[i] : starts[i] + lens[i]]`` into model columns."""
+    n = len(starts)
+    where = np.arange(first_index, first_index + n, dtype=np.int64)
+    sc = scan_nodes(data, starts, lens, where)
+    ids = _i64(sc.id)
+    cols: dict[str, Any] = {}
+    cols["id"] = pl.Series("id", ids)
+    cols["name"] = strings(data, sc.name_off, sc.name_len, "name", "a node name")
+    tcode = np.where(sc.type < np.uint64(8), sc.type, 0).astype(np.int64)
+    type_names = pl.Series("node_type", [cv.PB_TO_NODE_TYPE.get(i, "INVALID") for i in range(8)])
+    cols["node_type"] = type_names.gather(tcode).alias("node_type")
+
+    # --- dependencies ---------------------------------------------------------
+    if sc.dep_node_ids is not None:
+        dep_node, dep_val = sc.dep_node_ids, _i64(sc.dep_val)
+    else:
+        dep_node = ids[np.concatenate([sc.ctrl_node, sc.data_node])]
+        dep_val = _i64(np.concatenate([sc.ctrl_val, sc.data_val]))
+    deps = pl.DataFrame(
+        {
+            "node": dep_node,
+            "dep": dep_val,
+            "kind": pl.concat(
+                [
+                    pl.repeat("ctrl", len(sc.ctrl_node), dtype=pl.String, eager=True),
+                    pl.repeat("data", len(sc.data_node), dtype=pl.String, eager=True),
+                ]
+            ),
+        }
+    )
+
+    # --- inputs / outputs ---------------------------------------------------------
+    for w, col in enumerate(("inputs", "outputs")):
+        parts = {
+            sub: strings(data, sc.io_off[:, w * 3 + k], sc.io_len[:, w * 3 + k], sub, f"{col}.{sub}")
+            for k, sub in enumerate(("values", "shapes", "types"))
+        }
+        present = sc.io_present[:, w]
+        s = pl.DataFrame(parts).select(pl.struct("values", "shapes", "types").alias(col)).to_series()
+        if not present.all():
+            s = pl.select(pl.when(pl.Series(present)).then(s).otherwise(None).alias(col)).to_series()
+        cols[col] = s
+
+    # --- attributes -----------------------------------------------------------------
+    at = decode_attrs(data, sc.attr_node, sc.attr_off, sc.attr_len, where[sc.attr_node])
+    _assign_attrs(at, cols, data, n, tcode, ours)
+
+    # --- times -----------------------------------------------------------------------
+    any_start = bool((sc.start_us != 0).any())
+    if not ours:
+        cols["start_ns"] = pl.Series("start_ns", _i64(sc.start_us) * 1000) if any_start else None
+        cols["dur_ns"] = pl.Series("dur_ns", _i64(sc.dur_us) * 1000)
+
+    frame = pl.DataFrame({k: v for k, v in cols.items() if v is not None})
+    return NodeColumns(frame=frame, deps=deps, any_start=any_start)
+
+
+def _assign_attrs(
+    at: Attrs, cols: dict[str, Any], data: np.ndarray, n: int, ntype: np.ndarray, ours: bool
+) -> None:
+    """Turn attribute rows into model columns; unmapped ones into the ``attrs`` JSON text."""
+    send = cv.NODE_TYPE_TO_PB["COMM_SEND"]
+    recv = cv.NODE_TYPE_TO_PB["COMM_RECV"]
+    a = len(at.node)
+    consumed = np.zeros(a, dtype=bool)
+    node_t = ntype[at.node] if a else np.empty(0, np.int64)
+    int_targets: dict[str, str] = {
+        cv.A_TID: "tid",
+        cv.A_STREAM: "stream",
+        cv.A_RF_ID: "rf_id",
+        cv.A_COMM_SIZE: "comm_bytes",
+    }
+    str_targets: dict[str, str] = {cv.A_PG_NAME: "pg_name"}
+    if ours:
+        int_targets.update({name: col for col, (name, _) in cv.NODE_INT_ATTRS.items()})
+        int_targets[cv.A_PEER] = "peer"
+        str_targets.update({name: col for col, name in cv.NODE_STR_ATTRS.items()})
+        str_targets[cv.A_COLL_TYPE] = "coll_type"
+
+    def rows_named(name: str) -> np.ndarray:
+        if name not in at.names:
+            return np.empty(0, np.int64)
+        return np.flatnonzero(at.code == at.names.index(name))
+
+    def put_int(col: str, rows: np.ndarray, values: np.ndarray) -> None:
+        arr, present = cols.get("__int_" + col, (np.zeros(n, np.int64), np.zeros(n, bool)))
+        arr[at.node[rows]] = values
+        present[at.node[rows]] = True
+        cols["__int_" + col] = (arr, present)
+        consumed[rows] = True
+
+    for name, col in int_targets.items():
+        r = rows_named(name)
+        r = r[at.kind[r] == K_INT]
+        if r.size:
+            put_int(col, r, at.ival[r])
+    # is_cpu_op: bool (or an int, as Chakra's feeder accepts)
+    r = rows_named(cv.A_IS_CPU_OP)
+    r = r[(at.kind[r] == K_BOOL) | (at.kind[r] == K_INT)]
+    if r.size:
+        put_int("__cpu", r, (at.ival[r] != 0).astype(np.int64))
+    # comm_type enum -> coll_type (unknown enum values stay in attrs)
+    r = rows_named(cv.A_COMM_TYPE)
+    r = r[(at.kind[r] == K_INT) & np.isin(at.ival[r], list(cv.COMM_TYPE_TO_COLL))]
+    if r.size:
+        put_int("__comm_type", r, at.ival[r])
+    # comm_src / comm_dst carry the peer on send/recv nodes
+    for name, ntp in ((cv.A_COMM_DST, send), (cv.A_COMM_SRC, recv)):
+        r = rows_named(name)
+        r = r[(at.kind[r] == K_INT) & (node_t[r] == ntp)]
+        if r.size:
+            put_int("peer", r, at.ival[r])
+    for name, ntp in ((cv.A_COMM_SRC, send), (cv.A_COMM_DST, recv)):
+        r = rows_named(name)
+        r = r[(at.kind[r] == K_INT) & (node_t[r] == ntp)]
+        consumed[r] = True  # our own rank: known from the metadata
+    # string columns
+    str_cols: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for name, col in str_targets.items():
+        r = rows_named(name)
+        r = r[at.kind[r] == K_STR]
+        if r.size:
+            off = np.zeros(n, np.int64)
+            ln = np.zeros(n, np.int64)
+            present = np.zeros(n, bool)
+            off[at.node[r]] = at.soff[r]
+            ln[at.node[r]] = at.slen[r]
+            present[at.node[r]] = True
+            str_cols[col] = (off, ln, present)
+            consumed[r] = True
+    # our list/null/raw markers: rare, handled with Python values
+    nulls: list[tuple[int, str]] = []
+    raw: dict[int, str] = {}
+    lists: dict[str, dict[int, Any]] = {"in_split": {}, "out_split": {}}
+    if ours:
+        for name, col, is_json in (
+            (cv.A_IN_SPLIT, "in_split", False),
+            (cv.A_OUT_SPLIT, "out_split", False),
+            (cv.A_IN_SPLIT + ".json", "in_split", True),
+            (cv.A_OUT_SPLIT + ".json", "out_split", True),
+        ):
+            for r in rows_named(name).tolist():
+                if is_json and at.kind[r] == K_STR:
+                    lists[col][int(at.node[r])] = orjson.loads(_str_at(data, at, r))
+                    consumed[r] = True
+                elif not is_json and isinstance(at.pyval.get(r), list):
+                    lists[col][int(at.node[r])] = at.pyval[r]
+                    consumed[r] = True
+        for r in rows_named(cv.A_NULLS).tolist():
+            v = at.pyval.get(r)
+            if isinstance(v, list):
+                nulls.extend((int(at.node[r]), c) for c in v)
+                consumed[r] = True
+        for r in rows_named(cv.A_ATTRS_RAW).tolist():
+            if at.kind[r] == K_STR:
+                raw[int(at.node[r])] = _str_at(data, at, r)
+                consumed[r] = True
+        consumed[rows_named(cv.A_PRESENT)] = True
+
+    # --- build the columns ---------------------------------------------------------
+    def int_col(col: str, dtype: pl.DataType) -> pl.Series:
+        v = cols.pop("__int_" + col, None)
+        if v is None:
+            return pl.Series(col, [None] * n, dtype=dtype)
+        return _series(col, v[0], v[1], dtype)
+
+    for col in ("tid", "stream", "rf_id", "comm_bytes", "peer", *cv.NODE_INT_ATTRS):
+        if col in ("start_ns", "dur_ns") and not ours:
+            cols.pop("__int_" + col, None)
+            continue
+        cols[col] = int_col(col, pl.Int64)
+    cpu = cols.pop("__int___cpu", None)
+    if cpu is None:
+        cols["on_gpu"] = pl.Series("on_gpu", [None] * n, dtype=pl.Boolean)
+    else:
+        cols["on_gpu"] = _series("on_gpu", cpu[0] == 0, cpu[1], pl.Boolean)
+    ct = cols.pop("__int___comm_type", None)
+    coll_names = pl.Series([cv.COMM_TYPE_TO_COLL.get(i) for i in range(max(cv.COMM_TYPE_TO_COLL) + 1)])
+    if ct is None:
+        coll = pl.Series("coll_type", [None] * n, dtype=pl.String)
+    else:
+        coll = pl.select(
+            pl.when(pl.Series(ct[1]))
+            .then(coll_names.gather(pl.Series(ct[0])))
+            .otherwise(None)
+            .alias("coll_type")
+        ).to_series()
+    for col in ("pg_name", "kind", "dtype", "coll_type"):
+        if col in str_cols:
+            off, ln, present = str_cols[col]
+            s = strings(data, off, ln, col, col)
+            s = pl.select(pl.when(pl.Series(present)).then(s).otherwise(None).alias(col)).to_series()
+        else:
+            s = pl.Series(col, [None] * n, dtype=pl.String)
+        if col == "coll_type":
+            s = pl.select(pl.coalesce(s, coll).alias(col)).to_series()
+        cols[col] = s
+    if not ours:
+        # Chakra writes no collective type on send/recv nodes: the node type says it
+        nt = pl.Series(ntype)
+        cols["coll_type"] = pl.select(
+            pl.when(cols["coll_type"].is_not_null())
+            .then(cols["coll_type"])
+            .when(nt == send)
+            .then(pl.lit("send"))
+            .when(nt == recv)
+            .then(pl.lit("recv"))
+            .alias("coll_type")
+        ).to_series()
+        cols["kind"] = pl.select(
+            pl.when(cols["on_gpu"])
+            .then(pl.lit("kernel"))
+            .when(~cols["on_gpu"])
+            .then(pl.lit("cpu_op"))
+            .alias("kind")
+        ).to_series()
+    for col in ("in_split", "out_split"):
+        if lists[col]:
+            vals: list[Any] = [None] * n
+            for i, v in lists[col].items():
+                vals[i] = v
+            cols[col] = pl.Series(col, vals, dtype=pl.List(pl.Int64))
+    # --- the attrs JSON text ------------------------------------------------------------
+    cols["attrs"] = _attrs_json(at, ~consumed, data, n, raw, ours)
+    _apply_nulls(cols, nulls, n)
+
+
+def _apply_nulls(cols: dict[str, Any], nulls: list[tuple[int, str]], n: int) -> None:
+    """Null out the cells our writer listed in ``charllm.null`` (columns and struct fields)."""
+    by_col: dict[str, list[int]] = {}
+    for i, c in nulls:
+        by_col.setdefault(c, []).append(i)
+    for c, idx in by_col.items():
+        mask = np.zeros(n, dtype=bool)
+        mask[idx] = True
+        m = pl.Series(mask)
+        if "." in c:
+            fld, sub = c.split(".", 1)
+            s = cols.get(fld)
+            if s is None or s.dtype != pl.Struct or sub not in ("values", "shapes", "types"):
+                continue
+            cols[fld] = pl.select(
+                pl.when(m & s.is_not_null())
+                .then(s.struct.with_fields(pl.lit(None, dtype=pl.String).alias(sub)))
+                .otherwise(s)
+                .alias(fld)
+            ).to_series()
+        elif c in cols and isinstance(cols[c], pl.Series):
+            s = cols[c]
+            cols[c] = pl.select(pl.when(m).then(None).otherwise(s).alias(c)).to_series()
+
+
+def _str_at(data: np.ndarray, at: Attrs, r: int) -> str:
+    return data[at.soff[r] : at.soff[r] + at.slen[r]].tobytes().decode("utf-8")
+
+
+def _attrs_json_native(
+    so: Any, at: Attrs, rows: np.ndarray, kind: np.ndarray, keys: list[str], data: np.ndarray, n: int
+) -> pl.Series | None:
+    """The attrs column built by the C scanner; None when a node repeats a key."""
+    full_kind = at.kind.copy()
+    full_kind[rows] = kind
+    keyb = [k.encode() for k in keys]
+    keyoff = np.zeros(len(keyb) + 1, np.int64)
+    keyoff[1:] = np.cumsum([len(k) for k in keyb])
+    keybuf = np.frombuffer(b"".join(keyb) + b"\0", np.uint8)
+    pyrows = np.flatnonzero(kind == K_PY)
+    pyparts = [orjson.dumps(at.pyval[int(rows[x])]) for x in pyrows.tolist()]
+    pylen = np.zeros(len(rows), np.int64)
+    pylen[pyrows] = [len(b) for b in pyparts]
+    pyoff = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(pylen, out=pyoff[1:])
+    pybuf = np.frombuffer(b"".join(pyparts) + b"\0", np.uint8)
+    rows = np.ascontiguousarray(rows, np.int64)
+    args = [
+        _ptr(data), _ptr(rows), len(rows), _ptr(at.node), _ptr(full_kind), _ptr(at.ival), _ptr(at.soff),
+        _ptr(at.slen), _ptr(at.code), _ptr(keybuf), _ptr(keyoff), _ptr(pybuf), _ptr(pyoff),
+    ]  # fmt: skip
+    size = so.et_json(*args, None, None, None)
+    if size < 0:
+        return None
+    out = np.zeros(size + PAD, np.uint8)
+    out_off = np.zeros(n, np.int64)
+    out_len = np.full(n, -1, np.int64)
+    so.et_json(*args, _ptr(out), _ptr(out_off), _ptr(out_len))
+    present = out_len >= 0
+    s = binary_column(out, out_off, np.maximum(out_len, 0), "attrs").cast(pl.String)
+    if not present.all():
+        s = pl.select(pl.when(pl.Series(present)).then(s).otherwise(None).alias("attrs")).to_series()
+    return s
+
+
+def _attrs_json(
+    at: Attrs, rest: np.ndarray, data: np.ndarray, n: int, raw: dict[int, str], ours: bool
+) -> pl.Series:
+    rows = np.flatnonzero(rest)
+    out = pl.Series("attrs", [None] * n, dtype=pl.String)
+    if rows.size:
+        # the JSON key of every attribute name, and whether its value is JSON text already
+        keys: list[str] = []
+        is_json_name = np.zeros(len(at.names), dtype=bool)
+        for c, name in enumerate(at.names):
+            key = name
+            if ours and name.startswith(cv.A_JSON):
+                key = name[len(cv.A_JSON) :]
+                is_json_name[c] = True
+            elif ours and name.startswith(cv.A_ESCAPED):
+                key = name[len(cv.A_ESCAPED) :]
+            keys.append(orjson.dumps(key).decode())
+        code = at.code[rows]
+        kind = at.kind[rows]
+        rawjson = is_json_name[code] & (kind == K_STR)
+        kind = np.where(rawjson, 5, kind)
+        so = _native.lib()
+        if so is not None:
+            native = _attrs_json_native(so, at, rows, kind, keys, data, n)
+            if native is not None:
+                out = native
+                rows = rows[:0]
+    if rows.size:
+        svals = strings(
+            data,
+            np.where(kind >= K_STR, at.soff[rows], 0),
+            np.where(kind >= K_STR, at.slen[rows], 0),
+            "s",
+            "an attribute value",
+        )
+        py = [None] * len(rows)
+        prow = np.flatnonzero(kind == K_PY)
+        for j in prow.tolist():
+            py[j] = orjson.dumps(at.pyval[int(rows[j])]).decode()
+        df = pl.DataFrame(
+            {
+                "node": at.node[rows],
+                "key": pl.Series(keys).gather(pl.Series(code)),
+                "kind": kind,
+                "ival": at.ival[rows],
+                "s": svals,
+                "py": pl.Series(py, dtype=pl.String),
+            }
+        )
+        esc = pl.struct("s").struct.json_encode().str.strip_prefix('{"s":').str.strip_suffix("}")
+        val = (
+            pl.when(pl.col("kind") == K_INT)
+            .then(pl.col("ival").cast(pl.String))
+            .when(pl.col("kind") == K_BOOL)
+            .then(pl.when(pl.col("ival") != 0).then(pl.lit("true")).otherwise(pl.lit("false")))
+            .when(pl.col("kind") == K_STR)
+            .then(esc)
+            .when(pl.col("kind") == 5)
+            .then(pl.col("s"))
+            .when(pl.col("kind") == K_NONE)
+            .then(pl.lit("null"))
+            .otherwise(pl.col("py"))
+        )
+        frag = df.select(
+            pl.col("node"), pl.col("key"), pl.concat_str(pl.col("key"), pl.lit(":"), val).alias("f")
+        )
+        if frag.select(pl.struct("node", "key").is_duplicated().any()).item():
+            # a key twice in one node: the last value wins, at the first key's place (like a dict)
+            frag = (
+                frag.with_row_index("_i")
+                .group_by("node", "key", maintain_order=True)
+                .agg(pl.col("_i").first(), pl.col("f").last())
+                .sort("_i")
+                .drop("_i")
+            )
+        g = frag.group_by("node", maintain_order=True).agg(pl.col("f").str.join(","))
+        texts = g.select(pl.concat_str(pl.lit("{"), pl.col("f"), pl.lit("}"))).to_series()
+        out = out.scatter(g["node"], texts)
+    if raw:
+        idx = list(raw)
+        out = out.scatter(idx, pl.Series([raw[i] for i in idx], dtype=pl.String))
+    return out
