@@ -46,7 +46,7 @@ def main(names: list[str]) -> int:
         out = baseline_path(f)
         # relative paths: the baseline records only the file name, but keep commands readable
         cmd = [sys.executable, "-m", "charllm_trace.cli", "baseline", f.name, "-o", out.name, "--force"]
-        print("$", " ".join(cmd[2:]), flush=True)
+        print("$ charllm-trace", " ".join(cmd[4:]), flush=True)
         r = subprocess.run(cmd, cwd=FIXTURES)
         rc = rc or r.returncode
     return rc

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 from conftest import shared_trace
 from hypothesis import given
 from hypothesis import strategies as st
+from regen_baselines import baseline_path, fixture_traces
 
 from charllm_trace.errors import InputError, UsageError
+from charllm_trace.model import Run
 from charllm_trace.regress.baseline import (
     FORMAT_VERSION,
     HIGHER,
@@ -506,3 +510,144 @@ def test_check_real_trace_against_itself_and_a_slower_copy(tmp_path: Path) -> No
         "busbw=60%,exposed_comm=1000%,overlap=100pp",
     )  # fmt: skip
     assert loose.exit_code == 0, loose.output
+
+
+# ---------------------------------------------------------------------------
+# Every fixture trace against the baseline kept beside it, and perturbed copies
+# ---------------------------------------------------------------------------
+
+FIXTURE_TRACES = fixture_traces()
+
+
+def _stretch_comm(run: Run, factor: int) -> Run:
+    """The same run with every collective / send / recv node ``factor`` times longer."""
+    out = {}
+    for r, t in run.traces.items():
+        d = pl.col("dur_ns")
+        nodes = t.nodes.with_columns(
+            pl.when(pl.col("coll_type").is_not_null()).then(d * factor).otherwise(d).alias("dur_ns")
+        )
+        out[r] = dataclasses.replace(t, nodes=nodes)
+    return Run(traces=out, manifest=run.manifest)
+
+
+def _scale_power(run: Run, factor: float) -> Run:
+    out = {}
+    for r, t in run.traces.items():
+        tel = t.telemetry.with_columns(pl.col("power_w") * factor, pl.col("energy_j") * factor)
+        out[r] = dataclasses.replace(t, telemetry=tel)
+    return Run(traces=out, manifest=run.manifest)
+
+
+@pytest.mark.parametrize("fixture", FIXTURE_TRACES, ids=lambda p: p.name)
+def test_fixture_is_within_its_baseline(fixture: Path) -> None:
+    base = baseline_path(fixture)
+    assert base.exists(), (
+        f"no baseline beside {fixture.name}: run `python tests/regen_baselines.py {fixture.name}`"
+    )
+    doc = json.loads(base.read_text())
+    assert doc["input"]["name"] == fixture.name
+    r = _cli("check", str(fixture), "--baseline", str(base))
+    assert r.exit_code == 0, r.output
+    assert f"check OK: {len(doc['metrics'])} metrics ({len(doc['metrics'])} within)" in r.output
+
+
+@pytest.mark.parametrize("fixture", FIXTURE_TRACES, ids=lambda p: p.name)
+def test_fixture_perturbed_fails_check(fixture: Path, tmp_path: Path) -> None:
+    from charllm_trace.et.writer import write_run
+    from charllm_trace.loader import load
+
+    base = baseline_path(fixture)
+    keys = {m["key"] for m in json.loads(base.read_text())["metrics"]}
+    run = load(fixture)
+
+    # control: the same run, rewritten as Chakra ETs, is still within the baseline
+    write_run(run, tmp_path / "same")
+    same = _cli("check", str(tmp_path / "same"), "--baseline", str(base))
+    assert same.exit_code == 0, same.output
+
+    n_comm = sum(int(t.nodes["coll_type"].is_not_null().sum()) for t in run)
+    if n_comm:
+        write_run(_stretch_comm(run, 3), tmp_path / "slow")
+        r = _cli("check", str(tmp_path / "slow"), "--baseline", str(base), "--format", "json")
+        assert r.exit_code == 1, r.output
+        st = {c["key"]: c["status"] for c in json.loads(r.output)["changes"]}
+        busbw = [k for k in keys if k.startswith("busbw_gbps/")]
+        assert busbw and all(st[k] == "regressed" for k in busbw)
+        exposed = [k for k in keys if k.startswith("exposed_comm_ms/") and k.endswith("step=all")]
+        assert exposed and all(st[k] == "regressed" for k in exposed)
+        table = _cli("check", str(tmp_path / "slow"), "--baseline", str(base))
+        assert table.exit_code == 1
+        assert "regressions" in table.output and busbw[0] in table.output
+
+    n_power = sum(int(t.telemetry["power_w"].is_not_null().sum()) for t in run)
+    if n_power:
+        write_run(_scale_power(run, 1.3), tmp_path / "hot")
+        r = _cli("check", str(tmp_path / "hot"), "--baseline", str(base), "--format", "json")
+        assert r.exit_code == 1, r.output
+        st = {c["key"]: c["status"] for c in json.loads(r.output)["changes"]}
+        for k in keys:
+            if k.startswith(("power_peak_w/", "power_mean_w/")) or k.endswith("/total"):
+                assert st[k] == "regressed", k
+    assert n_comm or n_power, "a fixture with neither communication nor telemetry guards nothing"
+
+
+def _with_telemetry(run: Run, period_ns: int = 10_000_000) -> Run:
+    """The run with a power trace added to every rank (a saw-tooth between 100 and 200 W, sampled
+    every ``period_ns`` over the rank's span) and the energy counter that integrates it."""
+    import numpy as np
+
+    out = {}
+    for r, t in run.traces.items():
+        n = t.nodes.filter(pl.col("start_ns").is_not_null())
+        t0 = int(n["start_ns"].min())
+        t1 = int((n["start_ns"] + n["dur_ns"].fill_null(0)).max())
+        times = np.arange(t0 - period_ns, t1 + 2 * period_ns, period_ns, dtype=np.int64)
+        power = 100.0 + 25.0 * (np.arange(times.size) % 5)
+        dt = np.diff(times) / 1e9
+        energy = np.concatenate([[0.0], np.cumsum((power[1:] + power[:-1]) / 2 * dt)])
+        tel = pl.DataFrame(
+            {
+                "time_ns": times,
+                "device": np.zeros(times.size, dtype=np.int32),
+                "power_w": power,
+                "energy_j": energy,
+                "power_limit_w": np.full(times.size, 400.0),
+                "throttle_reasons": np.zeros(times.size, dtype=np.int64),
+            }
+        )
+        out[r] = dataclasses.replace(t, telemetry=tel)
+    return Run(traces=out, manifest=run.manifest)
+
+
+def test_higher_power_fails_check_on_energy_and_power(tmp_path: Path) -> None:
+    from charllm_trace.et.writer import write_run
+    from charllm_trace.loader import load
+
+    fx = [f for f in FIXTURE_TRACES if f.name == "cpu-2rank-gloo"]
+    if not fx:
+        pytest.skip("fixture cpu-2rank-gloo is absent")
+    run = _with_telemetry(load(fx[0]))
+    write_run(run, tmp_path / "run")
+    base = tmp_path / "b.json"
+    assert _cli("baseline", str(tmp_path / "run"), "-o", str(base)).exit_code == 0
+    keys = {m["key"]: m["class"] for m in json.loads(base.read_text())["metrics"]}
+    for r in run.ranks:
+        for k in (f"power_peak_w/rank={r}/device=0", f"power_mean_w/rank={r}/device=0"):
+            assert keys[k] == "power"
+        assert keys[f"energy_j/rank={r}/device=0/total"] == "energy"
+        assert keys[f"throttle_ms/rank={r}/device=0"] == "throttle"
+
+    write_run(_scale_power(run, 1.3), tmp_path / "hot")
+    r = _cli("check", str(tmp_path / "hot"), "--baseline", str(base), "--format", "json")
+    assert r.exit_code == 1, r.output
+    ch = {c["key"]: c for c in json.loads(r.output)["changes"]}
+    for k, cls in keys.items():
+        if cls in ("power", "energy") and ch[k]["old"] > 0:
+            assert ch[k]["status"] == "regressed", k
+            assert ch[k]["relative"] == pytest.approx(0.3, rel=1e-6), k
+        elif cls in ("overlap", "exposed_comm", "busbw", "throttle"):
+            assert ch[k]["status"] == "within", k  # only power changed
+    # 35% energy/power tolerance lets it through
+    ok = _cli("check", str(tmp_path / "hot"), "--baseline", str(base), "--tolerance", "energy=35%,power=35%")
+    assert ok.exit_code == 0, ok.output

@@ -34,19 +34,19 @@ def fmt_value(v: float | None, unit: str) -> str:
         return "-"
     if unit == "%":
         return f"{v:.2f}%"
-    a = abs(v)
-    s = f"{v:.0f}" if a >= 1e4 else f"{v:.4g}"
+    s = f"{v:.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
     return f"{s} {unit}" if unit else s
 
 
 def fmt_change(ch: MetricChange) -> str:
+    """Absolute change in the metric's unit (pp for %), and relative change for non-% metrics."""
     d = ch.delta
     if d is None:
         return "-"
     if ch.unit == "%":
         return f"{d:+.2f}pp"
     rel = ch.relative
-    a = f"{'+' if d >= 0 else ''}{fmt_value(d, ch.unit)}"
+    a = f"{'+' if d >= 0 else ''}{fmt_value(d, '')}"
     return a if rel is None else f"{a} ({rel * 100:+.1f}%)"
 
 
@@ -55,23 +55,23 @@ def check_table(cmp: Comparison, *, show_all: bool = False) -> Table:
     rows = cmp.changes if show_all else cmp.failures
     title = "all metrics" if show_all else "regressions"
     t = Table(title=title, title_justify="left", show_lines=False)
-    t.add_column("metric", overflow="fold")
-    t.add_column("status")
-    t.add_column("baseline", justify="right")
-    t.add_column("now", justify="right")
-    t.add_column("change", justify="right")
-    t.add_column("tolerance", justify="right")
-    t.add_column("better", justify="center")
+    t.add_column("metric", no_wrap=True)
+    t.add_column("status", no_wrap=True)
+    t.add_column("baseline", justify="right", no_wrap=True)
+    t.add_column("now", justify="right", no_wrap=True)
+    t.add_column("change", justify="right", no_wrap=True)
+    t.add_column("unit", no_wrap=True)
+    t.add_column("tolerance", justify="right", no_wrap=True)
     for ch in rows:
         style = _STATUS_STYLE[ch.status]
         t.add_row(
             Text(ch.key),
             Text(ch.status, style=style),
-            fmt_value(ch.old, ch.unit),
-            fmt_value(ch.new, ch.unit),
+            fmt_value(ch.old, ""),
+            fmt_value(ch.new, ""),
             Text(fmt_change(ch), style=style if ch.status in ("regressed", "improved") else ""),
+            ch.unit,
             ch.tolerance,
-            "higher" if ch.direction.startswith("higher") else "lower",
         )
     return t
 
