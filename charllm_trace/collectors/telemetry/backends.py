@@ -254,11 +254,14 @@ class AmdSmiBackend(Backend):
             raise NoSource("AMD SMI library libamd_smi.so not found (no ROCm on this machine)") from None
         except ImportError:
             raise NoSource("amdsmi is not installed") from None
+        from amdsmi.amdsmi_exception import AmdSmiException  # the base class; not re-exported
+
         self.a = amdsmi
+        self.err = AmdSmiException
         try:
             amdsmi.amdsmi_init(amdsmi.AmdSmiInitFlags.INIT_AMD_GPUS)
             self.handles = list(amdsmi.amdsmi_get_processor_handles())
-        except amdsmi.AmdSmiException as exc:
+        except AmdSmiException as exc:
             raise NoSource(f"AMD SMI failed to initialise: {exc}") from None
         if not self.handles:
             amdsmi.amdsmi_shut_down()
@@ -289,7 +292,7 @@ class AmdSmiBackend(Backend):
             "driver_version": self._safe(
                 lambda: amdsmi.amdsmi_get_gpu_driver_info(self.handles[0])["driver_version"]
             ),
-            "rocm_version": self._safe(lambda: str(amdsmi.amdsmi_get_rocm_version())),
+            "rocm_version": self._safe(lambda: self._rocm_version(amdsmi)),
         }
 
     def _safe(self, fn: Any) -> Any:
@@ -298,13 +301,18 @@ class AmdSmiBackend(Backend):
         except Exception:
             return None
 
+    @staticmethod
+    def _rocm_version(amdsmi: Any) -> str | None:
+        ok, version = amdsmi.amdsmi_get_rocm_version()  # (found, version or error message)
+        return str(version) if ok else None
+
     def read(self, i: int) -> tuple[Any, ...]:
         a = self.a
         h = self.handles[i]
         dev = self.devices[i]
         try:
             pi = a.amdsmi_get_power_info(h)
-        except a.AmdSmiException as exc:
+        except self.err as exc:
             raise DeviceError(f"power: {exc}") from None
         dom = dev.get("power_domain")
         if dom is not None and dom["reported_on"] != i:
@@ -315,7 +323,7 @@ class AmdSmiBackend(Backend):
         def opt(fn: Any) -> Any:
             try:
                 return fn()
-            except a.AmdSmiException:
+            except self.err:
                 return None
 
         e = opt(lambda: a.amdsmi_get_energy_count(h))
