@@ -268,7 +268,11 @@ def annotate_collectives(
             c10d_out = None
             if "c10d" in ctx and ctype in ("all_gather", "gather"):
                 shapes, types, _ = node_io(ctx["c10d"])
-                c10d_out, ty2 = C.first_tensor(shapes, types)
+                # the output (first argument) only: the input would give the per-rank size
+                c10d_out, ty2 = C.first_tensor(
+                    shapes[:1] if isinstance(shapes, list) else None,
+                    types[:1] if isinstance(types, list) else None,
+                )
                 ty = ty or ty2
             if n_in is None and "c10d" in ctx and ctype not in ("all_gather", "gather"):
                 shapes, types, _ = node_io(ctx["c10d"])

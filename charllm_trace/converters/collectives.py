@@ -208,25 +208,34 @@ def numel(shape: Any) -> int | None:
     return None
 
 
+def _leaf_total(shape: Any, depth: int = 0) -> int | None:
+    """Total elements of a shape or (nested) list of shapes; None when there is no tensor shape."""
+    n = numel(shape)
+    if n is not None:
+        return n
+    if not isinstance(shape, list) or not shape or depth > 6:
+        return None
+    parts = [_leaf_total(s, depth + 1) for s in shape]
+    vals = [p for p in parts if p is not None]
+    return sum(vals) if vals else None
+
+
 def first_tensor(shapes: Any, types: Any) -> tuple[int | None, str | None]:
-    """(numel, dtype spelling) of the first tensor input given parallel shape/type lists."""
+    """(element count, dtype spelling) of the first tensor argument, given parallel shape/type
+    lists; a list of tensors (``GenericList[Tensor(float)]``, Kineto ``TensorList``) counts all
+    its elements."""
     if not isinstance(shapes, list):
         return None, None
     types = types if isinstance(types, list) else []
     for i, sh in enumerate(shapes):
         ty = types[i] if i < len(types) else None
-        n = numel(sh)
-        if n is not None and (ty is None or "Tensor" in str(ty) or dtype_info(ty)[1] is not None):
-            if isinstance(ty, str) and ty.startswith("GenericList"):
-                continue
-            return n, ty
-        # a list of tensors: [[256]] with GenericList[Tensor(float)]
-        if isinstance(sh, list) and sh and all(numel(s) is not None for s in sh):
-            ty1 = ty
-            if isinstance(ty, str):
-                m = re.search(r"Tensor\(([^)]*)\)", ty)
-                ty1 = m.group(1) if m else ty
-            return sum(numel(s) or 0 for s in sh), ty1
+        n = _leaf_total(sh)
+        if n is None:
+            continue
+        if isinstance(ty, str) and "Tensor(" in ty:
+            m = re.search(r"Tensor\(([^)]*)\)", ty)
+            ty = m.group(1) if m else ty
+        return n, ty
     return None, None
 
 
