@@ -103,3 +103,13 @@ def test_missing_command_and_bad_options(tmp_path: Path) -> None:
     p = cli("collect", "--steps", "5-2", "-o", str(tmp_path / "b"), "--", "true")
     assert p.returncode == 2 and p.stderr.startswith("error: --steps")
     assert not (tmp_path / "b").exists()
+
+
+def test_collectors_import_no_torch_nvml_amdsmi() -> None:
+    code = (
+        "import sys, charllm_trace.collectors.launcher, charllm_trace.collectors.session, "
+        "charllm_trace.collectors.telemetry, charllm_trace.collectors.manifest\n"
+        "print(sorted(m for m in ('torch', 'pynvml', 'amdsmi') if m in sys.modules))"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "[]", p.stderr
