@@ -18,21 +18,25 @@ def _invoke(*args: str):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
-def _shared_kineto() -> list[str]:
+def _shared_inputs() -> list[str]:
+    """Every trace file under ../shared/traces, and every directory of per-rank files."""
     if not SHARED_TRACES.is_dir():
         return []
     out = []
     for p in sorted(SHARED_TRACES.rglob("*")):
-        if p.is_file() and (p.name.endswith(".et") or ("kineto" in p.name or "rank-" in p.name or
-                                                        p.parent.name in ("tracelens",) or "a100" in p.name)):  # fmt: skip
+        if p.is_file() and p.name.endswith((".json.gz", ".json", ".et")):
             out.append(str(p.relative_to(SHARED_TRACES)))
+        elif p.is_dir():
+            files = [c.name for c in p.iterdir() if c.is_file()]
+            if files and all("rank" in f for f in files):  # a directory of per-rank files = a run
+                out.append(str(p.relative_to(SHARED_TRACES)))
     return out
 
 
-KINETO_AND_ET = _shared_kineto()
+SHARED_INPUTS = _shared_inputs()
 
 
-@pytest.mark.parametrize("rel", KINETO_AND_ET or ["(none)"])
+@pytest.mark.parametrize("rel", SHARED_INPUTS or ["(none)"])
 def test_analyze_every_shared_trace(rel):
     """No crash on any real trace (HTA 0.5.0 crashes on the TraceLens H100 profile); each
     analysis is printed or its absence explained in one line."""
@@ -116,3 +120,26 @@ def test_analyze_parallel_names_dimension_and_peak_override():
     doc = json.loads(r.output)
     assert {row["dim"] for row in doc["frames"]["overlap_by_group"]} == {"dp"}
     assert {row["peak_gbps"] for row in doc["frames"]["collectives"]} == {100.0}
+
+
+def test_analyze_own_gloo_fixture_cpu_mode():
+    """Our own fixture (a real 2-rank gloo run, CPU only): CPU mode; one collective per c10d
+    op in each rank's Kineto file (counted here from the JSON), matched across both ranks."""
+    import gzip
+
+    from tests.conftest import FIXTURES
+
+    d = FIXTURES / "cpu-2rank-gloo"
+    r = _invoke("analyze", str(d), "--format", "json", "--per-step")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    coll = pl.DataFrame(doc["frames"]["collectives"])
+    for rank in (0, 1):
+        ev = json.loads(gzip.open(d / f"rank-{rank}.kineto.json.gz").read())["traceEvents"]
+        n_c10d = sum(1 for e in ev if e.get("cat") == "cpu_op" and e.get("name", "").startswith("c10d::"))
+        assert coll.filter(pl.col("rank") == rank).height == n_c10d
+    assert len(doc["frames"]["collectives_matched"]) == n_c10d
+    assert {m["n_ranks"] for m in doc["frames"]["collectives_matched"]} == {2}
+    ov = [row for row in doc["frames"]["overlap"] if row["step"] is None]
+    assert len(ov) == 2 and all(row["comm_ns"] > 0 and row["compute_ns"] > 0 for row in ov)
+    assert any("CPU mode" in n for n in doc["notes"]["overlap"])

@@ -23,8 +23,9 @@ from charllm_trace.analysis.simulate import simulate
 from charllm_trace.model import ProcessGroup, Run, Trace
 
 NO_TIMESTAMPS = (
-    "this trace has no timestamps (a Chakra ET written by Chakra's converter): overlap needs them; "
-    "rerun with --simulate to rebuild a timeline from dependencies and durations (figures then simulated)"
+    "this trace has no timestamps (e.g. a Chakra ET written by Chakra's own converter, or a host "
+    "execution trace alone): overlap needs them; rerun with --simulate to rebuild a timeline from "
+    "dependencies and durations (figures then simulated)"
 )
 NO_TELEMETRY = "no telemetry in this trace: energy and power not computed"
 

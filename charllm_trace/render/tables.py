@@ -101,7 +101,7 @@ def render_bandwidth(res: RunAnalysis, console: Console) -> None:
     )  # fmt: skip
     for r in bw.summary.iter_rows(named=True):
         t.add_row(
-            str(r["coll_type"]), str(r["pg_name"]), r["dim"] or "-", str(r["size_bucket"]), str(r["count"]),
+            str(r["coll_type"]), r["pg_name"] or "-", r["dim"] or "-", str(r["size_bucket"]), str(r["count"]),
             _num(None if r["bytes_total"] is None else r["bytes_total"] / 1e6), _ms(r["dur_ns_total"]),
             _num(r["algbw_gbps"]), _num(r["busbw_gbps"]), _num(r["busbw_gbps_max"]),
             _num(r["peak_gbps"], "{:.0f}"), _num(r["util_pct"], "{:.1f}"),
@@ -109,7 +109,7 @@ def render_bandwidth(res: RunAnalysis, console: Console) -> None:
     console.print(t)
     for pg, lp in bw.peaks.items():
         console.print(
-            f"  group {pg}: peak {_num(lp.gbps, '{:.0f}')} GB/s per direction — {lp.link} ({lp.source})",
+            f"  group {pg if pg != 'None' else '-'}: peak {_num(lp.gbps, '{:.0f}')} GB/s per direction — {lp.link} ({lp.source})",
             style="dim", markup=False, highlight=False,
         )  # fmt: skip
     if bw.matched.height:
@@ -122,7 +122,7 @@ def render_bandwidth(res: RunAnalysis, console: Console) -> None:
         )  # fmt: skip
         for r in m.iter_rows(named=True):
             mt.add_row(
-                str(r["pg_name"]), str(r["coll_seq"]), str(r["coll_type"]),
+                r["pg_name"] or "-", str(r["coll_seq"]), str(r["coll_type"]),
                 _num(None if r["bytes"] is None else r["bytes"] / 1e6), str(r["n_ranks"]),
                 _ms(r["dur_min_ns"]), _ms(r["dur_max_ns"]), _num(r["busbw_gbps"]), _ms(r["skew_ns"]),
                 str(r["late_rank"]),

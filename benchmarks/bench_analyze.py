@@ -1,0 +1,252 @@
+"""Analyses vs Holistic Trace Analysis 0.5.0 on the same Kineto input.
+
+Builds a large Kineto trace by repeating the A100 DDP profile
+(``../shared/traces/hta/a100_ddp_nccl_rank0.json.gz``, 40,573 events) N times, shifted
+in time, with correlation / External / flow ids and ProfilerStep numbers offset so the
+copies stay distinct. Then, each in its own fresh subprocess (wall time measured by the
+parent, peak RSS by the child's ``getrusage``; a watchdog kills a child above
+``--mem-limit-gib``):
+
+- ours: ``charllm_trace.load`` (Kineto -> model) + overlap + bandwidth (+ the temporal
+  breakdown, which is part of the overlap result: compute / comm / memcpy / idle);
+- HTA: ``TraceAnalysis(trace_dir=...)`` (load) + ``get_comm_comp_overlap`` +
+  ``get_temporal_breakdown``.
+
+Usage::
+
+    python benchmarks/bench_analyze.py --reps 25            # ~1.0 M events
+    python benchmarks/bench_analyze.py --reps 5,10,25 --hta-timeout 900
+
+Prints one line per (tool, size) and a ratio line per size. Trace files go to a
+temporary directory (``--workdir``) and are removed afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = (
+    Path(os.environ.get("CHARLLM_SHARED", ROOT.parent / "shared"))
+    / "traces"
+    / "hta"
+    / "a100_ddp_nccl_rank0.json.gz"
+)
+ID_ARGS = ("correlation", "External id", "Record function id", "Ev Idx")
+STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def make_trace(reps: int, out: Path) -> int:
+    """Write a Kineto JSON with ``reps`` copies of the source profile; returns the event count."""
+    doc = json.loads(gzip.open(SOURCE).read())
+    events = doc["traceEvents"]
+    timed = [e for e in events if e.get("ph") in ("X", "s", "f", "i", "C") and "ts" in e]
+    other = [e for e in events if e not in timed] if len(timed) != len(events) else []
+    t0 = min(float(e["ts"]) for e in timed)
+    t1 = max(float(e["ts"]) + float(e.get("dur", 0) or 0) for e in timed)
+    shift_us = int(t1 - t0) + 1000  # whole µs: keeps the 3 decimals exact
+    max_id = 0
+    for e in timed:
+        a = e.get("args") or {}
+        for k in ID_ARGS:
+            v = a.get(k)
+            if isinstance(v, int):
+                max_id = max(max_id, v)
+        if isinstance(e.get("id"), int):
+            max_id = max(max_id, e["id"])
+    id_step = max_id + 1
+    steps = [int(m.group(1)) for e in timed if (m := STEP_RE.match(e.get("name", "")))]
+    step_step = (max(steps) - min(steps) + 1) if steps else 0
+    out_events = list(other)
+    for k in range(reps):
+        for e in timed:
+            c = dict(e)
+            c["ts"] = e["ts"] + k * shift_us
+            if k:
+                a = e.get("args")
+                if a:
+                    a = dict(a)
+                    for key in ID_ARGS:
+                        if isinstance(a.get(key), int) and a[key] >= 0:
+                            a[key] += k * id_step
+                    c["args"] = a
+                if isinstance(e.get("id"), int):
+                    c["id"] = e["id"] + k * id_step
+                m = STEP_RE.match(e.get("name", ""))
+                if m:
+                    c["name"] = f"ProfilerStep#{int(m.group(1)) + k * step_step}"
+            out_events.append(c)
+    doc["traceEvents"] = out_events
+    with open(out, "w") as f:
+        json.dump(doc, f)
+    return len(out_events)
+
+
+# ---------------------------------------------------------------- children
+
+
+def child_ours(path: str) -> dict:
+    import charllm_trace as ct
+    from charllm_trace.analysis import bandwidth, overlap
+    from charllm_trace.analysis.classify import classify
+
+    t = time.perf_counter()
+    run = ct.load(path)
+    tr = run.traces[run.ranks[0]]
+    t_load = time.perf_counter() - t
+    cl = classify(tr.nodes)
+    ov = overlap(tr, classified=cl, hta_compat=True)
+    bw = bandwidth(tr, classified={run.ranks[0]: cl})
+    total = ov.total().row(0, named=True)
+    return {
+        "load_s": t_load,
+        "analyze_s": time.perf_counter() - t - t_load,
+        "overlap_pct": total["overlap_pct"],
+        "idle_ns": total["idle_ns"],
+        "n_collectives": bw.collectives.height,
+        "n_nodes": tr.nodes.height,
+    }
+
+
+def child_hta(path: str) -> dict:
+    import logging
+
+    logging.disable(logging.WARNING)
+    from hta.trace_analysis import TraceAnalysis
+
+    d = tempfile.mkdtemp(prefix="hta-bench-")
+    os.symlink(os.path.abspath(path), os.path.join(d, "rank-0.json"))
+    t = time.perf_counter()
+    ta = TraceAnalysis(trace_dir=d)
+    t_load = time.perf_counter() - t
+    ov = ta.get_comm_comp_overlap(visualize=False)
+    br = ta.get_temporal_breakdown(visualize=False)
+    shutil.rmtree(d)
+    return {
+        "load_s": t_load,
+        "analyze_s": time.perf_counter() - t - t_load,
+        "overlap_pct": float(ov["comp_comm_overlap_pctg"].iloc[0]),
+        "idle_ns": float(br["idle_time(us)"].iloc[0]) * 1000 if "idle_time(us)" in br else None,
+    }
+
+
+def _child_main(tool: str, path: str) -> None:
+    res = child_ours(path) if tool == "ours" else child_hta(path)
+    res["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+# ---------------------------------------------------------------- parent
+
+
+def run_child(tool: str, path: Path, timeout: float, mem_limit_gib: float) -> dict:
+    import psutil
+
+    t = time.perf_counter()
+    p = subprocess.Popen(
+        [sys.executable, __file__, "--child", tool, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    killed: list[str] = []
+
+    def watch() -> None:
+        try:
+            proc = psutil.Process(p.pid)
+            while p.poll() is None:
+                rss = sum(c.memory_info().rss for c in [proc, *proc.children(recursive=True)])
+                if rss > mem_limit_gib * 2**30:
+                    killed.append(f"killed above {mem_limit_gib} GiB RSS")
+                    p.kill()
+                    return
+                if time.perf_counter() - t > timeout:
+                    killed.append(f"killed after {timeout:.0f} s")
+                    p.kill()
+                    return
+                time.sleep(0.2)
+        except psutil.NoSuchProcess:
+            return
+
+    w = threading.Thread(target=watch, daemon=True)
+    w.start()
+    out, err = p.communicate()
+    wall = time.perf_counter() - t
+    w.join(1)
+    line = next((ln for ln in out.splitlines() if ln.startswith("RESULT ")), None)
+    if line is None:
+        why = (
+            killed[0]
+            if killed
+            else f"exit {p.returncode}: {err.strip().splitlines()[-1] if err.strip() else ''}"
+        )
+        return {"ok": False, "wall_s": wall, "why": why}
+    res = json.loads(line[len("RESULT ") :])
+    res.update(ok=True, wall_s=wall)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", default="25", help="comma-separated repetition counts (25 -> ~1.0 M events)")
+    ap.add_argument("--tools", default="ours,hta")
+    ap.add_argument("--hta-timeout", type=float, default=1200.0)
+    ap.add_argument("--mem-limit-gib", type=float, default=6.0)
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--child", nargs=2, metavar=("TOOL", "PATH"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        _child_main(*a.child)
+        return
+    if not SOURCE.exists():
+        sys.exit(f"source trace {SOURCE} not found (set CHARLLM_SHARED)")
+    work = Path(a.workdir or tempfile.mkdtemp(prefix="charllm-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        for reps in [int(x) for x in a.reps.split(",")]:
+            path = work / f"a100x{reps}.json"
+            n = make_trace(reps, path)
+            mb = path.stat().st_size / 1e6
+            print(f"# {reps} copies: {n:,} events, {mb:.0f} MB JSON", flush=True)
+            results = {}
+            for tool in a.tools.split(","):
+                timeout = a.hta_timeout if tool == "hta" else 600.0
+                r = run_child(tool, path, timeout, a.mem_limit_gib)
+                results[tool] = r
+                if r["ok"]:
+                    print(
+                        f"{tool:5s} events={n:>9,} wall={r['wall_s']:7.2f}s load={r['load_s']:7.2f}s "
+                        f"analyze={r['analyze_s']:6.2f}s peak_rss={r['peak_rss_mib']:7.0f}MiB "
+                        f"overlap={r['overlap_pct']:.2f}%",
+                        flush=True,
+                    )
+                else:
+                    print(f"{tool:5s} events={n:>9,} FAILED after {r['wall_s']:.1f}s: {r['why']}", flush=True)
+            o, h = results.get("ours"), results.get("hta")
+            if o and h and o["ok"] and h["ok"]:
+                print(
+                    f"ratio events={n:,}: HTA/ours wall {h['wall_s'] / o['wall_s']:.1f}x, "
+                    f"ours/HTA peak RSS {o['peak_rss_mib'] / h['peak_rss_mib']:.2f}",
+                    flush=True,
+                )
+            path.unlink()
+    finally:
+        if a.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
