@@ -61,6 +61,30 @@ def main(debug: bool) -> None:
 
 # --- info (issue 2) --------------------------------------------------------
 
+
+@main.command("info")
+@click.argument("path", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (times in ns, bytes in bytes).")
+@click.option("--no-cache", is_flag=True, help="Decode the files again instead of using the cache.")
+def info_cmd(path: str, as_json: bool, no_cache: bool) -> None:
+    """Summarise an ET file or a directory of per-rank ETs (or any run charllm-trace reads):
+    ranks, node counts by type, time span, collectives and bytes, process groups, devices, telemetry."""
+    from charllm_trace.et.summary import run_summary
+    from charllm_trace.loader import load
+
+    summary = run_summary(load(path, cache=not no_cache))
+    if as_json:
+        from charllm_trace.render.info import info_json
+
+        click.echo(info_json(summary))
+    else:
+        from rich.console import Console
+
+        from charllm_trace.render.info import render_info
+
+        render_info(summary, Console(soft_wrap=False))
+
+
 # --- convert (issue 3) -----------------------------------------------------
 
 

@@ -19,9 +19,11 @@ import orjson
 import polars as pl
 from chakra.schema.protobuf import et_def_pb2 as pb
 from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from charllm_trace.errors import InputError
 from charllm_trace.et import _native
+from charllm_trace.et import cache as et_cache
 from charllm_trace.et import conventions as cv
 from charllm_trace.et.fastdecode import PAD, Corrupt, decode_nodes
 from charllm_trace.et.framing import GZIP_MAGIC, message_bounds, read_bytes, sniff_text
@@ -366,6 +368,8 @@ def decode_et(buf: np.ndarray, size: int, path: Any = None) -> tuple[Trace, dict
         gm.ParseFromString(buf[starts[0] : starts[0] + lens[0]].tobytes())
     except DecodeError as exc:
         raise InputError(path, f"not a Chakra ET: the first message is not a GlobalMetadata ({exc})") from exc
+    if (not gm.version and not len(gm.attr)) or len(UnknownFieldSet(gm)):
+        raise InputError(path, "not a Chakra ET: the first message is not a Chakra GlobalMetadata")
     meta, telemetry, manifest, ours = _meta_from_global(gm, path)
     try:
         cols = decode_nodes(buf, starts[1:], lens[1:], ours=ours, first_index=1)
@@ -385,8 +389,15 @@ def read_et(path: str | os.PathLike[str], *, cache: bool = True) -> Trace:
 
 
 def _read_with_manifest(path: str | os.PathLike[str], *, cache: bool) -> tuple[Trace, dict | None]:
+    if cache:
+        hit = et_cache.lookup(path)
+        if hit is not None:
+            return hit
     buf, size = load_buffer(path)
-    return decode_et(buf, size, path)
+    trace, manifest = decode_et(buf, size, path)
+    if cache:
+        et_cache.store(path, et_cache.content_key(buf[:size]), trace, manifest)
+    return trace, manifest
 
 
 # ---------------------------------------------------------------------------
