@@ -58,6 +58,14 @@ def _wait_for_traces(run: Path, proc: subprocess.Popen[str]) -> None:
     pytest.fail("no traces after 120 s")
 
 
+def _kill_ranks(run: Path) -> None:
+    for info in run.glob("rank-*.info.json"):
+        try:
+            os.kill(json.loads(info.read_text())["pid"], signal.SIGKILL)
+        except (ProcessLookupError, ValueError, KeyError):
+            pass
+
+
 def _readable(run: Path) -> None:
     for r in range(2):
         with gzip.open(run / f"rank-{r}.kineto.json.gz") as f:
@@ -81,6 +89,7 @@ def test_interrupt_is_forwarded_and_files_stay_readable(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+        _kill_ranks(run)
     assert rc != 0
     m = json.loads((run / "manifest.json").read_text())
     assert m["status"] == "failed" and m["exit_code"] == rc
@@ -97,7 +106,10 @@ def test_sigkill_of_everything_leaves_readable_files(tmp_path: Path) -> None:
     _wait_for_traces(run, proc)
     time.sleep(1.0)
     t_kill = time.time_ns()
-    os.killpg(proc.pid, signal.SIGKILL)  # launcher, torchrun and ranks; not the sampler (own session)
+    # The launcher and torchrun; torchrun starts each rank in a session of its own, so the ranks
+    # (which a SIGKILLed torchrun cannot stop) are killed by the pids they recorded.
+    os.killpg(proc.pid, signal.SIGKILL)
+    _kill_ranks(run)
     proc.wait(30)
     m = json.loads((run / "manifest.json").read_text())
     assert m["status"] == "running"  # the manifest written at the start survives
