@@ -186,8 +186,9 @@ def _digest(d: Path) -> dict[str, str]:
     }
 
 
-@pytest.fixture
-def made(tmp_path: Path) -> tuple[Path, Path, object]:
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, object]:
+    tmp_path = tmp_path_factory.mktemp("sanitize")
     run = _make_run(tmp_path)
     before = _digest(run)
     out = tmp_path / "clean"
@@ -392,3 +393,37 @@ def test_single_kineto_file_with_python_frames(tmp_path: Path) -> None:
     assert b["deviceProperties"] == a["deviceProperties"]
     ka = [e for e in a["traceEvents"] if e.get("cat") == "kernel"]
     assert ka == [e for e in b["traceEvents"] if e.get("cat") == "kernel"]
+
+
+def test_collected_run_from_our_collector(tmp_path: Path) -> None:
+    """The collector's own 2-rank CPU run: its host is pseudonymised everywhere (file names,
+    manifest keys such as ranks_by_host) and every analysis of the run dir is unchanged."""
+    from charllm_trace import loader
+    from charllm_trace.analysis import AnalyzeOptions, analyze_run
+    from tests.conftest import FIXTURES
+
+    src = FIXTURES / "cpu-2rank-gloo"
+    man = json.loads((src / "manifest.json").read_text())
+    hosts = man["hostnames"]
+    out = tmp_path / "clean"
+    report = sanitize_run(src, out)
+    assert report.hosts == len(hosts)
+    expected = sorted(
+        p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file() and p.suffix != ".md"
+    )
+    renamed = [
+        re.sub(rf"(?<![A-Za-z0-9]){re.escape(h)}(?![A-Za-z0-9])", f"host{i}", n)
+        for n in expected
+        for i, h in enumerate(hosts[:1])
+    ]
+    assert sorted(report.written) == sorted(renamed)
+    for p in out.rglob("*"):
+        data = _read_all(p).decode("utf-8", "replace") + p.name
+        for h in hosts:
+            assert not re.search(rf"(?<![A-Za-z0-9_]){re.escape(h)}(?![A-Za-z0-9_])", data, re.I), (h, p.name)
+    clean = json.loads((out / "manifest.json").read_text())
+    assert clean["ranks_by_host"] == {"host0": man["ranks_by_host"][hosts[0]]}
+    a, b = loader.load(src), loader.load(out)
+    b.source = a.source
+    opts = AnalyzeOptions(per_step=True)
+    _same(analyze_run(a, opts), analyze_run(b, opts), "analysis")
