@@ -98,6 +98,8 @@ def message_bounds(data: bytes, path: str | os.PathLike[str] | None) -> tuple[np
                         path,
                         f"not a Chakra ET: malformed message length at byte {pos} (message {len(starts)})",
                     )
+        if pos + size > end and not starts:
+            raise InputError(path, "not a Chakra ET: its first message would run past the end of the file")
         if pos + size > end:
             raise InputError(
                 path,

@@ -350,6 +350,8 @@ def frame_messages(buf: np.ndarray, size: int, path: Any) -> tuple[np.ndarray, n
         raise InputError(path, f"not a Chakra ET: malformed message length at byte {at} (message {k})")
     if n == -2:
         raise InputError(path, f"truncated: a message length at byte {at} runs past the end of the file")
+    if k == 0:
+        raise InputError(path, "not a Chakra ET: its first message would run past the end of the file")
     raise InputError(
         path, f"truncated: message {k} at byte {at} runs past the end of the file ({size - at} bytes left)"
     )
