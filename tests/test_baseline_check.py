@@ -651,3 +651,47 @@ def test_higher_power_fails_check_on_energy_and_power(tmp_path: Path) -> None:
     # 35% energy/power tolerance lets it through
     ok = _cli("check", str(tmp_path / "hot"), "--baseline", str(base), "--tolerance", "energy=35%,power=35%")
     assert ok.exit_code == 0, ok.output
+
+
+def test_check_reuses_the_options_the_baseline_was_made_with(tmp_path: Path) -> None:
+    src = shared_trace("hta/a100_ddp_nccl_rank0.json.gz")
+    plain, hta = tmp_path / "plain.json", tmp_path / "hta.json"
+    assert _cli("baseline", str(src), "-o", str(plain)).exit_code == 0
+    assert _cli("baseline", str(src), "-o", str(hta), "--hta-compat").exit_code == 0
+    a = {m["key"]: m["value"] for m in json.loads(plain.read_text())["metrics"]}
+    b = json.loads(hta.read_text())
+    assert b["input"]["options"]["hta_compat"] is True
+    vb = {m["key"]: m["value"] for m in b["metrics"]}
+    # HTA's filter drops the kernels launched after the last step begins: the whole-trace figure moves
+    assert vb["exposed_comm_ms/rank=0/step=all"] < a["exposed_comm_ms/rank=0/step=all"]
+    # ... and check, given no flag, analyses the run the way its baseline was made
+    r = _cli("check", str(src), "--baseline", str(hta))
+    assert r.exit_code == 0, r.output
+
+
+def test_check_table_lists_failures_or_everything() -> None:
+    from rich.console import Console
+
+    from charllm_trace.render.regress import print_check
+
+    old = [
+        _m("overlap_pct/rank=0/step=1", "overlap", 60.0),
+        _m("energy_j/rank=0/phase=forward", "energy", 100.0),
+    ]
+    new = [
+        _m("overlap_pct/rank=0/step=1", "overlap", 55.0),
+        _m("energy_j/rank=0/phase=forward", "energy", 101.0),
+    ]
+    cmp = compare(old, new)
+
+    def out(show_all: bool) -> str:
+        c = Console(record=True, width=200)
+        print_check(cmp, c, show_all=show_all)
+        return c.export_text()
+
+    failing = out(False)
+    assert "overlap_pct/rank=0/step=1" in failing and "-5.00pp" in failing and "2pp" in failing
+    assert "energy_j/rank=0/phase=forward" not in failing  # +1 % is within 5 %
+    assert failing.strip().endswith("check FAILED: 2 metrics (1 regressed, 1 within)")
+    everything = out(True)
+    assert "energy_j/rank=0/phase=forward" in everything and "+1 (+1.0%)" in everything
