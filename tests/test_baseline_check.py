@@ -695,3 +695,18 @@ def test_check_table_lists_failures_or_everything() -> None:
     assert failing.strip().endswith("check FAILED: 2 metrics (1 regressed, 1 within)")
     everything = out(True)
     assert "energy_j/rank=0/phase=forward" in everything and "+1 (+1.0%)" in everything
+
+
+def test_baseline_of_a_trace_without_communication_or_telemetry_exits_2(tmp_path: Path) -> None:
+    import gzip
+
+    src = shared_trace("hta/simple_add_kineto.json.gz")
+    events = json.loads(gzip.decompress(src.read_bytes()))["traceEvents"]
+    assert not any("nccl" in str(e.get("name", "")).lower() for e in events)  # nothing to guard
+    out = tmp_path / "b.json"
+    r = _cli("baseline", str(src), "-o", str(out))
+    assert r.exit_code == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {src}: nothing to record in a baseline (")
+    assert "overlap: no communication" in lines[0] and "energy: no telemetry" in lines[0]
+    assert not out.exists()

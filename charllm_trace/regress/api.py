@@ -70,8 +70,13 @@ def baseline_run(path: str | os.PathLike[str], options: AnalyzeOptions | None = 
     an = analyze(run, options)
     metrics = headline(an)
     if not metrics:
-        why = "; ".join(f"{k}: {v}" for k, v in an.skipped.items()) or "no analysis produced a figure"
-        raise InputError(path, f"no headline metrics could be computed ({why})")
+        reasons = dict(an.skipped)
+        if an.overlap is not None:
+            reasons.setdefault("overlap", "no communication in this trace, so no overlap to guard")
+        if an.bandwidth is not None:
+            reasons.setdefault("bandwidth", "no collective with a measurable duration")
+        why = "; ".join(f"{k}: {v}" for k, v in reasons.items())
+        raise InputError(path, f"nothing to record in a baseline ({why})")
     return make_baseline(metrics, describe_input(path, run, an))
 
 
