@@ -280,8 +280,6 @@ def diff_runs(run_a: Run, an_a: RunAnalysis, run_b: Run, an_b: RunAnalysis, *, t
                 note=note,
             )
         )
-        if note:
-            notes.append(note)
     else:
         missing = [n for n, an in (("A", an_a), ("B", an_b)) if an.overlap is None]
         notes.append(f"no per-step comparison: overlap analysis skipped in {' and '.join(missing)}")
