@@ -775,11 +775,12 @@ def _apply_nulls(cols: dict[str, Any], nulls: list[tuple[int, str]], n: int) -> 
             s = cols.get(fld)
             if s is None or s.dtype != pl.Struct or sub not in ("values", "shapes", "types"):
                 continue
+            parts = s.struct.unnest().with_columns(
+                pl.when(m).then(None).otherwise(pl.col(sub)).cast(pl.String).alias(sub)
+            )
+            rebuilt = parts.select(pl.struct("values", "shapes", "types").alias(fld)).to_series()
             cols[fld] = pl.select(
-                pl.when(m & s.is_not_null())
-                .then(s.struct.with_fields(pl.lit(None, dtype=pl.String).alias(sub)))
-                .otherwise(s)
-                .alias(fld)
+                pl.when(s.is_not_null()).then(rebuilt).otherwise(None).alias(fld)
             ).to_series()
         elif c in cols and isinstance(cols[c], pl.Series):
             s = cols[c]
