@@ -139,12 +139,24 @@ def _meta_lines(pid: int, trace: Trace, rank_label: str, tracks: pl.DataFrame) -
     return lines
 
 
+def _args_expr(nodes: pl.DataFrame) -> pl.Expr:
+    """The args object of each slice: the node id, then every arg column that is set."""
+    frags: list[pl.Expr] = [pl.lit('{"id":'), pl.col("id").cast(pl.String).fill_null("null")]
+    for c in _ARG_COLS:
+        if nodes[c].null_count() == nodes.height:
+            continue  # never set in this trace
+        if nodes.schema[c] == pl.String:  # '"c":"escaped value"'
+            val = pl.struct(pl.col(c)).struct.json_encode().str.strip_prefix("{").str.strip_suffix("}")
+            frag = pl.concat_str([pl.lit(","), val])
+        else:
+            frag = pl.concat_str([pl.lit(f',"{c}":'), pl.col(c).cast(pl.String)])
+        frags.append(pl.when(pl.col(c).is_not_null()).then(frag))
+    frags.append(pl.lit("}"))
+    return pl.concat_str(frags, ignore_nulls=True)
+
+
 def _slice_lines(nodes: pl.DataFrame, pid: int, origin: int) -> pl.Series:
-    args = (
-        pl.struct([pl.col("id")] + [pl.col(c) for c in _ARG_COLS])
-        .struct.json_encode()
-        .str.replace_all(r',"[a-z_]+":null', "")
-    )
+    args = _args_expr(nodes)
     head = (
         pl.struct(pl.col("name").fill_null(""), pl.col("kind").fill_null("node").alias("cat"))
         .struct.json_encode()
