@@ -710,3 +710,38 @@ def test_baseline_of_a_trace_without_communication_or_telemetry_exits_2(tmp_path
     assert len(lines) == 1 and lines[0].startswith(f"error: {src}: nothing to record in a baseline (")
     assert "overlap: no communication" in lines[0] and "energy: no telemetry" in lines[0]
     assert not out.exists()
+
+
+def test_communication_moved_out_of_compute_fails_on_overlap(tmp_path: Path) -> None:
+    """Every NCCL kernel moved after the last event of the trace: nothing overlaps any more."""
+    import gzip
+
+    src = shared_trace("hta/a100_ddp_nccl_rank0.json.gz")
+    base = tmp_path / "b.json"
+    assert _cli("baseline", str(src), "-o", str(base)).exit_code == 0
+    old = {m["key"]: m["value"] for m in json.loads(base.read_text())["metrics"]}
+
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    evs = doc["traceEvents"]
+    t = max(e["ts"] + e.get("dur", 0) for e in evs if e.get("ph") == "X") + 10
+    for e in evs:
+        if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel"):
+            e["ts"], t = t, t + e["dur"] + 10
+    moved = tmp_path / "moved.json.gz"
+    moved.write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+    r = _cli("check", str(moved), "--baseline", str(base), "--format", "json")
+    assert r.exit_code == 1
+    ch = {c["key"]: c for c in json.loads(r.output)["changes"]}
+    overlap = [k for k in old if k.startswith("overlap_pct/")]
+    assert len(overlap) >= 2 and all(old[k] > 2.0 for k in overlap)  # the baseline had overlap to lose
+    for k in overlap:  # every step (kernels count in the step that launched them) and the whole trace
+        assert ch[k]["status"] == "regressed", k
+        assert ch[k]["new"] == pytest.approx(0.0, abs=1e-9)
+        exposed = k.replace("overlap_pct/", "exposed_comm_ms/")
+        assert ch[exposed]["status"] == "regressed", exposed
+    assert all(ch[k]["status"] == "within" for k in old if k.startswith("busbw_gbps/"))  # durations unchanged
+    table = _cli("check", str(moved), "--baseline", str(base))
+    assert table.exit_code == 1
+    assert "overlap_pct/rank=0/step=all" in table.output
+    assert f"{-old['overlap_pct/rank=0/step=all']:+.2f}pp" in table.output  # the change, new 0 minus old
