@@ -204,3 +204,57 @@ def test_diff_cli_bad_input_exits_2(tmp_path: Path) -> None:
     r = _cli("diff", str(tmp_path / "a"), str(tmp_path / "b"))
     assert r.exit_code == 2
     assert r.stderr.strip().splitlines() == [f"error: {tmp_path / 'a'}: no such file or directory"]
+
+
+def test_diff_energy_and_power_sections() -> None:
+    from charllm_trace.analysis.results import (
+        ENERGY_SCHEMA,
+        ENERGY_TOTAL_SCHEMA,
+        POWER_SCHEMA,
+        THROTTLE_SCHEMA,
+        EnergyResult,
+        PowerResult,
+        frame,
+    )
+
+    def with_energy(scale: float):  # noqa: ANN202
+        an = _analysis(1.0, [3])
+        an.energy = EnergyResult(
+            totals=frame({}, ENERGY_TOTAL_SCHEMA),
+            by=frame(
+                {
+                    "rank": [0, 1, 0, 0],
+                    "group": ["phase", "phase", "phase", "op"],
+                    "key": ["forward", "forward", "backward", "aten::mm"],
+                    "energy_j": [10.0 * scale, 30.0 * scale, 5.0, 99.0],
+                },
+                ENERGY_SCHEMA,
+            ),
+        )
+        an.power = PowerResult(
+            per_step=frame(
+                {
+                    "rank": [0, 1, 0, 1],
+                    "device": [0, 0, 0, 0],
+                    "step": [3, 3, None, None],
+                    "avg_w": [100.0 * scale, 200.0 * scale, 150.0, 150.0],
+                    "peak_w": [300.0, 400.0 * scale, 400.0, 400.0],
+                },
+                POWER_SCHEMA,
+            ),
+            throttle=frame({}, THROTTLE_SCHEMA),
+        )
+        return an
+
+    run = _run([("gemm", 1000)])
+    d = diff_runs(run, with_energy(1.0), run, with_energy(1.5))
+    energy = {r["phase"]: r for r in d.section("energy").frame.to_dicts()}
+    assert set(energy) == {"forward", "backward"}  # the "op" aggregation is not a phase
+    assert energy["forward"]["energy_a"] == pytest.approx(40.0)  # summed over ranks
+    assert energy["forward"]["energy_rel"] == pytest.approx(0.5)
+    assert energy["backward"]["energy_delta"] == pytest.approx(0.0)
+    steps = {r["step"]: r for r in d.section("steps").frame.to_dicts()}
+    assert "mean_power" in d.section("steps").values
+    assert steps["3"]["mean_power_a"] == pytest.approx(150.0)  # mean over ranks
+    assert steps["3"]["peak_power_b"] == pytest.approx(600.0)  # max over ranks
+    assert steps["3"]["mean_power_rel"] == pytest.approx(0.5)
