@@ -80,9 +80,9 @@ def lookup(path: str | os.PathLike[str]) -> tuple[Trace, dict | None] | None:
             return None
         info = orjson.loads((entry / "meta.json").read_bytes())
         trace = Trace(
-            nodes=pl.read_ipc(entry / "nodes.arrow", memory_map=True),
-            deps=pl.read_ipc(entry / "deps.arrow", memory_map=True),
-            telemetry=pl.read_ipc(entry / "telemetry.arrow", memory_map=True),
+            nodes=pl.read_ipc(entry / "nodes.arrow"),
+            deps=pl.read_ipc(entry / "deps.arrow"),
+            telemetry=pl.read_ipc(entry / "telemetry.arrow"),
             meta=TraceMeta.from_dict(info["meta"]),
         )
         now = time.time()
