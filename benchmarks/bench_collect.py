@@ -190,12 +190,14 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    load0 = os.getloadavg()[0]
     out = {
         "machine": f"{os.cpu_count()} CPU cores, no GPU",
         "sampler_replay": [bench_sampler(1, args.window), bench_sampler(8, args.window)],
         "sampler_no_source": bench_no_source(),
         "steps": bench_steps(args.steps, args.reps),
     }
+    out["loadavg_1min_before_after"] = [load0, os.getloadavg()[0]]  # other work on the machine
     print(json.dumps(out, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
