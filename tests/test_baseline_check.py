@@ -548,7 +548,10 @@ def test_fixture_is_within_its_baseline(fixture: Path) -> None:
     doc = json.loads(base.read_text())
     assert doc["input"]["name"] == fixture.name
     r = _cli("check", str(fixture), "--baseline", str(base))
-    assert r.exit_code == 0, r.output
+    hint = (
+        f"if an analysis changed on purpose: `python tests/regen_baselines.py {fixture.name}`, review, commit"
+    )
+    assert r.exit_code == 0, f"{r.output}\n{hint}"
     assert f"check OK: {len(doc['metrics'])} metrics ({len(doc['metrics'])} within)" in r.output
 
 
