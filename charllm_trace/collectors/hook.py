@@ -25,7 +25,9 @@ trace step 0 (it begins before any hook runs); the Python API can.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
+import io
 import json
 import os
 import socket
@@ -295,7 +297,10 @@ class StepTracer:
             prof.stop()
             prof.export_chrome_trace(self._tmp("kineto"))
         finally:
-            et.cleanup()  # finalises and compresses the host execution trace
+            # Finalises and compresses the host execution trace; torch prints a line about the
+            # compression to stdout, which is not the training script's output.
+            with contextlib.redirect_stdout(io.StringIO()):
+                et.cleanup()
         rank = self.rank if self.rank is not None else 0
         os.replace(self._tmp("kineto"), rank_file(self.run_dir, rank, "kineto"))
         os.replace(self._tmp("host_et"), rank_file(self.run_dir, rank, "host_et"))
