@@ -308,3 +308,30 @@ def test_corrupt_files_give_one_line_input_errors(tmp_path: Path, name: str, dat
         load(p)
     msg = ei.value.one_line()
     assert words in msg and "\n" not in msg and str(p) in msg
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "hta/a100_ddp_nccl_rank0.json.gz",
+        "tracelens/mi300_qwen1.5-0.5b_inference.json.gz",
+        "param/dlrm_8ranks_v100/kineto_rank1.json.gz",
+    ],
+)
+def test_fast_reader_equals_the_plain_json_reader(rel: str) -> None:
+    """read_kineto (msgspec, in batches) gives exactly what parsing the whole JSON with orjson gives."""
+    from charllm_trace.converters._io import load_json
+    from charllm_trace.converters.kineto import parse_kineto
+
+    p = shared_trace(rel)
+    a, b = read_kineto(p), parse_kineto(load_json(p), p)
+    assert a.events.equals(b.events, null_equal=True)
+    assert a.comm_args == b.comm_args
+    assert (a.rank, a.world_size, a.pg_config, a.device_properties, a.base_ns, a.n_raw_events) == (
+        b.rank,
+        b.world_size,
+        b.pg_config,
+        b.device_properties,
+        b.base_ns,
+        b.n_raw_events,
+    )

@@ -58,7 +58,13 @@ def convert_doc(doc: dict[str, Any], path: str | os.PathLike[str]) -> tuple[Trac
 def convert_file(path: str | os.PathLike[str]) -> Run:
     """Convert one Kineto profile or host ET file (``.json`` / ``.json.gz``) into a one-rank Run."""
     p = Path(path)
-    trace, _report = convert_doc(load_json(p), p)
+    kind, _rank = classify(p)
+    if kind == "kineto":
+        trace, _report = convert_pair(None, p)
+    elif kind == "host_et":
+        trace, _report = convert_pair(p, None)
+    else:
+        trace, _report = convert_doc(load_json(p), p)  # raises the right one-line error
     return Run.single(trace, source=str(p))
 
 
@@ -71,9 +77,9 @@ def convert_pair(
     if kineto is None:
         return convert_doc(_load_kind(host_et, "host_et"), host_et)  # type: ignore[arg-type]
     from charllm_trace.converters.build import kineto_trace, linked_trace
-    from charllm_trace.converters.kineto import parse_kineto
+    from charllm_trace.converters.kineto import read_kineto
 
-    prof = parse_kineto(_load_kind(kineto, "kineto"), kineto)
+    prof = read_kineto(kineto)
     if host_et is None:
         return kineto_trace(prof)
     from charllm_trace.converters.host_et import parse_host_et
