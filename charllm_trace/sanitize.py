@@ -150,6 +150,7 @@ class _Scrubber:
         self.paths: set[str] = set()
         self.report = SanitizeReport()
         self._memo: dict[str, str] = {}
+        self._keys: dict[Any, tuple[int, str]] = {}  # key -> (action, clean key), see _key
         self._re: re.Pattern[str] | None = None
 
     # ---- collecting -------------------------------------------------------
@@ -166,6 +167,7 @@ class _Scrubber:
                 self.hosts[short] = self.hosts[low]
             self._re = None
             self._memo.clear()
+            self._keys.clear()
 
     def add_user(self, name: Any) -> None:
         if isinstance(name, str) and name.strip().lower() not in _NOT_NAMES and len(name.strip()) >= 2:
@@ -173,6 +175,7 @@ class _Scrubber:
                 self.users.add(name.strip())
                 self._re = None
                 self._memo.clear()
+                self._keys.clear()
 
     def collect(self, obj: Any, key: str = "") -> None:
         """Find host and user names in a JSON tree (keys and environment variables)."""
@@ -255,34 +258,57 @@ class _Scrubber:
             return {self.text(str(k)): self.host_value(x) for k, x in v.items()}
         return v
 
+    def _key(self, k: Any) -> tuple[int, str]:
+        """What to do with a key (0 keep, 1 drop env, 2 drop other, 3 host, 4 user) and its clean form."""
+        kl = str(k).lower()
+        if kl in DROP_KEYS:
+            act = 1 if kl.startswith("env") else 2
+        elif kl in HOST_KEYS:
+            act = 3
+        elif kl in USER_KEYS:
+            act = 4
+        else:
+            act = 0
+        return act, self.text(str(k))
+
     def clean(self, obj: Any, key: str = "") -> Any:
-        if isinstance(obj, str):
-            return self.text(obj)
-        if isinstance(obj, list):
-            out = []
+        t = type(obj)
+        if t is str:
+            out = self._memo.get(obj)
+            return out if out is not None else self.text(obj)
+        if t is dict:
+            res: dict[str, Any] = {}
+            keys = self._keys
+            for k, v in obj.items():
+                kk = keys.get(k)
+                if kk is None:
+                    kk = keys[k] = self._key(k)
+                act, ck = kk
+                tv = type(v)
+                if act == 0:
+                    if tv is int or tv is float or tv is bool or v is None:
+                        res[ck] = v
+                    else:
+                        res[ck] = self.clean(v, k)
+                elif act == 1:
+                    self.report.env_dropped += 1
+                elif act == 2:
+                    self.report.keys_dropped += 1
+                elif act == 3 and (str(k).lower() != "node" or tv is str):
+                    res[ck] = self.host_value(v)
+                elif act == 4 and tv is str:
+                    res[ck] = USER_TOKEN
+                else:
+                    res[ck] = self.clean(v, k)
+            return res
+        if t is list:
+            out_l = []
             for x in obj:
-                if isinstance(x, dict) and x.get("cat") in PY_CATS:
+                if type(x) is dict and x.get("cat") in PY_CATS:
                     self.report.python_events_dropped += 1
                     continue
-                out.append(self.clean(x, key))
-            return out
-        if isinstance(obj, dict):
-            res: dict[str, Any] = {}
-            for k, v in obj.items():
-                kl = str(k).lower()
-                if kl in DROP_KEYS:
-                    if kl.startswith("env"):
-                        self.report.env_dropped += 1
-                    else:
-                        self.report.keys_dropped += 1
-                    continue
-                if kl in HOST_KEYS and (kl != "node" or isinstance(v, str)):
-                    res[self.text(str(k))] = self.host_value(v)
-                elif kl in USER_KEYS and isinstance(v, str):
-                    res[k] = USER_TOKEN
-                else:
-                    res[self.text(str(k))] = self.clean(v, str(k))
-            return res
+                out_l.append(self.clean(x, key))
+            return out_l
         return obj
 
     def leftovers(self, data: bytes) -> list[str]:
@@ -550,6 +576,9 @@ def _scrub_name(sc: _Scrubber, rel: str) -> str:
     return out
 
 
+_BIG = 64 << 20  # bytes: JSON files at least this big are parsed once only
+
+
 def _files(src: Path) -> list[Path]:
     if src.is_file():
         return [src]
@@ -585,13 +614,16 @@ def sanitize_run(
     kinds = {f: _kind(f.name) for f in files}
     datas: dict[Path, bytes] = {}
 
-    # pass 1: learn the host and user names from every file's headers
+    # pass 1: learn the host and user names from every file's headers. Big JSON files (profiles)
+    # are parsed once, in pass 2, which learns their headers' names before cleaning them.
     for f, kind in kinds.items():
         if kind is None:
             continue
+        if kind == "json" and f.stat().st_size >= _BIG:
+            continue
         data = _read(f)
         if kind == "json":
-            if len(data) < 64 << 20:
+            if len(data) < 1 << 22:  # small headers (manifest, metadata) are kept for pass 2
                 datas[f] = data
             _collect_json(sc, _load_json(f, data))
         elif kind == "jsonl":
@@ -603,21 +635,23 @@ def sanitize_run(
         elif kind != "csv":
             _table_collect(sc, kind, data)
 
-    # pass 2: write cleaned copies into a temporary directory beside the output
-    d.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
-    try:
+    def write_all(tmp: Path, keep: bool) -> None:
+        """Pass 2: cleaned copies of every file into ``tmp``."""
+        sc.report = SanitizeReport()
         for f, kind in kinds.items():
             rel = f.name if s.is_file() else f.relative_to(s).as_posix()
             if kind is None:
                 sc.report.left_out.append(rel)
                 continue
-            data = datas.pop(f, None)
+            data = datas.get(f) if keep else datas.pop(f, None)
             if data is None:
                 data = _read(f)
             gz = f.name.lower().endswith(".gz")
             if kind == "json":
-                out = orjson.dumps(_clean_json_doc(sc, _load_json(f, data)))
+                doc = _load_json(f, data)
+                _collect_json(sc, doc)
+                out = orjson.dumps(_clean_json_doc(sc, doc))
+                del doc
             elif kind == "jsonl":
                 lines = [orjson.dumps(sc.clean(_load_json(f, ln))) for ln in data.splitlines() if ln.strip()]
                 out = b"\n".join(lines) + (b"\n" if lines else b"")
@@ -632,6 +666,18 @@ def sanitize_run(
             target = tmp / ("out" if s.is_file() else new_rel)
             _write(target, out, gz)
             sc.report.written.append(d.name if s.is_file() else new_rel)
+
+    d.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
+    try:
+        known = (len(sc.hosts), len(sc.users))
+        write_all(tmp, keep=True)
+        if (len(sc.hosts), len(sc.users)) != known:
+            # a big file named a host or user that files written before it may hold: once more
+            shutil.rmtree(tmp)
+            tmp.mkdir()
+            write_all(tmp, keep=False)
+        datas.clear()
         # read everything back: nothing removed may remain, in names or bytes
         for p in sorted(tmp.rglob("*")):
             if p.is_file():

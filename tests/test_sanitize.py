@@ -427,3 +427,23 @@ def test_collected_run_from_our_collector(tmp_path: Path) -> None:
     b.source = a.source
     opts = AnalyzeOptions(per_step=True)
     _same(analyze_run(a, opts), analyze_run(b, opts), "analysis")
+
+
+def test_host_named_only_in_a_big_profile_is_removed_from_every_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Big profiles are parsed once (pass 2); a host first seen there sends pass 2 round again."""
+    import charllm_trace.sanitize as san
+
+    monkeypatch.setattr(san, "_BIG", 200)  # every profile below counts as big
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "a_notes.json").write_text(json.dumps({"comment": "ran on ab5ece529443 overnight"}))
+    (run / "z_profile.json").write_text(
+        json.dumps(
+            {"metadata": {"system": {"uname": {"node": "ab5ece529443"}}}, "traceEvents": [{"ph": "X"}] * 50}
+        )
+    )
+    sanitize_run(run, tmp_path / "o")
+    assert json.loads((tmp_path / "o" / "a_notes.json").read_text()) == {"comment": "ran on host0 overnight"}
+    assert b"ab5ece529443" not in (tmp_path / "o" / "z_profile.json").read_bytes()
