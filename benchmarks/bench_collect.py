@@ -183,6 +183,44 @@ def bench_steps(steps: int, reps: int) -> dict:
     }
 
 
+def bench_hook_idle(number: int = 20_000, repeat: int = 15) -> dict:
+    """Cost of the step hook on an untraced step: the optimizer post-hook plus the step wrapper.
+
+    Two SGD optimizers over one scalar, stepped alternately; only the second is the tracer's step
+    clock (the first still runs the global hook, which returns at once for it). Fastest of
+    ``repeat`` rounds of ``number`` steps each (the round least disturbed by other work).
+    """
+    import timeit
+
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from charllm_trace.collectors.hook import StepTracer
+
+    p = torch.nn.Parameter(torch.zeros(1))
+    plain = torch.optim.SGD([p], lr=0.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        base = min(timeit.repeat(plain.step, number=number, repeat=repeat))
+        tracer = StepTracer(tmp, 10**12, 10**12)  # a window never reached: every step is untraced
+        handle = register_optimizer_step_post_hook(tracer.optimizer_hook)
+        try:
+            clock = torch.optim.SGD([p], lr=0.0)
+            clock.step()  # the first step makes it the clock and installs the wrapper
+            hooked = min(timeit.repeat(lambda: clock.step(), number=number, repeat=repeat))
+            other = min(timeit.repeat(plain.step, number=number, repeat=repeat))
+        finally:
+            handle.remove()
+        tracer.step_end_ns.clear()
+        tracer.completed = 0
+    us = 1e6 / number
+    return {
+        "sgd_step_us_no_hook": base * us,
+        "sgd_step_us_step_clock": hooked * us,
+        "sgd_step_us_other_optimizer": other * us,
+        "hook_cost_us_per_step": (hooked - base) * us,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--window", type=float, default=10.0, help="seconds of sampler CPU measurement")
@@ -195,6 +233,7 @@ def main() -> None:
         "machine": f"{os.cpu_count()} CPU cores, no GPU",
         "sampler_replay": [bench_sampler(1, args.window), bench_sampler(8, args.window)],
         "sampler_no_source": bench_no_source(),
+        "hook_idle": bench_hook_idle(),
         "steps": bench_steps(args.steps, args.reps),
     }
     out["loadavg_1min_before_after"] = [load0, os.getloadavg()[0]]  # other work on the machine
