@@ -227,6 +227,13 @@ def report_data(run: Run, an: RunAnalysis, title: str | None = None) -> ReportDa
 # ---------------------------------------------------------------------------
 
 
+def _name(source: str | None) -> str:
+    """The input's file or directory name only: a report may be shared, its path not."""
+    if not source:
+        return "in memory"
+    return source.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
+
+
 def _ms(ns: float | None) -> str:
     return "" if ns is None else f"{ns / 1e6:,.3f}"
 
@@ -242,7 +249,7 @@ def render_report(data: ReportData) -> str:
     o = data.origin_ns or 0
     rep = H.HtmlReport(
         data.title,
-        f"{len(data.ranks)} rank(s) · source: {data.source or 'in memory'} · times from the run's first event",
+        f"{len(data.ranks)} rank(s) · source: {_name(data.source)} · times from the run's first event",
     )
     # 1. timeline
     if data.lanes:

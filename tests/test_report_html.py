@@ -196,6 +196,7 @@ def test_report_of_a_real_trace_in_chromium(tmp_path: Path) -> None:
     assert an.skipped == {}
     page = render_report(report_data(run, an, title="A100 DDP"))
     assert "<script" not in page
+    assert str(src.parent) not in page and src.name in page  # the input's name, never its path
     f = tmp_path / "report.html"
     f.write_text(page, encoding="utf-8")
     res = open_page(f, tmp_path / "report.png")
