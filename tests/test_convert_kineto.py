@@ -126,7 +126,12 @@ def test_parents_enclose_children_on_the_same_thread(rel: str, converted) -> Non
     # the control edges are exactly the parent links plus the launch links
     d = trace.deps
     assert (d["kind"] == "ctrl").all()
-    n_launch = n.filter(pl.col("launch_id").is_not_null() & (pl.col("launch_id") != pl.col("id"))).height
+    n_launch = n.filter(
+        pl.col("launch_id").is_not_null()
+        & (pl.col("launch_id") != pl.col("id"))
+        & (pl.col("parent").is_null() | (pl.col("launch_id") != pl.col("parent")))
+    ).height
+    assert d.unique().height == d.height
     assert d.height == n["parent"].drop_nulls().len() + n_launch
 
 

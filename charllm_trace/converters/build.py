@@ -39,33 +39,29 @@ def _kineto_io(args: dict[str, Any] | None) -> IO:
     return args.get("Input Dims"), args.get("Input type"), args.get("Concrete Inputs")
 
 
+def _attach(ev: pl.DataFrame, narrow: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+    """Add ``cols`` of ``narrow`` (keyed by ``id``) to ``ev`` without copying ev's other columns
+    (a join would gather every column of the wide table)."""
+    got = ev.select("id").join(narrow.select("id", *cols), on="id", how="left", maintain_order="left")
+    return ev.with_columns([got[c] for c in cols])
+
+
 def cpu_tree(ev: pl.DataFrame) -> pl.DataFrame:
     """Add ``parent`` to CPU rows by time nesting (GPU rows get null)."""
-    cpu = ev.filter(~pl.col("on_gpu"))
-    par = nest_parents(cpu.select("id", "pid", "tid", "start_ns", "dur_ns"))
-    cpu_par = pl.DataFrame({"id": cpu["id"], "parent": par})
-    return ev.join(cpu_par, on="id", how="left", maintain_order="left")
+    cpu = ev.filter(~pl.col("on_gpu")).select("id", "pid", "tid", "start_ns", "dur_ns")
+    par = nest_parents(cpu)
+    return _attach(ev, pl.DataFrame({"id": cpu["id"], "parent": par}), ["parent"])
 
 
 def link_gpu(ev: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
     """Add ``launch_id`` (and a helper ``_rt_id``) to GPU rows by runtime correlation."""
+    gpu_kinds = ["kernel", "memcpy", "memset"]
     rt = (
         ev.filter(
             (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null() & (pl.col("correlation") != 0)
         )
         .select("correlation", pl.col("id").alias("_rt_id"), pl.col("parent").alias("_rt_parent"))
         .unique(subset="correlation", keep="first", maintain_order=True)
-    )
-    gpu_kinds = ["kernel", "memcpy", "memset"]
-    ev = (
-        ev.join(rt, on="correlation", how="left", maintain_order="left")
-        .with_columns(
-            pl.when(pl.col("kind").is_in(gpu_kinds)).then(pl.col("_rt_id")).alias("_rt_id"),
-            pl.when(pl.col("kind").is_in(gpu_kinds))
-            .then(pl.coalesce("_rt_parent", "_rt_id"))
-            .alias("launch_id"),
-        )
-        .drop("_rt_parent")
     )
     # Fallback: External id -> CPU op / annotation with that External id.
     ext = (
@@ -78,17 +74,28 @@ def link_gpu(ev: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
         .select("external_id", pl.col("id").alias("_ext_id"))
         .unique(subset="external_id", keep="first", maintain_order=True)
     )
-    ev = (
-        ev.join(ext, on="external_id", how="left", maintain_order="left")
-        .with_columns(pl.when(pl.col("on_gpu")).then(pl.coalesce("launch_id", "_ext_id")).alias("launch_id"))
-        .drop("_ext_id")
+    gpu = (
+        ev.filter(pl.col("on_gpu"))
+        .select("id", "kind", "correlation", "external_id")
+        .join(rt, on="correlation", how="left", maintain_order="left")
+        .join(ext, on="external_id", how="left", maintain_order="left")
+        .with_columns(
+            pl.when(pl.col("kind").is_in(gpu_kinds)).then(pl.col("_rt_id")).alias("_rt_id"),
+        )
+        .with_columns(
+            pl.when(pl.col("kind").is_in(gpu_kinds))
+            .then(pl.coalesce("_rt_parent", "_rt_id", "_ext_id"))
+            .otherwise(pl.col("_ext_id"))
+            .alias("launch_id"),
+        )
     )
-    gpu = ev.filter(pl.col("kind").is_in(gpu_kinds))
+    ev = _attach(ev, gpu, ["_rt_id", "launch_id"])
+    g = gpu.filter(pl.col("kind").is_in(gpu_kinds))
     stats = {
-        "gpu_nodes": gpu.height,
-        "gpu_linked_by_correlation": int(gpu["_rt_id"].is_not_null().sum()),
-        "gpu_linked_by_external_id": int((gpu["_rt_id"].is_null() & gpu["launch_id"].is_not_null()).sum()),
-        "gpu_unlinked": int(gpu["launch_id"].is_null().sum()),
+        "gpu_nodes": g.height,
+        "gpu_linked_by_correlation": int(g["_rt_id"].is_not_null().sum()),
+        "gpu_linked_by_external_id": int((g["_rt_id"].is_null() & g["launch_id"].is_not_null()).sum()),
+        "gpu_unlinked": int(g["launch_id"].is_null().sum()),
     }
     return ev, stats
 
@@ -386,17 +393,11 @@ def annotate_collectives(
     cf = cf.drop("_size_source", "_c10d", "_start")
     cf = cf.rename({"node_type": "_nt"})
     ev = ev.drop([c for c in cf.columns if c not in ("id", "_nt") and c in ev.columns])
-    ev = (
-        ev.join(cf, on="id", how="left", maintain_order="left")
-        .with_columns(pl.coalesce("_nt", "node_type").alias("node_type"))
-        .drop("_nt")
-    )
+    ev = _attach(ev, cf, [c for c in cf.columns if c != "id"])
+    ev = ev.with_columns(pl.coalesce("_nt", "node_type").alias("node_type")).drop("_nt")
     if launch.height:
-        ev = (
-            ev.join(launch, on="id", how="left", maintain_order="left")
-            .with_columns(pl.coalesce("launch_id", "_gloo_launch").alias("launch_id"))
-            .drop("_gloo_launch")
-        )
+        ev = _attach(ev, launch, ["_gloo_launch"])
+        ev = ev.with_columns(pl.coalesce("launch_id", "_gloo_launch").alias("launch_id")).drop("_gloo_launch")
     return ev, report, pgs
 
 
@@ -439,10 +440,13 @@ def _deps(nodes: pl.DataFrame) -> pl.DataFrame:
     ctrl_parent = nodes.filter(pl.col("parent").is_not_null()).select(
         pl.col("id").alias("node"), pl.col("parent").alias("dep"), pl.lit("ctrl").alias("kind")
     )
+    # launch edges that are not already the parent edge (a gloo send runs inside its c10d op)
     ctrl_launch = nodes.filter(
-        pl.col("launch_id").is_not_null() & (pl.col("launch_id") != pl.col("id"))
+        pl.col("launch_id").is_not_null()
+        & (pl.col("launch_id") != pl.col("id"))
+        & (pl.col("parent").is_null() | (pl.col("launch_id") != pl.col("parent")))
     ).select(pl.col("id").alias("node"), pl.col("launch_id").alias("dep"), pl.lit("ctrl").alias("kind"))
-    return pl.concat([ctrl_parent, ctrl_launch]).unique(maintain_order=True).cast(DEP_SCHEMA)  # type: ignore[arg-type]
+    return pl.concat([ctrl_parent, ctrl_launch]).cast(DEP_SCHEMA)  # type: ignore[arg-type]
 
 
 def node_types(ev: pl.DataFrame) -> pl.DataFrame:
@@ -457,8 +461,11 @@ def node_types(ev: pl.DataFrame) -> pl.DataFrame:
 
 
 def kineto_trace(prof: KinetoProfile) -> tuple[Trace, dict[str, Any]]:
-    """Kineto-only conversion: CPU tree by time nesting, GPU nodes by correlation, collectives."""
+    """Kineto-only conversion: CPU tree by time nesting, GPU nodes by correlation, collectives.
+
+    Consumes ``prof.events`` (left empty) so that a big profile is not held twice."""
     ev = prof.events.rename({"row": "id"})
+    prof.events = prof.events.clear()  # consumed: lets its buffers go as soon as ev's replace them
     ev = cpu_tree(ev)
     ev, gstats = link_gpu(ev)
     ev = node_types(ev)

@@ -296,7 +296,7 @@ class _Top(msgspec.Struct):
     host_name: Any = None
 
 
-BATCH = 100_000
+BATCH = 50_000
 
 
 def _decode_top(raw: bytes, path: str | os.PathLike[str]) -> _Top:
@@ -378,7 +378,7 @@ def read_kineto(path: str | os.PathLike[str]) -> KinetoProfile:
     top.traceEvents = None
     base = top.baseTimeNanoseconds
     base_ns = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 0
-    cat_all = pl.concat(cols.pop("cat")) if cols["name"] else pl.Series([], dtype=pl.String)
+    cat_all = pl.concat(cols.pop("cat"), rechunk=False) if cols["name"] else pl.Series([], dtype=pl.String)
     kind_map = pl.DataFrame(
         {
             "cat": list(CATEGORY_KIND),
@@ -389,7 +389,7 @@ def read_kineto(path: str | os.PathLike[str]) -> KinetoProfile:
 
     def cat_col(key: str, dtype: pl.DataType) -> pl.Series:
         parts = cols.pop(key)
-        return pl.concat(parts) if parts else pl.Series([], dtype=dtype)
+        return pl.concat(parts, rechunk=False) if parts else pl.Series([], dtype=dtype)
 
     n = cat_all.len()
     ts = np.concatenate(ts_parts) if ts_parts else np.zeros(0, dtype=np.int64)
