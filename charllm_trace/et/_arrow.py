@@ -198,6 +198,38 @@ def binary_column(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, nam
     return s
 
 
+def short_strings_column(codes: np.ndarray, values: list[str], name: str = "") -> pl.Series:
+    """A String series whose row i is ``values[codes[i]]``; every value at most 12 UTF-8 bytes.
+
+    Built as inline binary views in one numpy array (no per-row allocation in polars).
+    """
+    from charllm_trace.et import _native
+
+    n = len(codes)
+    patterns = np.zeros((len(values), 16), dtype=np.uint8)
+    for k, v in enumerate(values):
+        b = v.encode()
+        if len(b) > 12:
+            raise ValueError("pattern longer than 12 bytes")
+        patterns[k, :4] = np.frombuffer(np.int32(len(b)).tobytes(), np.uint8)
+        patterns[k, 4 : 4 + len(b)] = np.frombuffer(b, np.uint8)
+    codes = np.ascontiguousarray(codes, dtype=np.uint8)
+    so = _native.lib()
+    if so is not None:
+        views = np.empty((n, 16), dtype=np.uint8)
+        so.et_pattern_views(codes.ctypes.data, n, patterns.ctypes.data, views.ctypes.data)
+    else:
+        views = patterns[codes]
+    if n == 0:
+        return pl.Series(name, [], dtype=pl.String)
+    export = _ViewExport(views, np.zeros(16, dtype=np.uint8), n)
+    try:
+        s = pl.Series(name, export)
+    finally:
+        export.close()
+    return s.cast(pl.String)
+
+
 def utf8_column(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, name: str = "") -> pl.Series:
     """Like :func:`binary_column` but as String; raises ``polars.exceptions.ComputeError`` on invalid UTF-8."""
     return binary_column(data, starts, lengths, name).cast(pl.String)

@@ -16,6 +16,8 @@
 #define E_PAST -2     /* a varint or field runs past the end of its message */
 #define E_WIRETYPE -3 /* a group or invalid wire type */
 #define E_MSG_PAST -4 /* a message runs past the end of the file */
+#define E_LEN_PAST -5 /* a message length varint runs past the end of the file */
+#define E_LEN_BAD -6  /* a message length varint longer than 10 bytes */
 
 static inline int rd_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out) {
     const uint8_t *p = *pp;
@@ -67,177 +69,242 @@ static inline int skip_field(const uint8_t **pp, const uint8_t *end, int wt, uin
     }
 }
 
-/* Framing: varint length + message, repeated. starts/lens may be NULL (count only). */
-int64_t et_frame(const uint8_t *data, int64_t size, int64_t *starts, int64_t *lens, int64_t *err) {
-    const uint8_t *p = data, *end = data + size;
-    int64_t k = 0;
-    while (p < end) {
-        uint64_t len;
-        int rc = rd_varint(&p, end, &len);
+/* ---------------------------------------------------------------------------------------
+ * et_scan: one pass over the Node messages from data[pos] to data[size], resumable.
+ *
+ * Output arrays are caller-allocated with capacities cap[0] (nodes), cap[1] (dependencies),
+ * cap[2] (attributes), cap[3] (distinct attribute names). When one would overflow, the scan
+ * stops before the current message and returns 1: the caller grows the arrays and calls
+ * again with the same state. Returns 0 when done, < 0 on corrupt input (err[0] = message
+ * index counted from the first node, err[1] = byte offset).
+ *
+ * state: [0] byte position, [1] nodes, [2] deps, [3] attrs, [4] distinct names.
+ * Per node: id, type, start_us, dur_us, name_off/len, io_present (2 per node),
+ *   io_off/io_len (6 per node: inputs values/shapes/types, outputs values/shapes/types).
+ * Per dependency: dep_node (node index), dep_val, dep_kind (0 ctrl, 1 data).
+ * Per attribute: attr_node, attr_code (index of its name), vfield/vwt/vval/voff (its value:
+ *   the last oneof field; vval is the varint or fixed value, or the payload length).
+ * Per distinct name: name_off/name_len (first occurrence); names_ht is an open-addressing
+ *   table of HT int32 slots (caller zeroes it once; it holds code + 1).
+ * ------------------------------------------------------------------------------------- */
+#define E_NAMES -11 /* more distinct attribute names than the caller's table holds */
+
+static inline uint64_t fnv1a(const uint8_t *p, uint64_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (uint64_t k = 0; k < n; k++) {
+        h ^= p[k];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t *cap,
+                uint64_t *id, uint64_t *type, uint64_t *start_us, uint64_t *dur_us,
+                int64_t *name_off, int64_t *name_len, uint8_t *io_present, int64_t *io_off,
+                int64_t *io_len, int64_t *dep_node, uint64_t *dep_val, uint8_t *dep_kind,
+                int64_t *attr_node, int32_t *attr_code, int32_t *vfield, int8_t *vwt,
+                uint64_t *vval, int64_t *voff, int64_t *uname_off, int64_t *uname_len,
+                int32_t *names_ht, int64_t ht_size, int64_t *err) {
+    int64_t pos = state[0], n = state[1], nd = state[2], na = state[3], nn = state[4];
+    while (pos < size) {
+        const uint8_t *p = data + pos, *fend = data + size;
+        uint64_t mlen;
+        int rc = rd_varint(&p, fend, &mlen);
         if (rc) {
-            err[0] = k;
+            err[0] = n;
             err[1] = p - data;
-            return rc;
+            return rc == E_PAST ? E_LEN_PAST : E_LEN_BAD;
         }
-        if (len > (uint64_t)(end - p)) {
-            err[0] = k;
+        if (mlen > (uint64_t)(fend - p)) {
+            err[0] = n;
             err[1] = p - data;
             return E_MSG_PAST;
         }
-        if (starts) {
-            starts[k] = p - data;
-            lens[k] = (int64_t)len;
-        }
-        p += len;
-        k++;
-    }
-    return k;
-}
-
-/* Node messages. With ctrl_val == NULL only counts[0..2] (ctrl deps, data deps, attrs) are filled.
- * io_off/io_len: n*6 (inputs values/shapes/types, outputs values/shapes/types); io_present: n*2. */
-int64_t et_nodes(const uint8_t *data, const int64_t *starts, const int64_t *lens, int64_t n,
-                 uint64_t *id, uint64_t *type, uint64_t *start_us, uint64_t *dur_us,
-                 int64_t *name_off, int64_t *name_len, uint8_t *io_present, int64_t *io_off,
-                 int64_t *io_len, int64_t *ctrl_node, uint64_t *ctrl_val, int64_t *data_node,
-                 uint64_t *data_val, int64_t *attr_node, int64_t *attr_off, int64_t *attr_len,
-                 int64_t *counts, int64_t *err) {
-    int fill = ctrl_val != NULL;
-    int64_t nc = 0, nd = 0, na = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const uint8_t *p = data + starts[i], *end = p + lens[i];
+        if (n >= cap[0]) goto grow;
+        const uint8_t *end = p + mlen;
+        int64_t nd0 = nd, na0 = na, nn0 = nn;
+        id[n] = 0;
+        type[n] = 0;
+        start_us[n] = 0;
+        dur_us[n] = 0;
+        name_off[n] = 0;
+        name_len[n] = 0;
+        io_present[2 * n] = io_present[2 * n + 1] = 0;
+        for (int k = 0; k < 6; k++) io_off[6 * n + k] = io_len[6 * n + k] = 0;
         while (p < end) {
             uint64_t tag, val = 0;
             const uint8_t *payload = NULL;
-            int rc = rd_varint(&p, end, &tag);
+            rc = rd_varint(&p, end, &tag);
             if (!rc) rc = skip_field(&p, end, (int)(tag & 7), &val, &payload);
             if (!rc && (tag >> 3) == 0) rc = E_WIRETYPE;
             if (rc) {
-                err[0] = i;
+                err[0] = n;
                 err[1] = p - data;
                 return rc;
             }
             int field = (int)(tag >> 3), wt = (int)(tag & 7);
-            if (field == 4 || field == 5) {
-                int64_t *cnt = field == 4 ? &nc : &nd;
-                int64_t *own = field == 4 ? ctrl_node : data_node;
-                uint64_t *dst = field == 4 ? ctrl_val : data_val;
+            switch (field) {
+            case 1:
+                if (wt == 0) id[n] = val;
+                break;
+            case 2:
+                if (wt == 2) {
+                    name_off[n] = payload - data;
+                    name_len[n] = (int64_t)val;
+                }
+                break;
+            case 3:
+                if (wt == 0) type[n] = val;
+                break;
+            case 4:
+            case 5:
                 if (wt == 0) {
-                    if (fill) {
-                        own[*cnt] = i;
-                        dst[*cnt] = val;
-                    }
-                    (*cnt)++;
-                } else if (wt == 2 && !fill) {
-                    /* count only: one varint ends at every byte below 0x80 */
-                    if (val && (payload[val - 1] & 0x80)) {
-                        err[0] = i;
-                        err[1] = payload + val - data;
-                        return E_PAST;
-                    }
-                    for (uint64_t k = 0; k < val; k++) *cnt += payload[k] < 0x80;
+                    if (nd >= cap[1]) goto rollback;
+                    dep_node[nd] = n;
+                    dep_val[nd] = val;
+                    dep_kind[nd] = (uint8_t)(field - 4);
+                    nd++;
                 } else if (wt == 2) {
                     const uint8_t *q = payload, *qe = payload + val;
                     while (q < qe) {
                         uint64_t v;
                         rc = rd_varint(&q, qe, &v);
                         if (rc) {
-                            err[0] = i;
+                            err[0] = n;
                             err[1] = q - data;
                             return rc;
                         }
-                        if (fill) {
-                            own[*cnt] = i;
-                            dst[*cnt] = v;
+                        if (nd >= cap[1]) goto rollback;
+                        dep_node[nd] = n;
+                        dep_val[nd] = v;
+                        dep_kind[nd] = (uint8_t)(field - 4);
+                        nd++;
+                    }
+                }
+                break;
+            case 6:
+                if (wt == 0) start_us[n] = val;
+                break;
+            case 7:
+                if (wt == 0) dur_us[n] = val;
+                break;
+            case 8:
+            case 9:
+                if (wt == 2) {
+                    int w = field - 8;
+                    io_present[n * 2 + w] = 1;
+                    for (int k = 0; k < 3; k++) io_off[n * 6 + w * 3 + k] = io_len[n * 6 + w * 3 + k] = 0;
+                    const uint8_t *q = payload, *qe = payload + val;
+                    while (q < qe) {
+                        uint64_t t2, v2 = 0;
+                        const uint8_t *pl2 = NULL;
+                        rc = rd_varint(&q, qe, &t2);
+                        if (!rc) rc = skip_field(&q, qe, (int)(t2 & 7), &v2, &pl2);
+                        if (!rc && (t2 >> 3) == 0) rc = E_WIRETYPE;
+                        if (rc) {
+                            err[0] = n;
+                            err[1] = q - data;
+                            return rc;
                         }
-                        (*cnt)++;
+                        int f2 = (int)(t2 >> 3);
+                        if ((t2 & 7) == 2 && f2 >= 1 && f2 <= 3) {
+                            io_off[n * 6 + w * 3 + f2 - 1] = pl2 - data;
+                            io_len[n * 6 + w * 3 + f2 - 1] = (int64_t)v2;
+                        }
                     }
                 }
-                continue;
-            }
-            if (field == 10 && wt == 2) {
-                if (fill) {
-                    attr_node[na] = i;
-                    attr_off[na] = payload - data;
-                    attr_len[na] = (int64_t)val;
-                }
-                na++;
-                continue;
-            }
-            if (!fill) continue;
-            if (field == 1 && wt == 0) id[i] = val;
-            else if (field == 2 && wt == 2) {
-                name_off[i] = payload - data;
-                name_len[i] = (int64_t)val;
-            } else if (field == 3 && wt == 0) type[i] = val;
-            else if (field == 6 && wt == 0) start_us[i] = val;
-            else if (field == 7 && wt == 0) dur_us[i] = val;
-            else if ((field == 8 || field == 9) && wt == 2) {
-                int w = field - 8;
-                io_present[i * 2 + w] = 1;
-                const uint8_t *q = payload, *qe = payload + val;
-                while (q < qe) {
-                    uint64_t t2, v2 = 0;
-                    const uint8_t *pl2 = NULL;
-                    rc = rd_varint(&q, qe, &t2);
-                    if (!rc) rc = skip_field(&q, qe, (int)(t2 & 7), &v2, &pl2);
-                    if (!rc && (t2 >> 3) == 0) rc = E_WIRETYPE;
-                    if (rc) {
-                        err[0] = i;
-                        err[1] = q - data;
-                        return rc;
+                break;
+            case 10:
+                if (wt == 2) {
+                    if (na >= cap[2]) goto rollback;
+                    const uint8_t *q = payload, *qe = payload + val;
+                    const uint8_t *nm = (const uint8_t *)"";
+                    uint64_t nlen = 0;
+                    int32_t vf = 0;
+                    int8_t vw = 0;
+                    uint64_t vv = 0;
+                    int64_t vo = 0;
+                    while (q < qe) {
+                        uint64_t t2, v2 = 0;
+                        const uint8_t *pl2 = NULL;
+                        rc = rd_varint(&q, qe, &t2);
+                        if (!rc) rc = skip_field(&q, qe, (int)(t2 & 7), &v2, &pl2);
+                        if (!rc && (t2 >> 3) == 0) rc = E_WIRETYPE;
+                        if (rc) {
+                            err[0] = n;
+                            err[1] = q - data;
+                            return rc;
+                        }
+                        int f2 = (int)(t2 >> 3), w2 = (int)(t2 & 7);
+                        if (f2 == 1 && w2 == 2) {
+                            nm = pl2;
+                            nlen = v2;
+                        } else if (f2 >= 3 && f2 <= 32) {
+                            vf = f2;
+                            vw = (int8_t)w2;
+                            vv = v2;
+                            vo = pl2 ? pl2 - data : 0;
+                        }
                     }
-                    int f2 = (int)(t2 >> 3);
-                    if ((t2 & 7) == 2 && f2 >= 1 && f2 <= 3) {
-                        io_off[i * 6 + w * 3 + f2 - 1] = pl2 - data;
-                        io_len[i * 6 + w * 3 + f2 - 1] = (int64_t)v2;
+                    /* the name's code: look it up, or add it */
+                    uint64_t h = fnv1a(nm, nlen);
+                    int64_t slot = (int64_t)(h & (uint64_t)(ht_size - 1));
+                    int32_t code = -1;
+                    for (;;) {
+                        int32_t c = names_ht[slot];
+                        if (c == 0) break;
+                        c -= 1;
+                        if ((uint64_t)uname_len[c] == nlen && memcmp(data + uname_off[c], nm, nlen) == 0) {
+                            code = c;
+                            break;
+                        }
+                        slot = (slot + 1) & (ht_size - 1);
                     }
+                    if (code < 0) {
+                        if (nn >= cap[3] || 2 * (nn + 1) > ht_size) {
+                            err[0] = n;
+                            err[1] = q - data;
+                            return E_NAMES;
+                        }
+                        code = (int32_t)nn;
+                        uname_off[nn] = nlen ? nm - data : 0;
+                        uname_len[nn] = (int64_t)nlen;
+                        names_ht[slot] = code + 1;
+                        nn++;
+                    }
+                    attr_node[na] = n;
+                    attr_code[na] = code;
+                    vfield[na] = vf;
+                    vwt[na] = vw;
+                    vval[na] = vv;
+                    voff[na] = vo;
+                    na++;
                 }
+                break;
+            default:
+                break;
             }
         }
+        n++;
+        pos = end - data;
+        continue;
+    rollback:
+        (void)nn0;
+        nd = nd0;
+        na = na0;
+    grow:
+        state[0] = pos;
+        state[1] = n;
+        state[2] = nd;
+        state[3] = na;
+        state[4] = nn;
+        return 1;
     }
-    counts[0] = nc;
-    counts[1] = nd;
-    counts[2] = na;
-    return 0;
-}
-
-/* AttributeProto messages: the name (offset, length, FNV-1a hash) and the last value field
- * (field number, wire type, varint/fixed value or payload length, payload offset). */
-int64_t et_attrs(const uint8_t *data, const int64_t *off, const int64_t *len, int64_t a,
-                 int64_t *name_off, int64_t *name_len, uint64_t *name_hash, int32_t *vfield,
-                 int8_t *vwt, uint64_t *vval, int64_t *voff, int64_t *err) {
-    for (int64_t i = 0; i < a; i++) {
-        const uint8_t *p = data + off[i], *end = p + len[i];
-        while (p < end) {
-            uint64_t tag, val = 0;
-            const uint8_t *payload = NULL;
-            int rc = rd_varint(&p, end, &tag);
-            if (!rc) rc = skip_field(&p, end, (int)(tag & 7), &val, &payload);
-            if (!rc && (tag >> 3) == 0) rc = E_WIRETYPE;
-            if (rc) {
-                err[0] = i;
-                err[1] = p - data;
-                return rc;
-            }
-            int field = (int)(tag >> 3), wt = (int)(tag & 7);
-            if (field == 1 && wt == 2) {
-                uint64_t h = 1469598103934665603ULL;
-                for (uint64_t k = 0; k < val; k++) {
-                    h ^= payload[k];
-                    h *= 1099511628211ULL;
-                }
-                name_off[i] = payload - data;
-                name_len[i] = (int64_t)val;
-                name_hash[i] = h;
-            } else if (field >= 3 && field <= 32) {
-                vfield[i] = field;
-                vwt[i] = (int8_t)wt;
-                vval[i] = val;
-                voff[i] = payload ? payload - data : 0;
-            }
-        }
-    }
+    state[0] = pos;
+    state[1] = n;
+    state[2] = nd;
+    state[3] = na;
+    state[4] = nn;
     return 0;
 }
 
@@ -274,7 +341,7 @@ static inline int64_t put(uint8_t *out, int64_t at, const void *src, int64_t n) 
 
 int64_t et_json(const uint8_t *data, const int64_t *rows, int64_t nr, const int64_t *node,
                 const int8_t *kind, const int64_t *ival, const int64_t *soff, const int64_t *slen,
-                const int64_t *code, const uint8_t *keybuf, const int64_t *keyoff,
+                const int32_t *code, const uint8_t *keybuf, const int64_t *keyoff,
                 const uint8_t *pybuf, const int64_t *pyoff, uint8_t *out, int64_t *out_off,
                 int64_t *out_len) {
     int64_t at = 0;
@@ -352,4 +419,28 @@ int64_t et_json(const uint8_t *data, const int64_t *rows, int64_t nr, const int6
 /* In place: idx[k] = id[idx[k]] (node indices to node ids). */
 void et_map_ids(const uint64_t *id, int64_t *idx, int64_t m) {
     for (int64_t k = 0; k < m; k++) idx[k] = (int64_t)id[idx[k]];
+}
+
+/* Binary views for n strings that are each one of a few short (<= 12 byte) patterns:
+ * out[i] = patterns[which[i]] (16 bytes each). */
+void et_pattern_views(const uint8_t *which, int64_t n, const uint8_t *patterns, uint8_t *out) {
+    for (int64_t i = 0; i < n; i++) memcpy(out + 16 * i, patterns + 16 * which[i], 16);
+}
+
+/* Walk the framing from pos until the first message starting at or after target.
+ * out[0] = that position, out[1] = messages skipped. Returns 0, or < 0 on bad framing. */
+int64_t et_walk(const uint8_t *data, int64_t size, int64_t pos, int64_t target, int64_t *out) {
+    int64_t k = 0;
+    while (pos < size && pos < target) {
+        const uint8_t *p = data + pos;
+        uint64_t len;
+        int rc = rd_varint(&p, data + size, &len);
+        if (rc) return rc;
+        if (len > (uint64_t)(data + size - p)) return E_MSG_PAST;
+        pos = (p - data) + (int64_t)len;
+        k++;
+    }
+    out[0] = pos;
+    out[1] = k;
+    return 0;
 }

@@ -71,16 +71,16 @@ def lib() -> ctypes.CDLL | None:
         so = ctypes.CDLL(str(target))
     except OSError:
         return None
-    so.et_frame.restype = _i64
-    so.et_frame.argtypes = [_p, _i64, _p, _p, _p]
-    so.et_nodes.restype = _i64
-    so.et_nodes.argtypes = [_p, _p, _p, _i64] + [_p] * 18
-    so.et_attrs.restype = _i64
-    so.et_attrs.argtypes = [_p, _p, _p, _i64] + [_p] * 8
+    so.et_scan.restype = _i64
+    so.et_scan.argtypes = [_p, _i64, _p, _p] + [_p] * 21 + [_i64, _p]
     so.et_json.restype = _i64
     so.et_json.argtypes = [_p, _p, _i64] + [_p] * 13
     so.et_map_ids.restype = None
     so.et_map_ids.argtypes = [_p, _p, _i64]
+    so.et_pattern_views.restype = None
+    so.et_pattern_views.argtypes = [_p, _i64, _p, _p]
+    so.et_walk.restype = _i64
+    so.et_walk.argtypes = [_p, _i64, _i64, _i64, _p]
     so.et_views.restype = None
     so.et_views.argtypes = [_p, _p, _p, _i64, _p, _i64]
     _LIB = so

@@ -12,6 +12,7 @@ the protobuf runtime for just those attributes.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,8 @@ from chakra.schema.protobuf import et_def_pb2 as pb
 
 from charllm_trace.et import _native
 from charllm_trace.et import conventions as cv
-from charllm_trace.et._arrow import binary_column
+from charllm_trace.et._arrow import binary_column, short_strings_column
+from charllm_trace.model import NODE_SCHEMA, conform
 
 PAD = 32  # zero bytes after the data: varint reads past a message end stop there
 _U7F = np.uint64(0x7F)
@@ -219,6 +221,26 @@ _F_UINT64 = 13
 _F_FIXED64 = 21
 
 
+# value classes by (field number * 8 + wire type) of the AttributeProto oneof
+_C_NONE, _C_INT, _C_ZIGZAG, _C_F32U, _C_F32S, _C_BOOL, _C_STR, _C_PY = range(8)
+_VALUE_CLASS = np.full(33 * 8 + 1, _C_PY, dtype=np.int8)
+_VALUE_CLASS[0:8] = _C_NONE  # no value field
+for _f in _INT_VARINT:
+    _VALUE_CLASS[_f * 8 + 0] = _C_INT
+for _f in _INT_ZIGZAG:
+    _VALUE_CLASS[_f * 8 + 0] = _C_ZIGZAG
+_VALUE_CLASS[19 * 8 + 5] = _C_F32U  # fixed32
+_VALUE_CLASS[23 * 8 + 5] = _C_F32S  # sfixed32
+_VALUE_CLASS[21 * 8 + 1] = _C_INT  # fixed64 (bits as int64; huge ones below)
+_VALUE_CLASS[25 * 8 + 1] = _C_INT  # sfixed64
+_VALUE_CLASS[_F_BOOL * 8 + 0] = _C_BOOL
+_VALUE_CLASS[_F_STRING * 8 + 2] = _C_STR
+_KIND_OF_CLASS = np.array([K_NONE, K_INT, K_INT, K_INT, K_INT, K_BOOL, K_STR, K_PY], dtype=np.int8)
+_UNSIGNED64 = np.zeros(len(_VALUE_CLASS), dtype=bool)
+_UNSIGNED64[_F_UINT64 * 8 + 0] = True
+_UNSIGNED64[_F_FIXED64 * 8 + 1] = True
+
+
 @dataclass
 class Attrs:
     """Decoded AttributeProto messages, one row each, in wire order per node."""
@@ -237,7 +259,9 @@ _NATIVE_ERRORS = {
     -1: "a varint longer than 10 bytes",
     -2: "a field runs past the end of its message (truncated or corrupt)",
     -3: "an invalid field tag",
-    -4: "a message runs past the end of the file",
+    -4: "truncated: the message runs past the end of the file",
+    -5: "truncated: a message length runs past the end of the file",
+    -6: "not a Chakra ET: malformed message length",
 }
 
 
@@ -251,52 +275,19 @@ def _native_check(rc: int, err: np.ndarray, where: np.ndarray) -> None:
         raise Corrupt(int(where[i]) if 0 <= i < len(where) else -1, _NATIVE_ERRORS.get(rc, f"error {rc}"))
 
 
-def scan_attrs(
+def scan_attrs_numpy(
     data: np.ndarray, off: np.ndarray, ln: np.ndarray, where: np.ndarray
 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(names, code per attribute, value field, wire type, value, payload offset)."""
     a = len(off)
-    so = _native.lib()
-    if so is not None:
-        off = np.ascontiguousarray(off, dtype=np.int64)
-        ln = np.ascontiguousarray(ln, dtype=np.int64)
-        name_off = np.zeros(a, np.int64)
-        name_len = np.zeros(a, np.int64)
-        name_hash = np.zeros(a, np.uint64)
-        vfield = np.zeros(a, np.int32)
-        vwt = np.zeros(a, np.int8)
-        vval = np.zeros(a, np.uint64)
-        voff = np.zeros(a, np.int64)
-        err = np.zeros(2, np.int64)
-        rc = so.et_attrs(
-            _ptr(data), _ptr(off), _ptr(ln), a,
-            _ptr(name_off), _ptr(name_len), _ptr(name_hash), _ptr(vfield), _ptr(vwt), _ptr(vval), _ptr(voff), _ptr(err),
-        )  # fmt: skip
-        _native_check(rc, err, where)
-        # names from the hashes: one representative per distinct hash
-        firsts = (
-            pl.DataFrame({"h": name_hash})
-            .with_row_index("i")
-            .group_by("h", maintain_order=True)
-            .agg(pl.col("i").first())
-        )
-        uh = firsts["h"].to_numpy()
-        order = np.argsort(uh)
-        code_sorted = np.searchsorted(uh[order], name_hash)
-        code = order[code_sorted].astype(np.int64)
-        reps = firsts["i"].to_numpy().astype(np.int64)
-        if not (name_len == name_len[reps][code]).all():
-            raise Corrupt(-1, "attribute names collide in the scanner's hash")  # astronomically unlikely
-        names_s = strings(data, name_off[reps], name_len[reps], "name", "an attribute name")
-        return names_s.to_list(), code, vfield.astype(np.int64), vwt, vval, voff
     t = tokenize(data, off, off + ln, where)
     _, name_len, name_off = _last_per_msg(t, 1, 2, a)
     names_s = strings(data, name_off, name_len.astype(np.int64), "name", "an attribute name")
     names = names_s.unique(maintain_order=True).to_list()
-    code = names_s.cast(pl.Enum(names)).to_physical().to_numpy().astype(np.int64)
+    code = names_s.cast(pl.Enum(names)).to_physical().to_numpy().astype(np.int32)
     # the value: the last oneof field present (fields 3..32)
     vsel = np.flatnonzero((t.field >= 3) & (t.field <= 32))
-    vfield = np.zeros(a, dtype=np.int64)
+    vfield = np.zeros(a, dtype=np.int32)
     vval = np.zeros(a, dtype=np.uint64)
     voff = np.zeros(a, dtype=np.int64)
     vwt = np.zeros(a, dtype=np.int8)
@@ -308,59 +299,89 @@ def scan_attrs(
     return names, code, vfield, vwt, vval, voff
 
 
-def decode_attrs(
-    data: np.ndarray, node: np.ndarray, off: np.ndarray, ln: np.ndarray, where: np.ndarray
-) -> Attrs:
-    a = len(off)
-    names, code, vfield, vwt, vval, voff = scan_attrs(data, off, ln, where)
-    kind = np.full(a, K_PY, dtype=np.int8)
-    kind[vfield == 0] = K_NONE
-    ival = np.zeros(a, dtype=np.int64)
-    is_var = np.isin(vfield, list(_INT_VARINT)) & (vwt == 0)
-    ival[is_var] = _i64(vval[is_var])
-    kind[is_var] = K_INT
-    # int32 is sign-extended to 64 bits on the wire; uint32 never exceeds 32 bits
-    huge = is_var & (vfield == _F_UINT64) & (vval >= np.uint64(1 << 63))
-    is_zz = np.isin(vfield, list(_INT_ZIGZAG)) & (vwt == 0)
-    ival[is_zz] = _zigzag(vval[is_zz])
-    kind[is_zz] = K_INT
-    f32 = vval.astype(np.uint32)
-    for fnum, wt, conv in (
-        (19, 5, lambda v: v.astype(np.uint32).astype(np.int64)),
-        (23, 5, lambda v: v.astype(np.uint32).view(np.int32).astype(np.int64)),
-        (21, 1, lambda v: v.view(np.int64)),
-        (25, 1, lambda v: v.view(np.int64)),
-    ):
-        s = (vfield == fnum) & (vwt == wt)
-        ival[s] = conv(vval[s])
-        kind[s] = K_INT
-    huge |= (vfield == _F_FIXED64) & (vwt == 1) & (vval >= np.uint64(1 << 63))
-    del f32
-    is_bool = (vfield == _F_BOOL) & (vwt == 0)
-    ival[is_bool] = (vval[is_bool] != 0).astype(np.int64)
-    kind[is_bool] = K_BOOL
-    is_str = (vfield == _F_STRING) & (vwt == 2)
-    kind[is_str] = K_STR
-    kind[huge] = K_PY
-    soff = np.where(is_str, voff, 0)
-    slen = np.where(is_str, vval.astype(np.int64), 0)
-    # wrong wire type for a known value field: not a valid AttributeProto
-    pyrows = np.flatnonzero(kind == K_PY)
-    pyval: dict[int, Any] = {}
-    if pyrows.size:
-        from charllm_trace.et.reader import attr_value
+_LIST_TYPES = {
+    4: pb.DoubleList,
+    6: pb.FloatList,
+    8: pb.Int32List,
+    10: pb.Int64List,
+    12: pb.Uint32List,
+    14: pb.Uint64List,
+    16: pb.Sint32List,
+    18: pb.Sint64List,
+    20: pb.Fixed32List,
+    22: pb.Fixed64List,
+    24: pb.Sfixed32List,
+    26: pb.Sfixed64List,
+    28: pb.BoolList,
+    30: pb.StringList,
+    32: pb.BytesList,
+}
 
-        buf = data
-        for r in pyrows.tolist():
-            msg = pb.AttributeProto()
-            try:
-                msg.ParseFromString(buf[off[r] : off[r] + ln[r]].tobytes())
-            except Exception as exc:
-                raise Corrupt(int(where[r]), f"an attribute does not parse ({exc})") from exc
-            pyval[r] = attr_value(msg)
-    # validate string values as UTF-8 once, for all of them
-    if is_str.any():
-        strings(data, soff[is_str], slen[is_str], "v", "an attribute value")
+
+def _py_value(data: np.ndarray, vfield: int, vwt: int, vval: int, voff: int, where: int) -> Any:
+    """The value of an attribute the vectorised path does not handle (lists, floats, bytes, huge ints)."""
+    if vfield == 3 and vwt == 1:
+        return float(np.array([vval], np.uint64).view(np.float64)[0])
+    if vfield == 5 and vwt == 5:
+        return float(np.array([vval], np.uint32).view(np.float32)[0])
+    if vfield in (13, 21) and vwt in (0, 1):
+        return int(vval)
+    if vwt != 2:
+        return None
+    raw = data[voff : voff + vval].tobytes()
+    if vfield == 31:
+        return raw.hex()
+    cls = _LIST_TYPES.get(vfield)
+    if cls is None:
+        return None
+    msg = cls()
+    try:
+        msg.ParseFromString(raw)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is corrupt input
+        raise Corrupt(where, f"an attribute list does not parse ({exc})") from exc
+    vals = list(msg.values)
+    if vfield == 32:
+        return [b.hex() for b in vals]
+    if vfield == 6:
+        return [float(x) for x in vals]
+    return vals
+
+
+def decode_attrs(
+    data: np.ndarray,
+    node: np.ndarray,
+    names: list[str],
+    code: np.ndarray,
+    vfield: np.ndarray,
+    vwt: np.ndarray,
+    vval: np.ndarray,
+    voff: np.ndarray,
+    where: np.ndarray,
+) -> Attrs:
+    """Value kinds and integer values of every attribute (vectorised; rare shapes in Python)."""
+    key = vfield.astype(np.int64) * 8 + vwt
+    key[(key < 0) | (key >= len(_VALUE_CLASS))] = len(_VALUE_CLASS) - 1
+    cls = _VALUE_CLASS[key]
+    kind = _KIND_OF_CLASS[cls]
+    ival = vval.view(np.int64).copy()  # int32/int64/uint32/uint64/fixed64/sfixed64: the bits as int64
+    for c, conv in (
+        (_C_ZIGZAG, _zigzag),
+        (_C_F32U, lambda v: v.astype(np.uint32).astype(np.int64)),
+        (_C_F32S, lambda v: v.astype(np.uint32).view(np.int32).astype(np.int64)),
+        (_C_BOOL, lambda v: (v != 0).astype(np.int64)),
+    ):
+        rows = np.flatnonzero(cls == c)
+        if rows.size:
+            ival[rows] = conv(vval[rows])
+    # uint64 / fixed64 values beyond int64: exact Python ints
+    huge = np.flatnonzero(_UNSIGNED64[key] & (vval >= np.uint64(1 << 63)))
+    kind[huge] = K_PY
+    is_str = kind == K_STR
+    soff = np.where(is_str, voff, 0)
+    slen = np.where(is_str, vval.view(np.int64), 0)
+    pyval: dict[int, Any] = {}
+    for r in np.flatnonzero(kind == K_PY).tolist():
+        pyval[r] = _py_value(data, int(vfield[r]), int(vwt[r]), int(vval[r]), int(voff[r]), int(where[r]) + 1)
     return Attrs(node, code, names, kind, ival, soff, slen, pyval)
 
 
@@ -407,66 +428,118 @@ class NodeScan:
     io_present: np.ndarray  # (n, 2) bool: inputs, outputs
     io_off: np.ndarray  # (n, 6): inputs values/shapes/types, outputs values/shapes/types
     io_len: np.ndarray  # (n, 6)
-    ctrl_node: np.ndarray
-    ctrl_val: np.ndarray  # uint64
-    data_node: np.ndarray
-    data_val: np.ndarray  # uint64
-    attr_node: np.ndarray
-    attr_off: np.ndarray
-    attr_len: np.ndarray
-    # set by the C scanner: all dependencies, ctrl then data, with node ids (not indices)
-    dep_node_ids: np.ndarray | None = None
-    dep_val: np.ndarray | None = None
+    dep_node: np.ndarray  # int64 node id
+    dep_val: np.ndarray  # int64
+    dep_kind: np.ndarray  # uint8: 0 ctrl, 1 data
+    attr_node: np.ndarray  # int64 node index
+    attr_code: np.ndarray  # index into names
+    names: list[str]
+    vfield: np.ndarray
+    vwt: np.ndarray
+    vval: np.ndarray  # uint64
+    voff: np.ndarray
 
 
-def _scan_native(
-    so: Any, data: np.ndarray, starts: np.ndarray, lens: np.ndarray, where: np.ndarray
-) -> NodeScan:
-    n = len(starts)
-    starts = np.ascontiguousarray(starts, dtype=np.int64)
-    lens = np.ascontiguousarray(lens, dtype=np.int64)
-    counts = np.zeros(3, np.int64)
+class _TooManyNames(Exception):
+    pass
+
+
+def _grow(arr: np.ndarray, used: int, cap: int) -> np.ndarray:
+    new = np.empty((cap,) + arr.shape[1:], dtype=arr.dtype)
+    new[:used] = arr[:used]
+    return new
+
+
+def _scan_native(so: Any, data: np.ndarray, begin: int, size: int, first_index: int = 1) -> NodeScan:
+    """One resumable pass of the C scanner over the Node messages in ``data[begin:size]``."""
+    body = size - begin
+    caps = np.array([max(1024, body // 256), max(4096, body // 8), max(4096, body // 32), 4096], np.int64)
+    ht = np.zeros(16384, np.int32)
+    node_arrs = {
+        "id": np.empty(caps[0], np.uint64),
+        "type": np.empty(caps[0], np.uint64),
+        "start_us": np.empty(caps[0], np.uint64),
+        "dur_us": np.empty(caps[0], np.uint64),
+        "name_off": np.empty(caps[0], np.int64),
+        "name_len": np.empty(caps[0], np.int64),
+        "io_present": np.empty((caps[0], 2), np.uint8),
+        "io_off": np.empty((caps[0], 6), np.int64),
+        "io_len": np.empty((caps[0], 6), np.int64),
+    }
+    dep_arrs = {
+        "node": np.empty(caps[1], np.int64),
+        "val": np.empty(caps[1], np.uint64),
+        "kind": np.empty(caps[1], np.uint8),
+    }
+    attr_arrs = {
+        "node": np.empty(caps[2], np.int64),
+        "code": np.empty(caps[2], np.int32),
+        "vfield": np.empty(caps[2], np.int32),
+        "vwt": np.empty(caps[2], np.int8),
+        "vval": np.empty(caps[2], np.uint64),
+        "voff": np.empty(caps[2], np.int64),
+    }
+    uname_off = np.zeros(caps[3], np.int64)
+    uname_len = np.zeros(caps[3], np.int64)
+    state = np.array([begin, 0, 0, 0, 0], np.int64)
     err = np.zeros(2, np.int64)
-    rc = so.et_nodes(_ptr(data), _ptr(starts), _ptr(lens), n, *([None] * 16), _ptr(counts), _ptr(err))
-    _native_check(rc, err, where)
-    nc, nd, na = (int(c) for c in counts)
-    # dependencies go straight into their final arrays: ctrl first, then data
-    dep_node = np.empty(max(nc + nd, 1), np.int64)
-    dep_val = np.empty(max(nc + nd, 1), np.uint64)
-    sc = NodeScan(
-        id=np.zeros(n, np.uint64),
-        type=np.zeros(n, np.uint64),
-        start_us=np.zeros(n, np.uint64),
-        dur_us=np.zeros(n, np.uint64),
-        name_off=np.zeros(n, np.int64),
-        name_len=np.zeros(n, np.int64),
-        io_present=np.zeros((n, 2), np.uint8),
-        io_off=np.zeros((n, 6), np.int64),
-        io_len=np.zeros((n, 6), np.int64),
-        ctrl_node=dep_node[:nc],
-        ctrl_val=dep_val[:nc],
-        data_node=dep_node[nc : nc + nd],
-        data_val=dep_val[nc : nc + nd],
-        attr_node=np.empty(max(na, 1), np.int64),
-        attr_off=np.empty(max(na, 1), np.int64),
-        attr_len=np.empty(max(na, 1), np.int64),
+    while True:
+        na_ = node_arrs
+        rc = so.et_scan(
+            _ptr(data), size, _ptr(state), _ptr(caps),
+            _ptr(na_["id"]), _ptr(na_["type"]), _ptr(na_["start_us"]), _ptr(na_["dur_us"]), _ptr(na_["name_off"]),
+            _ptr(na_["name_len"]), _ptr(na_["io_present"]), _ptr(na_["io_off"]), _ptr(na_["io_len"]),
+            _ptr(dep_arrs["node"]), _ptr(dep_arrs["val"]), _ptr(dep_arrs["kind"]),
+            _ptr(attr_arrs["node"]), _ptr(attr_arrs["code"]), _ptr(attr_arrs["vfield"]), _ptr(attr_arrs["vwt"]),
+            _ptr(attr_arrs["vval"]), _ptr(attr_arrs["voff"]), _ptr(uname_off), _ptr(uname_len), _ptr(ht), len(ht),
+            _ptr(err),
+        )  # fmt: skip
+        if rc == 0:
+            break
+        if rc == -11:
+            raise _TooManyNames()
+        if rc < 0:
+            raise Corrupt(int(err[0]) + first_index, _NATIVE_ERRORS.get(rc, f"error {rc}"))
+        # out of room: grow what is (nearly) full, everything if one message is just large
+        n, nd, na = (int(x) for x in state[1:4])
+        grew = False
+        for i, used, group in ((0, n, node_arrs), (1, nd, dep_arrs), (2, na, attr_arrs)):
+            if used + 1 >= caps[i] * 0.9:
+                caps[i] *= 2
+                for k in group:
+                    group[k] = _grow(group[k], used, int(caps[i]))
+                grew = True
+        if not grew:
+            for i, used, group in ((1, nd, dep_arrs), (2, na, attr_arrs)):
+                caps[i] *= 2
+                for k in group:
+                    group[k] = _grow(group[k], used, int(caps[i]))
+    n, nd, na, nn = (int(x) for x in state[1:5])
+    ids = node_arrs["id"][:n]
+    dep_node = dep_arrs["node"][:nd]
+    so.et_map_ids(_ptr(ids), _ptr(dep_node), nd)
+    names = strings(data, uname_off[:nn], uname_len[:nn], "name", "an attribute name").to_list()
+    return NodeScan(
+        id=ids,
+        type=node_arrs["type"][:n],
+        start_us=node_arrs["start_us"][:n],
+        dur_us=node_arrs["dur_us"][:n],
+        name_off=node_arrs["name_off"][:n],
+        name_len=node_arrs["name_len"][:n],
+        io_present=node_arrs["io_present"][:n].astype(bool),
+        io_off=node_arrs["io_off"][:n],
+        io_len=node_arrs["io_len"][:n],
+        dep_node=dep_node,
+        dep_val=_i64(dep_arrs["val"][:nd]),
+        dep_kind=dep_arrs["kind"][:nd],
+        attr_node=attr_arrs["node"][:na],
+        attr_code=attr_arrs["code"][:na],
+        names=names,
+        vfield=attr_arrs["vfield"][:na],
+        vwt=attr_arrs["vwt"][:na],
+        vval=attr_arrs["vval"][:na],
+        voff=attr_arrs["voff"][:na],
     )
-    rc = so.et_nodes(
-        _ptr(data), _ptr(starts), _ptr(lens), n,
-        _ptr(sc.id), _ptr(sc.type), _ptr(sc.start_us), _ptr(sc.dur_us), _ptr(sc.name_off), _ptr(sc.name_len),
-        _ptr(sc.io_present), _ptr(sc.io_off), _ptr(sc.io_len), _ptr(dep_node), _ptr(dep_val),
-        dep_node.ctypes.data + 8 * nc, dep_val.ctypes.data + 8 * nc, _ptr(sc.attr_node), _ptr(sc.attr_off),
-        _ptr(sc.attr_len), _ptr(counts), _ptr(err),
-    )  # fmt: skip
-    _native_check(rc, err, where)
-    so.et_map_ids(_ptr(sc.id), _ptr(dep_node), nc + nd)
-    sc.dep_node_ids = dep_node[: nc + nd]
-    sc.dep_val = dep_val[: nc + nd]
-    sc.attr_node = sc.attr_node[:na]
-    sc.attr_off = sc.attr_off[:na]
-    sc.attr_len = sc.attr_len[:na]
-    sc.io_present = sc.io_present.astype(bool)
-    return sc
 
 
 def _scan_numpy(data: np.ndarray, starts: np.ndarray, lens: np.ndarray, where: np.ndarray) -> NodeScan:
@@ -477,8 +550,8 @@ def _scan_numpy(data: np.ndarray, starts: np.ndarray, lens: np.ndarray, where: n
     _, typev, _ = _last_per_msg(t, 3, 0, n)
     _, startv, _ = _last_per_msg(t, 6, 0, n)
     _, durv, _ = _last_per_msg(t, 7, 0, n)
-    deps = []
-    for field in (4, 5):
+    dn, dv, dk = [], [], []
+    for k, field in enumerate((4, 5)):
         packed = np.flatnonzero((t.field == field) & (t.wt == 2))
         single = np.flatnonzero((t.field == field) & (t.wt == 0))
         owners = [t.msg[single]]
@@ -490,7 +563,9 @@ def _scan_numpy(data: np.ndarray, starts: np.ndarray, lens: np.ndarray, where: n
         o = np.concatenate(owners)
         v = np.concatenate(values)
         order = np.argsort(o, kind="stable")
-        deps.append((o[order], v[order]))
+        dn.append(o[order])
+        dv.append(v[order])
+        dk.append(np.full(len(o), k, np.uint8))
     io_present = np.zeros((n, 2), bool)
     io_off = np.zeros((n, 6), np.int64)
     io_len = np.zeros((n, 6), np.int64)
@@ -504,6 +579,10 @@ def _scan_numpy(data: np.ndarray, starts: np.ndarray, lens: np.ndarray, where: n
             io_off[rows, w * 3 + f - 1] = so
             io_len[rows, w * 3 + f - 1] = sl.astype(np.int64)
     asel = np.flatnonzero((t.field == 10) & (t.wt == 2))
+    attr_node = t.msg[asel]
+    names, code, vfield, vwt, vval, voff = scan_attrs_numpy(
+        data, t.off[asel], t.val[asel].astype(np.int64), where[attr_node]
+    )
     return NodeScan(
         id=idv,
         type=typev,
@@ -514,30 +593,83 @@ def _scan_numpy(data: np.ndarray, starts: np.ndarray, lens: np.ndarray, where: n
         io_present=io_present,
         io_off=io_off,
         io_len=io_len,
-        ctrl_node=deps[0][0],
-        ctrl_val=deps[0][1],
-        data_node=deps[1][0],
-        data_val=deps[1][1],
-        attr_node=t.msg[asel],
-        attr_off=t.off[asel],
-        attr_len=t.val[asel].astype(np.int64),
+        dep_node=_i64(idv)[np.concatenate(dn)],
+        dep_val=_i64(np.concatenate(dv)),
+        dep_kind=np.concatenate(dk),
+        attr_node=attr_node,
+        attr_code=code,
+        names=names,
+        vfield=vfield,
+        vwt=vwt,
+        vval=vval,
+        voff=voff,
     )
 
 
-def scan_nodes(data: np.ndarray, starts: np.ndarray, lens: np.ndarray, where: np.ndarray) -> NodeScan:
+def _kind_column(kind: np.ndarray) -> pl.Series:
+    """The deps ``kind`` strings from 0/1 codes."""
+    return short_strings_column(kind, ["ctrl", "data"], "kind")
+
+
+#: files with more node bytes than this are decoded in parallel parts (threads: the C scanner,
+#: numpy and polars release the GIL for the heavy work)
+SPLIT_BYTES = 64 << 20
+
+
+def decode_nodes(data: np.ndarray, begin: int, size: int, *, ours: bool, path: Any = None) -> NodeColumns:
+    """Decode the Node messages in ``data[begin:size]`` (the part after the GlobalMetadata)."""
     so = _native.lib()
+    bounds = [(begin, size, 1)]
+    threads = min(2, os.cpu_count() or 1, int(os.environ.get("CHARLLM_TRACE_THREADS", "2")))
+    if so is not None and threads > 1 and size - begin > SPLIT_BYTES:
+        out = np.zeros(2, np.int64)
+        if so.et_walk(_ptr(data), size, begin, begin + (size - begin) // 2, _ptr(out)) == 0 and out[0] < size:
+            mid, k = int(out[0]), int(out[1])
+            bounds = [(begin, mid, 1), (mid, size, 1 + k)]
+    if len(bounds) == 1:
+        parts = [_decode_part(data, *bounds[0], ours, path)]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(bounds)) as ex:
+            futures = [ex.submit(_decode_part, data, b0, b1, first, ours, path) for b0, b1, first in bounds]
+            parts = [f.result() for f in futures]
+    start_us = np.concatenate([p[2] for p in parts]) if len(parts) > 1 else parts[0][2]
+    dur_us = np.concatenate([p[3] for p in parts]) if len(parts) > 1 else parts[0][3]
+    frame = pl.concat([conform(p[0], NODE_SCHEMA) for p in parts], rechunk=False)
+    deps = pl.concat([p[1] for p in parts], rechunk=False)
+    any_start = bool((start_us != 0).any())
+    if not ours:
+        frame = frame.with_columns(
+            (
+                pl.Series("start_ns", _i64(start_us) * 1000) if any_start else pl.lit(None, dtype=pl.Int64)
+            ).alias("start_ns"),
+            pl.Series("dur_ns", _i64(dur_us) * 1000),
+        )
+    return NodeColumns(frame=frame, deps=deps, any_start=any_start)
+
+
+def _decode_part(
+    data: np.ndarray, begin: int, size: int, first_index: int, ours: bool, path: Any
+) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray, np.ndarray]:
+    so = _native.lib()
+    sc = None
     if so is not None:
-        return _scan_native(so, data, starts, lens, where)
-    return _scan_numpy(data, starts, lens, where)
+        try:
+            sc = _scan_native(so, data, begin, size, first_index)
+        except _TooManyNames:
+            sc = None  # an unusual trace: the numpy decoder has no such limit
+    if sc is None:
+        from charllm_trace.et.framing import message_bounds
 
-
-def decode_nodes(
-    data: np.ndarray, starts: np.ndarray, lens: np.ndarray, *, ours: bool, first_index: int = 1
-) -> NodeColumns:
-    """Decode Node messages ``data[starts[i] : starts[i] + lens[i]]`` into model columns."""
-    n = len(starts)
-    where = np.arange(first_index, first_index + n, dtype=np.int64)
-    sc = scan_nodes(data, starts, lens, where)
+        starts, lens = message_bounds(memoryview(data)[:size], path, start=begin)
+        if so is not None:  # the buffer is not padded for the numpy decoder
+            padded = np.zeros(size + PAD, np.uint8)
+            padded[:size] = data[:size]
+            data = padded
+        where = np.arange(first_index, first_index + len(starts), dtype=np.int64)
+        sc = _scan_numpy(data, starts, lens, where)
+    n = len(sc.id)
     ids = _i64(sc.id)
     cols: dict[str, Any] = {}
     cols["id"] = pl.Series("id", ids)
@@ -547,23 +679,7 @@ def decode_nodes(
     cols["node_type"] = type_names.gather(tcode).alias("node_type")
 
     # --- dependencies ---------------------------------------------------------
-    if sc.dep_node_ids is not None:
-        dep_node, dep_val = sc.dep_node_ids, _i64(sc.dep_val)
-    else:
-        dep_node = ids[np.concatenate([sc.ctrl_node, sc.data_node])]
-        dep_val = _i64(np.concatenate([sc.ctrl_val, sc.data_val]))
-    deps = pl.DataFrame(
-        {
-            "node": dep_node,
-            "dep": dep_val,
-            "kind": pl.concat(
-                [
-                    pl.repeat("ctrl", len(sc.ctrl_node), dtype=pl.String, eager=True),
-                    pl.repeat("data", len(sc.data_node), dtype=pl.String, eager=True),
-                ]
-            ),
-        }
-    )
+    deps = pl.DataFrame({"node": sc.dep_node, "dep": sc.dep_val, "kind": _kind_column(sc.dep_kind)})
 
     # --- inputs / outputs ---------------------------------------------------------
     for w, col in enumerate(("inputs", "outputs")):
@@ -578,17 +694,21 @@ def decode_nodes(
         cols[col] = s
 
     # --- attributes -----------------------------------------------------------------
-    at = decode_attrs(data, sc.attr_node, sc.attr_off, sc.attr_len, where[sc.attr_node])
+    at = decode_attrs(
+        data,
+        sc.attr_node,
+        sc.names,
+        sc.attr_code,
+        sc.vfield,
+        sc.vwt,
+        sc.vval,
+        sc.voff,
+        sc.attr_node + first_index - 1,
+    )
     _assign_attrs(at, cols, data, n, tcode, ours)
 
-    # --- times -----------------------------------------------------------------------
-    any_start = bool((sc.start_us != 0).any())
-    if not ours:
-        cols["start_ns"] = pl.Series("start_ns", _i64(sc.start_us) * 1000) if any_start else None
-        cols["dur_ns"] = pl.Series("dur_ns", _i64(sc.dur_us) * 1000)
-
     frame = pl.DataFrame({k: v for k, v in cols.items() if v is not None})
-    return NodeColumns(frame=frame, deps=deps, any_start=any_start)
+    return frame, deps, sc.start_us, sc.dur_us
 
 
 def _assign_attrs(
@@ -813,13 +933,21 @@ def _attrs_json_native(
         _ptr(data), _ptr(rows), len(rows), _ptr(at.node), _ptr(full_kind), _ptr(at.ival), _ptr(at.soff),
         _ptr(at.slen), _ptr(at.code), _ptr(keybuf), _ptr(keyoff), _ptr(pybuf), _ptr(pyoff),
     ]  # fmt: skip
-    size = so.et_json(*args, None, None, None)
-    if size < 0:
-        return None
-    out = np.zeros(size + PAD, np.uint8)
+    # one pass into a buffer sized by an upper bound (untouched pages cost nothing)
+    keylen = np.diff(keyoff)
+    vbound = np.select(
+        [kind == K_INT, kind == K_BOOL, kind == K_STR, kind == 5, kind == K_PY],
+        [np.int64(20), np.int64(5), 2 + 6 * at.slen[rows], at.slen[rows], pylen],
+        default=np.int64(4),
+    )
+    bound = int(keylen[at.code[rows]].sum() + vbound.sum()) + 4 * len(rows) + 2
+    out = np.empty(bound + PAD, np.uint8)
     out_off = np.zeros(n, np.int64)
     out_len = np.full(n, -1, np.int64)
-    so.et_json(*args, _ptr(out), _ptr(out_off), _ptr(out_len))
+    size = so.et_json(*args, _ptr(out), _ptr(out_off), _ptr(out_len))
+    if size < 0:
+        return None
+    out[size : size + PAD] = 0
     present = out_len >= 0
     s = binary_column(out, out_off, np.maximum(out_len, 0), "attrs").cast(pl.String)
     if not present.all():

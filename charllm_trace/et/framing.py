@@ -12,6 +12,7 @@ import gzip
 import os
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -61,7 +62,9 @@ def sniff_text(data: bytes) -> str | None:
     return None
 
 
-def message_bounds(data: bytes, path: str | os.PathLike[str] | None) -> tuple[np.ndarray, np.ndarray]:
+def message_bounds(
+    data: Any, path: str | os.PathLike[str] | None, start: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Start offsets and lengths of every length-delimited message in ``data``.
 
     Raises ``InputError`` when a length varint is malformed or runs past the end,
@@ -72,7 +75,9 @@ def message_bounds(data: bytes, path: str | os.PathLike[str] | None) -> tuple[np
     append_s = starts.append
     append_l = lens.append
     end = len(data)
-    pos = 0
+    pos = start
+    first = start == 0
+    base = 0 if first else 1  # message numbers count the GlobalMetadata as message 0
     while pos < end:
         b = data[pos]
         if b < 0x80:
@@ -96,14 +101,14 @@ def message_bounds(data: bytes, path: str | os.PathLike[str] | None) -> tuple[np
                 if shift >= 35:
                     raise InputError(
                         path,
-                        f"not a Chakra ET: malformed message length at byte {pos} (message {len(starts)})",
+                        f"not a Chakra ET: malformed message length at byte {pos} (message {len(starts) + base})",
                     )
-        if pos + size > end and not starts:
+        if pos + size > end and first and not starts:
             raise InputError(path, "not a Chakra ET: its first message would run past the end of the file")
         if pos + size > end:
             raise InputError(
                 path,
-                f"truncated: message {len(starts)} needs {size} bytes at byte {pos} "
+                f"truncated: message {len(starts) + base} needs {size} bytes at byte {pos} "
                 f"but the file ends after {end - pos}",
             )
         append_s(pos)

@@ -332,52 +332,41 @@ def load_buffer(path: str | os.PathLike[str]) -> tuple[np.ndarray, int]:
     return arr, got
 
 
-def frame_messages(buf: np.ndarray, size: int, path: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Message offsets and lengths (the C scanner when available, else Python)."""
-    so = _native.lib()
-    if so is None:
-        return message_bounds(memoryview(buf)[:size], path)
-    err = np.zeros(2, np.int64)
-    n = so.et_frame(buf.ctypes.data, size, None, None, err.ctypes.data)
-    if n >= 0:
-        starts = np.zeros(n, np.int64)
-        lens = np.zeros(n, np.int64)
-        n = so.et_frame(buf.ctypes.data, size, starts.ctypes.data, lens.ctypes.data, err.ctypes.data)
-    if n >= 0:
-        return starts, lens
-    k, at = int(err[0]), int(err[1])
-    if n == -1:
-        raise InputError(path, f"not a Chakra ET: malformed message length at byte {at} (message {k})")
-    if n == -2:
-        raise InputError(path, f"truncated: a message length at byte {at} runs past the end of the file")
-    if k == 0:
-        raise InputError(path, "not a Chakra ET: its first message would run past the end of the file")
-    raise InputError(
-        path, f"truncated: message {k} at byte {at} runs past the end of the file ({size - at} bytes left)"
-    )
-
-
 def decode_et(buf: np.ndarray, size: int, path: Any = None) -> tuple[Trace, dict | None]:
     """A Trace (and the run manifest, if the file has one) from the first ``size`` bytes of ``buf``."""
     text = sniff_text(buf[: min(size, 4096)].tobytes())
     if text:
         raise InputError(path, text)
-    starts, lens = frame_messages(buf, size, path)
-    if len(starts) == 0:
-        raise InputError(path, "not a Chakra ET: no messages")
+    # the first message: the GlobalMetadata
+    pos, length, shift = 0, 0, 0
+    while True:
+        if pos >= size:
+            raise InputError(path, "truncated: the file ends inside the first message length")
+        b = int(buf[pos])
+        pos += 1
+        length |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise InputError(path, "not a Chakra ET: malformed first message length")
+    if pos + length > size:
+        raise InputError(path, "not a Chakra ET: its first message would run past the end of the file")
     gm = pb.GlobalMetadata()
     try:
-        gm.ParseFromString(buf[starts[0] : starts[0] + lens[0]].tobytes())
+        gm.ParseFromString(buf[pos : pos + length].tobytes())
     except DecodeError as exc:
         raise InputError(path, f"not a Chakra ET: the first message is not a GlobalMetadata ({exc})") from exc
     if (not gm.version and not len(gm.attr)) or len(UnknownFieldSet(gm)):
         raise InputError(path, "not a Chakra ET: the first message is not a Chakra GlobalMetadata")
     meta, telemetry, manifest, ours = _meta_from_global(gm, path)
     try:
-        cols = decode_nodes(buf, starts[1:], lens[1:], ours=ours, first_index=1)
+        cols = decode_nodes(buf, pos + length, size, ours=ours, path=path)
     except Corrupt as exc:
-        where = f"message {exc.where}: " if exc.where >= 0 else ""
-        raise InputError(path, f"corrupt Chakra ET: {where}{exc.problem}") from exc
+        where = f"message {exc.where}" if exc.where >= 0 else ""
+        if exc.problem.startswith(("truncated", "not a Chakra ET")):
+            raise InputError(path, f"{exc.problem} ({where})" if where else exc.problem) from exc
+        raise InputError(path, f"corrupt Chakra ET: {where + ': ' if where else ''}{exc.problem}") from exc
     if not ours:
         meta.has_timestamps = cols.any_start
         meta.clock = "unix_ns" if cols.any_start else "none"
