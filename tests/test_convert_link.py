@@ -198,3 +198,25 @@ def test_cli_single_file_errors(tmp_path: Path) -> None:
     h = shared_trace("hta/simple_add_host_et.json.gz")
     r = CliRunner().invoke(main, ["convert", str(h), "--host-et", str(h), "-o", str(tmp_path / "o")])
     assert r.exit_code == 2 and "not a Kineto profile" in r.output
+
+
+def test_collected_run_dir_fixture() -> None:
+    """The collector's fixture run (2 ranks, gloo, CPU): paired by rank, linked by rf_id, the
+    manifest and rank info attached; one communication node per gloo op of the host ET."""
+    from tests.conftest import FIXTURES
+
+    d = FIXTURES / "cpu-2rank-gloo"
+    run = convert_run(d)
+    manifest = json.loads((d / "manifest.json").read_text())
+    assert run.ranks == [0, 1] and run.manifest == manifest
+    for rank in run.ranks:
+        t = run.traces[rank]
+        info = json.loads((d / f"rank-{rank}.info.json").read_text())
+        hdoc = _json(d / f"rank-{rank}.host_et.json.gz")
+        rep = t.meta.extra["convert"]
+        assert rep["link_method"] == "rf_id" and rep["host_ops_linked"] == len(_host_ops(hdoc))
+        assert rep["comm_nodes"] == sum(1 for n in hdoc["nodes"] if n["name"].startswith("gloo:")) > 0
+        assert rep["comm_without_bytes"] == 0
+        assert t.meta.hostname == info["hostname"] and t.meta.world_size == manifest["world_size"]
+        assert t.steps()["step"].to_list() == [2, 3]
+        assert t.telemetry.height == 0  # the fixture ran on CPU: no power source
