@@ -106,6 +106,7 @@ def child_ours(path: str) -> dict:
     run = ct.load(path)
     tr = run.traces[run.ranks[0]]
     t_load = time.perf_counter() - t
+    rss_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     cl = classify(tr.nodes)
     ov = overlap(tr, classified=cl, hta_compat=True)
     bw = bandwidth(tr, classified={run.ranks[0]: cl})
@@ -116,6 +117,7 @@ def child_ours(path: str) -> dict:
         "overlap_pct": total["overlap_pct"],
         "idle_ns": total["idle_ns"],
         "n_collectives": bw.collectives.height,
+        "peak_rss_after_load_mib": rss_load,
         "n_nodes": tr.nodes.height,
     }
 
@@ -131,6 +133,7 @@ def child_hta(path: str) -> dict:
     t = time.perf_counter()
     ta = TraceAnalysis(trace_dir=d)
     t_load = time.perf_counter() - t
+    rss_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     ov = ta.get_comm_comp_overlap(visualize=False)
     br = ta.get_temporal_breakdown(visualize=False)
     shutil.rmtree(d)
@@ -139,6 +142,7 @@ def child_hta(path: str) -> dict:
         "analyze_s": time.perf_counter() - t - t_load,
         "overlap_pct": float(ov["comp_comm_overlap_pctg"].iloc[0]),
         "idle_ns": float(br["idle_time(us)"].iloc[0]) * 1000 if "idle_time(us)" in br else None,
+        "peak_rss_after_load_mib": rss_load,
     }
 
 
@@ -230,6 +234,7 @@ def main() -> None:
                     print(
                         f"{tool:5s} events={n:>9,} wall={r['wall_s']:7.2f}s load={r['load_s']:7.2f}s "
                         f"analyze={r['analyze_s']:6.2f}s peak_rss={r['peak_rss_mib']:7.0f}MiB "
+                        f"(after load {r['peak_rss_after_load_mib']:.0f}MiB) "
                         f"overlap={r['overlap_pct']:.2f}%",
                         flush=True,
                     )

@@ -134,3 +134,11 @@ def test_bandwidth_cpu_mode_outermost_op():
 def test_bandwidth_no_collectives_says_so():
     res = bandwidth(make_trace([kernel(1, "gemm", 0, 10)]))
     assert res.collectives.height == 0 and res.notes == ["no collectives in this trace"]
+
+
+def test_hosts_from_manifest_decide_spanning():
+    traces = {r: _rank(r, 0, 1000, host=None) for r in range(4)}
+    one = Run(traces=traces, manifest={"ranks_by_host": {"a": [0, 1, 2, 3]}})
+    two = Run(traces=traces, manifest={"ranks_by_host": {"a": [0, 1], "b": [2, 3]}})
+    assert bandwidth(one).peaks["0"].gbps == 450.0 and bandwidth(one).peaks["0"].spans_nodes is False
+    assert bandwidth(two).peaks["0"].gbps == 50.0

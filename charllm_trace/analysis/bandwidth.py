@@ -299,7 +299,16 @@ def bandwidth(
     """Bandwidth of every collective of every rank of ``run``."""
     if isinstance(run, Trace):
         run = Run.single(run)
-    hosts = {r: t.meta.hostname for r, t in run.traces.items()}
+    hosts: dict[int, str | None] = {}
+    by_host = run.manifest.get("ranks_by_host") if isinstance(run.manifest, dict) else None
+    if isinstance(by_host, dict):  # the collector's manifest knows every rank's host
+        for h, ranks in by_host.items():
+            for r in ranks if isinstance(ranks, list) else ():
+                if isinstance(r, int):
+                    hosts[r] = str(h)
+    for r, t in run.traces.items():
+        if t.meta.hostname is not None:
+            hosts[r] = t.meta.hostname
     frames: list[pl.DataFrame] = []
     peaks: dict[str, LinkPeak] = {}
     notes: list[str] = []

@@ -46,48 +46,78 @@ MEMCPY_NAME_RE = r"^(Memcpy|memcpy|dma)|__amd_rocclr_copy"
 MEMSET_NAME_RE = r"^(Memset|memset)|__amd_rocclr_fill"
 SYNC_NAME_RE = r"(?i)\bsync\b|Sync$"
 CPU_COMM_NAME_RE = r"^(gloo:|nccl:|rccl:|c10d::|record_param_comms$|ProcessGroupGloo|ProcessGroupNCCL)"
-OPTIMIZER_RE = r"^Optimizer\.(step|zero_grad)|^[Oo]ptimizer"
+OPTIMIZER_RE = r"^Optimizer\.(step|zero_grad)|^[Oo]ptimizer|^##\s*optimizer"
 BACKWARD_RE = r"Backward|backward|^autograd::engine"
+
+
+def _name_flags(nodes: pl.DataFrame) -> pl.DataFrame:
+    """Name-pattern flags of every row, evaluated once per distinct name (traces repeat a
+    few thousand names millions of times) and joined back in row order."""
+    nm = nodes.select(pl.col("name").fill_null("").alias("_nm"))
+    u = nm.unique()
+    n = pl.col("_nm")
+    flags = u.with_columns(
+        _f_comm=n.str.contains(COMM_KERNEL_RE),
+        _f_memcpy=n.str.contains(MEMCPY_NAME_RE),
+        _f_memset=n.str.contains(MEMSET_NAME_RE),
+        _f_sync=n.str.contains(SYNC_NAME_RE),
+        _f_cpucomm=n.str.contains(CPU_COMM_NAME_RE),
+    )
+    return nm.join(flags, on="_nm", how="left", maintain_order="left").drop("_nm")
 
 
 def classify(nodes: pl.DataFrame) -> pl.DataFrame:
     """Return ``nodes`` with a ``cls`` column (see the module docstring)."""
-    name = pl.col("name").fill_null("")
     kind = pl.col("kind").fill_null("other")
     gpu = pl.col("on_gpu").fill_null(False)
-    cpu_comm_self = (
-        (~gpu)
-        & (pl.col("coll_type").is_not_null() | name.str.contains(CPU_COMM_NAME_RE))
-        & (kind != "runtime")
-    )
+    has_coll = pl.col("coll_type").is_not_null()
+    work = pl.concat([nodes.select("kind", "on_gpu", "coll_type"), _name_flags(nodes)], how="horizontal")
+    cpu_comm_self = (~gpu) & (has_coll | pl.col("_f_cpucomm")) & (kind != "runtime")
     gpu_cls = (
         pl.when(kind == "gpu_annotation")
         .then(pl.lit("gpu_range"))
-        .when((kind == "memcpy") | name.str.contains(MEMCPY_NAME_RE))
+        .when((kind == "memcpy") | pl.col("_f_memcpy"))
         .then(pl.lit("memcpy"))
-        .when((kind == "memset") | name.str.contains(MEMSET_NAME_RE))
+        .when((kind == "memset") | pl.col("_f_memset"))
         .then(pl.lit("memset"))
-        .when((kind == "kernel") & (pl.col("coll_type").is_not_null() | name.str.contains(COMM_KERNEL_RE)))
+        .when((kind == "kernel") & (has_coll | pl.col("_f_comm")))
         .then(pl.lit("comm"))
         .when(kind == "kernel")
         .then(pl.lit("compute"))
-        .when(name.str.contains(SYNC_NAME_RE))
+        .when(pl.col("_f_sync"))
         .then(pl.lit("sync"))
         .otherwise(pl.lit("gpu_range"))
     )
-    df = nodes.with_columns(
-        pl.when(gpu).then(gpu_cls).otherwise(pl.lit("cpu")).alias("cls"),
-        cpu_comm_self.alias("_cpu_comm_self"),
+    cpu_cls = (
+        pl.when(kind == "cpu_op").then(pl.lit("cpu_compute")).otherwise(pl.lit("cpu"))
+    )  # leaf-ness and nesting in collectives are applied below
+    base = work.select(
+        pl.when(gpu).then(gpu_cls).otherwise(cpu_cls).alias("cls"),
+        cpu_comm_self.alias("_self"),
+        (~gpu & (kind == "cpu_op")).alias("_cpu_op"),
     )
     # CPU ops nested in a CPU collective are communication too; leaves are compute.
-    ids = df["id"].to_numpy()
-    in_comm = ancestor_any(ids, df["parent"].to_numpy(), df["_cpu_comm_self"].to_numpy())
-    has_child = np.isin(ids, df["parent"].drop_nulls().to_numpy())
-    cpu_op = (~df["on_gpu"].fill_null(False).to_numpy()) & (df["kind"].fill_null("").to_numpy() == "cpu_op")
-    cls = df["cls"].to_numpy().astype(object)
-    cls[cpu_op & ~in_comm & ~has_child] = "cpu_compute"
-    cls[in_comm & ~df["on_gpu"].fill_null(False).to_numpy()] = "cpu_comm"
-    return df.drop("_cpu_comm_self").with_columns(pl.Series("cls", cls.tolist(), dtype=pl.String))
+    ids = nodes["id"].to_numpy()
+    parents = nodes["parent"].to_numpy()
+    self_flag = base["_self"].to_numpy()
+    on_cpu = ~nodes["on_gpu"].fill_null(False).to_numpy()
+    in_comm = ancestor_any(ids, parents, self_flag) & on_cpu if self_flag.any() else self_flag
+    has_child = np.isin(ids, nodes["parent"].drop_nulls().to_numpy())
+    inner_op = base["_cpu_op"].to_numpy() & has_child  # a cpu_op with children: not a leaf
+    cls = base["cls"]
+    if in_comm.any() or inner_op.any():
+        cls = (
+            base.select(
+                pl.when(pl.Series(in_comm))
+                .then(pl.lit("cpu_comm"))
+                .when(pl.Series(inner_op))
+                .then(pl.lit("cpu"))
+                .otherwise(pl.col("cls"))
+            )
+            .to_series()
+            .alias("cls")
+        )
+    return nodes.with_columns(cls)
 
 
 def _positions(ids: np.ndarray, refs: np.ndarray) -> np.ndarray:

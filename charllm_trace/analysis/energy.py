@@ -151,7 +151,9 @@ def energy(trace: Trace, *, method: str = "trapezoid", per_step: bool = True) ->
         return EnergyResult(frame({}, ENERGY_TOTAL_SCHEMA), frame({}, ENERGY_SCHEMA), method, simulated,
                             ["no power telemetry in this trace"])  # fmt: skip
     df = with_phase(trace.nodes)
-    df = df.with_columns(launch_ns=launch_times(df), op=_launcher_names(df))
+    df = df.with_columns(launch_ns=launch_times(df), op=_launcher_names(df)).select(
+        "name", "op", "coll_type", "phase", "cls", "on_gpu", "device", "start_ns", "dur_ns", "launch_ns"
+    )
     ops_all = df.filter(
         pl.col("on_gpu").fill_null(False)
         & pl.col("cls").is_in(list(OPERATOR_CLASSES))

@@ -40,6 +40,19 @@ from charllm_trace.analysis.results import (
 from charllm_trace.model import Trace
 
 GPU_BUSY = ("compute", "comm", "memcpy", "memset")
+#: The node columns overlap reads (selected first: filtering a narrow frame is cheap).
+OVERLAP_COLUMNS = (
+    "id",
+    "name",
+    "kind",
+    "on_gpu",
+    "start_ns",
+    "dur_ns",
+    "correlation",
+    "launch_id",
+    "pg_name",
+    "cls",
+)
 
 
 def launch_times(nodes: pl.DataFrame) -> pl.Series:
@@ -48,19 +61,16 @@ def launch_times(nodes: pl.DataFrame) -> pl.Series:
     GPU nodes: the CPU node with the same correlation id (the runtime launch), else
     the node named by ``launch_id``; CPU nodes: their own start.
     """
-    cpu = nodes.filter(~pl.col("on_gpu").fill_null(False))
+    base = nodes.select("id", "on_gpu", "correlation", "launch_id", "start_ns")
+    cpu = base.filter(~pl.col("on_gpu").fill_null(False))
     by_corr = (
         cpu.filter(pl.col("correlation").is_not_null() & pl.col("start_ns").is_not_null())
         .group_by("correlation")
         .agg(pl.col("start_ns").min().alias("_t_corr"))
     )
     by_id = cpu.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("_t_launch"))
-    df = (
-        nodes.select("id", "on_gpu", "correlation", "launch_id", "start_ns")
-        .with_row_index("_row")
-        .join(by_corr, on="correlation", how="left")
-        .join(by_id, on="launch_id", how="left")
-        .sort("_row")
+    df = base.join(by_corr, on="correlation", how="left", maintain_order="left").join(
+        by_id, on="launch_id", how="left", maintain_order="left"
     )
     t = (
         pl.when(pl.col("on_gpu").fill_null(False))
@@ -122,7 +132,7 @@ def overlap(
     rank = trace.meta.rank if trace.meta.rank is not None else 0
     notes: list[str] = []
     simulated = bool(trace.meta.extra.get("simulated"))
-    df = classified if classified is not None else classify(trace.nodes)
+    df = (classified if classified is not None else classify(trace.nodes)).select(OVERLAP_COLUMNS)
     steps = trace.steps()
     mode = "gpu" if is_gpu_trace(df) else "cpu"
     if hta_compat:
