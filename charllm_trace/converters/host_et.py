@@ -43,23 +43,19 @@ class HostET:
     time: str | None = None
 
 
-def _is_tensor(v: Any) -> bool:
-    return (
-        isinstance(v, list)
-        and len(v) == 6
-        and all(isinstance(x, int) and not isinstance(x, bool) for x in v[:5])
-        and isinstance(v[5], str)
-    )
+def _tensor_keys(values: Any, out: list[str]) -> None:
+    """Keys ("<tensor id>:<storage id>") of the tensors in a host-ET value list, nested lists included.
 
-
-def _tensor_keys(values: Any, out: list[str], depth: int = 0) -> None:
-    if depth > 6 or not isinstance(values, list):
-        return
-    if _is_tensor(values):
-        out.append(f"{values[0]}:{values[1]}")
-        return
-    for v in values:
-        _tensor_keys(v, out, depth + 1)
+    A tensor is written as ``[tensor_id, storage_id, offset, numel, itemsize, device]``."""
+    stack = [values]
+    while stack:
+        v = stack.pop()
+        if type(v) is not list:
+            continue
+        if len(v) == 6 and type(v[0]) is int and type(v[1]) is int and type(v[5]) is str:
+            out.append(f"{v[0]}:{v[1]}")
+            continue
+        stack.extend(x for x in v if type(x) is list)
 
 
 def _attr_map(node: dict[str, Any]) -> dict[str, Any]:
