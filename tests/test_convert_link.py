@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -220,3 +221,43 @@ def test_collected_run_dir_fixture() -> None:
         assert t.meta.hostname == info["hostname"] and t.meta.world_size == manifest["world_size"]
         assert t.steps()["step"].to_list() == [2, 3]
         assert t.telemetry.height == 0  # the fixture ran on CPU: no power source
+
+
+JSONIZER_CASES = [
+    ("hta/a100_ddp_nccl_rank0.json.gz", None),
+    ("hta/mi250_minitoy_kineto.json.gz", None),
+    ("tracelens/mi300_qwen1.5-0.5b_inference.json.gz", None),
+    ("hta/simple_add_kineto.json.gz", "hta/simple_add_host_et.json.gz"),
+    ("param/dlrm_8ranks_v100/kineto_rank5.json.gz", "param/dlrm_8ranks_v100/host_et_rank5.json.gz"),
+    (None, "param/resnet_host_et.json.gz"),
+]
+
+
+@pytest.mark.parametrize(("kineto", "host"), JSONIZER_CASES)
+def test_chakra_jsonizer_reads_every_conversion(tmp_path: Path, kineto: str | None, host: str | None) -> None:
+    """Each real input converts and Chakra's own jsonizer reads the written ET: same node count,
+    same number of communication nodes."""
+    from charllm_trace.et.writer import write_et
+
+    trace, _ = convert_pair(shared_trace(host) if host else None, shared_trace(kineto) if kineto else None)
+    et = tmp_path / "r.et"
+    write_et(trace, et)
+    js = tmp_path / "r.json"
+    p = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "chakra_jsonizer"),
+            "--input_filename",
+            str(et),
+            "--output_filename",
+            str(js),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    text = js.read_text()
+    types = re.findall(r'"type": "([A-Z_]+_NODE)"', text)
+    assert len(types) == trace.nodes.height
+    n_comm = trace.nodes.filter(pl.col("node_type").str.starts_with("COMM")).height
+    assert sum(t.startswith("COMM") for t in types) == n_comm
