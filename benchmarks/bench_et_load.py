@@ -75,10 +75,19 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process (all threads)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def run_protolib(path: str) -> dict:
     from chakra.schema.protobuf import et_def_pb2 as pb
     from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
 
+    c0 = _cpu_seconds()
     t0 = time.perf_counter()
     f = openFileRd(path)
     gm = pb.GlobalMetadata()
@@ -88,17 +97,24 @@ def run_protolib(path: str) -> dict:
     while decodeMessage(f, node):
         count += 1
     f.close()
-    return {"nodes": count, "seconds": time.perf_counter() - t0}
+    return {"nodes": count, "seconds": time.perf_counter() - t0, "cpu_seconds": _cpu_seconds() - c0}
 
 
 def run_ours(path: str, cache: bool) -> dict:
     t_import = time.perf_counter()
     from charllm_trace.et.reader import read_et
 
+    c0 = _cpu_seconds()
     t0 = time.perf_counter()
     trace = read_et(path, cache=cache)
     n = trace.nodes.height
-    return {"nodes": n, "seconds": time.perf_counter() - t0, "import_seconds": t0 - t_import}
+    return {
+        "nodes": n,
+        "seconds": time.perf_counter() - t0,
+        "cpu_seconds": _cpu_seconds() - c0,
+        "import_seconds": t0 - t_import,
+        "dependencies": trace.deps.height,
+    }
 
 
 def _child(mode: str, path: str) -> None:
@@ -130,6 +146,9 @@ def main() -> None:
     ap.add_argument("--src", type=Path, default=DEFAULT_SRC, help="a real Chakra ET to repeat")
     ap.add_argument("--nodes", type=int, default=1_000_000, help="at least this many nodes")
     ap.add_argument("--repeat", type=int, default=3, help="runs per mode (the best is reported)")
+    ap.add_argument(
+        "--big", type=Path, default=None, help="use this already built large ET instead of building one"
+    )
     ap.add_argument("--child", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -161,12 +180,19 @@ def main() -> None:
                     best = r
             results[mode] = best
         base = results["protolib"]["nodes"] / results["protolib"]["seconds"]
-        print(f"{'mode':<12} {'seconds':>8} {'nodes/s':>12} {'vs protolib':>12} {'peak RSS MiB':>13}")
+        base_cpu = results["protolib"]["nodes"] / results["protolib"]["cpu_seconds"]
+        print(
+            f"{'mode':<12} {'wall s':>8} {'nodes/s':>12} {'vs protolib':>12} "
+            f"{'CPU s':>8} {'nodes/CPU-s':>12} {'vs protolib':>12} {'peak RSS MiB':>13}"
+        )
         for mode, r in results.items():
             rate = r["nodes"] / r["seconds"]
+            crate = r["nodes"] / r["cpu_seconds"]
             print(
-                f"{mode:<12} {r['seconds']:>8.3f} {rate:>12,.0f} {rate / base:>11.2f}x {r['peak_rss_mib']:>13,.0f}"
+                f"{mode:<12} {r['seconds']:>8.3f} {rate:>12,.0f} {rate / base:>11.2f}x "
+                f"{r['cpu_seconds']:>8.3f} {crate:>12,.0f} {crate / base_cpu:>11.2f}x {r['peak_rss_mib']:>13,.0f}"
             )
+        print(f"machine load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
         print(json.dumps({"nodes": n, "file_mb": big.stat().st_size / 1e6, "results": results}))
 
 

@@ -35,8 +35,8 @@ def test_cached_reload_is_identical(tmp_path: Path, cache_dir: Path, monkeypatch
     shutil.copy(src, p)
     cold = read_et(p)
     entries = [e for e in (cache_dir / "et").iterdir() if not e.name.startswith(".")]
-    assert len(entries) == 1 and (entries[0] / "nodes.arrow").is_file()
-    assert not any(x.name.endswith(".arrow") for x in tmp_path.iterdir())  # nothing beside the user's file
+    assert len(entries) == 1 and (entries[0] / "nodes.bin").is_file()
+    assert not any(x.name.endswith((".bin", ".json")) for x in tmp_path.iterdir())  # nothing beside the user's file
     _no_decode(monkeypatch)
     warm = read_et(p)
     assert warm.equals(cold)
@@ -68,7 +68,7 @@ def test_broken_cache_entry_is_a_miss(tmp_path: Path, cache_dir: Path) -> None:
     write_et(small_trace(0), p)
     read_et(p)
     (entry,) = [e for e in (cache_dir / "et").iterdir() if not e.name.startswith(".")]
-    (entry / "nodes.arrow").write_bytes(b"garbage")
+    (entry / "nodes.json").write_bytes(b"garbage")
     assert et_cache.lookup(p) is None
     assert read_et(p).equals(small_trace(0))
 

@@ -197,3 +197,25 @@ def test_foreign_chakra_et_roundtrip(tmp_path: Path) -> None:
     row = t.nodes.filter(pl.col("id") == first.id)
     op_schema = next(a.string_val for a in first.attr if a.name == "op_schema")
     assert orjson.loads(row["attrs"][0])["op_schema"] == op_schema
+
+
+def test_c_scanner_builds_where_a_compiler_exists() -> None:
+    """Without this the reader silently falls back to the (correct but slower) numpy decoder."""
+    from charllm_trace.et import _native
+
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler")
+    _native.reset()
+    assert _native.lib() is not None
+
+
+def test_parallel_parts_decode_like_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large files are decoded in two parts on two threads; the result must not depend on it."""
+    from charllm_trace.et import fastdecode
+
+    src = shared_trace("chakra/feeder_tests_chakra.0.et")
+    whole = read_et(src, cache=False)
+    monkeypatch.setattr(fastdecode, "SPLIT_BYTES", 0)
+    split = read_et(src, cache=False)
+    assert split.equals(whole)
+    assert split.deps.height == whole.deps.height

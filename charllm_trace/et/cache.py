@@ -1,9 +1,9 @@
-"""A cache of decoded ET files: Arrow IPC copies of the tables, keyed by the file's content.
+"""A cache of decoded ET files: memory-mapped copies of the tables, keyed by the file's content.
 
 Where: ``$CHARLLM_TRACE_CACHE_DIR``, else ``$XDG_CACHE_HOME/charllm-trace``, else
 ``~/.cache/charllm-trace`` (never beside the user's files). Layout::
 
-    et/<content-key>/nodes.arrow, deps.arrow, telemetry.arrow, meta.json
+    et/<content-key>/nodes.bin + nodes.json, deps.*, telemetry.*, meta.json  (see _colcache.py)
     et-index/<stat-key>            -> the content key of the file that had this stat
 
 The *content key* is the SHA-256 of the file's (uncompressed) bytes plus the
@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import polars as pl
 
+from charllm_trace.et._colcache import read_frame, write_frame
 from charllm_trace.model import MODEL_VERSION, Trace, TraceMeta
 
-CACHE_FORMAT = "1"
+CACHE_FORMAT = "2"
 
 
 def cache_root() -> Path:
@@ -80,9 +80,9 @@ def lookup(path: str | os.PathLike[str]) -> tuple[Trace, dict | None] | None:
             return None
         info = orjson.loads((entry / "meta.json").read_bytes())
         trace = Trace(
-            nodes=pl.read_ipc(entry / "nodes.arrow"),
-            deps=pl.read_ipc(entry / "deps.arrow"),
-            telemetry=pl.read_ipc(entry / "telemetry.arrow"),
+            nodes=read_frame(entry / "nodes.bin", entry / "nodes.json"),
+            deps=read_frame(entry / "deps.bin", entry / "deps.json"),
+            telemetry=read_frame(entry / "telemetry.bin", entry / "telemetry.json"),
             meta=TraceMeta.from_dict(info["meta"]),
         )
         now = time.time()
@@ -101,9 +101,8 @@ def store(path: str | os.PathLike[str], key: str, trace: Trace, manifest: dict |
         if not (entry / "meta.json").is_file():
             tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}-", dir=entries))
             try:
-                trace.nodes.write_ipc(tmp / "nodes.arrow", compression="uncompressed")
-                trace.deps.write_ipc(tmp / "deps.arrow", compression="uncompressed")
-                trace.telemetry.write_ipc(tmp / "telemetry.arrow", compression="uncompressed")
+                for name, df in (("nodes", trace.nodes), ("deps", trace.deps), ("telemetry", trace.telemetry)):
+                    write_frame(df, tmp / f"{name}.bin", tmp / f"{name}.json")
                 info = {"meta": trace.meta.to_dict(), "manifest": manifest, "source": str(path)}
                 (tmp / "meta.json").write_bytes(orjson.dumps(info, default=str))
                 try:

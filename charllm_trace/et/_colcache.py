@@ -1,0 +1,309 @@
+"""A memory-mapped columnar file for polars frames: written once, re-opened without copying.
+
+polars' own IPC reader copies every buffer into memory, which for a large trace
+(a million nodes, fifty million dependencies) costs as much as decoding the ET.
+This format keeps each column's Arrow buffers, 64-byte aligned, in one data
+file plus a JSON description; re-opening maps the file and hands polars the
+buffers through the Arrow C Data Interface, so nothing is copied or parsed.
+Buffers shared by several columns (string views into one byte buffer) are
+stored once.
+
+Supported column types are the ones the trace model uses: integers, floats,
+booleans, strings (views or offsets), lists and structs of them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import mmap
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import polars as pl
+
+from charllm_trace.et._arrow import _ArrayRelease, _ArrowArray, _ArrowSchema, _PyCapsule_New, _SchemaRelease
+
+FORMAT_VERSION = 1
+ALIGN = 64
+
+_ITEM = {"c": 1, "C": 1, "s": 2, "S": 2, "i": 4, "I": 4, "l": 8, "L": 8, "e": 2, "f": 4, "g": 8}
+
+
+class _ArrowArrayStream(ctypes.Structure):
+    pass
+
+
+_GetSchema = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_ArrowArrayStream), ctypes.POINTER(_ArrowSchema))
+_GetNext = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_ArrowArrayStream), ctypes.POINTER(_ArrowArray))
+_GetError = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.POINTER(_ArrowArrayStream))
+_StreamRelease = ctypes.CFUNCTYPE(None, ctypes.POINTER(_ArrowArrayStream))
+_ArrowArrayStream._fields_ = [
+    ("get_schema", _GetSchema),
+    ("get_next", _GetNext),
+    ("get_last_error", _GetError),
+    ("release", _StreamRelease),
+    ("private_data", ctypes.c_void_p),
+]
+
+_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
+_GetPointer.restype = ctypes.c_void_p
+_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+class Unsupported(Exception):
+    """A column type this format does not store."""
+
+
+# ---------------------------------------------------------------------------
+# writing
+# ---------------------------------------------------------------------------
+
+
+class _Writer:
+    def __init__(self, f: Any) -> None:
+        self.f = f
+        self.pos = 0
+        self.seen: dict[tuple[int, int], int] = {}
+
+    def buffer(self, addr: int, size: int) -> list[int] | None:
+        if not addr:
+            return None
+        key = (addr, size)
+        if key in self.seen:
+            return [self.seen[key], size]
+        pad = (-self.pos) % ALIGN
+        if pad:
+            self.f.write(b"\0" * pad)
+            self.pos += pad
+        at = self.pos
+        if size:
+            self.f.write(memoryview((ctypes.c_char * size).from_address(addr)).cast("B"))
+        self.pos += size
+        self.seen[key] = at
+        return [at, size]
+
+
+def _describe(schema: _ArrowSchema, arr: _ArrowArray, w: _Writer) -> dict[str, Any]:
+    fmt = schema.format.decode()
+    if schema.dictionary:
+        raise Unsupported("dictionary-encoded column")
+    n = arr.offset + arr.length
+    bufs = ctypes.cast(arr.buffers, ctypes.POINTER(ctypes.c_void_p)) if arr.n_buffers else None
+
+    def b(i: int) -> int:
+        return bufs[i] or 0 if bufs is not None else 0
+
+    sizes: list[int] = []
+    if fmt in _ITEM:
+        sizes = [(n + 7) // 8, _ITEM[fmt] * n]
+    elif fmt == "b":
+        sizes = [(n + 7) // 8, (n + 7) // 8]
+    elif fmt in ("vu", "vz"):
+        nvar = arr.n_buffers - 3
+        var_sizes = np.ctypeslib.as_array(ctypes.cast(b(arr.n_buffers - 1), ctypes.POINTER(ctypes.c_int64)), (nvar,)) if nvar else []
+        sizes = [(n + 7) // 8, 16 * n, *[int(x) for x in var_sizes], 8 * nvar]
+    elif fmt in ("u", "z", "U", "Z"):
+        width = 4 if fmt in ("u", "z") else 8
+        ctype = ctypes.c_int32 if width == 4 else ctypes.c_int64
+        end = ctypes.cast(b(1), ctypes.POINTER(ctype))[n] if b(1) else 0
+        sizes = [(n + 7) // 8, width * (n + 1), int(end)]
+    elif fmt in ("+l", "+L"):
+        sizes = [(n + 7) // 8, (4 if fmt == "+l" else 8) * (n + 1)]
+    elif fmt == "+s":
+        sizes = [(n + 7) // 8]
+    elif fmt == "n":
+        sizes = []
+    else:
+        raise Unsupported(f"column format {fmt!r}")
+    if len(sizes) != arr.n_buffers:
+        raise Unsupported(f"column format {fmt!r} with {arr.n_buffers} buffers")
+    children = []
+    if arr.n_children:
+        sch = ctypes.cast(schema.children, ctypes.POINTER(ctypes.POINTER(_ArrowSchema)))
+        ach = ctypes.cast(arr.children, ctypes.POINTER(ctypes.POINTER(_ArrowArray)))
+        children = [_describe(sch[i].contents, ach[i].contents, w) for i in range(arr.n_children)]
+    return {
+        "format": fmt,
+        "name": (schema.name or b"").decode(),
+        "flags": int(schema.flags),
+        "length": int(arr.length),
+        "null_count": int(arr.null_count),
+        "offset": int(arr.offset),
+        "buffers": [w.buffer(b(i), sizes[i]) for i in range(arr.n_buffers)],
+        "children": children,
+    }
+
+
+def write_frame(df: pl.DataFrame, data_path: Path, meta_path: Path) -> None:
+    """Store ``df`` as ``data_path`` (buffers) + ``meta_path`` (JSON description)."""
+    cols = []
+    with open(data_path, "wb") as f:
+        w = _Writer(f)
+        for name in df.columns:
+            s = df[name].rechunk()
+            cap = s.__arrow_c_stream__()
+            stream = _ArrowArrayStream.from_address(_GetPointer(cap, b"arrow_array_stream"))
+            sp = ctypes.pointer(stream)
+            schema = _ArrowSchema()
+            if stream.get_schema(sp, ctypes.byref(schema)) != 0:
+                raise Unsupported(f"cannot export column {name}")
+            try:
+                arr = _ArrowArray()
+                if stream.get_next(sp, ctypes.byref(arr)) != 0:
+                    raise Unsupported(f"cannot export column {name}")
+                try:
+                    if not arr.release:  # an empty stream: no chunk at all
+                        cols.append({"name": name, "dtype": str(s.dtype), "empty": True})
+                        continue
+                    desc = _describe(schema, arr, w)
+                finally:
+                    if arr.release:
+                        arr.release(ctypes.pointer(arr))
+                cols.append({"name": name, "array": desc})
+            finally:
+                if schema.release:
+                    schema.release(ctypes.pointer(schema))
+            del cap
+    meta = {"version": FORMAT_VERSION, "height": df.height, "schema": {k: str(v) for k, v in df.schema.items()}, "columns": cols}
+    meta_path.write_bytes(orjson.dumps(meta))
+
+
+# ---------------------------------------------------------------------------
+# reading
+# ---------------------------------------------------------------------------
+
+_LIVE: dict[int, Any] = {}
+_LOCK = threading.Lock()
+_KEYS = itertools.count(1)
+
+
+def _release_root_array(ptr: Any) -> None:
+    key = int(ptr.contents.private_data or 0)
+    ptr.contents.release = _ArrayRelease()
+    with _LOCK:
+        _LIVE.pop(key, None)
+
+
+def _release_root_schema(ptr: Any) -> None:
+    ptr.contents.release = _SchemaRelease()
+
+
+def _release_child_array(ptr: Any) -> None:
+    ptr.contents.release = _ArrayRelease()
+
+
+def _release_child_schema(ptr: Any) -> None:
+    ptr.contents.release = _SchemaRelease()
+
+
+_RA = _ArrayRelease(_release_root_array)
+_RS = _SchemaRelease(_release_root_schema)
+_CA = _ArrayRelease(_release_child_array)
+_CS = _SchemaRelease(_release_child_schema)
+
+
+def _build(desc: dict[str, Any], base: int, keep: list[Any], root: bool, key: int) -> tuple[_ArrowSchema, _ArrowArray]:
+    fmt = desc["format"].encode()
+    name = desc["name"].encode()
+    keep += [fmt, name]
+    kids = [_build(c, base, keep, False, key) for c in desc["children"]]
+    schema = _ArrowSchema(
+        format=fmt,
+        name=name,
+        metadata=None,
+        flags=desc["flags"],
+        n_children=len(kids),
+        children=None,
+        dictionary=None,
+        release=_RS if root else _CS,
+        private_data=key,
+    )
+    bufs = desc["buffers"]
+    ptrs = (ctypes.c_void_p * max(1, len(bufs)))(*[(base + b[0]) if b is not None else None for b in bufs])
+    arr = _ArrowArray(
+        length=desc["length"],
+        null_count=desc["null_count"],
+        offset=desc["offset"],
+        n_buffers=len(bufs),
+        n_children=len(kids),
+        buffers=ctypes.cast(ptrs, ctypes.c_void_p),
+        children=None,
+        dictionary=None,
+        release=_RA if root else _CA,
+        private_data=key,
+    )
+    keep.append(ptrs)
+    if kids:
+        sch = (ctypes.POINTER(_ArrowSchema) * len(kids))(*[ctypes.pointer(k[0]) for k in kids])
+        ach = (ctypes.POINTER(_ArrowArray) * len(kids))(*[ctypes.pointer(k[1]) for k in kids])
+        schema.children = ctypes.cast(sch, ctypes.c_void_p)
+        arr.children = ctypes.cast(ach, ctypes.c_void_p)
+        keep += [sch, ach, kids]
+    return schema, arr
+
+
+class _Column:
+    def __init__(self, desc: dict[str, Any], mm: Any, base: int) -> None:
+        self.key = next(_KEYS)
+        keep: list[Any] = [mm]
+        self.schema, self.array = _build(desc, base, keep, True, self.key)
+        with _LOCK:
+            _LIVE[self.key] = (keep, self.schema, self.array)
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]:
+        return (
+            _PyCapsule_New(ctypes.addressof(self.schema), b"arrow_schema", None),
+            _PyCapsule_New(ctypes.addressof(self.array), b"arrow_array", None),
+        )
+
+    def close(self) -> None:
+        if self.array.release:
+            self.array.release(ctypes.pointer(self.array))
+        if self.schema.release:
+            self.schema.release(ctypes.pointer(self.schema))
+
+
+def read_frame(data_path: Path, meta_path: Path) -> pl.DataFrame:
+    """Open a frame stored by :func:`write_frame` (memory-mapped, zero-copy)."""
+    meta = orjson.loads(meta_path.read_bytes())
+    if meta.get("version") != FORMAT_VERSION:
+        raise Unsupported("cache format version")
+    size = os.path.getsize(data_path)
+    mm: Any = None
+    base = 0
+    if size:
+        with open(data_path, "rb") as f:
+            flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0)
+            mm = mmap.mmap(f.fileno(), size, flags=flags, prot=mmap.PROT_READ)
+        arr = np.frombuffer(mm, dtype=np.uint8)
+        base = arr.ctypes.data
+        mm = (mm, arr)
+    series = []
+    for c in meta["columns"]:
+        if c.get("empty"):
+            series.append(pl.Series(c["name"], [], dtype=_dtype(meta["schema"][c["name"]])))
+            continue
+        col = _Column(c["array"], mm, base)
+        try:
+            series.append(pl.Series(c["name"], col))
+        finally:
+            col.close()
+    df = pl.DataFrame(series)
+    if df.height != meta["height"]:
+        raise Unsupported("row count mismatch")
+    return df
+
+
+def _dtype(text: str) -> pl.DataType:
+    from charllm_trace.model import DEP_SCHEMA, NODE_SCHEMA, TELEMETRY_SCHEMA
+
+    for schema in (NODE_SCHEMA, DEP_SCHEMA, TELEMETRY_SCHEMA):
+        for dt in schema.values():
+            if str(dt) == text:
+                return dt
+    raise Unsupported(f"dtype {text}")
