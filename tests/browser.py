@@ -37,6 +37,8 @@ _PROBE = """
     kind: f.dataset.chart || 'empty',
     title: f.querySelector('figcaption') ? f.querySelector('figcaption').textContent : '',
     marks: marks.length,
+    rows: new Set(Array.from(f.querySelectorAll('.plot path.lane')).map(m => m.dataset.row)).size,
+    series: f.querySelectorAll('.plot path.series').length,
     drawn: boxes.filter(([w, h]) => w > 0 || h > 0).length,
     svg_w: svg ? svg.getBoundingClientRect().width : 0,
     svg_h: svg ? svg.getBoundingClientRect().height : 0,

@@ -80,7 +80,14 @@ def _primitives_page() -> tuple[str, dict[str, int]]:
     # marks the page must draw, from the inputs: series + spans, lane rows + overlays, bars, groups + line
     circles = scatter.count("<circle")
     assert 0 < circles <= 300  # points on the same pixel are drawn once
-    expect = {"line": 3 + 2, "lanes": 2 * 3 + 2, "bar": 12, "bar2": 6, "scatter": circles + 1}
+    expect = {
+        "line": 3 + 2,
+        "lanes_rows": 2 * 3,
+        "lanes_series": 2,
+        "bar": 12,
+        "bar2": 6,
+        "scatter": circles + 1,
+    }
     return rep.render(), expect
 
 
@@ -91,6 +98,11 @@ def test_reduce_line_keeps_extremes_and_order() -> None:
     assert px.size < 5 * 960
     assert py.max() == y.max() and py.min() == y.min()
     assert np.all(np.diff(px) >= 0)
+
+
+def test_coverage_is_the_share_of_each_pixel_column() -> None:
+    cov = H._coverage(np.array([0.0, 2.5, 7.0, 7.5]), np.array([1.0, 3.5, 10.0, 9.0]), 0.0, 10.0, 5)
+    assert cov.tolist() == [0.5, 0.5, 0.0, 0.5, 1.0]  # overlapping intervals count once
 
 
 def test_merge_px_joins_intervals_on_the_same_pixel() -> None:
@@ -120,7 +132,7 @@ def test_primitives_render_in_chromium(tmp_path: Path) -> None:
         assert fig["svg_w"] > 900 and fig["svg_h"] > 100, fig
         assert fig["drawn"] == fig["marks"] > 0, fig
     assert figs[0]["marks"] == expect["line"]
-    assert figs[1]["marks"] == expect["lanes"]
+    assert figs[1]["rows"] == expect["lanes_rows"] and figs[1]["series"] == expect["lanes_series"]
     assert figs[2]["marks"] == expect["bar"]
     assert figs[3]["marks"] == expect["bar2"]
     assert figs[4]["marks"] == expect["scatter"]
@@ -208,7 +220,7 @@ def test_report_of_a_real_trace_in_chromium(tmp_path: Path) -> None:
         assert fig["drawn"] == fig["marks"] > 0 and fig["svg_w"] > 900, fig
     lanes, steps_bar, scatter, energy_bar, line = res.figures
     n_steps, colls = _raw_counts(src)
-    assert lanes["marks"] == 3 + 1  # compute, communication, idle rows + the power line
+    assert lanes["rows"] == 3 and lanes["series"] == 1  # compute, communication, idle rows + the power line
     assert steps_bar["marks"] == n_steps == 3  # one bar per ProfilerStep
     # one group per collective type, each point counted in the legend: as many as kernels in the input
     legend = re.findall(r"(all_reduce|broadcast) \((\d+)\)", page)
@@ -242,5 +254,6 @@ def test_report_command_on_a_two_rank_run(tmp_path: Path) -> None:
     shown = open_page(out, tmp_path / "r.png")
     assert shown.console_errors == [] and shown.page_errors == []
     lanes = shown.figures[0]
-    assert lanes["kind"] == "lanes" and lanes["drawn"] == lanes["marks"] >= 2 * 2  # two ranks, >= 2 rows each
+    assert lanes["kind"] == "lanes" and lanes["drawn"] == lanes["marks"] > 0
+    assert lanes["rows"] == 2 * 3  # two ranks: compute, communication, idle
     assert shown.pixel_std > 10

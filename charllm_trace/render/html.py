@@ -12,8 +12,9 @@ Chart primitives (each returns an HTML fragment holding one ``<svg>``):
 
 Renderers never compute figures: they receive already-computed values and only map
 them to pixels. To keep a page small on traces with millions of intervals, lanes are
-merged to whole pixels and long series are reduced to the min and max per pixel
-column, which changes nothing that can be seen.
+drawn per pixel column, shaded by the share of that column's time spent in the state
+(so a column of tiny kernels with long gaps is pale, not solid), and long series are
+reduced to the min and max per pixel column, which changes nothing that can be seen.
 """
 
 from __future__ import annotations
@@ -212,12 +213,28 @@ def _reduce_line(px: np.ndarray, py: np.ndarray, width: int) -> tuple[np.ndarray
     return px[keep], py[keep]
 
 
-def _merge_px(x0: np.ndarray, x1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Merge intervals (already in pixels) that touch once rounded to whole pixels."""
+def _coverage(starts: np.ndarray, ends: np.ndarray, x0: float, x1: float, n: int) -> np.ndarray:
+    """Share (0..1) of each of ``n`` equal pixel columns over [x0, x1) covered by the intervals."""
+    ok = ends > starts
+    s, e = _merge_px(starts[ok], ends[ok], snap=False)
+    edges = np.linspace(x0, x1, n + 1)
+    cum = np.r_[0.0, np.cumsum(e - s)]
+
+    def covered_before(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(s, t, side="right")
+        over = np.where(k > 0, np.maximum(e[np.maximum(k - 1, 0)] - t, 0.0), 0.0) if s.size else 0.0
+        return cum[k] - over
+
+    width = (x1 - x0) / n if x1 > x0 else 1.0
+    return np.clip(np.diff(covered_before(edges)) / width, 0.0, 1.0)
+
+
+def _merge_px(x0: np.ndarray, x1: np.ndarray, snap: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Merge overlapping or touching intervals (``snap``: first widened to whole pixels)."""
     if x0.size == 0:
         return x0, x1
-    a = np.floor(x0)
-    b = np.maximum(np.ceil(x1), a + 1)
+    a = np.floor(x0) if snap else np.asarray(x0, dtype=np.float64)
+    b = np.maximum(np.ceil(x1), a + 1) if snap else np.asarray(x1, dtype=np.float64)
     order = np.argsort(a, kind="stable")
     a, b = a[order], b[order]
     run = np.maximum.accumulate(b)
@@ -436,16 +453,28 @@ def lanes_chart(
             parts.append(
                 f'<text x="{ML + 36}" y="{y + row_h - 3:.1f}" text-anchor="end" font-size="9">{_esc(_ABBR.get(row.state, row.state[:5]))}</text>'
             )
-            a = np.clip(sx(np.asarray(row.starts, dtype=np.float64)), ML + 40, W - MR)
-            b = np.clip(sx(np.asarray(row.ends, dtype=np.float64)), ML + 40, W - MR)
-            a, b = _merge_px(a, b)
-            if a.size:
+            px0 = ML + 40
+            cov = _coverage(
+                np.asarray(row.starts, dtype=np.float64),
+                np.asarray(row.ends, dtype=np.float64),
+                x0,
+                x1,
+                W - MR - px0,
+            )
+            # each pixel column is shaded by the share of its time spent in this state
+            level = np.where(cov > 0, np.maximum(np.ceil(cov * 10 - 1e-9), 1) / 10, 0.0)
+            for lv in np.unique(level[level > 0]).tolist():
+                cols = np.flatnonzero(level == lv)
+                starts = cols[np.r_[True, np.diff(cols) > 1]]
+                ends = cols[np.r_[np.diff(cols) > 1, True]] + 1
                 d = "".join(
-                    f"M{p:.0f},{y:.1f}h{q - p:.0f}v{row_h - 2}h{p - q:.0f}z"
-                    for p, q in zip(a.tolist(), b.tolist(), strict=True)
+                    f"M{px0 + p},{y:.1f}h{q - p}v{row_h - 2}h{p - q}z"
+                    for p, q in zip(starts.tolist(), ends.tolist(), strict=True)
                 )
                 parts.append(
-                    f'<path class="lane" d="{d}" fill="{color}"><title>{_esc(lane.name)}: {_esc(row.state)}</title></path>'
+                    f'<path class="lane" data-row="{_esc(lane.name)}|{_esc(row.state)}" d="{d}" fill="{color}" '
+                    f'fill-opacity="{0.15 + 0.85 * lv:.2f}"><title>{_esc(lane.name)}: {_esc(row.state)} '
+                    f"({lv * 100 - 10:.0f}-{lv * 100:.0f} % of each pixel's time)</title></path>"
                 )
             y += row_h
         y += gap
