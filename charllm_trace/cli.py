@@ -384,15 +384,25 @@ def export_group() -> None:
 @click.argument("run", type=click.Path())
 @click.option("-o", "--output", required=True, type=click.Path(), help="Chrome-trace JSON (.json or .json.gz).")
 @click.option("--no-flows", is_flag=True, help="Leave out the launch arrows from CPU ops to GPU kernels.")
+@click.option(
+    "--simulate", is_flag=True, help="Ranks without timestamps: draw a timeline rebuilt from dependencies."
+)
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
-def export_perfetto(run: str, output: str, no_flows: bool, force: bool) -> None:
+def export_perfetto(run: str, output: str, no_flows: bool, simulate: bool, force: bool) -> None:
     """Write RUN as a Chrome-trace JSON for the Perfetto UI (ui.perfetto.dev): one process per
     rank, one track per CPU thread and GPU stream, power/temperature/clock counters per GPU."""
     from charllm_trace import loader
+    from charllm_trace.model import Run
     from charllm_trace.render.perfetto import write_chrome_trace
 
     _refuse_existing(output, force)
-    stats = write_chrome_trace(loader.load(run), output, flows=not no_flows)
+    r = loader.load(run)
+    if simulate:
+        from charllm_trace.analysis import simulate as sim
+
+        traces = {k: (t if t.meta.has_timestamps else sim(t)) for k, t in r.traces.items()}
+        r = Run(traces=traces, manifest=r.manifest, source=r.source)
+    stats = write_chrome_trace(r, output, flows=not no_flows)
     click.echo(
         f"wrote {output}: {stats.ranks} ranks, {stats.tracks} tracks, {stats.slices} slices, "
         f"{stats.counter_samples} counter samples, {stats.flows} launch flows"

@@ -288,6 +288,16 @@ def test_untimed_run_is_a_one_line_error(tmp_path: Path, monkeypatch: pytest.Mon
     assert res.exit_code == 2
     assert res.output.strip().startswith("error: x.et: no timestamps")
     assert not (tmp_path / "o.json").exists()
+    # --simulate draws the timeline rebuilt from dependencies, and says so
+    res = CliRunner().invoke(
+        main, ["export", "perfetto", "x.et", "-o", str(tmp_path / "o.json"), "--simulate"]
+    )
+    assert res.exit_code == 0, res.output
+    doc = _load(tmp_path / "o.json")
+    assert doc["otherData"]["simulated_ranks"] == [0]
+    names = [e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"]
+    assert names == ["rank 0 [simulated timeline]"]
+    assert sum(1 for e in doc["traceEvents"] if e["ph"] == "X") == tr.nodes.height
 
 
 def _trace_processor_bin() -> str:

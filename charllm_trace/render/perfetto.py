@@ -258,7 +258,8 @@ def write_chrome_trace(run: Run, path: str | os.PathLike[str], *, flows: bool = 
     """Write ``run`` as a Chrome-trace JSON (gzip-compressed when ``path`` ends in ``.gz``).
 
     Raises :class:`InputError` when no rank has any timestamp (nothing to place on a
-    timeline, e.g. a Chakra ET written by Chakra's own converter).
+    timeline, e.g. a Chakra ET written by Chakra's own converter; pass it through
+    :func:`charllm_trace.analysis.simulate` first to draw a simulated timeline).
     """
     origin = _origin(run)
     if origin is None:
@@ -267,6 +268,7 @@ def write_chrome_trace(run: Run, path: str | os.PathLike[str], *, flows: bool = 
             "no timestamps in any rank (e.g. a Chakra ET from Chakra's converter): nothing to place on a timeline",
         )
     chunks: list[str] = []
+    simulated: list[int] = []
     n_slices = n_counters = n_flows = n_tracks = n_skipped = 0
     for idx, rank in enumerate(run.ranks):
         trace = run.traces[rank]
@@ -303,6 +305,9 @@ def write_chrome_trace(run: Run, path: str | os.PathLike[str], *, flows: bool = 
         label = f"rank {pid}"
         if trace.meta.device_model:
             label += f" ({trace.meta.device_model})"
+        if trace.meta.extra.get("simulated"):
+            label += " [simulated timeline]"
+            simulated.append(pid)
         chunks.extend(_meta_lines(pid, trace, label, tracks))
         if timed.height:
             sl = _slice_lines(timed, pid, origin)
@@ -319,7 +324,12 @@ def write_chrome_trace(run: Run, path: str | os.PathLike[str], *, flows: bool = 
                 n_counters += n
                 chunks.append(cl.str.join(",\n").item())
     other = orjson.dumps(
-        {"origin_unix_ns": origin, "generator": "charllm-trace", "ranks": list(run.ranks)}
+        {
+            "origin_unix_ns": origin,
+            "generator": "charllm-trace",
+            "ranks": list(run.ranks),
+            "simulated_ranks": simulated,  # times rebuilt from dependencies, not measured
+        }
     ).decode()
     body = (
         '{"displayTimeUnit":"ns","otherData":' + other + ',"traceEvents":[\n' + ",\n".join(chunks) + "\n]}\n"
