@@ -27,8 +27,13 @@ def step(r: int, w: int) -> None:
     dist.all_gather_into_tensor(o, torch.ones(N_AGT, dtype=torch.float64))
     b = torch.ones(N_BC, dtype=torch.int64)
     dist.broadcast(b, src=1)
-    a_out = torch.empty(N_A2A * w)
-    dist.all_to_all_single(a_out, torch.ones(N_A2A * w))
+    # uneven all-to-all: every rank sends N_A2A - 8 elements to rank 0 and N_A2A + 8 to rank 1 (w == 2)
+    in_split = [N_A2A - 8, N_A2A + 8]
+    out_split = [in_split[r]] * w
+    a_out = torch.empty(sum(out_split))
+    dist.all_to_all_single(
+        a_out, torch.ones(sum(in_split)), output_split_sizes=out_split, input_split_sizes=in_split
+    )
     rs = torch.empty(N_RS)
     dist.reduce_scatter_tensor(rs, torch.ones(N_RS * w))
     if r == 0:

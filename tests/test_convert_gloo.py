@@ -57,7 +57,11 @@ def _expected(sizes: dict) -> dict[str, tuple[str, int, str]]:
         "all_gather": ("all_gather", sizes["all_gather"] * w * 4, "float32"),  # whole output
         "all_gather_tensor": ("all_gather", sizes["all_gather_tensor"] * w * 8, "float64"),
         "broadcast": ("broadcast", sizes["broadcast"] * 8, "int64"),
-        "all_to_all": ("all_to_all", sizes["all_to_all"] * w * 4, "float32"),  # all one rank sends
+        "all_to_all": (
+            "all_to_all",
+            sizes["all_to_all"] * w * 4,
+            "float32",
+        ),  # all one rank sends (N-8 + N+8)
         "reduce_scatter": ("reduce_scatter", sizes["reduce_scatter"] * w * 4, "float32"),  # whole input
         "p2p": ("send", sizes["p2p"] * 4, "float32"),
     }
@@ -96,6 +100,11 @@ def _check_rank(t, rank: int, sizes: dict) -> None:
     assert comm.filter(pl.col("coll_type") == "broadcast")["root"].to_list() == [1, 1]
     p2p = comm.filter(pl.col("coll_type").is_in(["send", "recv"]))["peer"].to_list()
     assert p2p == [1 - rank, 1 - rank]
+    # uneven all-to-all splits (the job sends N-8 elements to rank 0 and N+8 to rank 1)
+    n = sizes["all_to_all"]
+    a2a = comm.filter(pl.col("coll_type") == "all_to_all")
+    assert a2a["in_split"].to_list() == [[n - 8, n + 8]] * 2
+    assert a2a["out_split"].to_list() == [[[n - 8, n + 8][rank]] * 2] * 2
     # the gloo op is launched by the c10d op that enqueued it
     launch = t.nodes.select(pl.col("id").alias("launch_id"), pl.col("name").alias("launcher"))
     names = comm.join(launch, on="launch_id", how="left")["launcher"].to_list()

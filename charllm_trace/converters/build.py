@@ -321,6 +321,13 @@ def annotate_collectives(
             info["comm_bytes"] = (
                 0 if ctype == "barrier" else (n * size if (n is not None and size is not None) else None)
             )
+        # all-to-all split sizes from c10d::alltoall_base_(output, input, pg, output_split_sizes,
+        # input_split_sizes, ...) when the comm args did not give them.
+        if ctype == "all_to_all" and "c10d" in ctx and not info.get("in_split") and not info.get("out_split"):
+            _, _, values = node_io(ctx["c10d"])
+            if isinstance(values, list) and len(values) > 4:
+                info["out_split"] = C.parse_list(values[3]) or None
+                info["in_split"] = C.parse_list(values[4]) or None
         # Root / peer from the c10d op's scalar inputs (group ranks -> global ranks).
         root = peer = None
         if "c10d" in ctx and ctype in {**_ROOT_ARG, **_PEER_ARG}:
