@@ -582,7 +582,8 @@ _BIG = 64 << 20  # bytes: JSON files at least this big are parsed once only
 def _files(src: Path) -> list[Path]:
     if src.is_file():
         return [src]
-    return sorted(p for p in src.rglob("*") if p.is_file() and not p.is_symlink())
+    # symbolic links are listed too, and left out: their target may lie outside the run
+    return sorted(p for p in src.rglob("*") if p.is_symlink() or p.is_file())
 
 
 def sanitize_run(
@@ -611,7 +612,7 @@ def sanitize_run(
     if not files:
         raise InputError(s, "directory is empty")
     sc = _Scrubber(redact)
-    kinds = {f: _kind(f.name) for f in files}
+    kinds = {f: (None if f.is_symlink() else _kind(f.name)) for f in files}
     datas: dict[Path, bytes] = {}
 
     # pass 1: learn the host and user names from every file's headers. Big JSON files (profiles)
