@@ -497,16 +497,20 @@ def kineto_trace(prof: KinetoProfile) -> tuple[Trace, dict[str, Any]]:
 def _attrs_column(ev: pl.DataFrame, comm_args: dict[int, dict[str, Any]]) -> pl.Series:
     """``attrs``: the Kineto category, plus the verbatim comm args of communication-related nodes."""
     cats = ev["cat"]
-    base = pl.select(pl.concat_str([pl.lit('{"cat":"'), pl.lit(cats), pl.lit('"}')])).to_series()
+    base = (
+        pl.select(pl.concat_str([pl.lit('{"cat":"'), pl.lit(cats), pl.lit('"}')])).to_series().alias("attrs")
+    )
     if not comm_args:
-        return base.alias("attrs")
-    out = base.to_list()
-    pos = {i: k for k, i in enumerate(ev["id"].to_list()) if i in comm_args}
-    for i, a in comm_args.items():
-        k = pos.get(i)
-        if k is not None:
-            out[k] = orjson.dumps({"cat": cats[k], **a}).decode()
-    return pl.Series("attrs", out, dtype=pl.String)
+        return base
+    hit = ev.select(pl.int_range(0, pl.len(), dtype=pl.Int64).alias("pos"), "id", "cat").filter(
+        pl.col("id").is_in(list(comm_args))
+    )
+    if hit.height == 0:
+        return base
+    values = [
+        orjson.dumps({"cat": c, **comm_args[i]}).decode() for i, c in zip(hit["id"], hit["cat"], strict=True)
+    ]
+    return base.scatter(hit["pos"], pl.Series(values, dtype=pl.String))
 
 
 #: Host-ET ops whose inputs feed the collective sizes (kept small: the io map is a dict).
