@@ -145,3 +145,19 @@ def test_first_tensor_counts_lists_of_tensors() -> None:
     assert C.first_tensor(shapes, types) == (512, "float")
     assert C.first_tensor([[], [[3, 4]]], ["Scalar", "float"]) == (12, "float")
     assert C.first_tensor([[], []], ["", ""]) == (None, None)
+
+
+def test_group_ranks_from_start_and_stride() -> None:
+    got = C.from_args(
+        {
+            "Collective name": "allreduce",
+            "In msg nelems": 8,
+            "Out msg nelems": 8,
+            "dtype": "Float",
+            "Group size": 4,
+            "Global rank start": 2,
+            "Global rank stride": 8,
+        },
+        None,
+    )
+    assert got["pg_ranks"] == [2, 10, 18, 26]

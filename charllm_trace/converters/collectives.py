@@ -262,9 +262,12 @@ def from_args(args: dict[str, Any], coll_type: str | None) -> dict[str, Any]:
     if isinstance(args.get("Process Group Description"), str):
         out["pg_desc"] = args["Process Group Description"]
     ranks = parse_list(args.get("Process Group Ranks"))
+    gs = as_int(args.get("Group size"))
+    start, stride = as_int(args.get("Global rank start")), as_int(args.get("Global rank stride"))
+    if not ranks and gs and start is not None and stride:
+        ranks = list(range(start, start + stride * gs, stride))  # older torch: start/stride/size only
     if ranks:
         out["pg_ranks"] = ranks
-    gs = as_int(args.get("Group size"))
     if gs is not None:
         out["group_size"] = gs
     ins = parse_list(args.get("In split size"))
