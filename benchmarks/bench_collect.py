@@ -148,8 +148,13 @@ def run_example(steps: int, collect: bool) -> tuple[list[float], dict | None]:
             p = subprocess.run(cmd, capture_output=True, text=True)
             if p.returncode == 0:
                 break
-            tail = [ln for ln in p.stderr.splitlines() if "Error" in ln or "error" in ln][-3:]
-            print(f"run failed (exit {p.returncode}, attempt {attempt + 1}): {tail}", file=sys.stderr)
+            tail = [ln for ln in p.stderr.splitlines() if "Warning" not in ln and ln.strip()][-25:]
+            print(
+                f"run failed (exit {p.returncode}, attempt {attempt + 1}):",
+                *tail,
+                sep="\n  ",
+                file=sys.stderr,
+            )
             shutil.rmtree(Path(tmp) / "run", ignore_errors=True)
         else:
             raise RuntimeError("the example failed three times")
