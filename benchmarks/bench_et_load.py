@@ -146,9 +146,6 @@ def main() -> None:
     ap.add_argument("--src", type=Path, default=DEFAULT_SRC, help="a real Chakra ET to repeat")
     ap.add_argument("--nodes", type=int, default=1_000_000, help="at least this many nodes")
     ap.add_argument("--repeat", type=int, default=3, help="runs per mode (the best is reported)")
-    ap.add_argument(
-        "--big", type=Path, default=None, help="use this already built large ET instead of building one"
-    )
     ap.add_argument("--child", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:

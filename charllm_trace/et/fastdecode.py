@@ -23,7 +23,7 @@ from chakra.schema.protobuf import et_def_pb2 as pb
 
 from charllm_trace.et import _native
 from charllm_trace.et import conventions as cv
-from charllm_trace.et._arrow import binary_column, short_strings_column
+from charllm_trace.et._arrow import alloc, binary_column, short_strings_column
 from charllm_trace.model import NODE_SCHEMA, conform
 
 PAD = 32  # zero bytes after the data: varint reads past a message end stop there
@@ -445,7 +445,7 @@ class _TooManyNames(Exception):
 
 
 def _grow(arr: np.ndarray, used: int, cap: int) -> np.ndarray:
-    new = np.empty((cap,) + arr.shape[1:], dtype=arr.dtype)
+    new = alloc((cap,) + arr.shape[1:], arr.dtype)
     new[:used] = arr[:used]
     return new
 
@@ -456,28 +456,28 @@ def _scan_native(so: Any, data: np.ndarray, begin: int, size: int, first_index: 
     caps = np.array([max(1024, body // 256), max(4096, body // 8), max(4096, body // 32), 4096], np.int64)
     ht = np.zeros(16384, np.int32)
     node_arrs = {
-        "id": np.empty(caps[0], np.uint64),
-        "type": np.empty(caps[0], np.uint64),
-        "start_us": np.empty(caps[0], np.uint64),
-        "dur_us": np.empty(caps[0], np.uint64),
-        "name_off": np.empty(caps[0], np.int64),
-        "name_len": np.empty(caps[0], np.int64),
-        "io_present": np.empty((caps[0], 2), np.uint8),
-        "io_off": np.empty((caps[0], 6), np.int64),
-        "io_len": np.empty((caps[0], 6), np.int64),
+        "id": alloc(caps[0], np.uint64),
+        "type": alloc(caps[0], np.uint64),
+        "start_us": alloc(caps[0], np.uint64),
+        "dur_us": alloc(caps[0], np.uint64),
+        "name_off": alloc(caps[0], np.int64),
+        "name_len": alloc(caps[0], np.int64),
+        "io_present": alloc((caps[0], 2), np.uint8),
+        "io_off": alloc((caps[0], 6), np.int64),
+        "io_len": alloc((caps[0], 6), np.int64),
     }
     dep_arrs = {
-        "node": np.empty(caps[1], np.int64),
-        "val": np.empty(caps[1], np.uint64),
-        "kind": np.empty(caps[1], np.uint8),
+        "node": alloc(caps[1], np.int64),
+        "val": alloc(caps[1], np.uint64),
+        "kind": alloc(caps[1], np.uint8),
     }
     attr_arrs = {
-        "node": np.empty(caps[2], np.int64),
-        "code": np.empty(caps[2], np.int32),
-        "vfield": np.empty(caps[2], np.int32),
-        "vwt": np.empty(caps[2], np.int8),
-        "vval": np.empty(caps[2], np.uint64),
-        "voff": np.empty(caps[2], np.int64),
+        "node": alloc(caps[2], np.int64),
+        "code": alloc(caps[2], np.int32),
+        "vfield": alloc(caps[2], np.int32),
+        "vwt": alloc(caps[2], np.int8),
+        "vval": alloc(caps[2], np.uint64),
+        "voff": alloc(caps[2], np.int64),
     }
     uname_off = np.zeros(caps[3], np.int64)
     uname_len = np.zeros(caps[3], np.int64)
@@ -941,7 +941,7 @@ def _attrs_json_native(
         default=np.int64(4),
     )
     bound = int(keylen[at.code[rows]].sum() + vbound.sum()) + 4 * len(rows) + 2
-    out = np.empty(bound + PAD, np.uint8)
+    out = alloc(bound + PAD, np.uint8)
     out_off = np.zeros(n, np.int64)
     out_len = np.full(n, -1, np.int64)
     size = so.et_json(*args, _ptr(out), _ptr(out_off), _ptr(out_len))
