@@ -219,3 +219,16 @@ def test_parallel_parts_decode_like_one(monkeypatch: pytest.MonkeyPatch) -> None
     split = read_et(src, cache=False)
     assert split.equals(whole)
     assert split.deps.height == whole.deps.height
+
+
+def test_writer_batches_do_not_change_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from charllm_trace.et import writer
+
+    src = shared_trace("chakra/feeder_tests_chakra.0.et")
+    t = read_et(src, cache=False)
+    one = writer.encode_et(t)
+    monkeypatch.setattr(writer, "BATCH", 7)
+    assert writer.encode_et(t) == one
+    p = tmp_path / "b.et"
+    write_et(t, p)
+    assert read_et(p, cache=False).equals(t)

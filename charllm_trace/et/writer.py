@@ -9,11 +9,13 @@ for goes into ``charllm.*`` attributes (see ``docs/et-conventions.md``).
 from __future__ import annotations
 
 import gzip
+import io
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import polars as pl
 from chakra.schema.protobuf import et_def_pb2 as pb
@@ -147,37 +149,53 @@ def global_metadata(trace: Trace, manifest: Mapping[str, Any] | None = None) -> 
 # ---------------------------------------------------------------------------
 
 
-def _deps_by_node(trace: Trace, kind: str) -> dict[int, list[int]]:
-    d = trace.deps.filter(pl.col("kind") == kind)
-    if d.height == 0:
-        return {}
-    g = d.group_by("node", maintain_order=True).agg(pl.col("dep"))
-    return dict(zip(g["node"].to_list(), g["dep"].to_list(), strict=True))
+#: rows converted to Python values at a time (bounds the writer's memory)
+BATCH = 32768
+
+
+def _batches(trace: Trace):
+    """(columns as Python lists, ctrl deps by id, data deps by id) for consecutive row batches."""
+    nodes = trace.nodes
+    rows = nodes.select(pl.col("id"), pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"))
+    deps = trace.deps.join(rows, left_on="node", right_on="id", how="left")
+    if deps["_row"].null_count():
+        bad = deps.filter(pl.col("_row").is_null())["node"].unique().sort().head(5).to_list()
+        raise ValueError(f"dependencies of nodes that do not exist: {bad}")
+    deps = deps.sort("_row", maintain_order=True)
+    dep_rows = deps["_row"].to_numpy()
+    for b0 in range(0, nodes.height, BATCH):
+        cols = nodes.slice(b0, BATCH).to_dict(as_series=False)
+        lo, hi = (int(x) for x in np.searchsorted(dep_rows, [b0, b0 + BATCH]))
+        by_kind: dict[str, dict[int, list[int]]] = {"ctrl": {}, "data": {}}
+        if hi > lo:
+            g = deps.slice(lo, hi - lo).group_by("node", "kind", maintain_order=True).agg(pl.col("dep"))
+            for node, kind, dl in g.iter_rows():
+                by_kind[kind][node] = dl
+        yield cols, by_kind["ctrl"], by_kind["data"]
 
 
 def iter_node_messages(trace: Trace):  # noqa: C901 - one flat mapping, easier to read in one place
     """Yield one Chakra ``Node`` message per row of ``trace.nodes``."""
     nodes = trace.nodes
-    ids = set(nodes["id"].to_list())
-    if None in ids:
+    if nodes["id"].null_count():
         raise ValueError("node id is null")
-    if nodes.height != len(ids):
+    if nodes["id"].n_unique() != nodes.height:
         raise ValueError("node ids are not unique")
-    bad_deps = set(trace.deps["node"].to_list()) - ids
-    if bad_deps:
-        raise ValueError(f"dependencies of nodes that do not exist: {sorted(bad_deps)[:5]}")
     unknown_types = set(nodes["node_type"].drop_nulls().unique().to_list()) - set(cv.NODE_TYPE_TO_PB)
     if unknown_types:
         raise ValueError(f"unknown node_type {sorted(unknown_types)}")
-    ctrl = _deps_by_node(trace, "ctrl")
-    data = _deps_by_node(trace, "data")
-    rank = trace.meta.rank
+    if set(trace.deps["kind"].unique().to_list()) - {"ctrl", "data"}:
+        raise ValueError("dependency kind other than ctrl/data")
+    for cols, ctrl, data in _batches(trace):
+        yield from _node_messages(cols, ctrl, data, trace.meta.rank)
+
+
+def _node_messages(cols: dict[str, list[Any]], ctrl: dict, data: dict, rank: int | None):  # noqa: C901
     send = cv.NODE_TYPE_TO_PB["COMM_SEND"]
     recv = cv.NODE_TYPE_TO_PB["COMM_RECV"]
-    cols = nodes.to_dict(as_series=False)
     int_attrs = [(cols[c], name) for c, (name, _) in cv.NODE_INT_ATTRS.items()]
     str_attrs = [(cols[c], name) for c, name in cv.NODE_STR_ATTRS.items()]
-    for i in range(nodes.height):
+    for i in range(len(cols["id"])):
         n = pb.Node()
         nid = cols["id"][i]
         n.id = nid & _MASK64
@@ -274,17 +292,29 @@ def iter_node_messages(trace: Trace):  # noqa: C901 - one flat mapping, easier t
         yield n
 
 
-def encode_et(trace: Trace, manifest: Mapping[str, Any] | None = None) -> bytes:
-    """The bytes of a Chakra ET file for ``trace`` (uncompressed)."""
-    parts: list[bytes] = []
+def _write_stream(f: Any, trace: Trace, manifest: Mapping[str, Any] | None) -> None:
     gm = global_metadata(trace, manifest).SerializeToString()
-    parts.append(_varint(len(gm)))
-    parts.append(gm)
+    f.write(_varint(len(gm)))
+    f.write(gm)
+    buf: list[bytes] = []
+    size = 0
     for n in iter_node_messages(trace):
         b = n.SerializeToString()
-        parts.append(_varint(len(b)))
-        parts.append(b)
-    return b"".join(parts)
+        buf.append(_varint(len(b)))
+        buf.append(b)
+        size += len(b)
+        if size > (8 << 20):
+            f.write(b"".join(buf))
+            buf.clear()
+            size = 0
+    f.write(b"".join(buf))
+
+
+def encode_et(trace: Trace, manifest: Mapping[str, Any] | None = None) -> bytes:
+    """The bytes of a Chakra ET file for ``trace`` (uncompressed)."""
+    out = io.BytesIO()
+    _write_stream(out, trace, manifest)
+    return out.getvalue()
 
 
 def write_et(
@@ -297,18 +327,19 @@ def write_et(
     """Write ``trace`` as a Chakra ET file (gzip-compressed when ``path`` ends in ``.gz``).
 
     Refuses (``InputError``) to replace an existing file unless ``overwrite``.
-    The file appears atomically: it is written beside ``path`` and renamed.
+    The file appears atomically: it is streamed to a file beside ``path`` and renamed.
     """
     p = Path(path)
     if p.exists() and not overwrite:
         raise InputError(p, "already exists; refusing to overwrite it (use --force)")
-    data = encode_et(trace, manifest)
-    if p.name.endswith(".gz"):
-        data = gzip.compress(data, compresslevel=6)
     tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
+        if p.name.endswith(".gz"):
+            with gzip.open(tmp, "wb", compresslevel=6) as f:
+                _write_stream(f, trace, manifest)
+        else:
+            with open(tmp, "wb") as f:
+                _write_stream(f, trace, manifest)
         os.replace(tmp, p)
     finally:
         if tmp.exists():
