@@ -297,6 +297,28 @@ class _Top(msgspec.Struct):
 
 
 BATCH = 50_000
+_SKIP_SPELLINGS = frozenset({"Trace", "trace"})
+_CPU_KINDS = [c for c, (k, _) in CATEGORY_KIND.items() if k in ("cpu_op", "annotation")]
+
+
+def _str_series(values: list[Any]) -> pl.Series:
+    try:
+        return pl.Series(values, dtype=pl.String, strict=True).fill_null("")
+    except (TypeError, ValueError, pl.exceptions.PolarsError):
+        return pl.Series(["" if v is None else str(v) for v in values], dtype=pl.String)
+
+
+def _comm_candidates(name_s: pl.Series, cat_s: pl.Series) -> pl.Series:
+    """Positions of the events ``may_be_comm`` accepts, computed on whole columns."""
+    lname = name_s.str.to_lowercase()
+    known = cat_s.is_in(list(CATEGORY_KIND))
+    kernel = cat_s == "kernel"
+    cpu_like = cat_s.is_in(_CPU_KINDS) | ~known  # cpu_op, annotation, or an unknown category ("other")
+    hit = (kernel & lname.str.contains("nccl|rccl|msccl")) | (
+        cpu_like
+        & ((name_s == "record_param_comms") | lname.str.contains(r"^(?:c10d::|nccl:|gloo:|rccl:|mpi:|ucc:)"))
+    )
+    return hit.arg_true()
 
 
 def _decode_top(raw: bytes, path: str | os.PathLike[str]) -> _Top:
@@ -343,12 +365,16 @@ def read_kineto(path: str | os.PathLike[str]) -> KinetoProfile:
             evs = dec.decode(b"[" + b",".join(bytes(r) for r in chunk) + b"]")
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise InputError(path, f"malformed Kineto event: {str(exc).splitlines()[0]}") from None
-        xs = [e for e in evs if e.ph == "X" and str(e.cat or "").lower() not in SKIP_CATEGORIES]
+        xs = [e for e in evs if e.ph == "X" and e.cat not in _SKIP_SPELLINGS]
         del evs
-        names = [str(e.name) if e.name is not None else "" for e in xs]
-        cats = [str(e.cat or "").lower() for e in xs]
-        cols["name"].append(pl.Series(names, dtype=pl.String))
-        cols["cat"].append(pl.Series(cats, dtype=pl.String))
+        name_s = _str_series([e.name for e in xs])
+        cat_s = _str_series([e.cat for e in xs]).str.to_lowercase()
+        if cat_s.is_in(list(SKIP_CATEGORIES)).any():  # odd spellings of "Trace"
+            keep = ~cat_s.is_in(list(SKIP_CATEGORIES))
+            xs = [e for e, k in zip(xs, keep, strict=True) if k]
+            name_s, cat_s = name_s.filter(keep), cat_s.filter(keep)
+        cols["name"].append(name_s)
+        cols["cat"].append(cat_s)
         cols["pid"].append(_int_series([e.pid for e in xs]))
         cols["tid"].append(_int_series([e.tid for e in xs]))
         args = [e.args for e in xs]
@@ -359,19 +385,15 @@ def read_kineto(path: str | os.PathLike[str]) -> KinetoProfile:
             dur_parts.append(us_to_ns([e.dur for e in xs]))
         except (TypeError, ValueError) as exc:
             raise InputError(path, f"Kineto event with a non-numeric ts/dur ({exc})") from None
-        for i, (nm, c) in enumerate(zip(names, cats, strict=True)):
-            kind = CATEGORY_KIND.get(c, ("other", False))[0]
-            if kind in ("kernel", "cpu_op", "annotation", "other") and may_be_comm(nm, kind):
-                a = args[i]
-                if a is None:
-                    comm_args[row0 + i] = {}
-                    continue
-                d = {}
+        for i in _comm_candidates(name_s, cat_s).to_list():
+            a = args[i]
+            d = {}
+            if a is not None:
                 for f, key in _COMM_FIELDS.items():
                     v = getattr(a, f)
                     if len(v):
                         d[key] = msgspec.json.decode(v)
-                comm_args[row0 + i] = d
+            comm_args[row0 + i] = d
         row0 += len(xs)
         del xs, args
     del raws
