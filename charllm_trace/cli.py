@@ -102,14 +102,16 @@ def convert_cmd(path: str, output: str, host_et: str | None, workers: int | None
     charllm-trace convert RUN_DIR -o et/
     charllm-trace convert kineto.json.gz --host-et host_et.json.gz -o et/
     """
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from charllm_trace.converters.run_dir import convert_path, summary_lines
     from charllm_trace.et.writer import write_run
 
+    err = Console(stderr=True)
     with Progress(
-        TextColumn("converting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        transient=True, console=None, disable=not sys.stderr.isatty(),
+        TextColumn("converting ranks"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        transient=True, console=err, disable=not err.is_terminal,
     ) as bar:
         task = bar.add_task("convert", total=None)
         run = convert_path(
