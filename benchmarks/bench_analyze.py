@@ -9,6 +9,8 @@ parent, peak RSS by the child's ``getrusage``; a watchdog kills a child above
 
 - ours: ``charllm_trace.load`` (Kineto -> model) + overlap + bandwidth (+ the temporal
   breakdown, which is part of the overlap result: compute / comm / memcpy / idle);
+- ours-et (optional): the same analyses on the Chakra ET that ``charllm-trace convert``
+  wrote from that Kineto file (the conversion is timed and printed as a one-off);
 - HTA: ``TraceAnalysis(trace_dir=...)`` (load) + ``get_comm_comp_overlap`` +
   ``get_temporal_breakdown``.
 
@@ -103,7 +105,7 @@ def child_ours(path: str) -> dict:
     from charllm_trace.analysis.classify import classify
 
     t = time.perf_counter()
-    run = ct.load(path)
+    run = ct.load(path, cache=False)
     tr = run.traces[run.ranks[0]]
     t_load = time.perf_counter() - t
     rss_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -147,7 +149,7 @@ def child_hta(path: str) -> dict:
 
 
 def _child_main(tool: str, path: str) -> None:
-    res = child_ours(path) if tool == "ours" else child_hta(path)
+    res = child_hta(path) if tool == "hta" else child_ours(path)
     res["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps(res), flush=True)
 
@@ -206,7 +208,7 @@ def run_child(tool: str, path: Path, timeout: float, mem_limit_gib: float) -> di
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", default="25", help="comma-separated repetition counts (25 -> ~1.0 M events)")
-    ap.add_argument("--tools", default="ours,hta")
+    ap.add_argument("--tools", default="ours,hta", help="ours, hta, ours-et (convert once, analyse the ET)")
     ap.add_argument("--hta-timeout", type=float, default=1200.0)
     ap.add_argument("--mem-limit-gib", type=float, default=6.0)
     ap.add_argument("--workdir", default=None)
@@ -228,18 +230,31 @@ def main() -> None:
             results = {}
             for tool in a.tools.split(","):
                 timeout = a.hta_timeout if tool == "hta" else 600.0
-                r = run_child(tool, path, timeout, a.mem_limit_gib)
+                target = path
+                if tool == "ours-et":  # convert once to Chakra ET, then analyse the ET
+                    etdir = work / f"et{reps}"
+                    t = time.perf_counter()
+                    subprocess.run(
+                        [sys.executable, "-m", "charllm_trace.cli", "convert", str(path), "-o", str(etdir),
+                         "--force"],
+                        check=True, cwd=ROOT, capture_output=True,
+                    )  # fmt: skip
+                    print(
+                        f"# convert to Chakra ET (one-off): {time.perf_counter() - t:.2f}s wall", flush=True
+                    )
+                    target = next(etdir.glob("*.et"))
+                r = run_child(tool, target, timeout, a.mem_limit_gib)
                 results[tool] = r
                 if r["ok"]:
                     print(
-                        f"{tool:5s} events={n:>9,} wall={r['wall_s']:7.2f}s load={r['load_s']:7.2f}s "
+                        f"{tool:7s} events={n:>9,} wall={r['wall_s']:7.2f}s load={r['load_s']:7.2f}s "
                         f"analyze={r['analyze_s']:6.2f}s peak_rss={r['peak_rss_mib']:7.0f}MiB "
                         f"(after load {r['peak_rss_after_load_mib']:.0f}MiB) "
                         f"overlap={r['overlap_pct']:.2f}%",
                         flush=True,
                     )
                 else:
-                    print(f"{tool:5s} events={n:>9,} FAILED after {r['wall_s']:.1f}s: {r['why']}", flush=True)
+                    print(f"{tool:7s} events={n:>9,} FAILED after {r['wall_s']:.1f}s: {r['why']}", flush=True)
             o, h = results.get("ours"), results.get("hta")
             if o and h and o["ok"] and h["ok"]:
                 print(

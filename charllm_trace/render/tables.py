@@ -115,7 +115,9 @@ def render_bandwidth(res: RunAnalysis, console: Console) -> None:
     if bw.matched.height:
         m = bw.matched.sort("skew_ns", descending=True).head(TOP)
         mt = _table(
-            f"Collectives matched across ranks: largest arrival skew (top {TOP} of {bw.matched.height})" + _label(res),
+            "Collectives matched across ranks, by arrival skew"
+            + (f" (top {TOP} of {bw.matched.height})" if bw.matched.height > TOP else "")
+            + _label(res),
             [("group", "left"), ("seq", "right"), ("type", "left"), ("MB", "right"), ("ranks", "right"),
              ("min dur ms", "right"), ("max dur ms", "right"), ("busbw (min dur) GB/s", "right"),
              ("skew ms", "right"), ("late rank", "right")],
