@@ -168,7 +168,14 @@ def _batches(trace: Trace):
         lo, hi = (int(x) for x in np.searchsorted(dep_rows, [b0, b0 + BATCH]))
         by_kind: dict[str, dict[int, list[int]]] = {"ctrl": {}, "data": {}}
         if hi > lo:
-            g = deps.slice(lo, hi - lo).group_by("node", "kind", maintain_order=True).agg(pl.col("dep"))
+            g = (
+                deps.slice(lo, hi - lo)
+                .with_columns(
+                    pl.col("dep").reinterpret(signed=False)
+                )  # uint64 bit pattern, as Chakra stores ids
+                .group_by("node", "kind", maintain_order=True)
+                .agg(pl.col("dep"))
+            )
             for node, kind, dl in g.iter_rows():
                 by_kind[kind][node] = dl
         yield cols, by_kind["ctrl"], by_kind["data"]
@@ -211,9 +218,9 @@ def _node_messages(cols: dict[str, list[Any]], ctrl: dict, data: dict, rank: int
         else:
             n.type = cv.NODE_TYPE_TO_PB[ntype]
         if nid in ctrl:
-            n.ctrl_deps.extend(d & _MASK64 for d in ctrl[nid])
+            n.ctrl_deps.extend(ctrl[nid])
         if nid in data:
-            n.data_deps.extend(d & _MASK64 for d in data[nid])
+            n.data_deps.extend(data[nid])
         start = cols["start_ns"][i]
         if start is not None and start > 0:
             n.start_time_micros = start // 1000
@@ -287,8 +294,6 @@ def _node_messages(cols: dict[str, list[Any]], ctrl: dict, data: dict, rank: int
         extra = cols["attrs"][i]
         if extra is not None:
             _add_extra_attrs(n, extra)
-        if n.ByteSize() == 0:
-            a.add(name=cv.A_PRESENT, bool_val=True)
         yield n
 
 
@@ -300,6 +305,9 @@ def _write_stream(f: Any, trace: Trace, manifest: Mapping[str, Any] | None) -> N
     size = 0
     for n in iter_node_messages(trace):
         b = n.SerializeToString()
+        if not b:  # protolib stops at a zero-length message: mark the node
+            n.attr.add(name=cv.A_PRESENT, bool_val=True)
+            b = n.SerializeToString()
         buf.append(_varint(len(b)))
         buf.append(b)
         size += len(b)
