@@ -154,3 +154,15 @@ def test_power_flags_outlier_step():
     r = power(make_trace(rows, telemetry=_tel([i * d for i in range(n)], p)))
     flagged = r.per_step.filter(pl.col("outlier"))["step"].to_list()
     assert flagged == [3]
+
+
+def test_sensor_period_detected_from_repeated_readings():
+    """Sampled every 10 ms, the (synthetic) sensor refreshes every 50 ms: the period used for
+    the short-operator uncertainty is 50 ms, not the 10 ms sampling gap."""
+    ms = 1_000_000
+    times = [i * 10 * ms for i in range(41)]
+    pw = [100.0 + 10 * (i // 5) for i in range(41)]  # a new value every 5th sample
+    tr = make_trace([kernel(1, "gemm", 0, 30 * ms)], telemetry=_tel(times, pw))
+    t = energy(tr).totals.row(0, named=True)
+    assert t["sensor_period_ns"] == 50 * ms
+    assert t["short_kernel_pct"] == 100.0  # the 30 ms kernel is shorter than 50 ms

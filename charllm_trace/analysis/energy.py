@@ -14,8 +14,8 @@ Definitions (docs/analyses.md):
 - When the telemetry carries a cumulative energy counter, every figure is scaled by
   ``correction = (counter_last − counter_first) / Σ E_i``; the correction is reported.
 - Operators are GPU kernels (compute and communication), memcpys and memsets.
-- Uncertainty: an operator shorter than the sensor period (median gap between
-  samples) does not get a power reading of its own; its energy is its time share of
+- Uncertainty: an operator shorter than the sensor period (the power sensor's update
+  period detected from repeated readings, else the median gap between samples) does not get a power reading of its own; its energy is its time share of
   the interval's energy. ``short_pct`` says how much operator time is in such
   operators.
 """
@@ -66,6 +66,17 @@ def cumulative_energy(t: np.ndarray, p: np.ndarray, q: np.ndarray, method: str =
     else:
         part = p[i] * d
     return cum[i] + part
+
+
+def sensor_period_ns(samples: pl.DataFrame, t: np.ndarray) -> int:
+    """The power sensor's update period: detected from runs of repeated readings (a sensor
+    read faster than it refreshes repeats itself; collectors' ``sensor_update_period_ns``),
+    else the median gap between samples."""
+    from charllm_trace.collectors.telemetry.stats import sensor_update_period_ns
+
+    gap = int(np.median(np.diff(t))) if t.size > 1 else 0
+    per = sensor_update_period_ns(samples).get(int(samples["device"][0])) if samples.height else None
+    return max(int(per), gap) if per else gap
 
 
 def device_samples(trace: Trace, device: int) -> pl.DataFrame:
@@ -199,7 +210,7 @@ def energy(trace: Trace, *, method: str = "trapezoid", per_step: bool = True) ->
                     f"device {dev}: scaled to the energy counter, correction x{corr:.4f} "
                     f"({100 * (corr - 1):+.2f} %)"
                 )
-        period = int(np.median(np.diff(t)))
+        period = sensor_period_ns(smp, t)
         short = (ke - ks) < period
         busy_total = int(busy.sum())
         short_pct = 100.0 * float(busy[short].sum()) / busy_total if busy_total else None
