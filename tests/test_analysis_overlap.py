@@ -205,3 +205,21 @@ def test_megatron_order_groups():
         lay,
     )
     assert dims == {"a": "ep", "b": "tp", "c": "dp"}
+
+
+def test_overlap_survives_absurd_timestamps():
+    """One kernel at the epoch and others in 2023 (a corrupt clock): no overflow, no crash."""
+    from tests.analysis_helpers import T0
+
+    rows = [
+        kernel(1, "gemm", -T0, 100),  # absolute time 0
+        kernel(2, "gemm", 0, 100),
+        kernel(3, "ncclDevKernel_AllReduce", 50, 100, stream=20, coll_type="all_reduce", pg_name="0"),
+    ] + [cpu(10 + i, f"ProfilerStep#{i}", i * 1000, 1000, kind="annotation") for i in range(3)]
+    # 1 + 3 slots of ~1.7e18 ns exceed int64 when stacked: the per-slot path is taken
+    r = overlap(make_trace(rows, process_groups=(PG0,)), group_dims={"0": "dp"})
+    t = r.total(0).row(0, named=True)
+    assert t["comm_ns"] == 100 and t["overlap_ns"] == 50 and t["compute_ns"] == 200
+    s0 = r.per_rank.filter(pl.col("step") == 0).row(0, named=True)
+    assert s0["comm_ns"] == 100 and s0["overlap_ns"] == 50
+    assert r.per_dim.filter(pl.col("step").is_null())["overlap_ns"].to_list() == [50]
