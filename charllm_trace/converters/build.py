@@ -103,16 +103,20 @@ def link_gpu(ev: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
 class _Tree:
     """Cheap ancestor walks over ids (ids are dense 0..n-1 row numbers here)."""
 
-    def __init__(self, ids: np.ndarray, parents: np.ndarray, names: list[str]) -> None:
+    def __init__(self, ids: np.ndarray, parents: np.ndarray, names: pl.Series) -> None:
         size = int(ids.max()) + 1 if len(ids) else 0
         self.parent = np.full(size, -1, dtype=np.int64)
         self.parent[ids] = parents
-        self._all_names = names
+        self._names = names  # looked up on demand: only ancestors of communication nodes are visited
+        self._cache: dict[int, str] = {}
         self._pos = np.full(size, -1, dtype=np.int64)
         self._pos[ids] = np.arange(len(ids))
 
     def name_of(self, i: int) -> str:
-        return self._all_names[int(self._pos[i])]
+        nm = self._cache.get(i)
+        if nm is None:
+            nm = self._cache[i] = self._names[int(self._pos[i])]
+        return nm
 
     def ancestors(self, i: int, limit: int = 128) -> list[int]:
         out = []
@@ -159,8 +163,7 @@ def annotate_collectives(
     pgs = _pg_table(prof, extra_pgs or [])
     ids = ev["id"].to_numpy()
     parents = ev["parent"].fill_null(-1).to_numpy()
-    names = ev["name"].to_list()
-    tree = _Tree(ids, parents, names)
+    tree = _Tree(ids, parents, ev["name"])
     kinds = ev["kind"]
     name_s = ev["name"]
     cand = ev.filter(
