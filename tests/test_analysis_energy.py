@@ -166,3 +166,17 @@ def test_sensor_period_detected_from_repeated_readings():
     t = energy(tr).totals.row(0, named=True)
     assert t["sensor_period_ns"] == 50 * ms
     assert t["short_kernel_pct"] == 100.0  # the 30 ms kernel is shorter than 50 ms
+
+
+def test_power_step_outside_telemetry_window_is_empty():
+    d = S // 10
+    rows = [
+        cpu(1, "ProfilerStep#1", 0, 5 * d, kind="annotation"),
+        cpu(2, "ProfilerStep#2", 20 * d, 5 * d, kind="annotation"),  # after the last sample
+        kernel(3, "gemm", 0, 10),
+    ]
+    r = power(make_trace(rows, telemetry=_tel([i * d for i in range(11)], [100.0] * 11)))
+    s = {row["step"]: row for row in r.per_step.iter_rows(named=True)}
+    assert s[1]["avg_w"] == pytest.approx(100.0) and s[1]["n_samples"] == 6
+    assert s[2]["n_samples"] == 0 and s[2]["peak_w"] is None and s[2]["avg_w"] is None
+    assert any("outside the telemetry window" in n for n in r.notes)

@@ -144,7 +144,7 @@ def power(trace: Trace, *, per_step: bool = True) -> PowerResult:
             flag = ~np.isnan(lim) & (p >= lim)
             above = _held_measure(t, flag, w0, w1)
             limit_val[:] = np.nanmax(lim)
-        temp_s = temp_e = temp_mx = np.full(nw, np.nan)
+        temp_s, temp_e, temp_mx = (np.full(nw, np.nan) for _ in range(3))
         tc = smp.filter(pl.col("temp_c").is_not_null())
         if tc.height:
             tt, tv = tc["time_ns"].to_numpy(), tc["temp_c"].to_numpy().astype(np.float64)
@@ -188,6 +188,12 @@ def power(trace: Trace, *, per_step: bool = True) -> PowerResult:
                         )
             slow = SLOWDOWN_MASK if not _is_amd(trace) else ~0
             throttled = _held_measure(tt, (mask & slow) != 0, w0, w1)
+        # steps with no overlap with the telemetry window: nothing measured
+        empty = dur <= 0
+        if empty.any():
+            for arr in (avg, peak, mn, rate, temp_s, temp_e, temp_mx, clk_avg):
+                arr[empty] = np.nan
+            nsamp = np.where(empty, 0, nsamp)
         # outliers among the steps (not the total row)
         out = np.zeros(nw, bool)
         reason = [None] * nw
