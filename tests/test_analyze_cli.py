@@ -143,3 +143,56 @@ def test_analyze_own_gloo_fixture_cpu_mode():
     ov = [row for row in doc["frames"]["overlap"] if row["step"] is None]
     assert len(ov) == 2 and all(row["comm_ns"] > 0 and row["compute_ns"] > 0 for row in ov)
     assert any("CPU mode" in n for n in doc["notes"]["overlap"])
+
+
+def test_analyze_run_dir_with_telemetry_prints_all_four(tmp_path):
+    """A run directory in the collector's layout: the real A100 Kineto profile as rank 0 and a
+    SYNTHETIC telemetry stream (10 ms samples, power ramping 200 -> 400 W, energy counter,
+    a power-cap throttle period) read through the telemetry reader. All four analyses print."""
+    import shutil
+
+    from charllm_trace.collectors.telemetry.format import CSV_COLUMNS
+
+    src = shared_trace(A100)
+    shutil.copy(src, tmp_path / "rank-0.kineto.json.gz")  # a temporary copy, outside the project
+    doc = json.loads(__import__("gzip").open(src).read())
+    base = doc["baseTimeNanoseconds"]
+    ts = [base + round(e["ts"] * 1000) for e in doc["traceEvents"] if e.get("ph") == "X"]
+    t0, t1 = min(ts) - 10_000_000, max(ts) + 10_000_000
+    rows = []
+    n = (t1 - t0) // 10_000_000 + 1
+    energy = 5000.0
+    for i in range(n):
+        t = t0 + i * 10_000_000
+        p = 200.0 + 200.0 * i / n
+        if i:
+            energy += p * 0.01
+        thr = 0x4 if n // 2 <= i < n // 2 + 5 else 0
+        rows.append(f"{t},0,{p},{energy},{50 + i / 100},,1410,,90,380,{thr}")
+    (tmp_path / "telemetry-h.csv").write_text(",".join(CSV_COLUMNS) + "\n" + "\n".join(rows) + "\n")
+    (tmp_path / "telemetry-h.meta.json").write_text(
+        json.dumps(
+            {
+                "host": "h",
+                "file": "telemetry-h.csv",
+                "devices": [{"index": 0}],
+                "format": "charllm-telemetry-csv",
+                "format_version": 1,
+                "clock": "unix_ns",
+            }
+        )  # fmt: skip
+    )
+    (tmp_path / "rank-0.info.json").write_text(
+        json.dumps({"rank": 0, "hostname": "h", "device": {"index": 0}, "info_version": 1})
+    )
+    r = _invoke("analyze", str(tmp_path), "--per-step")
+    assert r.exit_code == 0, r.output
+    for title in ("Compute / communication overlap", "Collective bandwidth", "Energy (", "Power and thermal",
+                  "Time per throttle reason", "sw_power_cap"):  # fmt: skip
+        assert title in r.output, title
+    r = _invoke("analyze", str(tmp_path), "--format", "json")
+    d = json.loads(r.output)
+    tot = d["frames"]["energy_totals"][0]
+    assert tot["counter_j"] == pytest.approx(energy - 5000.0, rel=1e-6)
+    assert tot["operators_j"] + tot["idle_j"] == pytest.approx(tot["total_j"], rel=1e-9)
+    assert abs(d["frames"]["overlap"][0]["overlap_pct"] - 15.61) < 0.01  # whole trace, exact ns
