@@ -103,7 +103,8 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                 int64_t *name_off, int64_t *name_len, uint8_t *io_present, int64_t *io_off,
                 int64_t *io_len, int64_t *dep_node, uint64_t *dep_val, uint8_t *dep_kind,
                 int64_t *attr_node, int32_t *attr_code, int32_t *vfield, int8_t *vwt,
-                uint64_t *vval, int64_t *voff, int64_t *uname_off, int64_t *uname_len,
+                uint64_t *vval, int64_t *voff, int8_t *akind, int64_t *aival,
+                int64_t *uname_off, int64_t *uname_len,
                 int32_t *names_ht, int64_t ht_size, int64_t *err) {
     int64_t pos = state[0], n = state[1], nd = state[2], na = state[3], nn = state[4];
     while (pos < size) {
@@ -278,6 +279,31 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                     vwt[na] = vw;
                     vval[na] = vv;
                     voff[na] = vo;
+                    /* value kind (0 none, 1 int, 2 bool, 3 string, 4 other) and integer value */
+                    {
+                        int8_t k = 4;
+                        int64_t iv = (int64_t)vv;
+                        if (vf == 0) k = 0;
+                        else if (vw == 0 && (vf == 7 || vf == 9 || vf == 11)) k = 1;
+                        else if (vw == 0 && vf == 13) k = vv >> 63 ? 4 : 1;
+                        else if (vw == 0 && (vf == 15 || vf == 17)) {
+                            iv = (int64_t)(vv >> 1) ^ -(int64_t)(vv & 1);
+                            k = 1;
+                        } else if (vw == 5 && vf == 19) {
+                            iv = (int64_t)(uint32_t)vv;
+                            k = 1;
+                        } else if (vw == 5 && vf == 23) {
+                            iv = (int64_t)(int32_t)(uint32_t)vv;
+                            k = 1;
+                        } else if (vw == 1 && vf == 21) k = vv >> 63 ? 4 : 1;
+                        else if (vw == 1 && vf == 25) k = 1;
+                        else if (vw == 0 && vf == 27) {
+                            iv = vv != 0;
+                            k = 2;
+                        } else if (vw == 2 && vf == 29) k = 3;
+                        akind[na] = k;
+                        aival[na] = iv;
+                    }
                     na++;
                 }
                 break;
@@ -380,6 +406,14 @@ int64_t et_json(const uint8_t *data, const int64_t *rows, int64_t nr, const int6
                 const uint8_t *s = data + soff[i];
                 at = put(out, at, "\"", 1);
                 for (int64_t k = 0; k < slen[i]; k++) {
+                    /* copy the run of bytes that need no escaping in one go */
+                    int64_t run = k;
+                    while (run < slen[i] && s[run] >= 0x20 && s[run] != '"' && s[run] != '\\') run++;
+                    if (run > k) {
+                        at = put(out, at, s + k, run - k);
+                        k = run - 1;
+                        continue;
+                    }
                     uint8_t c = s[k];
                     if (c == '"') at = put(out, at, "\\\"", 2);
                     else if (c == '\\') at = put(out, at, "\\\\", 2);

@@ -357,8 +357,16 @@ def decode_attrs(
     vval: np.ndarray,
     voff: np.ndarray,
     where: np.ndarray,
+    kind: np.ndarray | None = None,
+    ival: np.ndarray | None = None,
 ) -> Attrs:
     """Value kinds and integer values of every attribute (vectorised; rare shapes in Python)."""
+    if kind is not None and ival is not None:  # the C scanner classified them already
+        pyval = {
+            r: _py_value(data, int(vfield[r]), int(vwt[r]), int(vval[r]), int(voff[r]), int(where[r]) + 1)
+            for r in np.flatnonzero(kind == K_PY).tolist()
+        }
+        return Attrs(node, code, names, kind, ival, voff, vval.view(np.int64), pyval)
     key = vfield.astype(np.int64) * 8 + vwt
     key[(key < 0) | (key >= len(_VALUE_CLASS))] = len(_VALUE_CLASS) - 1
     cls = _VALUE_CLASS[key]
@@ -438,6 +446,9 @@ class NodeScan:
     vwt: np.ndarray
     vval: np.ndarray  # uint64
     voff: np.ndarray
+    # from the C scanner: value kind (K_*) and integer value of every attribute
+    kind: np.ndarray | None = None
+    ival: np.ndarray | None = None
 
 
 class _TooManyNames(Exception):
@@ -478,6 +489,8 @@ def _scan_native(so: Any, data: np.ndarray, begin: int, size: int, first_index: 
         "vwt": alloc(caps[2], np.int8),
         "vval": alloc(caps[2], np.uint64),
         "voff": alloc(caps[2], np.int64),
+        "kind": alloc(caps[2], np.int8),
+        "ival": alloc(caps[2], np.int64),
     }
     uname_off = np.zeros(caps[3], np.int64)
     uname_len = np.zeros(caps[3], np.int64)
@@ -491,7 +504,7 @@ def _scan_native(so: Any, data: np.ndarray, begin: int, size: int, first_index: 
             _ptr(na_["name_len"]), _ptr(na_["io_present"]), _ptr(na_["io_off"]), _ptr(na_["io_len"]),
             _ptr(dep_arrs["node"]), _ptr(dep_arrs["val"]), _ptr(dep_arrs["kind"]),
             _ptr(attr_arrs["node"]), _ptr(attr_arrs["code"]), _ptr(attr_arrs["vfield"]), _ptr(attr_arrs["vwt"]),
-            _ptr(attr_arrs["vval"]), _ptr(attr_arrs["voff"]), _ptr(uname_off), _ptr(uname_len), _ptr(ht), len(ht),
+            _ptr(attr_arrs["vval"]), _ptr(attr_arrs["voff"]), _ptr(attr_arrs["kind"]), _ptr(attr_arrs["ival"]), _ptr(uname_off), _ptr(uname_len), _ptr(ht), len(ht),
             _ptr(err),
         )  # fmt: skip
         if rc == 0:
@@ -539,6 +552,8 @@ def _scan_native(so: Any, data: np.ndarray, begin: int, size: int, first_index: 
         vwt=attr_arrs["vwt"][:na],
         vval=attr_arrs["vval"][:na],
         voff=attr_arrs["voff"][:na],
+        kind=attr_arrs["kind"][:na],
+        ival=attr_arrs["ival"][:na],
     )
 
 
@@ -695,16 +710,9 @@ def _decode_part(
 
     # --- attributes -----------------------------------------------------------------
     at = decode_attrs(
-        data,
-        sc.attr_node,
-        sc.names,
-        sc.attr_code,
-        sc.vfield,
-        sc.vwt,
-        sc.vval,
-        sc.voff,
-        sc.attr_node + first_index - 1,
-    )
+        data, sc.attr_node, sc.names, sc.attr_code, sc.vfield, sc.vwt, sc.vval, sc.voff,
+        sc.attr_node + first_index - 1, sc.kind, sc.ival,
+    )  # fmt: skip
     _assign_attrs(at, cols, data, n, tcode, ours)
 
     frame = pl.DataFrame({k: v for k, v in cols.items() if v is not None})
