@@ -232,3 +232,20 @@ def test_writer_batches_do_not_change_the_file(tmp_path: Path, monkeypatch: pyte
     p = tmp_path / "b.et"
     write_et(t, p)
     assert read_et(p, cache=False).equals(t)
+
+
+def test_numpy_decoder_matches_c_on_chakra_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fallback decoder (no C compiler) gives the same tables, also when it works in chunks."""
+    from charllm_trace.et import _native, fastdecode
+
+    src = shared_trace("chakra/feeder_tests_chakra.0.et")
+    c_trace = read_et(src, cache=False)
+    monkeypatch.setenv("CHARLLM_TRACE_NATIVE", "0")
+    monkeypatch.setattr(fastdecode, "_PACKED_CHUNK", 1000)
+    _native.reset()
+    try:
+        assert _native.lib() is None
+        assert read_et(src, cache=False).equals(c_trace)
+    finally:
+        monkeypatch.undo()
+        _native.reset()

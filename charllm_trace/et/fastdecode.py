@@ -67,12 +67,33 @@ def varints(data: np.ndarray, pos: np.ndarray, owner: np.ndarray) -> tuple[np.nd
     return val, nb
 
 
+_PACKED_CHUNK = 8 << 20
+
+
 def packed_varints(
     data: np.ndarray, off: np.ndarray, ln: np.ndarray, owner: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Decode packed repeated varints: (owner of each value, value as uint64)."""
+    """Decode packed repeated varints: (owner of each value, value as uint64).
+
+    Works through the fields in chunks of about ``_PACKED_CHUNK`` bytes to bound memory.
+    """
     keep = ln > 0
     off, ln, owner = off[keep], ln[keep], owner[keep]
+    if len(ln) > 1 and int(ln.sum()) > _PACKED_CHUNK:
+        ends = np.cumsum(ln)
+        cuts = np.searchsorted(ends, np.arange(_PACKED_CHUNK, int(ends[-1]), _PACKED_CHUNK), side="right")
+        edges = [0, *sorted(set(cuts.tolist()) - {0, len(ln)}), len(ln)]
+        parts = [
+            _packed_once(data, off[a:b], ln[a:b], owner[a:b])
+            for a, b in zip(edges[:-1], edges[1:], strict=True)
+        ]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    return _packed_once(data, off, ln, owner)
+
+
+def _packed_once(
+    data: np.ndarray, off: np.ndarray, ln: np.ndarray, owner: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     total = int(ln.sum())
     if total == 0:
         return np.empty(0, np.int64), np.empty(0, np.uint64)
