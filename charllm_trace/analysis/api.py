@@ -27,6 +27,10 @@ NO_TIMESTAMPS = (
     "execution trace alone): overlap needs them; rerun with --simulate to rebuild a timeline from "
     "dependencies and durations (figures then simulated)"
 )
+SIMULATED_NOTE = (
+    "SIMULATED: the source has no timestamps; times were rebuilt from dependencies and durations "
+    "(docs/analyses.md, --simulate)"
+)
 NO_TELEMETRY = "no telemetry in this trace: energy and power not computed"
 
 
@@ -123,6 +127,8 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         )
         if no_ts:
             ov.notes.append(f"ranks {no_ts}: {NO_TIMESTAMPS}")
+        if simulated:
+            ov.notes.insert(0, SIMULATED_NOTE)
     else:
         skipped["overlap"] = NO_TIMESTAMPS if no_ts else "no trace to analyse"
 
@@ -133,6 +139,8 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         bw_res = None
     else:
         bw_res = bw
+        if simulated:
+            bw.notes.insert(0, "durations are recorded ones; start times (steps, skews) are simulated")
         if no_ts:
             bw.notes.append("no timestamps: steps and cross-rank arrival skew not available")
 
