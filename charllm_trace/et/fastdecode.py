@@ -978,7 +978,7 @@ def _attrs_json_native(
         return None
     out[size : size + PAD] = 0
     present = out_len >= 0
-    s = binary_column(out, out_off, np.maximum(out_len, 0), "attrs").cast(pl.String)
+    s = binary_column(out[: size + PAD], out_off, np.maximum(out_len, 0), "attrs").cast(pl.String)
     if not present.all():
         s = pl.select(pl.when(pl.Series(present)).then(s).otherwise(None).alias("attrs")).to_series()
     return s
