@@ -278,8 +278,8 @@ def read_frame(data_path: Path, meta_path: Path) -> pl.DataFrame:
     base = 0
     if size:
         with open(data_path, "rb") as f:
-            flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0)
-            mm = mmap.mmap(f.fileno(), size, flags=flags, prot=mmap.PROT_READ)
+            # pages are read on first use, like polars' own memory-mapped IPC files
+            mm = mmap.mmap(f.fileno(), size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
         arr = np.frombuffer(mm, dtype=np.uint8)
         base = arr.ctypes.data
         mm = (mm, arr)
