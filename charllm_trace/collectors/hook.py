@@ -319,6 +319,11 @@ class StepTracer:
                 except Exception:
                     pass
         self._prof = self._et = None
+        for kind in ("kineto", "host_et"):  # half-written files must not look like traces
+            try:
+                os.remove(self._tmp(kind))
+            except OSError:
+                pass
         self.write_info()
 
     def finish(self) -> None:

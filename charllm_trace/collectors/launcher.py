@@ -272,7 +272,27 @@ def collect(
     note = _telemetry_note(rd)
     if note:
         say(note)
+    if nrank == 0 and manifest and not manifest.get("ranks_traced"):
+        done = [i.get("steps_completed") for i in _rank_infos(rd)]
+        say(
+            f"no rank traced any step: the ranks completed {max(done)} optimizer steps, "
+            f"the window was {steps[0]}-{steps[1]}"
+            if done
+            else "no rank traced any step: no process of the command ever called optimizer.step()"
+        )
     return CollectResult(exit_code=exit_code, run_dir=rd, manifest=manifest, telemetry_note=note)
+
+
+def _rank_infos(rd: Path) -> list[dict[str, Any]]:
+    out = []
+    for p in rd.glob("rank-*.info.json"):
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict) and isinstance(d.get("steps_completed"), int):
+            out.append(d)
+    return out
 
 
 def _telemetry_note(rd: Path) -> str | None:

@@ -113,6 +113,11 @@ class Session:
 
             stop_sampler_process(self._sampler)
             self._sampler = None
+            from charllm_trace.collectors.launcher import _telemetry_note
+
+            note = _telemetry_note(self.run_dir)
+            if note:
+                print(f"charllm-trace: {note}", file=sys.stderr, flush=True)
         if self._lock is not None:
             self._lock.close()
             try:

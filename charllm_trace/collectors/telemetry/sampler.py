@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     s.ready_fd = args.ready_fd
     m = s.run(args.duration)
-    if backend is None:
+    if backend is None and args.parent_pid is None:  # a launcher reports this itself
         print(
             f"charllm-trace: telemetry: no power source on {s.host} ({m['no_source_reason']})",
             file=sys.stderr,
