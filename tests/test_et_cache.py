@@ -36,7 +36,9 @@ def test_cached_reload_is_identical(tmp_path: Path, cache_dir: Path, monkeypatch
     cold = read_et(p)
     entries = [e for e in (cache_dir / "et").iterdir() if not e.name.startswith(".")]
     assert len(entries) == 1 and (entries[0] / "nodes.bin").is_file()
-    assert not any(x.name.endswith((".bin", ".json")) for x in tmp_path.iterdir())  # nothing beside the user's file
+    assert not any(
+        x.name.endswith((".bin", ".json")) for x in tmp_path.iterdir()
+    )  # nothing beside the user's file
     _no_decode(monkeypatch)
     warm = read_et(p)
     assert warm.equals(cold)

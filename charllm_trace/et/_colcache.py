@@ -105,7 +105,11 @@ def _describe(schema: _ArrowSchema, arr: _ArrowArray, w: _Writer) -> dict[str, A
         sizes = [(n + 7) // 8, (n + 7) // 8]
     elif fmt in ("vu", "vz"):
         nvar = arr.n_buffers - 3
-        var_sizes = np.ctypeslib.as_array(ctypes.cast(b(arr.n_buffers - 1), ctypes.POINTER(ctypes.c_int64)), (nvar,)) if nvar else []
+        var_sizes = (
+            np.ctypeslib.as_array(ctypes.cast(b(arr.n_buffers - 1), ctypes.POINTER(ctypes.c_int64)), (nvar,))
+            if nvar
+            else []
+        )
         sizes = [(n + 7) // 8, 16 * n, *[int(x) for x in var_sizes], 8 * nvar]
     elif fmt in ("u", "z", "U", "Z"):
         width = 4 if fmt in ("u", "z") else 8
@@ -169,7 +173,12 @@ def write_frame(df: pl.DataFrame, data_path: Path, meta_path: Path) -> None:
                 if schema.release:
                     schema.release(ctypes.pointer(schema))
             del cap
-    meta = {"version": FORMAT_VERSION, "height": df.height, "schema": {k: str(v) for k, v in df.schema.items()}, "columns": cols}
+    meta = {
+        "version": FORMAT_VERSION,
+        "height": df.height,
+        "schema": {k: str(v) for k, v in df.schema.items()},
+        "columns": cols,
+    }
     meta_path.write_bytes(orjson.dumps(meta))
 
 
@@ -207,7 +216,9 @@ _CA = _ArrayRelease(_release_child_array)
 _CS = _SchemaRelease(_release_child_schema)
 
 
-def _build(desc: dict[str, Any], base: int, keep: list[Any], root: bool, key: int) -> tuple[_ArrowSchema, _ArrowArray]:
+def _build(
+    desc: dict[str, Any], base: int, keep: list[Any], root: bool, key: int
+) -> tuple[_ArrowSchema, _ArrowArray]:
     fmt = desc["format"].encode()
     name = desc["name"].encode()
     keep += [fmt, name]

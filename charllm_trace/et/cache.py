@@ -101,7 +101,11 @@ def store(path: str | os.PathLike[str], key: str, trace: Trace, manifest: dict |
         if not (entry / "meta.json").is_file():
             tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}-", dir=entries))
             try:
-                for name, df in (("nodes", trace.nodes), ("deps", trace.deps), ("telemetry", trace.telemetry)):
+                for name, df in (
+                    ("nodes", trace.nodes),
+                    ("deps", trace.deps),
+                    ("telemetry", trace.telemetry),
+                ):
                     write_frame(df, tmp / f"{name}.bin", tmp / f"{name}.json")
                 info = {"meta": trace.meta.to_dict(), "manifest": manifest, "source": str(path)}
                 (tmp / "meta.json").write_bytes(orjson.dumps(info, default=str))
