@@ -148,9 +148,10 @@ class NvmlBackend(Backend):
             self.devices.append(dev)
         self.info = {"nvml_version": self._safe(pynvml.nvmlSystemGetNVMLVersion)}
         self.info["driver_version"] = self._safe(pynvml.nvmlSystemGetDriverVersion)
-        cuda = self._safe(
-            getattr(pynvml, "nvmlSystemGetCudaDriverVersion_v2", pynvml.nvmlSystemGetCudaDriverVersion)
+        cuda_fn = getattr(pynvml, "nvmlSystemGetCudaDriverVersion_v2", None) or getattr(
+            pynvml, "nvmlSystemGetCudaDriverVersion", None
         )
+        cuda = self._safe(cuda_fn) if cuda_fn is not None else None
         self.info["cuda_driver_version"] = (
             f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else None
         )
