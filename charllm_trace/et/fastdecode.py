@@ -1014,8 +1014,8 @@ def _attrs_json(
     if rows.size:
         svals = strings(
             data,
-            np.where(kind >= K_STR, at.soff[rows], 0),
-            np.where(kind >= K_STR, at.slen[rows], 0),
+            np.where((kind == K_STR) | (kind == 5), at.soff[rows], 0),
+            np.where((kind == K_STR) | (kind == 5), at.slen[rows], 0),
             "s",
             "an attribute value",
         )

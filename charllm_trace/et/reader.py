@@ -189,24 +189,26 @@ def _nodes_frame(
         src = dst = None
         for a in n.attr:
             name = a.name
-            if name == cv.A_IS_CPU_OP:
-                row["on_gpu"] = not bool(attr_value(a))
-            elif name == cv.A_TID:
-                row["tid"] = attr_value(a)
-            elif name == cv.A_STREAM:
-                row["stream"] = attr_value(a)
-            elif name == cv.A_RF_ID:
-                row["rf_id"] = attr_value(a)
-            elif name == cv.A_COMM_TYPE:
-                row["coll_type"] = cv.COMM_TYPE_TO_COLL.get(attr_value(a))
-            elif name == cv.A_COMM_SIZE:
-                row["comm_bytes"] = attr_value(a)
-            elif name == cv.A_PG_NAME:
-                row["pg_name"] = attr_value(a)
-            elif name == cv.A_COMM_SRC and n.type in (send, recv):
-                src = attr_value(a)
-            elif name == cv.A_COMM_DST and n.type in (send, recv):
-                dst = attr_value(a)
+            v = attr_value(a)
+            is_int = isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
+            if name == cv.A_IS_CPU_OP and (isinstance(v, bool) or is_int):
+                row["on_gpu"] = not bool(v)
+            elif name == cv.A_TID and is_int:
+                row["tid"] = v
+            elif name == cv.A_STREAM and is_int:
+                row["stream"] = v
+            elif name == cv.A_RF_ID and is_int:
+                row["rf_id"] = v
+            elif name == cv.A_COMM_TYPE and is_int and v in cv.COMM_TYPE_TO_COLL:
+                row["coll_type"] = cv.COMM_TYPE_TO_COLL[v]
+            elif name == cv.A_COMM_SIZE and is_int:
+                row["comm_bytes"] = v
+            elif name == cv.A_PG_NAME and isinstance(v, str):
+                row["pg_name"] = v
+            elif name == cv.A_COMM_SRC and n.type in (send, recv) and is_int:
+                src = v
+            elif name == cv.A_COMM_DST and n.type in (send, recv) and is_int:
+                dst = v
             elif ours and name.startswith(cv.PREFIX):
                 if name in int_attr_to_col:
                     row[int_attr_to_col[name]] = attr_value(a)
