@@ -231,12 +231,6 @@ def test_analyse(run_dir: Path) -> None:
         assert a.energy is None and "no telemetry" in a.skipped["energy"]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known, intermittent: PyTorch's host ET gives an op of the main thread a parent on a gloo worker "
-    "thread when DDP's async gloo:all_reduce span overlaps it in time; the converter keeps that parent and the "
-    "bandwidth analysis, counting outermost collectives only, then drops the nested ones (reported for issues 3/5)",
-)
 def test_analyse_every_collective_of_every_step(run_dir: Path) -> None:
     import polars as pl
 

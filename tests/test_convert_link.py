@@ -223,6 +223,27 @@ def test_collected_run_dir_fixture() -> None:
         assert t.telemetry.height == 0  # the fixture ran on CPU: no power source
 
 
+def test_parents_stay_on_their_thread_in_the_fixture() -> None:
+    """The host ET parents an op to whatever op was open when it began, even on another thread
+    (DDP's async gloo:all_reduce on a gloo worker). After linking, every CPU op's parent runs on
+    the same Kineto thread, except the execution trace's process root over its thread roots."""
+    from tests.conftest import FIXTURES
+
+    run = convert_run(FIXTURES / "cpu-2rank-gloo")
+    for t in run:
+        n = t.nodes
+        par = n.select(pl.col("id").alias("parent"), pl.col("tid").alias("ptid"), pl.col("name").alias("pname"))
+        cross = (
+            n.filter(~pl.col("on_gpu"))
+            .join(par, on="parent")
+            .filter((pl.col("ptid") != pl.col("tid")) & ~pl.col("pname").str.contains("execution_trace|process"))
+        )
+        assert cross.height == 0, cross.select("name", "tid", "pname", "ptid").head(5)
+        # every gloo collective is an outermost communication node on its own thread
+        gloo = n.filter(pl.col("name").str.starts_with("gloo:"))
+        assert gloo.height > 0 and gloo["coll_type"].null_count() == 0
+
+
 JSONIZER_CASES = [
     ("hta/a100_ddp_nccl_rank0.json.gz", None),
     ("hta/mi250_minitoy_kineto.json.gz", None),

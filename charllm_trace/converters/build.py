@@ -614,10 +614,22 @@ def linked_trace(host: Any, prof: KinetoProfile) -> tuple[Trace, dict[str, Any]]
         pl.col("outputs").alias("_hout"),
         pl.col("attrs").alias("_hattrs"),
     )
+    # The host ET's parent is trusted only on the child's own thread: PyTorch's execution trace
+    # makes an op a child of whatever op was open when it started, even one on another thread
+    # (e.g. DDP's async gloo:all_reduce on a gloo worker). Across threads the Kineto nesting
+    # parent (same thread, by time) stands. Host-only parents (thread roots) have no Kineto tid.
+    parent_tid = ev.select(pl.col("id").alias("_hparent"), pl.col("tid").alias("_ptid"))
     ev = (
         ev.join(hsel, on="id", how="left", maintain_order="left")
+        .join(parent_tid, on="_hparent", how="left", maintain_order="left")
         .with_columns(
-            pl.when(pl.col("_linked")).then(pl.col("_hparent")).otherwise(pl.col("parent")).alias("parent"),
+            pl.when(
+                pl.col("_linked")
+                & (pl.col("_ptid").is_null() | pl.col("tid").is_null() | (pl.col("_ptid") == pl.col("tid")))
+            )
+            .then(pl.col("_hparent"))
+            .otherwise(pl.col("parent"))
+            .alias("parent"),
             pl.coalesce("rf_id", "_hrf").alias("rf_id"),
             pl.col("_hin").alias("inputs"),
             pl.col("_hout").alias("outputs"),
@@ -634,10 +646,22 @@ def linked_trace(host: Any, prof: KinetoProfile) -> tuple[Trace, dict[str, Any]]
             .otherwise(pl.col("attrs"))
             .alias("attrs"),
         )
-        .drop("_hparent", "_hrf", "_hin", "_hout", "_hattrs", "_linked")
+        .drop("_hparent", "_ptid", "_hrf", "_hin", "_hout", "_hattrs", "_linked")
     )
     # Host nodes with no Kineto op (thread roots, process-group init, ops outside the profile).
-    rest = hn.filter(~pl.col("id").is_in(pairs["host_id"].implode())).select(
+    # The host ET numbers threads its own way; put them on Kineto's numbering (the thread most of
+    # the thread's linked ops ran on), keeping the host number only where no op was linked.
+    ktid = (
+        ev.select("id", "tid")
+        .join(hn.select("id", "et_tid"), on="id")
+        .group_by("et_tid")
+        .agg(pl.col("tid").mode().min().alias("_ktid"))
+    )
+    rest = (
+        hn.filter(~pl.col("id").is_in(pairs["host_id"].implode()))
+        .join(ktid, on="et_tid", how="left", maintain_order="left")
+        .with_columns(pl.coalesce("_ktid", "et_tid").alias("et_tid"))
+    ).select(
         "id",
         "name",
         "parent",
