@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import random
 import shutil
 from pathlib import Path
@@ -187,3 +188,49 @@ def test_debug_shows_traceback(tmp_path: Path) -> None:
     assert r.exit_code == 2
     assert "Traceback" in r.stderr and "InputError" in r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+def test_mutated_ets_decode_or_fail_cleanly(tmp_path: Path) -> None:
+    """Flipped bytes, cut files and spliced garbage: every decoder either returns a Trace or raises
+    InputError (never another exception, never a crash of the process)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from charllm_trace.errors import InputError
+    from charllm_trace.et.reader import read_et
+
+    good = tmp_path / "good.et"
+    write_et(small_trace(), good)
+    data = good.read_bytes()
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(
+        flips=st.lists(st.tuples(st.integers(0, len(data) - 1), st.integers(0, 255)), max_size=4),
+        cut=st.integers(1, len(data)),
+        junk=st.binary(max_size=16),
+    )
+    def check(flips: list[tuple[int, int]], cut: int, junk: bytes) -> None:
+        b = bytearray(data)
+        for i, v in flips:
+            b[i] = v
+        for blob in (bytes(b), bytes(b[:cut]) + junk):
+            p = tmp_path / "m.et"
+            p.write_bytes(blob)
+            got = []
+            for native in ("1", "0"):
+                os.environ["CHARLLM_TRACE_NATIVE"] = native
+                _native.reset()
+                try:
+                    got.append(read_et(p, cache=False))
+                except InputError as exc:
+                    got.append(exc.problem)
+            # the C scanner and the numpy decoder agree on what they accept, and on the result
+            assert isinstance(got[0], str) == isinstance(got[1], str)
+            if not isinstance(got[0], str):
+                assert got[0].equals(got[1])
+
+    try:
+        check()
+    finally:
+        os.environ.pop("CHARLLM_TRACE_NATIVE", None)
+        _native.reset()

@@ -189,15 +189,22 @@ def _views_numpy(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> n
     return views
 
 
-def binary_column(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, name: str = "") -> pl.Series:
+def binary_column(
+    data: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    name: str = "",
+    *,
+    _fmt: bytes = _FORMAT_BINARY_VIEW,
+) -> pl.Series:
     """A polars Binary series whose row i is ``data[starts[i] : starts[i] + lengths[i]]``.
 
-    ``data`` must be a uint8 array padded by at least 16 zero bytes past the last
-    string; every slice must lie inside it (the caller checks this).
+    Every slice must lie inside ``data`` (the caller checks this); without the C
+    scanner ``data`` must also be padded by 16 zero bytes.
     """
     n = len(starts)
     if n == 0:
-        return pl.Series(name, [], dtype=pl.Binary)
+        return pl.Series(name, [], dtype=pl.Binary if _fmt == _FORMAT_BINARY_VIEW else pl.String)
     starts = starts.astype(np.int64, copy=False)
     lengths = lengths.astype(np.int64, copy=False)
     if lengths.max(initial=0) >= _STEP:
@@ -212,12 +219,75 @@ def binary_column(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, nam
         so.et_views(data.ctypes.data, starts.ctypes.data, lengths.ctypes.data, n, views.ctypes.data, _STEP)
     else:
         views = _views_numpy(data, starts, lengths)
-    export = _ViewExport(views, data, n)
+    export = _ViewExport(views, data, n, _fmt)
     try:
         s = pl.Series(name, export)
     finally:
         export.close()
     return s
+
+
+class InvalidUtf8(ValueError):
+    """Row ``row`` of a string column is not valid UTF-8."""
+
+    def __init__(self, row: int) -> None:
+        self.row = row
+        super().__init__(f"row {row} is not valid UTF-8")
+
+
+def _first_invalid_utf8_numpy(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> int:
+    """Index of the first slice that is not strict UTF-8, or -1 (needs a padded ``data``).
+
+    Slices are checked together, 32 MiB at a time: each is followed by a NUL byte, so
+    a sequence cut at a slice's end (or a continuation byte at its start) stays invalid.
+    """
+    n = len(starts)
+    step = 32 << 20
+    ends = np.cumsum(lengths + 1)
+    cuts = np.searchsorted(ends, np.arange(step, int(ends[-1]) if n else 0, step), side="right")
+    edges = sorted({0, n, *cuts.tolist()})
+    for a, b in zip(edges[:-1], edges[1:], strict=True):
+        ln = lengths[a:b] + 1
+        first = np.cumsum(ln) - ln
+        idx = np.repeat(starts[a:b] - first, ln) + np.arange(int(ln.sum()), dtype=np.int64)
+        chunk = data[idx]
+        chunk[first + ln - 1] = 0
+        try:
+            chunk.tobytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return a + int(np.searchsorted(first, exc.start, side="right")) - 1
+    return -1
+
+
+def first_invalid_utf8(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> int:
+    """Index of the first slice that is not strict UTF-8, or -1 (C scanner, else Python's decoder)."""
+    from charllm_trace.et import _native
+
+    if not len(starts):
+        return -1
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+    so = _native.lib()
+    if so is not None:
+        return int(so.et_utf8(data.ctypes.data, starts.ctypes.data, lengths.ctypes.data, len(starts)))
+    return _first_invalid_utf8_numpy(data, starts, lengths)
+
+
+def utf8_column(
+    data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, name: str = "", *, validated: bool = False
+) -> pl.Series:
+    """A String series of ``data`` slices (zero-copy views); raises :class:`InvalidUtf8`.
+
+    The bytes are checked as strict UTF-8 first (unless the caller already did), then
+    handed to polars as string views.
+    """
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+    if not validated:
+        bad = first_invalid_utf8(data, starts, lengths)
+        if bad >= 0:
+            raise InvalidUtf8(bad)
+    return binary_column(data, starts, lengths, name, _fmt=_FORMAT_UTF8_VIEW)
 
 
 def short_strings_column(codes: np.ndarray, values: list[str], name: str = "") -> pl.Series:
@@ -251,8 +321,3 @@ def short_strings_column(codes: np.ndarray, values: list[str], name: str = "") -
     finally:
         export.close()
     return s
-
-
-def utf8_column(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, name: str = "") -> pl.Series:
-    """Like :func:`binary_column` but as String; raises ``polars.exceptions.ComputeError`` on invalid UTF-8."""
-    return binary_column(data, starts, lengths, name).cast(pl.String)

@@ -478,3 +478,51 @@ int64_t et_walk(const uint8_t *data, int64_t size, int64_t pos, int64_t target, 
     out[1] = k;
     return 0;
 }
+
+/* Strict UTF-8 check (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF) of
+ * n byte ranges. Returns the index of the first invalid range, or -1. */
+static inline int utf8_ok(const uint8_t *s, int64_t n) {
+    int64_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int need;
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) {
+            need = 1;
+        } else if (c == 0xE0) {
+            need = 2;
+            lo = 0xA0;
+        } else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
+            need = 2;
+        } else if (c == 0xED) {
+            need = 2;
+            hi = 0x9F;
+        } else if (c == 0xF0) {
+            need = 3;
+            lo = 0x90;
+        } else if (c >= 0xF1 && c <= 0xF3) {
+            need = 3;
+        } else if (c == 0xF4) {
+            need = 3;
+            hi = 0x8F;
+        } else {
+            return 0;
+        }
+        if (i + need >= n) return 0; /* the sequence is cut by the end of the string */
+        if (s[i + 1] < lo || s[i + 1] > hi) return 0;
+        for (int k = 2; k <= need; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xBF) return 0;
+        i += need + 1;
+    }
+    return 1;
+}
+
+int64_t et_utf8(const uint8_t *data, const int64_t *off, const int64_t *len, int64_t n) {
+    for (int64_t r = 0; r < n; r++)
+        if (len[r] > 0 && !utf8_ok(data + off[r], len[r])) return r;
+    return -1;
+}

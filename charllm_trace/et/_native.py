@@ -81,6 +81,8 @@ def lib() -> ctypes.CDLL | None:
     so.et_pattern_views.argtypes = [_p, _i64, _p, _p]
     so.et_walk.restype = _i64
     so.et_walk.argtypes = [_p, _i64, _i64, _i64, _p]
+    so.et_utf8.restype = _i64
+    so.et_utf8.argtypes = [_p, _p, _p, _i64]
     so.et_views.restype = None
     so.et_views.argtypes = [_p, _p, _p, _i64, _p, _i64]
     _LIB = so

@@ -23,7 +23,7 @@ from chakra.schema.protobuf import et_def_pb2 as pb
 
 from charllm_trace.et import _native
 from charllm_trace.et import conventions as cv
-from charllm_trace.et._arrow import alloc, binary_column, short_strings_column
+from charllm_trace.et._arrow import InvalidUtf8, alloc, first_invalid_utf8, short_strings_column, utf8_column
 from charllm_trace.model import NODE_SCHEMA, conform
 
 PAD = 32  # zero bytes after the data: varint reads past a message end stop there
@@ -212,11 +212,22 @@ def _last_per_msg(t: Tokens, field: int, wt: int, n: int) -> tuple[np.ndarray, n
     return present, val, off
 
 
-def strings(data: np.ndarray, off: np.ndarray, ln: np.ndarray, name: str, where: str) -> pl.Series:
+def check_text(data: np.ndarray, off: np.ndarray, ln: np.ndarray, where: str) -> None:
+    """Raise :class:`Corrupt` unless every slice is strict UTF-8."""
+    bad = first_invalid_utf8(data, off, ln.astype(np.int64))
+    if bad >= 0:
+        raise Corrupt(-1, f"{where} is not valid UTF-8 text")
+
+
+def strings(
+    data: np.ndarray, off: np.ndarray, ln: np.ndarray, name: str, where: str, *, validated: bool = False
+) -> pl.Series:
     try:
-        return binary_column(data, off, ln.astype(np.int64), name).cast(pl.String)
-    except pl.exceptions.ComputeError as exc:
+        return utf8_column(data, off, ln.astype(np.int64), name, validated=validated)
+    except InvalidUtf8 as exc:
         raise Corrupt(-1, f"{where} is not valid UTF-8 text") from exc
+    except ValueError as exc:  # a string of 1 GiB or more
+        raise Corrupt(-1, f"{where}: {exc}") from exc
 
 
 def _i64(u: np.ndarray) -> np.ndarray:
@@ -706,10 +717,22 @@ def _decode_part(
         where = np.arange(first_index, first_index + len(starts), dtype=np.int64)
         sc = _scan_numpy(data, starts, lens, where)
     n = len(sc.id)
+    # Everything that can find the input corrupt runs before any zero-copy column exists:
+    # an exception while polars frees such columns would reach our release callbacks.
+    check_text(data, sc.name_off, sc.name_len, "a node name")
+    for w, col in enumerate(("inputs", "outputs")):
+        for k, sub in enumerate(("values", "shapes", "types")):
+            check_text(data, sc.io_off[:, w * 3 + k], sc.io_len[:, w * 3 + k], f"{col}.{sub}")
+    at = decode_attrs(
+        data, sc.attr_node, sc.names, sc.attr_code, sc.vfield, sc.vwt, sc.vval, sc.voff,
+        sc.attr_node + first_index - 1, sc.kind, sc.ival,
+    )  # fmt: skip
+    text_rows = np.flatnonzero(at.kind == K_STR)
+    check_text(data, at.soff[text_rows], at.slen[text_rows], "an attribute value")
     ids = _i64(sc.id)
     cols: dict[str, Any] = {}
     cols["id"] = pl.Series("id", ids)
-    cols["name"] = strings(data, sc.name_off, sc.name_len, "name", "a node name")
+    cols["name"] = strings(data, sc.name_off, sc.name_len, "name", "a node name", validated=True)
     tcode = np.where(sc.type < np.uint64(8), sc.type, 0).astype(np.int64)
     type_names = pl.Series("node_type", [cv.PB_TO_NODE_TYPE.get(i, "INVALID") for i in range(8)])
     cols["node_type"] = type_names.gather(tcode).alias("node_type")
@@ -720,7 +743,9 @@ def _decode_part(
     # --- inputs / outputs ---------------------------------------------------------
     for w, col in enumerate(("inputs", "outputs")):
         parts = {
-            sub: strings(data, sc.io_off[:, w * 3 + k], sc.io_len[:, w * 3 + k], sub, f"{col}.{sub}")
+            sub: strings(
+                data, sc.io_off[:, w * 3 + k], sc.io_len[:, w * 3 + k], sub, f"{col}.{sub}", validated=True
+            )
             for k, sub in enumerate(("values", "shapes", "types"))
         }
         present = sc.io_present[:, w]
@@ -730,10 +755,6 @@ def _decode_part(
         cols[col] = s
 
     # --- attributes -----------------------------------------------------------------
-    at = decode_attrs(
-        data, sc.attr_node, sc.names, sc.attr_code, sc.vfield, sc.vwt, sc.vval, sc.voff,
-        sc.attr_node + first_index - 1, sc.kind, sc.ival,
-    )  # fmt: skip
     _assign_attrs(at, cols, data, n, tcode, ours)
 
     frame = pl.DataFrame({k: v for k, v in cols.items() if v is not None})
@@ -826,7 +847,10 @@ def _assign_attrs(
         ):
             for r in rows_named(name).tolist():
                 if is_json and at.kind[r] == K_STR:
-                    lists[col][int(at.node[r])] = orjson.loads(_str_at(data, at, r))
+                    try:
+                        lists[col][int(at.node[r])] = orjson.loads(_str_at(data, at, r))
+                    except orjson.JSONDecodeError:
+                        continue  # not ours after all: kept verbatim in attrs
                     consumed[r] = True
                 elif not is_json and isinstance(at.pyval.get(r), list):
                     lists[col][int(at.node[r])] = at.pyval[r]
@@ -873,7 +897,7 @@ def _assign_attrs(
     for col in ("pg_name", "kind", "dtype", "coll_type"):
         if col in str_cols:
             off, ln, present = str_cols[col]
-            s = strings(data, off, ln, col, col)
+            s = strings(data, off, ln, col, col, validated=True)  # checked with the attribute values
             s = pl.select(pl.when(pl.Series(present)).then(s).otherwise(None).alias(col)).to_series()
         else:
             s = pl.Series(col, [None] * n, dtype=pl.String)
@@ -978,7 +1002,11 @@ def _attrs_json_native(
         return None
     out[size : size + PAD] = 0
     present = out_len >= 0
-    s = binary_column(out[: size + PAD], out_off, np.maximum(out_len, 0), "attrs").cast(pl.String)
+    try:
+        # built from checked text, ASCII and orjson output: valid UTF-8 by construction
+        s = utf8_column(out[: size + PAD], out_off, np.maximum(out_len, 0), "attrs", validated=True)
+    except InvalidUtf8 as exc:  # pragma: no cover - validated=True never raises
+        raise Corrupt(-1, "an attribute value is not valid UTF-8 text") from exc
     if not present.all():
         s = pl.select(pl.when(pl.Series(present)).then(s).otherwise(None).alias("attrs")).to_series()
     return s
@@ -1018,6 +1046,7 @@ def _attrs_json(
             np.where((kind == K_STR) | (kind == 5), at.slen[rows], 0),
             "s",
             "an attribute value",
+            validated=True,
         )
         py = [None] * len(rows)
         prow = np.flatnonzero(kind == K_PY)
