@@ -108,6 +108,8 @@ def render_bandwidth(res: RunAnalysis, console: Console) -> None:
         )  # fmt: skip
     console.print(t)
     for pg, lp in bw.peaks.items():
+        if lp.gbps is None:
+            continue  # an unknown peak is explained once, in the notes below
         console.print(
             f"  group {pg if pg != 'None' else '-'}: peak {_num(lp.gbps, '{:.0f}')} GB/s per direction — {lp.link} ({lp.source})",
             style="dim", markup=False, highlight=False,
