@@ -23,6 +23,7 @@ from charllm_trace.et.cache import cache_root
 
 _SRC = Path(__file__).with_name("_etscan.c")
 _LIB: ctypes.CDLL | None = None
+_BUILT: dict[str, Path] = {}
 _TRIED = False
 
 _p = ctypes.c_void_p
@@ -65,9 +66,12 @@ def lib() -> ctypes.CDLL | None:
     digest = hashlib.sha256(_SRC.read_bytes()).hexdigest()[:16]
     tag = f"{platform.system()}-{platform.machine()}-{sys.implementation.cache_tag}"
     target = cache_root() / "native" / f"etscan-{digest}-{tag}.so"
+    if not target.exists() and _BUILT.get(target.name) and _BUILT[target.name].exists():
+        target = _BUILT[target.name]  # built earlier in this process, under another cache root
     try:
         if not target.exists() and not _build(target):
             return None
+        _BUILT[target.name] = target
         so = ctypes.CDLL(str(target))
     except OSError:
         return None
