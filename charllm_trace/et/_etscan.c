@@ -484,6 +484,20 @@ int64_t et_walk(const uint8_t *data, int64_t size, int64_t pos, int64_t target, 
 static inline int utf8_ok(const uint8_t *s, int64_t n) {
     int64_t i = 0;
     while (i < n) {
+        /* ASCII fast path: 32, then 8 bytes at a time */
+        while (i + 32 <= n) {
+            uint64_t w[4];
+            memcpy(w, s + i, 32);
+            if ((w[0] | w[1] | w[2] | w[3]) & 0x8080808080808080ULL) break;
+            i += 32;
+        }
+        while (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (w & 0x8080808080808080ULL) break;
+            i += 8;
+        }
+        if (i >= n) break;
         uint8_t c = s[i];
         if (c < 0x80) {
             i++;
