@@ -335,21 +335,105 @@ def _decode_top(raw: bytes, path: str | os.PathLike[str]) -> _Top:
         ) from None
 
 
+def _open_input(path: str | os.PathLike[str]) -> tuple[Any, Any]:
+    """The file's JSON as a buffer: a read-only ``mmap`` for plain files, decompressed bytes for gzip.
+
+    Returns ``(buffer, mmap_or_None)``. With an mmap the pages already decoded can be dropped from
+    this process's resident memory (``madvise``) while the rest is still being read.
+    """
+    import mmap
+
+    from charllm_trace.converters._io import read_bytes
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(2)
+            if head and head != b"\x1f\x8b" and hasattr(mmap, "MADV_DONTNEED"):
+                try:
+                    m = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                except (OSError, ValueError):
+                    m = None
+                if m is not None:
+                    return m, m
+    except OSError:
+        pass  # read_bytes turns it into the right one-line error
+    return read_bytes(path), None
+
+
+def _addr(buf: Any) -> int:
+    """Address of the first byte of a buffer (a ``msgspec.Raw`` is a view into the input)."""
+    return int(np.frombuffer(buf, dtype=np.uint8).ctypes.data)
+
+
+def _batch_spans(raws: list[msgspec.Raw], buf: Any) -> list[tuple[int, int, int]]:
+    """(first event, start offset, end offset) in ``buf`` of each batch of ``BATCH`` events.
+
+    The events of a batch are consecutive elements of one JSON array, so the bytes from the first
+    one's start to the last one's end are those events separated by commas (and whitespace).
+    """
+    base = _addr(buf)
+    spans = []
+    for b in range(0, len(raws), BATCH):
+        last = raws[min(b + BATCH, len(raws)) - 1]
+        spans.append((b, _addr(raws[b]) - base, _addr(last) - base + len(last)))
+    return spans
+
+
+def _drop_pages(m: Any, start: int, end: int) -> None:
+    """Tell the kernel this process no longer needs ``m[start:end]`` resident (file pages; re-read on access)."""
+    import mmap
+
+    lo = start - start % mmap.PAGESIZE
+    if end > lo:
+        try:
+            m.madvise(mmap.MADV_DONTNEED, lo, end - lo)
+        except (OSError, ValueError):
+            pass
+
+
 def read_kineto(path: str | os.PathLike[str]) -> KinetoProfile:
     """Read a Kineto profile file (``.json`` / ``.json.gz``) into a :class:`KinetoProfile`.
 
     Same result as ``parse_kineto(load_json(path), path)``, in a fraction of the memory and time.
     """
-    from charllm_trace.converters._io import read_bytes
+    buf, m = _open_input(path)
+    try:
+        return _read_kineto(path, buf, m)
+    finally:
+        del buf
+        if m is not None:
+            try:
+                m.close()
+            except BufferError:  # an error's traceback still holds a view; the mmap closes when it goes
+                pass
 
-    raw = read_bytes(path)
-    top = _decode_top(raw, path)
+
+def _read_kineto(path: str | os.PathLike[str], buf: Any, m: Any) -> KinetoProfile:
+    top = _decode_top(buf, path)
     if top.traceEvents is None:
         if len(top.nodes):
             raise InputError(path, "is a host execution trace, not a Kineto profile")
         raise InputError(path, "not a Kineto profile (no traceEvents list)")
+    top.nodes = msgspec.Raw()
     raws = top.traceEvents
     n_raw = len(raws)
+    spans = _batch_spans(raws, buf)
+    del raws
+    top.traceEvents = None  # the Raw views go: only the batch offsets remain
+    if m is not None:
+        _drop_pages(m, 0, len(m))
+    with memoryview(buf) as view:
+        return _read_events(path, view, m, spans, n_raw, top)
+
+
+def _read_events(
+    path: str | os.PathLike[str],
+    view: memoryview,
+    m: Any,
+    spans: list[tuple[int, int, int]],
+    n_raw: int,
+    top: _Top,
+) -> KinetoProfile:
     dec = msgspec.json.Decoder(list[_Event])
     cols: dict[str, list[Any]] = {
         k: []
@@ -359,12 +443,13 @@ def read_kineto(path: str | os.PathLike[str]) -> KinetoProfile:
     dur_parts: list[np.ndarray] = []
     comm_args: dict[int, dict[str, Any]] = {}
     row0 = 0
-    for b in range(0, n_raw, BATCH):
-        chunk = raws[b : b + BATCH]
+    for _, start, end in spans:
         try:
-            evs = dec.decode(b"[" + b",".join(bytes(r) for r in chunk) + b"]")
+            evs = dec.decode(b"".join((b"[", view[start:end], b"]")))
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise InputError(path, f"malformed Kineto event: {str(exc).splitlines()[0]}") from None
+        if m is not None:
+            _drop_pages(m, start, end)
         xs = [e for e in evs if e.ph == "X" and e.cat not in _SKIP_SPELLINGS]
         del evs
         name_s = _str_series([e.name for e in xs])
@@ -396,8 +481,6 @@ def read_kineto(path: str | os.PathLike[str]) -> KinetoProfile:
             comm_args[row0 + i] = d
         row0 += len(xs)
         del xs, args
-    del raws
-    top.traceEvents = None
     base = top.baseTimeNanoseconds
     base_ns = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 0
     cat_all = pl.concat(cols.pop("cat"), rechunk=False) if cols["name"] else pl.Series([], dtype=pl.String)

@@ -1,0 +1,74 @@
+"""The fast Kineto reader's paths (mmap of a plain .json, batches split at any event, whitespace
+between events) give exactly what parsing the whole JSON with orjson gives, on every real profile."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from charllm_trace.converters import kineto
+from charllm_trace.converters._io import load_json
+from charllm_trace.converters.kineto import parse_kineto, read_kineto
+from charllm_trace.errors import InputError
+from tests.conftest import shared_trace
+from tests.test_convert_kineto import KINETO_FILES
+
+
+def _same(a: kineto.KinetoProfile, b: kineto.KinetoProfile) -> None:
+    assert a.events.equals(b.events, null_equal=True)
+    assert a.comm_args == b.comm_args
+    for f in ("rank", "world_size", "backend", "pg_config", "device_properties", "hostname", "base_ns"):
+        assert getattr(a, f) == getattr(b, f), f
+    assert (a.schema_version, a.trace_name, a.n_raw_events) == (
+        b.schema_version,
+        b.trace_name,
+        b.n_raw_events,
+    )
+
+
+@pytest.mark.parametrize("rel", KINETO_FILES)
+def test_plain_json_in_small_batches_equals_the_plain_json_reader(
+    rel: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = json.loads(gzip.decompress(shared_trace(rel).read_bytes()))
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc, indent=1))  # newlines and indentation between the events
+    n = len(doc["traceEvents"])
+    monkeypatch.setattr(kineto, "BATCH", max(1, n // 7 + 3))  # several batches, uneven split
+    fast = read_kineto(p)
+    _same(fast, parse_kineto(load_json(p), p))
+    assert fast.n_raw_events == n
+
+
+def test_one_event_per_batch_and_empty_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    evs = [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "pid": 0,
+            "tid": 7,
+            "ts": 1.5,
+            "dur": 2,
+            "args": {"device": 0},
+        },
+        {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "x"}},
+        {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 2, "ts": 1, "dur": 3.25},
+    ]
+    p = tmp_path / "t.json"
+    p.write_bytes(b'{"traceEvents" :\n[ ' + b" ,\n\t".join(json.dumps(e).encode() for e in evs) + b" ] }")
+    monkeypatch.setattr(kineto, "BATCH", 1)
+    _same(read_kineto(p), parse_kineto(load_json(p), p))
+    p.write_bytes(b'{"traceEvents": []}')
+    assert read_kineto(p).events.height == 0
+
+
+def test_bad_event_in_a_plain_file_is_an_input_error(tmp_path: Path) -> None:
+    p = tmp_path / "t.json"
+    p.write_bytes(b'{"traceEvents": [{"ph": "X", "args": 5}]}')
+    with pytest.raises(InputError) as ei:
+        read_kineto(p)
+    assert "malformed Kineto event" in ei.value.one_line()
