@@ -13,6 +13,7 @@ decimals survive exactly.
 from __future__ import annotations
 
 import ast
+import operator
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -321,6 +322,36 @@ def _comm_candidates(name_s: pl.Series, cat_s: pl.Series) -> pl.Series:
     return hit.arg_true()
 
 
+_NO_ARGS = _Args()
+_get = {
+    k: operator.attrgetter(k)
+    for k in (
+        "name",
+        "cat",
+        "pid",
+        "tid",
+        "ts",
+        "dur",
+        "args",
+        "device",
+        "stream",
+        "correlation",
+        "external_id",
+        "rf_id",
+    )
+}
+
+
+def _us_col(xs: list[Any], key: str) -> np.ndarray:
+    """``us_to_ns`` of one attribute of every event, through a float array when all are numbers."""
+    try:
+        a = np.fromiter(map(_get[key], xs), dtype=np.float64, count=len(xs))
+    except (TypeError, ValueError):
+        return us_to_ns([getattr(e, key) for e in xs])
+    ip = np.floor(a)
+    return ip.astype(np.int64) * 1000 + np.rint((a - ip) * 1000.0).astype(np.int64)
+
+
 def _decode_top(raw: bytes, path: str | os.PathLike[str]) -> _Top:
     try:
         return msgspec.json.decode(raw, type=_Top)
@@ -452,28 +483,30 @@ def _read_events(
             _drop_pages(m, start, end)
         xs = [e for e in evs if e.ph == "X" and e.cat not in _SKIP_SPELLINGS]
         del evs
-        name_s = _str_series([e.name for e in xs])
-        cat_s = _str_series([e.cat for e in xs]).str.to_lowercase()
+        name_s = _str_series(list(map(_get["name"], xs)))
+        cat_s = _str_series(list(map(_get["cat"], xs))).str.to_lowercase()
         if cat_s.is_in(list(SKIP_CATEGORIES)).any():  # odd spellings of "Trace"
             keep = ~cat_s.is_in(list(SKIP_CATEGORIES))
             xs = [e for e, k in zip(xs, keep, strict=True) if k]
             name_s, cat_s = name_s.filter(keep), cat_s.filter(keep)
         cols["name"].append(name_s)
         cols["cat"].append(cat_s)
-        cols["pid"].append(_int_series([e.pid for e in xs]))
-        cols["tid"].append(_int_series([e.tid for e in xs]))
-        args = [e.args for e in xs]
+        cols["pid"].append(_int_series(list(map(_get["pid"], xs))))
+        cols["tid"].append(_int_series(list(map(_get["tid"], xs))))
+        args = list(map(_get["args"], xs))
+        if None in args:
+            args = [_NO_ARGS if a is None else a for a in args]
         for key in ("device", "stream", "correlation", "external_id", "rf_id"):
-            cols[key].append(_int_series([getattr(a, key) if a is not None else None for a in args]))
+            cols[key].append(_int_series(list(map(_get[key], args))))
         try:
-            ts_parts.append(us_to_ns([e.ts for e in xs]))
-            dur_parts.append(us_to_ns([e.dur for e in xs]))
+            ts_parts.append(_us_col(xs, "ts"))
+            dur_parts.append(_us_col(xs, "dur"))
         except (TypeError, ValueError) as exc:
             raise InputError(path, f"Kineto event with a non-numeric ts/dur ({exc})") from None
         for i in _comm_candidates(name_s, cat_s).to_list():
             a = args[i]
             d = {}
-            if a is not None:
+            if a is not _NO_ARGS:
                 for f, key in _COMM_FIELDS.items():
                     v = getattr(a, f)
                     if len(v):
