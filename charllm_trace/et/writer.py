@@ -200,101 +200,108 @@ def iter_node_messages(trace: Trace):  # noqa: C901 - one flat mapping, easier t
 def _node_messages(cols: dict[str, list[Any]], ctrl: dict, data: dict, rank: int | None):  # noqa: C901
     send = cv.NODE_TYPE_TO_PB["COMM_SEND"]
     recv = cv.NODE_TYPE_TO_PB["COMM_RECV"]
-    int_attrs = [(cols[c], name) for c, (name, _) in cv.NODE_INT_ATTRS.items()]
-    str_attrs = [(cols[c], name) for c, name in cv.NODE_STR_ATTRS.items()]
-    for i in range(len(cols["id"])):
-        n = pb.Node()
-        nid = cols["id"][i]
+    type_to_pb = cv.NODE_TYPE_TO_PB
+    coll_to_comm = cv.COLL_TO_COMM_TYPE
+    int_names = [name for name, _ in cv.NODE_INT_ATTRS.values()]
+    int_rows = zip(*[cols[c] for c in cv.NODE_INT_ATTRS], strict=True)
+    str_names = list(cv.NODE_STR_ATTRS.values())
+    str_rows = zip(*[cols[c] for c in cv.NODE_STR_ATTRS], strict=True)
+    Node = pb.Node
+    rows = zip(
+        cols["id"], cols["name"], cols["node_type"], cols["start_ns"], cols["dur_ns"], cols["inputs"],
+        cols["outputs"], cols["on_gpu"], cols["tid"], cols["stream"], cols["rf_id"], cols["coll_type"],
+        cols["comm_bytes"], cols["pg_name"], cols["peer"], cols["in_split"], cols["out_split"], cols["attrs"],
+        int_rows, str_rows, strict=True,
+    )  # fmt: skip
+    for (
+        nid, name, ntype, start, dur, inputs, outputs, on_gpu, tid, stream, rf_id, coll, comm_bytes, pg_name,
+        peer, in_split, out_split, extra, ints, strs,
+    ) in rows:  # fmt: skip
+        n = Node()
         n.id = nid & _MASK64
         nulls: list[str] = []
-        name = cols["name"][i]
         if name is None:
             nulls.append("name")
         else:
             n.name = name
-        ntype = cols["node_type"][i]
         if ntype is None:
             nulls.append("node_type")
+            ptype = None
         else:
-            n.type = cv.NODE_TYPE_TO_PB[ntype]
+            ptype = type_to_pb[ntype]
+            n.type = ptype
         if nid in ctrl:
             n.ctrl_deps.extend(ctrl[nid])
         if nid in data:
             n.data_deps.extend(data[nid])
-        start = cols["start_ns"][i]
         if start is not None and start > 0:
             n.start_time_micros = start // 1000
-        dur = cols["dur_ns"][i]
         if dur is not None and dur > 0:
             n.duration_micros = (dur + 500) // 1000
-        for fld in ("inputs", "outputs"):
-            io = cols[fld][i]
-            if io is not None:
-                msg = getattr(n, fld)
-                msg.SetInParent()
-                for sub in ("values", "shapes", "types"):
-                    v = io.get(sub)
-                    if v is None:
-                        nulls.append(f"{fld}.{sub}")
-                    else:
-                        setattr(msg, sub, v)
-        a = n.attr
-        on_gpu = cols["on_gpu"][i]
+        if inputs is not None:
+            _set_io(n.inputs, inputs, "inputs", nulls)
+        if outputs is not None:
+            _set_io(n.outputs, outputs, "outputs", nulls)
+        add = n.attr.add
         if on_gpu is not None:
-            a.add(name=cv.A_IS_CPU_OP, bool_val=not on_gpu)
-        for col, aname in (("tid", cv.A_TID), ("stream", cv.A_STREAM), ("rf_id", cv.A_RF_ID)):
-            v = cols[col][i]
-            if v is not None:
-                a.add(name=aname, int64_val=v)
-        coll = cols["coll_type"][i]
+            add(name=cv.A_IS_CPU_OP, bool_val=not on_gpu)
+        if tid is not None:
+            add(name=cv.A_TID, int64_val=tid)
+        if stream is not None:
+            add(name=cv.A_STREAM, int64_val=stream)
+        if rf_id is not None:
+            add(name=cv.A_RF_ID, int64_val=rf_id)
         if coll is not None:
-            if coll in cv.COLL_TO_COMM_TYPE:
-                a.add(name=cv.A_COMM_TYPE, int64_val=cv.COLL_TO_COMM_TYPE[coll])
+            if coll in coll_to_comm:
+                add(name=cv.A_COMM_TYPE, int64_val=coll_to_comm[coll])
             else:
-                a.add(name=cv.A_COLL_TYPE, string_val=coll)
-        v = cols["comm_bytes"][i]
-        if v is not None:
-            a.add(name=cv.A_COMM_SIZE, int64_val=v)
-        v = cols["pg_name"][i]
-        if v is not None:
-            a.add(name=cv.A_PG_NAME, string_val=v)
-        peer = cols["peer"][i]
-        if n.type == send and ntype is not None:
+                add(name=cv.A_COLL_TYPE, string_val=coll)
+        if comm_bytes is not None:
+            add(name=cv.A_COMM_SIZE, int64_val=comm_bytes)
+        if pg_name is not None:
+            add(name=cv.A_PG_NAME, string_val=pg_name)
+        if ptype == send:
             if rank is not None:
-                a.add(name=cv.A_COMM_SRC, int32_val=rank)
+                add(name=cv.A_COMM_SRC, int32_val=rank)
             if peer is not None:
-                a.add(name=cv.A_COMM_DST, int32_val=peer)
-        elif n.type == recv and ntype is not None:
+                add(name=cv.A_COMM_DST, int32_val=peer)
+        elif ptype == recv:
             if peer is not None:
-                a.add(name=cv.A_COMM_SRC, int32_val=peer)
+                add(name=cv.A_COMM_SRC, int32_val=peer)
             if rank is not None:
-                a.add(name=cv.A_COMM_DST, int32_val=rank)
+                add(name=cv.A_COMM_DST, int32_val=rank)
         elif peer is not None:
-            a.add(name=cv.A_PEER, int64_val=peer)
-        for values, aname in int_attrs:
-            v = values[i]
+            add(name=cv.A_PEER, int64_val=peer)
+        for aname, v in zip(int_names, ints, strict=True):
             if v is not None:
-                a.add(name=aname, int64_val=v)
-        for values, aname in str_attrs:
-            v = values[i]
+                add(name=aname, int64_val=v)
+        for aname, v in zip(str_names, strs, strict=True):
             if v is not None:
-                a.add(name=aname, string_val=v)
-        for col, aname in (("in_split", cv.A_IN_SPLIT), ("out_split", cv.A_OUT_SPLIT)):
-            v = cols[col][i]
+                add(name=aname, string_val=v)
+        for v, aname in ((in_split, cv.A_IN_SPLIT), (out_split, cv.A_OUT_SPLIT)):
             if v is None:
                 continue
             if None in v:
-                a.add(name=aname + ".json", string_val=orjson.dumps(v).decode())
+                add(name=aname + ".json", string_val=orjson.dumps(v).decode())
             else:
-                attr = a.add(name=aname)
+                attr = add(name=aname)
                 attr.int64_list.SetInParent()
                 attr.int64_list.values.extend(v)
         if nulls:
-            a.add(name=cv.A_NULLS).string_list.values.extend(nulls)
-        extra = cols["attrs"][i]
+            add(name=cv.A_NULLS).string_list.values.extend(nulls)
         if extra is not None:
             _add_extra_attrs(n, extra)
         yield n
+
+
+def _set_io(msg: Any, io: dict[str, Any], fld: str, nulls: list[str]) -> None:
+    msg.SetInParent()
+    for sub in ("values", "shapes", "types"):
+        v = io.get(sub)
+        if v is None:
+            nulls.append(f"{fld}.{sub}")
+        else:
+            setattr(msg, sub, v)
 
 
 def _write_stream(f: Any, trace: Trace, manifest: Mapping[str, Any] | None) -> None:
