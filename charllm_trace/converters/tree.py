@@ -5,8 +5,9 @@ The parent of event *i* is the nearest earlier event *j* in that order with
 ``end_j >= end_i``: it started no later and ends no earlier, so it encloses *i*,
 and being the nearest it is the innermost such event. That is the classic
 "previous greater-or-equal element" problem; we solve it for all events at once
-with a sparse table of running maxima and binary lifting (O(n log n) numpy
-operations, no per-event Python loop). Events that overlap partially (end after
+by pointer jumping (O(n) memory, a few numpy rounds for a call tree's depth; a
+sparse table of running maxima with binary lifting finishes very deep nestings),
+no per-event Python loop. Events that overlap partially (end after
 their would-be parent) are not nested: they become siblings, as a call stack that
 pops closed frames would make them.
 """
@@ -17,8 +18,34 @@ import numpy as np
 import polars as pl
 
 
-def prev_greater_equal(e: np.ndarray) -> np.ndarray:
-    """For each i, the largest j < i with ``e[j] >= e[i]``, or -1."""
+def prev_greater_equal(e: np.ndarray, max_rounds: int = 64) -> np.ndarray:
+    """For each i, the largest j < i with ``e[j] >= e[i]``, or -1.
+
+    Pointer jumping in O(n) memory: start from ``p[i] = i - 1`` and, while ``e[p[i]] < e[i]``,
+    jump to ``p[p[i]]``. Every element strictly between ``p[i]`` and ``i`` stays below ``e[i]``
+    (the elements skipped are below ``e[p[i]]``), so the first ``p[i]`` with ``e[p[i]] >= e[i]`` is the
+    answer. Call trees are shallow, so this settles in a few rounds; an input that needs more than
+    ``max_rounds`` (a very deep nesting) is finished by the sparse-table method.
+    """
+    n = len(e)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    p = np.arange(-1, n - 1, dtype=np.int64)
+    todo = np.flatnonzero(p >= 0)
+    todo = todo[e[p[todo]] < e[todo]]
+    rounds = 0
+    while len(todo):
+        if rounds == max_rounds:
+            return _prev_greater_equal_table(e)
+        p[todo] = p[p[todo]]
+        todo = todo[p[todo] >= 0]
+        todo = todo[e[p[todo]] < e[todo]]
+        rounds += 1
+    return p
+
+
+def _prev_greater_equal_table(e: np.ndarray) -> np.ndarray:
+    """``prev_greater_equal`` by a sparse table of running maxima and binary lifting (O(n log n))."""
     n = len(e)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
@@ -60,14 +87,9 @@ def nest_parents(df: pl.DataFrame) -> pl.Series:
     ).sort(["pid", "tid", "start_ns", "_end", "_pos"], descending=[False, False, False, True, False])
     # One thread after another: make ends comparable only within a thread by processing per thread
     # boundary. Threads are few, so a loop over threads (not events) is fine.
-    thread_key = s.select((pl.col("pid").cast(pl.String) + ":" + pl.col("tid").cast(pl.String)).alias("k"))[
-        "k"
-    ]
-    bounds = (
-        np.flatnonzero(np.r_[True, thread_key[1:].to_numpy() != thread_key[:-1].to_numpy(), True])
-        if n > 1
-        else np.array([0, 1])
-    )
+    pid = s["pid"].to_numpy()
+    tid = s["tid"].to_numpy()
+    bounds = np.flatnonzero(np.r_[True, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1]), True])
     ends = s["_end"].to_numpy()
     ids = s["id"].to_numpy()
     parent_sorted = np.full(n, -1, dtype=np.int64)
