@@ -48,7 +48,7 @@ def _attach(ev: pl.DataFrame, narrow: pl.DataFrame, cols: list[str]) -> pl.DataF
 
 def cpu_tree(ev: pl.DataFrame) -> pl.DataFrame:
     """Add ``parent`` to CPU rows by time nesting (GPU rows get null)."""
-    cpu = ev.filter(~pl.col("on_gpu")).select("id", "pid", "tid", "start_ns", "dur_ns")
+    cpu = ev.lazy().filter(~pl.col("on_gpu")).select("id", "pid", "tid", "start_ns", "dur_ns").collect()
     par = nest_parents(cpu)
     return _attach(ev, pl.DataFrame({"id": cpu["id"], "parent": par}), ["parent"])
 
@@ -56,16 +56,20 @@ def cpu_tree(ev: pl.DataFrame) -> pl.DataFrame:
 def link_gpu(ev: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
     """Add ``launch_id`` (and a helper ``_rt_id``) to GPU rows by runtime correlation."""
     gpu_kinds = ["kernel", "memcpy", "memset"]
+    # lazy: only the columns selected are gathered by the filters (eager filters copy every column)
     rt = (
-        ev.filter(
+        ev.lazy()
+        .filter(
             (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null() & (pl.col("correlation") != 0)
         )
         .select("correlation", pl.col("id").alias("_rt_id"), pl.col("parent").alias("_rt_parent"))
         .unique(subset="correlation", keep="first", maintain_order=True)
+        .collect()
     )
     # Fallback: External id -> CPU op / annotation with that External id.
     ext = (
-        ev.filter(
+        ev.lazy()
+        .filter(
             ~pl.col("on_gpu")
             & pl.col("external_id").is_not_null()
             & pl.col("kind").is_in(["cpu_op", "annotation"])
@@ -73,10 +77,12 @@ def link_gpu(ev: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
         .sort("start_ns")
         .select("external_id", pl.col("id").alias("_ext_id"))
         .unique(subset="external_id", keep="first", maintain_order=True)
+        .collect()
     )
     gpu = (
-        ev.filter(pl.col("on_gpu"))
-        .select("id", "kind", "correlation", "external_id")
+        ev.select("id", "kind", "correlation", "external_id", "on_gpu")
+        .filter(pl.col("on_gpu"))
+        .drop("on_gpu")
         .join(rt, on="correlation", how="left", maintain_order="left")
         .join(ext, on="external_id", how="left", maintain_order="left")
         .with_columns(
@@ -166,10 +172,10 @@ def annotate_collectives(
     tree = _Tree(ids, parents, ev["name"])
     kinds = ev["kind"]
     name_s = ev["name"]
-    cand = ev.filter(
+    cand = ev.select("id", "name", "kind", "on_gpu", "start_ns", "_rt_id", "tid").filter(
         ((kinds == "kernel") & name_s.str.contains(r"(?i)nccl|rccl|msccl"))
         | (~pl.col("on_gpu") & name_s.str.starts_with("gloo:"))
-    ).select("id", "name", "kind", "on_gpu", "start_ns", "_rt_id", "tid")
+    )
 
     def node_io(i: int) -> IO:
         if i in io:
@@ -205,7 +211,11 @@ def annotate_collectives(
                     gloo_c10d[gid] = a
                     inline.add(a)
                     break
-        c10d = ev.filter(~pl.col("on_gpu") & pl.col("name").str.starts_with("c10d::")).sort("start_ns")
+        c10d = (
+            ev.select("id", "name", "on_gpu", "start_ns")
+            .filter(~pl.col("on_gpu") & pl.col("name").str.starts_with("c10d::"))
+            .sort("start_ns")
+        )
         c10d_all = [
             (i, C.coll_type_of(n))
             for i, n in zip(c10d["id"].to_list(), c10d["name"].to_list(), strict=True)
@@ -229,7 +239,7 @@ def annotate_collectives(
 
     c10d_ids = set(gloo_c10d.values())
     c10d_start = (
-        dict(ev.filter(pl.col("id").is_in(list(c10d_ids))).select("id", "start_ns").iter_rows())
+        dict(ev.select("id", "start_ns").filter(pl.col("id").is_in(list(c10d_ids))).iter_rows())
         if c10d_ids
         else {}
     )
@@ -413,7 +423,7 @@ def annotate_collectives(
 
 def meta_from_profile(prof: KinetoProfile, ev: pl.DataFrame, pgs: dict[str, dict[str, Any]]) -> TraceMeta:
     dev_idx = None
-    gpu_dev = ev.filter(pl.col("kind") == "kernel")["device"].drop_nulls()
+    gpu_dev = ev["device"].filter(ev["kind"] == "kernel").drop_nulls()
     if gpu_dev.len():
         dev_idx = int(gpu_dev.mode().sort()[0])
     model = None
@@ -447,6 +457,7 @@ def meta_from_profile(prof: KinetoProfile, ev: pl.DataFrame, pgs: dict[str, dict
 
 
 def _deps(nodes: pl.DataFrame) -> pl.DataFrame:
+    nodes = nodes.select("id", "parent", "launch_id")  # filters below gather only these
     ctrl_parent = nodes.filter(pl.col("parent").is_not_null()).select(
         pl.col("id").alias("node"), pl.col("parent").alias("dep"), pl.lit("ctrl").alias("kind")
     )
