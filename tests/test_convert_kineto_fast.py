@@ -72,3 +72,21 @@ def test_bad_event_in_a_plain_file_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError) as ei:
         read_kineto(p)
     assert "malformed Kineto event" in ei.value.one_line()
+
+
+def test_unlisted_phases_fall_back_to_the_general_decode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    x = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 3, "tid": 4, "ts": 10.125, "dur": 1.5}
+    odd = [
+        {"name": "no phase", "ts": 1},
+        {"ph": "Q", "name": "made-up phase"},
+        {"ph": 7, "name": "numeric phase"},
+    ]
+    evs = [x, *odd, dict(x, ts=20.5), {"ph": "s", "id": 1, "ts": 1}]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": evs}))
+    monkeypatch.setattr(kineto, "BATCH", 2)  # batches with and without an odd event
+    fast = read_kineto(p)
+    _same(fast, parse_kineto(load_json(p), p))
+    assert fast.events.height == 2

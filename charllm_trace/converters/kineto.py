@@ -285,6 +285,52 @@ _Event = msgspec.defstruct(  # type: ignore[misc]
 )
 
 
+# Fast decode: events tagged by ``ph``; only complete events ("X") keep fields, every other phase
+# is skipped without building Python objects. A batch with anything else (an unlisted phase, an
+# event without ``ph``, a non-string ``ph``) is decoded again with the general ``_Event``.
+_PHASES = (
+    "B",
+    "E",
+    "i",
+    "I",
+    "C",
+    "b",
+    "n",
+    "e",
+    "s",
+    "t",
+    "f",
+    "P",
+    "O",
+    "N",
+    "D",
+    "M",
+    "R",
+    "T",
+    "p",
+    "S",
+    "F",
+)
+_XEvent = msgspec.defstruct(  # type: ignore[misc]
+    "_XEvent",
+    [
+        ("cat", Any, None),
+        ("name", Any, None),
+        ("pid", Any, None),
+        ("tid", Any, None),
+        ("ts", Any, None),
+        ("dur", Any, None),
+        ("args", _Args | None, None),
+    ],
+    gc=False,
+    tag_field="ph",
+    tag="X",
+)
+_FAST_EVENT: Any = _XEvent
+for _ph in _PHASES:
+    _FAST_EVENT = _FAST_EVENT | msgspec.defstruct(f"_Skip{ord(_ph)}", [], gc=False, tag_field="ph", tag=_ph)
+
+
 class _Top(msgspec.Struct):
     traceEvents: list[msgspec.Raw] | None = None  # noqa: N815 - the JSON key
     nodes: msgspec.Raw = msgspec.Raw()
@@ -466,6 +512,7 @@ def _read_events(
     top: _Top,
 ) -> KinetoProfile:
     dec = msgspec.json.Decoder(list[_Event])
+    fast = msgspec.json.Decoder(list[_FAST_EVENT])
     cols: dict[str, list[Any]] = {
         k: []
         for k in ("name", "cat", "pid", "tid", "device", "stream", "correlation", "external_id", "rf_id")
@@ -475,14 +522,19 @@ def _read_events(
     comm_args: dict[int, dict[str, Any]] = {}
     row0 = 0
     for _, start, end in spans:
+        data = b"".join((b"[", view[start:end], b"]"))
         try:
-            evs = dec.decode(b"".join((b"[", view[start:end], b"]")))
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise InputError(path, f"malformed Kineto event: {str(exc).splitlines()[0]}") from None
+            evs = fast.decode(data)
+            xs = [e for e in evs if e.__class__ is _XEvent and e.cat not in _SKIP_SPELLINGS]
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            try:
+                evs = dec.decode(data)
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                raise InputError(path, f"malformed Kineto event: {str(exc).splitlines()[0]}") from None
+            xs = [e for e in evs if e.ph == "X" and e.cat not in _SKIP_SPELLINGS]
+        del evs, data
         if m is not None:
             _drop_pages(m, start, end)
-        xs = [e for e in evs if e.ph == "X" and e.cat not in _SKIP_SPELLINGS]
-        del evs
         name_s = _str_series(list(map(_get["name"], xs)))
         cat_s = _str_series(list(map(_get["cat"], xs))).str.to_lowercase()
         if cat_s.is_in(list(SKIP_CATEGORIES)).any():  # odd spellings of "Trace"
