@@ -568,27 +568,34 @@ def _read_events(
         del xs, args
     base = top.baseTimeNanoseconds
     base_ns = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 0
-    cat_all = pl.concat(cols.pop("cat"), rechunk=False) if cols["name"] else pl.Series([], dtype=pl.String)
-    kind_map = pl.DataFrame(
-        {
-            "cat": list(CATEGORY_KIND),
-            "kind": [k for k, _ in CATEGORY_KIND.values()],
-            "on_gpu": [g for _, g in CATEGORY_KIND.values()],
-        }
-    )
 
     def cat_col(key: str, dtype: pl.DataType) -> pl.Series:
+        # one contiguous column at a time, the batch parts freed as it goes
         parts = cols.pop(key)
-        return pl.concat(parts, rechunk=False) if parts else pl.Series([], dtype=dtype)
+        return pl.concat(parts, rechunk=True) if parts else pl.Series([], dtype=dtype)
 
+    cat_all = cat_col("cat", pl.String)
     n = cat_all.len()
     ts = np.concatenate(ts_parts) if ts_parts else np.zeros(0, dtype=np.int64)
     dur = np.concatenate(dur_parts) if dur_parts else np.zeros(0, dtype=np.int64)
+    del ts_parts, dur_parts
     events = pl.DataFrame(
         {
             "row": pl.Series(np.arange(n, dtype=np.int64)),
             "name": cat_col("name", pl.String),
             "cat": cat_all,
+            "kind": cat_all.replace_strict(
+                list(CATEGORY_KIND),
+                [k for k, _ in CATEGORY_KIND.values()],
+                default="other",
+                return_dtype=pl.String,
+            ),
+            "on_gpu": cat_all.replace_strict(
+                list(CATEGORY_KIND),
+                [g for _, g in CATEGORY_KIND.values()],
+                default=False,
+                return_dtype=pl.Boolean,
+            ),
             "pid": cat_col("pid", pl.Int64),
             "tid": cat_col("tid", pl.Int64),
             "device": cat_col("device", pl.Int64).cast(pl.Int32),
@@ -599,26 +606,6 @@ def _read_events(
             "external_id": cat_col("external_id", pl.Int64),
             "rf_id": cat_col("rf_id", pl.Int64),
         }
-    )
-    events = (
-        events.join(kind_map, on="cat", how="left", maintain_order="left")
-        .with_columns(pl.col("kind").fill_null("other"), pl.col("on_gpu").fill_null(False))
-        .select(
-            "row",
-            "name",
-            "cat",
-            "kind",
-            "on_gpu",
-            "pid",
-            "tid",
-            "device",
-            "stream",
-            "start_ns",
-            "dur_ns",
-            "correlation",
-            "external_id",
-            "rf_id",
-        )
     )
     events = _gpu_columns(events)
     doc_meta = {
