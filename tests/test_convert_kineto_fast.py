@@ -90,3 +90,17 @@ def test_unlisted_phases_fall_back_to_the_general_decode(
     fast = read_kineto(p)
     _same(fast, parse_kineto(load_json(p), p))
     assert fast.events.height == 2
+
+
+def test_missing_or_odd_times_match_the_plain_reader(tmp_path: Path) -> None:
+    evs = [
+        {"ph": "X", "cat": "cpu_op", "name": "no dur", "pid": 1, "tid": 1, "ts": 5.5},
+        {"ph": "X", "cat": "cpu_op", "name": "no ts", "pid": 1, "tid": 1, "dur": 2},
+        {"ph": "X", "cat": "cpu_op", "name": "null ts", "pid": 1, "tid": 1, "ts": None, "dur": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "int", "pid": "7", "tid": "0x10", "ts": 3, "dur": 0},
+    ]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": evs}))
+    fast = read_kineto(p)
+    _same(fast, parse_kineto(load_json(p), p))
+    assert fast.events["dur_ns"].to_list() == [0, 2000, 1000, 0]

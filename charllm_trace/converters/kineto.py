@@ -393,6 +393,8 @@ def _us_col(xs: list[Any], key: str) -> np.ndarray:
     try:
         a = np.fromiter(map(_get[key], xs), dtype=np.float64, count=len(xs))
     except (TypeError, ValueError):
+        a = None
+    if a is None or np.isnan(a).any():  # a missing value (None, read as NaN here) is 0 in us_to_ns
         return us_to_ns([getattr(e, key) for e in xs])
     ip = np.floor(a)
     return ip.astype(np.int64) * 1000 + np.rint((a - ip) * 1000.0).astype(np.int64)
@@ -427,7 +429,8 @@ def _open_input(path: str | os.PathLike[str]) -> tuple[Any, Any]:
             head = fh.read(2)
             if head and head != b"\x1f\x8b" and hasattr(mmap, "MADV_DONTNEED"):
                 try:
-                    m = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                    # copy-on-write: the two bytes around each batch are overwritten (see _read_events)
+                    m = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
                 except (OSError, ValueError):
                     m = None
                 if m is not None:
@@ -497,8 +500,6 @@ def _read_kineto(path: str | os.PathLike[str], buf: Any, m: Any) -> KinetoProfil
     spans = _batch_spans(raws, buf)
     del raws
     top.traceEvents = None  # the Raw views go: only the batch offsets remain
-    if m is not None:
-        _drop_pages(m, 0, len(m))
     with memoryview(buf) as view:
         return _read_events(path, view, m, spans, n_raw, top)
 
@@ -522,7 +523,14 @@ def _read_events(
     comm_args: dict[int, dict[str, Any]] = {}
     row0 = 0
     for _, start, end in spans:
-        data = b"".join((b"[", view[start:end], b"]"))
+        if m is not None:
+            # The bytes just outside a batch are separators (",", whitespace, "[" or "]"): make them
+            # "[" and "]" in this private copy of the page and decode the events where they lie.
+            m[start - 1] = 0x5B
+            m[end] = 0x5D
+            data = view[start - 1 : end + 1]
+        else:
+            data = b"".join((b"[", view[start:end], b"]"))
         try:
             evs = fast.decode(data)
             xs = [e for e in evs if e.__class__ is _XEvent and e.cat not in _SKIP_SPELLINGS]
@@ -532,9 +540,7 @@ def _read_events(
             except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                 raise InputError(path, f"malformed Kineto event: {str(exc).splitlines()[0]}") from None
             xs = [e for e in evs if e.ph == "X" and e.cat not in _SKIP_SPELLINGS]
-        del evs, data
-        if m is not None:
-            _drop_pages(m, start, end)
+        del evs
         name_s = _str_series(list(map(_get["name"], xs)))
         cat_s = _str_series(list(map(_get["cat"], xs))).str.to_lowercase()
         if cat_s.is_in(list(SKIP_CATEGORIES)).any():  # odd spellings of "Trace"
@@ -555,17 +561,13 @@ def _read_events(
             dur_parts.append(_us_col(xs, "dur"))
         except (TypeError, ValueError) as exc:
             raise InputError(path, f"Kineto event with a non-numeric ts/dur ({exc})") from None
-        for i in _comm_candidates(name_s, cat_s).to_list():
-            a = args[i]
-            d = {}
-            if a is not _NO_ARGS:
-                for f, key in _COMM_FIELDS.items():
-                    v = getattr(a, f)
-                    if len(v):
-                        d[key] = msgspec.json.decode(v)
-            comm_args[row0 + i] = d
+        _decode_comm_args(args, _comm_candidates(name_s, cat_s).to_list(), row0, comm_args)
         row0 += len(xs)
-        del xs, args
+        del xs, args  # the comm args' Raw values may be views of ``data``: gone now
+        if m is not None:
+            data.release()
+            _drop_pages(m, start, end)
+        del data
     base = top.baseTimeNanoseconds
     base_ns = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 0
 
@@ -616,6 +618,19 @@ def _read_events(
         "traceName": top.traceName,
     }
     return _profile(path, events, comm_args, base_ns, doc_meta, n_raw)
+
+
+def _decode_comm_args(args: list[Any], rows: list[int], row0: int, out: dict[int, dict[str, Any]]) -> None:
+    """Decode the raw comm args of the candidate ``rows`` of a batch into ``out`` (keyed by table row)."""
+    for i in rows:
+        a = args[i]
+        d = {}
+        if a is not _NO_ARGS:
+            for f, key in _COMM_FIELDS.items():
+                v = getattr(a, f)
+                if len(v):
+                    d[key] = msgspec.json.decode(v)
+        out[row0 + i] = d
 
 
 def _int_series(values: list[Any]) -> pl.Series:
