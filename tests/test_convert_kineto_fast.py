@@ -104,3 +104,23 @@ def test_missing_or_odd_times_match_the_plain_reader(tmp_path: Path) -> None:
     fast = read_kineto(p)
     _same(fast, parse_kineto(load_json(p), p))
     assert fast.events["dur_ns"].to_list() == [0, 2000, 1000, 0]
+
+
+def test_comm_candidates_equal_may_be_comm_on_odd_names() -> None:
+    import polars as pl
+
+    names = ["ncclKernel_AllReduce", "NCCL:all_reduce", "Gloo:send", "c10D::allreduce_", "record_param_comms",
+             "Record_Param_Comms", "mſccl", "MPI:x", "ucc:y", "aten::mm", "İmpi:", "xrcclx", "msccl_k", ""]  # fmt: skip
+    cats = ["kernel", "cpu_op", "user_annotation", "Kernel", "weird", "python_function", "gpu_memcpy"]
+    rows = [(n, c) for n in names for c in cats]
+    name_s = pl.Series([n for n, _ in rows])
+    cat_s = kineto._lower(pl.Series([c for _, c in rows]))
+    got = kineto._comm_candidates(name_s, cat_s).to_list()
+    want = [
+        i
+        for i, (n, c) in enumerate(rows)
+        if kineto.may_be_comm(n, kineto.CATEGORY_KIND.get(c.lower(), ("other", False))[0])
+        and kineto.CATEGORY_KIND.get(c.lower(), ("other", False))[0]
+        in ("kernel", "cpu_op", "annotation", "other")
+    ]
+    assert got == want and len(want) > 10

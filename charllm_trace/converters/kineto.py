@@ -355,15 +355,37 @@ def _str_series(values: list[Any]) -> pl.Series:
         return pl.Series(["" if v is None else str(v) for v in values], dtype=pl.String)
 
 
+#: Case-insensitive superset of what ``may_be_comm`` looks for (an ASCII letter in the lower-cased
+#: name comes from that letter in either case), so only these rows need the exact test.
+_COMM_HINT = r"(?i)nccl|rccl|msccl|record_param_comms|c10d::|gloo:|mpi:|ucc:"
+
+
 def _comm_candidates(name_s: pl.Series, cat_s: pl.Series) -> pl.Series:
     """Positions of the events ``may_be_comm`` accepts, computed on whole columns."""
+    pre = name_s.str.contains(_COMM_HINT).arg_true()
+    if pre.len() == 0:
+        return pre
+    return pre.gather(_comm_hits(name_s.gather(pre), cat_s.gather(pre)))
+
+
+def _lower(s: pl.Series) -> pl.Series:
+    """``s.str.to_lowercase()``, lower-casing only the distinct values (categories repeat a lot)."""
+    u = s.unique()
+    lu = u.str.to_lowercase()
+    changed = u.ne_missing(lu)
+    if not changed.any():
+        return s
+    return s.replace(u.filter(changed), lu.filter(changed))
+
+
+def _comm_hits(name_s: pl.Series, cat_s: pl.Series) -> pl.Series:
     lname = name_s.str.to_lowercase()
     known = cat_s.is_in(list(CATEGORY_KIND))
     kernel = cat_s == "kernel"
     cpu_like = cat_s.is_in(_CPU_KINDS) | ~known  # cpu_op, annotation, or an unknown category ("other")
     hit = (kernel & lname.str.contains("nccl|rccl|msccl")) | (
         cpu_like
-        & ((name_s == "record_param_comms") | lname.str.contains(r"^(?:c10d::|nccl:|gloo:|rccl:|mpi:|ucc:)"))
+        & ((lname == "record_param_comms") | lname.str.contains(r"^(?:c10d::|nccl:|gloo:|rccl:|mpi:|ucc:)"))
     )
     return hit.arg_true()
 
@@ -542,7 +564,7 @@ def _read_events(
             xs = [e for e in evs if e.ph == "X" and e.cat not in _SKIP_SPELLINGS]
         del evs
         name_s = _str_series(list(map(_get["name"], xs)))
-        cat_s = _str_series(list(map(_get["cat"], xs))).str.to_lowercase()
+        cat_s = _lower(_str_series(list(map(_get["cat"], xs))))
         if cat_s.is_in(list(SKIP_CATEGORIES)).any():  # odd spellings of "Trace"
             keep = ~cat_s.is_in(list(SKIP_CATEGORIES))
             xs = [e for e, k in zip(xs, keep, strict=True) if k]
