@@ -12,7 +12,10 @@ parent, peak RSS by the child's ``getrusage``; a watchdog kills a child above
 - ours-et (optional): the same analyses on the Chakra ET that ``charllm-trace convert``
   wrote from that Kineto file (the conversion is timed and printed as a one-off);
 - HTA: ``TraceAnalysis(trace_dir=...)`` (load) + ``get_comm_comp_overlap`` +
-  ``get_temporal_breakdown``.
+  ``get_temporal_breakdown``;
+- ours-lowmem (optional): "ours" with polars' allocator (jemalloc) told to hand freed pages
+  back to the system after 200 ms instead of its default 10 s (``_RJEM_MALLOC_CONF``, see
+  ``LOWMEM_ENV``); the same code, only the peak RSS differs.
 
 Usage::
 
@@ -48,6 +51,8 @@ SOURCE = (
 )
 ID_ARGS = ("correlation", "External id", "Record function id", "Ev Idx")
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+#: jemalloc settings for the ours-lowmem run (polars' allocator reads them when it loads)
+LOWMEM_ENV = {"_RJEM_MALLOC_CONF": "background_thread:true,dirty_decay_ms:200,muzzy_decay_ms:0"}
 
 
 def make_trace(reps: int, out: Path) -> int:
@@ -163,6 +168,7 @@ def run_child(tool: str, path: Path, timeout: float, mem_limit_gib: float) -> di
     t = time.perf_counter()
     p = subprocess.Popen(
         [sys.executable, __file__, "--child", tool, str(path)],
+        env={**os.environ, **LOWMEM_ENV} if tool == "ours-lowmem" else None,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -208,7 +214,9 @@ def run_child(tool: str, path: Path, timeout: float, mem_limit_gib: float) -> di
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", default="25", help="comma-separated repetition counts (25 -> ~1.0 M events)")
-    ap.add_argument("--tools", default="ours,hta", help="ours, hta, ours-et (convert once, analyse the ET)")
+    ap.add_argument(
+        "--tools", default="ours,hta", help="ours, hta, ours-et (convert once, analyse the ET), ours-lowmem"
+    )
     ap.add_argument("--hta-timeout", type=float, default=1200.0)
     ap.add_argument("--mem-limit-gib", type=float, default=6.0)
     ap.add_argument("--workdir", default=None)
@@ -247,21 +255,25 @@ def main() -> None:
                 results[tool] = r
                 if r["ok"]:
                     print(
-                        f"{tool:7s} events={n:>9,} wall={r['wall_s']:7.2f}s load={r['load_s']:7.2f}s "
+                        f"{tool:11s} events={n:>9,} wall={r['wall_s']:7.2f}s load={r['load_s']:7.2f}s "
                         f"analyze={r['analyze_s']:6.2f}s peak_rss={r['peak_rss_mib']:7.0f}MiB "
                         f"(after load {r['peak_rss_after_load_mib']:.0f}MiB) "
                         f"overlap={r['overlap_pct']:.2f}%",
                         flush=True,
                     )
                 else:
-                    print(f"{tool:7s} events={n:>9,} FAILED after {r['wall_s']:.1f}s: {r['why']}", flush=True)
-            o, h = results.get("ours"), results.get("hta")
-            if o and h and o["ok"] and h["ok"]:
-                print(
-                    f"ratio events={n:,}: HTA/ours wall {h['wall_s'] / o['wall_s']:.1f}x, "
-                    f"ours/HTA peak RSS {o['peak_rss_mib'] / h['peak_rss_mib']:.2f}",
-                    flush=True,
-                )
+                    print(
+                        f"{tool:11s} events={n:>9,} FAILED after {r['wall_s']:.1f}s: {r['why']}", flush=True
+                    )
+            h = results.get("hta")
+            for name in ("ours", "ours-lowmem"):
+                o = results.get(name)
+                if o and h and o["ok"] and h["ok"]:
+                    print(
+                        f"ratio events={n:,}: HTA/{name} wall {h['wall_s'] / o['wall_s']:.1f}x, "
+                        f"{name}/HTA peak RSS {o['peak_rss_mib'] / h['peak_rss_mib']:.2f}",
+                        flush=True,
+                    )
             path.unlink()
     finally:
         if a.workdir is None:
