@@ -233,6 +233,7 @@ def main() -> None:
         for reps in [int(x) for x in a.reps.split(",")]:
             path = work / f"a100x{reps}.json"
             n = make_trace(reps, path)
+            os.sync()  # the file's write-back must not overlap the first tool's timed run
             mb = path.stat().st_size / 1e6
             print(f"# {reps} copies: {n:,} events, {mb:.0f} MB JSON", flush=True)
             results = {}
