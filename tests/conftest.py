@@ -42,3 +42,15 @@ def _torch_available() -> bool:
 
 
 HAVE_TORCH = _torch_available()
+
+
+# Hypothesis: no per-example deadline (a loaded 2-core CI machine is slow, not wrong); under CI the
+# examples are derandomized so a run is reproducible. Locally the random search goes on.
+try:
+    from hypothesis import settings as _hsettings
+
+    _hsettings.register_profile("charllm", deadline=None)
+    _hsettings.register_profile("charllm-ci", deadline=None, derandomize=True, print_blob=True)
+    _hsettings.load_profile("charllm-ci" if os.environ.get("CI") else "charllm")
+except ImportError:  # hypothesis is a dev dependency
+    pass
