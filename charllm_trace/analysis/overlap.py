@@ -249,36 +249,9 @@ def overlap(
 
     # per process group and per dimension: that group's comm against all compute
     pg_all = np.concatenate([act["pg_name"].to_numpy(), act["pg_name"].to_numpy()[in_step]])
-    per_group = _group_rows(
-        rank,
-        slot_step,
-        nslots,
-        big,
-        s_all,
-        e_all,
-        k_all,
-        is_comm,
-        is_comp,
-        pg_all,
-        group_dims,
-        trace,
-        by_dim=False,
-    )
-    per_dim = _group_rows(
-        rank,
-        slot_step,
-        nslots,
-        big,
-        s_all,
-        e_all,
-        k_all,
-        is_comm,
-        is_comp,
-        pg_all,
-        group_dims,
-        trace,
-        by_dim=True,
-    )
+    group_args = (rank, slot_step, nslots, big, s_all, e_all, k_all, is_comm, is_comp, pg_all, group_dims, trace)
+    per_group = _group_rows(*group_args, by_dim=False)
+    per_dim = _group_rows(*group_args, by_dim=True)
     if mode == "gpu" and is_comm.any() and not any(p is not None for p in pg_all[is_comm]):
         notes.append("communication kernels carry no process group: per-group overlap not computed")
     return OverlapResult(per_rank, per_group, per_dim, mode, hta_compat, simulated, notes)
