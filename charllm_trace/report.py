@@ -17,9 +17,9 @@ import polars as pl
 
 from charllm_trace.analysis import intervals as iv
 from charllm_trace.analysis.classify import classify
-from charllm_trace.analysis.energy import IDLE
+from charllm_trace.analysis.energy import IDLE, trace_devices
 from charllm_trace.analysis.overlap import GPU_BUSY
-from charllm_trace.analysis.power import SLOWDOWN_MASK, THROTTLE_REASONS
+from charllm_trace.analysis.power import SLOWDOWN_MASK, THROTTLE_REASONS, is_amd
 from charllm_trace.analysis.results import RunAnalysis
 from charllm_trace.model import Run, Trace
 
@@ -113,21 +113,6 @@ def _throttle_spans(t: np.ndarray, mask: np.ndarray, amd: bool) -> list[tuple[in
     return out
 
 
-def _is_amd(trace: Trace) -> bool:
-    m = (trace.meta.device_model or "").lower()
-    return "amd" in m or "instinct" in m or m.startswith("mi")
-
-
-def _devices_of(trace: Trace) -> list[int]:
-    tel = trace.telemetry
-    if tel.height == 0:
-        return []
-    devs = sorted(int(d) for d in tel["device"].drop_nulls().unique().to_list())
-    if trace.meta.device_index is not None and trace.meta.device_index in devs:
-        return [trace.meta.device_index]
-    return devs
-
-
 def report_data(run: Run, an: RunAnalysis, title: str | None = None) -> ReportData:
     """The frames and series the report draws, from ``run`` and its analyses."""
     data = ReportData(
@@ -153,7 +138,7 @@ def report_data(run: Run, an: RunAnalysis, title: str | None = None) -> ReportDa
     # telemetry: power over each rank's lane, and per-device charts
     for r in run.ranks:
         tr = run.traces[r]
-        for dev in _devices_of(tr):
+        for dev in trace_devices(tr):
             smp = tr.telemetry.filter(pl.col("device") == dev).sort("time_ns")
             t = smp["time_ns"].to_numpy().astype(np.int64)
             pw = smp["power_w"].cast(pl.Float64).fill_null(np.nan).to_numpy()
@@ -164,7 +149,7 @@ def report_data(run: Run, an: RunAnalysis, title: str | None = None) -> ReportDa
                 spans = _throttle_spans(
                     th["time_ns"].to_numpy().astype(np.int64),
                     th["throttle_reasons"].to_numpy().astype(np.int64),
-                    _is_amd(tr),
+                    is_amd(tr),
                 )
                 data.devices.append(
                     DeviceSeries(

@@ -52,7 +52,7 @@ SLOWDOWN_MASK = 0x0004 | 0x0008 | 0x0020 | 0x0040 | 0x0080
 OUTLIER_MADS = 3.0
 
 
-def _is_amd(trace: Trace) -> bool:
+def is_amd(trace: Trace) -> bool:
     m = (trace.meta.device_model or "").lower()
     return "amd" in m or "instinct" in m or m.startswith("mi")
 
@@ -67,7 +67,7 @@ def _reason_names(trace: Trace, masks: np.ndarray) -> dict[int, str]:
         if present & bit:
             out[bit] = (
                 f"amd_bit_{bit.bit_length() - 1}"
-                if _is_amd(trace)
+                if is_amd(trace)
                 else THROTTLE_REASONS.get(bit, f"bit_{bit.bit_length() - 1}")
             )
         bit <<= 1
@@ -186,7 +186,7 @@ def power(trace: Trace, *, per_step: bool = True) -> PowerResult:
                                 "time_ns": int(m[k]),
                             }
                         )
-            slow = SLOWDOWN_MASK if not _is_amd(trace) else ~0
+            slow = SLOWDOWN_MASK if not is_amd(trace) else ~0
             throttled = _held_measure(tt, (mask & slow) != 0, w0, w1)
         # steps with no overlap with the telemetry window: nothing measured
         empty = dur <= 0
@@ -242,7 +242,7 @@ def power(trace: Trace, *, per_step: bool = True) -> PowerResult:
             outside = (steps["end_ns"] <= t[0]) | (steps["start_ns"] >= t[-1])
             if outside.any():
                 notes.append(f"device {dev}: {int(outside.sum())} steps fall outside the telemetry window")
-    if _is_amd(trace):
+    if is_amd(trace):
         notes.append("AMD throttle status bits are reported by number (no portable bit table)")
     per = pl.concat(rows) if rows else frame({}, POWER_SCHEMA)
     thr = frame(throttle_rows, THROTTLE_SCHEMA) if throttle_rows else frame({}, THROTTLE_SCHEMA)
