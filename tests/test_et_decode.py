@@ -1,0 +1,196 @@
+"""Decoder details the round-trip tests do not reach: strict UTF-8 checking of every text field
+(where the bytes are invalid, which field is named), text around the fast-path boundaries, and
+dependency columns; always with the C scanner, the numpy decoder and the protobuf reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from chakra.schema.protobuf import et_def_pb2 as pb
+from chakra.src.third_party.utils.protolib import encodeMessage
+
+from charllm_trace.errors import InputError
+from charllm_trace.et import _native
+from charllm_trace.et.reader import decode_et_reference, read_et
+from charllm_trace.model import DEP_SCHEMA
+
+
+@pytest.fixture(params=["c", "numpy"])
+def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    if request.param == "numpy":
+        monkeypatch.setenv("CHARLLM_TRACE_NATIVE", "0")
+    _native.reset()
+    if request.param == "c" and _native.lib() is None:
+        pytest.skip("no C compiler here: the C scanner is not available")
+    yield request.param
+    monkeypatch.undo()
+    _native.reset()
+
+
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _field(num: int, payload: bytes) -> bytes:
+    return _varint(num << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _node(
+    nid: int, name: bytes = b"op", io: tuple[bytes, ...] | None = None, attr: bytes | None = None
+) -> bytes:
+    """A Node message written by hand, so that its text fields can hold any bytes."""
+    msg = _varint(1 << 3) + _varint(nid) + _field(2, name) + _varint(3 << 3) + _varint(pb.COMP_NODE)
+    if io is not None:
+        msg += _field(8, _field(1, io[0]) + _field(2, io[1]) + _field(3, io[2]))
+        msg += _field(9, _field(1, io[3]) + _field(2, io[4]) + _field(3, io[5]))
+    if attr is not None:
+        msg += _field(10, attr)
+    return msg
+
+
+def _attr(name: bytes, value: bytes) -> bytes:
+    return _field(1, name) + _field(29, value)  # AttributeProto: name, string_val
+
+
+def _write(path: Path, nodes: list[bytes]) -> Path:
+    with open(path, "wb") as f:
+        encodeMessage(f, pb.GlobalMetadata(version="0.0.4"))
+        for m in nodes:
+            f.write(_varint(len(m)) + m)
+    return path
+
+
+IO_FIELDS = [
+    "inputs.values",
+    "inputs.shapes",
+    "inputs.types",
+    "outputs.values",
+    "outputs.shapes",
+    "outputs.types",
+]
+OK_IO = (b"[1]", b"[[2, 3]]", b"['Tensor(float)']", b"[]", b"[[]]", b"['Int']")
+
+
+def _bad_at(place: str, bad: bytes) -> bytes:
+    """One node whose text at ``place`` is ``bad`` (all other text is valid)."""
+    io = list(OK_IO)
+    name, attr = b"aten::mm", _attr(b"op_schema", b"aten::mm(Tensor self) -> Tensor")
+    if place == "name":
+        name = bad
+    elif place in IO_FIELDS:
+        io[IO_FIELDS.index(place)] = bad
+    elif place == "attribute value":
+        attr = _attr(b"op_schema", bad)
+    elif place == "attribute name":
+        attr = _attr(bad, b"x")
+    return _node(5, name, tuple(io), attr)
+
+
+# every kind of invalid sequence the strict (RFC 3629) check must refuse, at different offsets
+INVALID = [
+    b"\xff",
+    b"\xc0\x80",  # overlong NUL
+    b"\xe0\x80\xaf",  # overlong
+    b"\xed\xa0\x80",  # a surrogate
+    b"\xf4\x90\x80\x80",  # beyond U+10FFFF
+    b"\xf8\x88\x80\x80\x80",
+    b"\x80",  # a continuation byte first
+    b"\xe2\x82",  # cut by the end of the string
+]
+
+
+@pytest.mark.parametrize("place", ["name", *IO_FIELDS, "attribute value", "attribute name"])
+def test_invalid_utf8_is_refused_and_placed(tmp_path: Path, decoder: str, place: str) -> None:
+    for k, seq in enumerate(INVALID):
+        for prefix in (b"", b"a" * 7, b"b" * 16, b"c" * 45):
+            bad = prefix + seq + (b"" if k == len(INVALID) - 1 else b"tail")
+            with pytest.raises(UnicodeDecodeError):
+                bad.decode("utf-8")
+            p = _write(tmp_path / "bad.et", [_node(1), _bad_at(place, bad), _node(9)])
+            with pytest.raises(InputError, match="UTF-8") as exc:
+                read_et(p, cache=False)
+            expected = {
+                "name": "a node name",
+                "attribute value": "an attribute value",
+                "attribute name": "an attribute name",
+            }.get(place, place)
+            assert f"{expected} is not valid UTF-8" in str(exc.value), (place, bad, str(exc.value))
+
+
+def test_the_first_field_in_column_order_is_named(tmp_path: Path, decoder: str) -> None:
+    """Several invalid fields: the report names the same one whatever the decoder or file order."""
+    late_name = _node(8, b"\xff", OK_IO)
+    early_shape = _node(2, b"ok", (b"[1]", b"\xc3", *OK_IO[2:]))
+    early_value = _node(3, b"ok", OK_IO, _attr(b"k", b"\xed\xa0\x80"))
+    p = _write(tmp_path / "two.et", [early_value, early_shape, late_name])
+    with pytest.raises(InputError, match="a node name is not valid UTF-8"):
+        read_et(p, cache=False)
+    p = _write(tmp_path / "three.et", [early_value, early_shape])
+    with pytest.raises(InputError, match="inputs.shapes is not valid UTF-8"):
+        read_et(p, cache=False)
+
+
+# valid text around the lengths where the checks and the views change strategy
+VALID = [
+    b"",
+    "é".encode(),
+    "✓".encode(),
+    "𝄞".encode(),  # 4 bytes
+    b"a" * 7 + "é".encode(),
+    b"a" * 11 + "é".encode(),  # 13 bytes: the first one not inline in a view
+    b"a" * 12,
+    b"a" * 13,
+    b"a" * 15 + "€".encode(),
+    b"a" * 16,
+    ("x" * 31 + "ü" + "y" * 40 + "𝄞").encode(),
+    "\u07ff\u0800\uffff\U00010000\U0010ffff".encode(),
+]
+
+
+def test_valid_text_of_every_length(tmp_path: Path, decoder: str) -> None:
+    nodes = []
+    for k, s in enumerate(VALID):
+        io = tuple(VALID[(k + j) % len(VALID)] for j in range(6))
+        nodes.append(_node(k + 1, s, io, _attr(VALID[(k + 3) % len(VALID)] or b"n", s)))
+    p = _write(tmp_path / "ok.et", nodes)
+    t = read_et(p, cache=False)
+    ref, _ = decode_et_reference(p.read_bytes(), p)
+    assert t.equals(ref)
+    assert t.nodes["name"].to_list() == [s.decode() for s in VALID]
+    shapes = t.nodes["inputs"].struct.field("shapes").to_list()
+    assert shapes == [VALID[(k + 1) % len(VALID)].decode() for k in range(len(VALID))]
+
+
+def test_dependencies_packed_and_unpacked(tmp_path: Path, decoder: str) -> None:
+    """ctrl/data dependencies as packed and as single varints (both are valid protobuf), in wire order."""
+    m = (
+        _node(1)
+        + _varint(4 << 3)
+        + _varint(7)
+        + _field(5, _varint(9) + _varint(2**40))
+        + _varint(4 << 3)
+        + _varint(8)
+    )
+    m2 = _node(2) + _field(4, b"") + _field(5, _varint(1))
+    neg = _node(3) + _field(4, _varint(2**64 - 1))  # -1 as an int64
+    p = _write(tmp_path / "deps.et", [m, m2, neg, _node(4)])
+    t = read_et(p, cache=False)
+    ref, _ = decode_et_reference(p.read_bytes(), p)
+    assert t.equals(ref)
+    assert t.deps.schema == pl.Schema(DEP_SCHEMA)
+    rows = t.deps.rows()
+    assert sorted(rows) == sorted(
+        [(1, 7, "ctrl"), (1, 9, "data"), (1, 2**40, "data"), (1, 8, "ctrl"), (2, 1, "data"), (3, -1, "ctrl")]
+    )
+    assert t.deps.filter(pl.col("kind") == "ctrl").height == 3
+    assert t.deps.filter(pl.col("kind") == "data").height == 3
