@@ -448,6 +448,11 @@ def _json_escape(s: pl.Series) -> pl.Series:
     )
 
 
+def _nulls(name: str, n: int, dtype: pl.DataType) -> pl.Series:
+    """A column of ``n`` nulls (built without a Python list)."""
+    return pl.Series(name, dtype=dtype).extend_constant(None, n)
+
+
 def _series(name: str, values: np.ndarray, present: np.ndarray | None, dtype: pl.DataType) -> pl.Series:
     s = pl.Series(name, values).cast(dtype)
     if present is not None and not present.all():
@@ -870,7 +875,7 @@ def _assign_attrs(
     def int_col(col: str, dtype: pl.DataType) -> pl.Series:
         v = cols.pop("__int_" + col, None)
         if v is None:
-            return pl.Series(col, [None] * n, dtype=dtype)
+            return _nulls(col, n, dtype)
         return _series(col, v[0], v[1], dtype)
 
     for col in ("tid", "stream", "rf_id", "comm_bytes", "peer", *cv.NODE_INT_ATTRS):
@@ -880,13 +885,13 @@ def _assign_attrs(
         cols[col] = int_col(col, pl.Int64)
     cpu = cols.pop("__int___cpu", None)
     if cpu is None:
-        cols["on_gpu"] = pl.Series("on_gpu", [None] * n, dtype=pl.Boolean)
+        cols["on_gpu"] = _nulls("on_gpu", n, pl.Boolean)
     else:
         cols["on_gpu"] = _series("on_gpu", cpu[0] == 0, cpu[1], pl.Boolean)
     ct = cols.pop("__int___comm_type", None)
     coll_names = pl.Series([cv.COMM_TYPE_TO_COLL.get(i) for i in range(max(cv.COMM_TYPE_TO_COLL) + 1)])
     if ct is None:
-        coll = pl.Series("coll_type", [None] * n, dtype=pl.String)
+        coll = _nulls("coll_type", n, pl.String)
     else:
         coll = pl.select(
             pl.when(pl.Series(ct[1]))
@@ -900,7 +905,7 @@ def _assign_attrs(
             s = strings(data, off, ln, col, col, validated=True)  # checked with the attribute values
             s = pl.select(pl.when(pl.Series(present)).then(s).otherwise(None).alias(col)).to_series()
         else:
-            s = pl.Series(col, [None] * n, dtype=pl.String)
+            s = _nulls(col, n, pl.String)
         if col == "coll_type":
             s = pl.select(pl.coalesce(s, coll).alias(col)).to_series()
         cols[col] = s
@@ -1016,7 +1021,7 @@ def _attrs_json(
     at: Attrs, rest: np.ndarray, data: np.ndarray, n: int, raw: dict[int, str], ours: bool
 ) -> pl.Series:
     rows = np.flatnonzero(rest)
-    out = pl.Series("attrs", [None] * n, dtype=pl.String)
+    out = _nulls("attrs", n, pl.String)
     if rows.size:
         # the JSON key of every attribute name, and whether its value is JSON text already
         keys: list[str] = []
