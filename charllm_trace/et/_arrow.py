@@ -95,14 +95,13 @@ _RELEASE_SCHEMA = _SchemaRelease(_release_schema)
 _RELEASE_ARRAY = _ArrayRelease(_release_array)
 
 
-class _ViewExport:
-    """An object with ``__arrow_c_array__`` for one binary-view array."""
+class _Export:
+    """An object with ``__arrow_c_array__`` for one array made of our buffers (no children).
 
-    def __init__(self, views: np.ndarray, data: np.ndarray, n: int, fmt: bytes = _FORMAT_BINARY_VIEW) -> None:
-        nbuf = max(1, (len(data) + _STEP - 1) // _STEP)
-        windows = [data[k * _STEP : min(len(data), k * _STEP + 2 * _STEP)] for k in range(nbuf)]
-        sizes = np.array([len(w) for w in windows], dtype=np.int64)
-        ptrs = [0, views.ctypes.data] + [w.ctypes.data for w in windows] + [sizes.ctypes.data]
+    ``keep`` holds everything the buffers live in until polars releases the array.
+    """
+
+    def __init__(self, fmt: bytes, n: int, null_count: int, ptrs: list[int], keep: tuple) -> None:
         self._buffers = (ctypes.c_void_p * len(ptrs))(*[p or None for p in ptrs])
         key = next(_KEYS)
         self.schema = _ArrowSchema(
@@ -118,7 +117,7 @@ class _ViewExport:
         )
         self.array = _ArrowArray(
             length=n,
-            null_count=0,
+            null_count=null_count,
             offset=0,
             n_buffers=len(ptrs),
             n_children=0,
@@ -129,7 +128,7 @@ class _ViewExport:
             private_data=key,
         )
         with _LOCK:
-            _LIVE_ARRAYS[key] = (views, data, windows, sizes, self._buffers)
+            _LIVE_ARRAYS[key] = (keep, self._buffers)
             _LIVE_SCHEMAS[key] = True
 
     def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]:
@@ -144,6 +143,77 @@ class _ViewExport:
             self.array.release(ctypes.pointer(self.array))
         if self.schema.release:
             self.schema.release(ctypes.pointer(self.schema))
+
+    def series(self, name: str) -> pl.Series:
+        try:
+            return pl.Series(name, self).alias(name)
+        finally:
+            self.close()
+
+
+def _validity(present: np.ndarray | None) -> tuple[np.ndarray | None, int]:
+    """(Arrow validity bitmap or None, null count) of a boolean mask."""
+    if present is None:
+        return None, 0
+    nulls = len(present) - int(np.count_nonzero(present))
+    if nulls == 0:
+        return None, 0
+    return np.packbits(present, bitorder="little"), nulls
+
+
+class _ViewExport(_Export):
+    """One binary-view (or string-view) array: ``views`` (16 bytes per row) into ``data``."""
+
+    def __init__(
+        self,
+        views: np.ndarray,
+        data: np.ndarray,
+        n: int,
+        fmt: bytes = _FORMAT_BINARY_VIEW,
+        valid: np.ndarray | None = None,
+        null_count: int = 0,
+    ) -> None:
+        nbuf = max(1, (len(data) + _STEP - 1) // _STEP)
+        windows = [data[k * _STEP : min(len(data), k * _STEP + 2 * _STEP)] for k in range(nbuf)]
+        sizes = np.array([len(w) for w in windows], dtype=np.int64)
+        ptrs = [0 if valid is None else valid.ctypes.data, views.ctypes.data]
+        ptrs += [w.ctypes.data for w in windows] + [sizes.ctypes.data]
+        super().__init__(fmt, n, null_count, ptrs, (views, data, windows, sizes, valid))
+
+
+_PRIMITIVE_FORMATS = {np.dtype(np.int64): b"l", np.dtype(np.int32): b"i", np.dtype(np.uint8): b"C"}
+
+
+def primitive_column(name: str, values: np.ndarray, present: np.ndarray | None = None) -> pl.Series:
+    """A numeric (or, for a bool array, Boolean) series of ``values``, null where ``present`` is False.
+
+    The values are handed over without a copy (a bool array is packed into bits first).
+    """
+    valid, nulls = _validity(present)
+    if values.dtype == np.bool_:
+        bits = np.packbits(values, bitorder="little")
+        return _Export(
+            b"b",
+            len(values),
+            nulls,
+            [0 if valid is None else valid.ctypes.data, bits.ctypes.data],
+            (bits, valid),
+        ).series(name)
+    values = np.ascontiguousarray(values)
+    fmt = _PRIMITIVE_FORMATS[values.dtype]
+    ptrs = [0 if valid is None else valid.ctypes.data, values.ctypes.data]
+    return _Export(fmt, len(values), nulls, ptrs, (values, valid)).series(name)
+
+
+def view_column(
+    views: np.ndarray, data: np.ndarray, name: str = "", present: np.ndarray | None = None
+) -> pl.Series:
+    """A String series from ready binary views into ``data`` (already checked as UTF-8)."""
+    n = len(views)
+    if n == 0:
+        return pl.Series(name, [], dtype=pl.String)
+    valid, nulls = _validity(present)
+    return _ViewExport(views, data, n, _FORMAT_UTF8_VIEW, valid, nulls).series(name)
 
 
 def alloc(shape: int | tuple[int, ...], dtype: Any, *, populate: bool = False) -> np.ndarray:

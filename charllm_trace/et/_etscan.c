@@ -69,6 +69,98 @@ static inline int skip_field(const uint8_t **pp, const uint8_t *end, int wt, uin
     }
 }
 
+/* Strict UTF-8 check (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF) of
+ * n byte ranges. Returns the index of the first invalid range, or -1. */
+static inline int utf8_ok(const uint8_t *s, int64_t n) {
+    int64_t i = 0;
+    while (i < n) {
+        /* ASCII fast path: 32, then 8 bytes at a time */
+        while (i + 32 <= n) {
+            uint64_t w[4];
+            memcpy(w, s + i, 32);
+            if ((w[0] | w[1] | w[2] | w[3]) & 0x8080808080808080ULL) break;
+            i += 32;
+        }
+        while (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (w & 0x8080808080808080ULL) break;
+            i += 8;
+        }
+        if (i >= n) break;
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int need;
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) {
+            need = 1;
+        } else if (c == 0xE0) {
+            need = 2;
+            lo = 0xA0;
+        } else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
+            need = 2;
+        } else if (c == 0xED) {
+            need = 2;
+            hi = 0x9F;
+        } else if (c == 0xF0) {
+            need = 3;
+            lo = 0x90;
+        } else if (c >= 0xF1 && c <= 0xF3) {
+            need = 3;
+        } else if (c == 0xF4) {
+            need = 3;
+            hi = 0x8F;
+        } else {
+            return 0;
+        }
+        if (i + need >= n) return 0; /* the sequence is cut by the end of the string */
+        if (s[i + 1] < lo || s[i + 1] > hi) return 0;
+        for (int k = 2; k <= need; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xBF) return 0;
+        i += need + 1;
+    }
+    return 1;
+}
+
+/* utf8_ok with a fast path: most text is ASCII, checked 8 bytes at a time without branches. */
+static inline int text_ok(const uint8_t *s, int64_t n) {
+    uint64_t acc = 0;
+    if (n >= 8) {
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            acc |= w;
+        }
+        uint64_t w;
+        memcpy(&w, s + n - 8, 8);
+        acc |= w;
+    } else {
+        for (int64_t i = 0; i < n; i++) acc |= s[i];
+    }
+    if (!(acc & 0x8080808080808080ULL)) return 1;
+    return utf8_ok(s, n);
+}
+
+/* One Arrow binary view (16 bytes) of data[off : off + len]; buffer k is the window of the
+ * data that starts at k * step (see _arrow.py). */
+static inline void put_view(uint8_t *v, const uint8_t *data, int64_t off, int64_t len, int64_t step) {
+    int32_t l = (int32_t)len;
+    memset(v, 0, 16);
+    memcpy(v, &l, 4);
+    if (l <= 12) {
+        if (l > 0) memcpy(v + 4, data + off, (size_t)l);
+    } else {
+        int32_t b = (int32_t)(off / step), o = (int32_t)(off % step);
+        memcpy(v + 4, data + off, 4);
+        memcpy(v + 8, &b, 4);
+        memcpy(v + 12, &o, 4);
+    }
+}
+
 /* ---------------------------------------------------------------------------------------
  * et_scan: one pass over the Node messages from data[pos] to data[size], resumable.
  *
@@ -78,16 +170,22 @@ static inline int skip_field(const uint8_t **pp, const uint8_t *end, int wt, uin
  * again with the same state. Returns 0 when done, < 0 on corrupt input (err[0] = message
  * index counted from the first node, err[1] = byte offset).
  *
- * state: [0] byte position, [1] nodes, [2] deps, [3] attrs, [4] distinct names.
- * Per node: id, type, start_us, dur_us, name_off/len, io_present (2 per node),
- *   io_off/io_len (6 per node: inputs values/shapes/types, outputs values/shapes/types).
- * Per dependency: dep_node (node index), dep_val, dep_kind (0 ctrl, 1 data).
+ * state: [0] byte position, [1] nodes, [2] deps, [3] attrs, [4] distinct names,
+ *   [5] text that is not strict UTF-8, by field: bit 0 the node name, bits 1-6 inputs
+ *   values/shapes/types and outputs values/shapes/types, bit 7 a string attribute value
+ *   (every text field is checked as it is passed; the scan goes on to the end).
+ * Per node: id, type, start_us, dur_us, io_present (2 per node), and the Arrow binary views
+ *   (16 bytes) of its 7 text fields in views[0..6] (name, inputs values/shapes/types, outputs
+ *   values/shapes/types; an absent field is the empty string). View buffers are windows of
+ *   the data every `step` bytes (see _arrow.py).
+ * Per dependency: dep_node (the node's id), dep_val, dep_kind (0 ctrl, 1 data).
  * Per attribute: attr_node, attr_code (index of its name), vfield/vwt/vval/voff (its value:
  *   the last oneof field; vval is the varint or fixed value, or the payload length).
  * Per distinct name: name_off/name_len (first occurrence); names_ht is an open-addressing
  *   table of HT int32 slots (caller zeroes it once; it holds code + 1).
  * ------------------------------------------------------------------------------------- */
-#define E_NAMES -11 /* more distinct attribute names than the caller's table holds */
+#define E_NAMES -11  /* more distinct attribute names than the caller's table holds */
+#define E_BIGSTR -12 /* a text field of `step` bytes or more */
 
 static inline uint64_t fnv1a(const uint8_t *p, uint64_t n) {
     uint64_t h = 1469598103934665603ULL;
@@ -100,13 +198,14 @@ static inline uint64_t fnv1a(const uint8_t *p, uint64_t n) {
 
 int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t *cap,
                 uint64_t *id, uint64_t *type, uint64_t *start_us, uint64_t *dur_us,
-                int64_t *name_off, int64_t *name_len, uint8_t *io_present, int64_t *io_off,
-                int64_t *io_len, int64_t *dep_node, uint64_t *dep_val, uint8_t *dep_kind,
+                uint8_t **views, uint8_t *io_present,
+                int64_t *dep_node, uint64_t *dep_val, uint8_t *dep_kind,
                 int64_t *attr_node, int32_t *attr_code, int32_t *vfield, int8_t *vwt,
                 uint64_t *vval, int64_t *voff, int8_t *akind, int64_t *aival,
                 int64_t *uname_off, int64_t *uname_len,
-                int32_t *names_ht, int64_t ht_size, int64_t *err) {
+                int32_t *names_ht, int64_t ht_size, int64_t step, int64_t *err) {
     int64_t pos = state[0], n = state[1], nd = state[2], na = state[3], nn = state[4];
+    int64_t bad = state[5];
     while (pos < size) {
         const uint8_t *p = data + pos, *fend = data + size;
         uint64_t mlen;
@@ -123,15 +222,11 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
         }
         if (n >= cap[0]) goto grow;
         const uint8_t *end = p + mlen;
-        int64_t nd0 = nd, na0 = na, nn0 = nn;
-        id[n] = 0;
-        type[n] = 0;
-        start_us[n] = 0;
-        dur_us[n] = 0;
-        name_off[n] = 0;
-        name_len[n] = 0;
-        io_present[2 * n] = io_present[2 * n + 1] = 0;
-        for (int k = 0; k < 6; k++) io_off[6 * n + k] = io_len[6 * n + k] = 0;
+        int64_t nd0 = nd, na0 = na;
+        uint64_t nid = 0, ntype = 0, nstart = 0, ndur = 0;
+        /* text fields: [0] name, [1..6] inputs values/shapes/types, outputs values/shapes/types */
+        int64_t toff[7] = {0}, tlen[7] = {0};
+        uint8_t pres[2] = {0, 0};
         while (p < end) {
             uint64_t tag, val = 0;
             const uint8_t *payload = NULL;
@@ -146,55 +241,58 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
             int field = (int)(tag >> 3), wt = (int)(tag & 7);
             switch (field) {
             case 1:
-                if (wt == 0) id[n] = val;
+                if (wt == 0) nid = val;
                 break;
             case 2:
                 if (wt == 2) {
-                    name_off[n] = payload - data;
-                    name_len[n] = (int64_t)val;
+                    toff[0] = payload - data;
+                    tlen[0] = (int64_t)val;
                 }
                 break;
             case 3:
-                if (wt == 0) type[n] = val;
+                if (wt == 0) ntype = val;
                 break;
             case 4:
             case 5:
                 if (wt == 0) {
                     if (nd >= cap[1]) goto rollback;
-                    dep_node[nd] = n;
                     dep_val[nd] = val;
                     dep_kind[nd] = (uint8_t)(field - 4);
                     nd++;
                 } else if (wt == 2) {
                     const uint8_t *q = payload, *qe = payload + val;
+                    uint8_t k = (uint8_t)(field - 4);
                     while (q < qe) {
                         uint64_t v;
-                        rc = rd_varint(&q, qe, &v);
-                        if (rc) {
-                            err[0] = n;
-                            err[1] = q - data;
-                            return rc;
+                        if (*q < 0x80) { /* one-byte varint */
+                            v = *q++;
+                        } else {
+                            rc = rd_varint(&q, qe, &v);
+                            if (rc) {
+                                err[0] = n;
+                                err[1] = q - data;
+                                return rc;
+                            }
                         }
                         if (nd >= cap[1]) goto rollback;
-                        dep_node[nd] = n;
                         dep_val[nd] = v;
-                        dep_kind[nd] = (uint8_t)(field - 4);
+                        dep_kind[nd] = k;
                         nd++;
                     }
                 }
                 break;
             case 6:
-                if (wt == 0) start_us[n] = val;
+                if (wt == 0) nstart = val;
                 break;
             case 7:
-                if (wt == 0) dur_us[n] = val;
+                if (wt == 0) ndur = val;
                 break;
             case 8:
             case 9:
                 if (wt == 2) {
                     int w = field - 8;
-                    io_present[n * 2 + w] = 1;
-                    for (int k = 0; k < 3; k++) io_off[n * 6 + w * 3 + k] = io_len[n * 6 + w * 3 + k] = 0;
+                    pres[w] = 1;
+                    for (int k = 1; k <= 3; k++) toff[w * 3 + k] = tlen[w * 3 + k] = 0;
                     const uint8_t *q = payload, *qe = payload + val;
                     while (q < qe) {
                         uint64_t t2, v2 = 0;
@@ -209,8 +307,8 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                         }
                         int f2 = (int)(t2 >> 3);
                         if ((t2 & 7) == 2 && f2 >= 1 && f2 <= 3) {
-                            io_off[n * 6 + w * 3 + f2 - 1] = pl2 - data;
-                            io_len[n * 6 + w * 3 + f2 - 1] = (int64_t)v2;
+                            toff[w * 3 + f2] = pl2 - data;
+                            tlen[w * 3 + f2] = (int64_t)v2;
                         }
                     }
                 }
@@ -300,7 +398,10 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                         else if (vw == 0 && vf == 27) {
                             iv = vv != 0;
                             k = 2;
-                        } else if (vw == 2 && vf == 29) k = 3;
+                        } else if (vw == 2 && vf == 29) {
+                            k = 3;
+                            if (vv && !text_ok(data + vo, (int64_t)vv)) bad |= 1 << 7;
+                        }
                         akind[na] = k;
                         aival[na] = iv;
                     }
@@ -311,11 +412,27 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                 break;
             }
         }
+        /* the node is complete: its scalars, text views (checked) and dependency owners */
+        id[n] = nid;
+        type[n] = ntype;
+        start_us[n] = nstart;
+        dur_us[n] = ndur;
+        io_present[2 * n] = pres[0];
+        io_present[2 * n + 1] = pres[1];
+        for (int k = 0; k < 7; k++) {
+            if (tlen[k] >= step) {
+                err[0] = n;
+                err[1] = toff[k];
+                return E_BIGSTR;
+            }
+            if (tlen[k] && !text_ok(data + toff[k], tlen[k])) bad |= (int64_t)1 << k;
+            put_view(views[k] + 16 * n, data, toff[k], tlen[k], step);
+        }
+        for (int64_t k = nd0; k < nd; k++) dep_node[k] = (int64_t)nid;
         n++;
         pos = end - data;
         continue;
     rollback:
-        (void)nn0;
         nd = nd0;
         na = na0;
     grow:
@@ -324,6 +441,7 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
         state[2] = nd;
         state[3] = na;
         state[4] = nn;
+        state[5] = bad;
         return 1;
     }
     state[0] = pos;
@@ -331,6 +449,7 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
     state[2] = nd;
     state[3] = na;
     state[4] = nn;
+    state[5] = bad;
     return 0;
 }
 
@@ -356,8 +475,10 @@ void et_views(const uint8_t *data, const int64_t *off, const int64_t *len, int64
 /* The ``attrs`` JSON object text of every node, written the way orjson writes it.
  * rows are attribute indices (into node/kind/ival/soff/slen/code) sorted by node.
  * kind: 0 null, 1 int, 2 bool, 3 string (escaped), 4 pre-rendered text (pyoff), 5 JSON text (copied).
- * With out == NULL returns the number of bytes needed; else fills out and, per node, out_off/out_len.
- * Returns -10 when a node has the same key twice (the caller handles that case). */
+ * With out == NULL returns the number of bytes needed; else fills out and, per node with
+ * attributes, its binary view (views: 16 bytes per node, zeroed by the caller) and its bit in
+ * the validity bitmap (valid, zeroed by the caller). Returns -10 when a node has the same key
+ * twice (the caller handles that case), -12 when one node's text is `step` bytes or more. */
 static const char HEX[] = "0123456789abcdef";
 
 static inline int64_t put(uint8_t *out, int64_t at, const void *src, int64_t n) {
@@ -368,8 +489,8 @@ static inline int64_t put(uint8_t *out, int64_t at, const void *src, int64_t n) 
 int64_t et_json(const uint8_t *data, const int64_t *rows, int64_t nr, const int64_t *node,
                 const int8_t *kind, const int64_t *ival, const int64_t *soff, const int64_t *slen,
                 const int32_t *code, const uint8_t *keybuf, const int64_t *keyoff,
-                const uint8_t *pybuf, const int64_t *pyoff, uint8_t *out, int64_t *out_off,
-                int64_t *out_len) {
+                const uint8_t *pybuf, const int64_t *pyoff, uint8_t *out, uint8_t *views,
+                uint8_t *valid, int64_t step) {
     int64_t at = 0;
     int64_t r = 0;
     while (r < nr) {
@@ -443,8 +564,9 @@ int64_t et_json(const uint8_t *data, const int64_t *rows, int64_t nr, const int6
         }
         at = put(out, at, "}", 1);
         if (out) {
-            out_off[nd] = begin;
-            out_len[nd] = at - begin;
+            if (at - begin >= step) return -12;
+            put_view(views + 16 * nd, out, begin, at - begin, step);
+            valid[nd >> 3] |= (uint8_t)(1 << (nd & 7));
         }
     }
     return at;
@@ -477,62 +599,6 @@ int64_t et_walk(const uint8_t *data, int64_t size, int64_t pos, int64_t target, 
     out[0] = pos;
     out[1] = k;
     return 0;
-}
-
-/* Strict UTF-8 check (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF) of
- * n byte ranges. Returns the index of the first invalid range, or -1. */
-static inline int utf8_ok(const uint8_t *s, int64_t n) {
-    int64_t i = 0;
-    while (i < n) {
-        /* ASCII fast path: 32, then 8 bytes at a time */
-        while (i + 32 <= n) {
-            uint64_t w[4];
-            memcpy(w, s + i, 32);
-            if ((w[0] | w[1] | w[2] | w[3]) & 0x8080808080808080ULL) break;
-            i += 32;
-        }
-        while (i + 8 <= n) {
-            uint64_t w;
-            memcpy(&w, s + i, 8);
-            if (w & 0x8080808080808080ULL) break;
-            i += 8;
-        }
-        if (i >= n) break;
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        int need;
-        uint8_t lo = 0x80, hi = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) {
-            need = 1;
-        } else if (c == 0xE0) {
-            need = 2;
-            lo = 0xA0;
-        } else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
-            need = 2;
-        } else if (c == 0xED) {
-            need = 2;
-            hi = 0x9F;
-        } else if (c == 0xF0) {
-            need = 3;
-            lo = 0x90;
-        } else if (c >= 0xF1 && c <= 0xF3) {
-            need = 3;
-        } else if (c == 0xF4) {
-            need = 3;
-            hi = 0x8F;
-        } else {
-            return 0;
-        }
-        if (i + need >= n) return 0; /* the sequence is cut by the end of the string */
-        if (s[i + 1] < lo || s[i + 1] > hi) return 0;
-        for (int k = 2; k <= need; k++)
-            if (s[i + k] < 0x80 || s[i + k] > 0xBF) return 0;
-        i += need + 1;
-    }
-    return 1;
 }
 
 int64_t et_utf8(const uint8_t *data, const int64_t *off, const int64_t *len, int64_t n) {

@@ -76,9 +76,9 @@ def lib() -> ctypes.CDLL | None:
     except OSError:
         return None
     so.et_scan.restype = _i64
-    so.et_scan.argtypes = [_p, _i64, _p, _p] + [_p] * 23 + [_i64, _p]
+    so.et_scan.argtypes = [_p, _i64, _p, _p] + [_p] * 20 + [_i64, _i64, _p]
     so.et_json.restype = _i64
-    so.et_json.argtypes = [_p, _p, _i64] + [_p] * 13
+    so.et_json.argtypes = [_p, _p, _i64] + [_p] * 13 + [_i64]
     so.et_map_ids.restype = None
     so.et_map_ids.argtypes = [_p, _p, _i64]
     so.et_pattern_views.restype = None

@@ -12,6 +12,7 @@ the protobuf runtime for just those attributes.
 
 from __future__ import annotations
 
+import ctypes
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,15 @@ from chakra.schema.protobuf import et_def_pb2 as pb
 
 from charllm_trace.et import _native
 from charllm_trace.et import conventions as cv
-from charllm_trace.et._arrow import InvalidUtf8, alloc, first_invalid_utf8, short_strings_column, utf8_column
+from charllm_trace.et._arrow import (
+    _STEP,
+    InvalidUtf8,
+    alloc,
+    first_invalid_utf8,
+    short_strings_column,
+    utf8_column,
+    view_column,
+)
 from charllm_trace.model import NODE_SCHEMA, conform
 
 PAD = 32  # zero bytes after the data: varint reads past a message end stop there
@@ -294,6 +303,7 @@ _NATIVE_ERRORS = {
     -4: "truncated: the message runs past the end of the file",
     -5: "truncated: a message length runs past the end of the file",
     -6: "not a Chakra ET: malformed message length",
+    -12: "a text field of 1 GiB or more",
 }
 
 
@@ -468,11 +478,11 @@ class NodeScan:
     type: np.ndarray  # uint64
     start_us: np.ndarray  # uint64
     dur_us: np.ndarray  # uint64
-    name_off: np.ndarray
-    name_len: np.ndarray
+    name_off: np.ndarray | None  # (numpy decoder; None from the C scanner, which gives views)
+    name_len: np.ndarray | None
     io_present: np.ndarray  # (n, 2) bool: inputs, outputs
-    io_off: np.ndarray  # (n, 6): inputs values/shapes/types, outputs values/shapes/types
-    io_len: np.ndarray  # (n, 6)
+    io_off: np.ndarray | None  # (n, 6): inputs values/shapes/types, outputs values/shapes/types
+    io_len: np.ndarray | None  # (n, 6)
     dep_node: np.ndarray  # int64 node id
     dep_val: np.ndarray  # int64
     dep_kind: np.ndarray  # uint8: 0 ctrl, 1 data
@@ -486,6 +496,23 @@ class NodeScan:
     # from the C scanner: value kind (K_*) and integer value of every attribute
     kind: np.ndarray | None = None
     ival: np.ndarray | None = None
+    # from the C scanner: binary views of the 7 text fields (name, inputs values/shapes/types,
+    # outputs values/shapes/types), and which fields hold text that is not UTF-8 (TEXT_FIELDS bits)
+    views: list[np.ndarray] | None = None
+    bad_text: int = 0
+
+
+#: the text fields in the order they are checked (and reported); bit k of NodeScan.bad_text
+TEXT_FIELDS = (
+    "a node name",
+    "inputs.values",
+    "inputs.shapes",
+    "inputs.types",
+    "outputs.values",
+    "outputs.shapes",
+    "outputs.types",
+    "an attribute value",
+)
 
 
 class _TooManyNames(Exception):
@@ -508,11 +535,8 @@ def _scan_native(so: Any, data: np.ndarray, begin: int, size: int, first_index: 
         "type": alloc(caps[0], np.uint64),
         "start_us": alloc(caps[0], np.uint64),
         "dur_us": alloc(caps[0], np.uint64),
-        "name_off": alloc(caps[0], np.int64),
-        "name_len": alloc(caps[0], np.int64),
         "io_present": alloc((caps[0], 2), np.uint8),
-        "io_off": alloc((caps[0], 6), np.int64),
-        "io_len": alloc((caps[0], 6), np.int64),
+        **{f"view{k}": alloc((caps[0], 16), np.uint8) for k in range(7)},
     }
     dep_arrs = {
         "node": alloc(caps[1], np.int64),
@@ -531,18 +555,19 @@ def _scan_native(so: Any, data: np.ndarray, begin: int, size: int, first_index: 
     }
     uname_off = np.zeros(caps[3], np.int64)
     uname_len = np.zeros(caps[3], np.int64)
-    state = np.array([begin, 0, 0, 0, 0], np.int64)
+    state = np.array([begin, 0, 0, 0, 0, 0], np.int64)
     err = np.zeros(2, np.int64)
     while True:
         na_ = node_arrs
+        views = (ctypes.c_void_p * 7)(*[na_[f"view{k}"].ctypes.data for k in range(7)])
         rc = so.et_scan(
             _ptr(data), size, _ptr(state), _ptr(caps),
-            _ptr(na_["id"]), _ptr(na_["type"]), _ptr(na_["start_us"]), _ptr(na_["dur_us"]), _ptr(na_["name_off"]),
-            _ptr(na_["name_len"]), _ptr(na_["io_present"]), _ptr(na_["io_off"]), _ptr(na_["io_len"]),
+            _ptr(na_["id"]), _ptr(na_["type"]), _ptr(na_["start_us"]), _ptr(na_["dur_us"]),
+            ctypes.addressof(views), _ptr(na_["io_present"]),
             _ptr(dep_arrs["node"]), _ptr(dep_arrs["val"]), _ptr(dep_arrs["kind"]),
             _ptr(attr_arrs["node"]), _ptr(attr_arrs["code"]), _ptr(attr_arrs["vfield"]), _ptr(attr_arrs["vwt"]),
-            _ptr(attr_arrs["vval"]), _ptr(attr_arrs["voff"]), _ptr(attr_arrs["kind"]), _ptr(attr_arrs["ival"]), _ptr(uname_off), _ptr(uname_len), _ptr(ht), len(ht),
-            _ptr(err),
+            _ptr(attr_arrs["vval"]), _ptr(attr_arrs["voff"]), _ptr(attr_arrs["kind"]), _ptr(attr_arrs["ival"]),
+            _ptr(uname_off), _ptr(uname_len), _ptr(ht), len(ht), _STEP, _ptr(err),
         )  # fmt: skip
         if rc == 0:
             break
@@ -564,22 +589,19 @@ def _scan_native(so: Any, data: np.ndarray, begin: int, size: int, first_index: 
                 caps[i] *= 2
                 for k in group:
                     group[k] = _grow(group[k], used, int(caps[i]))
-    n, nd, na, nn = (int(x) for x in state[1:5])
-    ids = node_arrs["id"][:n]
-    dep_node = dep_arrs["node"][:nd]
-    so.et_map_ids(_ptr(ids), _ptr(dep_node), nd)
+    n, nd, na, nn, bad = (int(x) for x in state[1:6])
     names = strings(data, uname_off[:nn], uname_len[:nn], "name", "an attribute name").to_list()
     return NodeScan(
-        id=ids,
+        id=node_arrs["id"][:n],
         type=node_arrs["type"][:n],
         start_us=node_arrs["start_us"][:n],
         dur_us=node_arrs["dur_us"][:n],
-        name_off=node_arrs["name_off"][:n],
-        name_len=node_arrs["name_len"][:n],
-        io_present=node_arrs["io_present"][:n].astype(bool),
-        io_off=node_arrs["io_off"][:n],
-        io_len=node_arrs["io_len"][:n],
-        dep_node=dep_node,
+        name_off=None,
+        name_len=None,
+        io_present=node_arrs["io_present"][:n].view(bool),
+        io_off=None,
+        io_len=None,
+        dep_node=dep_arrs["node"][:nd],
         dep_val=_i64(dep_arrs["val"][:nd]),
         dep_kind=dep_arrs["kind"][:nd],
         attr_node=attr_arrs["node"][:na],
@@ -591,6 +613,8 @@ def _scan_native(so: Any, data: np.ndarray, begin: int, size: int, first_index: 
         voff=attr_arrs["voff"][:na],
         kind=attr_arrs["kind"][:na],
         ival=attr_arrs["ival"][:na],
+        views=[node_arrs[f"view{k}"][:n] for k in range(7)],
+        bad_text=bad,
     )
 
 
@@ -724,20 +748,37 @@ def _decode_part(
     n = len(sc.id)
     # Everything that can find the input corrupt runs before any zero-copy column exists:
     # an exception while polars frees such columns would reach our release callbacks.
-    check_text(data, sc.name_off, sc.name_len, "a node name")
-    for w, col in enumerate(("inputs", "outputs")):
-        for k, sub in enumerate(("values", "shapes", "types")):
-            check_text(data, sc.io_off[:, w * 3 + k], sc.io_len[:, w * 3 + k], f"{col}.{sub}")
+    if sc.views is not None:  # the C scanner checked every text field as it passed
+        for k, where in enumerate(TEXT_FIELDS):
+            if sc.bad_text >> k & 1:
+                raise Corrupt(-1, f"{where} is not valid UTF-8 text")
+    else:
+        assert sc.name_off is not None and sc.name_len is not None
+        assert sc.io_off is not None and sc.io_len is not None
+        check_text(data, sc.name_off, sc.name_len, TEXT_FIELDS[0])
+        for k in range(6):
+            check_text(data, sc.io_off[:, k], sc.io_len[:, k], TEXT_FIELDS[1 + k])
     at = decode_attrs(
         data, sc.attr_node, sc.names, sc.attr_code, sc.vfield, sc.vwt, sc.vval, sc.voff,
         sc.attr_node + first_index - 1, sc.kind, sc.ival,
     )  # fmt: skip
-    text_rows = np.flatnonzero(at.kind == K_STR)
-    check_text(data, at.soff[text_rows], at.slen[text_rows], "an attribute value")
+    if sc.views is None:
+        text_rows = np.flatnonzero(at.kind == K_STR)
+        check_text(data, at.soff[text_rows], at.slen[text_rows], TEXT_FIELDS[7])
+
+    def text(k: int, name: str) -> pl.Series:
+        """Text field k (0 the name, 1-6 inputs/outputs values/shapes/types) of every node."""
+        if sc.views is not None:
+            return view_column(sc.views[k], data, name)
+        assert sc.name_off is not None and sc.name_len is not None
+        assert sc.io_off is not None and sc.io_len is not None
+        off, ln = (sc.name_off, sc.name_len) if k == 0 else (sc.io_off[:, k - 1], sc.io_len[:, k - 1])
+        return strings(data, off, ln, name, TEXT_FIELDS[k], validated=True)
+
     ids = _i64(sc.id)
     cols: dict[str, Any] = {}
     cols["id"] = pl.Series("id", ids)
-    cols["name"] = strings(data, sc.name_off, sc.name_len, "name", "a node name", validated=True)
+    cols["name"] = text(0, "name")
     tcode = np.where(sc.type < np.uint64(8), sc.type, 0).astype(np.int64)
     type_names = pl.Series("node_type", [cv.PB_TO_NODE_TYPE.get(i, "INVALID") for i in range(8)])
     cols["node_type"] = type_names.gather(tcode).alias("node_type")
@@ -747,12 +788,7 @@ def _decode_part(
 
     # --- inputs / outputs ---------------------------------------------------------
     for w, col in enumerate(("inputs", "outputs")):
-        parts = {
-            sub: strings(
-                data, sc.io_off[:, w * 3 + k], sc.io_len[:, w * 3 + k], sub, f"{col}.{sub}", validated=True
-            )
-            for k, sub in enumerate(("values", "shapes", "types"))
-        }
+        parts = {sub: text(1 + w * 3 + k, sub) for k, sub in enumerate(("values", "shapes", "types"))}
         present = sc.io_present[:, w]
         s = pl.DataFrame(parts).select(pl.struct("values", "shapes", "types").alias(col)).to_series()
         if not present.all():
@@ -1000,21 +1036,17 @@ def _attrs_json_native(
     )
     bound = int(keylen[at.code[rows]].sum() + vbound.sum()) + 4 * len(rows) + 2
     out = alloc(bound + PAD, np.uint8)
-    out_off = np.zeros(n, np.int64)
-    out_len = np.full(n, -1, np.int64)
-    size = so.et_json(*args, _ptr(out), _ptr(out_off), _ptr(out_len))
+    views = np.zeros((n, 16), np.uint8)
+    valid = np.zeros((n + 7) // 8, np.uint8)
+    size = so.et_json(*args, _ptr(out), _ptr(views), _ptr(valid), _STEP)
+    if size == -12:
+        raise Corrupt(-1, "the attributes of one node make 1 GiB of JSON or more")
     if size < 0:
         return None
     out[size : size + PAD] = 0
-    present = out_len >= 0
-    try:
-        # built from checked text, ASCII and orjson output: valid UTF-8 by construction
-        s = utf8_column(out[: size + PAD], out_off, np.maximum(out_len, 0), "attrs", validated=True)
-    except InvalidUtf8 as exc:  # pragma: no cover - validated=True never raises
-        raise Corrupt(-1, "an attribute value is not valid UTF-8 text") from exc
-    if not present.all():
-        s = pl.select(pl.when(pl.Series(present)).then(s).otherwise(None).alias("attrs")).to_series()
-    return s
+    present = np.unpackbits(valid, count=n, bitorder="little").view(bool)
+    # built from checked text, ASCII and orjson output: valid UTF-8 by construction
+    return view_column(views, out[: size + PAD], "attrs", present)
 
 
 def _attrs_json(
