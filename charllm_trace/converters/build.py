@@ -629,7 +629,15 @@ def linked_trace(host: Any, prof: KinetoProfile) -> tuple[Trace, dict[str, Any]]
     # makes an op a child of whatever op was open when it started, even one on another thread
     # (e.g. DDP's async gloo:all_reduce on a gloo worker). Across threads the Kineto nesting
     # parent (same thread, by time) stands. Host-only parents (thread roots) have no Kineto tid.
-    parent_tid = ev.select(pl.col("id").alias("_hparent"), pl.col("tid").alias("_ptid"))
+    # On its own thread, too, the host parent must be open when the child starts: the execution
+    # trace can keep an op "open" after it ended (seen for a gloo worker's async all_reduce, which
+    # then parented the worker's next collectives); such a parent is not trusted either.
+    parent_tid = ev.select(
+        pl.col("id").alias("_hparent"),
+        pl.col("tid").alias("_ptid"),
+        pl.col("start_ns").alias("_pstart"),
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("_pend"),
+    )
     ev = (
         ev.join(hsel, on="id", how="left", maintain_order="left")
         .join(parent_tid, on="_hparent", how="left", maintain_order="left")
@@ -637,6 +645,12 @@ def linked_trace(host: Any, prof: KinetoProfile) -> tuple[Trace, dict[str, Any]]
             pl.when(
                 pl.col("_linked")
                 & (pl.col("_ptid").is_null() | pl.col("tid").is_null() | (pl.col("_ptid") == pl.col("tid")))
+                & (
+                    pl.col("_pstart").is_null()
+                    | pl.col("_pend").is_null()
+                    | pl.col("start_ns").is_null()
+                    | pl.col("start_ns").is_between(pl.col("_pstart"), pl.col("_pend"))
+                )
             )
             .then(pl.col("_hparent"))
             .otherwise(pl.col("parent"))
@@ -657,7 +671,7 @@ def linked_trace(host: Any, prof: KinetoProfile) -> tuple[Trace, dict[str, Any]]
             .otherwise(pl.col("attrs"))
             .alias("attrs"),
         )
-        .drop("_hparent", "_ptid", "_hrf", "_hin", "_hout", "_hattrs", "_linked")
+        .drop("_hparent", "_ptid", "_pstart", "_pend", "_hrf", "_hin", "_hout", "_hattrs", "_linked")
     )
     # Host nodes with no Kineto op (thread roots, process-group init, ops outside the profile).
     # The host ET numbers threads its own way; put them on Kineto's numbering (the thread most of
