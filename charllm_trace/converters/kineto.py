@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import operator
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -436,133 +437,233 @@ def _decode_top(raw: bytes, path: str | os.PathLike[str]) -> _Top:
         ) from None
 
 
-def _open_input(path: str | os.PathLike[str]) -> tuple[Any, Any]:
-    """The file's JSON as a buffer: a read-only ``mmap`` for plain files, decompressed bytes for gzip.
+def _open_stream(path: str | os.PathLike[str]) -> Any:
+    """The file as a binary stream of its JSON: plain files as they are, gzip decompressed on the fly."""
+    import gzip
+    from pathlib import Path
 
-    Returns ``(buffer, mmap_or_None)``. With an mmap the pages already decoded can be dropped from
-    this process's resident memory (``madvise``) while the rest is still being read.
-    """
-    import mmap
-
-    from charllm_trace.converters._io import read_bytes
-
+    p = Path(path)
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(2)
-            if head and head != b"\x1f\x8b" and hasattr(mmap, "MADV_DONTNEED"):
-                try:
-                    # copy-on-write: the two bytes around each batch are overwritten (see _read_events)
-                    m = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
-                except (OSError, ValueError):
-                    m = None
-                if m is not None:
-                    return m, m
-    except OSError:
-        pass  # read_bytes turns it into the right one-line error
-    return read_bytes(path), None
+        fh = open(p, "rb")  # noqa: SIM115 - closed by the caller (or below)
+    except FileNotFoundError:
+        raise InputError(p, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(p, "is a directory, expected a file") from None
+    except PermissionError:
+        raise InputError(p, "file is not readable (permission denied)") from None
+    head = fh.read(2)
+    fh.seek(0)
+    if not head:
+        fh.close()
+        raise InputError(p, "file is empty")
+    if head == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=fh, mode="rb"), fh
+    return fh, fh
 
 
-def _addr(buf: Any) -> int:
-    """Address of the first byte of a buffer (a ``msgspec.Raw`` is a view into the input)."""
-    return int(np.frombuffer(buf, dtype=np.uint8).ctypes.data)
-
-
-def _batch_spans(raws: list[msgspec.Raw], buf: Any) -> list[tuple[int, int, int]]:
-    """(first event, start offset, end offset) in ``buf`` of each batch of ``BATCH`` events.
-
-    The events of a batch are consecutive elements of one JSON array, so the bytes from the first
-    one's start to the last one's end are those events separated by commas (and whitespace).
-    """
-    base = _addr(buf)
-    spans = []
-    for b in range(0, len(raws), BATCH):
-        last = raws[min(b + BATCH, len(raws)) - 1]
-        spans.append((b, _addr(raws[b]) - base, _addr(last) - base + len(last)))
-    return spans
-
-
-def _drop_pages(m: Any, start: int, end: int) -> None:
-    """Tell the kernel this process no longer needs ``m[start:end]`` resident (file pages; re-read on access)."""
-    import mmap
-
-    lo = start - start % mmap.PAGESIZE
-    if end > lo:
-        try:
-            m.madvise(mmap.MADV_DONTNEED, lo, end - lo)
-        except (OSError, ValueError):
-            pass
+#: bytes read (and, for gzip, decompressed) at a time; the events of a chunk are decoded
+#: before the next chunk is read, so at most about one chunk of the JSON is in memory
+CHUNK = 8 << 20
+_COMMA, _OPEN_LIST, _CLOSE_LIST, _QUOTE, _COLON = (ord(c) for c in ',[]":')
 
 
 def read_kineto(path: str | os.PathLike[str]) -> KinetoProfile:
     """Read a Kineto profile file (``.json`` / ``.json.gz``) into a :class:`KinetoProfile`.
 
-    Same result as ``parse_kineto(load_json(path), path)``, in a fraction of the memory and time.
+    Same result as ``parse_kineto(load_json(path), path)``, in a fraction of the memory and time:
+    the file is read in chunks of ``CHUNK`` bytes (gzip decompressed as it is read), the events
+    of ``traceEvents`` are framed by :mod:`~charllm_trace.converters.jsonframe` and decoded in
+    batches of at most ``BATCH`` events into columns; everything else in the file (the
+    profile-level keys, wherever they are) is kept aside and decoded at the end.
     """
-    buf, m = _open_input(path)
+    import zlib
+
+    stream, raw = _open_stream(path)
     try:
-        return _read_kineto(path, buf, m)
+        return _read_stream(path, stream)
+    except (EOFError, zlib.error) as exc:
+        raise InputError(path, f"corrupt or truncated gzip file ({exc})") from None
+    except OSError as exc:
+        if stream is not raw:  # gzip.BadGzipFile and friends
+            raise InputError(path, f"corrupt or truncated gzip file ({exc})") from None
+        raise InputError(path, f"cannot read the file ({exc})") from None
     finally:
-        del buf
-        if m is not None:
-            try:
-                m.close()
-            except BufferError:  # an error's traceback still holds a view; the mmap closes when it goes
-                pass
+        stream.close()
+        raw.close()
 
 
-def _read_kineto(path: str | os.PathLike[str], buf: Any, m: Any) -> KinetoProfile:
-    top = _decode_top(buf, path)
+def _read_stream(path: str | os.PathLike[str], stream: Any) -> KinetoProfile:
+    from charllm_trace.converters import jsonframe
+
+    cols = _Columns(path)
+    st = jsonframe.State()
+    buf = bytearray()  # unprocessed bytes, from absolute offset buf_off
+    buf_off = 0
+    skel = bytearray()  # the document without the events of traceEvents
+    skel_to = 0  # absolute offset up to which the bytes outside the events went to skel
+    inside = False  # within the traceEvents list
+    streamed = False
+    ev_from = 0  # absolute offset of the "[" or "," before the events not decoded yet
+    list_open = -1  # absolute offset of the "[" of traceEvents
+    recent: list[tuple[int, int]] = []  # the last depth-1 events (position, byte)
+    got_any = False
+    while True:
+        chunk = stream.read(CHUNK)
+        if not chunk:
+            break
+        got_any = True
+        base = buf_off + len(buf)
+        buf += chunk
+        pos, code, dep = jsonframe.scan(np.frombuffer(chunk, dtype=np.uint8), st, base)
+        del chunk
+        i, m = 0, len(pos)
+        while i < m:
+            if inside:
+                # only the list's commas (depth 2) and its closing bracket can come here
+                rest = np.flatnonzero(code[i:] != _COMMA)
+                j = i + int(rest[0]) if rest.size else m
+                bounds = [ev_from, *pos[i:j].tolist()]
+                close = int(pos[j]) if j < m else None
+                if close is not None:
+                    if code[j] != _CLOSE_LIST:
+                        raise InputError(
+                            path, "not valid JSON (truncated or corrupt?): traceEvents ends with '}'"
+                        )
+                    bounds.append(close)
+                _decode_spans(path, cols, buf, buf_off, bounds, close is not None, list_open)
+                if close is not None:
+                    inside = False
+                    skel_to = close  # the "]" goes to skel
+                    i = j + 1
+                else:
+                    ev_from = bounds[-1]
+                    i = m
+                continue
+            p, c = int(pos[i]), int(code[i])
+            d = int(dep[i])
+            if d <= 1:
+                if c == _OPEN_LIST and d == 1 and _is_trace_events_key(recent, skel, buf, buf_off, skel_to):
+                    if streamed:
+                        raise InputError(path, "unexpected Kineto profile layout: two traceEvents lists")
+                    skel += buf[skel_to - buf_off : p + 1 - buf_off]
+                    skel_to = p + 1
+                    inside = streamed = True
+                    ev_from = list_open = p
+                recent.append((p, c))
+                if len(recent) > 3:
+                    del recent[0]
+            i += 1
+        if inside:
+            keep = ev_from - buf_off
+        else:
+            skel += buf[skel_to - buf_off :]
+            keep = len(buf)
+            skel_to = buf_off + keep
+        buf = buf[keep:]  # a fresh buffer (the old one may still be exported to a dying view)
+        buf_off += keep
+    if not got_any:
+        raise InputError(path, "file holds no data")
+    top = _decode_top(skel, path)
+    del skel
     if top.traceEvents is None:
         if len(top.nodes):
             raise InputError(path, "is a host execution trace, not a Kineto profile")
         raise InputError(path, "not a Kineto profile (no traceEvents list)")
     top.nodes = msgspec.Raw()
-    raws = top.traceEvents
-    n_raw = len(raws)
-    spans = _batch_spans(raws, buf)
-    del raws
-    top.traceEvents = None  # the Raw views go: only the batch offsets remain
-    with memoryview(buf) as view:
-        return _read_events(path, view, m, spans, n_raw, top)
+    if not streamed and top.traceEvents:  # a key spelled with escapes: the events came with the rest
+        raws = top.traceEvents
+        top.traceEvents = None
+        for b in range(0, len(raws), BATCH):
+            cols.add(b"[" + b",".join(raws[b : b + BATCH]) + b"]")
+        del raws
+    return cols.finish(top)
 
 
-def _read_events(
+def _is_trace_events_key(
+    recent: list[tuple[int, int]], skel: bytearray, buf: bytearray, buf_off: int, skel_to: int
+) -> bool:
+    """Whether the depth-1 "[" about to open follows the key ``"traceEvents":``."""
+    if len(recent) < 3 or recent[-1][1] != _COLON or recent[-2][1] != _QUOTE or recent[-3][1] != _QUOTE:
+        return False
+    q0, q1 = recent[-3][0], recent[-2][0]
+    if q1 - q0 != len("traceEvents") + 1:
+        return False
+    if q0 >= buf_off:
+        key = bytes(buf[q0 - buf_off : q1 + 1 - buf_off])
+    else:  # the key was in an earlier chunk, already copied to skel (nothing was left out of it yet)
+        key = bytes(skel[q0 : q1 + 1]) if skel_to == len(skel) else b""
+    return key == b'"traceEvents"'
+
+
+def _decode_spans(
     path: str | os.PathLike[str],
-    view: memoryview,
-    m: Any,
-    spans: list[tuple[int, int, int]],
-    n_raw: int,
-    top: _Top,
-) -> KinetoProfile:
-    dec = msgspec.json.Decoder(list[_Event])
-    fast = msgspec.json.Decoder(list[_FAST_EVENT])
-    cols: dict[str, list[Any]] = {
-        k: []
-        for k in ("name", "cat", "pid", "tid", "device", "stream", "correlation", "external_id", "rf_id")
-    }
-    ts_parts: list[np.ndarray] = []
-    dur_parts: list[np.ndarray] = []
-    comm_args: dict[int, dict[str, Any]] = {}
-    row0 = 0
-    for _, start, end in spans:
-        if m is not None:
-            # The bytes just outside a batch are separators (",", whitespace, "[" or "]"): make them
-            # "[" and "]" in this private copy of the page and decode the events where they lie.
-            m[start - 1] = 0x5B
-            m[end] = 0x5D
-            data = view[start - 1 : end + 1]
-        else:
-            data = b"".join((b"[", view[start:end], b"]"))
+    cols: _Columns,
+    buf: bytearray,
+    buf_off: int,
+    bounds: list[int],
+    closed: bool,
+    list_open: int,
+) -> None:
+    """Decode the events between consecutive separators ``bounds`` (absolute offsets of the "[",
+    the commas and, when ``closed``, the "]"), at most ``BATCH`` events at a time, in place."""
+    last = len(bounds) - 1
+    if last <= 0:
+        return
+    k = 0
+    while k < last:
+        e = min(k + BATCH, last)
+        a, z = bounds[k] - buf_off, bounds[e] - buf_off
+        buf[a] = _OPEN_LIST  # the separators around the slice become the brackets of a list
+        buf[z] = _CLOSE_LIST
+        with memoryview(buf) as view:
+            data = view[a : z + 1]
+            n = cols.add(data)
+            data.release()
+        if n != e - k and not (n == 0 and closed and last == 1 and bounds[0] == list_open):
+            # an empty element (",," or a trailing comma) decodes as nothing; only "[]" may be empty
+            raise InputError(path, "not valid JSON (truncated or corrupt?): an empty element in traceEvents")
+        k = e
+
+
+class _Columns:
+    """The columns of the X events, batch by batch."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = path
+        self.dec = msgspec.json.Decoder(list[_Event])
+        self.fast = msgspec.json.Decoder(list[_FAST_EVENT])
+        self.cols: dict[str, list[Any]] = {
+            k: []
+            for k in ("name", "cat", "pid", "tid", "device", "stream", "correlation", "external_id", "rf_id")
+        }
+        self.ts_parts: list[np.ndarray] = []
+        self.dur_parts: list[np.ndarray] = []
+        self.comm_args: dict[int, dict[str, Any]] = {}
+        self.row0 = 0
+        self.n_raw = 0
+
+    def add(self, data: Any) -> int:
+        """Decode one JSON list of events (bytes or a buffer); returns how many events it held."""
+        path = self.path
         try:
-            evs = fast.decode(data)
+            evs = self.fast.decode(data)
+            n_raw = len(evs)
             xs = [e for e in evs if e.__class__ is _XEvent and e.cat not in _SKIP_SPELLINGS]
         except (msgspec.ValidationError, msgspec.DecodeError):
             try:
-                evs = dec.decode(data)
-            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                evs = self.dec.decode(data)
+            except msgspec.ValidationError as exc:
                 raise InputError(path, f"malformed Kineto event: {str(exc).splitlines()[0]}") from None
+            except msgspec.DecodeError as exc:  # offsets in the message would be within the batch
+                msg = re.sub(r" \(byte \d+\)$", "", str(exc).splitlines()[0])
+                raise InputError(
+                    path, f"not valid JSON (truncated or corrupt?): {msg} in traceEvents"
+                ) from None
+            n_raw = len(evs)
             xs = [e for e in evs if e.ph == "X" and e.cat not in _SKIP_SPELLINGS]
         del evs
+        self.n_raw += n_raw
+        cols = self.cols
         name_s = _str_series(list(map(_get["name"], xs)))
         cat_s = _lower(_str_series(list(map(_get["cat"], xs))))
         if cat_s.is_in(list(SKIP_CATEGORIES)).any():  # odd spellings of "Trace"
@@ -579,67 +680,67 @@ def _read_events(
         for key in ("device", "stream", "correlation", "external_id", "rf_id"):
             cols[key].append(_int_series(list(map(_get[key], args))))
         try:
-            ts_parts.append(_us_col(xs, "ts"))
-            dur_parts.append(_us_col(xs, "dur"))
+            self.ts_parts.append(_us_col(xs, "ts"))
+            self.dur_parts.append(_us_col(xs, "dur"))
         except (TypeError, ValueError) as exc:
             raise InputError(path, f"Kineto event with a non-numeric ts/dur ({exc})") from None
-        _decode_comm_args(args, _comm_candidates(name_s, cat_s).to_list(), row0, comm_args)
-        row0 += len(xs)
+        _decode_comm_args(args, _comm_candidates(name_s, cat_s).to_list(), self.row0, self.comm_args)
+        self.row0 += len(xs)
         del xs, args  # the comm args' Raw values may be views of ``data``: gone now
-        if m is not None:
-            data.release()
-            _drop_pages(m, start, end)
-        del data
-    base = top.baseTimeNanoseconds
-    base_ns = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 0
+        return n_raw
 
-    def cat_col(key: str, dtype: pl.DataType) -> pl.Series:
-        # one contiguous column at a time, the batch parts freed as it goes
-        parts = cols.pop(key)
-        return pl.concat(parts, rechunk=True) if parts else pl.Series([], dtype=dtype)
+    def finish(self, top: _Top) -> KinetoProfile:
+        cols = self.cols
+        base = top.baseTimeNanoseconds
+        base_ns = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 0
 
-    cat_all = cat_col("cat", pl.String)
-    n = cat_all.len()
-    ts = np.concatenate(ts_parts) if ts_parts else np.zeros(0, dtype=np.int64)
-    dur = np.concatenate(dur_parts) if dur_parts else np.zeros(0, dtype=np.int64)
-    del ts_parts, dur_parts
-    events = pl.DataFrame(
-        {
-            "row": pl.Series(np.arange(n, dtype=np.int64)),
-            "name": cat_col("name", pl.String),
-            "cat": cat_all,
-            "kind": cat_all.replace_strict(
-                list(CATEGORY_KIND),
-                [k for k, _ in CATEGORY_KIND.values()],
-                default="other",
-                return_dtype=pl.String,
-            ),
-            "on_gpu": cat_all.replace_strict(
-                list(CATEGORY_KIND),
-                [g for _, g in CATEGORY_KIND.values()],
-                default=False,
-                return_dtype=pl.Boolean,
-            ),
-            "pid": cat_col("pid", pl.Int64),
-            "tid": cat_col("tid", pl.Int64),
-            "device": cat_col("device", pl.Int64).cast(pl.Int32),
-            "stream": cat_col("stream", pl.Int64),
-            "start_ns": pl.Series(ts + base_ns, dtype=pl.Int64),
-            "dur_ns": pl.Series(np.maximum(dur, 0), dtype=pl.Int64),
-            "correlation": cat_col("correlation", pl.Int64),
-            "external_id": cat_col("external_id", pl.Int64),
-            "rf_id": cat_col("rf_id", pl.Int64),
+        def cat_col(key: str, dtype: pl.DataType) -> pl.Series:
+            # one contiguous column at a time, the batch parts freed as it goes
+            parts = cols.pop(key)
+            return pl.concat(parts, rechunk=True) if parts else pl.Series([], dtype=dtype)
+
+        cat_all = cat_col("cat", pl.String)
+        n = cat_all.len()
+        ts = np.concatenate(self.ts_parts) if self.ts_parts else np.zeros(0, dtype=np.int64)
+        dur = np.concatenate(self.dur_parts) if self.dur_parts else np.zeros(0, dtype=np.int64)
+        self.ts_parts = self.dur_parts = []
+        events = pl.DataFrame(
+            {
+                "row": pl.Series(np.arange(n, dtype=np.int64)),
+                "name": cat_col("name", pl.String),
+                "cat": cat_all,
+                "kind": cat_all.replace_strict(
+                    list(CATEGORY_KIND),
+                    [k for k, _ in CATEGORY_KIND.values()],
+                    default="other",
+                    return_dtype=pl.String,
+                ),
+                "on_gpu": cat_all.replace_strict(
+                    list(CATEGORY_KIND),
+                    [g for _, g in CATEGORY_KIND.values()],
+                    default=False,
+                    return_dtype=pl.Boolean,
+                ),
+                "pid": cat_col("pid", pl.Int64),
+                "tid": cat_col("tid", pl.Int64),
+                "device": cat_col("device", pl.Int64).cast(pl.Int32),
+                "stream": cat_col("stream", pl.Int64),
+                "start_ns": pl.Series(ts + base_ns, dtype=pl.Int64),
+                "dur_ns": pl.Series(np.maximum(dur, 0), dtype=pl.Int64),
+                "correlation": cat_col("correlation", pl.Int64),
+                "external_id": cat_col("external_id", pl.Int64),
+                "rf_id": cat_col("rf_id", pl.Int64),
+            }
+        )
+        events = _gpu_columns(events)
+        doc_meta = {
+            "distributedInfo": top.distributedInfo,
+            "deviceProperties": top.deviceProperties,
+            "host_name": top.host_name,
+            "schemaVersion": top.schemaVersion,
+            "traceName": top.traceName,
         }
-    )
-    events = _gpu_columns(events)
-    doc_meta = {
-        "distributedInfo": top.distributedInfo,
-        "deviceProperties": top.deviceProperties,
-        "host_name": top.host_name,
-        "schemaVersion": top.schemaVersion,
-        "traceName": top.traceName,
-    }
-    return _profile(path, events, comm_args, base_ns, doc_meta, n_raw)
+        return _profile(self.path, events, self.comm_args, base_ns, doc_meta, self.n_raw)
 
 
 def _decode_comm_args(args: list[Any], rows: list[int], row0: int, out: dict[int, dict[str, Any]]) -> None:
