@@ -28,7 +28,7 @@ import polars as pl
 
 from charllm_trace.analysis.classify import ancestor_any, classify, is_gpu_trace
 from charllm_trace.analysis.hardware import link_peak, spans_nodes
-from charllm_trace.analysis.overlap import launch_times
+from charllm_trace.analysis.overlap import launch_times_of
 from charllm_trace.analysis.results import (
     BANDWIDTH_SUMMARY_SCHEMA,
     COLLECTIVE_SCHEMA,
@@ -109,7 +109,8 @@ def bus_factor(coll_type: str | None, n: int | None) -> float | None:
 
 def _instances(trace: Trace, classified: pl.DataFrame | None) -> pl.DataFrame:
     df = classified if classified is not None else classify(trace.nodes)
-    if is_gpu_trace(df):
+    gpu_mode = is_gpu_trace(df)
+    if gpu_mode:
         inst = df.filter(pl.col("cls") == "comm")
     else:
         flag = df["coll_type"].is_not_null().to_numpy() & (df["cls"] == "cpu_comm").to_numpy()
@@ -123,9 +124,10 @@ def _instances(trace: Trace, classified: pl.DataFrame | None) -> pl.DataFrame:
         inst = df.filter(pl.Series(flag & ~strict))
     if inst.height == 0:
         return inst.with_columns(launch_ns=pl.lit(None, dtype=pl.Int64))
-    t = launch_times(df)
-    df_l = df.select("id").with_columns(launch_ns=t)
-    return inst.join(df_l, on="id", how="left")
+    # launch times of these few rows only (launch_times of the whole table copies it twice over)
+    if gpu_mode:  # communication kernels: every row is on the GPU
+        return inst.with_columns(launch_ns=launch_times_of(df, inst))
+    return inst.with_columns(launch_ns=pl.col("start_ns"))  # CPU ops: their own start
 
 
 def _coll_type_expr() -> pl.Expr:

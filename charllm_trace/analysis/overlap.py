@@ -87,16 +87,48 @@ def hta_filter(nodes: pl.DataFrame, steps: pl.DataFrame, keep_last_step: bool = 
     inner join does. Applies only with at least two steps (as HTA)."""
     if steps.height < 2:
         return nodes
-    last_start = int(steps["start_ns"].max())
-    last_end = int(steps["end_ns"].max())
-    cpu = nodes.filter(~pl.col("on_gpu").fill_null(False) & pl.col("correlation").is_not_null())
-    if keep_last_step:
-        cpu = cpu.filter(pl.col("start_ns") <= last_end)
-    else:
-        cpu = cpu.filter(pl.col("start_ns") < last_start)
-    keep_corr = cpu["correlation"].unique().implode()
+    keep_corr = _hta_kept_correlations(nodes, steps, keep_last_step)
     gpu = pl.col("on_gpu").fill_null(False)
     return nodes.filter(~gpu | pl.col("correlation").is_in(keep_corr).fill_null(False))
+
+
+def _hta_kept_correlations(nodes: pl.DataFrame, steps: pl.DataFrame, keep_last_step: bool) -> pl.Series:
+    """The correlation ids of the CPU events ``hta_filter`` keeps GPU nodes for (imploded)."""
+    last_start = int(steps["start_ns"].max())
+    last_end = int(steps["end_ns"].max())
+    t = pl.col("start_ns")
+    return (
+        nodes.lazy()
+        .filter(
+            ~pl.col("on_gpu").fill_null(False)
+            & pl.col("correlation").is_not_null()
+            & ((t <= last_end) if keep_last_step else (t < last_start))
+        )
+        .select(pl.col("correlation").unique().implode())
+        .collect()
+        .to_series()
+    )
+
+
+def launch_times_of(nodes: pl.DataFrame, gpu_rows: pl.DataFrame) -> pl.Series:
+    """``launch_times`` of ``gpu_rows`` (GPU nodes of ``nodes``, with their correlation and
+    launch_id), looked up in the CPU nodes of ``nodes`` without copying the whole table."""
+    cpu = nodes.lazy().filter(~pl.col("on_gpu").fill_null(False))
+    by_corr = (
+        cpu.filter(pl.col("correlation").is_not_null() & pl.col("start_ns").is_not_null())
+        .group_by("correlation")
+        .agg(pl.col("start_ns").min().alias("_t_corr"))
+    )
+    by_id = cpu.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("_t_launch"))
+    return (
+        gpu_rows.lazy()
+        .select("correlation", "launch_id")
+        .join(by_corr, on="correlation", how="left", maintain_order="left")
+        .join(by_id, on="launch_id", how="left", maintain_order="left")
+        .select(pl.coalesce("_t_corr", "_t_launch").alias("launch_ns"))
+        .collect()
+        .to_series()
+    )
 
 
 def _slot_measures(
@@ -142,18 +174,24 @@ def overlap(
     rank = trace.meta.rank if trace.meta.rank is not None else 0
     notes: list[str] = []
     simulated = bool(trace.meta.extra.get("simulated"))
-    df = (classified if classified is not None else classify(trace.nodes)).select(OVERLAP_COLUMNS)
+    df = classified if classified is not None else classify(trace.nodes)
     steps = trace.steps()
     mode = "gpu" if is_gpu_trace(df) else "cpu"
+    # One boolean mask, then one gather of the few columns the intervals need: filtering the
+    # node table step by step would copy its columns several times over (millions of rows).
+    gpu = pl.col("on_gpu").fill_null(False)
+    keep = pl.col("start_ns").is_not_null() & pl.col("dur_ns").is_not_null()
     if hta_compat:
         if mode != "gpu":
             notes.append("--hta-compat has no effect on a CPU-only trace")
         elif steps.height < 2:
             notes.append("fewer than two ProfilerSteps: HTA's kernel filter not applied (as HTA)")
         else:
-            before = int(df["on_gpu"].fill_null(False).sum())
-            df = hta_filter(df, steps, keep_last_step=hta_keep_last_step)
-            dropped = before - int(df["on_gpu"].fill_null(False).sum())
+            launched = gpu.not_() | pl.col("correlation").is_in(
+                _hta_kept_correlations(df, steps, hta_keep_last_step)
+            ).fill_null(False)
+            dropped = int(df.select((gpu & launched.not_()).sum()).item())
+            keep = keep & launched
             which = (
                 "after the last ProfilerStep ended"
                 if hta_keep_last_step
@@ -162,17 +200,22 @@ def overlap(
             notes.append(
                 f"HTA convention: {dropped} GPU operators launched {which} (or never launched) dropped"
             )
-    df = df.with_columns(launch_ns=launch_times(df)).filter(
-        pl.col("start_ns").is_not_null() & pl.col("dur_ns").is_not_null()
-    )
     if mode == "gpu":
-        act = df.filter(pl.col("on_gpu").fill_null(False) & pl.col("cls").is_in(list(GPU_BUSY)))
+        busy = gpu & pl.col("cls").is_in(list(GPU_BUSY))
         comm_cls, comp_cls = ["comm"], ["compute"]
         mem_cls = ["memcpy", "memset"]
     else:
-        act = df.filter(pl.col("cls").is_in(["cpu_comm", "cpu_compute"]) | (pl.col("kind") == "cpu_op"))
+        busy = pl.col("cls").is_in(["cpu_comm", "cpu_compute"]) | (pl.col("kind") == "cpu_op")
         comm_cls, comp_cls, mem_cls = ["cpu_comm"], ["cpu_compute"], []
         notes.append("no GPU kernels: CPU mode (communication = CPU collective ops, compute = leaf CPU ops)")
+    act = (
+        df.lazy()
+        .filter(keep & busy)
+        .select("start_ns", "dur_ns", "cls", "pg_name", "correlation", "launch_id", "on_gpu")
+        .collect()
+    )
+    if mode == "gpu" and per_step and steps.height:
+        act = act.with_columns(launch_ns=launch_times_of(df, act))
     start = act["start_ns"].to_numpy().astype(np.int64)
     end = start + act["dur_ns"].to_numpy().astype(np.int64)
     if hta_compat and mode == "gpu":
@@ -249,7 +292,20 @@ def overlap(
 
     # per process group and per dimension: that group's comm against all compute
     pg_all = np.concatenate([act["pg_name"].to_numpy(), act["pg_name"].to_numpy()[in_step]])
-    group_args = (rank, slot_step, nslots, big, s_all, e_all, k_all, is_comm, is_comp, pg_all, group_dims, trace)
+    group_args = (
+        rank,
+        slot_step,
+        nslots,
+        big,
+        s_all,
+        e_all,
+        k_all,
+        is_comm,
+        is_comp,
+        pg_all,
+        group_dims,
+        trace,
+    )
     per_group = _group_rows(*group_args, by_dim=False)
     per_dim = _group_rows(*group_args, by_dim=True)
     if mode == "gpu" and is_comm.any() and not any(p is not None for p in pg_all[is_comm]):
