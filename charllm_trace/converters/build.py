@@ -511,9 +511,10 @@ def kineto_trace(prof: KinetoProfile) -> tuple[Trace, dict[str, Any]]:
 def _attrs_column(ev: pl.DataFrame, comm_args: dict[int, dict[str, Any]]) -> pl.Series:
     """``attrs``: the Kineto category, plus the verbatim comm args of communication-related nodes."""
     cats = ev["cat"]
-    base = (
-        pl.select(pl.concat_str([pl.lit('{"cat":"'), pl.lit(cats), pl.lit('"}')])).to_series().alias("attrs")
-    )
+    # one string per distinct category, gathered by row: the rows share its bytes (16 B a row)
+    distinct = cats.drop_nulls().unique(maintain_order=True)
+    per_cat = pl.select(pl.concat_str([pl.lit('{"cat":"'), pl.lit(distinct), pl.lit('"}')])).to_series()
+    base = per_cat.gather(cats.cast(pl.Enum(distinct)).to_physical()).alias("attrs")
     if not comm_args:
         return base
     hit = ev.select(pl.int_range(0, pl.len(), dtype=pl.Int64).alias("pos"), "id", "cat").filter(

@@ -625,6 +625,29 @@ def _decode_spans(
         k = e
 
 
+class _Vocab:
+    """Strings stored once: a batch's strings become codes into a growing list of distinct values,
+    and the column is those values gathered by code at the end. Gathering shares the values'
+    bytes, so a name repeated a million times costs one 16-byte view per row, not a copy each."""
+
+    def __init__(self) -> None:
+        self.values = pl.Series([], dtype=pl.String)
+
+    def encode(self, s: pl.Series) -> pl.Series:
+        new = s.unique(maintain_order=True)
+        new = new.filter(~new.is_in(self.values.implode()))
+        if new.len():
+            self.values = pl.concat([self.values, new])
+        return s.cast(pl.Enum(self.values)).to_physical().cast(pl.UInt32)
+
+    def decode(self, parts: list[pl.Series]) -> pl.Series:
+        if not parts:
+            return pl.Series([], dtype=pl.String)
+        codes = pl.concat(parts, rechunk=True)
+        parts.clear()
+        return self.values.rechunk().gather(codes)
+
+
 class _Columns:
     """The columns of the X events, batch by batch."""
 
@@ -641,6 +664,8 @@ class _Columns:
         self.comm_args: dict[int, dict[str, Any]] = {}
         self.row0 = 0
         self.n_raw = 0
+        self.names = _Vocab()
+        self.cats = _Vocab()
 
     def add(self, data: Any) -> int:
         """Decode one JSON list of events (bytes or a buffer); returns how many events it held."""
@@ -670,8 +695,8 @@ class _Columns:
             keep = ~cat_s.is_in(list(SKIP_CATEGORIES))
             xs = [e for e, k in zip(xs, keep, strict=True) if k]
             name_s, cat_s = name_s.filter(keep), cat_s.filter(keep)
-        cols["name"].append(name_s)
-        cols["cat"].append(cat_s)
+        cols["name"].append(self.names.encode(name_s))
+        cols["cat"].append(self.cats.encode(cat_s))
         cols["pid"].append(_int_series(list(map(_get["pid"], xs))))
         cols["tid"].append(_int_series(list(map(_get["tid"], xs))))
         args = list(map(_get["args"], xs))
@@ -699,7 +724,7 @@ class _Columns:
             parts = cols.pop(key)
             return pl.concat(parts, rechunk=True) if parts else pl.Series([], dtype=dtype)
 
-        cat_all = cat_col("cat", pl.String)
+        cat_all = self.cats.decode(cols.pop("cat"))
         n = cat_all.len()
         ts = np.concatenate(self.ts_parts) if self.ts_parts else np.zeros(0, dtype=np.int64)
         dur = np.concatenate(self.dur_parts) if self.dur_parts else np.zeros(0, dtype=np.int64)
@@ -707,7 +732,7 @@ class _Columns:
         events = pl.DataFrame(
             {
                 "row": pl.Series(np.arange(n, dtype=np.int64)),
-                "name": cat_col("name", pl.String),
+                "name": self.names.decode(cols.pop("name")),
                 "cat": cat_all,
                 "kind": cat_all.replace_strict(
                     list(CATEGORY_KIND),
