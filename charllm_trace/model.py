@@ -104,11 +104,16 @@ NODE_SCHEMA: dict[str, pl.DataType] = {
     "attrs": pl.String,  # JSON object of attributes with no column (verbatim)
 }
 
-#: Edges: ``node`` depends on ``dep``. ``kind`` is "ctrl" or "data".
+#: Dependency kinds: control (parent, launching op, ordering) and data (producer of an input tensor).
+DEP_KINDS = ("ctrl", "data")
+
+#: Edges: ``node`` depends on ``dep``. ``kind`` is "ctrl" or "data", as an Enum (one byte per
+#: edge instead of a string; it compares with plain strings: ``pl.col("kind") == "ctrl"``).
+#: Frames built with a String ``kind`` become this type through ``conform`` (``Trace`` does it).
 DEP_SCHEMA: dict[str, pl.DataType] = {
     "node": pl.Int64,
     "dep": pl.Int64,
-    "kind": pl.String,
+    "kind": pl.Enum(DEP_KINDS),
 }
 
 #: GPU telemetry samples. Energy counter in joules (cumulative, device-defined origin).

@@ -5,12 +5,14 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from charllm_trace.et import cache as et_cache
 from charllm_trace.et import reader
 from charllm_trace.et.reader import read_et
 from charllm_trace.et.writer import write_et
+from charllm_trace.model import DEP_SCHEMA
 from tests.conftest import shared_trace
 from tests.test_et_roundtrip import small_trace
 
@@ -43,6 +45,14 @@ def test_cached_reload_is_identical(tmp_path: Path, cache_dir: Path, monkeypatch
     warm = read_et(p)
     assert warm.equals(cold)
     assert warm.meta.has_timestamps is False
+    # the enum column comes back as the model's enum (stored as its codes)
+    assert warm.deps.schema == pl.Schema(DEP_SCHEMA)
+    assert warm.deps["kind"].to_list() == cold.deps["kind"].to_list()
+    assert (
+        warm.deps.filter(pl.col("kind") == "data").height
+        == cold.deps.filter(pl.col("kind") == "data").height
+        > 0
+    )
 
 
 def test_changed_file_misses(tmp_path: Path, cache_dir: Path) -> None:

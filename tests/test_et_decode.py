@@ -194,3 +194,19 @@ def test_dependencies_packed_and_unpacked(tmp_path: Path, decoder: str) -> None:
     )
     assert t.deps.filter(pl.col("kind") == "ctrl").height == 3
     assert t.deps.filter(pl.col("kind") == "data").height == 3
+
+
+def test_string_kinds_become_the_model_enum() -> None:
+    """Producers may build ``kind`` as strings: the Trace holds the model's enum, same values."""
+    from charllm_trace.model import DEP_KINDS, Trace, conform
+
+    nodes = pl.DataFrame({"id": [1, 2, 3]})
+    deps = pl.DataFrame({"node": [2, 3, 3], "dep": [1, 1, 2], "kind": ["ctrl", "data", "ctrl"]})
+    t = Trace(nodes=nodes, deps=deps)
+    assert t.deps.schema == pl.Schema(DEP_SCHEMA)
+    assert t.deps["kind"].to_list() == ["ctrl", "data", "ctrl"]
+    assert t.deps.filter(pl.col("kind") == "ctrl")["dep"].to_list() == [1, 2]
+    assert t.deps["kind"].cast(pl.String).equals(deps["kind"])
+    assert list(t.deps["kind"].dtype.categories) == list(DEP_KINDS)  # type: ignore[attr-defined]
+    both = pl.concat([t.deps, conform(deps, DEP_SCHEMA)])
+    assert both.height == 6 and both.schema == pl.Schema(DEP_SCHEMA)

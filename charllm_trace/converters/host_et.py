@@ -191,6 +191,7 @@ def data_deps(host: HostET) -> pl.DataFrame:
         .select(pl.col("node"), pl.col("producer").alias("dep"), pl.lit("data").alias("kind"))
         .unique()
         .sort("node", "dep")
+        .cast(DEP_SCHEMA)  # type: ignore[arg-type]
     )
 
 
@@ -282,7 +283,7 @@ def host_et_trace(host: HostET) -> tuple[Trace, dict[str, Any]]:
     ctrl = nodes.filter(pl.col("parent").is_not_null()).select(
         pl.col("id").alias("node"), pl.col("parent").alias("dep"), pl.lit("ctrl").alias("kind")
     )
-    deps = pl.concat([ctrl, data_deps(host)])
+    deps = pl.concat([ctrl.cast(DEP_SCHEMA), data_deps(host)])  # type: ignore[arg-type]
     report = {
         "source": "host_et",
         "host_et": host.path,

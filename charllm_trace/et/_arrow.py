@@ -360,34 +360,22 @@ def utf8_column(
     return binary_column(data, starts, lengths, name, _fmt=_FORMAT_UTF8_VIEW)
 
 
-def short_strings_column(codes: np.ndarray, values: list[str], name: str = "") -> pl.Series:
-    """A String series whose row i is ``values[codes[i]]``; every value at most 12 UTF-8 bytes.
+def enum_from_physical(phys: pl.Series, dtype: pl.DataType) -> pl.Series:
+    """An Enum series from its physical codes (an unsigned integer series, every code valid).
 
-    Built as inline binary views in one numpy array (no per-row allocation in polars).
+    The codes become the column's physical values without a copy where polars can take them
+    (``cat.to``, polars 2); otherwise they are gathered from the categories.
     """
-    from charllm_trace.et import _native
+    to = getattr(phys.cat, "to", None)
+    if to is not None:
+        try:
+            return to(dtype)
+        except (pl.exceptions.InvalidOperationError, pl.exceptions.ComputeError, pl.exceptions.SchemaError):
+            pass
+    cats = pl.Series(phys.name, dtype.categories.to_list(), dtype=dtype)  # type: ignore[attr-defined]
+    return cats.gather(phys.cast(pl.UInt32)).alias(phys.name)
 
-    n = len(codes)
-    patterns = np.zeros((len(values), 16), dtype=np.uint8)
-    for k, v in enumerate(values):
-        b = v.encode()
-        if len(b) > 12:
-            raise ValueError("pattern longer than 12 bytes")
-        patterns[k, :4] = np.frombuffer(np.int32(len(b)).tobytes(), np.uint8)
-        patterns[k, 4 : 4 + len(b)] = np.frombuffer(b, np.uint8)
-    codes = np.ascontiguousarray(codes, dtype=np.uint8)
-    so = _native.lib()
-    if so is not None:
-        views = alloc((n, 16), np.uint8, populate=True)
-        so.et_pattern_views(codes.ctypes.data, n, patterns.ctypes.data, views.ctypes.data)
-    else:
-        views = patterns[codes]
-    if n == 0:
-        return pl.Series(name, [], dtype=pl.String)
-    # the patterns are known UTF-8: export as a string view, nothing to validate
-    export = _ViewExport(views, np.zeros(16, dtype=np.uint8), n, _FORMAT_UTF8_VIEW)
-    try:
-        s = pl.Series(name, export)
-    finally:
-        export.close()
-    return s
+
+def enum_column(codes: np.ndarray, dtype: pl.DataType, name: str = "") -> pl.Series:
+    """An Enum series whose row i is category ``codes[i]`` of ``dtype`` (uint8 codes, all valid)."""
+    return enum_from_physical(pl.Series(name, np.ascontiguousarray(codes, dtype=np.uint8)), dtype)

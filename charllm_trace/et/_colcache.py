@@ -9,7 +9,8 @@ Buffers shared by several columns (string views into one byte buffer) are
 stored once.
 
 Supported column types are the ones the trace model uses: integers, floats,
-booleans, strings (views or offsets), lists and structs of them.
+booleans, strings (views or offsets), enums (stored as their codes), lists and
+structs of them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ import numpy as np
 import orjson
 import polars as pl
 
-from charllm_trace.et._arrow import _ArrayRelease, _ArrowArray, _ArrowSchema, _PyCapsule_New, _SchemaRelease
+from charllm_trace.et._arrow import (
+    _ArrayRelease,
+    _ArrowArray,
+    _ArrowSchema,
+    _PyCapsule_New,
+    _SchemaRelease,
+    enum_from_physical,
+)
 
 FORMAT_VERSION = 1
 ALIGN = 64
@@ -150,6 +158,9 @@ def write_frame(df: pl.DataFrame, data_path: Path, meta_path: Path) -> None:
         w = _Writer(f)
         for name in df.columns:
             s = df[name].rechunk()
+            enum = isinstance(s.dtype, pl.Enum)
+            if enum:  # stored as its codes; the categories are in the schema
+                s = s.to_physical()
             cap = s.__arrow_c_stream__()
             stream = _ArrowArrayStream.from_address(_GetPointer(cap, b"arrow_array_stream"))
             sp = ctypes.pointer(stream)
@@ -168,7 +179,7 @@ def write_frame(df: pl.DataFrame, data_path: Path, meta_path: Path) -> None:
                 finally:
                     if arr.release:
                         arr.release(ctypes.pointer(arr))
-                cols.append({"name": name, "array": desc})
+                cols.append({"name": name, "array": desc, **({"enum": True} if enum else {})})
             finally:
                 if schema.release:
                     schema.release(ctypes.pointer(schema))
@@ -301,9 +312,12 @@ def read_frame(data_path: Path, meta_path: Path) -> pl.DataFrame:
             continue
         col = _Column(c["array"], mm, base)
         try:
-            series.append(pl.Series(c["name"], col))
+            s = pl.Series(c["name"], col)
         finally:
             col.close()
+        if c.get("enum"):
+            s = enum_from_physical(s, _dtype(meta["schema"][c["name"]]))
+        series.append(s)
     df = pl.DataFrame(series)
     if df.height != meta["height"]:
         raise Unsupported("row count mismatch")

@@ -572,17 +572,6 @@ int64_t et_json(const uint8_t *data, const int64_t *rows, int64_t nr, const int6
     return at;
 }
 
-/* In place: idx[k] = id[idx[k]] (node indices to node ids). */
-void et_map_ids(const uint64_t *id, int64_t *idx, int64_t m) {
-    for (int64_t k = 0; k < m; k++) idx[k] = (int64_t)id[idx[k]];
-}
-
-/* Binary views for n strings that are each one of a few short (<= 12 byte) patterns:
- * out[i] = patterns[which[i]] (16 bytes each). */
-void et_pattern_views(const uint8_t *which, int64_t n, const uint8_t *patterns, uint8_t *out) {
-    for (int64_t i = 0; i < n; i++) memcpy(out + 16 * i, patterns + 16 * which[i], 16);
-}
-
 /* Walk the framing from pos until the first message starting at or after target.
  * out[0] = that position, out[1] = messages skipped. Returns 0, or < 0 on bad framing. */
 int64_t et_walk(const uint8_t *data, int64_t size, int64_t pos, int64_t target, int64_t *out) {

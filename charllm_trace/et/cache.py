@@ -34,7 +34,7 @@ import orjson
 from charllm_trace.et._colcache import read_frame, write_frame
 from charllm_trace.model import MODEL_VERSION, Trace, TraceMeta
 
-CACHE_FORMAT = "2"
+CACHE_FORMAT = "3"
 
 
 def cache_root() -> Path:

@@ -28,12 +28,13 @@ from charllm_trace.et._arrow import (
     _STEP,
     InvalidUtf8,
     alloc,
+    enum_column,
     first_invalid_utf8,
-    short_strings_column,
+    primitive_column,
     utf8_column,
     view_column,
 )
-from charllm_trace.model import NODE_SCHEMA, conform
+from charllm_trace.model import DEP_SCHEMA, NODE_SCHEMA, conform
 
 PAD = 32  # zero bytes after the data: varint reads past a message end stop there
 _U7F = np.uint64(0x7F)
@@ -464,10 +465,9 @@ def _nulls(name: str, n: int, dtype: pl.DataType) -> pl.Series:
 
 
 def _series(name: str, values: np.ndarray, present: np.ndarray | None, dtype: pl.DataType) -> pl.Series:
-    s = pl.Series(name, values).cast(dtype)
-    if present is not None and not present.all():
-        s = pl.select(pl.when(pl.Series(present)).then(s).otherwise(None).alias(name)).to_series()
-    return s
+    """An Int64 or Boolean column of ``values``, null where ``present`` is False (no copy)."""
+    want = np.bool_ if dtype == pl.Boolean else np.int64
+    return primitive_column(name, values.astype(want, copy=False), present)
 
 
 @dataclass
@@ -683,8 +683,8 @@ def _scan_numpy(data: np.ndarray, starts: np.ndarray, lens: np.ndarray, where: n
 
 
 def _kind_column(kind: np.ndarray) -> pl.Series:
-    """The deps ``kind`` strings from 0/1 codes."""
-    return short_strings_column(kind, ["ctrl", "data"], "kind")
+    """The deps ``kind`` column (``DEP_SCHEMA``'s Enum) from 0 (ctrl) / 1 (data) codes."""
+    return enum_column(kind, DEP_SCHEMA["kind"], "kind")
 
 
 #: files with more node bytes than this are decoded in parallel parts (threads: the C scanner,
