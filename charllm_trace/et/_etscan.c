@@ -473,51 +473,79 @@ void et_views(const uint8_t *data, const int64_t *off, const int64_t *len, int64
 }
 
 /* The ``attrs`` JSON object text of every node, written the way orjson writes it.
- * rows are attribute indices (into node/kind/ival/soff/slen/code) sorted by node.
- * kind: 0 null, 1 int, 2 bool, 3 string (escaped), 4 pre-rendered text (pyoff), 5 JSON text (copied).
- * With out == NULL returns the number of bytes needed; else fills out and, per node with
- * attributes, its binary view (views: 16 bytes per node, zeroed by the caller) and its bit in
- * the validity bitmap (valid, zeroed by the caller). Returns -10 when a node has the same key
- * twice (the caller handles that case), -12 when one node's text is `step` bytes or more. */
+ * Attributes 0..na-1 are in node order; those with skip[i] set are left out (they became
+ * columns). kind: 0 null, 1 int, 2 bool, 3 string (escaped; copied verbatim when json_code[code]
+ * is set: the value is JSON text already), 4 pre-rendered text (the k-th kind-4 attribute not
+ * skipped is pybuf[pyoff[k] : pyoff[k + 1]]).
+ * With out == NULL returns an upper bound of the bytes needed; else fills out and, per node with
+ * attributes left, its binary view (views: 16 bytes per node, zeroed by the caller) and its bit
+ * in the validity bitmap (valid, zeroed by the caller), and returns the bytes written. Returns -10
+ * when a node has the same key twice (the caller handles that case), -12 when one node's text is
+ * `step` bytes or more. */
 static const char HEX[] = "0123456789abcdef";
 
 static inline int64_t put(uint8_t *out, int64_t at, const void *src, int64_t n) {
-    if (out) memcpy(out + at, src, (size_t)n);
+    memcpy(out + at, src, (size_t)n);
     return at + n;
 }
 
-int64_t et_json(const uint8_t *data, const int64_t *rows, int64_t nr, const int64_t *node,
+int64_t et_json(const uint8_t *data, int64_t na, const uint8_t *skip, const int64_t *node,
                 const int8_t *kind, const int64_t *ival, const int64_t *soff, const int64_t *slen,
-                const int32_t *code, const uint8_t *keybuf, const int64_t *keyoff,
-                const uint8_t *pybuf, const int64_t *pyoff, uint8_t *out, uint8_t *views,
-                uint8_t *valid, int64_t step) {
-    int64_t at = 0;
-    int64_t r = 0;
-    while (r < nr) {
-        int64_t nd = node[rows[r]];
-        int64_t first = r, begin = at;
-        while (r < nr && node[rows[r]] == nd) r++;
-        /* duplicate keys in this node? */
-        for (int64_t x = first; x < r; x++)
-            for (int64_t y = first; y < x; y++)
-                if (code[rows[x]] == code[rows[y]]) return -10;
-        at = put(out, at, "{", 1);
+                const int32_t *code, const uint8_t *json_code, const uint8_t *keybuf,
+                const int64_t *keyoff, const uint8_t *pybuf, const int64_t *pyoff, uint8_t *out,
+                uint8_t *views, uint8_t *valid, int64_t step) {
+    int64_t npy = 0;
+    if (!out) {
+        int64_t b = 2;
+        for (int64_t i = 0; i < na; i++) {
+            if (skip[i]) continue;
+            int k = kind[i];
+            if (k == 3 && json_code[code[i]]) k = 5;
+            b += keyoff[code[i] + 1] - keyoff[code[i]] + 4; /* key, ':', ',' and braces */
+            switch (k) {
+            case 1: b += 20; break;
+            case 2: b += 5; break;
+            case 3: b += 2 + 6 * slen[i]; break;
+            case 4: b += pyoff[npy + 1] - pyoff[npy]; npy++; break;
+            case 5: b += slen[i]; break;
+            default: b += 4;
+            }
+        }
+        return b;
+    }
+    int64_t at = 0, r = 0;
+    while (r < na) {
+        int64_t nd = node[r], first = r;
+        while (r < na && node[r] == nd) r++;
+        /* any attribute left in this node? the same key twice? */
+        int any = 0;
         for (int64_t x = first; x < r; x++) {
-            int64_t i = rows[x];
-            if (x > first) at = put(out, at, ",", 1);
+            if (skip[x]) continue;
+            any = 1;
+            for (int64_t y = first; y < x; y++)
+                if (!skip[y] && code[x] == code[y]) return -10;
+        }
+        if (!any) continue;
+        int64_t begin = at;
+        out[at++] = '{';
+        for (int64_t i = first; i < r; i++) {
+            if (skip[i]) continue;
+            if (at > begin + 1) out[at++] = ',';
             at = put(out, at, keybuf + keyoff[code[i]], keyoff[code[i] + 1] - keyoff[code[i]]);
-            at = put(out, at, ":", 1);
-            switch (kind[i]) {
+            out[at++] = ':';
+            int k = kind[i];
+            if (k == 3 && json_code[code[i]]) k = 5;
+            switch (k) {
             case 1: {
                 char tmp[24];
-                int len = 0;
+                int len = 24;
                 uint64_t u = ival[i] < 0 ? (uint64_t)0 - (uint64_t)ival[i] : (uint64_t)ival[i];
                 do {
-                    tmp[len++] = (char)('0' + u % 10);
+                    tmp[--len] = (char)('0' + u % 10);
                     u /= 10;
                 } while (u);
-                if (ival[i] < 0) tmp[len++] = '-';
-                for (int k = len - 1; k >= 0; k--) at = put(out, at, &tmp[k], 1);
+                if (ival[i] < 0) tmp[--len] = '-';
+                at = put(out, at, tmp + len, 24 - len);
                 break;
             }
             case 2:
@@ -525,17 +553,17 @@ int64_t et_json(const uint8_t *data, const int64_t *rows, int64_t nr, const int6
                 break;
             case 3: {
                 const uint8_t *s = data + soff[i];
-                at = put(out, at, "\"", 1);
-                for (int64_t k = 0; k < slen[i]; k++) {
+                out[at++] = '"';
+                for (int64_t k2 = 0; k2 < slen[i]; k2++) {
                     /* copy the run of bytes that need no escaping in one go */
-                    int64_t run = k;
+                    int64_t run = k2;
                     while (run < slen[i] && s[run] >= 0x20 && s[run] != '"' && s[run] != '\\') run++;
-                    if (run > k) {
-                        at = put(out, at, s + k, run - k);
-                        k = run - 1;
+                    if (run > k2) {
+                        at = put(out, at, s + k2, run - k2);
+                        k2 = run - 1;
                         continue;
                     }
-                    uint8_t c = s[k];
+                    uint8_t c = s[k2];
                     if (c == '"') at = put(out, at, "\\\"", 2);
                     else if (c == '\\') at = put(out, at, "\\\\", 2);
                     else if (c == '\n') at = put(out, at, "\\n", 2);
@@ -543,17 +571,17 @@ int64_t et_json(const uint8_t *data, const int64_t *rows, int64_t nr, const int6
                     else if (c == '\t') at = put(out, at, "\\t", 2);
                     else if (c == '\b') at = put(out, at, "\\b", 2);
                     else if (c == '\f') at = put(out, at, "\\f", 2);
-                    else if (c < 0x20) {
+                    else {
                         char u[6] = {'\\', 'u', '0', '0', HEX[c >> 4], HEX[c & 15]};
                         at = put(out, at, u, 6);
-                    } else
-                        at = put(out, at, &c, 1);
+                    }
                 }
-                at = put(out, at, "\"", 1);
+                out[at++] = '"';
                 break;
             }
             case 4:
-                at = put(out, at, pybuf + pyoff[x], pyoff[x + 1] - pyoff[x]);
+                at = put(out, at, pybuf + pyoff[npy], pyoff[npy + 1] - pyoff[npy]);
+                npy++;
                 break;
             case 5:
                 at = put(out, at, data + soff[i], slen[i]);
@@ -562,12 +590,10 @@ int64_t et_json(const uint8_t *data, const int64_t *rows, int64_t nr, const int6
                 at = put(out, at, "null", 4);
             }
         }
-        at = put(out, at, "}", 1);
-        if (out) {
-            if (at - begin >= step) return -12;
-            put_view(views + 16 * nd, out, begin, at - begin, step);
-            valid[nd >> 3] |= (uint8_t)(1 << (nd & 7));
-        }
+        out[at++] = '}';
+        if (at - begin >= step) return -12;
+        put_view(views + 16 * nd, out, begin, at - begin, step);
+        valid[nd >> 3] |= (uint8_t)(1 << (nd & 7));
     }
     return at;
 }

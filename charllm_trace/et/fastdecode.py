@@ -971,7 +971,7 @@ def _assign_attrs(
                 vals[i] = v
             cols[col] = pl.Series(col, vals, dtype=pl.List(pl.Int64))
     # --- the attrs JSON text ------------------------------------------------------------
-    cols["attrs"] = _attrs_json(at, ~consumed, data, n, raw, ours)
+    cols["attrs"] = _attrs_json(at, consumed, data, n, raw, ours)
     _apply_nulls(cols, nulls, n)
 
 
@@ -1006,35 +1006,32 @@ def _str_at(data: np.ndarray, at: Attrs, r: int) -> str:
 
 
 def _attrs_json_native(
-    so: Any, at: Attrs, rows: np.ndarray, kind: np.ndarray, keys: list[str], data: np.ndarray, n: int
+    so: Any,
+    at: Attrs,
+    consumed: np.ndarray,
+    is_json_name: np.ndarray,
+    keys: list[str],
+    data: np.ndarray,
+    n: int,
 ) -> pl.Series | None:
     """The attrs column built by the C scanner; None when a node repeats a key."""
-    full_kind = at.kind.copy()
-    full_kind[rows] = kind
     keyb = [k.encode() for k in keys]
     keyoff = np.zeros(len(keyb) + 1, np.int64)
     keyoff[1:] = np.cumsum([len(k) for k in keyb])
     keybuf = np.frombuffer(b"".join(keyb) + b"\0", np.uint8)
-    pyrows = np.flatnonzero(kind == K_PY)
-    pyparts = [orjson.dumps(at.pyval[int(rows[x])]) for x in pyrows.tolist()]
-    pylen = np.zeros(len(rows), np.int64)
-    pylen[pyrows] = [len(b) for b in pyparts]
-    pyoff = np.zeros(len(rows) + 1, np.int64)
-    np.cumsum(pylen, out=pyoff[1:])
+    # values only Python can render (floats, lists, bytes, huge ints), in attribute order
+    pyparts = [orjson.dumps(at.pyval[r]) for r in sorted(at.pyval) if not consumed[r]]
+    pyoff = np.zeros(len(pyparts) + 1, np.int64)
+    np.cumsum([len(b) for b in pyparts], out=pyoff[1:])
     pybuf = np.frombuffer(b"".join(pyparts) + b"\0", np.uint8)
-    rows = np.ascontiguousarray(rows, np.int64)
+    skip = np.ascontiguousarray(consumed).view(np.uint8)
+    json_code = np.ascontiguousarray(is_json_name, dtype=np.uint8)
     args = [
-        _ptr(data), _ptr(rows), len(rows), _ptr(at.node), _ptr(full_kind), _ptr(at.ival), _ptr(at.soff),
-        _ptr(at.slen), _ptr(at.code), _ptr(keybuf), _ptr(keyoff), _ptr(pybuf), _ptr(pyoff),
+        _ptr(data), len(at.node), _ptr(skip), _ptr(at.node), _ptr(at.kind), _ptr(at.ival), _ptr(at.soff),
+        _ptr(at.slen), _ptr(at.code), _ptr(json_code), _ptr(keybuf), _ptr(keyoff), _ptr(pybuf), _ptr(pyoff),
     ]  # fmt: skip
     # one pass into a buffer sized by an upper bound (untouched pages cost nothing)
-    keylen = np.diff(keyoff)
-    vbound = np.select(
-        [kind == K_INT, kind == K_BOOL, kind == K_STR, kind == 5, kind == K_PY],
-        [np.int64(20), np.int64(5), 2 + 6 * at.slen[rows], at.slen[rows], pylen],
-        default=np.int64(4),
-    )
-    bound = int(keylen[at.code[rows]].sum() + vbound.sum()) + 4 * len(rows) + 2
+    bound = so.et_json(*args, None, None, None, _STEP)
     out = alloc(bound + PAD, np.uint8)
     views = np.zeros((n, 16), np.uint8)
     valid = np.zeros((n + 7) // 8, np.uint8)
@@ -1050,32 +1047,31 @@ def _attrs_json_native(
 
 
 def _attrs_json(
-    at: Attrs, rest: np.ndarray, data: np.ndarray, n: int, raw: dict[int, str], ours: bool
+    at: Attrs, consumed: np.ndarray, data: np.ndarray, n: int, raw: dict[int, str], ours: bool
 ) -> pl.Series:
-    rows = np.flatnonzero(rest)
+    """The attrs JSON text of every node from its attributes that did not become columns."""
     out = _nulls("attrs", n, pl.String)
+    # the JSON key of every attribute name, and whether its value is JSON text already
+    keys: list[str] = []
+    is_json_name = np.zeros(len(at.names), dtype=bool)
+    for c, name in enumerate(at.names):
+        key = name
+        if ours and name.startswith(cv.A_JSON):
+            key = name[len(cv.A_JSON) :]
+            is_json_name[c] = True
+        elif ours and name.startswith(cv.A_ESCAPED):
+            key = name[len(cv.A_ESCAPED) :]
+        keys.append(orjson.dumps(key).decode())
+    so = _native.lib()
+    native = _attrs_json_native(so, at, consumed, is_json_name, keys, data, n) if so is not None else None
+    rows = np.flatnonzero(~consumed) if native is None else np.empty(0, np.int64)
+    if native is not None:
+        out = native
     if rows.size:
-        # the JSON key of every attribute name, and whether its value is JSON text already
-        keys: list[str] = []
-        is_json_name = np.zeros(len(at.names), dtype=bool)
-        for c, name in enumerate(at.names):
-            key = name
-            if ours and name.startswith(cv.A_JSON):
-                key = name[len(cv.A_JSON) :]
-                is_json_name[c] = True
-            elif ours and name.startswith(cv.A_ESCAPED):
-                key = name[len(cv.A_ESCAPED) :]
-            keys.append(orjson.dumps(key).decode())
         code = at.code[rows]
         kind = at.kind[rows]
         rawjson = is_json_name[code] & (kind == K_STR)
         kind = np.where(rawjson, 5, kind)
-        so = _native.lib()
-        if so is not None:
-            native = _attrs_json_native(so, at, rows, kind, keys, data, n)
-            if native is not None:
-                out = native
-                rows = rows[:0]
     if rows.size:
         svals = strings(
             data,
