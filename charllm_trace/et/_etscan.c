@@ -11,6 +11,22 @@
  */
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels refuse it and pages fault one by one */
+#endif
+
+/* Fault in the pages of bytes [from, to) of an output array ahead of the writes: one call per
+ * chunk costs less than a page fault per 4 KiB page. Failures are harmless (the writes fault). */
+static void populate(void *base, int64_t from, int64_t to) {
+    const int64_t page = 4096;
+    uintptr_t a = ((uintptr_t)base + (uintptr_t)from) & ~(uintptr_t)(page - 1);
+    uintptr_t b = ((uintptr_t)base + (uintptr_t)to + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
+    if (b > a) (void)madvise((void *)a, (size_t)(b - a), MADV_POPULATE_WRITE);
+}
+
+#define POP_ROWS (1 << 18) /* rows of each output array faulted in at a time */
 
 #define E_VARINT -1   /* a varint longer than 10 bytes */
 #define E_PAST -2     /* a varint or field runs past the end of its message */
@@ -171,6 +187,8 @@ static inline void put_view(uint8_t *v, const uint8_t *data, int64_t off, int64_
  * index counted from the first node, err[1] = byte offset).
  *
  * state: [0] byte position, [1] nodes, [2] deps, [3] attrs, [4] distinct names,
+ *   [6..8] rows of the node, dependency and attribute arrays already faulted in (0 at first,
+ *   the used rows after the caller grows the arrays),
  *   [5] text that is not strict UTF-8, by field: bit 0 the node name, bits 1-6 inputs
  *   values/shapes/types and outputs values/shapes/types, bit 7 a string attribute value
  *   (every text field is checked as it is passed; the scan goes on to the end).
@@ -206,6 +224,7 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                 int32_t *names_ht, int64_t ht_size, int64_t step, int64_t *err) {
     int64_t pos = state[0], n = state[1], nd = state[2], na = state[3], nn = state[4];
     int64_t bad = state[5];
+    int64_t *pop = state + 6; /* rows faulted in so far: nodes, deps, attributes */
     while (pos < size) {
         const uint8_t *p = data + pos, *fend = data + size;
         uint64_t mlen;
@@ -431,6 +450,36 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
         for (int64_t k = nd0; k < nd; k++) dep_node[k] = (int64_t)nid;
         n++;
         pos = end - data;
+        /* fault in the next rows of the big output arrays before the writes reach them */
+        if (pop[1] < cap[1] && nd + POP_ROWS / 4 > pop[1]) {
+            int64_t to = pop[1] + POP_ROWS < cap[1] ? pop[1] + POP_ROWS : cap[1];
+            populate(dep_node, 8 * pop[1], 8 * to);
+            populate(dep_val, 8 * pop[1], 8 * to);
+            populate(dep_kind, pop[1], to);
+            pop[1] = to;
+        }
+        if (pop[2] < cap[2] && na + POP_ROWS / 4 > pop[2]) {
+            int64_t to = pop[2] + POP_ROWS < cap[2] ? pop[2] + POP_ROWS : cap[2];
+            populate(attr_node, 8 * pop[2], 8 * to);
+            populate(attr_code, 4 * pop[2], 4 * to);
+            populate(vfield, 4 * pop[2], 4 * to);
+            populate(vwt, pop[2], to);
+            populate(vval, 8 * pop[2], 8 * to);
+            populate(voff, 8 * pop[2], 8 * to);
+            populate(akind, pop[2], to);
+            populate(aival, 8 * pop[2], 8 * to);
+            pop[2] = to;
+        }
+        if (pop[0] < cap[0] && n + POP_ROWS / 16 > pop[0]) {
+            int64_t to = pop[0] + POP_ROWS / 4 < cap[0] ? pop[0] + POP_ROWS / 4 : cap[0];
+            populate(id, 8 * pop[0], 8 * to);
+            populate(type, 8 * pop[0], 8 * to);
+            populate(start_us, 8 * pop[0], 8 * to);
+            populate(dur_us, 8 * pop[0], 8 * to);
+            populate(io_present, 2 * pop[0], 2 * to);
+            for (int k = 0; k < 7; k++) populate(views[k], 16 * pop[0], 16 * to);
+            pop[0] = to;
+        }
         continue;
     rollback:
         nd = nd0;

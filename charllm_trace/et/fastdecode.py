@@ -555,7 +555,7 @@ def _scan_native(so: Any, data: np.ndarray, begin: int, size: int, first_index: 
     }
     uname_off = np.zeros(caps[3], np.int64)
     uname_len = np.zeros(caps[3], np.int64)
-    state = np.array([begin, 0, 0, 0, 0, 0], np.int64)
+    state = np.array([begin, 0, 0, 0, 0, 0, 0, 0, 0], np.int64)
     err = np.zeros(2, np.int64)
     while True:
         na_ = node_arrs
@@ -589,6 +589,7 @@ def _scan_native(so: Any, data: np.ndarray, begin: int, size: int, first_index: 
                 caps[i] *= 2
                 for k in group:
                     group[k] = _grow(group[k], used, int(caps[i]))
+        state[6:9] = (n, nd, na)  # the new arrays hold (and have touched) only the used rows
     n, nd, na, nn, bad = (int(x) for x in state[1:6])
     names = strings(data, uname_off[:nn], uname_len[:nn], "name", "an attribute name").to_list()
     return NodeScan(
