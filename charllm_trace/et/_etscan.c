@@ -178,7 +178,8 @@ static inline void put_view(uint8_t *v, const uint8_t *data, int64_t off, int64_
 }
 
 /* ---------------------------------------------------------------------------------------
- * et_scan: one pass over the Node messages from data[pos] to data[size], resumable.
+ * et_scan: one pass over the Node messages from data[pos] to data[size], resumable; it stops
+ * before the first message that starts at or after `stop` (et_walk finds the same message).
  *
  * Output arrays are caller-allocated with capacities cap[0] (nodes), cap[1] (dependencies),
  * cap[2] (attributes), cap[3] (distinct attribute names). When one would overflow, the scan
@@ -221,11 +222,11 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                 int64_t *attr_node, int32_t *attr_code, int32_t *vfield, int8_t *vwt,
                 uint64_t *vval, int64_t *voff, int8_t *akind, int64_t *aival,
                 int64_t *uname_off, int64_t *uname_len,
-                int32_t *names_ht, int64_t ht_size, int64_t step, int64_t *err) {
+                int32_t *names_ht, int64_t ht_size, int64_t step, int64_t stop, int64_t *err) {
     int64_t pos = state[0], n = state[1], nd = state[2], na = state[3], nn = state[4];
     int64_t bad = state[5];
     int64_t *pop = state + 6; /* rows faulted in so far: nodes, deps, attributes */
-    while (pos < size) {
+    while (pos < size && pos < stop) {
         const uint8_t *p = data + pos, *fend = data + size;
         uint64_t mlen;
         int rc = rd_varint(&p, fend, &mlen);

@@ -525,9 +525,15 @@ def _grow(arr: np.ndarray, used: int, cap: int) -> np.ndarray:
     return new
 
 
-def _scan_native(so: Any, data: np.ndarray, begin: int, size: int, first_index: int = 1) -> NodeScan:
-    """One resumable pass of the C scanner over the Node messages in ``data[begin:size]``."""
-    body = size - begin
+def _scan_native(
+    so: Any, data: np.ndarray, begin: int, size: int, first_index: int = 1, stop: int | None = None
+) -> NodeScan:
+    """One resumable pass of the C scanner over the Node messages in ``data[begin:size]``.
+
+    With ``stop``, the scan ends before the first message that starts at or after ``stop``.
+    """
+    stop = size if stop is None else stop
+    body = min(size, stop) - begin
     caps = np.array([max(1024, body // 256), max(4096, body // 8), max(4096, body // 32), 4096], np.int64)
     ht = np.zeros(16384, np.int32)
     node_arrs = {
@@ -567,7 +573,7 @@ def _scan_native(so: Any, data: np.ndarray, begin: int, size: int, first_index: 
             _ptr(dep_arrs["node"]), _ptr(dep_arrs["val"]), _ptr(dep_arrs["kind"]),
             _ptr(attr_arrs["node"]), _ptr(attr_arrs["code"]), _ptr(attr_arrs["vfield"]), _ptr(attr_arrs["vwt"]),
             _ptr(attr_arrs["vval"]), _ptr(attr_arrs["voff"]), _ptr(attr_arrs["kind"]), _ptr(attr_arrs["ival"]),
-            _ptr(uname_off), _ptr(uname_len), _ptr(ht), len(ht), _STEP, _ptr(err),
+            _ptr(uname_off), _ptr(uname_len), _ptr(ht), len(ht), _STEP, stop, _ptr(err),
         )  # fmt: skip
         if rc == 0:
             break
@@ -691,54 +697,75 @@ def _kind_column(kind: np.ndarray) -> pl.Series:
 #: files with more node bytes than this are decoded in parallel parts (threads: the C scanner,
 #: numpy and polars release the GIL for the heavy work)
 SPLIT_BYTES = 64 << 20
+#: the first part's share of the bytes: the second part first walks the framing to its start
+SPLIT_FIRST = 0.53
+
+
+class _NoSplit(Exception):
+    """The framing could not be walked to the split point (corrupt input: decode in one part)."""
+
+
+def _second_part(so: Any, data: np.ndarray, begin: int, size: int, target: int, ours: bool, path: Any) -> Any:
+    out = np.zeros(2, np.int64)
+    if so.et_walk(_ptr(data), size, begin, target, _ptr(out)) != 0 or out[0] >= size:
+        raise _NoSplit()
+    return _decode_part(data, int(out[0]), size, 1 + int(out[1]), ours, path)
 
 
 def decode_nodes(data: np.ndarray, begin: int, size: int, *, ours: bool, path: Any = None) -> NodeColumns:
     """Decode the Node messages in ``data[begin:size]`` (the part after the GlobalMetadata)."""
     so = _native.lib()
-    bounds = [(begin, size, 1)]
     threads = min(2, os.cpu_count() or 1, int(os.environ.get("CHARLLM_TRACE_THREADS", "2")))
+    parts = []
     if so is not None and threads > 1 and size - begin > SPLIT_BYTES:
-        out = np.zeros(2, np.int64)
-        if so.et_walk(_ptr(data), size, begin, begin + (size - begin) // 2, _ptr(out)) == 0 and out[0] < size:
-            mid, k = int(out[0]), int(out[1])
-            bounds = [(begin, mid, 1), (mid, size, 1 + k)]
-    if len(bounds) == 1:
-        parts = [_decode_part(data, *bounds[0], ours, path)]
-    else:
         from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(len(bounds)) as ex:
-            futures = [ex.submit(_decode_part, data, b0, b1, first, ours, path) for b0, b1, first in bounds]
-            parts = [f.result() for f in futures]
-    start_us = np.concatenate([p[2] for p in parts]) if len(parts) > 1 else parts[0][2]
-    dur_us = np.concatenate([p[3] for p in parts]) if len(parts) > 1 else parts[0][3]
+        # the first part starts at once; the second walks the framing to the first message that
+        # starts at or after the target (where the first part stops), then decodes from there
+        target = begin + int((size - begin) * SPLIT_FIRST)
+        with ThreadPoolExecutor(2) as ex:
+            first = ex.submit(_decode_part, data, begin, size, 1, ours, path, target)
+            second = ex.submit(_second_part, so, data, begin, size, target, ours, path)
+            try:
+                parts = [first.result(), second.result()]
+            except _NoSplit:
+                parts = []
+    if not parts:
+        parts = [_decode_part(data, begin, size, 1, ours, path)]
+    any_start = any(bool((p[2] != 0).any()) for p in parts)
+    if not ours:
+        # Chakra's own times (µs), one chunk per part like every other column: a column chunked
+        # differently would make polars copy the whole table into single chunks later
+        for k, p in enumerate(parts):
+            start = (
+                pl.Series("start_ns", _i64(p[2]) * 1000)
+                if any_start
+                else _nulls("start_ns", len(p[2]), pl.Int64)
+            )
+            parts[k] = (p[0].with_columns(start, pl.Series("dur_ns", _i64(p[3]) * 1000)), *p[1:])
     frame = pl.concat([conform(p[0], NODE_SCHEMA) for p in parts], rechunk=False)
     deps = pl.concat([p[1] for p in parts], rechunk=False)
-    any_start = bool((start_us != 0).any())
-    if not ours:
-        frame = frame.with_columns(
-            (
-                pl.Series("start_ns", _i64(start_us) * 1000) if any_start else pl.lit(None, dtype=pl.Int64)
-            ).alias("start_ns"),
-            pl.Series("dur_ns", _i64(dur_us) * 1000),
-        )
     return NodeColumns(frame=frame, deps=deps, any_start=any_start)
 
 
 def _decode_part(
-    data: np.ndarray, begin: int, size: int, first_index: int, ours: bool, path: Any
+    data: np.ndarray, begin: int, size: int, first_index: int, ours: bool, path: Any, stop: int | None = None
 ) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray, np.ndarray]:
+    """Decode the messages from ``begin`` up to the first one that starts at or after ``stop``."""
     so = _native.lib()
     sc = None
     if so is not None:
         try:
-            sc = _scan_native(so, data, begin, size, first_index)
+            sc = _scan_native(so, data, begin, size, first_index, stop)
         except _TooManyNames:
             sc = None  # an unusual trace: the numpy decoder has no such limit
     if sc is None:
         from charllm_trace.et.framing import message_bounds
 
+        if stop is not None and so is not None:  # where the C scan would have stopped
+            out = np.zeros(2, np.int64)
+            if so.et_walk(_ptr(data), size, begin, stop, _ptr(out)) == 0:
+                size = int(out[0])
         starts, lens = message_bounds(memoryview(data)[:size], path, start=begin)
         if so is not None:  # the buffer is not padded for the numpy decoder
             padded = np.zeros(size + PAD, np.uint8)
