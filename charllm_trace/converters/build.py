@@ -22,7 +22,7 @@ import orjson
 import polars as pl
 
 from charllm_trace.converters import collectives as C
-from charllm_trace.converters.kineto import KinetoProfile
+from charllm_trace.converters.kineto import KinetoProfile, trim_heap
 from charllm_trace.converters.tree import nest_parents
 from charllm_trace.model import DEP_SCHEMA, ProcessGroup, Trace, TraceMeta
 
@@ -50,7 +50,12 @@ def cpu_tree(ev: pl.DataFrame) -> pl.DataFrame:
     """Add ``parent`` to CPU rows by time nesting (GPU rows get null)."""
     cpu = ev.lazy().filter(~pl.col("on_gpu")).select("id", "pid", "tid", "start_ns", "dur_ns").collect()
     par = nest_parents(cpu)
-    return _attach(ev, pl.DataFrame({"id": cpu["id"], "parent": par}), ["parent"])
+    del cpu
+    # scattered to the CPU rows' positions (a join on id would hash the whole table)
+    pos = ev.select(pl.arg_where(~pl.col("on_gpu"))).to_series()
+    return ev.with_columns(
+        pl.repeat(None, ev.height, dtype=pl.Int64, eager=True).scatter(pos, par).alias("parent")
+    )
 
 
 def link_gpu(ev: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
@@ -505,6 +510,7 @@ def kineto_trace(prof: KinetoProfile) -> tuple[Trace, dict[str, Any]]:
     }
     meta.extra["convert"] = report
     trace = Trace(nodes=nodes, deps=_deps(nodes), meta=meta)
+    trim_heap()  # the build's numpy temporaries are freed: give their pages back
     return trace, report
 
 

@@ -77,21 +77,28 @@ def nest_parents(df: pl.DataFrame) -> pl.Series:
     n = df.height
     if n == 0:
         return pl.Series("parent", [], dtype=pl.Int64)
-    s = df.select(
-        pl.int_range(0, n, dtype=pl.Int64).alias("_pos"),
-        "id",
-        pl.col("pid").fill_null(-1),
-        pl.col("tid").fill_null(-1),
-        "start_ns",
-        (pl.col("start_ns") + pl.col("dur_ns")).alias("_end"),
-    ).sort(["pid", "tid", "start_ns", "_end", "_pos"], descending=[False, False, False, True, False])
+    # Only the sort order is computed on the table; the few arrays the walk needs are gathered in
+    # that order one at a time (sorting a copy of the table would hold it twice).
+    end = pl.col("start_ns") + pl.col("dur_ns")
+    order = (
+        df.select(
+            pl.arg_sort_by(
+                [pl.col("pid").fill_null(-1), pl.col("tid").fill_null(-1), "start_ns", end],
+                descending=[False, False, False, True],
+                maintain_order=True,  # ties keep their input order
+            )
+        )
+        .to_series()
+        .to_numpy()
+    )
     # One thread after another: make ends comparable only within a thread by processing per thread
     # boundary. Threads are few, so a loop over threads (not events) is fine.
-    pid = s["pid"].to_numpy()
-    tid = s["tid"].to_numpy()
+    pid = df["pid"].fill_null(-1).to_numpy()[order]
+    tid = df["tid"].fill_null(-1).to_numpy()[order]
     bounds = np.flatnonzero(np.r_[True, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1]), True])
-    ends = s["_end"].to_numpy()
-    ids = s["id"].to_numpy()
+    del pid, tid
+    ends = df.select(end).to_series().to_numpy()[order]
+    ids = df["id"].to_numpy()[order]
     parent_sorted = np.full(n, -1, dtype=np.int64)
     has_parent = np.zeros(n, dtype=bool)
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
@@ -99,9 +106,9 @@ def nest_parents(df: pl.DataFrame) -> pl.Series:
         m = pj >= 0
         parent_sorted[a:b][m] = ids[a:b][pj[m]]
         has_parent[a:b] = m
-    out = np.full(n, -1, dtype=np.int64)
-    okpar = np.full(n, False)
-    pos = s["_pos"].to_numpy()
-    out[pos] = parent_sorted
-    okpar[pos] = has_parent
+    del ends, ids
+    out = np.empty(n, dtype=np.int64)
+    okpar = np.empty(n, dtype=bool)
+    out[order] = parent_sorted
+    okpar[order] = has_parent
     return pl.Series("parent", out, dtype=pl.Int64).set(pl.Series(~okpar), None)
