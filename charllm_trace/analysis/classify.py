@@ -52,18 +52,19 @@ BACKWARD_RE = r"Backward|backward|^autograd::engine"
 
 def _name_flags(nodes: pl.DataFrame) -> pl.DataFrame:
     """Name-pattern flags of every row, evaluated once per distinct name (traces repeat a
-    few thousand names millions of times) and joined back in row order."""
-    nm = nodes.select(pl.col("name").fill_null("").alias("_nm"))
-    u = nm.unique()
+    few thousand names millions of times) and gathered back by each row's name code."""
+    nm = nodes["name"].fill_null("")
+    u = nm.unique(maintain_order=True)
     n = pl.col("_nm")
-    flags = u.with_columns(
+    flags = pl.DataFrame({"_nm": u}).select(
         _f_comm=n.str.contains(COMM_KERNEL_RE),
         _f_memcpy=n.str.contains(MEMCPY_NAME_RE),
         _f_memset=n.str.contains(MEMSET_NAME_RE),
         _f_sync=n.str.contains(SYNC_NAME_RE),
         _f_cpucomm=n.str.contains(CPU_COMM_NAME_RE),
     )
-    return nm.join(flags, on="_nm", how="left", maintain_order="left").drop("_nm")
+    codes = nm.cast(pl.Enum(u)).to_physical()  # a join on the names would copy them per row
+    return flags.select(pl.all().gather(codes))
 
 
 def classify(nodes: pl.DataFrame) -> pl.DataFrame:
@@ -99,10 +100,12 @@ def classify(nodes: pl.DataFrame) -> pl.DataFrame:
     # CPU ops nested in a CPU collective are communication too; leaves are compute.
     ids = nodes["id"].to_numpy()
     parents = nodes["parent"].to_numpy()
+    ppos = _positions(ids, parents)  # row of each row's parent (-1: none)
     self_flag = base["_self"].to_numpy()
     on_cpu = ~nodes["on_gpu"].fill_null(False).to_numpy()
-    in_comm = ancestor_any(ids, parents, self_flag) & on_cpu if self_flag.any() else self_flag
-    has_child = np.isin(ids, nodes["parent"].drop_nulls().to_numpy())
+    in_comm = ancestor_any(ids, parents, self_flag, ppos=ppos) & on_cpu if self_flag.any() else self_flag
+    has_child = np.zeros(len(ids), dtype=bool)
+    has_child[ppos[ppos >= 0]] = True  # ids are unique within a trace
     inner_op = base["_cpu_op"].to_numpy() & has_child  # a cpu_op with children: not a leaf
     cls = base["cls"]
     if in_comm.any() or inner_op.any():
@@ -136,15 +139,18 @@ def _positions(ids: np.ndarray, refs: np.ndarray) -> np.ndarray:
     return np.where(found, order[k] if len(ids) else -1, -1)
 
 
-def ancestor_any(ids: np.ndarray, parents: np.ndarray, flag: np.ndarray) -> np.ndarray:
+def ancestor_any(
+    ids: np.ndarray, parents: np.ndarray, flag: np.ndarray, ppos: np.ndarray | None = None
+) -> np.ndarray:
     """For each row, whether it or any ancestor (via ``parent``) has ``flag``.
 
     Pointer doubling: log2(depth) vector steps, no per-node loop. Cycles are safe.
+    ``ppos`` may pass ``_positions(ids, parents)`` when the caller has it.
     """
     flag = np.asarray(flag, dtype=bool).copy()
     if flag.size == 0:
         return flag
-    p = _positions(ids, parents)
+    p = _positions(ids, parents) if ppos is None else ppos
     for _ in range(64):
         valid = p >= 0
         if not valid.any():
