@@ -648,6 +648,22 @@ int64_t et_json(const uint8_t *data, int64_t na, const uint8_t *skip, const int6
     return at;
 }
 
+/* Group attribute rows by name code, for the codes with want[code] set: a counting sort.
+ * start has ncodes + 1 entries; the rows of code c are rows[start[c] : start[c + 1]], ascending.
+ * rows must hold as many entries as there are attributes with a wanted code. */
+void et_group(const int32_t *code, int64_t na, const uint8_t *want, int64_t ncodes, int64_t *start,
+              int64_t *rows) {
+    memset(start, 0, sizeof(int64_t) * (size_t)(ncodes + 1));
+    for (int64_t i = 0; i < na; i++)
+        if (want[code[i]]) start[code[i] + 1]++;
+    for (int64_t c = 0; c < ncodes; c++) start[c + 1] += start[c];
+    int64_t *fill = start; /* fill[c] advances from start[c] to start[c + 1] */
+    for (int64_t i = 0; i < na; i++)
+        if (want[code[i]]) rows[fill[code[i]]++] = i;
+    for (int64_t c = ncodes; c > 0; c--) start[c] = start[c - 1]; /* restore the starts */
+    start[0] = 0;
+}
+
 /* Walk the framing from pos until the first message starting at or after target.
  * out[0] = that position, out[1] = messages skipped. Returns 0, or < 0 on bad framing. */
 int64_t et_walk(const uint8_t *data, int64_t size, int64_t pos, int64_t target, int64_t *out) {

@@ -830,6 +830,30 @@ def _decode_part(
     return frame, deps, sc.start_us, sc.dur_us
 
 
+def _rows_by_code(at: Attrs, codes: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, starts): the attribute rows whose name code is in ``codes``, grouped by code.
+
+    The rows of code c are ``rows[starts[c] : starts[c + 1]]``, in ascending order.
+    """
+    ncodes = len(at.names)
+    want = np.zeros(max(1, ncodes), np.uint8)
+    want[codes] = 1
+    code = np.ascontiguousarray(at.code, np.int32)
+    counts = np.bincount(code, minlength=ncodes) if len(code) else np.zeros(ncodes, np.int64)
+    total = int(counts[want[:ncodes].astype(bool)].sum()) if ncodes else 0
+    so = _native.lib()
+    if so is not None:
+        starts = np.zeros(ncodes + 1, np.int64)
+        rows = np.empty(total, np.int64)
+        so.et_group(_ptr(code), len(code), _ptr(want), ncodes, _ptr(starts), _ptr(rows))
+        return rows, starts
+    sel = np.flatnonzero(want[code]) if len(code) else np.empty(0, np.int64)
+    rows = sel[np.argsort(code[sel], kind="stable")]
+    starts = np.zeros(ncodes + 1, np.int64)
+    np.cumsum(np.where(want[:ncodes] != 0, counts, 0), out=starts[1:])
+    return rows, starts
+
+
 def _assign_attrs(
     at: Attrs, cols: dict[str, Any], data: np.ndarray, n: int, ntype: np.ndarray, ours: bool
 ) -> None:
@@ -838,7 +862,6 @@ def _assign_attrs(
     recv = cv.NODE_TYPE_TO_PB["COMM_RECV"]
     a = len(at.node)
     consumed = np.zeros(a, dtype=bool)
-    node_t = ntype[at.node] if a else np.empty(0, np.int64)
     int_targets: dict[str, str] = {
         cv.A_TID: "tid",
         cv.A_STREAM: "stream",
@@ -852,10 +875,19 @@ def _assign_attrs(
         str_targets.update({name: col for col, name in cv.NODE_STR_ATTRS.items()})
         str_targets[cv.A_COLL_TYPE] = "coll_type"
 
+    # the rows of every attribute name read below, in one pass over the attributes
+    used = [*int_targets, *str_targets, cv.A_IS_CPU_OP, cv.A_COMM_TYPE, cv.A_COMM_SRC, cv.A_COMM_DST]
+    if ours:
+        used += [cv.A_IN_SPLIT, cv.A_OUT_SPLIT, cv.A_IN_SPLIT + ".json", cv.A_OUT_SPLIT + ".json"]
+        used += [cv.A_NULLS, cv.A_ATTRS_RAW, cv.A_PRESENT]
+    code_of = {name: c for c, name in enumerate(at.names)}
+    grouped, starts = _rows_by_code(at, [code_of[u] for u in used if u in code_of])
+
     def rows_named(name: str) -> np.ndarray:
-        if name not in at.names:
+        c = code_of.get(name)
+        if c is None:
             return np.empty(0, np.int64)
-        return np.flatnonzero(at.code == at.names.index(name))
+        return grouped[starts[c] : starts[c + 1]]
 
     def put_int(col: str, rows: np.ndarray, values: np.ndarray) -> None:
         arr, present = cols.get("__int_" + col, (np.zeros(n, np.int64), np.zeros(n, bool)))
@@ -882,12 +914,12 @@ def _assign_attrs(
     # comm_src / comm_dst carry the peer on send/recv nodes
     for name, ntp in ((cv.A_COMM_DST, send), (cv.A_COMM_SRC, recv)):
         r = rows_named(name)
-        r = r[(at.kind[r] == K_INT) & (node_t[r] == ntp)]
+        r = r[(at.kind[r] == K_INT) & (ntype[at.node[r]] == ntp)]
         if r.size:
             put_int("peer", r, at.ival[r])
     for name, ntp in ((cv.A_COMM_SRC, send), (cv.A_COMM_DST, recv)):
         r = rows_named(name)
-        r = r[(at.kind[r] == K_INT) & (node_t[r] == ntp)]
+        r = r[(at.kind[r] == K_INT) & (ntype[at.node[r]] == ntp)]
         consumed[r] = True  # our own rank: known from the metadata
     # string columns
     str_cols: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
