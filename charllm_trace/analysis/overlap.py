@@ -113,13 +113,18 @@ def _hta_kept_correlations(nodes: pl.DataFrame, steps: pl.DataFrame, keep_last_s
 def launch_times_of(nodes: pl.DataFrame, gpu_rows: pl.DataFrame) -> pl.Series:
     """``launch_times`` of ``gpu_rows`` (GPU nodes of ``nodes``, with their correlation and
     launch_id), looked up in the CPU nodes of ``nodes`` without copying the whole table."""
+    # only the CPU rows these GPU rows refer to: a group-by over every CPU row would copy them
+    corrs = gpu_rows["correlation"].drop_nulls().unique().implode()
+    launchers = gpu_rows["launch_id"].drop_nulls().unique().implode()
     cpu = nodes.lazy().filter(~pl.col("on_gpu").fill_null(False))
     by_corr = (
-        cpu.filter(pl.col("correlation").is_not_null() & pl.col("start_ns").is_not_null())
+        cpu.filter(pl.col("correlation").is_in(corrs) & pl.col("start_ns").is_not_null())
         .group_by("correlation")
         .agg(pl.col("start_ns").min().alias("_t_corr"))
     )
-    by_id = cpu.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("_t_launch"))
+    by_id = cpu.filter(pl.col("id").is_in(launchers)).select(
+        pl.col("id").alias("launch_id"), pl.col("start_ns").alias("_t_launch")
+    )
     return (
         gpu_rows.lazy()
         .select("correlation", "launch_id")
