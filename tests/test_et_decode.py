@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import polars as pl
 import pytest
 from chakra.schema.protobuf import et_def_pb2 as pb
@@ -210,3 +211,19 @@ def test_string_kinds_become_the_model_enum() -> None:
     assert list(t.deps["kind"].dtype.categories) == list(DEP_KINDS)  # type: ignore[attr-defined]
     both = pl.concat([t.deps, conform(deps, DEP_SCHEMA)])
     assert both.height == 6 and both.schema == pl.Schema(DEP_SCHEMA)
+
+
+def test_attribute_text_escaped_at_every_position(tmp_path: Path, decoder: str) -> None:
+    """The attrs JSON escapes quotes, backslashes and control characters wherever they sit
+    (the C writer copies runs 8 bytes at a time): the same text as orjson's."""
+    nodes = []
+    for k, special in enumerate(['"', "\\", "\n", "\x01", "\x1f", "\x7f", "é", "✓"]):
+        for pos in range(0, 26, 1):
+            text = ("abcdefghijklmnopqrstuvwxy"[:pos] + special + "z" * (25 - pos)).encode()
+            nodes.append(_node(1 + k * 100 + pos, b"op", None, _attr(b"note", text)))
+    p = _write(tmp_path / "esc.et", nodes)
+    t = read_et(p, cache=False)
+    ref, _ = decode_et_reference(p.read_bytes(), p)
+    assert t.equals(ref)
+    got = [orjson.loads(a)["note"] for a in t.nodes.sort("id")["attrs"].to_list()]
+    assert len(got) == len(nodes) and all(len(g) == 26 for g in got)

@@ -206,13 +206,13 @@ static inline void put_view(uint8_t *v, const uint8_t *data, int64_t off, int64_
 #define E_NAMES -11  /* more distinct attribute names than the caller's table holds */
 #define E_BIGSTR -12 /* a text field of `step` bytes or more */
 
-static inline uint64_t fnv1a(const uint8_t *p, uint64_t n) {
-    uint64_t h = 1469598103934665603ULL;
-    for (uint64_t k = 0; k < n; k++) {
-        h ^= p[k];
-        h *= 1099511628211ULL;
-    }
-    return h;
+/* A hash of an attribute name: its length and first and last 8 bytes, mixed. */
+static inline uint64_t name_hash(const uint8_t *p, uint64_t n) {
+    uint64_t a = 0, b = 0;
+    memcpy(&a, p, n < 8 ? n : 8);
+    if (n > 8) memcpy(&b, p + n - 8, 8);
+    uint64_t h = (a ^ (b * 0x9E3779B97F4A7C15ULL) ^ n) * 0xBF58476D1CE4E5B9ULL;
+    return h ^ (h >> 31);
 }
 
 int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t *cap,
@@ -280,12 +280,20 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                     dep_kind[nd] = (uint8_t)(field - 4);
                     nd++;
                 } else if (wt == 2) {
+                    /* packed: at most one value per byte, so one capacity check covers them all */
                     const uint8_t *q = payload, *qe = payload + val;
-                    uint8_t k = (uint8_t)(field - 4);
+                    if (nd + (int64_t)val > cap[1]) goto rollback;
+                    int64_t first_dep = nd;
                     while (q < qe) {
-                        uint64_t v;
-                        if (*q < 0x80) { /* one-byte varint */
-                            v = *q++;
+                        uint64_t v = q[0];
+                        if (v < 0x80) {
+                            q += 1;
+                        } else if (qe - q >= 3 && q[1] < 0x80) {
+                            v = (v & 0x7f) | (uint64_t)q[1] << 7;
+                            q += 2;
+                        } else if (qe - q >= 3 && q[2] < 0x80) {
+                            v = (v & 0x7f) | (uint64_t)(q[1] & 0x7f) << 7 | (uint64_t)q[2] << 14;
+                            q += 3;
                         } else {
                             rc = rd_varint(&q, qe, &v);
                             if (rc) {
@@ -294,11 +302,9 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                                 return rc;
                             }
                         }
-                        if (nd >= cap[1]) goto rollback;
-                        dep_val[nd] = v;
-                        dep_kind[nd] = k;
-                        nd++;
+                        dep_val[nd++] = v;
                     }
+                    memset(dep_kind + first_dep, field - 4, (size_t)(nd - first_dep));
                 }
                 break;
             case 6:
@@ -366,7 +372,7 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                         }
                     }
                     /* the name's code: look it up, or add it */
-                    uint64_t h = fnv1a(nm, nlen);
+                    uint64_t h = name_hash(nm, nlen);
                     int64_t slot = (int64_t)(h & (uint64_t)(ht_size - 1));
                     int32_t code = -1;
                     for (;;) {
@@ -534,6 +540,15 @@ void et_views(const uint8_t *data, const int64_t *off, const int64_t *len, int64
  * `step` bytes or more. */
 static const char HEX[] = "0123456789abcdef";
 
+/* Whether any of the 8 bytes of w is a control character, '"' or a backslash (exact). */
+static inline int needs_escape(uint64_t w) {
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    uint64_t lt20 = (w - ones * 0x20) & ~w & high;
+    uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+    uint64_t eq = ((q - ones) & ~q & high) | ((b - ones) & ~b & high);
+    return (lt20 | eq) != 0;
+}
+
 static inline int64_t put(uint8_t *out, int64_t at, const void *src, int64_t n) {
     memcpy(out + at, src, (size_t)n);
     return at + n;
@@ -605,8 +620,14 @@ int64_t et_json(const uint8_t *data, int64_t na, const uint8_t *skip, const int6
                 const uint8_t *s = data + soff[i];
                 out[at++] = '"';
                 for (int64_t k2 = 0; k2 < slen[i]; k2++) {
-                    /* copy the run of bytes that need no escaping in one go */
+                    /* copy the run of bytes that need no escaping in one go (8 bytes at a time) */
                     int64_t run = k2;
+                    while (run + 8 <= slen[i]) {
+                        uint64_t w;
+                        memcpy(&w, s + run, 8);
+                        if (needs_escape(w)) break;
+                        run += 8;
+                    }
                     while (run < slen[i] && s[run] >= 0x20 && s[run] != '"' && s[run] != '\\') run++;
                     if (run > k2) {
                         at = put(out, at, s + k2, run - k2);
