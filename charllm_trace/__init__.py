@@ -8,9 +8,13 @@ The public API is small::
     trace.nodes, trace.deps, trace.telemetry, trace.meta
 """
 
-from charllm_trace.errors import InputError
-from charllm_trace.loader import load
-from charllm_trace.model import ProcessGroup, Run, Trace, TraceMeta
+from charllm_trace._alloc import tune_polars_allocator
+
+tune_polars_allocator()  # before anything imports polars: see charllm_trace/_alloc.py
+
+from charllm_trace.errors import InputError  # noqa: E402
+from charllm_trace.loader import load  # noqa: E402
+from charllm_trace.model import ProcessGroup, Run, Trace, TraceMeta  # noqa: E402
 
 __version__ = "0.1.0"
 
