@@ -4,7 +4,7 @@ Builds a large Kineto trace by repeating the A100 DDP profile
 (``../shared/traces/hta/a100_ddp_nccl_rank0.json.gz``, 40,573 events) N times, shifted
 in time, with correlation / External / flow ids and ProfilerStep numbers offset so the
 copies stay distinct. Then, each in its own fresh subprocess (wall time measured by the
-parent, peak RSS by the child's ``getrusage``; a watchdog kills a child above
+parent, peak RSS by the child (its ``VmHWM``, see ``peak_rss_mib``); a watchdog kills a child above
 ``--mem-limit-gib``):
 
 - ours: ``charllm_trace.load`` (Kineto -> model) + overlap + bandwidth (+ the temporal
@@ -13,9 +13,9 @@ parent, peak RSS by the child's ``getrusage``; a watchdog kills a child above
   wrote from that Kineto file (the conversion is timed and printed as a one-off);
 - HTA: ``TraceAnalysis(trace_dir=...)`` (load) + ``get_comm_comp_overlap`` +
   ``get_temporal_breakdown``;
-- ours-lowmem (optional): "ours" with polars' allocator (jemalloc) told to hand freed pages
-  back to the system after 200 ms instead of its default 10 s (``_RJEM_MALLOC_CONF``, see
-  ``LOWMEM_ENV``); the same code, only the peak RSS differs.
+- ours-untuned (optional): "ours" with polars' allocator (jemalloc) left at its defaults
+  (``CHARLLM_TRACE_ALLOC=default``): freed pages kept up to 10 s instead of the 100 ms that
+  ``import charllm_trace`` asks for (``charllm_trace/_alloc.py``); the same code otherwise.
 
 Usage::
 
@@ -51,8 +51,8 @@ SOURCE = (
 )
 ID_ARGS = ("correlation", "External id", "Record function id", "Ev Idx")
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
-#: jemalloc settings for the ours-lowmem run (polars' allocator reads them when it loads)
-LOWMEM_ENV = {"_RJEM_MALLOC_CONF": "background_thread:true,dirty_decay_ms:200,muzzy_decay_ms:0"}
+#: environment of the ours-untuned run: polars' allocator at its own defaults
+UNTUNED_ENV = {"CHARLLM_TRACE_ALLOC": "default"}
 
 
 def make_trace(reps: int, out: Path) -> int:
@@ -113,7 +113,7 @@ def child_ours(path: str) -> dict:
     run = ct.load(path, cache=False)
     tr = run.traces[run.ranks[0]]
     t_load = time.perf_counter() - t
-    rss_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_load = peak_rss_mib()
     cl = classify(tr.nodes)
     ov = overlap(tr, classified=cl, hta_compat=True)
     bw = bandwidth(tr, classified={run.ranks[0]: cl})
@@ -140,7 +140,7 @@ def child_hta(path: str) -> dict:
     t = time.perf_counter()
     ta = TraceAnalysis(trace_dir=d)
     t_load = time.perf_counter() - t
-    rss_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_load = peak_rss_mib()
     ov = ta.get_comm_comp_overlap(visualize=False)
     br = ta.get_temporal_breakdown(visualize=False)
     shutil.rmtree(d)
@@ -153,9 +153,25 @@ def child_hta(path: str) -> dict:
     }
 
 
+def peak_rss_mib() -> float:
+    """This program's peak resident memory (MiB): ``VmHWM`` where Linux has it.
+
+    Not ``ru_maxrss``: Linux carries it across ``exec``, so a child started by a big parent
+    reports at least the parent's resident size at the fork (the 1 M-event trace writer here
+    holds ~550 MiB). ``VmHWM`` belongs to the address space the child's own program made."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _child_main(tool: str, path: str) -> None:
     res = child_hta(path) if tool == "hta" else child_ours(path)
-    res["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    res["peak_rss_mib"] = peak_rss_mib()
     print("RESULT " + json.dumps(res), flush=True)
 
 
@@ -168,7 +184,7 @@ def run_child(tool: str, path: Path, timeout: float, mem_limit_gib: float) -> di
     t = time.perf_counter()
     p = subprocess.Popen(
         [sys.executable, __file__, "--child", tool, str(path)],
-        env={**os.environ, **LOWMEM_ENV} if tool == "ours-lowmem" else None,
+        env={**os.environ, **UNTUNED_ENV} if tool == "ours-untuned" else None,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -215,15 +231,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", default="25", help="comma-separated repetition counts (25 -> ~1.0 M events)")
     ap.add_argument(
-        "--tools", default="ours,hta", help="ours, hta, ours-et (convert once, analyse the ET), ours-lowmem"
+        "--tools", default="ours,hta", help="ours, hta, ours-et (convert once, analyse the ET), ours-untuned"
     )
     ap.add_argument("--hta-timeout", type=float, default=1200.0)
     ap.add_argument("--mem-limit-gib", type=float, default=6.0)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--child", nargs=2, metavar=("TOOL", "PATH"), help=argparse.SUPPRESS)
+    ap.add_argument("--make", nargs=2, metavar=("REPS", "PATH"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         _child_main(*a.child)
+        return
+    if a.make:
+        print(make_trace(int(a.make[0]), Path(a.make[1])))
         return
     if not SOURCE.exists():
         sys.exit(f"source trace {SOURCE} not found (set CHARLLM_SHARED)")
@@ -232,7 +252,11 @@ def main() -> None:
     try:
         for reps in [int(x) for x in a.reps.split(",")]:
             path = work / f"a100x{reps}.json"
-            n = make_trace(reps, path)
+            made = subprocess.run(
+                [sys.executable, __file__, "--make", str(reps), str(path)],
+                check=True, cwd=ROOT, capture_output=True, text=True,
+            )  # fmt: skip
+            n = int(made.stdout.split()[-1])
             os.sync()  # the file's write-back must not overlap the first tool's timed run
             mb = path.stat().st_size / 1e6
             print(f"# {reps} copies: {n:,} events, {mb:.0f} MB JSON", flush=True)
@@ -252,6 +276,7 @@ def main() -> None:
                         f"# convert to Chakra ET (one-off): {time.perf_counter() - t:.2f}s wall", flush=True
                     )
                     target = next(etdir.glob("*.et"))
+                load_avg = os.getloadavg()[0]
                 r = run_child(tool, target, timeout, a.mem_limit_gib)
                 results[tool] = r
                 if r["ok"]:
@@ -259,7 +284,7 @@ def main() -> None:
                         f"{tool:11s} events={n:>9,} wall={r['wall_s']:7.2f}s load={r['load_s']:7.2f}s "
                         f"analyze={r['analyze_s']:6.2f}s peak_rss={r['peak_rss_mib']:7.0f}MiB "
                         f"(after load {r['peak_rss_after_load_mib']:.0f}MiB) "
-                        f"overlap={r['overlap_pct']:.2f}%",
+                        f"overlap={r['overlap_pct']:.2f}% loadavg={load_avg:.1f}",
                         flush=True,
                     )
                 else:
@@ -267,7 +292,7 @@ def main() -> None:
                         f"{tool:11s} events={n:>9,} FAILED after {r['wall_s']:.1f}s: {r['why']}", flush=True
                     )
             h = results.get("hta")
-            for name in ("ours", "ours-lowmem"):
+            for name in ("ours", "ours-untuned"):
                 o = results.get(name)
                 if o and h and o["ok"] and h["ok"]:
                     print(
