@@ -198,13 +198,16 @@ static inline void put_view(uint8_t *v, const uint8_t *data, int64_t off, int64_
  *   values/shapes/types; an absent field is the empty string). View buffers are windows of
  *   the data every `step` bytes (see _arrow.py).
  * Per dependency: dep_node (the node's id), dep_val, dep_kind (0 ctrl, 1 data).
- * Per attribute: attr_node, attr_code (index of its name), vfield/vwt/vval/voff (its value:
- *   the last oneof field; vval is the varint or fixed value, or the payload length).
+ * Per attribute: attr_node (node index), attr_code (index of its name), vfield/vwt/vval/voff
+ *   (its value: the last oneof field; vval is the varint or fixed value, or the payload length;
+ *   voff the payload offset), akind (0 none, 1 int, 2 bool, 3 string, 4 other); for ints and
+ *   bools voff holds the value itself, as int64.
  * Per distinct name: name_off/name_len (first occurrence); names_ht is an open-addressing
  *   table of HT int32 slots (caller zeroes it once; it holds code + 1).
  * ------------------------------------------------------------------------------------- */
 #define E_NAMES -11  /* more distinct attribute names than the caller's table holds */
 #define E_BIGSTR -12 /* a text field of `step` bytes or more */
+#define E_NODES -13  /* more than 2^31 - 1 nodes in one part */
 
 /* A hash of an attribute name: its length and first and last 8 bytes, mixed. */
 static inline uint64_t name_hash(const uint8_t *p, uint64_t n) {
@@ -219,8 +222,8 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                 uint64_t *id, uint64_t *type, uint64_t *start_us, uint64_t *dur_us,
                 uint8_t **views, uint8_t *io_present,
                 int64_t *dep_node, uint64_t *dep_val, uint8_t *dep_kind,
-                int64_t *attr_node, int32_t *attr_code, int32_t *vfield, int8_t *vwt,
-                uint64_t *vval, int64_t *voff, int8_t *akind, int64_t *aival,
+                int32_t *attr_node, int32_t *attr_code, int8_t *vfield, int8_t *vwt,
+                uint64_t *vval, int64_t *voff, int8_t *akind,
                 int64_t *uname_off, int64_t *uname_len,
                 int32_t *names_ht, int64_t ht_size, int64_t step, int64_t stop, int64_t *err) {
     int64_t pos = state[0], n = state[1], nd = state[2], na = state[3], nn = state[4];
@@ -241,6 +244,11 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
             return E_MSG_PAST;
         }
         if (n >= cap[0]) goto grow;
+        if (n >= INT32_MAX) { /* attribute rows hold 32-bit node indices */
+            err[0] = n;
+            err[1] = pos;
+            return E_NODES;
+        }
         const uint8_t *end = p + mlen;
         int64_t nd0 = nd, na0 = na;
         uint64_t nid = 0, ntype = 0, nstart = 0, ndur = 0;
@@ -397,9 +405,9 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                         names_ht[slot] = code + 1;
                         nn++;
                     }
-                    attr_node[na] = n;
+                    attr_node[na] = (int32_t)n;
                     attr_code[na] = code;
-                    vfield[na] = vf;
+                    vfield[na] = (int8_t)vf;
                     vwt[na] = vw;
                     vval[na] = vv;
                     voff[na] = vo;
@@ -429,7 +437,7 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                             if (vv && !text_ok(data + vo, (int64_t)vv)) bad |= 1 << 7;
                         }
                         akind[na] = k;
-                        aival[na] = iv;
+                        if (k == 1 || k == 2) voff[na] = iv; /* the value takes the offset's place */
                     }
                     na++;
                 }
@@ -467,14 +475,13 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
         }
         if (pop[2] < cap[2] && na + POP_ROWS / 4 > pop[2]) {
             int64_t to = pop[2] + POP_ROWS < cap[2] ? pop[2] + POP_ROWS : cap[2];
-            populate(attr_node, 8 * pop[2], 8 * to);
+            populate(attr_node, 4 * pop[2], 4 * to);
             populate(attr_code, 4 * pop[2], 4 * to);
-            populate(vfield, 4 * pop[2], 4 * to);
+            populate(vfield, pop[2], to);
             populate(vwt, pop[2], to);
             populate(vval, 8 * pop[2], 8 * to);
             populate(voff, 8 * pop[2], 8 * to);
             populate(akind, pop[2], to);
-            populate(aival, 8 * pop[2], 8 * to);
             pop[2] = to;
         }
         if (pop[0] < cap[0] && n + POP_ROWS / 16 > pop[0]) {
@@ -554,7 +561,7 @@ static inline int64_t put(uint8_t *out, int64_t at, const void *src, int64_t n) 
     return at + n;
 }
 
-int64_t et_json(const uint8_t *data, int64_t na, const uint8_t *skip, const int64_t *node,
+int64_t et_json(const uint8_t *data, int64_t na, const uint8_t *skip, const int32_t *node,
                 const int8_t *kind, const int64_t *ival, const int64_t *soff, const int64_t *slen,
                 const int32_t *code, const uint8_t *json_code, const uint8_t *keybuf,
                 const int64_t *keyoff, const uint8_t *pybuf, const int64_t *pyoff, uint8_t *out,

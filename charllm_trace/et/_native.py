@@ -76,7 +76,7 @@ def lib() -> ctypes.CDLL | None:
     except OSError:
         return None
     so.et_scan.restype = _i64
-    so.et_scan.argtypes = [_p, _i64, _p, _p] + [_p] * 20 + [_i64, _i64, _i64, _p]
+    so.et_scan.argtypes = [_p, _i64, _p, _p] + [_p] * 19 + [_i64, _i64, _i64, _p]
     so.et_json.restype = _i64
     so.et_json.argtypes = [_p, _i64] + [_p] * 15 + [_i64]
     so.et_group.restype = None

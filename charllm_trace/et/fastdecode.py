@@ -305,6 +305,7 @@ _NATIVE_ERRORS = {
     -5: "truncated: a message length runs past the end of the file",
     -6: "not a Chakra ET: malformed message length",
     -12: "a text field of 1 GiB or more",
+    -13: "more than 2^31 - 1 nodes",
 }
 
 
@@ -399,14 +400,19 @@ def decode_attrs(
     vwt: np.ndarray,
     vval: np.ndarray,
     voff: np.ndarray,
-    where: np.ndarray,
+    where_base: int,
     kind: np.ndarray | None = None,
     ival: np.ndarray | None = None,
 ) -> Attrs:
-    """Value kinds and integer values of every attribute (vectorised; rare shapes in Python)."""
+    """Value kinds and integer values of every attribute (vectorised; rare shapes in Python).
+
+    ``node[r] + where_base`` is the ET message index of attribute r's node (for errors).
+    """
     if kind is not None and ival is not None:  # the C scanner classified them already
         pyval = {
-            r: _py_value(data, int(vfield[r]), int(vwt[r]), int(vval[r]), int(voff[r]), int(where[r]) + 1)
+            r: _py_value(
+                data, int(vfield[r]), int(vwt[r]), int(vval[r]), int(voff[r]), int(node[r]) + where_base
+            )
             for r in np.flatnonzero(kind == K_PY).tolist()
         }
         return Attrs(node, code, names, kind, ival, voff, vval.view(np.int64), pyval)
@@ -432,7 +438,9 @@ def decode_attrs(
     slen = np.where(is_str, vval.view(np.int64), 0)
     pyval: dict[int, Any] = {}
     for r in np.flatnonzero(kind == K_PY).tolist():
-        pyval[r] = _py_value(data, int(vfield[r]), int(vwt[r]), int(vval[r]), int(voff[r]), int(where[r]) + 1)
+        pyval[r] = _py_value(
+            data, int(vfield[r]), int(vwt[r]), int(vval[r]), int(voff[r]), int(node[r]) + where_base
+        )
     return Attrs(node, code, names, kind, ival, soff, slen, pyval)
 
 
@@ -486,7 +494,7 @@ class NodeScan:
     dep_node: np.ndarray  # int64 node id
     dep_val: np.ndarray  # int64
     dep_kind: np.ndarray  # uint8: 0 ctrl, 1 data
-    attr_node: np.ndarray  # int64 node index
+    attr_node: np.ndarray  # node index (int32 from the C scanner)
     attr_code: np.ndarray  # index into names
     names: list[str]
     vfield: np.ndarray
@@ -550,14 +558,13 @@ def _scan_native(
         "kind": alloc(caps[1], np.uint8),
     }
     attr_arrs = {
-        "node": alloc(caps[2], np.int64),
+        "node": alloc(caps[2], np.int32),
         "code": alloc(caps[2], np.int32),
-        "vfield": alloc(caps[2], np.int32),
+        "vfield": alloc(caps[2], np.int8),
         "vwt": alloc(caps[2], np.int8),
         "vval": alloc(caps[2], np.uint64),
-        "voff": alloc(caps[2], np.int64),
+        "voff": alloc(caps[2], np.int64),  # the payload offset; for ints and bools the value
         "kind": alloc(caps[2], np.int8),
-        "ival": alloc(caps[2], np.int64),
     }
     uname_off = np.zeros(caps[3], np.int64)
     uname_len = np.zeros(caps[3], np.int64)
@@ -572,7 +579,7 @@ def _scan_native(
             ctypes.addressof(views), _ptr(na_["io_present"]),
             _ptr(dep_arrs["node"]), _ptr(dep_arrs["val"]), _ptr(dep_arrs["kind"]),
             _ptr(attr_arrs["node"]), _ptr(attr_arrs["code"]), _ptr(attr_arrs["vfield"]), _ptr(attr_arrs["vwt"]),
-            _ptr(attr_arrs["vval"]), _ptr(attr_arrs["voff"]), _ptr(attr_arrs["kind"]), _ptr(attr_arrs["ival"]),
+            _ptr(attr_arrs["vval"]), _ptr(attr_arrs["voff"]), _ptr(attr_arrs["kind"]),
             _ptr(uname_off), _ptr(uname_len), _ptr(ht), len(ht), _STEP, stop, _ptr(err),
         )  # fmt: skip
         if rc == 0:
@@ -619,7 +626,7 @@ def _scan_native(
         vval=attr_arrs["vval"][:na],
         voff=attr_arrs["voff"][:na],
         kind=attr_arrs["kind"][:na],
-        ival=attr_arrs["ival"][:na],
+        ival=attr_arrs["voff"][:na],  # meaningful where kind is K_INT or K_BOOL
         views=[node_arrs[f"view{k}"][:n] for k in range(7)],
         bad_text=bad,
     )
@@ -788,7 +795,7 @@ def _decode_part(
             check_text(data, sc.io_off[:, k], sc.io_len[:, k], TEXT_FIELDS[1 + k])
     at = decode_attrs(
         data, sc.attr_node, sc.names, sc.attr_code, sc.vfield, sc.vwt, sc.vval, sc.voff,
-        sc.attr_node + first_index - 1, sc.kind, sc.ival,
+        first_index, sc.kind, sc.ival,
     )  # fmt: skip
     if sc.views is None:
         text_rows = np.flatnonzero(at.kind == K_STR)
@@ -1085,9 +1092,10 @@ def _attrs_json_native(
     np.cumsum([len(b) for b in pyparts], out=pyoff[1:])
     pybuf = np.frombuffer(b"".join(pyparts) + b"\0", np.uint8)
     skip = np.ascontiguousarray(consumed).view(np.uint8)
+    node32 = np.ascontiguousarray(at.node, np.int32)
     json_code = np.ascontiguousarray(is_json_name, dtype=np.uint8)
     args = [
-        _ptr(data), len(at.node), _ptr(skip), _ptr(at.node), _ptr(at.kind), _ptr(at.ival), _ptr(at.soff),
+        _ptr(data), len(at.node), _ptr(skip), _ptr(node32), _ptr(at.kind), _ptr(at.ival), _ptr(at.soff),
         _ptr(at.slen), _ptr(at.code), _ptr(json_code), _ptr(keybuf), _ptr(keyoff), _ptr(pybuf), _ptr(pyoff),
     ]  # fmt: skip
     # one pass into a buffer sized by an upper bound (untouched pages cost nothing)
