@@ -16,6 +16,7 @@ import ast
 import operator
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -496,7 +497,6 @@ def _read_stream(path: str | os.PathLike[str], stream: Any) -> KinetoProfile:
     from charllm_trace.converters import jsonframe
 
     cols = _Columns(path)
-    st = jsonframe.State()
     buf = bytearray()  # unprocessed bytes, from absolute offset buf_off
     buf_off = 0
     skel = bytearray()  # the document without the events of traceEvents
@@ -507,14 +507,9 @@ def _read_stream(path: str | os.PathLike[str], stream: Any) -> KinetoProfile:
     list_open = -1  # absolute offset of the "[" of traceEvents
     recent: list[tuple[int, int]] = []  # the last depth-1 events (position, byte)
     got_any = False
-    while True:
-        chunk = stream.read(CHUNK)
-        if not chunk:
-            break
+    for chunk, pos, code, dep in _prefetched(_scanned_chunks(stream, jsonframe)):
         got_any = True
-        base = buf_off + len(buf)
         buf += chunk
-        pos, code, dep = jsonframe.scan(np.frombuffer(chunk, dtype=np.uint8), st, base)
         del chunk
         i, m = 0, len(pos)
         while i < m:
@@ -527,7 +522,7 @@ def _read_stream(path: str | os.PathLike[str], stream: Any) -> KinetoProfile:
                 if close is not None:
                     if code[j] != _CLOSE_LIST:
                         raise InputError(
-                            path, "not valid JSON (truncated or corrupt?): traceEvents ends with '}'"
+                            path, "not valid JSON (truncated or corrupt?): mismatched brackets in traceEvents"
                         )
                     bounds.append(close)
                 _decode_spans(path, cols, buf, buf_off, bounds, close is not None, list_open)
@@ -578,6 +573,67 @@ def _read_stream(path: str | os.PathLike[str], stream: Any) -> KinetoProfile:
             cols.add(b"[" + b",".join(raws[b : b + BATCH]) + b"]")
         del raws
     return cols.finish(top)
+
+
+def _scanned_chunks(
+    stream: Any, jsonframe: Any
+) -> Iterator[tuple[bytes, np.ndarray, np.ndarray, np.ndarray]]:
+    """The stream's chunks with the framing events the scanner reports in each."""
+    st = jsonframe.State()
+    base = 0
+    while True:
+        chunk = stream.read(CHUNK)
+        if not chunk:
+            return
+        pos, code, dep = jsonframe.scan(np.frombuffer(chunk, dtype=np.uint8), st, base)
+        base += len(chunk)
+        yield chunk, pos, code, dep
+
+
+_END = object()
+
+
+def _prefetched(items: Iterator[Any]) -> Iterator[Any]:
+    """``items``, produced one ahead in a thread: reading, decompressing and scanning the next
+    chunk (none of which holds the GIL) overlap the decoding of this one."""
+    import queue
+    import threading
+
+    q: queue.Queue[Any] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(x: Any) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(x, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        try:
+            for x in items:
+                if not put((x, None)):
+                    return
+            put((_END, None))
+        except BaseException as exc:  # handed to the reader, raised there
+            put((None, exc))
+
+    t = threading.Thread(target=run, name="charllm-kineto-read", daemon=True)
+    t.start()
+    try:
+        while True:
+            x, exc = q.get()
+            if exc is not None:
+                raise exc
+            if x is _END:
+                return
+            yield x
+            del x
+    finally:
+        stop.set()
+        t.join()
 
 
 def trim_heap() -> None:
