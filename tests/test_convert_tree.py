@@ -52,3 +52,30 @@ def test_nest_parents_per_thread() -> None:
         }
     )
     assert nest_parents(df).to_list() == [None, 0, 1, 0, None, 4]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_nest_parents_matches_a_brute_force_call_stack(seed: int) -> None:
+    """Random events on a few threads with many equal starts and ends (ties keep row order),
+    against a per-event scan back for the nearest earlier event that ends no earlier."""
+    rng = np.random.default_rng(seed)
+    n = 400
+    pid = rng.integers(0, 2, n)
+    tid = rng.integers(0, 3, n)
+    start = rng.integers(0, 50, n) * 10
+    dur = rng.integers(0, 6, n) * 10
+    ids = rng.permutation(n) + 1000
+    df = pl.DataFrame({"id": ids, "pid": pid, "tid": tid, "start_ns": start, "dur_ns": dur})
+    order = sorted(range(n), key=lambda i: (pid[i], tid[i], start[i], -(start[i] + dur[i]), i))
+    want: list[int | None] = [None] * n
+    for k, i in enumerate(order):
+        for j in reversed(order[:k]):
+            if (pid[j], tid[j]) != (pid[i], tid[i]):
+                break
+            if start[j] + dur[j] >= start[i] + dur[i]:
+                want[i] = int(ids[j])
+                break
+    assert nest_parents(df).to_list() == want
+    # a row with no start (alone on its own thread) sends the table through polars' sort instead
+    extra = pl.DataFrame({"id": [-1], "pid": [99], "tid": [0], "start_ns": [None], "dur_ns": [5]})
+    assert nest_parents(pl.concat([df, extra], how="vertical_relaxed")).to_list() == [*want, None]

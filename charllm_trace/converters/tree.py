@@ -80,21 +80,28 @@ def nest_parents(df: pl.DataFrame) -> pl.Series:
     # Only the sort order is computed on the table; the few arrays the walk needs are gathered in
     # that order one at a time (sorting a copy of the table would hold it twice).
     end = pl.col("start_ns") + pl.col("dur_ns")
-    order = (
-        df.select(
-            pl.arg_sort_by(
-                [pl.col("pid").fill_null(-1), pl.col("tid").fill_null(-1), "start_ns", end],
-                descending=[False, False, False, True],
-                maintain_order=True,  # ties keep their input order
+    pid = df["pid"].fill_null(-1).to_numpy()
+    tid = df["tid"].fill_null(-1).to_numpy()
+    if df["start_ns"].null_count() or df["dur_ns"].null_count():
+        order = (
+            df.select(
+                pl.arg_sort_by(
+                    [pl.col("pid").fill_null(-1), pl.col("tid").fill_null(-1), "start_ns", end],
+                    descending=[False, False, False, True],
+                    maintain_order=True,  # ties keep their input order
+                )
             )
+            .to_series()
+            .to_numpy()
         )
-        .to_series()
-        .to_numpy()
-    )
+    else:  # numpy's stable sort is many times faster here (profilers write events nearly in order)
+        start = df["start_ns"].to_numpy()
+        order = np.lexsort((-(start + df["dur_ns"].to_numpy()), start, tid, pid))
+        del start
     # One thread after another: make ends comparable only within a thread by processing per thread
     # boundary. Threads are few, so a loop over threads (not events) is fine.
-    pid = df["pid"].fill_null(-1).to_numpy()[order]
-    tid = df["tid"].fill_null(-1).to_numpy()[order]
+    pid = pid[order]
+    tid = tid[order]
     bounds = np.flatnonzero(np.r_[True, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1]), True])
     del pid, tid
     ends = df.select(end).to_series().to_numpy()[order]
