@@ -16,6 +16,7 @@ from charllm_trace.errors import InputError
 from charllm_trace.et import _native
 from charllm_trace.et.reader import decode_et_reference, read_et
 from charllm_trace.model import DEP_SCHEMA
+from tests.conftest import shared_trace
 
 
 @pytest.fixture(params=["c", "numpy"])
@@ -227,3 +228,113 @@ def test_attribute_text_escaped_at_every_position(tmp_path: Path, decoder: str) 
     assert t.equals(ref)
     got = [orjson.loads(a)["note"] for a in t.nodes.sort("id")["attrs"].to_list()]
     assert len(got) == len(nodes) and all(len(g) == 26 for g in got)
+
+
+# --- decoding in two parts (large files): the split point is guessed, then checked ------------
+
+
+def _two_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from charllm_trace.et import fastdecode
+
+    monkeypatch.setattr(fastdecode, "SPLIT_BYTES", 0)
+    monkeypatch.setenv("CHARLLM_TRACE_THREADS", "2")
+
+
+def _one_part(path: Path, monkeypatch: pytest.MonkeyPatch):
+    with monkeypatch.context() as m:
+        m.setenv("CHARLLM_TRACE_THREADS", "1")
+        try:
+            return read_et(path, cache=False), None
+        except InputError as exc:
+            return None, str(exc)
+
+
+@pytest.mark.parametrize("shift", [0, 1, 7, 100])
+def test_a_wrong_split_guess_is_caught(monkeypatch: pytest.MonkeyPatch, shift: int) -> None:
+    """The second part starts at a guessed boundary; a guess inside a message is detected and the
+    rest is decoded from the true boundary: the tables are the same as from one part."""
+    from charllm_trace.et import fastdecode
+
+    if _native.lib() is None:
+        pytest.skip("no C compiler here: the C scanner is not available")
+    src = shared_trace("chakra/feeder_tests_chakra.0.et")
+    whole, _ = _one_part(src, monkeypatch)
+    real = fastdecode._split_point
+    guesses = []
+
+    def off(so, data, begin, size):
+        g = real(so, data, begin, size) + shift
+        guesses.append(g)
+        return g
+
+    real_part = fastdecode._decode_part
+    starts = []
+
+    def part(data, begin, *a, **k):
+        starts.append(begin)
+        return real_part(data, begin, *a, **k)
+
+    _two_parts(monkeypatch)
+    monkeypatch.setattr(fastdecode, "_split_point", off)
+    monkeypatch.setattr(fastdecode, "_decode_part", part)
+    t = read_et(src, cache=False)
+    assert guesses, "the file was not decoded in two parts"
+    # a wrong guess costs a third part: the second decoded again from the true boundary
+    assert len(starts) == (2 if shift == 0 else 3)
+    assert t.equals(whole) and t.deps.height == whole.deps.height
+
+
+def test_without_a_guess_the_framing_is_walked(monkeypatch: pytest.MonkeyPatch) -> None:
+    so = _native.lib()
+    if so is None:
+        pytest.skip("no C compiler here: the C scanner is not available")
+    src = shared_trace("chakra/feeder_tests_chakra.0.et")
+    whole, _ = _one_part(src, monkeypatch)
+    _two_parts(monkeypatch)
+    calls = []
+    real_walk = so.et_walk
+
+    def walk(*a):
+        calls.append(a)
+        return real_walk(*a)
+
+    monkeypatch.setattr(so, "et_resync", lambda *a: -1)
+    monkeypatch.setattr(so, "et_walk", walk)
+    t = read_et(src, cache=False)
+    assert calls and t.equals(whole)
+
+
+@pytest.mark.parametrize("where", [0.3, 0.8])
+def test_errors_in_either_part_name_the_same_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: float
+) -> None:
+    """A corrupt node in the first or the second part: the same one-line error as in one part
+    (the second part's message numbers are shifted by the first part's count)."""
+    if _native.lib() is None:
+        pytest.skip("no C compiler here: the C scanner is not available")
+    src = shared_trace("chakra/feeder_tests_chakra.0.et").read_bytes()
+    # find the message that starts at or after the wanted fraction of the file, and give it an
+    # invalid field tag (wire type 7) right after its length prefix
+    pos, k, at = 0, 0, int(len(src) * where)
+    while True:
+        length, shift, q = 0, 0, pos
+        while True:
+            b = src[q]
+            q += 1
+            length |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        if pos >= at and k > 0:
+            break
+        pos, k = q + length, k + 1
+    bad = bytearray(src)
+    bad[q] = 0x0F  # field 1, wire type 7
+    p = tmp_path / "bad.et"
+    p.write_bytes(bytes(bad))
+    _, one = _one_part(p, monkeypatch)
+    assert one is not None and f"message {k}" in one, one
+    _two_parts(monkeypatch)
+    with pytest.raises(InputError) as exc:
+        read_et(p, cache=False)
+    assert str(exc.value) == one

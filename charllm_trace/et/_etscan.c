@@ -710,6 +710,47 @@ int64_t et_walk(const uint8_t *data, int64_t size, int64_t pos, int64_t target, 
     return 0;
 }
 
+/* Whether data[pos..] starts with a length-delimited message whose fields are all Chakra Node
+ * fields of the right wire type (1 id, 2 name, 3 type, 4/5 deps, 6/7 times, 8/9 inputs/outputs,
+ * 10 attributes); on success *next is the position after it. */
+static int plausible_node(const uint8_t *data, int64_t size, int64_t pos, int64_t *next) {
+    const uint8_t *p = data + pos, *fend = data + size;
+    uint64_t len;
+    if (rd_varint(&p, fend, &len) || len > (uint64_t)(fend - p)) return 0;
+    const uint8_t *end = p + len;
+    while (p < end) {
+        uint64_t tag, val = 0;
+        const uint8_t *payload = NULL;
+        if (rd_varint(&p, end, &tag)) return 0;
+        int f = (int)(tag >> 3), wt = (int)(tag & 7);
+        int ok = (wt == 0 && (f == 1 || f == 3 || f == 4 || f == 5 || f == 6 || f == 7)) ||
+                 (wt == 2 && (f == 2 || f == 4 || f == 5 || (f >= 8 && f <= 10)));
+        if (!ok || skip_field(&p, end, wt, &val, &payload)) return 0;
+    }
+    *next = end - data;
+    return 1;
+}
+
+/* A guess of a message boundary near target without walking the framing from the start: from
+ * the first position after target where `need` consecutive plausible Node messages follow, the
+ * start of the `skip`-th of them (a chain that starts inside a message soon runs into the true
+ * boundaries). It is only a guess: the caller checks it against the boundary the scan of the
+ * preceding part stops at. Returns the position, or -1 when none is found within `limit` bytes
+ * (or the data ends first). */
+int64_t et_resync(const uint8_t *data, int64_t size, int64_t target, int64_t need, int64_t skip,
+                  int64_t limit) {
+    for (int64_t q = target; q < size && q < target + limit; q++) {
+        int64_t pos = q, k = 0, at = -1;
+        while (k < need && pos < size) {
+            if (k == skip) at = pos;
+            if (!plausible_node(data, size, pos, &pos)) break;
+            k++;
+        }
+        if (k == need && at >= 0) return at;
+    }
+    return -1;
+}
+
 int64_t et_utf8(const uint8_t *data, const int64_t *off, const int64_t *len, int64_t n) {
     for (int64_t r = 0; r < n; r++)
         if (len[r] > 0 && !utf8_ok(data + off[r], len[r])) return r;

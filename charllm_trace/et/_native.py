@@ -81,6 +81,8 @@ def lib() -> ctypes.CDLL | None:
     so.et_json.argtypes = [_p, _i64] + [_p] * 15 + [_i64]
     so.et_group.restype = None
     so.et_group.argtypes = [_p, _i64, _p, _i64, _p, _p]
+    so.et_resync.restype = _i64
+    so.et_resync.argtypes = [_p, _i64, _i64, _i64, _i64, _i64]
     so.et_walk.restype = _i64
     so.et_walk.argtypes = [_p, _i64, _i64, _i64, _p]
     so.et_utf8.restype = _i64

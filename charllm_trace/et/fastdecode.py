@@ -508,6 +508,7 @@ class NodeScan:
     # outputs values/shapes/types), and which fields hold text that is not UTF-8 (TEXT_FIELDS bits)
     views: list[np.ndarray] | None = None
     bad_text: int = 0
+    end: int = -1  # where the scanned messages end (the next part's first message)
 
 
 #: the text fields in the order they are checked (and reported); bit k of NodeScan.bad_text
@@ -629,6 +630,7 @@ def _scan_native(
         ival=attr_arrs["voff"][:na],  # meaningful where kind is K_INT or K_BOOL
         views=[node_arrs[f"view{k}"][:n] for k in range(7)],
         bad_text=bad,
+        end=int(state[0]),
     )
 
 
@@ -704,41 +706,63 @@ def _kind_column(kind: np.ndarray) -> pl.Series:
 #: files with more node bytes than this are decoded in parallel parts (threads: the C scanner,
 #: numpy and polars release the GIL for the heavy work)
 SPLIT_BYTES = 64 << 20
-#: the first part's share of the bytes: the second part first walks the framing to its start
-SPLIT_FIRST = 0.53
 
 
-class _NoSplit(Exception):
-    """The framing could not be walked to the split point (corrupt input: decode in one part)."""
+def _split_point(so: Any, data: np.ndarray, begin: int, size: int) -> int:
+    """Where the second part starts: a message boundary near the middle, or -1.
 
-
-def _second_part(so: Any, data: np.ndarray, begin: int, size: int, target: int, ours: bool, path: Any) -> Any:
+    The boundary is guessed from the bytes around the middle (``et_resync``: a position from
+    which two dozen plausible Node messages follow), which costs microseconds; walking the
+    framing from the start costs a cache miss per message. The guess is checked against where
+    the first part's scan stops (:func:`decode_nodes`). Without a guess, the framing is walked.
+    """
+    target = begin + (size - begin) // 2
+    guess = int(so.et_resync(_ptr(data), size, target, 24, 8, 4 << 20))
+    if begin < guess < size:
+        return guess
     out = np.zeros(2, np.int64)
-    if so.et_walk(_ptr(data), size, begin, target, _ptr(out)) != 0 or out[0] >= size:
-        raise _NoSplit()
-    return _decode_part(data, int(out[0]), size, 1 + int(out[1]), ours, path)
+    if so.et_walk(_ptr(data), size, begin, target, _ptr(out)) == 0 and begin < out[0] < size:
+        return int(out[0])
+    return -1
+
+
+def _caught(fn: Any, *args: Any) -> Any:
+    """fn(*args), or the exception it raised (returned, not raised)."""
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - the caller decides whether it counts
+        return exc
 
 
 def decode_nodes(data: np.ndarray, begin: int, size: int, *, ours: bool, path: Any = None) -> NodeColumns:
     """Decode the Node messages in ``data[begin:size]`` (the part after the GlobalMetadata)."""
     so = _native.lib()
     threads = min(2, os.cpu_count() or 1, int(os.environ.get("CHARLLM_TRACE_THREADS", "2")))
-    parts = []
-    if so is not None and threads > 1 and size - begin > SPLIT_BYTES:
+    mid = (
+        _split_point(so, data, begin, size)
+        if so is not None and threads > 1 and size - begin > SPLIT_BYTES
+        else -1
+    )
+    if mid < 0:
+        parts = [_decode_part(data, begin, size, 1, ours, path)]
+    else:
         from concurrent.futures import ThreadPoolExecutor
 
-        # the first part starts at once; the second walks the framing to the first message that
-        # starts at or after the target (where the first part stops), then decodes from there
-        target = begin + int((size - begin) * SPLIT_FIRST)
+        # the first part ends before the first message that starts at or after mid; the second
+        # starts at mid, numbering its messages from 1 until the first part's count is known
         with ThreadPoolExecutor(2) as ex:
-            first = ex.submit(_decode_part, data, begin, size, 1, ours, path, target)
-            second = ex.submit(_second_part, so, data, begin, size, target, ours, path)
-            try:
-                parts = [first.result(), second.result()]
-            except _NoSplit:
-                parts = []
-    if not parts:
-        parts = [_decode_part(data, begin, size, 1, ours, path)]
+            first = ex.submit(_decode_part, data, begin, size, 1, ours, path, mid)
+            second = ex.submit(_caught, _decode_part, data, mid, size, 1, ours, path)
+            p1 = first.result()  # the first part's errors come first, as in one pass
+            p2 = second.result()
+        n1, end1 = p1[0].height, p1[4]
+        if end1 != mid:  # the guess was not a message boundary: decode the rest from the true one
+            p2 = _decode_part(data, end1, size, 1 + n1, ours, path) if end1 < size else None
+        elif isinstance(p2, Exception):
+            if isinstance(p2, Corrupt) and p2.where > 0:
+                p2.where += n1
+            raise p2
+        parts = [p1] if p2 is None else [p1, p2]
     any_start = any(bool((p[2] != 0).any()) for p in parts)
     if not ours:
         # Chakra's own times (µs), one chunk per part like every other column: a column chunked
@@ -757,8 +781,11 @@ def decode_nodes(data: np.ndarray, begin: int, size: int, *, ours: bool, path: A
 
 def _decode_part(
     data: np.ndarray, begin: int, size: int, first_index: int, ours: bool, path: Any, stop: int | None = None
-) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray, np.ndarray]:
-    """Decode the messages from ``begin`` up to the first one that starts at or after ``stop``."""
+) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray, np.ndarray, int]:
+    """Decode the messages from ``begin`` up to the first one that starts at or after ``stop``.
+
+    Returns (nodes, deps, start_us, dur_us, the position where the decoded messages end).
+    """
     so = _native.lib()
     sc = None
     if so is not None:
@@ -780,7 +807,9 @@ def _decode_part(
             data = padded
         where = np.arange(first_index, first_index + len(starts), dtype=np.int64)
         sc = _scan_numpy(data, starts, lens, where)
+        sc.end = size
     n = len(sc.id)
+    end = sc.end
     # Everything that can find the input corrupt runs before any zero-copy column exists:
     # an exception while polars frees such columns would reach our release callbacks.
     if sc.views is not None:  # the C scanner checked every text field as it passed
@@ -834,7 +863,7 @@ def _decode_part(
     _assign_attrs(at, cols, data, n, tcode, ours)
 
     frame = pl.DataFrame({k: v for k, v in cols.items() if v is not None})
-    return frame, deps, sc.start_us, sc.dur_us
+    return frame, deps, sc.start_us, sc.dur_us, end
 
 
 def _rows_by_code(at: Attrs, codes: list[int]) -> tuple[np.ndarray, np.ndarray]:
