@@ -126,6 +126,12 @@ def classify(nodes: pl.DataFrame) -> pl.DataFrame:
 def _positions(ids: np.ndarray, refs: np.ndarray) -> np.ndarray:
     """Row position of each ref in ``ids`` (-1 when missing or null)."""
     ids = np.asarray(ids)
+    n = len(ids)
+    if n and ids.dtype.kind in "iu" and ids[0] == 0 and ids[-1] == n - 1 and (np.diff(ids) == 1).all():
+        # ids are the row numbers (a converted Kineto profile): a ref is its own position
+        refs_f = np.asarray(refs, dtype=float)
+        r = np.where(np.isnan(refs_f), -1, refs_f).astype(np.int64)
+        return np.where((r >= 0) & (r < n), r, -1)
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
     refs_f = np.asarray(refs, dtype=float)

@@ -362,9 +362,10 @@ def _str_series(values: list[Any]) -> pl.Series:
 _COMM_HINT = r"(?i)nccl|rccl|msccl|record_param_comms|c10d::|gloo:|mpi:|ucc:"
 
 
-def _comm_candidates(name_s: pl.Series, cat_s: pl.Series) -> pl.Series:
-    """Positions of the events ``may_be_comm`` accepts, computed on whole columns."""
-    pre = name_s.str.contains(_COMM_HINT).arg_true()
+def _comm_candidates(name_s: pl.Series, cat_s: pl.Series, hint: pl.Series | None = None) -> pl.Series:
+    """Positions of the events ``may_be_comm`` accepts, computed on whole columns. ``hint`` may
+    pass ``name_s.str.contains(_COMM_HINT)`` when the caller has it."""
+    pre = (name_s.str.contains(_COMM_HINT) if hint is None else hint).arg_true()
     if pre.len() == 0:
         return pre
     return pre.gather(_comm_hits(name_s.gather(pre), cat_s.gather(pre)))
@@ -714,14 +715,18 @@ class _Vocab:
     and the column is those values gathered by code at the end. Gathering shares the values'
     bytes, so a name repeated a million times costs one 16-byte view per row, not a copy each."""
 
-    def __init__(self) -> None:
+    def __init__(self, pattern: str | None = None) -> None:
         self.values = pl.Series([], dtype=pl.String)
+        self.pattern = pattern  # a regex whose match is kept per distinct value (see ``flags``)
+        self.flags = pl.Series([], dtype=pl.Boolean)
 
     def encode(self, s: pl.Series) -> pl.Series:
         new = s.unique(maintain_order=True)
         new = new.filter(~new.is_in(self.values.implode()))
         if new.len():
             self.values = pl.concat([self.values, new])
+            if self.pattern is not None:
+                self.flags = pl.concat([self.flags, new.str.contains(self.pattern)])
         return s.cast(pl.Enum(self.values)).to_physical().cast(pl.UInt32)
 
     def decode(self, parts: list[pl.Series]) -> pl.Series:
@@ -748,7 +753,7 @@ class _Columns:
         self.comm_args: dict[int, dict[str, Any]] = {}
         self.row0 = 0
         self.n_raw = 0
-        self.names = _Vocab()
+        self.names = _Vocab(_COMM_HINT)
         self.cats = _Vocab()
 
     def add(self, data: Any) -> int:
@@ -779,7 +784,8 @@ class _Columns:
             keep = ~cat_s.is_in(list(SKIP_CATEGORIES))
             xs = [e for e, k in zip(xs, keep, strict=True) if k]
             name_s, cat_s = name_s.filter(keep), cat_s.filter(keep)
-        cols["name"].append(self.names.encode(name_s))
+        name_codes = self.names.encode(name_s)
+        cols["name"].append(name_codes)
         cols["cat"].append(self.cats.encode(cat_s))
         cols["pid"].append(_int_series(list(map(_get["pid"], xs))))
         cols["tid"].append(_int_series(list(map(_get["tid"], xs))))
@@ -793,7 +799,8 @@ class _Columns:
             self.dur_parts.append(_us_col(xs, "dur"))
         except (TypeError, ValueError) as exc:
             raise InputError(path, f"Kineto event with a non-numeric ts/dur ({exc})") from None
-        _decode_comm_args(args, _comm_candidates(name_s, cat_s).to_list(), self.row0, self.comm_args)
+        hint = self.names.flags.gather(name_codes)  # the name pattern, matched once per distinct name
+        _decode_comm_args(args, _comm_candidates(name_s, cat_s, hint).to_list(), self.row0, self.comm_args)
         self.row0 += len(xs)
         del xs, args  # the comm args' Raw values may be views of ``data``: gone now
         return n_raw
