@@ -678,13 +678,14 @@ int64_t et_json(const uint8_t *data, int64_t na, const uint8_t *skip, const int3
 
 /* Group attribute rows by name code, for the codes with want[code] set: a counting sort.
  * start has ncodes + 1 entries; the rows of code c are rows[start[c] : start[c + 1]], ascending.
- * rows must hold as many entries as there are attributes with a wanted code. */
+ * With rows == NULL only start is filled (start[ncodes] is the number of rows to hold). */
 void et_group(const int32_t *code, int64_t na, const uint8_t *want, int64_t ncodes, int64_t *start,
               int64_t *rows) {
     memset(start, 0, sizeof(int64_t) * (size_t)(ncodes + 1));
     for (int64_t i = 0; i < na; i++)
         if (want[code[i]]) start[code[i] + 1]++;
     for (int64_t c = 0; c < ncodes; c++) start[c + 1] += start[c];
+    if (!rows) return;
     int64_t *fill = start; /* fill[c] advances from start[c] to start[c + 1] */
     for (int64_t i = 0; i < na; i++)
         if (want[code[i]]) rows[fill[code[i]]++] = i;

@@ -875,14 +875,14 @@ def _rows_by_code(at: Attrs, codes: list[int]) -> tuple[np.ndarray, np.ndarray]:
     want = np.zeros(max(1, ncodes), np.uint8)
     want[codes] = 1
     code = np.ascontiguousarray(at.code, np.int32)
-    counts = np.bincount(code, minlength=ncodes) if len(code) else np.zeros(ncodes, np.int64)
-    total = int(counts[want[:ncodes].astype(bool)].sum()) if ncodes else 0
     so = _native.lib()
     if so is not None:
         starts = np.zeros(ncodes + 1, np.int64)
-        rows = np.empty(total, np.int64)
+        so.et_group(_ptr(code), len(code), _ptr(want), ncodes, _ptr(starts), None)
+        rows = np.empty(int(starts[-1]), np.int64)
         so.et_group(_ptr(code), len(code), _ptr(want), ncodes, _ptr(starts), _ptr(rows))
         return rows, starts
+    counts = np.bincount(code, minlength=ncodes) if len(code) else np.zeros(ncodes, np.int64)
     sel = np.flatnonzero(want[code]) if len(code) else np.empty(0, np.int64)
     rows = sel[np.argsort(code[sel], kind="stable")]
     starts = np.zeros(ncodes + 1, np.int64)
