@@ -224,3 +224,40 @@ def test_real_profiles_in_small_chunks_with_the_numpy_scanner(
         _same(read_kineto(p), want)
     finally:
         jsonframe.reset()
+
+
+def test_odd_names_and_categories_match_the_plain_reader(
+    scanner: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Names that are not strings (taken by ``str``), missing names, categories in any case and
+    spellings of the profiler's own "Trace" span, across batches."""
+    names = [5, "5", None, True, "True", [1, 2], {"a": 1}, 1.5, "ncclKernel_AllReduce", "NCCL:all_reduce"]
+    cats = [
+        "kernel",
+        "Kernel",
+        "KERNEL",
+        None,
+        "TRACE",
+        "Trace",
+        "cpu_op",
+        "CPU_OP",
+        "weird",
+        "user_annotation",
+    ]
+    evs = []
+    for i in range(120):
+        e = {"ph": "X", "pid": 1, "tid": i % 3, "ts": i, "dur": 1, "cat": cats[(i * 7) % len(cats)]}
+        nm = names[(i * 3) % len(names)]
+        if nm is not None:
+            e["name"] = nm
+        if i % 4 == 0:
+            e["args"] = {"Collective name": "allreduce", "In msg nelems": i, "dtype": "Float"}
+        evs.append(e)
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": evs}))
+    want = parse_kineto(load_json(p), p)
+    assert want.events.height == 120 - sum(1 for e in evs if str(e["cat"]).lower() == "trace")
+    assert want.comm_args  # some rows are communication candidates
+    for batch in (1, 7, 1000):
+        monkeypatch.setattr(kineto, "BATCH", batch)
+        _same(read_kineto(p), want)

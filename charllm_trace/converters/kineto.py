@@ -18,6 +18,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any
 
 import msgspec
@@ -711,30 +712,60 @@ def _decode_spans(
 
 
 class _Vocab:
-    """Strings stored once: a batch's strings become codes into a growing list of distinct values,
-    and the column is those values gathered by code at the end. Gathering shares the values'
-    bytes, so a name repeated a million times costs one 16-byte view per row, not a copy each."""
+    """Strings stored once: each event's value becomes a code into a growing list of distinct
+    values (a dict lookup per event, no per-batch column), and the column is those values
+    gathered by code at the end. Gathering shares the values' bytes, so a name repeated a
+    million times costs one 16-byte view per row, not a copy each.
 
-    def __init__(self, pattern: str | None = None) -> None:
-        self.values = pl.Series([], dtype=pl.String)
-        self.pattern = pattern  # a regex whose match is kept per distinct value (see ``flags``)
-        self.flags = pl.Series([], dtype=pl.Boolean)
+    Values are taken as ``_str_series`` takes them (None -> "", anything else by ``str``), lower-cased
+    with polars when ``lower`` (as ``_lower``); ``flags`` keeps, per distinct value, whether
+    ``pattern`` matches it."""
 
-    def encode(self, s: pl.Series) -> pl.Series:
-        new = s.unique(maintain_order=True)
-        new = new.filter(~new.is_in(self.values.implode()))
-        if new.len():
-            self.values = pl.concat([self.values, new])
-            if self.pattern is not None:
-                self.flags = pl.concat([self.flags, new.str.contains(self.pattern)])
-        return s.cast(pl.Enum(self.values)).to_physical().cast(pl.UInt32)
+    def __init__(self, pattern: str | None = None, lower: bool = False) -> None:
+        self.index: dict[str | None, int] = {}  # raw value (str or None) -> code
+        self.codes: dict[str, int] = {}  # value -> code
+        self.values: list[str] = []  # code -> value
+        self.pattern = pattern
+        self.lower = lower
+        self.flags = np.zeros(0, dtype=bool)
 
-    def decode(self, parts: list[pl.Series]) -> pl.Series:
-        if not parts:
-            return pl.Series([], dtype=pl.String)
-        codes = pl.concat(parts, rechunk=True)
+    def encode(self, raw: list[Any]) -> np.ndarray:
+        try:
+            return np.fromiter(map(self.index.__getitem__, raw), dtype=np.uint32, count=len(raw))
+        except (KeyError, TypeError):
+            pass
+        try:
+            new = {v for v in set(raw) if v not in self.index}
+            plain = all(v is None or v.__class__ is str for v in new)
+        except TypeError:  # an unhashable value (a list or dict as a name)
+            plain = False
+        if not plain:  # numbers, lists ...: every value as its string (``_str_series``'s fallback)
+            raw = ["" if v is None else str(v) for v in raw]
+            new = {v for v in set(raw) if v not in self.index}
+        keys = sorted(new, key=lambda v: (v is not None, v or ""))
+        norm = pl.Series(["" if v is None else v for v in keys], dtype=pl.String)
+        if self.lower:
+            norm = norm.str.to_lowercase()
+        added = []
+        for k, v in zip(keys, norm.to_list(), strict=True):
+            c = self.codes.get(v)
+            if c is None:
+                c = self.codes[v] = len(self.values)
+                self.values.append(v)
+                added.append(v)
+            self.index[k] = c
+        if self.pattern is not None and added:
+            hit = pl.Series(added, dtype=pl.String).str.contains(self.pattern).to_numpy()
+            self.flags = np.concatenate([self.flags, hit])
+        return np.fromiter(map(self.index.__getitem__, raw), dtype=np.uint32, count=len(raw))
+
+    def value_series(self, codes: np.ndarray) -> pl.Series:
+        return pl.Series([self.values[c] for c in codes.tolist()], dtype=pl.String)
+
+    def decode(self, parts: list[np.ndarray]) -> pl.Series:
+        codes = pl.Series(np.concatenate(parts) if parts else np.zeros(0, np.uint32), dtype=pl.UInt32)
         parts.clear()
-        return self.values.rechunk().gather(codes)
+        return pl.Series(self.values, dtype=pl.String).gather(codes)
 
 
 class _Columns:
@@ -754,7 +785,7 @@ class _Columns:
         self.row0 = 0
         self.n_raw = 0
         self.names = _Vocab(_COMM_HINT)
-        self.cats = _Vocab()
+        self.cats = _Vocab(lower=True)
 
     def add(self, data: Any) -> int:
         """Decode one JSON list of events (bytes or a buffer); returns how many events it held."""
@@ -778,15 +809,15 @@ class _Columns:
         del evs
         self.n_raw += n_raw
         cols = self.cols
-        name_s = _str_series(list(map(_get["name"], xs)))
-        cat_s = _lower(_str_series(list(map(_get["cat"], xs))))
-        if cat_s.is_in(list(SKIP_CATEGORIES)).any():  # odd spellings of "Trace"
-            keep = ~cat_s.is_in(list(SKIP_CATEGORIES))
-            xs = [e for e, k in zip(xs, keep, strict=True) if k]
-            name_s, cat_s = name_s.filter(keep), cat_s.filter(keep)
-        name_codes = self.names.encode(name_s)
+        name_codes = self.names.encode(list(map(_get["name"], xs)))
+        cat_codes = self.cats.encode(list(map(_get["cat"], xs)))
+        skip = [self.cats.codes[c] for c in SKIP_CATEGORIES if c in self.cats.codes]
+        if skip and np.isin(cat_codes, skip).any():  # odd spellings of "Trace"
+            keep = ~np.isin(cat_codes, skip)
+            xs = list(compress(xs, keep.tolist()))
+            name_codes, cat_codes = name_codes[keep], cat_codes[keep]
         cols["name"].append(name_codes)
-        cols["cat"].append(self.cats.encode(cat_s))
+        cols["cat"].append(cat_codes)
         cols["pid"].append(_int_series(list(map(_get["pid"], xs))))
         cols["tid"].append(_int_series(list(map(_get["tid"], xs))))
         args = list(map(_get["args"], xs))
@@ -799,8 +830,13 @@ class _Columns:
             self.dur_parts.append(_us_col(xs, "dur"))
         except (TypeError, ValueError) as exc:
             raise InputError(path, f"Kineto event with a non-numeric ts/dur ({exc})") from None
-        hint = self.names.flags.gather(name_codes)  # the name pattern, matched once per distinct name
-        _decode_comm_args(args, _comm_candidates(name_s, cat_s, hint).to_list(), self.row0, self.comm_args)
+        # the name pattern was matched once per distinct name; the exact test on those rows only
+        pre = np.flatnonzero(self.names.flags[name_codes])
+        if pre.size:
+            hits = _comm_hits(
+                self.names.value_series(name_codes[pre]), self.cats.value_series(cat_codes[pre])
+            )
+            _decode_comm_args(args, pre[hits.to_numpy()].tolist(), self.row0, self.comm_args)
         self.row0 += len(xs)
         del xs, args  # the comm args' Raw values may be views of ``data``: gone now
         return n_raw
