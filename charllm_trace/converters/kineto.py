@@ -351,13 +351,6 @@ _SKIP_SPELLINGS = frozenset({"Trace", "trace"})
 _CPU_KINDS = [c for c, (k, _) in CATEGORY_KIND.items() if k in ("cpu_op", "annotation")]
 
 
-def _str_series(values: list[Any]) -> pl.Series:
-    try:
-        return pl.Series(values, dtype=pl.String, strict=True).fill_null("")
-    except (TypeError, ValueError, pl.exceptions.PolarsError):
-        return pl.Series(["" if v is None else str(v) for v in values], dtype=pl.String)
-
-
 #: Case-insensitive superset of what ``may_be_comm`` looks for (an ASCII letter in the lower-cased
 #: name comes from that letter in either case), so only these rows need the exact test.
 _COMM_HINT = r"(?i)nccl|rccl|msccl|record_param_comms|c10d::|gloo:|mpi:|ucc:"
@@ -365,7 +358,8 @@ _COMM_HINT = r"(?i)nccl|rccl|msccl|record_param_comms|c10d::|gloo:|mpi:|ucc:"
 
 def _comm_candidates(name_s: pl.Series, cat_s: pl.Series, hint: pl.Series | None = None) -> pl.Series:
     """Positions of the events ``may_be_comm`` accepts, computed on whole columns. ``hint`` may
-    pass ``name_s.str.contains(_COMM_HINT)`` when the caller has it."""
+    pass ``name_s.str.contains(_COMM_HINT)`` when the caller has it. (The reader takes the same two
+    steps: the hint per distinct name, then ``_comm_hits`` on those rows.)"""
     pre = (name_s.str.contains(_COMM_HINT) if hint is None else hint).arg_true()
     if pre.len() == 0:
         return pre
@@ -717,7 +711,7 @@ class _Vocab:
     gathered by code at the end. Gathering shares the values' bytes, so a name repeated a
     million times costs one 16-byte view per row, not a copy each.
 
-    Values are taken as ``_str_series`` takes them (None -> "", anything else by ``str``), lower-cased
+    Values are taken as ``parse_kineto`` takes them (None -> "", anything else by ``str``), lower-cased
     with polars when ``lower`` (as ``_lower``); ``flags`` keeps, per distinct value, whether
     ``pattern`` matches it."""
 
@@ -739,7 +733,7 @@ class _Vocab:
             plain = all(v is None or v.__class__ is str for v in new)
         except TypeError:  # an unhashable value (a list or dict as a name)
             plain = False
-        if not plain:  # numbers, lists ...: every value as its string (``_str_series``'s fallback)
+        if not plain:  # numbers, lists ...: every value as its string
             raw = ["" if v is None else str(v) for v in raw]
             new = {v for v in set(raw) if v not in self.index}
         keys = sorted(new, key=lambda v: (v is not None, v or ""))
