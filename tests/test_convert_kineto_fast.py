@@ -1,4 +1,4 @@
-"""The fast Kineto reader's paths (mmap of a plain .json, batches split at any event, whitespace
+"""The fast Kineto reader's paths (a plain .json read in chunks, batches split at any event, whitespace
 between events) give exactly what parsing the whole JSON with orjson gives, on every real profile."""
 
 from __future__ import annotations
