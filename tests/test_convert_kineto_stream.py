@@ -261,3 +261,16 @@ def test_odd_names_and_categories_match_the_plain_reader(
     for batch in (1, 7, 1000):
         monkeypatch.setattr(kineto, "BATCH", batch)
         _same(read_kineto(p), want)
+
+
+def test_the_reading_thread_stops_with_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    p = tmp_path / "t.json"
+    p.write_bytes(b'{"traceEvents": [' + b'{"ph": "X", "name": "a"},' * 2000 + b'{"ph": 1, ]}')
+    monkeypatch.setattr(kineto, "CHUNK", 1000)  # many chunks still to read when the error comes
+    before = threading.active_count()
+    with pytest.raises(InputError) as ei:
+        read_kineto(p)
+    assert threading.active_count() == before  # while the error (and its traceback) is alive
+    assert "not valid JSON" in ei.value.one_line()

@@ -17,6 +17,7 @@ import operator
 import os
 import re
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from itertools import compress
 from typing import Any
@@ -503,55 +504,62 @@ def _read_stream(path: str | os.PathLike[str], stream: Any) -> KinetoProfile:
     list_open = -1  # absolute offset of the "[" of traceEvents
     recent: list[tuple[int, int]] = []  # the last depth-1 events (position, byte)
     got_any = False
-    for chunk, pos, code, dep in _prefetched(_scanned_chunks(stream, jsonframe)):
-        got_any = True
-        buf += chunk
-        del chunk
-        i, m = 0, len(pos)
-        while i < m:
+    # closed here, not when an error's traceback lets go of it: the reading thread stops first
+    with closing(_prefetched(_scanned_chunks(stream, jsonframe))) as chunks:
+        for chunk, pos, code, dep in chunks:
+            got_any = True
+            buf += chunk
+            del chunk
+            i, m = 0, len(pos)
+            while i < m:
+                if inside:
+                    # only the list's commas (depth 2) and its closing bracket can come here
+                    rest = np.flatnonzero(code[i:] != _COMMA)
+                    j = i + int(rest[0]) if rest.size else m
+                    bounds = [ev_from, *pos[i:j].tolist()]
+                    close = int(pos[j]) if j < m else None
+                    if close is not None:
+                        if code[j] != _CLOSE_LIST:
+                            raise InputError(
+                                path,
+                                "not valid JSON (truncated or corrupt?): mismatched brackets in traceEvents",
+                            )
+                        bounds.append(close)
+                    _decode_spans(path, cols, buf, buf_off, bounds, close is not None, list_open)
+                    if close is not None:
+                        inside = False
+                        skel_to = close  # the "]" goes to skel
+                        i = j + 1
+                    else:
+                        ev_from = bounds[-1]
+                        i = m
+                    continue
+                p, c = int(pos[i]), int(code[i])
+                d = int(dep[i])
+                if d <= 1:
+                    if (
+                        c == _OPEN_LIST
+                        and d == 1
+                        and _is_trace_events_key(recent, skel, buf, buf_off, skel_to)
+                    ):
+                        if streamed:
+                            raise InputError(path, "unexpected Kineto profile layout: two traceEvents lists")
+                        skel += buf[skel_to - buf_off : p + 1 - buf_off]
+                        skel_to = p + 1
+                        inside = streamed = True
+                        ev_from = list_open = p
+                    recent.append((p, c))
+                    if len(recent) > 3:
+                        del recent[0]
+                i += 1
             if inside:
-                # only the list's commas (depth 2) and its closing bracket can come here
-                rest = np.flatnonzero(code[i:] != _COMMA)
-                j = i + int(rest[0]) if rest.size else m
-                bounds = [ev_from, *pos[i:j].tolist()]
-                close = int(pos[j]) if j < m else None
-                if close is not None:
-                    if code[j] != _CLOSE_LIST:
-                        raise InputError(
-                            path, "not valid JSON (truncated or corrupt?): mismatched brackets in traceEvents"
-                        )
-                    bounds.append(close)
-                _decode_spans(path, cols, buf, buf_off, bounds, close is not None, list_open)
-                if close is not None:
-                    inside = False
-                    skel_to = close  # the "]" goes to skel
-                    i = j + 1
-                else:
-                    ev_from = bounds[-1]
-                    i = m
-                continue
-            p, c = int(pos[i]), int(code[i])
-            d = int(dep[i])
-            if d <= 1:
-                if c == _OPEN_LIST and d == 1 and _is_trace_events_key(recent, skel, buf, buf_off, skel_to):
-                    if streamed:
-                        raise InputError(path, "unexpected Kineto profile layout: two traceEvents lists")
-                    skel += buf[skel_to - buf_off : p + 1 - buf_off]
-                    skel_to = p + 1
-                    inside = streamed = True
-                    ev_from = list_open = p
-                recent.append((p, c))
-                if len(recent) > 3:
-                    del recent[0]
-            i += 1
-        if inside:
-            keep = ev_from - buf_off
-        else:
-            skel += buf[skel_to - buf_off :]
-            keep = len(buf)
-            skel_to = buf_off + keep
-        buf = buf[keep:]  # a fresh buffer (the old one may still be exported to a dying view)
-        buf_off += keep
+                keep = ev_from - buf_off
+            else:
+                skel += buf[skel_to - buf_off :]
+                keep = len(buf)
+                skel_to = buf_off + keep
+            buf = buf[keep:]  # a fresh buffer (the old one may still be exported to a dying view)
+            buf_off += keep
     if not got_any:
         raise InputError(path, "file holds no data")
     trim_heap()  # the decoded events' Python objects are gone: give their pages back
