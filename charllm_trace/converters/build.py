@@ -106,7 +106,13 @@ def link_gpu(ev: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
             .alias("launch_id"),
         )
     )
-    ev = _attach(ev, gpu, ["_rt_id", "launch_id"])
+    # gpu holds the GPU rows in table order (the joins keep it and add no rows: rt and ext are
+    # unique by key), so its columns scatter to those rows' positions (no join on id)
+    pos = ev.select(pl.arg_where(pl.col("on_gpu"))).to_series()
+    ev = ev.with_columns(
+        pl.repeat(None, ev.height, dtype=pl.Int64, eager=True).scatter(pos, gpu[c]).alias(c)
+        for c in ("_rt_id", "launch_id")
+    )
     g = gpu.filter(pl.col("kind").is_in(gpu_kinds))
     stats = {
         "gpu_nodes": g.height,
