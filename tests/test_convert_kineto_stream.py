@@ -267,7 +267,7 @@ def test_the_reading_thread_stops_with_an_error(tmp_path: Path, monkeypatch: pyt
     import threading
 
     p = tmp_path / "t.json"
-    p.write_bytes(b'{"traceEvents": [{"ph": 1, ]}, ' + b'{"ph": "X", "name": "a"},' * 2000 + b'{}]}')
+    p.write_bytes(b'{"traceEvents": [{"ph": 1, ]}, ' + b'{"ph": "X", "name": "a"},' * 2000 + b"{}]}")
     monkeypatch.setattr(kineto, "CHUNK", 1000)  # many chunks still to read when the error comes
     before = threading.active_count()
     with pytest.raises(InputError) as ei:
