@@ -113,10 +113,16 @@ def _meta_from_global(gm: pb.GlobalMetadata, path: Any) -> tuple[TraceMeta, pl.D
             continue
         if len(vals) != rows:
             raise InputError(path, f"telemetry column {col} has {len(vals)} values, expected {rows}")
-        s = pl.Series(col, vals).cast(dtype)
         valid = attrs.get(cv.M_TELEMETRY_COL + col + cv.M_TELEMETRY_VALID)
-        if valid is not None:
-            s = pl.select(pl.when(pl.Series(valid)).then(s).otherwise(None).alias(col)).to_series()
+        try:
+            s = pl.Series(col, vals).cast(dtype)
+            if valid is not None:
+                mask = pl.Series(valid)
+                if mask.dtype != pl.Boolean or mask.len() != rows:
+                    raise TypeError(f"validity is {mask.len()} values of {mask.dtype}, expected {rows} booleans")
+                s = pl.select(pl.when(mask).then(s).otherwise(None).alias(col)).to_series()
+        except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError) as exc:
+            raise InputError(path, f"corrupt telemetry column {col} in the ET header ({exc})") from exc
         cols[col] = s
     telemetry = pl.DataFrame(cols, schema=TELEMETRY_SCHEMA) if rows else pl.DataFrame(schema=TELEMETRY_SCHEMA)
     return meta, telemetry, manifest, True
