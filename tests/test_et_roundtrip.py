@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -150,14 +151,18 @@ def test_chakra_protolib_reads_standard_fields(tmp_path: Path) -> None:
     assert list(by_id[3].ctrl_deps) == [2] and list(by_id[3].data_deps) == [1]
 
 
-@pytest.mark.skipif(shutil.which("chakra_jsonizer") is None, reason="chakra_jsonizer not installed")
+# the jsonizer installed beside this interpreter (a venv used without activating it), else on PATH
+JSONIZER = shutil.which("chakra_jsonizer", path=str(Path(sys.executable).parent)) or shutil.which("chakra_jsonizer")
+
+
+@pytest.mark.skipif(JSONIZER is None, reason="chakra_jsonizer not installed")
 def test_chakra_jsonizer_accepts_our_output(tmp_path: Path) -> None:
     t = small_trace()
     p = tmp_path / "rank-0.et"
     write_et(t, p)
     out = tmp_path / "rank-0.json"
     r = subprocess.run(
-        ["chakra_jsonizer", "--input_filename", str(p), "--output_filename", str(out)],
+        [str(JSONIZER), "--input_filename", str(p), "--output_filename", str(out)],
         capture_output=True,
         text=True,
         timeout=120,
