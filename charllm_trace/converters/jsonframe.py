@@ -6,24 +6,18 @@ of its depth-1 containers, and the commas between their elements. The Kineto rea
 uses it to cut the ``traceEvents`` array into slices of whole events as the file is
 read, so that the whole document never has to be in memory.
 
-The C scanner is compiled on first use (``$CC``, else ``cc``) into the charllm-trace
-cache directory and loaded with ctypes; without a compiler, or with
-``CHARLLM_TRACE_NATIVE=0``, a numpy scanner gives the same events (slower).
+The C scanner is compiled on first use by :mod:`charllm_trace._cbuild`; without a
+compiler, or with ``CHARLLM_TRACE_NATIVE=0``, a numpy scanner gives the same events (slower).
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from charllm_trace._cbuild import load
 
 _SRC = Path(__file__).with_name("_jsonframe.c")
 _LIB: ctypes.CDLL | None = None
@@ -52,49 +46,14 @@ class State:
         return bool(self.a[1])
 
 
-def _build(target: Path) -> bool:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if not cc:
-        return False
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
-        r = subprocess.run(
-            [cc, "-O2", "-shared", "-fPIC", "-o", tmp, str(_SRC)],
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
-        if r.returncode != 0:
-            return False
-        os.replace(tmp, target)
-        return True
-    except (OSError, subprocess.SubprocessError):
-        return False
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def lib() -> ctypes.CDLL | None:
     """The loaded C scanner, or None when it cannot be built here (or is disabled)."""
     global _LIB, _TRIED
     if _TRIED:
         return _LIB
     _TRIED = True
-    if os.environ.get("CHARLLM_TRACE_NATIVE", "1") == "0" or not _SRC.exists():
-        return None
-    from charllm_trace.et.cache import cache_root
-
-    digest = hashlib.sha256(_SRC.read_bytes()).hexdigest()[:16]
-    tag = f"{platform.system()}-{platform.machine()}-{sys.implementation.cache_tag}"
-    target = cache_root() / "native" / f"jsonframe-{digest}-{tag}.so"
-    try:
-        if not target.exists() and not _build(target):
-            return None
-        so = ctypes.CDLL(str(target))
-    except OSError:
+    so = load(_SRC, "jsonframe")
+    if so is None:
         return None
     so.jf_scan.restype = _i64
     so.jf_scan.argtypes = [_p, _i64, _p, _i64, _p, _p, _p, _i64, _p]
