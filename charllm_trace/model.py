@@ -83,7 +83,8 @@ NODE_SCHEMA: dict[str, pl.DataType] = {
     "device": pl.Int32,  # GPU index the node ran on; null on CPU
     "stream": pl.Int64,  # GPU stream; null on CPU
     "start_ns": pl.Int64,  # Unix epoch ns; null when unknown
-    "dur_ns": pl.Int64,  # null when unknown
+    "dur_ns": pl.Int64,  # null when unknown; inclusive (children's time included)
+    "self_ns": pl.Int64,  # exclusive time: dur_ns less the CPU children's dur_ns (derived, see self_times)
     "parent": pl.Int64,  # enclosing CPU op (call tree); null for roots
     "launch_id": pl.Int64,  # for GPU nodes: id of the CPU op that launched them
     "correlation": pl.Int64,  # Kineto runtime correlation id
@@ -114,6 +115,30 @@ DEP_SCHEMA: dict[str, pl.DataType] = {
     "node": pl.Int64,
     "dep": pl.Int64,
     "kind": pl.Enum(DEP_KINDS),
+}
+
+#: Execution-dependency kinds (``charllm_trace.graph``): what must happen before what.
+EXEC_DEP_KINDS = (
+    "thread_order",  # consecutive top-level ops (or siblings) on one CPU thread
+    "nesting",  # a nested op inside its parent: starts after the parent starts, ends before it ends
+    "launch",  # CPU runtime call (cudaLaunchKernel ...) -> the GPU op it launched (correlation)
+    "stream_order",  # consecutive ops on one GPU stream
+    "sync",  # GPU op -> CPU call that waited for it, or GPU op -> op on another stream that waited for it
+    "data",  # producer of an input tensor (host execution trace)
+    "collective",  # the same collective instance (group, sequence) on another rank
+)
+
+#: Execution dependencies of one rank (``graph.execution_deps``): ``node`` cannot pass a point
+#: before ``dep`` passes one. ``dep_end``: the constraint starts at the dep's end (else its start);
+#: ``node_end``: it holds the node's end (else its start). ``dep_rank`` is the rank of ``dep`` (null:
+#: this rank; set only for ``collective`` edges).
+EXEC_DEP_SCHEMA: dict[str, pl.DataType] = {
+    "node": pl.Int64,
+    "dep": pl.Int64,
+    "kind": pl.Enum(EXEC_DEP_KINDS),
+    "dep_end": pl.Boolean,
+    "node_end": pl.Boolean,
+    "dep_rank": pl.Int64,
 }
 
 #: GPU telemetry samples. Energy counter in joules (cumulative, device-defined origin).
@@ -160,6 +185,31 @@ def conform(df: pl.DataFrame, schema: Mapping[str, pl.DataType]) -> pl.DataFrame
         else:
             exprs.append(pl.lit(None, dtype=dtype).alias(name))
     return df.select(exprs)
+
+
+def self_times(nodes: pl.DataFrame) -> pl.Series:
+    """Exclusive time of every node: ``dur_ns`` less the summed ``dur_ns`` of its CPU children
+    (nodes whose ``parent`` is it and that are not on a GPU), never below 0; null where
+    ``dur_ns`` is null. GPU nodes keep their duration (nothing nests in a kernel)."""
+    import numpy as np
+
+    n = nodes.height
+    ids = nodes["id"].to_numpy()
+    dur = nodes["dur_ns"]
+    child = (nodes["parent"].is_not_null() & ~nodes["on_gpu"].fill_null(False) & dur.is_not_null()).to_numpy()
+    par = nodes["parent"].fill_null(-1).to_numpy()[child]
+    cdur = dur.fill_null(0).to_numpy()[child].astype(np.float64)
+    if n and ids[0] == 0 and ids[-1] == n - 1 and bool((np.diff(ids) == 1).all()):
+        pos = par  # ids are row numbers (a converted Kineto profile)
+        ok = (pos >= 0) & (pos < n)
+    else:
+        order = np.argsort(ids, kind="stable")
+        k = np.minimum(np.searchsorted(ids[order], par), max(n - 1, 0))
+        ok = ids[order][k] == par if n else np.zeros(0, bool)
+        pos = order[k]
+    sums = np.bincount(pos[ok], weights=cdur[ok], minlength=n).astype(np.int64)
+    own = dur.fill_null(0).to_numpy() - sums
+    return pl.Series("self_ns", np.maximum(own, 0), dtype=pl.Int64).set(dur.is_null(), None)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------
@@ -240,7 +290,10 @@ class Trace:
     meta: TraceMeta = field(default_factory=TraceMeta)
 
     def __post_init__(self) -> None:
+        has_self = "self_ns" in self.nodes.columns and self.nodes["self_ns"].null_count() < self.nodes.height
         self.nodes = conform(self.nodes, NODE_SCHEMA)
+        if not has_self and self.nodes.height:
+            self.nodes = self.nodes.with_columns(self_times(self.nodes))
         self.deps = conform(self.deps, DEP_SCHEMA)
         self.telemetry = conform(self.telemetry, TELEMETRY_SCHEMA)
 

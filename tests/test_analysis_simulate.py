@@ -6,7 +6,7 @@ import polars as pl
 
 from charllm_trace.analysis import analyze_trace
 from charllm_trace.analysis.results import AnalyzeOptions
-from charllm_trace.analysis.simulate import simulate
+from charllm_trace.analysis.whatif import simulate
 from charllm_trace.model import Trace, TraceMeta
 
 

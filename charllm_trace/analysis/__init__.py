@@ -5,39 +5,60 @@
 - :func:`energy` — energy per operator (``analysis.energy``)
 - :func:`power` — power and thermal per step (``analysis.power``)
 - :func:`analyze_run` — all four for a run (``analysis.api``)
-- :func:`simulate` — a timeline for traces without timestamps (``analysis.simulate``)
+- :func:`critical_path` — critical paths through the execution graph (``analysis.critical``)
+- :func:`what_if` — a what-if replay of the execution graph (``analysis.whatif``)
+- :func:`simulate` — a timeline for traces without timestamps (``analysis.whatif``)
 
 Result types are in :mod:`charllm_trace.analysis.results`; the formulas in
 ``docs/analyses.md``.
 """
 
-from charllm_trace.analysis.api import analyze_run, analyze_trace
-from charllm_trace.analysis.bandwidth import bandwidth
-from charllm_trace.analysis.energy import energy
-from charllm_trace.analysis.overlap import overlap
-from charllm_trace.analysis.power import power
-from charllm_trace.analysis.results import (
-    AnalyzeOptions,
-    BandwidthResult,
-    EnergyResult,
-    OverlapResult,
-    PowerResult,
-    RunAnalysis,
-)
-from charllm_trace.analysis.simulate import simulate
+from __future__ import annotations
 
-__all__ = [
-    "AnalyzeOptions",
-    "BandwidthResult",
-    "EnergyResult",
-    "OverlapResult",
-    "PowerResult",
-    "RunAnalysis",
-    "analyze_run",
-    "analyze_trace",
-    "bandwidth",
-    "energy",
-    "overlap",
-    "power",
-    "simulate",
-]
+import importlib
+from typing import Any
+
+#: public name -> module that defines it (loaded on first use, so that importing one analysis
+#: module, e.g. ``analysis.classify`` from ``charllm_trace.graph``, does not load them all)
+_WHERE = {
+    "AnalyzeOptions": "results",
+    "BandwidthResult": "results",
+    "CriticalPathResult": "results",
+    "EnergyResult": "results",
+    "OverlapResult": "results",
+    "PowerResult": "results",
+    "RunAnalysis": "results",
+    "WhatIfResult": "results",
+    "analyze_run": "api",
+    "analyze_trace": "api",
+    "bandwidth": "bandwidth",
+    "critical_path": "critical",
+    "energy": "energy",
+    "overlap": "overlap",
+    "power": "power",
+    "simulate": "whatif",
+    "what_if": "whatif",
+}
+
+__all__ = sorted(_WHERE)
+
+
+# The analyses named like their modules are bound eagerly: a lazily loaded name would be shadowed by
+# its submodule once anything imports ``charllm_trace.analysis.overlap`` (and so on).
+from charllm_trace.analysis.bandwidth import bandwidth  # noqa: E402
+from charllm_trace.analysis.energy import energy  # noqa: E402
+from charllm_trace.analysis.overlap import overlap  # noqa: E402
+from charllm_trace.analysis.power import power  # noqa: E402
+
+
+def __getattr__(name: str) -> Any:
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'charllm_trace.analysis' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"charllm_trace.analysis.{mod}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import polars as pl
 
 from charllm_trace.analysis.bandwidth import bandwidth
 from charllm_trace.analysis.classify import classify
+from charllm_trace.analysis.critical import critical_path
 from charllm_trace.analysis.energy import energy
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.parallel import name_groups
 from charllm_trace.analysis.power import power
 from charllm_trace.analysis.results import (
     AnalyzeOptions,
+    CriticalPathResult,
     EnergyResult,
     OverlapResult,
     PowerResult,
     RunAnalysis,
+    WhatIfResult,
 )
-from charllm_trace.analysis.simulate import simulate
+from charllm_trace.analysis.whatif import simulate, what_if
+from charllm_trace.graph.engine import CycleError
+from charllm_trace.graph.run import build_run_graph
 from charllm_trace.model import ProcessGroup, Run, Trace
 
 NO_TIMESTAMPS = (
@@ -176,8 +182,11 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
             reason = "simulated timeline: telemetry cannot be joined to it; energy and power not computed"
         skipped["energy"] = reason
         skipped["power"] = reason
+    cp, wi = _graph_analyses(work, options, classified, skipped, no_ts)
     return RunAnalysis(
         overlap=ov,
+        critical_path=cp,
+        what_if=wi,
         bandwidth=bw_res,
         energy=en,
         power=pw,
@@ -189,5 +198,36 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
     )
 
 
+def _graph_analyses(
+    run: Run,
+    options: AnalyzeOptions,
+    classified: dict[int, pl.DataFrame],
+    skipped: dict[str, str],
+    no_ts: list[int],
+) -> tuple[CriticalPathResult | None, WhatIfResult | None]:
+    """Critical path and what-if replay on the execution graph (one graph for both)."""
+    if not (options.critical_path or options.what_if):
+        return None, None
+    if no_ts:
+        reason = NO_TIMESTAMPS.replace("overlap needs them", "the execution graph needs them")
+        if options.critical_path:
+            skipped["critical_path"] = reason
+        if options.what_if:
+            skipped["what_if"] = reason
+        return None, None
+    try:
+        graph = build_run_graph(run, classified)
+        cp = critical_path(run, graph=graph) if options.critical_path else None
+        wi = what_if(run, dict(options.what_if), graph=graph) if options.what_if else None
+    except CycleError as exc:
+        for k, on in (("critical_path", options.critical_path), ("what_if", options.what_if)):
+            if on:
+                skipped[k] = f"the execution graph has dependency cycles ({exc.problem})"
+        return None, None
+    return cp, wi
+
+
 def analyze_trace(trace: Trace, options: AnalyzeOptions | None = None, **kw: Any) -> RunAnalysis:
-    return analyze_run(Run.single(trace), options or AnalyzeOptions(**kw))
+    """``analyze_run`` of one trace; keywords are ``AnalyzeOptions`` fields (applied over ``options``)."""
+    opts = dataclasses.replace(options, **kw) if options is not None else AnalyzeOptions(**kw)
+    return analyze_run(Run.single(trace), opts)

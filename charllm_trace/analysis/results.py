@@ -275,7 +275,92 @@ class PowerResult:
 # ---------------------------------------------------------------------------
 
 
+# ---------------------------------------------------------------------------
+# Critical path and what-if replay (the execution graph, charllm_trace.graph)
+# ---------------------------------------------------------------------------
+
+#: What a critical path spends its time in (columns ``<category>_ns``).
+CP_CATEGORIES = ("gpu_compute", "gpu_memory", "communication", "cpu_op", "launch", "sync_wait", "idle")
+
+#: One row per (scope, rank, step). ``scope`` "rank": the path that ends at this rank's last
+#: point of the step (it may cross to other ranks through collectives); "job": the path that
+#: ends at the last point of the whole run (rank null; step null).
+CRITICAL_PATH_SCHEMA: dict[str, pl.DataType] = {
+    "scope": pl.String,
+    "rank": pl.Int64,
+    "step": pl.Int64,
+    "start_ns": pl.Int64,  # window: the step's start (or the trace's first point) ...
+    "end_ns": pl.Int64,  # ... to its last point (the path's end)
+    "span_ns": pl.Int64,  # end_ns - start_ns: the measured span of the step
+    "length_ns": pl.Int64,  # the critical path's length (= span when it reaches back to the start)
+    **{f"{c}_ns": pl.Int64 for c in CP_CATEGORIES},
+    "n_edges": pl.Int64,
+    "ranks_on_path": pl.String,  # e.g. "0,1": ranks whose points the path visits
+}
+
+#: Operators on the path: time each (name, category) contributes, per (scope, rank, step).
+CRITICAL_OPS_SCHEMA: dict[str, pl.DataType] = {
+    "scope": pl.String,
+    "rank": pl.Int64,
+    "step": pl.Int64,
+    "name": pl.String,
+    "category": pl.String,
+    "time_ns": pl.Int64,
+    "pct": pl.Float64,  # of the path's length
+    "count": pl.Int64,  # path edges of this op
+}
+
+#: The path's segments, for timelines (Perfetto, the report): one row per path edge with time.
+CRITICAL_SEGMENT_SCHEMA: dict[str, pl.DataType] = {
+    "scope": pl.String,
+    "rank": pl.Int64,  # the path's rank (null for the job path)
+    "step": pl.Int64,
+    "seg_rank": pl.Int64,  # rank where the segment's time is spent
+    "node_id": pl.Int64,  # the node whose time it is (null: a wait or idle gap)
+    "name": pl.String,
+    "category": pl.String,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+}
+
+
 @dataclass
+class CriticalPathResult:
+    """Critical paths through the execution graph (docs/analyses.md, "Critical path")."""
+
+    paths: pl.DataFrame  # CRITICAL_PATH_SCHEMA
+    top_ops: pl.DataFrame  # CRITICAL_OPS_SCHEMA
+    segments: pl.DataFrame  # CRITICAL_SEGMENT_SCHEMA
+    simulated: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+#: One row per (rank, step) (step null: the whole trace): measured vs predicted.
+WHATIF_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int64,
+    "step": pl.Int64,
+    "measured_ns": pl.Int64,  # step span (ProfilerStep window), or the trace's span
+    "predicted_ns": pl.Int64,
+    "change_pct": pl.Float64,  # 100 * (predicted - measured) / measured
+    "measured_exposed_comm_ns": pl.Int64,
+    "predicted_exposed_comm_ns": pl.Int64,
+    "measured_overlap_pct": pl.Float64,
+    "predicted_overlap_pct": pl.Float64,
+}
+
+
+@dataclass
+class WhatIfResult:
+    """A what-if replay: durations scaled by class, the graph re-timed (PREDICTED figures)."""
+
+    steps: pl.DataFrame  # WHATIF_SCHEMA
+    factors: dict[str, float]
+    fixed_wait_pct: float | None = None  # share of measured time that is unexplained waiting (kept fixed)
+    simulated: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class AnalyzeOptions:
     """Options of ``analyze_run`` (the CLI's ``analyze`` flags)."""
 
@@ -286,6 +371,8 @@ class AnalyzeOptions:
     parallel: Mapping[str, int] | None = None  # {"tp": 2, "pp": 2, "dp": 2, "ep": 1}
     simulate: bool = False  # rebuild a timeline for traces without timestamps
     energy_method: str = "trapezoid"  # or "step"
+    critical_path: bool = True  # the critical path through the execution graph
+    what_if: Mapping[str, float] | None = None  # class -> duration factor (a what-if replay)
 
 
 @dataclass
@@ -297,6 +384,8 @@ class RunAnalysis:
     bandwidth: BandwidthResult | None
     energy: EnergyResult | None
     power: PowerResult | None
+    critical_path: CriticalPathResult | None = None
+    what_if: WhatIfResult | None = None
     skipped: dict[str, str] = field(default_factory=dict)
     ranks: list[int] = field(default_factory=list)
     simulated: bool = False
@@ -320,6 +409,11 @@ class RunAnalysis:
         if self.power is not None:
             out["power"] = self.power.per_step
             out["throttle"] = self.power.throttle
+        if self.critical_path is not None:
+            out["critical_path"] = self.critical_path.paths
+            out["critical_path_ops"] = self.critical_path.top_ops
+        if self.what_if is not None:
+            out["what_if"] = self.what_if.steps
         return out
 
     def notes(self) -> dict[str, list[str]]:

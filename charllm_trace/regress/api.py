@@ -29,8 +29,7 @@ def analyze(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
     """The four analyses with per-step rows (headline metrics are per step)."""
     from charllm_trace.analysis import analyze_run
 
-    opts = options or AnalyzeOptions()
-    opts.per_step = True
+    opts = dataclasses.replace(options or AnalyzeOptions(), per_step=True)  # the caller's stays as it was
     return analyze_run(run, opts)
 
 
@@ -54,12 +53,8 @@ def describe_input(path: str | os.PathLike[str], run: Run, an: RunAnalysis) -> d
 
 
 def options_from_baseline(b: Baseline) -> AnalyzeOptions:
-    opts = AnalyzeOptions()
     recorded = b.input.get("options") or {}
-    for k in RECORDED_OPTIONS:
-        if k in recorded:
-            setattr(opts, k, recorded[k])
-    return opts
+    return AnalyzeOptions(**{k: recorded[k] for k in RECORDED_OPTIONS if k in recorded})
 
 
 def baseline_run(path: str | os.PathLike[str], options: AnalyzeOptions | None = None) -> Baseline:

@@ -1,0 +1,215 @@
+"""Critical paths through the execution graph (``charllm_trace.graph``).
+
+The graph is re-timed (longest paths from each lane's first point; with measured,
+calibrated lags this gives back the measured times). Each point remembers the edge that
+fixed its time (its *binding* edge: on a tie, a lane edge wins over a cross edge). The
+critical path ending at a point is the chain of binding edges walked back from it:
+
+- per rank and step: from the rank's last point among the step's nodes (CPU ops that
+  start in the ``ProfilerStep`` window and the GPU ops they launched) back to the step's
+  start;
+- per rank for the whole trace, and for the job (the last point of the whole run, which
+  may be on any rank).
+
+Every edge's time on the path is put in one category (``CP_CATEGORIES``): a GPU op's own
+span (``gpu_compute``, ``gpu_memory``, ``communication``), a CPU op's exclusive time
+(``cpu_op``; ``launch`` for runtime calls such as ``cudaLaunchKernel``), time between
+top-level ops on a CPU thread (``idle``), and waits: a GPU stream waiting for something
+the trace does not show, a CPU call waiting for the GPU, a rank waiting for peers at a
+collective (``sync_wait``). Launch latency (runtime call start -> kernel start) counts as
+``launch``. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from charllm_trace.analysis.results import (
+    CP_CATEGORIES,
+    CRITICAL_OPS_SCHEMA,
+    CRITICAL_PATH_SCHEMA,
+    CRITICAL_SEGMENT_SCHEMA,
+    CriticalPathResult,
+    frame,
+)
+from charllm_trace.graph import engine
+from charllm_trace.graph import points as P
+from charllm_trace.graph.run import RunGraph, build_run_graph
+from charllm_trace.model import Run
+
+assert P.CATEGORIES == CP_CATEGORIES  # one vocabulary
+
+MIN = np.iinfo(np.int64).min
+
+
+def retime(rg: RunGraph, factors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(time, binding edge) of every point with lags scaled by ``factors`` (per what-if class)."""
+    g = rg.g
+    time, bind, done = engine.longest_path(g.n_points, g.src, g.dst, g.lags(factors), g.prio, g.root)
+    if done < g.n_points:
+        raise engine.cycle_error("execution graph", g.n_points - done)
+    return time, bind
+
+
+def _step_sinks(rg: RunGraph, run: Run, time: np.ndarray) -> list[tuple[int, int | None, int, int]]:
+    """(rank, step, sink point, window start) for each rank's steps and its whole trace."""
+    out: list[tuple[int, int | None, int, int]] = []
+    for r in rg.ranks:
+        part = rg.parts[r]
+        off = rg.offsets[r]
+        n = len(part.rows)
+        if n == 0:
+            continue
+        t = time[off : off + 2 * n]
+        ends = t[1::2]
+        tr = run.traces[r]
+        steps = tr.steps() if part.measured else tr.steps().clear()
+        # the trace's end: its last GPU op (a CPU thread that outlives the work, such as a
+        # profiler or event-polling thread, is not what bounds the run), else its last op
+        act_gpu = tr.nodes["on_gpu"].fill_null(False).to_numpy()[part.rows]
+        cand = np.flatnonzero(act_gpu) if act_gpu.any() else np.arange(n)
+        k = cand[np.argmax(ends[cand])]
+        w0 = int(steps["start_ns"].min()) if steps.height else int(t.min())
+        out.append((r, None, off + 2 * int(k) + 1, min(w0, int(t[2 * k + 1]))))
+        if steps.height == 0:
+            continue
+        names = tr.nodes["name"].gather(pl.Series(part.rows)) if n < tr.nodes.height else tr.nodes["name"]
+        step_no = names.str.extract(r"^ProfilerStep#(\d+)$", 1).cast(pl.Int64).to_numpy()
+        step_nodes = np.flatnonzero(~np.isnan(step_no.astype(np.float64)))
+        first_of: dict[int, int] = {}
+        for i in step_nodes.tolist():
+            first_of.setdefault(int(step_no[i]), i)
+        for s, s0 in steps.select("step", "start_ns").iter_rows():
+            a = first_of.get(int(s))
+            if a is None:
+                continue
+            # the step's ops: the annotation's subtree, and the GPU ops they launched
+            inside = (part.lane == part.lane[a]) & (part.pre >= part.pre[a]) & (part.pre <= part.last[a])
+            la = part.launcher
+            inside |= (la >= 0) & inside[np.maximum(la, 0)]
+            idx = np.flatnonzero(inside)
+            k = idx[np.argmax(ends[idx])]
+            out.append((r, int(s), off + 2 * int(k) + 1, int(s0)))
+    return out
+
+
+def critical_path(
+    run: Run,
+    *,
+    graph: RunGraph | None = None,
+    classified: dict[int, pl.DataFrame] | None = None,
+    top: int = 10,
+    factors: np.ndarray | None = None,
+) -> CriticalPathResult:
+    """Critical paths of every rank (per step and whole trace) and of the job."""
+    rg = graph or build_run_graph(run, classified)
+    g = rg.g
+    time, bind = retime(rg, factors)
+    lags = g.lags(factors)
+    scaled = lags - g.fixed
+    rows: list[dict] = []
+    seg_frames: list[pl.DataFrame] = []
+    names = {r: run.traces[r].nodes["name"] for r in rg.ranks}
+    node_ids = {r: rg.parts[r].ids for r in rg.ranks}
+    rows_of = {r: rg.parts[r].rows for r in rg.ranks}
+    targets: list[tuple[str, int | None, int | None, int, int]] = [
+        ("rank", r, s, sink, w0) for r, s, sink, w0 in _step_sinks(rg, run, time)
+    ]
+    real = np.flatnonzero(rg.point_rank >= 0)
+    if len(real) and len(rg.ranks) > 1:
+        sink = int(real[np.argmax(time[real])])
+        targets.append(("job", None, None, sink, int(time[real].min())))
+    for scope, r, s, sink, w0 in targets:
+        path = engine.walk_back(g.src, bind, time, sink, w0)
+        edges = bind[path[:-1]] if len(path) > 1 else np.zeros(0, np.int64)
+        cats = np.zeros(len(CP_CATEGORIES), dtype=np.int64)
+        if len(edges):
+            np.add.at(cats, g.cat[edges], scaled[edges])
+            cats[P.CAT["sync_wait"]] += int(g.fixed[edges].sum())
+        length = int(time[sink] - time[path[-1]])
+        visited = sorted({int(x) for x in rg.point_rank[path] if x >= 0})
+        row = {
+            "scope": scope,
+            "rank": r,
+            "step": s,
+            "start_ns": w0,
+            "end_ns": int(time[sink]),
+            "span_ns": int(time[sink] - w0),
+            "length_ns": length,
+            "n_edges": len(edges),
+            "ranks_on_path": ",".join(map(str, visited)),
+        }
+        row.update({f"{c}_ns": int(cats[i]) for i, c in enumerate(CP_CATEGORIES)})
+        rows.append(row)
+        if len(edges):
+            seg_frames.append(_segments(scope, r, s, edges, path, time, g, rg, names, node_ids, rows_of))
+    paths = frame(pl.DataFrame(rows) if rows else {}, CRITICAL_PATH_SCHEMA)
+    segments = (
+        frame(pl.concat(seg_frames), CRITICAL_SEGMENT_SCHEMA)
+        if seg_frames
+        else frame({}, CRITICAL_SEGMENT_SCHEMA)
+    )
+    top_ops = _top_ops(segments, paths, top)
+    notes = list(rg.notes)
+    if not g.measured:
+        notes.insert(0, "SIMULATED: the trace has no timestamps; the path follows recorded durations")
+    return CriticalPathResult(
+        paths=paths, top_ops=top_ops, segments=segments, simulated=not g.measured, notes=notes
+    )
+
+
+def _segments(scope, r, s, edges, path, time, g, rg, names, node_ids, rows_of) -> pl.DataFrame:
+    t_end = time[path[:-1]]
+    t_start = time[path[1:]]
+    own = g.owner[edges]
+    orank = rg.owner_rank[edges]
+    nid = np.full(len(edges), -1, dtype=np.int64)
+    name: list[str | None] = [None] * len(edges)
+    for rr in np.unique(orank):
+        sel = np.flatnonzero((orank == rr) & (own >= 0))
+        if len(sel) == 0 or int(rr) not in node_ids:
+            continue
+        nid[sel] = node_ids[int(rr)][own[sel]]
+        nm = names[int(rr)].gather(pl.Series(rows_of[int(rr)][own[sel]])).to_list()
+        for k, v in zip(sel.tolist(), nm, strict=True):
+            name[k] = v
+    cat = np.asarray(CP_CATEGORIES, dtype=object)[g.cat[edges]]
+    waited = g.fixed[edges] > 0
+    cat = np.where(waited & (g.base[edges] <= 0), "sync_wait", cat)
+    df = pl.DataFrame(
+        {
+            "scope": [scope] * len(edges),
+            "rank": pl.Series([r] * len(edges), dtype=pl.Int64),
+            "step": pl.Series([s] * len(edges), dtype=pl.Int64),
+            "seg_rank": orank,
+            "node_id": pl.Series(nid, dtype=pl.Int64).set(pl.Series(nid < 0), None),
+            "name": pl.Series(name, dtype=pl.String),
+            "category": pl.Series(cat.tolist(), dtype=pl.String),
+            "start_ns": t_start,
+            "end_ns": t_end,
+        }
+    )
+    return df.filter(pl.col("end_ns") > pl.col("start_ns")).reverse()
+
+
+def _top_ops(segments: pl.DataFrame, paths: pl.DataFrame, top: int) -> pl.DataFrame:
+    if segments.height == 0:
+        return frame({}, CRITICAL_OPS_SCHEMA)
+    keys = ["scope", "rank", "step"]
+    agg = (
+        segments.with_columns(
+            name=pl.coalesce("name", pl.lit("(wait / idle)")),
+            _t=pl.col("end_ns") - pl.col("start_ns"),
+        )
+        .group_by([*keys, "name", "category"])
+        .agg(time_ns=pl.col("_t").sum(), count=pl.len())
+        .join(paths.select(*keys, "length_ns"), on=keys, how="left", nulls_equal=True)
+        .with_columns(
+            pct=pl.when(pl.col("length_ns") > 0).then(100.0 * pl.col("time_ns") / pl.col("length_ns"))
+        )
+        .sort([*keys, "time_ns", "name"], descending=[False, False, False, True, False], nulls_last=False)
+        .with_columns(_k=pl.int_range(pl.len()).over(keys))
+        .filter(pl.col("_k") < top)
+    )
+    return frame(agg, CRITICAL_OPS_SCHEMA)

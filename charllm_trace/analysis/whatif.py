@@ -1,0 +1,203 @@
+"""What-if replay on the execution graph, and ``--simulate`` for traces without timestamps.
+
+A what-if scales the *scalable* part of every lag by its class's factor (``parse_what_if``:
+``comm=0.5,gemm=0.8,launch=0``), re-times the graph (``critical_path.retime``: every
+dependency honoured, one op at a time on each CPU thread and GPU stream, in the measured
+order) and reads step times, overlap and exposed communication off the re-timed trace
+with the same analyses as the measured one. Every figure is PREDICTED. Unexplained waits
+(``points.calibrate``) are kept as they were measured.
+
+``simulate`` is the same engine on a graph built from recorded order and durations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import polars as pl
+
+from charllm_trace.analysis.critical import retime
+from charllm_trace.analysis.overlap import overlap
+from charllm_trace.analysis.results import WHATIF_SCHEMA, WhatIfResult, frame
+from charllm_trace.errors import UsageError
+from charllm_trace.graph import points as P
+from charllm_trace.graph.run import RunGraph, build_run_graph
+from charllm_trace.model import Run, Trace
+
+
+def parse_what_if(text: str) -> dict[str, float]:
+    """``"comm=0.5,gemm=0.8,launch=0"`` -> {"comm": 0.5, ...}; names are ``points.WHATIF_CLASSES``
+    or an alias (``gpu``, ``compute``, ``network``, ``cpu_all``)."""
+    out: dict[str, float] = {}
+    known = set(P.WHATIF_CLASSES) | set(P.WHATIF_ALIASES)
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, sep, val = part.partition("=")
+        name = name.strip().lower()
+        if not sep or name not in known:
+            raise UsageError(
+                f"--what-if: '{part}' is not NAME=FACTOR with NAME one of {', '.join(sorted(known))}"
+            )
+        try:
+            f = float(val)
+        except ValueError:
+            raise UsageError(f"--what-if: '{val.strip()}' is not a number (in '{part}')") from None
+        if not np.isfinite(f) or f < 0:
+            raise UsageError(
+                f"--what-if: the factor of {name} must be a finite number >= 0, not {val.strip()}"
+            )
+        out[name] = f
+    if not out:
+        raise UsageError("--what-if: give at least one NAME=FACTOR, e.g. comm=0.5,gemm=0.8")
+    return out
+
+
+def factor_array(factors: dict[str, float]) -> np.ndarray:
+    arr = np.ones(len(P.WHATIF_CLASSES), dtype=np.float64)
+    for name, f in factors.items():
+        for c in P.WHATIF_ALIASES.get(name, (name,)):
+            arr[P.WC[c]] = f
+    return arr
+
+
+def retimed_traces(run: Run, rg: RunGraph, time: np.ndarray) -> dict[int, Trace]:
+    """Each rank's trace with the re-timed start and duration of every node in the graph
+    (nodes outside it, such as GPU annotation ranges, are left out)."""
+    out: dict[int, Trace] = {}
+    for r in rg.ranks:
+        tr = run.traces[r]
+        part = rg.parts[r]
+        off = rg.offsets[r]
+        n = len(part.rows)
+        t = time[off : off + 2 * n]
+        nodes = tr.nodes[part.rows] if n < tr.nodes.height else tr.nodes
+        nodes = nodes.with_columns(
+            start_ns=pl.Series(t[0::2], dtype=pl.Int64),
+            dur_ns=pl.Series(np.maximum(t[1::2] - t[0::2], 0), dtype=pl.Int64),
+            self_ns=pl.lit(None, dtype=pl.Int64),
+        )
+        keep = set(nodes["id"].to_list()) if n < tr.nodes.height else None
+        deps = tr.deps
+        if keep is not None:
+            deps = deps.filter(pl.col("node").is_in(list(keep)) & pl.col("dep").is_in(list(keep)))
+        out[r] = Trace(nodes=nodes, deps=deps, telemetry=tr.telemetry.clear(), meta=tr.meta)
+    return out
+
+
+def _step_rows(tr: Trace, rank: int) -> pl.DataFrame:
+    st = tr.steps().select("step", (pl.col("end_ns") - pl.col("start_ns")).alias("ns"))
+    nodes = tr.nodes.filter(pl.col("start_ns").is_not_null())
+    span = None
+    if nodes.height:
+        span = int(
+            nodes.select((pl.col("start_ns") + pl.col("dur_ns")).max() - pl.col("start_ns").min()).item()
+        )
+    total = pl.DataFrame({"step": [None], "ns": [span]}, schema={"step": pl.Int64, "ns": pl.Int64})
+    return pl.concat([st, total]).with_columns(rank=pl.lit(rank, dtype=pl.Int64))
+
+
+def _overlap_rows(tr: Trace) -> pl.DataFrame:
+    try:
+        ov = overlap(tr, per_step=True).per_rank
+    except Exception:  # noqa: BLE001 - a re-timed trace the overlap analysis cannot read: no column
+        return pl.DataFrame(schema={"step": pl.Int64, "exposed": pl.Int64, "pct": pl.Float64})
+    return ov.select("step", pl.col("exposed_comm_ns").alias("exposed"), pl.col("overlap_pct").alias("pct"))
+
+
+def what_if(
+    run: Run,
+    factors: dict[str, float],
+    *,
+    graph: RunGraph | None = None,
+    classified: dict[int, pl.DataFrame] | None = None,
+) -> WhatIfResult:
+    """Predicted step times, overlap and exposed communication with durations scaled by class."""
+    rg = graph or build_run_graph(run, classified)
+    notes = list(rg.notes)
+    if not rg.g.measured:
+        notes.insert(0, "the trace has no timestamps: the measured side is the simulated timeline")
+    base_t, _ = retime(rg)
+    new_t, _ = retime(rg, factor_array(factors))
+    measured = retimed_traces(run, rg, base_t) if not rg.g.measured else {r: run.traces[r] for r in rg.ranks}
+    predicted = retimed_traces(run, rg, new_t)
+    frames = []
+    for r in rg.ranks:
+        m = _step_rows(measured[r], r).rename({"ns": "measured_ns"})
+        p = _step_rows(predicted[r], r).rename({"ns": "predicted_ns"}).drop("rank")
+        mo = _overlap_rows(measured[r]).rename(
+            {"exposed": "measured_exposed_comm_ns", "pct": "measured_overlap_pct"}
+        )
+        po = _overlap_rows(predicted[r]).rename(
+            {"exposed": "predicted_exposed_comm_ns", "pct": "predicted_overlap_pct"}
+        )
+        df = (
+            m.join(p, on="step", how="left", nulls_equal=True)
+            .join(mo, on="step", how="left", nulls_equal=True)
+            .join(po, on="step", how="left", nulls_equal=True)
+        )
+        frames.append(df)
+    steps = pl.concat(frames, how="diagonal_relaxed").with_columns(
+        change_pct=pl.when(pl.col("measured_ns") > 0).then(
+            100.0 * (pl.col("predicted_ns") - pl.col("measured_ns")) / pl.col("measured_ns")
+        )
+    )
+    g = rg.g
+    total = int(g.lags().sum())
+    fixed_pct = 100.0 * float(g.fixed.sum()) / total if total > 0 and g.measured else None
+    return WhatIfResult(
+        steps=frame(steps, WHATIF_SCHEMA),
+        factors=dict(factors),
+        fixed_wait_pct=fixed_pct,
+        simulated=not g.measured,
+        notes=notes,
+    )
+
+
+def simulate(trace: Trace) -> Trace:
+    """A copy of ``trace`` with ``start_ns`` filled by re-timing its graph built from recorded
+    order and durations (``points`` module docstring). ``meta.extra["simulated"]`` is True and
+    ``meta.clock`` is ``"none"``; durations stay as recorded. Dependencies that close a cycle
+    are ignored, with a note in ``meta.extra["simulated_note"]``."""
+    run = Run.single(trace)
+    rank = run.ranks[0]
+    rg = build_run_graph(run)
+    g = rg.g
+    notes: list[str] = []
+    try:
+        time, _ = retime(rg)
+    except Exception:  # noqa: BLE001 - a cycle: drop recorded deps that run backwards in id order
+        data = g.kind == P.EK["data"]
+        ids = rg.parts[rank].ids
+        back = data & (ids[g.src // 2] >= ids[g.dst // 2])
+        keep = ~back
+        notes.append(
+            f"{int(back.sum())} recorded dependencies on a node issued later closed cycles and were ignored"
+        )
+        _drop_edges(g, keep)
+        try:
+            time, _ = retime(rg)
+        except Exception:  # noqa: BLE001 - still cyclic: recorded deps ignored altogether
+            _drop_edges(g, g.kind != P.EK["data"])
+            notes.append("the recorded dependencies still formed cycles: all of them were ignored")
+            time, _ = retime(rg)
+    part = rg.parts[rank]
+    n = len(part.rows)
+    starts = np.full(trace.nodes.height, None, dtype=object)
+    starts[part.rows] = time[0 : 2 * n : 2]
+    new_nodes = trace.nodes.with_columns(
+        start_ns=pl.Series(starts.tolist(), dtype=pl.Int64),
+        dur_ns=pl.col("dur_ns").fill_null(0).clip(lower_bound=0),
+    )
+    extra = dict(trace.meta.extra)
+    extra["simulated"] = True
+    if notes:
+        extra["simulated_note"] = "; ".join(notes)
+    meta = dataclasses.replace(trace.meta, has_timestamps=True, clock="none", extra=extra)
+    return Trace(nodes=new_nodes, deps=trace.deps, telemetry=trace.telemetry.clear(), meta=meta)
+
+
+def _drop_edges(g: P.PointGraph, keep: np.ndarray) -> None:
+    for name in ("src", "dst", "base", "fixed", "wclass", "kind", "cat", "owner", "prio"):
+        setattr(g, name, getattr(g, name)[keep])

@@ -1,0 +1,200 @@
+/* Longest paths and critical-path walks over a DAG of time points (charllm_trace.graph).
+ *
+ * Built as an extension module when the package is installed (setup.py); nothing is
+ * compiled at run time. Arrays travel through the buffer protocol (numpy arrays,
+ * int64, C-contiguous); no numpy headers are needed to build it.
+ *
+ * longest_path(src, dst, lag, prio, root, time_out, bind_out) -> processed
+ *     Vertices 0..n-1 (n = len(root)); edge e goes src[e] -> dst[e] and says
+ *     time[dst] >= time[src] + lag[e]. root[v] is a lower bound of time[v]
+ *     (INT64_MIN: none). Kahn's topological order; time[v] is the largest bound,
+ *     bind[v] the edge that gives it (-1: the root bound, or no bound at all). On equal
+ *     bounds the edge of higher prio wins, then the later edge. Returns the number of
+ *     vertices reached in topological order: less than n means a cycle; the vertices
+ *     left have time INT64_MIN.
+ *
+ * walk_back(src, bind, time, start, stop_time, out) -> length
+ *     From vertex `start`, follow bind[] back (edge -> its src) while the vertex's
+ *     time is >= stop_time; writes the vertices visited (start first) into out and
+ *     returns how many. Stops at a vertex with no binding edge.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    Py_buffer view;
+    int held;
+} Buf;
+
+static int get_buf(PyObject *obj, Buf *b, int writable, const char *what, Py_ssize_t itemsize) {
+    b->held = 0;
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &b->view, flags) != 0) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a contiguous%s array", what, writable ? " writable" : "");
+        return -1;
+    }
+    b->held = 1;
+    if (b->view.itemsize != itemsize) {
+        PyErr_Format(PyExc_TypeError, "%s: expected %zd-byte items, got %zd", what, itemsize, b->view.itemsize);
+        return -1;
+    }
+    return 0;
+}
+
+static void release(Buf *bs, int n) {
+    for (int i = 0; i < n; i++)
+        if (bs[i].held) PyBuffer_Release(&bs[i].view);
+}
+
+static Py_ssize_t count(Buf *b) { return b->view.len / b->view.itemsize; }
+
+static PyObject *longest_path(PyObject *self, PyObject *args) {
+    PyObject *o[7];
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
+    Buf b[7];
+    memset(b, 0, sizeof b);
+    const char *names[7] = {"src", "dst", "lag", "prio", "root", "time_out", "bind_out"};
+    Py_ssize_t sizes[7] = {8, 8, 8, 1, 8, 8, 8};
+    for (int i = 0; i < 7; i++) {
+        if (get_buf(o[i], &b[i], i >= 5, names[i], sizes[i]) != 0) {
+            release(b, 7);
+            return NULL;
+        }
+    }
+    Py_ssize_t m = count(&b[0]);
+    Py_ssize_t n = count(&b[4]);
+    if (count(&b[1]) != m || count(&b[2]) != m || count(&b[3]) != m || count(&b[5]) != n || count(&b[6]) != n) {
+        release(b, 7);
+        PyErr_SetString(PyExc_ValueError, "longest_path: array lengths differ");
+        return NULL;
+    }
+    const int64_t *src = b[0].view.buf, *dst = b[1].view.buf, *lag = b[2].view.buf, *root = b[4].view.buf;
+    const int8_t *prio = b[3].view.buf;
+    int64_t *time = b[5].view.buf, *bind = b[6].view.buf;
+    for (Py_ssize_t e = 0; e < m; e++) {
+        if (src[e] < 0 || src[e] >= n || dst[e] < 0 || dst[e] >= n) {
+            release(b, 7);
+            PyErr_Format(PyExc_ValueError, "longest_path: edge %zd refers to a vertex out of range", e);
+            return NULL;
+        }
+    }
+    int64_t *ptr = calloc((size_t)n + 1, sizeof(int64_t));
+    int64_t *out = malloc(((size_t)m + 1) * sizeof(int64_t));
+    int64_t *indeg = calloc((size_t)n + 1, sizeof(int64_t));
+    int64_t *queue = malloc(((size_t)n + 1) * sizeof(int64_t));
+    if (!ptr || !out || !indeg || !queue) {
+        free(ptr); free(out); free(indeg); free(queue);
+        release(b, 7);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t done = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t e = 0; e < m; e++) {
+        ptr[src[e] + 1]++;
+        indeg[dst[e]]++;
+    }
+    for (Py_ssize_t v = 0; v < n; v++) ptr[v + 1] += ptr[v];
+    {
+        int64_t *fill = malloc(((size_t)n + 1) * sizeof(int64_t));
+        if (fill) {
+            memcpy(fill, ptr, (size_t)n * sizeof(int64_t));
+            for (Py_ssize_t e = 0; e < m; e++) out[fill[src[e]]++] = e;
+            free(fill);
+        } else {
+            m = -1; /* signals out of memory below */
+        }
+    }
+    if (m >= 0) {
+        Py_ssize_t head = 0, tail = 0;
+        for (Py_ssize_t v = 0; v < n; v++) {
+            time[v] = root[v];
+            bind[v] = -1;
+            if (indeg[v] == 0) queue[tail++] = v;
+        }
+        while (head < tail) {
+            int64_t u = queue[head++];
+            int64_t tu = time[u];
+            for (int64_t k = ptr[u]; k < ptr[u + 1]; k++) {
+                int64_t e = out[k];
+                int64_t v = dst[e];
+                if (tu != INT64_MIN) {
+                    int64_t cand = tu + lag[e];
+                    int64_t cur = time[v];
+                    if (cur == INT64_MIN || cand > cur ||
+                        (cand == cur && bind[v] >= 0 && prio[e] >= prio[bind[v]]) ||
+                        (cand == cur && bind[v] < 0 && root[v] == INT64_MIN)) {
+                        time[v] = cand;
+                        bind[v] = e;
+                    }
+                }
+                if (--indeg[v] == 0) queue[tail++] = v;
+            }
+        }
+        done = tail;
+        if (done < n) {
+            for (Py_ssize_t v = 0; v < n; v++)
+                if (indeg[v] > 0) time[v] = INT64_MIN;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(ptr); free(out); free(indeg); free(queue);
+    release(b, 7);
+    if (m < 0) return PyErr_NoMemory();
+    return PyLong_FromSsize_t(done);
+}
+
+static PyObject *walk_back(PyObject *self, PyObject *args) {
+    PyObject *o[4];
+    long long start, stop_time;
+    if (!PyArg_ParseTuple(args, "OOOLLO", &o[0], &o[1], &o[2], &start, &stop_time, &o[3])) return NULL;
+    Buf b[4];
+    memset(b, 0, sizeof b);
+    const char *names[4] = {"src", "bind", "time", "out"};
+    for (int i = 0; i < 4; i++) {
+        if (get_buf(o[i], &b[i], i == 3, names[i], 8) != 0) {
+            release(b, 4);
+            return NULL;
+        }
+    }
+    Py_ssize_t m = count(&b[0]), n = count(&b[1]), cap = count(&b[3]);
+    if (count(&b[2]) != n || start < 0 || start >= n) {
+        release(b, 4);
+        PyErr_SetString(PyExc_ValueError, "walk_back: bad lengths or start vertex");
+        return NULL;
+    }
+    const int64_t *src = b[0].view.buf, *bind = b[1].view.buf, *time = b[2].view.buf;
+    int64_t *out = b[3].view.buf;
+    Py_ssize_t len = 0;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    int64_t v = start;
+    while (len < cap) {
+        out[len++] = v;
+        int64_t e = bind[v];
+        if (e < 0) break;
+        if (e >= m) { bad = 1; break; }
+        int64_t u = src[e];
+        if (u < 0 || u >= n || time[u] < stop_time) break;
+        v = u;
+    }
+    Py_END_ALLOW_THREADS
+    release(b, 4);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "walk_back: binding edge out of range");
+        return NULL;
+    }
+    return PyLong_FromSsize_t(len);
+}
+
+static PyMethodDef methods[] = {
+    {"longest_path", longest_path, METH_VARARGS, "Longest paths over a DAG (see the module source)."},
+    {"walk_back", walk_back, METH_VARARGS, "Follow binding edges back from a vertex."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_dag", "DAG kernels of charllm_trace.graph", -1, methods};
+
+PyMODINIT_FUNC PyInit__dag(void) { return PyModule_Create(&module); }

@@ -1,0 +1,77 @@
+"""The compiled longest-path kernel, and the one place that calls it.
+
+``_dag`` is a C extension built when the package is installed (``setup.py``); nothing is
+compiled at run time. Without it the graph analyses stop with one clear message.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from charllm_trace.errors import InputError
+
+NONE = np.iinfo(np.int64).min  # "no time" for a vertex (no root bound / not reached)
+
+
+class NativeModuleMissing(RuntimeError):
+    """The compiled graph kernel is not importable (the package was not built)."""
+
+
+def _kernel():
+    try:
+        from charllm_trace.graph import _dag
+    except ImportError as exc:  # pragma: no cover - a broken install
+        raise NativeModuleMissing(
+            "charllm_trace.graph._dag is not built: reinstall the package (pip install .) with a C compiler"
+        ) from exc
+    return _dag
+
+
+def longest_path(
+    n: int,
+    src: np.ndarray,
+    dst: np.ndarray,
+    lag: np.ndarray,
+    prio: np.ndarray,
+    root: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Earliest times of ``n`` vertices under ``time[dst] >= time[src] + lag`` and ``time >= root``.
+
+    Returns (time, binding edge per vertex (-1: root or none), vertices reached). Fewer
+    vertices reached than ``n`` means a cycle; those vertices have time ``NONE``."""
+    dag = _kernel()
+    src = np.ascontiguousarray(src, dtype=np.int64)
+    dst = np.ascontiguousarray(dst, dtype=np.int64)
+    lag = np.ascontiguousarray(lag, dtype=np.int64)
+    prio = np.ascontiguousarray(prio, dtype=np.int8)
+    root = np.ascontiguousarray(root, dtype=np.int64)
+    if len(root) != n:
+        raise ValueError("root must have one entry per vertex")
+    time = np.empty(n, dtype=np.int64)
+    bind = np.empty(n, dtype=np.int64)
+    done = dag.longest_path(src, dst, lag, prio, root, time, bind)
+    return time, bind, int(done)
+
+
+def walk_back(src: np.ndarray, bind: np.ndarray, time: np.ndarray, start: int, stop_time: int) -> np.ndarray:
+    """Vertices from ``start`` back along binding edges while their time is >= ``stop_time``
+    (``start`` first)."""
+    dag = _kernel()
+    out = np.empty(len(bind), dtype=np.int64)
+    k = dag.walk_back(
+        np.ascontiguousarray(src, dtype=np.int64),
+        np.ascontiguousarray(bind, dtype=np.int64),
+        np.ascontiguousarray(time, dtype=np.int64),
+        int(start),
+        int(stop_time),
+        out,
+    )
+    return out[:k]
+
+
+class CycleError(InputError):
+    """The dependencies of a trace form a cycle."""
+
+
+def cycle_error(what: str, n_left: int) -> CycleError:
+    return CycleError(None, f"{what}: {n_left} time points are on or after dependency cycles")

@@ -1,0 +1,502 @@
+"""The execution graph of one rank as time points: every node is two points (start, end).
+
+Each CPU thread and each GPU stream is a *lane*: its points in execution order form a
+chain (on a CPU thread, the Euler tour of the call tree: a parent's start, its
+children's points, its end). Consecutive points on a lane are joined by an edge whose
+lag is the measured time between them; GPU streams are joined end -> next start with
+no fixed lag (the gap is whatever the other dependencies make it). Cross-lane edges:
+``launch`` (runtime call start -> GPU op start), ``sync`` (GPU op end -> end of the CPU
+call that waited for it), ``data`` (tensor producer end -> consumer start) and, across
+ranks, ``collective`` (see :mod:`charllm_trace.graph.run`).
+
+*Calibration* (timestamps known): each edge's lag is its model lag clipped to the
+measured gap, so no edge says a point could be earlier than measured; a point whose
+measured time no edge explains gets the unexplained part as a *fixed* lag on its lane
+edge (a wait the trace does not show: a cross-stream event, a lock, a peer). Replaying
+the calibrated graph with every scale factor 1.0 gives back the measured times exactly;
+the fixed part never scales. Without timestamps the lags are the recorded durations
+(exclusive time on CPU) and lanes follow node ids (``--simulate``).
+
+Everything here is numpy over arrays of points and edges; no per-node Python loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from charllm_trace.analysis.classify import classify
+from charllm_trace.model import Trace
+
+# What-if classes of the scalable part of a lag (``--what-if NAME=FACTOR``).
+WHATIF_CLASSES = ("gemm", "attention", "kernel", "comm", "memcpy", "launch", "cpu", "idle")
+WC = {c: i for i, c in enumerate(WHATIF_CLASSES)}
+#: aliases accepted by ``--what-if``: name -> classes it scales
+WHATIF_ALIASES = {
+    "gpu": ("gemm", "attention", "kernel"),
+    "compute": ("gemm", "attention", "kernel"),
+    "network": ("comm",),
+    "cpu_all": ("cpu", "launch"),
+}
+
+# Edge kinds in the point graph (node-level kinds of model.EXEC_DEP_KINDS, plus a node's own span).
+EDGE_KINDS = ("span", "thread_order", "nesting", "launch", "stream_order", "sync", "data", "collective")
+EK = {k: i for i, k in enumerate(EDGE_KINDS)}
+
+# What a path spends its time in (critical-path breakdown).
+CATEGORIES = ("gpu_compute", "gpu_memory", "communication", "cpu_op", "launch", "sync_wait", "idle")
+CAT = {c: i for i, c in enumerate(CATEGORIES)}
+
+GEMM_RE = r"(?i)gemm|cutlass|cublas|xmma|matmul|^Cijk_|_tn_|_nt_|_nn_|_tt_|wgrad|dgrad|s884|s1688|h884|h1688"
+ATTN_RE = r"(?i)flash|fmha|attention|attn|sdpa|softmax_warp"
+SYNC_CALL_RE = (
+    r"(?i)^(cuda|hip)(Stream|Device|Event|Ctx)Synchronize$|^(cuda|hip)(Stream|Event)Query$"
+    r"|^(cuda|hip)Memcpy(2D|3D)?$|^(cuda|hip)MemcpyDtoH$|^(cuda|hip)MemcpyFromSymbol$"
+)
+
+# Lane edge priorities on equal bounds (critical-path ties): the lane wins over a cross edge.
+PRIO_LANE, PRIO_CROSS = 2, 1
+
+
+@dataclass
+class PointGraph:
+    """Points and edges of one rank (or a whole run once merged, see ``graph.run``)."""
+
+    n_points: int
+    time: np.ndarray  # measured (or, without timestamps, replayed) time of each point
+    root: np.ndarray  # lower bound of each point's time (engine.NONE: none)
+    src: np.ndarray
+    dst: np.ndarray
+    base: np.ndarray  # scalable part of each edge's lag (ns)
+    fixed: np.ndarray  # fixed part (ns), never scaled
+    wclass: np.ndarray  # int8 what-if class of ``base`` (-1: none)
+    kind: np.ndarray  # int8 EDGE_KINDS
+    cat: np.ndarray  # int8 CATEGORIES of the edge's time
+    owner: np.ndarray  # node row (in ``rows``) the edge's time belongs to (-1: none)
+    prio: np.ndarray  # int8
+    # per node (rows of the active nodes, in trace.nodes order)
+    rows: np.ndarray  # row position in trace.nodes of each active node
+    ids: np.ndarray  # node id of each active node
+    rank: int | None = None
+    notes: list[str] = field(default_factory=list)
+    measured: bool = True  # built from timestamps (else from recorded order)
+    # per active node: its lane, its pre-order index in its lane's call tree and the index of the
+    # last node of its subtree (descendants of i: same lane, pre in [pre[i], last[i]]), and the
+    # active node that launched it (-1: none)
+    lane: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    pre: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    last: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    launcher: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def lags(self, factors: np.ndarray | None = None) -> np.ndarray:
+        if factors is None:
+            return self.base + self.fixed
+        f = np.where(self.wclass >= 0, factors[np.maximum(self.wclass, 0)], 1.0)
+        return np.rint(self.base * f).astype(np.int64) + self.fixed
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+
+def _pos_of(ids: np.ndarray, refs: np.ndarray) -> np.ndarray:
+    """Index in ``ids`` of each ref (-1: missing); refs may hold -1 for none."""
+    if len(ids) == 0:
+        return np.full(len(refs), -1, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    s = ids[order]
+    k = np.minimum(np.searchsorted(s, refs), len(s) - 1)
+    return np.where((s[k] == refs) & (refs >= 0), order[k], -1)
+
+
+def _dense(*keys: np.ndarray) -> np.ndarray:
+    """Dense code of each row's key tuple."""
+    if len(keys[0]) == 0:
+        return np.zeros(0, dtype=np.int64)
+    stacked = np.stack([np.asarray(k, dtype=np.int64) for k in keys], axis=1)
+    _, inv = np.unique(stacked, axis=0, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64)
+
+
+def _depth(ppos: np.ndarray) -> np.ndarray:
+    """Number of ancestors of each row (list ranking by pointer jumping; cycles stop at 64 rounds)."""
+    n = len(ppos)
+    d = (ppos >= 0).astype(np.int64)
+    jump = ppos.copy()
+    for _ in range(64):
+        valid = jump >= 0
+        if not valid.any():
+            break
+        d[valid] += d[jump[valid]]
+        nxt = np.full(n, -1, dtype=np.int64)
+        nxt[valid] = jump[jump[valid]]
+        jump = nxt
+    return d
+
+
+def _classes(nodes: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(what-if class, category of own time, is_runtime) per row of ``nodes`` (classified)."""
+    cls = nodes["cls"].to_numpy()
+    kind = nodes["kind"].fill_null("other").to_numpy()
+    names = nodes["name"].fill_null("")
+    gemm = names.str.contains(GEMM_RE).to_numpy()
+    attn = names.str.contains(ATTN_RE).to_numpy()
+    runtime = kind == "runtime"
+    wc = np.full(len(cls), WC["cpu"], dtype=np.int8)
+    cat = np.full(len(cls), CAT["cpu_op"], dtype=np.int8)
+    gpu_compute = cls == "compute"
+    wc[gpu_compute] = WC["kernel"]
+    wc[gpu_compute & attn] = WC["attention"]
+    wc[gpu_compute & gemm] = WC["gemm"]
+    cat[gpu_compute] = CAT["gpu_compute"]
+    mem = (cls == "memcpy") | (cls == "memset")
+    wc[mem] = WC["memcpy"]
+    cat[mem] = CAT["gpu_memory"]
+    comm = (cls == "comm") | (cls == "cpu_comm")
+    wc[comm] = WC["comm"]
+    cat[comm] = CAT["communication"]
+    wc[runtime] = WC["launch"]
+    cat[runtime] = CAT["launch"]
+    return wc, cat, runtime
+
+
+# ---------------------------------------------------------------------------
+# the builder
+# ---------------------------------------------------------------------------
+
+
+def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: bool = True) -> PointGraph:
+    """The point graph of one rank: calibrated on measured times (unless ``calibrated`` is
+    False: the caller adds edges first), or from recorded order and durations when the trace
+    has no timestamps."""
+    nodes = classified if classified is not None and "cls" in classified.columns else classify(trace.nodes)
+    measured = bool(trace.meta.has_timestamps) and nodes["start_ns"].null_count() < nodes.height
+    notes: list[str] = []
+    kind_all = nodes["kind"].fill_null("other")
+    active = (kind_all != "gpu_annotation").to_numpy()
+    if measured:
+        active &= (nodes["start_ns"].is_not_null() & nodes["dur_ns"].is_not_null()).to_numpy()
+    rows = np.flatnonzero(active)
+    nd = nodes[rows] if len(rows) < nodes.height else nodes
+    n = len(rows)
+    ids = nd["id"].to_numpy().astype(np.int64)
+    gpu = nd["on_gpu"].fill_null(False).to_numpy()
+    dur = np.maximum(nd["dur_ns"].fill_null(0).to_numpy().astype(np.int64), 0)
+    neg = int((nd["dur_ns"].fill_null(0).to_numpy() < 0).sum())
+    if neg:
+        notes.append(f"{neg} nodes with a negative duration were taken as 0")
+    if measured:
+        start = nd["start_ns"].to_numpy().astype(np.int64)
+    else:
+        start = np.zeros(n, dtype=np.int64)
+    end = start + dur
+    wc, cat, runtime = _classes(nd)
+    parent_ids = nd["parent"].fill_null(-1).to_numpy().astype(np.int64)
+    ppos = _pos_of(ids, parent_ids)
+    ppos[gpu] = -1
+    ppos[(ppos >= 0) & gpu[np.maximum(ppos, 0)]] = -1
+    pid = nd["pid"].fill_null(-1).to_numpy()
+    tid = nd["tid"].fill_null(-1).to_numpy()
+    dev = nd["device"].fill_null(-1).to_numpy().astype(np.int64)
+    stream = nd["stream"].fill_null(-1).to_numpy()
+    # a GPU node without a stream (Chakra ETs) runs on a lane named by its tid
+    g_lane_a = np.where(dev >= 0, dev, pid)
+    g_lane_b = np.where(stream >= 0, stream, tid)
+    lane = _dense(gpu.astype(np.int64), np.where(gpu, g_lane_a, pid), np.where(gpu, g_lane_b, tid))
+    # nesting only within a lane
+    same_lane = np.where(ppos >= 0, lane[np.maximum(ppos, 0)] == lane, False)
+    cross_parent = int(((ppos >= 0) & ~same_lane).sum())
+    ppos[~same_lane] = -1
+    if cross_parent:
+        notes.append(f"{cross_parent} nodes whose parent runs on another thread were taken as top-level")
+    depth = _depth(ppos)
+
+    if measured:
+        start, end, clipped = _clip_to_parents(start, end, ppos, depth)
+        if clipped:
+            notes.append(
+                f"{clipped} nodes extend beyond their parent op; their times were clipped to the parent's "
+                "for the graph (durations contradict nesting)"
+            )
+        key = start
+    else:
+        key = ids  # recorded order: Chakra and PyTorch number nodes in issue order
+    selfdur = _self_durations(dur, ppos, gpu)
+
+    # ---- lanes: Euler tour of each CPU call tree, kernels in order on each GPU stream ----
+    order = np.lexsort((ids, depth, key, lane))  # pre-order within each lane
+    pre = np.empty(n, dtype=np.int64)
+    pre[order] = np.arange(n)
+    last = pre.copy()  # pre-order index of the last node of each subtree
+    if (ppos >= 0).any():
+        maxd = int(depth.max())
+        by_depth = np.argsort(-depth, kind="stable")
+        bounds = np.searchsorted(-depth[by_depth], np.arange(-maxd, 1))
+        for di in range(len(bounds) - 1):
+            sel = by_depth[bounds[di] : bounds[di + 1]]
+            sel = sel[ppos[sel] >= 0]
+            if len(sel):
+                np.maximum.at(last, ppos[sel], last[sel])
+    # points: 2*i start, 2*i+1 end; sort key (lane, slot, is_end, -depth)
+    pts = np.concatenate([2 * np.arange(n), 2 * np.arange(n) + 1])
+    slot = np.concatenate([pre, last])
+    is_end = np.concatenate([np.zeros(n, np.int64), np.ones(n, np.int64)])
+    dkey = np.concatenate([np.zeros(n, np.int64), -depth])
+    plane = np.concatenate([lane, lane])
+    porder = np.lexsort((dkey, is_end, slot, plane))
+    chain = pts[porder]
+    chain_lane = plane[porder]
+    same = chain_lane[1:] == chain_lane[:-1]
+    a, b = chain[:-1][same], chain[1:][same]
+
+    ptime = np.empty(2 * n, dtype=np.int64)
+    ptime[0::2] = start
+    ptime[1::2] = end
+    ia, ib = a // 2, b // 2
+    a_end, b_end = (a % 2) == 1, (b % 2) == 1
+    lane_gpu = gpu[ia]
+    # owner of the time between a and b: the innermost open node
+    own = np.where(~a_end, ia, ppos[ia])
+    own = np.where(lane_gpu, np.where(~a_end, ia, -1), own)
+    kind = np.full(len(a), EK["thread_order"], dtype=np.int8)
+    kind[(ia == ib)] = EK["span"]
+    kind[(~a_end) & b_end & (ia != ib)] = EK["nesting"]  # last child... (start->end of another: n/a)
+    kind[(~a_end) & (~b_end)] = EK["nesting"]  # parent start -> first child start
+    kind[a_end & b_end & (ia != ib)] = EK["nesting"]  # last child end -> parent end
+    kind[lane_gpu & (ia != ib)] = EK["stream_order"]
+    if measured:
+        lane_base = ptime[b] - ptime[a]
+        lane_base = np.where(lane_gpu & (ia != ib), 0, lane_base)  # GPU gaps: no fixed lag
+    else:
+        # recorded order: a node's own (exclusive) time sits right after its start
+        lane_base = np.where(~a_end, selfdur[ia], 0)
+        lane_base = np.where(lane_gpu & (ia != ib), 0, lane_base)
+    ecat = np.where(own >= 0, cat[np.maximum(own, 0)], CAT["idle"]).astype(np.int8)
+    ewc = np.where(own >= 0, wc[np.maximum(own, 0)], WC["idle"]).astype(np.int8)
+    ecat = np.where(lane_gpu & (ia != ib), CAT["sync_wait"], ecat).astype(np.int8)
+    ewc = np.where(lane_gpu & (ia != ib), -1, ewc).astype(np.int8)
+
+    E_src = [a]
+    E_dst = [b]
+    E_base = [lane_base]
+    E_kind = [kind]
+    E_cat = [ecat]
+    E_wc = [ewc]
+    E_own = [own]
+    E_prio = [np.full(len(a), PRIO_LANE, np.int8)]
+
+    # ---- launch: runtime call start -> GPU op start ----
+    corr = nd["correlation"].fill_null(-1).to_numpy().astype(np.int64)
+    rt_rows = np.flatnonzero(runtime & (corr > 0))
+    gk = np.flatnonzero(gpu)
+    launcher = np.full(n, -1, dtype=np.int64)
+    if len(rt_rows) and len(gk):
+        # first runtime call of each correlation id
+        u, first = np.unique(corr[rt_rows], return_index=True)
+        k = np.minimum(np.searchsorted(u, corr[gk]), len(u) - 1)
+        hit = (u[k] == corr[gk]) & (corr[gk] > 0)
+        launcher[gk[hit]] = rt_rows[first[k[hit]]]
+    lid = nd["launch_id"].fill_null(-1).to_numpy().astype(np.int64)
+    lpos = _pos_of(ids, lid)
+    miss = gpu & (launcher < 0) & (lpos >= 0)
+    launcher[miss] = lpos[miss]
+    launcher[(launcher >= 0) & gpu[np.maximum(launcher, 0)]] = -1
+    gl = np.flatnonzero(gpu & (launcher >= 0))
+    if len(gl):
+        r = launcher[gl]
+        if measured:
+            delta = start[gl] - start[r]
+            model = _launch_model(delta, start, end, gl, chain, chain_lane, gpu, n, end[r] - start[r])
+        else:
+            model = np.zeros(len(gl), dtype=np.int64)
+        E_src.append(2 * r)
+        E_dst.append(2 * gl)
+        E_base.append(model)
+        E_kind.append(np.full(len(gl), EK["launch"], np.int8))
+        E_cat.append(np.full(len(gl), CAT["launch"], np.int8))
+        E_wc.append(np.full(len(gl), WC["launch"], np.int8))
+        E_own.append(r)
+        E_prio.append(np.full(len(gl), PRIO_CROSS, np.int8))
+
+    # ---- sync: GPU op end -> end of the CPU call that waited for it ----
+    sync_fix: tuple[np.ndarray, np.ndarray] | None = None
+    if measured and len(gk):
+        sync_rows = np.flatnonzero(runtime & nd["name"].fill_null("").str.contains(SYNC_CALL_RE).to_numpy())
+        if len(sync_rows):
+            g_order = gk[np.argsort(end[gk], kind="stable")]
+            g_end = end[g_order]
+            k = np.searchsorted(g_end, end[sync_rows], side="right") - 1
+            ok = k >= 0
+            k = np.maximum(k, 0)
+            ok &= g_end[k] > start[sync_rows]
+            srow, grow = sync_rows[ok], g_order[k[ok]]
+            if len(srow):
+                own_t = end[srow] - np.maximum(start[srow], end[grow])
+                E_src.append(2 * grow + 1)
+                E_dst.append(2 * srow + 1)
+                E_base.append(own_t)
+                E_kind.append(np.full(len(srow), EK["sync"], np.int8))
+                E_cat.append(np.full(len(srow), CAT["sync_wait"], np.int8))
+                E_wc.append(np.full(len(srow), -1, np.int8))
+                E_own.append(srow)
+                E_prio.append(np.full(len(srow), PRIO_CROSS, np.int8))
+                sync_fix = (srow, own_t)
+
+    # ---- data: tensor producer end -> consumer start (host execution trace) ----
+    dd = trace.deps
+    extra_deps = dd.filter(pl.col("kind") == "data") if measured else dd
+    if extra_deps.height:
+        dn = _pos_of(ids, extra_deps["node"].to_numpy().astype(np.int64))
+        dp = _pos_of(ids, extra_deps["dep"].to_numpy().astype(np.int64))
+        ok = (dn >= 0) & (dp >= 0) & (dn != dp)
+        if not measured:
+            # nesting is the lane's business; an edge to an ancestor would close a cycle
+            ok &= ppos[np.maximum(dn, 0)] != dp
+        dn, dp = dn[ok], dp[ok]
+        if measured:
+            back = start[dn] < end[dp]
+            if back.any():
+                notes.append(
+                    f"{int(back.sum())} data dependencies contradict the measured times (the consumer "
+                    "started before its producer ended) and were not used"
+                )
+            dn, dp = dn[~back], dp[~back]
+        if len(dn):
+            E_src.append(2 * dp + 1)
+            E_dst.append(2 * dn)
+            E_base.append(np.zeros(len(dn), np.int64))
+            E_kind.append(np.full(len(dn), EK["data"], np.int8))
+            E_cat.append(np.full(len(dn), CAT["idle"], np.int8))
+            E_wc.append(np.full(len(dn), -1, np.int8))
+            E_own.append(np.full(len(dn), -1, np.int64))
+            E_prio.append(np.full(len(dn), PRIO_CROSS, np.int8))
+
+    src = np.concatenate(E_src).astype(np.int64)
+    dst = np.concatenate(E_dst).astype(np.int64)
+    base = np.concatenate(E_base).astype(np.int64)
+    g = PointGraph(
+        n_points=2 * n,
+        time=ptime,
+        root=np.full(2 * n, np.iinfo(np.int64).min, dtype=np.int64),
+        src=src,
+        dst=dst,
+        base=base,
+        fixed=np.zeros(len(src), dtype=np.int64),
+        wclass=np.concatenate(E_wc).astype(np.int8),
+        kind=np.concatenate(E_kind).astype(np.int8),
+        cat=np.concatenate(E_cat).astype(np.int8),
+        owner=np.concatenate(E_own).astype(np.int64),
+        prio=np.concatenate(E_prio).astype(np.int8),
+        rows=rows,
+        ids=ids,
+        rank=trace.meta.rank,
+        notes=notes,
+        measured=measured,
+        lane=lane,
+        pre=pre,
+        last=last,
+        launcher=launcher,
+    )
+    if sync_fix is not None:
+        # a call that waited: its own time is what is left after the wait (the wait is the GPU's)
+        srow, own_t = sync_fix
+        span_e = (g.kind == EK["span"]) & np.isin(g.dst, 2 * srow + 1)
+        pos_in = np.searchsorted(2 * srow + 1, g.dst[span_e])  # srow is sorted (flatnonzero)
+        g.base[span_e] = np.minimum(g.base[span_e], own_t[pos_in])
+    # the first point of every lane starts no earlier than it did (or at 0: recorded order)
+    first_pts = chain[np.r_[True, chain_lane[1:] != chain_lane[:-1]]] if len(chain) else chain
+    g.root[first_pts] = ptime[first_pts] if measured else 0
+    if measured and calibrated:
+        calibrate(g)
+    return g
+
+
+def _clip_to_parents(
+    start: np.ndarray, end: np.ndarray, ppos: np.ndarray, depth: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, int]:
+    has = np.flatnonzero(ppos >= 0)
+    if len(has) == 0:
+        return start, end, 0
+    s, e = start.copy(), end.copy()
+    bad = (s[has] < s[ppos[has]]) | (e[has] > e[ppos[has]])
+    if not bad.any():
+        return start, end, 0
+    clipped = np.zeros(len(s), dtype=bool)
+    for _ in range(int(depth.max()) + 1):
+        p = ppos[has]
+        ns = np.maximum(s[has], s[p])
+        ne = np.minimum(np.maximum(e[has], ns), e[p])
+        ne = np.maximum(ne, ns)
+        ch = (ns != s[has]) | (ne != e[has])
+        if not ch.any():
+            break
+        clipped[has[ch]] = True
+        s[has], e[has] = ns, ne
+    return s, e, int(clipped.sum())
+
+
+def _self_durations(dur: np.ndarray, ppos: np.ndarray, gpu: np.ndarray) -> np.ndarray:
+    has = np.flatnonzero((ppos >= 0) & ~gpu)
+    sums = np.bincount(ppos[has], weights=dur[has].astype(np.float64), minlength=len(dur)).astype(np.int64)
+    return np.maximum(dur - sums, 0)
+
+
+def _launch_model(
+    delta: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    gl: np.ndarray,
+    chain: np.ndarray,
+    chain_lane: np.ndarray,
+    gpu: np.ndarray,
+    n: int,
+    rt_dur: np.ndarray,
+) -> np.ndarray:
+    """Model lag of each launch edge: the measured launch-to-start delay where the GPU op
+    waited for its launch (its stream was idle), at most the larger of the median of those
+    delays and the launch call's own duration: how soon after its launch call the op could
+    have started."""
+    prev_end = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    on_gpu = gpu[chain // 2] & ((chain % 2) == 0)
+    starts = chain[on_gpu] // 2  # GPU ops in lane order
+    lanes = chain_lane[on_gpu]
+    if len(starts) > 1:
+        same = lanes[1:] == lanes[:-1]
+        prev_end[starts[1:][same]] = end[starts[:-1][same]]
+    idle_before = prev_end[gl] < start[gl]
+    pos_delta = np.maximum(delta, 0)
+    waited = pos_delta[idle_before]
+    typical = int(np.median(waited)) if len(waited) else 0
+    # an op that started later than its launch call plus the typical delay waited for something
+    # else (an event on another stream, a peer): that part is left to calibration (a fixed wait)
+    bound = np.maximum(typical, rt_dur)
+    return np.minimum(pos_delta, bound).astype(np.int64)
+
+
+def calibrate(g: PointGraph) -> None:
+    """Clip every lag to the measured gap and put each point's unexplained wait on its lane edge
+    (fixed), so that the graph replays to the measured times (module docstring)."""
+    t = g.time
+    gap = t[g.dst] - t[g.src]
+    g.base = np.minimum(g.base, gap)
+    g.fixed = np.zeros(len(g.src), dtype=np.int64)
+    cand = t[g.src] + g.base
+    best = np.full(g.n_points, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(best, g.dst, cand)
+    best = np.maximum(best, g.root)
+    resid = t - best
+    need = np.flatnonzero((resid > 0) & (best > np.iinfo(np.int64).min))
+    if len(need) == 0:
+        return
+    # carrier: the lane edge into the point if any, else the cross edge that came closest
+    is_lane = np.isin(g.kind, [EK["span"], EK["thread_order"], EK["nesting"], EK["stream_order"]])
+    score = np.where(is_lane, np.iinfo(np.int64).max, cand)
+    order = np.lexsort((score, g.dst))
+    last_of = np.searchsorted(g.dst[order], need, side="right") - 1
+    ok = (last_of >= 0) & (g.dst[order][np.maximum(last_of, 0)] == need)
+    e = order[last_of[ok]]
+    g.fixed[e] += t[g.dst[e]] - (t[g.src[e]] + g.base[e])
+    g.cat[e] = np.where(g.kind[e] == EK["stream_order"], CAT["sync_wait"], g.cat[e])

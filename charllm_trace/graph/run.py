@@ -1,0 +1,197 @@
+"""One graph for a whole run: every rank's point graph, joined at collectives.
+
+A collective instance is matched across ranks by (process group, sequence number), as
+the bandwidth analysis matches it. Each rank's instance node is the one that ends last
+among the rank's nodes with that (group, sequence): the communication kernel on a GPU,
+the gloo op on a CPU. For each instance a virtual point *V* stands for "every rank has
+arrived": an edge from each participant's start to V, and from V to each participant's
+end with the transfer time as lag. The transfer time is the shortest duration among
+the participants (the last rank to arrive waits least); each participant's own span is
+cut to it, so a participant ends at max(its start, the last arrival) + transfer, and the
+rest of its measured duration is waiting for peers. Calibration then works on the merged
+graph as on one rank's (``points.calibrate``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from charllm_trace.analysis.classify import classify
+from charllm_trace.graph import points as P
+from charllm_trace.model import Run, Trace
+
+
+@dataclass
+class RunGraph:
+    """The merged graph. Point ``p`` of rank ``r`` is ``offsets[r] + p``; virtual points follow."""
+
+    g: P.PointGraph  # merged arrays (owner indexes ``owner_rank``'s active nodes)
+    ranks: list[int]
+    offsets: dict[int, int]
+    parts: dict[int, P.PointGraph]  # per-rank graphs (their arrays as built, before merging)
+    point_rank: np.ndarray  # rank of each point (-1: virtual)
+    owner_rank: np.ndarray  # rank of each edge's owner node
+    n_collectives: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _instances(trace: Trace, nodes: pl.DataFrame, part: P.PointGraph) -> pl.DataFrame:
+    """(pg_name, coll_seq, point index of start) of this rank's collective instances."""
+    act = nodes[part.rows] if len(part.rows) < nodes.height else nodes
+    df = act.with_columns(_i=pl.int_range(pl.len(), dtype=pl.Int64)).filter(
+        pl.col("pg_name").is_not_null()
+        & pl.col("coll_seq").is_not_null()
+        & (pl.col("cls").is_in(["comm", "cpu_comm"]))
+        & pl.col("coll_type").is_not_null()
+    )
+    if df.height == 0:
+        return pl.DataFrame(schema={"pg_name": pl.String, "coll_seq": pl.Int64, "_i": pl.Int64})
+    t = part.time
+    return (
+        df.with_columns(
+            _end=pl.Series(t[2 * df["_i"].to_numpy() + 1]),
+            _dur=pl.Series(t[2 * df["_i"].to_numpy() + 1] - t[2 * df["_i"].to_numpy()]),
+        )
+        .sort(["_end", "_dur"], descending=[True, False])
+        .unique(subset=["pg_name", "coll_seq"], keep="first")
+        .select("pg_name", "coll_seq", "_i")
+    )
+
+
+def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None) -> RunGraph:
+    """The merged, calibrated graph of every rank of ``run`` (see the module docstring)."""
+    ranks = run.ranks
+    parts: dict[int, P.PointGraph] = {}
+    cls_nodes: dict[int, pl.DataFrame] = {}
+    for r in ranks:
+        tr = run.traces[r]
+        cn = classified.get(r) if classified else None
+        cn = cn if cn is not None and "cls" in cn.columns else classify(tr.nodes)
+        cls_nodes[r] = cn
+        parts[r] = P.build(tr, cn, calibrated=False)
+    measured = all(p.measured for p in parts.values())
+    offsets: dict[int, int] = {}
+    off = 0
+    for r in ranks:
+        offsets[r] = off
+        off += parts[r].n_points
+    n_real = off
+    inst_frames = []
+    if measured and len(ranks) > 1:
+        for r in ranks:
+            f = _instances(run.traces[r], cls_nodes[r], parts[r])
+            if f.height:
+                inst_frames.append(f.with_columns(rank=pl.lit(r, dtype=pl.Int64)))
+    coll_src: list[np.ndarray] = []
+    coll_dst: list[np.ndarray] = []
+    coll_lag: list[np.ndarray] = []
+    coll_cat: list[np.ndarray] = []
+    coll_wc: list[np.ndarray] = []
+    coll_owner: list[np.ndarray] = []
+    coll_orank: list[np.ndarray] = []
+    span_cut: list[tuple[int, np.ndarray, np.ndarray]] = []
+    n_virtual = 0
+    if inst_frames:
+        inst = pl.concat(inst_frames)
+        inst = inst.with_columns(_n=pl.len().over(["pg_name", "coll_seq"])).filter(pl.col("_n") >= 2)
+        if inst.height:
+            inst = inst.with_columns(_v=pl.struct("pg_name", "coll_seq").rank("dense").cast(pl.Int64) - 1)
+            n_virtual = int(inst["_v"].max()) + 1
+            rk = inst["rank"].to_numpy()
+            li = inst["_i"].to_numpy()
+            v = inst["_v"].to_numpy() + n_real
+            gstart = np.array([offsets[int(x)] for x in rk], dtype=np.int64) + 2 * li
+            t_all = np.concatenate([parts[r].time for r in ranks])
+            dur = t_all[gstart + 1] - t_all[gstart]
+            transfer = np.full(n_virtual, np.iinfo(np.int64).max, dtype=np.int64)
+            np.minimum.at(transfer, v - n_real, dur)
+            tr_each = np.maximum(transfer[v - n_real], 0)
+            coll_src += [gstart, v]
+            coll_dst += [v, gstart + 1]
+            coll_lag += [np.zeros(len(v), np.int64), tr_each]
+            coll_cat += [
+                np.full(len(v), P.CAT["sync_wait"], np.int8),
+                np.full(len(v), P.CAT["communication"], np.int8),
+            ]
+            coll_wc += [np.full(len(v), -1, np.int8), np.full(len(v), P.WC["comm"], np.int8)]
+            coll_owner += [np.full(len(v), -1, np.int64), li]
+            coll_orank += [rk, rk]
+            for r in ranks:
+                sel = rk == r
+                if sel.any():
+                    span_cut.append((r, li[sel], tr_each[sel]))
+    # cut each participant's own span to the transfer time (the rest is waiting for peers)
+    for r, li, tr in span_cut:
+        p = parts[r]
+        is_span = p.kind == P.EK["span"]
+        ends = 2 * li + 1
+        order = np.argsort(ends)
+        se, st = ends[order], tr[order]
+        e = np.flatnonzero(is_span & np.isin(p.dst, se))
+        k = np.searchsorted(se, p.dst[e])
+        p.base[e] = np.minimum(p.base[e], st[k])
+    n_total = n_real + n_virtual
+
+    def cat(attr: str, extra: list[np.ndarray], shift: bool) -> np.ndarray:
+        arrs = [getattr(parts[r], attr) + (offsets[r] if shift else 0) for r in ranks]
+        return np.concatenate(arrs + extra) if (arrs or extra) else np.zeros(0, np.int64)
+
+    src = cat("src", coll_src, True)
+    dst = cat("dst", coll_dst, True)
+    base = cat("base", coll_lag, False)
+    time = np.concatenate([parts[r].time for r in ranks] + [np.zeros(n_virtual, np.int64)])
+    if n_virtual:
+        # a virtual point's time: the last arrival
+        vt = np.full(n_virtual, np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(vt, coll_dst[0] - n_real, time[coll_src[0]])
+        time[n_real:] = vt
+    root = np.concatenate([parts[r].root for r in ranks] + [np.full(n_virtual, np.iinfo(np.int64).min)])
+    owner_rank = np.concatenate(
+        [np.full(len(parts[r].src), r, np.int64) for r in ranks] + [x.astype(np.int64) for x in coll_orank]
+    )
+    point_rank = np.concatenate(
+        [np.full(parts[r].n_points, r, np.int64) for r in ranks] + [np.full(n_virtual, -1, np.int64)]
+    )
+    m = len(src)
+    merged = P.PointGraph(
+        n_points=n_total,
+        time=time,
+        root=root,
+        src=src,
+        dst=dst,
+        base=base,
+        fixed=np.zeros(m, dtype=np.int64),
+        wclass=cat("wclass", coll_wc, False).astype(np.int8),
+        kind=np.concatenate(
+            [parts[r].kind for r in ranks] + [np.full(len(x), P.EK["collective"], np.int8) for x in coll_src]
+        ).astype(np.int8),
+        cat=cat("cat", coll_cat, False).astype(np.int8),
+        owner=cat("owner", coll_owner, False).astype(np.int64),
+        prio=np.concatenate(
+            [parts[r].prio for r in ranks] + [np.full(len(x), P.PRIO_CROSS, np.int8) for x in coll_src]
+        ).astype(np.int8),
+        rows=np.zeros(0, np.int64),
+        ids=np.zeros(0, np.int64),
+        rank=None,
+        notes=[],
+        measured=measured,
+    )
+    if measured:
+        P.calibrate(merged)
+    notes: list[str] = []
+    for r in ranks:
+        for note in parts[r].notes:
+            notes.append(f"rank {r}: {note}" if len(ranks) > 1 else note)
+    return RunGraph(
+        g=merged,
+        ranks=ranks,
+        offsets=offsets,
+        parts=parts,
+        point_rank=point_rank,
+        owner_rank=owner_rank,
+        n_collectives=n_virtual,
+        notes=notes,
+    )
