@@ -91,11 +91,17 @@ def info_cmd(path: str, as_json: bool, no_cache: bool) -> None:
 @main.command("convert")
 @click.argument("path", type=click.Path())
 @click.option("-o", "--output", required=True, help="Output directory for rank-<N>.et files.")
-@click.option("--host-et", type=click.Path(), default=None, help="With a single Kineto file: its host execution trace.")
-@click.option("--workers", type=int, default=None, help="Worker processes (default: one per CPU, at most one per rank).")
+@click.option(
+    "--host-et", type=click.Path(), default=None, help="With a single Kineto file: its host execution trace."
+)
+@click.option(
+    "--workers", type=int, default=None, help="Worker processes (default: one per CPU, at most one per rank)."
+)
 @click.option("--gz", is_flag=True, help="Write gzip-compressed rank-<N>.et.gz files.")
 @click.option("--force", is_flag=True, help="Replace existing rank-<N>.et files in the output directory.")
-def convert_cmd(path: str, output: str, host_et: str | None, workers: int | None, gz: bool, force: bool) -> None:
+def convert_cmd(
+    path: str, output: str, host_et: str | None, workers: int | None, gz: bool, force: bool
+) -> None:
     """Convert a run directory, or one Kineto profile / host ET, to one Chakra ET per rank.
 
     \b
@@ -110,12 +116,19 @@ def convert_cmd(path: str, output: str, host_et: str | None, workers: int | None
 
     err = Console(stderr=True)
     with Progress(
-        TextColumn("converting ranks"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        transient=True, console=err, disable=not err.is_terminal,
+        TextColumn("converting ranks"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+        console=err,
+        disable=not err.is_terminal,
     ) as bar:
         task = bar.add_task("convert", total=None)
         run = convert_path(
-            path, host_et=host_et, workers=workers,
+            path,
+            host_et=host_et,
+            workers=workers,
             progress=lambda done, total, _rank: bar.update(task, completed=done, total=total),
         )
     paths = write_run(run, output, overwrite=force, gz=gz)
@@ -131,11 +144,31 @@ def convert_cmd(path: str, output: str, host_et: str | None, workers: int | None
     "collect",
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
-@click.option("-o", "--output", "run_dir", default=None, help="Run directory (default: charllm-run-<date>-<time>).")
-@click.option("--steps", default="1-2", show_default=True, help="Training steps to trace, N or A-B (0-based, see docs/collect.md).")
-@click.option("--ranks", default="all", show_default=True, help="Ranks to trace: all, or a list like 0,8,16-18.")
-@click.option("--telemetry-hz", type=float, default=100.0, show_default=True, help="GPU telemetry rate per node; 0 turns it off.")
-@click.option("--telemetry-source", default="auto", show_default=True, help="auto, nvml, amdsmi, none, or replay:PATH (a recorded stream).")
+@click.option(
+    "-o", "--output", "run_dir", default=None, help="Run directory (default: charllm-run-<date>-<time>)."
+)
+@click.option(
+    "--steps",
+    default="1-2",
+    show_default=True,
+    help="Training steps to trace, N or A-B (0-based, see docs/collect.md).",
+)
+@click.option(
+    "--ranks", default="all", show_default=True, help="Ranks to trace: all, or a list like 0,8,16-18."
+)
+@click.option(
+    "--telemetry-hz",
+    type=float,
+    default=100.0,
+    show_default=True,
+    help="GPU telemetry rate per node; 0 turns it off.",
+)
+@click.option(
+    "--telemetry-source",
+    default="auto",
+    show_default=True,
+    help="auto, nvml, amdsmi, none, or replay:PATH (a recorded stream).",
+)
 @click.option("--parallel", default=None, help="Parallel layout for the manifest, e.g. tp=8,pp=4,dp=2,ep=1.")
 @click.option("--with-stack", is_flag=True, help="Record Python stacks in the Kineto profile (larger files).")
 @click.option("--force", is_flag=True, help="Replace the trace files of an existing run directory.")
@@ -197,6 +230,22 @@ def _parse_ranks_option(text: str | None) -> list[int] | None:
     return out
 
 
+WHAT_IF_HELP = (
+    "Predict step times with durations scaled by class, e.g. comm=0.5,gemm=0.8,launch=0 "
+    "(classes: gemm, attention, kernel, comm, memcpy, launch, cpu, idle; aliases: gpu/compute = "
+    "gemm+attention+kernel, network = comm, cpu_all = cpu+launch). Figures labelled PREDICTED."
+)
+
+
+def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
+    """``--what-if`` text -> {class: factor}; bad text is a UsageError (one line, exit 2)."""
+    if text is None:
+        return None
+    from charllm_trace.analysis.whatif import parse_what_if
+
+    return parse_what_if(text)
+
+
 @main.command("analyze")
 @click.argument("path", type=click.Path())
 @click.option("--per-step", is_flag=True, help="Also split every figure by ProfilerStep.")
@@ -208,12 +257,26 @@ def _parse_ranks_option(text: str | None) -> list[int] | None:
 @click.option("--force", is_flag=True, help="Overwrite existing output files.")
 @click.option("--hta-compat", is_flag=True,
               help="Holistic Trace Analysis' convention: drop kernels launched after the last ProfilerStep begins; µs rounding.")  # fmt: skip
-@click.option("--hta-keep-last-step", is_flag=True, help="With --hta-compat: keep the last step (HTA include_last_profiler_step).")
+@click.option(
+    "--hta-keep-last-step",
+    is_flag=True,
+    help="With --hta-compat: keep the last step (HTA include_last_profiler_step).",
+)
 @click.option("--peak-gbps", type=float, default=None, help="Link peak (GB/s per direction) for utilisation.")
-@click.option("--parallel", default=None, help="Layout naming groups by dimension, e.g. tp=8,pp=4,dp=2,ep=1 (Megatron order).")
-@click.option("--simulate", is_flag=True, help="Rebuild a timeline for ETs without timestamps (figures labelled simulated).")
+@click.option(
+    "--parallel",
+    default=None,
+    help="Layout naming groups by dimension, e.g. tp=8,pp=4,dp=2,ep=1 (Megatron order).",
+)
+@click.option(
+    "--simulate",
+    is_flag=True,
+    help="Rebuild a timeline for ETs without timestamps (figures labelled simulated).",
+)
 @click.option("--energy-method", type=click.Choice(["trapezoid", "step"]), default="trapezoid", show_default=True,
               help="Power integration between telemetry samples.")  # fmt: skip
+@click.option("--what-if", "what_if", default=None, metavar="CLASS=FACTOR,...", help=WHAT_IF_HELP)
+@click.option("--no-critical-path", is_flag=True, help="Skip the critical path through the execution graph.")
 def analyze_cmd(
     path: str,
     per_step: bool,
@@ -227,9 +290,12 @@ def analyze_cmd(
     parallel: str | None,
     simulate: bool,
     energy_method: str,
+    what_if: str | None,
+    no_critical_path: bool,
 ) -> None:
-    """Overlap, bandwidth per collective, energy per operator and power per step of PATH
-    (a .et, a directory of per-rank ETs, a collected run directory or a Kineto profile)."""
+    """Overlap, bandwidth per collective, energy per operator, power per step and the critical
+    path of PATH (a .et, a directory of per-rank ETs, a collected run directory or a Kineto
+    profile); with --what-if, predicted step times with durations scaled by class."""
     from charllm_trace.analysis.api import analyze_run
     from charllm_trace.analysis.parallel import parse_parallel
     from charllm_trace.analysis.results import AnalyzeOptions
@@ -241,6 +307,7 @@ def analyze_cmd(
     if fmt == "parquet" and output is None:
         raise UsageError("--format parquet needs -o FILE")
     layout = parse_parallel(parallel) if parallel else None
+    factors = _parse_what_if_option(what_if)
     wanted = _parse_ranks_option(ranks)
     run = load(path)
     if wanted is not None:
@@ -256,6 +323,8 @@ def analyze_cmd(
         parallel=layout,
         simulate=simulate,
         energy_method=energy_method,
+        critical_path=not no_critical_path,
+        what_if=factors,
     )
     res = analyze_run(run, opts)
     if fmt == "table":
@@ -282,7 +351,9 @@ def analyze_cmd(
 @main.command("baseline")
 @click.argument("run", type=click.Path())
 @click.option("-o", "--output", required=True, type=click.Path(), help="Baseline JSON to write.")
-@click.option("--hta-compat", is_flag=True, help="Drop kernels launched after the last ProfilerStep begins (HTA).")
+@click.option(
+    "--hta-compat", is_flag=True, help="Drop kernels launched after the last ProfilerStep begins (HTA)."
+)
 @click.option("--simulate", is_flag=True, help="Rebuild a timeline for ETs without timestamps.")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 def baseline_cmd(run: str, output: str, hta_compat: bool, simulate: bool, force: bool) -> None:
@@ -346,7 +417,9 @@ def check_cmd(
 @click.argument("run_a", type=click.Path())
 @click.argument("run_b", type=click.Path())
 @click.option("--top", default=15, show_default=True, type=click.IntRange(min=1), help="Operators to list.")
-@click.option("--hta-compat", is_flag=True, help="Drop kernels launched after the last ProfilerStep begins (HTA).")
+@click.option(
+    "--hta-compat", is_flag=True, help="Drop kernels launched after the last ProfilerStep begins (HTA)."
+)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def diff_cmd(run_a: str, run_b: str, top: int, hta_compat: bool, fmt: str) -> None:
     """Show two runs side by side: per collective type, per operator, per step (and energy
@@ -364,6 +437,7 @@ def diff_cmd(run_a: str, run_b: str, top: int, hta_compat: bool, fmt: str) -> No
 
     print_diff(d, make_console(), label_a="A", label_b="B")
     click.echo(f"A = {run_a}\nB = {run_b}")
+
 
 # end baseline / check / diff (issue 6) ...................................
 
@@ -384,15 +458,23 @@ def export_group() -> None:
 
 @export_group.command("perfetto")
 @click.argument("run", type=click.Path())
-@click.option("-o", "--output", required=True, type=click.Path(), help="Chrome-trace JSON (.json or .json.gz).")
+@click.option(
+    "-o", "--output", required=True, type=click.Path(), help="Chrome-trace JSON (.json or .json.gz)."
+)
 @click.option("--no-flows", is_flag=True, help="Leave out the launch arrows from CPU ops to GPU kernels.")
 @click.option(
     "--simulate", is_flag=True, help="Ranks without timestamps: draw a timeline rebuilt from dependencies."
 )
+@click.option(
+    "--no-critical-path", is_flag=True, help="Leave out the 'critical path (rank N)' track of each rank."
+)
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
-def export_perfetto(run: str, output: str, no_flows: bool, simulate: bool, force: bool) -> None:
+def export_perfetto(
+    run: str, output: str, no_flows: bool, simulate: bool, no_critical_path: bool, force: bool
+) -> None:
     """Write RUN as a Chrome-trace JSON for the Perfetto UI (ui.perfetto.dev): one process per
-    rank, one track per CPU thread and GPU stream, power/temperature/clock counters per GPU."""
+    rank, one track per CPU thread and GPU stream, power/temperature/clock counters per GPU,
+    and each rank's critical path (whole trace) on a track of its own."""
     from charllm_trace import loader
     from charllm_trace.model import Run
     from charllm_trace.render.perfetto import write_chrome_trace
@@ -404,12 +486,30 @@ def export_perfetto(run: str, output: str, no_flows: bool, simulate: bool, force
 
         traces = {k: (t if t.meta.has_timestamps else sim(t)) for k, t in r.traces.items()}
         r = Run(traces=traces, manifest=r.manifest, source=r.source)
-    stats = write_chrome_trace(r, output, flows=not no_flows)
+    cp, why = (None, None) if no_critical_path else _critical_path_for_export(r)
+    stats = write_chrome_trace(r, output, flows=not no_flows, critical_path=cp)
     click.echo(
         f"wrote {output}: {stats.ranks} ranks, {stats.tracks} tracks, {stats.slices} slices, "
         f"{stats.counter_samples} counter samples, {stats.flows} launch flows"
+        + (f", {stats.critical_path_segments} critical-path segments" if cp is not None else "")
         + (f" ({stats.skipped_untimed} nodes without a start time left out)" if stats.skipped_untimed else "")
     )
+    if why:
+        click.echo(f"critical path: not drawn: {why}")
+
+
+def _critical_path_for_export(run: Any) -> tuple[Any, str | None]:
+    """The run's critical paths for the Perfetto track, or (None, why not)."""
+    from charllm_trace.analysis.critical import critical_path
+    from charllm_trace.graph.engine import CycleError
+
+    untimed = [k for k, t in run.traces.items() if not t.meta.has_timestamps]
+    if untimed:
+        return None, f"ranks {untimed} have no timestamps (rerun with --simulate)"
+    try:
+        return critical_path(run), None
+    except CycleError as exc:
+        return None, f"the execution graph has dependency cycles ({exc.problem})"
 
 
 @main.command("sanitize")
@@ -437,24 +537,51 @@ def sanitize_cmd(run: str, output: str, redact: tuple[str, ...], force: bool) ->
 @click.option("-o", "--output", required=True, type=click.Path(), help="The HTML file to write.")
 @click.option("--peak-gbps", type=float, default=None, help="Override the link peak (GB/s per direction).")
 @click.option("--title", default=None, help="Title of the page.")
+@click.option(
+    "--simulate",
+    is_flag=True,
+    help="Rebuild a timeline for ETs without timestamps (figures labelled simulated).",
+)
+@click.option("--what-if", "what_if", default=None, metavar="CLASS=FACTOR,...", help=WHAT_IF_HELP)
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
-def report_cmd(run: str, output: str, peak_gbps: float | None, title: str | None, force: bool) -> None:
+def report_cmd(
+    run: str, output: str, peak_gbps: float | None, title: str | None, simulate: bool, what_if: str | None,
+    force: bool,
+) -> None:  # fmt: skip
     """Write one self-contained HTML page (opens offline) with the run's timeline and power,
-    overlap per step, bus bandwidth vs message size, energy by operator, and power /
-    temperature / SM clock with throttle periods."""
+    overlap per step, bus bandwidth vs message size, energy by operator, power /
+    temperature / SM clock with throttle periods, the critical path per step, and (with
+    --what-if) the predicted step times."""
     from pathlib import Path
 
     from charllm_trace import loader
     from charllm_trace.analysis import AnalyzeOptions, analyze_run
+    from charllm_trace.errors import UsageError
     from charllm_trace.report import render_report, report_data
 
+    if peak_gbps is not None and not peak_gbps > 0:
+        raise UsageError("--peak-gbps must be > 0")
+    factors = _parse_what_if_option(what_if)
     _refuse_existing(output, force)
     r = loader.load(run)
-    an = analyze_run(r, AnalyzeOptions(per_step=True, peak_gbps=peak_gbps))
-    data = report_data(r, an, title=title or f"charllm-trace report: {Path(run).name}")
+    an = analyze_run(
+        r, AnalyzeOptions(per_step=True, peak_gbps=peak_gbps, simulate=simulate, what_if=factors)
+    )
+    drawn = r
+    if simulate and any(not t.meta.has_timestamps for t in r.traces.values()):
+        from charllm_trace.analysis import simulate as sim
+        from charllm_trace.model import Run
+
+        drawn = Run(
+            traces={k: (t if t.meta.has_timestamps else sim(t)) for k, t in r.traces.items()},
+            manifest=r.manifest,
+            source=r.source,
+        )
+    data = report_data(drawn, an, title=title or f"charllm-trace report: {Path(run).name}")
     Path(output).write_text(render_report(data), encoding="utf-8")
     skipped = "; ".join(f"{k}: {v}" for k, v in an.skipped.items())
     click.echo(f"wrote {output}" + (f" (not drawn: {skipped})" if skipped else ""))
+
 
 # end export / sanitize / report (issue 6) ...............................
 

@@ -1,9 +1,13 @@
 """Machine formats for analysis results: JSON, CSV and Parquet. Formatting only.
 
 - ``json``: one document ``{"source", "ranks", "simulated", "options", "skipped",
-  "notes", "frames": {name: [row, ...]}, "peaks": {...}}``; frame names are those of
-  :meth:`RunAnalysis.frames` (``overlap``, ``overlap_by_group``, ``collectives``,
-  ``bandwidth``, ``energy``, ``power``, ...).
+  "notes", "frames": {name: [row, ...]}, "peaks": {...}, "what_if": {...}}``; frame names
+  are those of :meth:`RunAnalysis.frames` (``overlap``, ``overlap_by_group``,
+  ``collectives``, ``bandwidth``, ``energy``, ``power``, ``critical_path``,
+  ``critical_path_ops``, ``what_if``, ...). ``notes`` has the notes of every analysis
+  (``critical_path`` and ``what_if`` included); ``what_if`` (only with ``--what-if``) has
+  the factors, ``fixed_wait_pct`` and ``"predicted": true`` (its frame's ``predicted_*``
+  columns are predictions, not measurements).
 - ``csv`` / ``parquet``: one file per frame, ``<stem>.<frame>.csv|parquet`` beside
   ``-o FILE`` (``-o out.csv`` writes ``out.overlap.csv``, ``out.bandwidth.csv`` ...);
   without ``-o``, CSV goes to stdout with a ``# <frame>`` line before each frame.
@@ -30,18 +34,32 @@ def to_document(res: RunAnalysis) -> dict[str, Any]:
     if res.bandwidth is not None:
         peaks = {k: dataclasses.asdict(v) for k, v in res.bandwidth.peaks.items()}
     opts = dataclasses.asdict(res.options)
-    if opts.get("parallel") is not None:
-        opts["parallel"] = dict(opts["parallel"])
-    return {
+    for key in ("parallel", "what_if"):
+        if opts.get(key) is not None:
+            opts[key] = dict(opts[key])
+    notes = res.notes()
+    for name in ("critical_path", "what_if"):
+        r: Any = getattr(res, name)
+        if r is not None and r.notes and name not in notes:
+            notes[name] = list(r.notes)
+    doc: dict[str, Any] = {
         "source": res.source,
         "ranks": res.ranks,
         "simulated": res.simulated,
         "options": opts,
         "skipped": res.skipped,
-        "notes": res.notes(),
+        "notes": notes,
         "peaks": peaks,
         "frames": {k: v.to_dicts() for k, v in res.frames().items()},
     }
+    if res.what_if is not None:
+        doc["what_if"] = {
+            "predicted": True,
+            "factors": dict(res.what_if.factors),
+            "fixed_wait_pct": res.what_if.fixed_wait_pct,
+            "simulated": res.what_if.simulated,
+        }
+    return doc
 
 
 def to_json(res: RunAnalysis) -> bytes:

@@ -8,10 +8,11 @@ from collections.abc import Iterable
 from typing import Any
 
 import polars as pl
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from charllm_trace.analysis.results import RunAnalysis
+from charllm_trace.analysis.results import CP_CATEGORIES, RunAnalysis
 
 TOP = 10
 
@@ -204,6 +205,131 @@ def render_power(res: RunAnalysis, console: Console) -> None:
     _notes(console, pw.notes)
 
 
+#: Short column labels of the critical-path categories (``CP_CATEGORIES``), and what they mean.
+CP_SHORT = {
+    "gpu_compute": ("gpu", "GPU compute kernels"),
+    "gpu_memory": ("mem", "GPU memcpy/memset"),
+    "communication": ("comm", "communication"),
+    "cpu_op": ("cpu", "CPU op self time"),
+    "launch": ("launch", "runtime calls and launch latency"),
+    "sync_wait": ("wait", "synchronisation wait"),
+    "idle": ("idle", "gaps between CPU ops"),
+}
+assert tuple(CP_SHORT) == CP_CATEGORIES
+
+
+def _compact(title: str, cols: Iterable[tuple[str, str]]) -> Table:
+    """A table that fits 80 columns: no vertical borders, one space of padding."""
+    t = Table(
+        title=title, title_justify="left", title_style="bold", header_style="bold",
+        box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False,
+    )  # fmt: skip
+    for name, just in cols:
+        t.add_column(name, justify=just, no_wrap=True)  # type: ignore[arg-type]
+    return t
+
+
+def _pct1(v: Any) -> str:
+    return _num(v, "{:.1f}")
+
+
+def _cp_who(r: dict[str, Any]) -> str:
+    return "job" if r["scope"] == "job" else str(r["rank"])
+
+
+def render_critical_path(res: RunAnalysis, console: Console) -> None:
+    cp = res.critical_path
+    assert cp is not None
+    paths = cp.paths
+    # categories that are 0 on every path are left out (the JSON keeps every column)
+    shown = [c for c in CP_CATEGORIES if paths.height and (paths[f"{c}_ns"].fill_null(0) != 0).any()]
+    hidden = [CP_SHORT[c][0] for c in CP_CATEGORIES if c not in shown]
+    t = _compact(
+        "Critical path: share of the path by category" + _label(res),
+        [("rank", "right"), ("step", "right"), ("span ms", "right"), ("path ms", "right")]
+        + [(f"{CP_SHORT[c][0]} %", "right") for c in shown],
+    )
+    m = _compact(
+        "Critical path: time by category (ms)" + _label(res),
+        [("rank", "right"), ("step", "right")] + [(f"{CP_SHORT[c][0]} ms", "right") for c in shown],
+    )
+    for r in paths.iter_rows(named=True):
+        who, step = _cp_who(r), _step(r["step"])
+        length = r["length_ns"]
+        t.add_row(
+            who, step, _ms(r["span_ns"]), _ms(length),
+            *[_pct1(100.0 * r[f"{c}_ns"] / length if length else None) for c in shown],
+        )  # fmt: skip
+        m.add_row(who, step, *[_ms(r[f"{c}_ns"]) for c in shown])
+    console.print(t)
+    console.print(m)
+    legend = ", ".join(f"{CP_SHORT[c][0]} = {CP_SHORT[c][1]}" for c in shown)
+    console.print(
+        f"  {legend}; % of the path's length"
+        + (f"; 0 on every path: {', '.join(hidden)}" if hidden else ""),
+        style="dim", markup=False, highlight=False,
+    )  # fmt: skip
+    ops = cp.top_ops.filter(pl.col("step").is_null()).sort(
+        pl.col("scope") == "job", "rank", maintain_order=True
+    )  # ranks first, then the job
+    if ops.height:
+        o = _compact(
+            "Top operators on the critical path (whole trace)" + _label(res),
+            [("rank", "right"), ("operator", "left"), ("what", "left"), ("ms", "right"), ("% path", "right"),
+             ("n", "right")],
+        )  # fmt: skip
+        o.columns[1].no_wrap = True
+        o.columns[1].overflow = "ellipsis"
+        o.columns[1].max_width = 44
+        last = None
+        for r in ops.iter_rows(named=True):
+            who = _cp_who(r)
+            if last is not None and who != last:
+                o.add_section()
+            last = who
+            cat = r["category"]
+            o.add_row(
+                who, str(r["name"]), CP_SHORT.get(cat, (cat,))[0] if cat else "-", _ms(r["time_ns"]),
+                _pct1(r["pct"]), str(r["count"]),
+            )  # fmt: skip
+        console.print(o)
+    _notes(console, cp.notes)
+
+
+def _factors(f: dict[str, float]) -> str:
+    return ", ".join(f"{k}×{v:g}" for k, v in f.items())
+
+
+def render_what_if(res: RunAnalysis, console: Console, printed: list[str] | None = None) -> None:
+    wi = res.what_if
+    assert wi is not None
+    t = _compact(
+        f"What-if (PREDICTED): {_factors(wi.factors)}" + _label(res),
+        [("rank", "right"), ("step", "right"), ("meas ms", "right"), ("pred ms", "right"), ("chg %", "right"),
+         ("meas exp", "right"), ("pred exp", "right"), ("meas ovl", "right"), ("pred ovl", "right")],
+    )  # fmt: skip
+    for r in wi.steps.iter_rows(named=True):
+        t.add_row(
+            str(r["rank"]), _step(r["step"]), _ms(r["measured_ns"]), _ms(r["predicted_ns"]),
+            _num(r["change_pct"], "{:+.1f}"), _ms(r["measured_exposed_comm_ns"]),
+            _ms(r["predicted_exposed_comm_ns"]), _pct1(r["measured_overlap_pct"]),
+            _pct1(r["predicted_overlap_pct"]),
+        )  # fmt: skip
+    console.print(t)
+    console.print(
+        "  meas = measured, pred = PREDICTED by replaying the execution graph with scaled durations; "
+        "exp = exposed communication (ms), ovl = communication overlapped with compute (%)",
+        style="dim", markup=False, highlight=False,
+    )  # fmt: skip
+    if wi.fixed_wait_pct is not None:
+        console.print(
+            f"  note: {wi.fixed_wait_pct:.1f} % of the measured time is waiting the trace does not explain; "
+            "it is kept as measured in the prediction",
+            style="dim", markup=False, highlight=False,
+        )  # fmt: skip
+    _notes(console, [n for n in wi.notes if n not in (printed or [])])
+
+
 def render_analysis(res: RunAnalysis, console: Console | None = None) -> None:
     """Print the four analyses, or one plain line saying why one was not computed."""
     if console is None:
@@ -222,4 +348,18 @@ def render_analysis(res: RunAnalysis, console: Console | None = None) -> None:
             fn(res, console)
         elif name in res.skipped and not (name == "power" and res.skipped.get("energy") == res.skipped[name]):
             console.print(f"{name}: {res.skipped[name]}", markup=False, highlight=False)
+        console.print()
+    printed: list[str] = []
+    if res.critical_path is not None:
+        render_critical_path(res, console)
+        printed = list(res.critical_path.notes)
+        console.print()
+    elif "critical_path" in res.skipped:
+        console.print(f"critical path: {res.skipped['critical_path']}", markup=False, highlight=False)
+        console.print()
+    if res.what_if is not None:
+        render_what_if(res, console, printed)
+        console.print()
+    elif "what_if" in res.skipped:
+        console.print(f"what-if: {res.skipped['what_if']}", markup=False, highlight=False)
         console.print()
