@@ -164,7 +164,7 @@ def simulate(trace: Trace) -> Trace:
     rank = run.ranks[0]
     rg = build_run_graph(run)
     g = rg.g
-    notes: list[str] = []
+    notes: list[str] = [n.removeprefix(f"rank {rank}: ") for n in rg.notes]
     try:
         time, _ = retime(rg)
     except Exception:  # noqa: BLE001 - a cycle: drop recorded deps that run backwards in id order

@@ -113,12 +113,22 @@ def _pos_of(ids: np.ndarray, refs: np.ndarray) -> np.ndarray:
 
 
 def _dense(*keys: np.ndarray) -> np.ndarray:
-    """Dense code of each row's key tuple."""
+    """Dense code of each row's key tuple: a 64-bit hash per row, one sort of the hashes, and a
+    check that every row's keys equal its code's first row's (else an exact lexsort)."""
     if len(keys[0]) == 0:
         return np.zeros(0, dtype=np.int64)
-    stacked = np.stack([np.asarray(k, dtype=np.int64) for k in keys], axis=1)
-    _, inv = np.unique(stacked, axis=0, return_inverse=True)
-    return inv.reshape(-1).astype(np.int64)
+    cols = [np.asarray(k, dtype=np.int64) for k in keys]
+    h = pl.DataFrame({f"k{i}": c for i, c in enumerate(cols)}).hash_rows(seed=7).to_numpy()
+    _, first, code = np.unique(h, return_index=True, return_inverse=True)
+    code = code.reshape(-1).astype(np.int64)
+    if all(np.array_equal(c[first][code], c) for c in cols):
+        return code
+    order = np.lexsort(tuple(reversed(cols)))  # pragma: no cover - a 64-bit hash collision
+    stacked = np.stack([c[order] for c in cols], axis=1)
+    new = np.r_[True, (stacked[1:] != stacked[:-1]).any(axis=1)]
+    out = np.empty(len(order), dtype=np.int64)
+    out[order] = np.cumsum(new) - 1
+    return out
 
 
 def _depth(ppos: np.ndarray) -> np.ndarray:
@@ -142,8 +152,10 @@ def _classes(nodes: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     cls = nodes["cls"].to_numpy()
     kind = nodes["kind"].fill_null("other").to_numpy()
     names = nodes["name"].fill_null("")
-    gemm = names.str.contains(GEMM_RE).to_numpy()
-    attn = names.str.contains(ATTN_RE).to_numpy()
+    u = names.unique(maintain_order=True)
+    codes = names.cast(pl.Enum(u)).to_physical().to_numpy()  # each distinct name matched once
+    gemm = u.str.contains(GEMM_RE).to_numpy()[codes]
+    attn = u.str.contains(ATTN_RE).to_numpy()[codes]
     runtime = kind == "runtime"
     wc = np.full(len(cls), WC["cpu"], dtype=np.int8)
     cat = np.full(len(cls), CAT["cpu_op"], dtype=np.int8)
@@ -180,7 +192,11 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     if measured:
         active &= (nodes["start_ns"].is_not_null() & nodes["dur_ns"].is_not_null()).to_numpy()
     rows = np.flatnonzero(active)
-    nd = nodes[rows] if len(rows) < nodes.height else nodes
+    cols = ["id", "name", "kind", "on_gpu", "dur_ns", "start_ns", "parent", "pid", "tid", "device", "stream"]
+    cols += ["correlation", "launch_id", "cls"]
+    nd = nodes.select(cols)
+    if len(rows) < nodes.height:
+        nd = nd[rows]
     n = len(rows)
     ids = nd["id"].to_numpy().astype(np.int64)
     gpu = nd["on_gpu"].fill_null(False).to_numpy()
@@ -206,23 +222,29 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     g_lane_a = np.where(dev >= 0, dev, pid)
     g_lane_b = np.where(stream >= 0, stream, tid)
     lane = _dense(gpu.astype(np.int64), np.where(gpu, g_lane_a, pid), np.where(gpu, g_lane_b, tid))
-    # nesting only within a lane
-    same_lane = np.where(ppos >= 0, lane[np.maximum(ppos, 0)] == lane, False)
-    cross_parent = int(((ppos >= 0) & ~same_lane).sum())
-    ppos[~same_lane] = -1
-    if cross_parent:
-        notes.append(f"{cross_parent} nodes whose parent runs on another thread were taken as top-level")
-    depth = _depth(ppos)
-
+    clipped = 0
     if measured:
-        start, end, clipped = _clip_to_parents(start, end, ppos, depth)
+        # the call tree on each thread from time nesting (the ``parent`` column may come from a host
+        # execution trace whose parent runs on another thread): the Euler tour of a lane must be
+        # time-ordered for its edges to be the measured gaps
+        ppos = _time_parents(start, end, lane, gpu)
+        depth = _depth(ppos)
+        start, end, clipped = _make_monotone(start, end, ppos, depth, lane, ids)
         if clipped:
             notes.append(
-                f"{clipped} nodes extend beyond their parent op; their times were clipped to the parent's "
-                "for the graph (durations contradict nesting)"
+                f"{clipped} ops overlap a neighbour or outlast their parent on their thread or stream; "
+                "their end was cut for the graph (times that contradict nesting)"
             )
+        depth = _depth(ppos)
         key = start
     else:
+        # nesting only within a lane
+        same_lane = np.where(ppos >= 0, lane[np.maximum(ppos, 0)] == lane, False)
+        cross_parent = int(((ppos >= 0) & ~same_lane).sum())
+        ppos[~same_lane] = -1
+        if cross_parent:
+            notes.append(f"{cross_parent} nodes whose parent runs on another thread were taken as top-level")
+        depth = _depth(ppos)
         key = ids  # recorded order: Chakra and PyTorch number nodes in issue order
     selfdur = _self_durations(dur, ppos, gpu)
 
@@ -230,23 +252,19 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     order = np.lexsort((ids, depth, key, lane))  # pre-order within each lane
     pre = np.empty(n, dtype=np.int64)
     pre[order] = np.arange(n)
-    last = pre.copy()  # pre-order index of the last node of each subtree
-    if (ppos >= 0).any():
-        maxd = int(depth.max())
-        by_depth = np.argsort(-depth, kind="stable")
-        bounds = np.searchsorted(-depth[by_depth], np.arange(-maxd, 1))
-        for di in range(len(bounds) - 1):
-            sel = by_depth[bounds[di] : bounds[di + 1]]
-            sel = sel[ppos[sel] >= 0]
-            if len(sel):
-                np.maximum.at(last, ppos[sel], last[sel])
+    last = _subtree_last(pre, ppos, depth)  # pre-order index of the last node of each subtree
     # points: 2*i start, 2*i+1 end; sort key (lane, slot, is_end, -depth)
     pts = np.concatenate([2 * np.arange(n), 2 * np.arange(n) + 1])
     slot = np.concatenate([pre, last])
     is_end = np.concatenate([np.zeros(n, np.int64), np.ones(n, np.int64)])
     dkey = np.concatenate([np.zeros(n, np.int64), -depth])
     plane = np.concatenate([lane, lane])
-    porder = np.lexsort((dkey, is_end, slot, plane))
+    maxd = int(depth.max()) if n else 0
+    k2 = is_end * (maxd + 1) + (dkey + maxd)  # starts first, then ends deepest first
+    if float(n + 1) * (n + 1) * (2 * maxd + 2) < 2**62:
+        porder = np.argsort((plane * (n + 1) + slot) * (2 * maxd + 2) + k2, kind="stable")
+    else:  # pragma: no cover - only for absurd depths
+        porder = np.lexsort((k2, slot, plane))
     chain = pts[porder]
     chain_lane = plane[porder]
     same = chain_lane[1:] == chain_lane[:-1]
@@ -357,6 +375,10 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
             ok &= ppos[np.maximum(dn, 0)] != dp
         dn, dp = dn[ok], dp[ok]
         if measured:
+            # on one thread, program order already says it (and equal times would close a loop
+            # between a nested pair's points): only cross-thread data edges are kept
+            same = lane[dn] == lane[dp]
+            dn, dp = dn[~same], dp[~same]
             back = start[dn] < end[dp]
             if back.any():
                 notes.append(
@@ -414,28 +436,81 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     return g
 
 
-def _clip_to_parents(
-    start: np.ndarray, end: np.ndarray, ppos: np.ndarray, depth: np.ndarray
+def _time_parents(start: np.ndarray, end: np.ndarray, lane: np.ndarray, gpu: np.ndarray) -> np.ndarray:
+    """Innermost enclosing op on the same CPU lane (-1: none); GPU ops have none."""
+    from charllm_trace.converters.tree import prev_greater_equal
+
+    n = len(start)
+    ppos = np.full(n, -1, dtype=np.int64)
+    cpu = np.flatnonzero(~gpu)
+    if len(cpu) == 0:
+        return ppos
+    t0 = int(min(start[cpu].min(), end[cpu].min()))
+    rel_e = end[cpu] - t0
+    span = int(rel_e.max()) + 1
+    order = np.lexsort((cpu, -rel_e, start[cpu], lane[cpu]))
+    if float(lane.max() + 1) * span < 2**62:  # lanes apart: an earlier lane's key is always smaller
+        p = prev_greater_equal(lane[cpu][order] * span + rel_e[order])
+    else:  # pragma: no cover - a trace spanning centuries
+        p = prev_greater_equal(rel_e[order])
+    ok = p >= 0
+    ok[ok] &= lane[cpu][order][p[ok]] == lane[cpu][order][ok]
+    ppos[cpu[order[ok]]] = cpu[order[p[ok]]]
+    return ppos
+
+
+def _make_monotone(
+    start: np.ndarray, end: np.ndarray, ppos: np.ndarray, depth: np.ndarray, lane: np.ndarray, ids: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    has = np.flatnonzero(ppos >= 0)
-    if len(has) == 0:
-        return start, end, 0
-    s, e = start.copy(), end.copy()
-    bad = (s[has] < s[ppos[has]]) | (e[has] > e[ppos[has]])
-    if not bad.any():
-        return start, end, 0
-    clipped = np.zeros(len(s), dtype=bool)
-    for _ in range(int(depth.max()) + 1):
-        p = ppos[has]
-        ns = np.maximum(s[has], s[p])
-        ne = np.minimum(np.maximum(e[has], ns), e[p])
-        ne = np.maximum(ne, ns)
-        ch = (ns != s[has]) | (ne != e[has])
-        if not ch.any():
+    """Cut ends so that each lane's tour is time-ordered: an op ends no later than the next op
+    after its subtree on its lane starts, and no later than its parent ends."""
+    s, e = start, end.copy()
+    n = len(s)
+    cut = np.zeros(n, dtype=bool)
+    order = np.lexsort((ids, depth, s, lane))
+    pre = np.empty(n, dtype=np.int64)
+    pre[order] = np.arange(n)
+    last = _subtree_last(pre, ppos, depth)
+    for _ in range(16):
+        changed = False
+        nxt = last + 1
+        has = nxt < n
+        cand = np.flatnonzero(has)
+        j = order[nxt[cand]]
+        same = lane[j] == lane[cand]
+        cand, j = cand[same], j[same]
+        over = e[cand] > s[j]
+        if over.any():
+            i = cand[over]
+            e[i] = np.maximum(s[j[over]], s[i])
+            cut[i] = True
+            changed = True
+        kid = np.flatnonzero(ppos >= 0)
+        out = e[kid] > e[ppos[kid]]
+        if out.any():
+            i = kid[out]
+            e[i] = np.maximum(e[ppos[i]], s[i])
+            cut[i] = True
+            changed = True
+        if not changed:
             break
-        clipped[has[ch]] = True
-        s[has], e[has] = ns, ne
-    return s, e, int(clipped.sum())
+    return s, e, int(cut.sum())
+
+
+def _subtree_last(pre: np.ndarray, ppos: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Pre-order index of the last node of each subtree (children before parents, by depth)."""
+    last = pre.copy()
+    if not (ppos >= 0).any():
+        return last
+    maxd = int(depth.max())
+    by_depth = np.argsort(-depth, kind="stable")
+    bounds = np.searchsorted(-depth[by_depth], np.arange(-maxd, 1))
+    for di in range(len(bounds) - 1):
+        sel = by_depth[bounds[di] : bounds[di + 1]]
+        sel = sel[ppos[sel] >= 0]
+        if len(sel):
+            np.maximum.at(last, ppos[sel], last[sel])
+    return last
 
 
 def _self_durations(dur: np.ndarray, ppos: np.ndarray, gpu: np.ndarray) -> np.ndarray:
@@ -484,8 +559,12 @@ def calibrate(g: PointGraph) -> None:
     g.base = np.minimum(g.base, gap)
     g.fixed = np.zeros(len(g.src), dtype=np.int64)
     cand = t[g.src] + g.base
+    by_dst = np.argsort(g.dst, kind="stable")
+    d_sorted = g.dst[by_dst]
+    heads = np.flatnonzero(np.r_[True, d_sorted[1:] != d_sorted[:-1]]) if len(d_sorted) else d_sorted
     best = np.full(g.n_points, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(best, g.dst, cand)
+    if len(heads):
+        best[d_sorted[heads]] = np.maximum.reduceat(cand[by_dst], heads)
     best = np.maximum(best, g.root)
     resid = t - best
     need = np.flatnonzero((resid > 0) & (best > np.iinfo(np.int64).min))
@@ -494,7 +573,7 @@ def calibrate(g: PointGraph) -> None:
     # carrier: the lane edge into the point if any, else the cross edge that came closest
     is_lane = np.isin(g.kind, [EK["span"], EK["thread_order"], EK["nesting"], EK["stream_order"]])
     score = np.where(is_lane, np.iinfo(np.int64).max, cand)
-    order = np.lexsort((score, g.dst))
+    order = by_dst[np.lexsort((score[by_dst], d_sorted))]
     last_of = np.searchsorted(g.dst[order], need, side="right") - 1
     ok = (last_of >= 0) & (g.dst[order][np.maximum(last_of, 0)] == need)
     e = order[last_of[ok]]

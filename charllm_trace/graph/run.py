@@ -41,9 +41,10 @@ class RunGraph:
 def _instances(trace: Trace, nodes: pl.DataFrame, part: P.PointGraph) -> pl.DataFrame:
     """(pg_name, coll_seq, point index of start) of this rank's collective instances."""
     act = nodes[part.rows] if len(part.rows) < nodes.height else nodes
-    df = act.with_columns(_i=pl.int_range(pl.len(), dtype=pl.Int64)).filter(
-        pl.col("pg_name").is_not_null()
-        & pl.col("coll_seq").is_not_null()
+    df = act.with_columns(
+        _i=pl.int_range(pl.len(), dtype=pl.Int64), pg_name=pl.col("pg_name").fill_null("")
+    ).filter(
+        pl.col("coll_seq").is_not_null()
         & (pl.col("cls").is_in(["comm", "cpu_comm"]))
         & pl.col("coll_type").is_not_null()
     )
@@ -179,9 +180,10 @@ def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None)
         notes=[],
         measured=measured,
     )
+    notes: list[str] = []
+    owner_rank = owner_rank[_break_cycles(merged, notes)]
     if measured:
         P.calibrate(merged)
-    notes: list[str] = []
     for r in ranks:
         for note in parts[r].notes:
             notes.append(f"rank {r}: {note}" if len(ranks) > 1 else note)
@@ -195,3 +197,28 @@ def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None)
         n_collectives=n_virtual,
         notes=notes,
     )
+
+
+def _break_cycles(g: P.PointGraph, notes: list[str]) -> np.ndarray:
+    """Drop tensor-data edges that close dependency cycles (the only edges not implied by a lane's
+    order, a launch or a measured wait), with a note. Returns the mask of edges kept; a cycle
+    without data edges is left to the caller (``engine.CycleError`` when re-timed)."""
+    from charllm_trace.graph import engine
+
+    kept = np.ones(len(g.src), dtype=bool)
+    while True:
+        zero = np.zeros(len(g.src), np.int64)
+        time, _, done = engine.longest_path(g.n_points, g.src, g.dst, zero, g.prio, g.root)
+        if done == g.n_points:
+            break
+        stuck = time == engine.NONE
+        drop = (g.kind == P.EK["data"]) & (stuck[g.src] | stuck[g.dst])
+        if not drop.any():
+            break
+        idx = np.flatnonzero(kept)
+        kept[idx[drop]] = False
+        for name in ("src", "dst", "base", "fixed", "wclass", "kind", "cat", "owner", "prio"):
+            setattr(g, name, getattr(g, name)[~drop])
+    if not kept.all():
+        notes.append(f"{int((~kept).sum())} tensor data dependencies were on dependency cycles and were not used")
+    return kept
