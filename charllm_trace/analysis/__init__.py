@@ -45,10 +45,10 @@ __all__ = sorted(_WHERE)
 
 # The analyses named like their modules are bound eagerly: a lazily loaded name would be shadowed by
 # its submodule once anything imports ``charllm_trace.analysis.overlap`` (and so on).
-from charllm_trace.analysis.bandwidth import bandwidth  # noqa: E402
-from charllm_trace.analysis.energy import energy  # noqa: E402
-from charllm_trace.analysis.overlap import overlap  # noqa: E402
-from charllm_trace.analysis.power import power  # noqa: E402
+from charllm_trace.analysis.bandwidth import bandwidth  # noqa: E402, F401
+from charllm_trace.analysis.energy import energy  # noqa: E402, F401
+from charllm_trace.analysis.overlap import overlap  # noqa: E402, F401
+from charllm_trace.analysis.power import power  # noqa: E402, F401
 
 
 def __getattr__(name: str) -> Any:
