@@ -11,7 +11,16 @@ Layout of the file:
 - a flow arrow (``"ph": "s"`` / ``"f"``, category ``launch``) from each GPU node's
   launching CPU op to the GPU node;
 - counter tracks (``"ph": "C"``) per GPU of the rank's telemetry: power (W),
-  temperature (C), memory temperature (C), SM clock (MHz) and memory clock (MHz).
+  temperature (C), memory temperature (C), SM clock (MHz) and memory clock (MHz);
+- with a :class:`~charllm_trace.analysis.results.CriticalPathResult`, one more track per
+  rank, ``critical path (rank N)``, after the rank's other tracks: one slice per segment of
+  the rank's whole-trace critical path (``segments`` rows of scope ``rank``, step null), named
+  after the node whose time it is (or the category, for a wait or an idle gap; `` [rank M]``
+  when the time is spent on another rank), category ``critical_path``, args ``category``,
+  ``node_id``, ``seg_rank``. The segments are drawn as duration events (``"ph": "B"`` /
+  ``"E"``, each end written before the next begin at the same time), so that the complete
+  events stay exactly the trace's nodes, one each. The segments follow each other in time:
+  they never overlap, so the track nests.
 
 Times: Chrome-trace ``ts``/``dur`` are microseconds. We write them as exact decimal
 literals with three fractional digits (nanosecond precision), relative to the run's
@@ -31,8 +40,12 @@ from pathlib import Path
 import orjson
 import polars as pl
 
+from charllm_trace.analysis.results import CriticalPathResult
 from charllm_trace.errors import InputError
 from charllm_trace.model import Run, Trace
+
+#: Name of the critical-path track of a rank (its thread name in the file).
+CRITICAL_TRACK = "critical path (rank {rank})"
 
 #: (telemetry column, counter name, unit) written as counter tracks per GPU.
 COUNTERS: tuple[tuple[str, str, str], ...] = (
@@ -72,6 +85,7 @@ class ExportStats:
     tracks: int  # CPU threads + GPU streams
     skipped_untimed: int  # nodes without a start time (not placeable)
     origin_unix_ns: int
+    critical_path_segments: int = 0  # B/E pairs on the "critical path (rank N)" tracks
 
 
 def _us(col: pl.Expr) -> pl.Expr:
@@ -254,8 +268,59 @@ def _counter_lines(tel: pl.DataFrame, pid: int, origin: int) -> tuple[pl.Series,
     return out, out.len()
 
 
-def write_chrome_trace(run: Run, path: str | os.PathLike[str], *, flows: bool = True) -> ExportStats:
+def _critical_lines(seg: pl.DataFrame, pid: int, tid: int, origin: int) -> pl.Series:
+    """A B/E pair per critical-path segment (``CRITICAL_SEGMENT_SCHEMA`` rows, in time order)."""
+    name = pl.coalesce(pl.col("name"), pl.col("category"), pl.lit("?")) + pl.when(
+        pl.col("seg_rank").is_not_null() & (pl.col("seg_rank") != pl.lit(pid))
+    ).then(pl.concat_str([pl.lit(" [rank "), pl.col("seg_rank").cast(pl.String), pl.lit("]")])).otherwise(
+        pl.lit("")
+    )
+    args = pl.struct(pl.col("category"), pl.col("node_id"), pl.col("seg_rank")).struct.json_encode()
+    head = pl.struct(name.alias("name")).struct.json_encode().str.strip_suffix("}")
+    b = pl.concat_str(
+        [
+            head,
+            pl.lit(f',"cat":"critical_path","ph":"B","pid":{pid},"tid":{tid},"ts":'),
+            _us(pl.col("start_ns") - origin),
+            pl.lit(',"args":'),
+            args,
+            pl.lit("}"),
+        ]
+    )
+    e = pl.concat_str(
+        [
+            head,  # the end names its slice too (the format lets it be left out; readers differ)
+            pl.lit(f',"cat":"critical_path","ph":"E","pid":{pid},"tid":{tid},"ts":'),
+            _us(pl.col("end_ns") - origin),
+            pl.lit("}"),
+        ]
+    )
+    # B0, E0, B1, E1, ...: each end before the next begin (they share a timestamp)
+    return seg.select(pl.concat_list(b, e).alias("line")).explode("line")["line"]
+
+
+def _rank_segments(cp: CriticalPathResult, rank: int) -> pl.DataFrame:
+    """The segments of ``rank``'s whole-trace critical path, in time order."""
+    return cp.segments.filter(
+        (pl.col("scope") == "rank")
+        & (pl.col("rank") == rank)
+        & pl.col("step").is_null()
+        & pl.col("start_ns").is_not_null()
+        & pl.col("end_ns").is_not_null()
+    ).sort("start_ns", "end_ns", maintain_order=True)
+
+
+def write_chrome_trace(
+    run: Run,
+    path: str | os.PathLike[str],
+    *,
+    flows: bool = True,
+    critical_path: CriticalPathResult | None = None,
+) -> ExportStats:
     """Write ``run`` as a Chrome-trace JSON (gzip-compressed when ``path`` ends in ``.gz``).
+
+    ``critical_path`` (from :func:`charllm_trace.analysis.critical.critical_path` of the
+    same run): each rank's whole-trace path is drawn on a track ``critical path (rank N)``.
 
     Raises :class:`InputError` when no rank has any timestamp (nothing to place on a
     timeline, e.g. a Chakra ET written by Chakra's own converter; pass it through
@@ -269,7 +334,7 @@ def write_chrome_trace(run: Run, path: str | os.PathLike[str], *, flows: bool = 
         )
     chunks: list[str] = []
     simulated: list[int] = []
-    n_slices = n_counters = n_flows = n_tracks = n_skipped = 0
+    n_slices = n_counters = n_flows = n_tracks = n_skipped = n_segments = 0
     for idx, rank in enumerate(run.ranks):
         trace = run.traces[rank]
         pid = rank if rank is not None else idx
@@ -309,6 +374,22 @@ def write_chrome_trace(run: Run, path: str | os.PathLike[str], *, flows: bool = 
             label += " [simulated timeline]"
             simulated.append(pid)
         chunks.extend(_meta_lines(pid, trace, label, tracks))
+        if critical_path is not None and rank is not None:
+            seg = _rank_segments(critical_path, rank)
+            if seg.height:
+                cp_tid = int(tracks["out_tid"].max() or 0) + 1
+                n_tracks += 1
+                for meta_name, meta_args in (
+                    ("thread_name", {"name": CRITICAL_TRACK.format(rank=pid)}),
+                    ("thread_sort_index", {"sort_index": cp_tid}),
+                ):
+                    chunks.append(
+                        orjson.dumps(
+                            {"name": meta_name, "ph": "M", "pid": pid, "tid": cp_tid, "args": meta_args}
+                        ).decode()
+                    )
+                n_segments += seg.height
+                chunks.append(_critical_lines(seg, pid, cp_tid, origin).str.join(",\n").item())
         if timed.height:
             sl = _slice_lines(timed, pid, origin)
             n_slices += sl.len()
@@ -347,4 +428,5 @@ def write_chrome_trace(run: Run, path: str | os.PathLike[str], *, flows: bool = 
         tracks=n_tracks,
         skipped_untimed=n_skipped,
         origin_unix_ns=origin,
+        critical_path_segments=n_segments,
     )
