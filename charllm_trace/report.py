@@ -4,8 +4,10 @@
 the charts draw: the per-rank activity lanes come from the analyses' own node
 classification (:mod:`charllm_trace.analysis.classify`) and interval algebra, the
 overlap, bandwidth, energy and power figures straight from :class:`RunAnalysis`,
-the time series from the telemetry samples. :func:`render_report` turns it into one
-self-contained HTML page (:mod:`charllm_trace.render.html`).
+the time series from the telemetry samples, the critical paths and the what-if
+prediction straight from ``RunAnalysis.critical_path`` / ``RunAnalysis.what_if``.
+:func:`render_report` turns it into one self-contained HTML page
+(:mod:`charllm_trace.render.html`).
 """
 
 from __future__ import annotations
@@ -20,12 +22,25 @@ from charllm_trace.analysis.classify import classify
 from charllm_trace.analysis.energy import IDLE, trace_devices
 from charllm_trace.analysis.overlap import GPU_BUSY
 from charllm_trace.analysis.power import SLOWDOWN_MASK, THROTTLE_REASONS, is_amd
-from charllm_trace.analysis.results import RunAnalysis
+from charllm_trace.analysis.results import CP_CATEGORIES, RunAnalysis
 from charllm_trace.model import Run, Trace
 
 MAX_LANES = 16  # ranks drawn in the timeline
 MAX_DEVICE_CHARTS = 8  # (rank, device) telemetry charts
 TOP_OPS = 15  # operators in the energy chart
+CP_TOP_OPS = 10  # operators listed per critical path
+
+#: Label and colour of each critical-path category (``CP_CATEGORIES``).
+CP_STYLE = {
+    "gpu_compute": ("GPU compute", "#4c78a8"),
+    "gpu_memory": ("GPU memcpy/memset", "#72b7b2"),
+    "communication": ("communication", "#f58518"),
+    "cpu_op": ("CPU op (self time)", "#54a24b"),
+    "launch": ("launch / runtime call", "#b279a2"),
+    "sync_wait": ("synchronisation wait", "#e45756"),
+    "idle": ("idle", "#bab0ac"),
+}
+assert tuple(CP_STYLE) == CP_CATEGORIES
 
 
 @dataclass
@@ -64,6 +79,14 @@ class ReportData:
     energy_ops: pl.DataFrame | None = None  # key, energy_j (summed over ranks), sorted
     energy_totals: pl.DataFrame | None = None
     devices: list[DeviceSeries] = field(default_factory=list)
+    critical_paths: pl.DataFrame | None = None  # CRITICAL_PATH_SCHEMA rows
+    critical_ops: pl.DataFrame | None = None  # CRITICAL_OPS_SCHEMA rows of the whole-trace paths
+    critical_notes: list[str] = field(default_factory=list)
+    what_if: pl.DataFrame | None = None  # WHATIF_SCHEMA rows (PREDICTED)
+    what_if_factors: dict[str, float] = field(default_factory=dict)
+    what_if_fixed_wait_pct: float | None = None
+    what_if_notes: list[str] = field(default_factory=list)
+    simulated: bool = False
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -204,6 +227,23 @@ def report_data(run: Run, an: RunAnalysis, title: str | None = None) -> ReportDa
             ops = pl.concat([ops, pl.DataFrame({"key": [IDLE], "energy_j": [idle]})])
         data.energy_ops = ops
         data.energy_totals = an.energy.totals
+    data.simulated = an.simulated
+    if an.critical_path is not None:
+        cp = an.critical_path
+        data.critical_paths = cp.paths
+        data.critical_ops = (
+            cp.top_ops.filter(pl.col("step").is_null())
+            .sort(pl.col("scope") == "job", "rank", maintain_order=True)  # ranks first, then the job
+            .group_by("scope", "rank", maintain_order=True)
+            .head(CP_TOP_OPS)
+        )
+        data.critical_notes = list(cp.notes)
+    if an.what_if is not None:
+        wi = an.what_if
+        data.what_if = wi.steps
+        data.what_if_factors = dict(wi.factors)
+        data.what_if_fixed_wait_pct = wi.fixed_wait_pct
+        data.what_if_notes = [n for n in wi.notes if n not in data.critical_notes]
     return data
 
 
@@ -234,7 +274,8 @@ def render_report(data: ReportData) -> str:
     o = data.origin_ns or 0
     rep = H.HtmlReport(
         data.title,
-        f"{len(data.ranks)} rank(s) · source: {_name(data.source)} · times from the run's first event",
+        f"{len(data.ranks)} rank(s) · source: {_name(data.source)} · times from the run's first event"
+        + (" · SIMULATED timeline: the source has no timestamps" if data.simulated else ""),
     )
     # 1. timeline
     if data.lanes:
@@ -325,6 +366,11 @@ def render_report(data: ReportData) -> str:
         parts.append(H.empty("Overlap", data.skipped.get("overlap", "not computed")))
     rep.add("Overlap", *parts)
 
+    # 2b. critical path and what-if (tables; their bars sit in the table cells)
+    rep.add("Critical path", *_critical_parts(data))
+    if data.what_if is not None or "what_if" in data.skipped:
+        rep.add("What-if (PREDICTED)", *_what_if_parts(data), sid="what-if")
+
     # 3. bandwidth
     c = data.collectives
     if c is not None and c.height:
@@ -384,3 +430,134 @@ def render_report(data: ReportData) -> str:
     if data.notes:
         rep.add("Notes", "<ul>" + "".join(f"<li>{H._esc(n)}</li>" for n in data.notes) + "</ul>")
     return rep.render()
+
+
+def _who(scope: str, rank: int | None) -> str:
+    return "job" if scope == "job" else f"rank {rank}"
+
+
+def _notes_list(notes: list[str]) -> str:
+    from charllm_trace.render import html as H
+
+    if not notes:
+        return ""
+    return '<ul class="notes">' + "".join(f"<li>{H._esc(n)}</li>" for n in notes) + "</ul>"
+
+
+def _critical_parts(data: ReportData) -> list[str]:
+    from charllm_trace.render import html as H
+
+    p = data.critical_paths
+    if p is None or p.height == 0:
+        return [f'<p class="empty">{H._esc(data.skipped.get("critical_path", "not computed"))}</p>']
+    intro = (
+        "The longest chain of dependencies through the execution graph (CPU threads, launches, GPU "
+        "streams, synchronisation, collectives across ranks) that ends at the last point of each step "
+        "('all': of the whole trace; 'job': of the whole run, across ranks), "
+        "and what its time is spent in."
+        + (" SIMULATED: times rebuilt from dependencies and durations." if data.simulated else "")
+    )
+    cats = [c for c in CP_CATEGORIES if (p[f"{c}_ns"].fill_null(0) != 0).any()]
+    header = ["path", "step", "span (ms)", "path (ms)"] + [f"{CP_STYLE[c][0]} (ms / %)" for c in cats]
+    header.append("breakdown")
+    rows = []
+    for r in p.iter_rows(named=True):
+        length = r["length_ns"] or 0
+        row: list[object] = [
+            _who(r["scope"], r["rank"]),
+            "all" if r["step"] is None else r["step"],
+            _ms(r["span_ns"]),
+            _ms(r["length_ns"]),
+        ]
+        for c in cats:
+            v = r[f"{c}_ns"]
+            row.append(f"{_ms(v)} / {_pct(100.0 * v / length) if length and v is not None else ''}")
+        row.append(
+            H.stack_bar(
+                [
+                    (f"{CP_STYLE[c][0]}: {_ms(r[f'{c}_ns'])} ms", r[f"{c}_ns"], CP_STYLE[c][1])
+                    for c in CP_CATEGORIES
+                ],
+                total=length or None,
+            )
+        )
+        rows.append(row)
+    parts = [
+        f'<p class="note">{H._esc(intro)}</p>',
+        H.table(header, rows, scroll=True),
+        H.legend([CP_STYLE[c] for c in cats]),
+    ]
+    ops = data.critical_ops
+    if ops is not None and ops.height:
+        parts.append("<h3>Top operators on the critical path (whole trace)</h3>")
+        parts.append(
+            H.table(
+                ["path", "operator", "category", "time (ms)", "% of path", "path edges"],
+                [
+                    [
+                        _who(r["scope"], r["rank"]),
+                        r["name"] or "",
+                        CP_STYLE.get(r["category"], (r["category"] or "",))[0],
+                        _ms(r["time_ns"]),
+                        _pct(r["pct"]),
+                        r["count"],
+                    ]
+                    for r in ops.iter_rows(named=True)
+                ],
+            )
+        )
+    parts.append(_notes_list(data.critical_notes))
+    return parts
+
+
+def _what_if_parts(data: ReportData) -> list[str]:
+    from charllm_trace.render import html as H
+
+    w = data.what_if
+    if w is None:
+        return [f'<p class="empty">{H._esc(data.skipped.get("what_if", "not computed"))}</p>']
+    factors = ", ".join(f"{k} x {v:g}" for k, v in data.what_if_factors.items())
+    parts = [
+        f'<p class="predicted">PREDICTED, not measured: durations scaled by class ({H._esc(factors)}) '
+        "and the execution graph re-timed, every dependency honoured.</p>"
+    ]
+    rows = [
+        [
+            r["rank"],
+            "all" if r["step"] is None else r["step"],
+            _ms(r["measured_ns"]),
+            _ms(r["predicted_ns"]),
+            "" if r["change_pct"] is None else f"{r['change_pct']:+.2f}",
+            _ms(r["measured_exposed_comm_ns"]),
+            _ms(r["predicted_exposed_comm_ns"]),
+            _pct(r["measured_overlap_pct"]),
+            _pct(r["predicted_overlap_pct"]),
+        ]
+        for r in w.iter_rows(named=True)
+    ]
+    parts.append(
+        H.table(
+            [
+                "rank",
+                "step",
+                "measured (ms)",
+                "predicted (ms)",
+                "change %",
+                "measured exposed comm (ms)",
+                "predicted exposed comm (ms)",
+                "measured overlap %",
+                "predicted overlap %",
+            ],
+            rows,
+            scroll=True,
+        )
+    )
+    notes = list(data.what_if_notes)
+    if data.what_if_fixed_wait_pct is not None:
+        notes.insert(
+            0,
+            f"{data.what_if_fixed_wait_pct:.1f} % of the measured time is waiting the trace does not explain; "
+            "it is kept as measured in the prediction",
+        )
+    parts.append(_notes_list(notes))
+    return parts

@@ -8,7 +8,10 @@ Chart primitives (each returns an HTML fragment holding one ``<svg>``):
   idle rows) with series (e.g. power) drawn over them on a right axis;
 - :func:`bar_chart` — horizontal bars, one or several values per category;
 - :func:`scatter_chart` — points per group on a linear or log x axis with horizontal
-  reference lines (e.g. bus bandwidth vs message size with the link peak).
+  reference lines (e.g. bus bandwidth vs message size with the link peak);
+- :func:`stack_bar` — one small stacked bar (e.g. a critical path's breakdown by
+  category) to put in a table cell (:class:`Html` cells are not escaped), with
+  :func:`legend` for its colours.
 
 Renderers never compute figures: they receive already-computed values and only map
 them to pixels. To keep a page small on traces with millions of intervals, lanes are
@@ -61,6 +64,11 @@ svg text{fill:#333}
 table.data{border-collapse:collapse;font-size:12px;margin:8px 0}
 table.data th,table.data td{border:1px solid #ddd;padding:3px 8px;text-align:right}
 table.data th{background:#f2f2f2} table.data td:first-child,table.data th:first-child{text-align:left}
+table.data td.left{text-align:left}
+div.scroll{overflow-x:auto}
+svg.stack{display:inline-block;vertical-align:middle}
+nav.toc{font-size:13px;margin:12px 0 0} nav.toc a{color:#1f5f9e;margin-right:14px;text-decoration:none}
+p.predicted{font-weight:600;color:#8a4b00}
 """
 
 # ---------------------------------------------------------------------------
@@ -622,11 +630,54 @@ def scatter_chart(
     return _figure("scatter", title, "".join(parts), _legend(legend), note)
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A small data table (values are shown as given)."""
+class Html(str):
+    """A fragment of markup to put in a :func:`table` cell as it is (not escaped)."""
+
+
+def _cell(v: object) -> str:
+    if isinstance(v, Html):
+        return f'<td class="left">{v}</td>'
+    return f"<td>{_esc(v)}</td>"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]], *, scroll: bool = False) -> str:
+    """A small data table (values are shown as given; :class:`Html` values as markup).
+    ``scroll``: wrapped in a box that scrolls sideways when the table is wider than the page."""
     th = "".join(f"<th>{_esc(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{_esc(v)}</td>" for v in r) + "</tr>" for r in rows)
-    return f'<table class="data"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
+    body = "".join("<tr>" + "".join(_cell(v) for v in r) + "</tr>" for r in rows)
+    out = f'<table class="data"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
+    return f'<div class="scroll">{out}</div>' if scroll else out
+
+
+def stack_bar(
+    parts: Sequence[tuple[str, float, str]], *, total: float | None = None, width: int = 260, height: int = 12
+) -> Html:
+    """One horizontal stacked bar as an inline SVG: ``parts`` are (label, value, colour), drawn
+    left to right in proportion to ``total`` (default: their sum); each piece has its label and
+    value as a tooltip. Values that are not positive are not drawn."""
+    vals = [(lab, float(v), c) for lab, v, c in parts if v is not None and math.isfinite(v) and v > 0]
+    tot = float(total) if total else sum(v for _, v, _ in vals)
+    out = [
+        f'<svg class="stack" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}"><rect x="0" y="0" width="{width}" height="{height}" fill="#f4f4f4"/>'
+    ]
+    x = 0.0
+    for lab, v, c in vals:
+        w = width * v / tot if tot > 0 else 0.0
+        if w <= 0:
+            continue
+        out.append(
+            f'<rect class="piece" x="{x:.2f}" y="0" width="{w:.2f}" height="{height}" fill="{c}">'
+            f"<title>{_esc(lab)}</title></rect>"
+        )
+        x += w
+    out.append("</svg>")
+    return Html("".join(out))
+
+
+def legend(items: Sequence[tuple[str, str]]) -> str:
+    """Colour swatches with their names, e.g. for :func:`stack_bar`."""
+    return _legend(list(items)).replace('class="legend"', 'class="legend" style="margin-left:0"')
 
 
 # ---------------------------------------------------------------------------
@@ -640,19 +691,29 @@ class HtmlReport:
     subtitle: str = ""
     sections: list[tuple[str, str, str]] = field(default_factory=list)  # (id, title, html)
 
-    def add(self, title: str, *parts: str, note: str = "") -> None:
-        sid = "s" + str(len(self.sections) + 1)
+    def add(self, title: str, *parts: str, note: str = "", sid: str | None = None) -> None:
+        """A section; ``sid`` (default: from the title, e.g. ``critical-path``) is its anchor."""
+        base = sid or "".join(c if c.isalnum() else "-" for c in title.lower()).strip("-") or "section"
+        base = "-".join(w for w in base.split("-") if w)
+        taken = {x for x, _, _ in self.sections}
+        sid, k = base, 2
+        while sid in taken:
+            sid, k = f"{base}-{k}", k + 1
         body = (f'<p class="note">{_esc(note)}</p>' if note else "") + "".join(parts)
         self.sections.append((sid, title, body))
 
     def render(self) -> str:
         secs = "".join(
-            f'<section id="{sid}"><h2>{_esc(t)}</h2>{body}</section>' for sid, t, body in self.sections
+            f'<section id="{_esc(sid)}"><h2>{_esc(t)}</h2>{body}</section>' for sid, t, body in self.sections
         )
         sub = f"<p>{_esc(self.subtitle)}</p>" if self.subtitle else ""
+        toc = ""
+        if len(self.sections) > 1:  # the page's section list, linking to each section
+            links = "".join(f'<a href="#{_esc(sid)}">{_esc(t)}</a>' for sid, t, _ in self.sections)
+            toc = f'<nav class="toc">{links}</nav>'
         return (
             '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{_esc(self.title)}</title><style>{_CSS}</style></head>"
-            f"<body><header><h1>{_esc(self.title)}</h1>{sub}</header><main>{secs}</main></body></html>\n"
+            f"<body><header><h1>{_esc(self.title)}</h1>{sub}</header><main>{toc}{secs}</main></body></html>\n"
         )
