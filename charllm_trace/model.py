@@ -47,6 +47,7 @@ NODE_KINDS = (
     "memcpy",  # a GPU memory copy
     "memset",  # a GPU memory set
     "gpu_annotation",  # a range on a GPU stream (gpu_user_annotation)
+    "sync",  # a CUPTI synchronisation record (Kineto cuda_sync: event/stream/context sync, stream wait event)
     "other",
 )
 

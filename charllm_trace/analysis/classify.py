@@ -12,7 +12,8 @@ Activity class (column ``cls``):
 ``memcpy``     GPU memory copies (Kineto ``gpu_memcpy``; AMD ``__amd_rocclr_copy…``
                blit kernels; names ``Memcpy…`` / ``dma…``)
 ``memset``     GPU memory sets (``gpu_memset``; ``__amd_rocclr_fill…``; ``Memset…``)
-``sync``       GPU-side synchronisation records (Kineto ``cuda_sync``: ``… Sync``)
+``sync``       GPU-side synchronisation records (kind ``sync``: Kineto ``cuda_sync``,
+               "Stream Wait Event" included; other GPU records named ``… Sync``)
 ``gpu_range``  ranges on GPU streams (``gpu_user_annotation``): not activity
 ``cpu_comm``   a CPU operator that performs or wraps a collective (it has a
                ``coll_type``, or is named ``gloo:…``, ``nccl:…``, ``c10d::…``,
@@ -77,6 +78,8 @@ def classify(nodes: pl.DataFrame) -> pl.DataFrame:
     gpu_cls = (
         pl.when(kind == "gpu_annotation")
         .then(pl.lit("gpu_range"))
+        .when(kind == "sync")
+        .then(pl.lit("sync"))
         .when((kind == "memcpy") | pl.col("_f_memcpy"))
         .then(pl.lit("memcpy"))
         .when((kind == "memset") | pl.col("_f_memset"))

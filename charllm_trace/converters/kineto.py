@@ -45,6 +45,9 @@ CATEGORY_KIND: dict[str, tuple[str, bool]] = {
     "gpu_memset": ("memset", True),
     "memset": ("memset", True),
     "gpu_user_annotation": ("gpu_annotation", True),
+    # CUPTI synchronisation records: pid = device, tid = stream, args device/stream (-1 for
+    # context and event syncs), correlation (of the runtime call that synchronised)
+    "cuda_sync": ("sync", True),
 }
 #: Categories that are not trace content (the profiler's own span).
 SKIP_CATEGORIES = {"trace"}
@@ -73,6 +76,12 @@ COMM_ARG_KEYS = (
     "Concrete Inputs",
 )
 
+#: Args of ``cuda_sync`` records kept verbatim (as JSON in ``attrs``): for "Stream Wait Event" and
+#: "Event Sync", the stream the waited-on event was recorded on and the correlation id of the
+#: ``cudaEventRecord`` call that recorded it (read by :mod:`charllm_trace.graph.cuda_sync`).
+SYNC_ARG_KEYS = ("wait_on_stream", "wait_on_cuda_event_record_corr_id")
+SYNC_CATEGORY = "cuda_sync"
+
 
 @dataclass
 class KinetoProfile:
@@ -80,7 +89,9 @@ class KinetoProfile:
 
     path: str
     events: pl.DataFrame  # one row per node-worthy X event, see parse_kineto
-    comm_args: dict[int, dict[str, Any]]  # row -> args, only for rows that may be communication
+    # row -> args kept verbatim in ``attrs``: the comm args (COMM_ARG_KEYS) of the rows that may be
+    # communication, the SYNC_ARG_KEYS of cuda_sync records
+    comm_args: dict[int, dict[str, Any]]
     base_ns: int
     rank: int | None = None
     world_size: int | None = None
@@ -205,6 +216,10 @@ def parse_kineto(doc: dict[str, Any], path: str | os.PathLike[str]) -> KinetoPro
         if (k in ("kernel", "cpu_op", "annotation", "other")) and may_be_comm(nm, k):
             a = args[i]
             comm_args[i] = {key: a[key] for key in COMM_ARG_KEYS if key in a}
+        elif cats[i] == SYNC_CATEGORY:
+            d = {key: args[i][key] for key in SYNC_ARG_KEYS if args[i].get(key) is not None}
+            if d:
+                comm_args[i] = d
     return _profile(path, events, comm_args, base_ns, doc, len(raw_events))
 
 
@@ -255,6 +270,7 @@ def _profile(
 # raw and are decoded only for the few events that may be communication.
 
 _COMM_FIELDS = {f"c{i}": key for i, key in enumerate(COMM_ARG_KEYS)}
+_SYNC_FIELDS = {f"s{i}": key for i, key in enumerate(SYNC_ARG_KEYS)}
 
 
 # the comm args as raw JSON fields c0..cN (declared dynamically: one per key in COMM_ARG_KEYS)
@@ -267,9 +283,10 @@ _Args = msgspec.defstruct(  # type: ignore[misc]
         ("device", Any, None),
         ("stream", Any, None),
     ]
+    + [(f, Any, None) for f in _SYNC_FIELDS]
     + [(f, msgspec.Raw, msgspec.Raw()) for f in _COMM_FIELDS],
     gc=False,
-    rename={"external_id": "External id", "rf_id": "Record function id", **_COMM_FIELDS},
+    rename={"external_id": "External id", "rf_id": "Record function id", **_SYNC_FIELDS, **_COMM_FIELDS},
 )
 
 
@@ -839,6 +856,9 @@ class _Columns:
                 self.names.value_series(name_codes[pre]), self.cats.value_series(cat_codes[pre])
             )
             _decode_comm_args(args, pre[hits.to_numpy()].tolist(), self.row0, self.comm_args)
+        sync_code = self.cats.codes.get(SYNC_CATEGORY)
+        if sync_code is not None:
+            _sync_args(args, np.flatnonzero(cat_codes == sync_code).tolist(), self.row0, self.comm_args)
         self.row0 += len(xs)
         del xs, args  # the comm args' Raw values may be views of ``data``: gone now
         return n_raw
@@ -908,6 +928,15 @@ def _decode_comm_args(args: list[Any], rows: list[int], row0: int, out: dict[int
                 if len(v):
                     d[key] = msgspec.json.decode(v)
         out[row0 + i] = d
+
+
+def _sync_args(args: list[Any], rows: list[int], row0: int, out: dict[int, dict[str, Any]]) -> None:
+    """The SYNC_ARG_KEYS of the cuda_sync ``rows`` of a batch into ``out`` (keyed by table row)."""
+    for i in rows:
+        a = args[i]
+        d = {key: v for f, key in _SYNC_FIELDS.items() if (v := getattr(a, f)) is not None}
+        if d:
+            out[row0 + i] = d
 
 
 def _int_series(values: list[Any]) -> pl.Series:
