@@ -29,6 +29,7 @@ MAX_LANES = 16  # ranks drawn in the timeline
 MAX_DEVICE_CHARTS = 8  # (rank, device) telemetry charts
 TOP_OPS = 15  # operators in the energy chart
 CP_TOP_OPS = 10  # operators listed per critical path
+CP_MAX_RANK_OPS = 4  # with more ranks, the operators of the job's critical path only
 
 #: Label and colour of each critical-path category (``CP_CATEGORIES``).
 CP_STYLE = {
@@ -231,12 +232,15 @@ def report_data(run: Run, an: RunAnalysis, title: str | None = None) -> ReportDa
     if an.critical_path is not None:
         cp = an.critical_path
         data.critical_paths = cp.paths
-        data.critical_ops = (
+        ops = (
             cp.top_ops.filter(pl.col("step").is_null())
             .sort(pl.col("scope") == "job", "rank", maintain_order=True)  # ranks first, then the job
             .group_by("scope", "rank", maintain_order=True)
             .head(CP_TOP_OPS)
         )
+        if ops["rank"].n_unique() > CP_MAX_RANK_OPS and (ops["scope"] == "job").any():
+            ops = ops.filter(pl.col("scope") == "job")  # many ranks: the job's path only
+        data.critical_ops = ops
         data.critical_notes = list(cp.notes)
     if an.what_if is not None:
         wi = an.what_if
@@ -489,7 +493,12 @@ def _critical_parts(data: ReportData) -> list[str]:
     ]
     ops = data.critical_ops
     if ops is not None and ops.height:
-        parts.append("<h3>Top operators on the critical path (whole trace)</h3>")
+        only_job = set(ops["scope"].to_list()) == {"job"}
+        parts.append(
+            "<h3>Top operators on the critical path (whole trace"
+            + (", the job's path; each rank's list is in analyze --format json" if only_job else "")
+            + ")</h3>"
+        )
         parts.append(
             H.table(
                 ["path", "operator", "category", "time (ms)", "% of path", "path edges"],

@@ -221,3 +221,24 @@ def test_help_names_the_classes() -> None:
     rep = re.sub(r"\s+", " ", _invoke("report", "--help").output)
     assert "--what-if" in rep and "--simulate" in rep
     assert "--no-critical-path" in _invoke("export", "perfetto", "--help").output
+
+
+def test_many_ranks_list_the_jobs_top_operators() -> None:
+    """With more than 4 ranks (the shared 8-rank DLRM run) the table lists the operators of the
+    job's critical path only, and says where each rank's list is."""
+    src = shared_trace("param/dlrm_8ranks_v100")
+    r = _invoke("analyze", str(src))
+    assert r.exit_code == 0, r.output
+    assert "Top operators on the critical path (whole trace, job path)" in r.output
+    assert "--format json (frame critical_path_ops)" in r.output
+    rows = _rows(r.output, "Top operators on the critical path")
+    res = analyze_run(loader.load(src))
+    job = res.critical_path.top_ops.filter((pl.col("scope") == "job") & pl.col("step").is_null())  # type: ignore[union-attr]
+    assert len(rows) == job.height > 0 and all(row[0] == "job" for row in rows)
+    # every whole-trace path of the 8 ranks and the job's is in the path table (steps: --per-step)
+    paths = _rows(r.output, "Critical path: share of the path by category")
+    assert [p[:2] for p in paths] == [[str(k), "all"] for k in range(8)] + [["job", "all"]]
+    steps = _rows(
+        _invoke("analyze", str(src), "--per-step").output, "Critical path: share of the path by category"
+    )
+    assert len(steps) == res.critical_path.paths.height > len(paths)  # type: ignore[union-attr]

@@ -15,6 +15,7 @@ from rich.table import Table
 from charllm_trace.analysis.results import CP_CATEGORIES, RunAnalysis
 
 TOP = 10
+MAX_RANK_OPS = 4  # with more ranks, the top operators of the job's critical path only
 
 
 def _num(v: Any, fmt: str = "{:.2f}") -> str:
@@ -225,8 +226,13 @@ def _compact(title: str, cols: Iterable[tuple[str, str]]) -> Table:
         box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False,
     )  # fmt: skip
     for name, just in cols:
-        t.add_column(name, justify=just, no_wrap=True)  # type: ignore[arg-type]
+        t.add_column(name, justify=just)  # type: ignore[arg-type]
     return t
+
+
+def _steps_shown(res: RunAnalysis, df: pl.DataFrame) -> pl.DataFrame:
+    """The rows a table shows: per step only with --per-step (like the other tables)."""
+    return df if res.options.per_step else df.filter(pl.col("step").is_null())
 
 
 def _pct1(v: Any) -> str:
@@ -240,7 +246,7 @@ def _cp_who(r: dict[str, Any]) -> str:
 def render_critical_path(res: RunAnalysis, console: Console) -> None:
     cp = res.critical_path
     assert cp is not None
-    paths = cp.paths
+    paths = _steps_shown(res, cp.paths)
     # categories that are 0 on every path are left out (the JSON keeps every column)
     shown = [c for c in CP_CATEGORIES if paths.height and (paths[f"{c}_ns"].fill_null(0) != 0).any()]
     hidden = [CP_SHORT[c][0] for c in CP_CATEGORIES if c not in shown]
@@ -272,9 +278,15 @@ def render_critical_path(res: RunAnalysis, console: Console) -> None:
     ops = cp.top_ops.filter(pl.col("step").is_null()).sort(
         pl.col("scope") == "job", "rank", maintain_order=True
     )  # ranks first, then the job
+    only_job = False
+    if ops["rank"].n_unique() > MAX_RANK_OPS and (ops["scope"] == "job").any():
+        ops, only_job = ops.filter(pl.col("scope") == "job"), True  # many ranks: the job's path only
     if ops.height:
         o = _compact(
-            "Top operators on the critical path (whole trace)" + _label(res),
+            "Top operators on the critical path (whole trace"
+            + (", job path" if only_job else "")
+            + ")"
+            + _label(res),
             [("rank", "right"), ("operator", "left"), ("what", "left"), ("ms", "right"), ("% path", "right"),
              ("n", "right")],
         )  # fmt: skip
@@ -293,6 +305,11 @@ def render_critical_path(res: RunAnalysis, console: Console) -> None:
                 _pct1(r["pct"]), str(r["count"]),
             )  # fmt: skip
         console.print(o)
+        if only_job:
+            console.print(
+                "  each rank's own list: --format json (frame critical_path_ops)",
+                style="dim", markup=False, highlight=False,
+            )  # fmt: skip
     _notes(console, cp.notes)
 
 
@@ -308,7 +325,7 @@ def render_what_if(res: RunAnalysis, console: Console, printed: list[str] | None
         [("rank", "right"), ("step", "right"), ("meas ms", "right"), ("pred ms", "right"), ("chg %", "right"),
          ("meas exp", "right"), ("pred exp", "right"), ("meas ovl", "right"), ("pred ovl", "right")],
     )  # fmt: skip
-    for r in wi.steps.iter_rows(named=True):
+    for r in _steps_shown(res, wi.steps).iter_rows(named=True):
         t.add_row(
             str(r["rank"]), _step(r["step"]), _ms(r["measured_ns"]), _ms(r["predicted_ns"]),
             _num(r["change_pct"], "{:+.1f}"), _ms(r["measured_exposed_comm_ns"]),
