@@ -30,6 +30,44 @@ PG_INIT = "## process_group:init ##"
 USER_SCOPE = 7
 
 
+def pg_init_values(raw: str) -> str:
+    """``inputs.values`` of the ``## process_group:init ##`` node: PyTorch's process-group JSON text
+    ``raw``, byte for byte, inside ``['`` and ``']``.
+
+    This is what Chakra's converter writes (``str(inputs["values"])`` of the one-string list) for
+    every description PyTorch writes (``json.dumps``: ASCII, no ``'``, no backslash), and what
+    ASTRA-sim reads: it drops two characters at each end (``substr(2, size - 4)``) and parses the
+    rest as JSON. Writing the values list as JSON instead (``["[{\"pg_name\": ...}]"]``) escapes the
+    description a second time and ASTRA-sim cannot parse it."""
+    return "['" + raw + "']"
+
+
+def pg_init_groups(values: str | None) -> list[dict[str, Any]] | None:
+    """The process groups in a ``## process_group:init ##`` node's ``inputs.values``, or None.
+
+    Reads both forms: ``['<json>']`` (Chakra's converter, and ours since the fix) and the JSON list
+    ``["<escaped json>"]`` that earlier charllm-trace versions wrote."""
+    if not values or len(values) < 4:
+        return None
+    if values.startswith("['") and values.endswith("']"):
+        text: str = values[2:-2]  # ASTRA-sim's substr(2, size - 4)
+    else:
+        try:
+            v = orjson.loads(values)
+        except orjson.JSONDecodeError:
+            return None
+        if not (isinstance(v, list) and len(v) == 1 and isinstance(v[0], str)):
+            return None
+        text = v[0]
+    try:
+        groups = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(groups, list):
+        return None
+    return [g for g in groups if isinstance(g, dict)]
+
+
 @dataclass
 class HostET:
     path: str
@@ -102,7 +140,11 @@ def parse_host_et(doc: dict[str, Any], path: str | os.PathLike[str]) -> HostET:
         rf_ids.append(rf if isinstance(rf, int) else None)
         tids.append(tid if isinstance(tid, int) else None)
         scopes.append(scope if isinstance(scope, int) else None)
-        in_j.append((orjson.dumps(iv).decode(), orjson.dumps(ish).decode(), orjson.dumps(ity).decode()))
+        # The process-group node keeps PyTorch's JSON text as it is (see pg_init_values); every
+        # other node's values list is written as JSON.
+        pg_text = iv[0] if name == PG_INIT and isinstance(iv, list) and len(iv) == 1 else None
+        in_v = pg_init_values(pg_text) if isinstance(pg_text, str) else orjson.dumps(iv).decode()
+        in_j.append((in_v, orjson.dumps(ish).decode(), orjson.dumps(ity).decode()))
         out_j.append((orjson.dumps(ov).decode(), orjson.dumps(osh).decode(), orjson.dumps(oty).decode()))
         attrs_j.append(orjson.dumps(extra).decode() if extra else None)
         io[nid] = (ish, ity, iv)
