@@ -28,6 +28,7 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.classify import classify
+from charllm_trace.graph.cuda_sync import cuda_sync_edges
 from charllm_trace.model import Trace
 
 # What-if classes of the scalable part of a lag (``--what-if NAME=FACTOR``).
@@ -188,7 +189,8 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     measured = bool(trace.meta.has_timestamps) and nodes["start_ns"].null_count() < nodes.height
     notes: list[str] = []
     kind_all = nodes["kind"].fill_null("other")
-    active = (kind_all != "gpu_annotation").to_numpy()
+    # GPU ranges and CUDA sync records (kind "sync": cuda_sync_edges reads them) are not activity
+    active = (~kind_all.is_in(["gpu_annotation", "sync"])).to_numpy()
     if measured:
         active &= (nodes["start_ns"].is_not_null() & nodes["dur_ns"].is_not_null()).to_numpy()
     rows = np.flatnonzero(active)
@@ -341,8 +343,46 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
 
     # ---- sync: GPU op end -> end of the CPU call that waited for it ----
     sync_fix: tuple[np.ndarray, np.ndarray] | None = None
+    fix_rows: list[np.ndarray] = []
+    fix_own: list[np.ndarray] = []
+    exact_calls = np.zeros(0, dtype=np.int64)
     if measured and len(gk):
+        # exact edges from the trace's cuda_sync records, where it has them
+        cs = cuda_sync_edges(nodes)
+        if cs.height:
+            sp = _pos_of(ids, cs["src"].to_numpy().astype(np.int64))
+            dp = _pos_of(ids, cs["dst"].to_numpy().astype(np.int64))
+            ok = (sp >= 0) & (dp >= 0)
+            sp, dp, to_end = sp[ok], dp[ok], cs["dst_end"].to_numpy()[ok]
+            # stream wait event: recorded op end -> start of the op that waited (no lag of its own)
+            gs, gd = sp[~to_end], dp[~to_end]
+            if len(gs):
+                E_src.append(2 * gs + 1)
+                E_dst.append(2 * gd)
+                E_base.append(np.zeros(len(gs), np.int64))
+                E_kind.append(np.full(len(gs), EK["sync"], np.int8))
+                E_cat.append(np.full(len(gs), CAT["sync_wait"], np.int8))
+                E_wc.append(np.full(len(gs), -1, np.int8))
+                E_own.append(np.full(len(gs), -1, np.int64))
+                E_prio.append(np.full(len(gs), PRIO_CROSS, np.int8))
+            # event / stream / context sync: waited op end -> end of the runtime call
+            srow, grow = dp[to_end], sp[to_end]
+            if len(srow):
+                own_t = end[srow] - np.maximum(start[srow], end[grow])
+                E_src.append(2 * grow + 1)
+                E_dst.append(2 * srow + 1)
+                E_base.append(own_t)
+                E_kind.append(np.full(len(srow), EK["sync"], np.int8))
+                E_cat.append(np.full(len(srow), CAT["sync_wait"], np.int8))
+                E_wc.append(np.full(len(srow), -1, np.int8))
+                E_own.append(srow)
+                E_prio.append(np.full(len(srow), PRIO_CROSS, np.int8))
+                fix_rows.append(srow)
+                fix_own.append(own_t)
+                exact_calls = np.unique(srow)
+        # the heuristic for the other synchronising calls: the GPU op that ended last inside them
         sync_rows = np.flatnonzero(runtime & nd["name"].fill_null("").str.contains(SYNC_CALL_RE).to_numpy())
+        sync_rows = sync_rows[~np.isin(sync_rows, exact_calls)]
         if len(sync_rows):
             g_order = gk[np.argsort(end[gk], kind="stable")]
             g_end = end[g_order]
@@ -361,7 +401,15 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
                 E_wc.append(np.full(len(srow), -1, np.int8))
                 E_own.append(srow)
                 E_prio.append(np.full(len(srow), PRIO_CROSS, np.int8))
-                sync_fix = (srow, own_t)
+                fix_rows.append(srow)
+                fix_own.append(own_t)
+        if fix_rows:
+            # one own time per call (a context sync waits for several ops: the least is left)
+            rows_all, own_all = np.concatenate(fix_rows), np.concatenate(fix_own)
+            u, inv = np.unique(rows_all, return_inverse=True)
+            own_min = np.full(len(u), np.iinfo(np.int64).max, dtype=np.int64)
+            np.minimum.at(own_min, inv, own_all)
+            sync_fix = (u, own_min)
 
     # ---- data: tensor producer end -> consumer start (host execution trace) ----
     dd = trace.deps
@@ -572,7 +620,9 @@ def calibrate(g: PointGraph) -> None:
         return
     # carrier: the lane edge into the point if any, else the cross edge that came closest
     is_lane = np.isin(g.kind, [EK["span"], EK["thread_order"], EK["nesting"], EK["stream_order"]])
-    score = np.where(is_lane, np.iinfo(np.int64).max, cand)
+    # a sync edge into the point (an event the trace shows) carries it before the lane does
+    big = np.iinfo(np.int64).max
+    score = np.where(g.kind == EK["sync"], big, np.where(is_lane, big - 1, np.minimum(cand, big - 2)))
     order = by_dst[np.lexsort((score[by_dst], d_sorted))]
     last_of = np.searchsorted(g.dst[order], need, side="right") - 1
     ok = (last_of >= 0) & (g.dst[order][np.maximum(last_of, 0)] == need)
