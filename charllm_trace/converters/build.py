@@ -278,21 +278,27 @@ def annotate_collectives(
                     if tree.name_of(a) == "record_param_comms" and C.has_collective_args(comm_args.get(a)):
                         ctx.setdefault("rpc", a)
                         break
-        own_type = C.coll_type_of(args.get("Collective name")) if args else None
+        # The node's own type: its own comm args, else its own name (gloo:all_reduce, a kernel named
+        # ..._AllReduce_...). The enclosing ops' type (record_param_comms args, c10d:: op, nccl:
+        # annotation) only types a node whose own name names no collective (a SendRecv kernel): a
+        # reduce_scatter that gloo runs as a gloo:all_reduce is an all_reduce here.
+        own_type = (C.coll_type_of(args.get("Collective name")) if args else None) or C.coll_type_of(
+            r["name"]
+        )
+        c10d_type = C.coll_type_of(tree.name_of(ctx["c10d"])) if "c10d" in ctx else None
         ctype = (
             own_type
             or (
                 C.coll_type_of(comm_args.get(ctx["rpc"], {}).get("Collective name")) if "rpc" in ctx else None
             )
-            or (C.coll_type_of(tree.name_of(ctx["c10d"])) if "c10d" in ctx else None)
+            or c10d_type
             or (C.coll_type_of(tree.name_of(ctx["ann"])) if "ann" in ctx else None)
-            or C.coll_type_of(r["name"])
         )
         if C.has_collective_args(args):
             info = C.from_args(args, ctype)
             info["size_source"] = "kernel_args"
         elif "rpc" in ctx and C.has_collective_args(comm_args.get(ctx["rpc"])):
-            info = C.from_args(comm_args[ctx["rpc"]], ctype)
+            info = C.from_args(comm_args[ctx["rpc"]], ctype, own_type=own_type)
             info["size_source"] = "record_param_comms_args"
         else:
             info = {"coll_type": ctype}
@@ -313,9 +319,11 @@ def annotate_collectives(
                 ty = ty or ty2
             if n_in is None and "c10d" in ctx and ctype not in ("all_gather", "gather"):
                 shapes, types, _ = node_io(ctx["c10d"])
+                # c10d::alltoall_base_ / _reduce_scatter_base_ (output, input, ...): the input
+                skip_out = c10d_type in ("all_to_all", "reduce_scatter")
                 n_in, ty = C.first_tensor(
-                    shapes[1:] if ctype == "all_to_all" and isinstance(shapes, list) else shapes,
-                    types[1:] if ctype == "all_to_all" and isinstance(types, list) else types,
+                    shapes[1:] if skip_out and isinstance(shapes, list) else shapes,
+                    types[1:] if skip_out and isinstance(types, list) else types,
                 )
             dt, size = C.dtype_info(ty)
             info["dtype"] = dt
@@ -353,14 +361,20 @@ def annotate_collectives(
             )
         # all-to-all split sizes from c10d::alltoall_base_(output, input, pg, output_split_sizes,
         # input_split_sizes, ...) when the comm args did not give them.
-        if ctype == "all_to_all" and "c10d" in ctx and not info.get("in_split") and not info.get("out_split"):
+        if (
+            ctype == "all_to_all"
+            and c10d_type == "all_to_all"
+            and not info.get("in_split")
+            and not info.get("out_split")
+        ):
             _, _, values = node_io(ctx["c10d"])
             if isinstance(values, list) and len(values) > 4:
                 info["out_split"] = C.parse_list(values[3]) or None
                 info["in_split"] = C.parse_list(values[4]) or None
-        # Root / peer from the c10d op's scalar inputs (group ranks -> global ranks).
+        # Root / peer from the c10d op's scalar inputs (group ranks -> global ranks), where the c10d
+        # op is the same operation (its signature gives the argument's position).
         root = peer = None
-        if "c10d" in ctx and ctype in {**_ROOT_ARG, **_PEER_ARG}:
+        if c10d_type == ctype and ctype in {**_ROOT_ARG, **_PEER_ARG}:
             _, _, values = node_io(ctx["c10d"])
             idx = _ROOT_ARG.get(ctype, _PEER_ARG.get(ctype))
             if isinstance(values, list) and idx is not None and idx < len(values):

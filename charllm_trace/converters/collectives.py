@@ -243,10 +243,14 @@ def has_collective_args(args: dict[str, Any] | None) -> bool:
     return bool(args) and ("Collective name" in args or "In msg nelems" in args)
 
 
-def from_args(args: dict[str, Any], coll_type: str | None) -> dict[str, Any]:
-    """Collective fields from Kineto comm args (NCCL kernel args or record_param_comms args)."""
+def from_args(args: dict[str, Any], coll_type: str | None, own_type: str | None = None) -> dict[str, Any]:
+    """Collective fields from Kineto comm args (NCCL kernel args or record_param_comms args).
+
+    The type is ``own_type`` (the node's own, when the args are an enclosing op's: a
+    ``gloo:all_reduce`` inside a reduce_scatter stays an all_reduce, sized by its rule), else the
+    args' ``Collective name``, else ``coll_type``."""
     out: dict[str, Any] = {}
-    ct = coll_type_of(args.get("Collective name")) or coll_type
+    ct = own_type or coll_type_of(args.get("Collective name")) or coll_type
     out["coll_type"] = ct
     dt, size = dtype_info(args.get("dtype"))
     out["dtype"] = dt
