@@ -241,4 +241,5 @@ def test_many_ranks_list_the_jobs_top_operators() -> None:
     steps = _rows(
         _invoke("analyze", str(src), "--per-step").output, "Critical path: share of the path by category"
     )
-    assert len(steps) == res.critical_path.paths.height > len(paths)  # type: ignore[union-attr]
+    per_step = analyze_run(loader.load(src), AnalyzeOptions(per_step=True)).critical_path
+    assert len(steps) == per_step.paths.height > len(paths)  # type: ignore[union-attr]

@@ -243,3 +243,26 @@ def test_analyse_every_collective_of_every_step(run_dir: Path) -> None:
                 (pl.col("rank") == r) & (pl.col("coll_type") == ct) & (pl.col("bytes") == nbytes)
             )
             assert sorted(hits["step"].to_list()) == list(STEPS), (r, ct)
+
+
+def test_graph_replay_reproduces_the_collected_steps(run_dir: Path) -> None:
+    """A freshly collected run, converted: replaying its execution graph with every factor 1.0
+    gives each measured step time back (within 2 %), and the critical path of each step and rank
+    is no longer than the step and spends its time in categories that add up to its length."""
+    from charllm_trace.analysis.critical import critical_path
+    from charllm_trace.analysis.whatif import what_if
+    from charllm_trace.loader import load
+
+    run = load(run_dir)
+    wi = what_if(run, {"comm": 1.0})
+    steps = wi.steps.filter(wi.steps["step"].is_not_null())
+    assert sorted(set(steps["step"].to_list())) == list(STEPS) and set(steps["rank"].to_list()) == {0, 1}
+    for row in steps.iter_rows(named=True):
+        assert abs(row["predicted_ns"] - row["measured_ns"]) <= 0.02 * row["measured_ns"], row
+    cp = critical_path(run)
+    cats = [c for c in cp.paths.columns if c.endswith("_ns") and c not in ("start_ns", "end_ns", "span_ns", "length_ns")]
+    for row in cp.paths.iter_rows(named=True):
+        assert 0 < row["length_ns"] <= row["span_ns"], row
+        assert sum(row[c] for c in cats) == row["length_ns"], row
+    faster = what_if(run, {"comm": 0.0}).steps.filter(wi.steps["step"].is_not_null())
+    assert (faster["predicted_ns"] <= faster["measured_ns"]).all()

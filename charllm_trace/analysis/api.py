@@ -182,7 +182,8 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
             reason = "simulated timeline: telemetry cannot be joined to it; energy and power not computed"
         skipped["energy"] = reason
         skipped["power"] = reason
-    cp, wi = _graph_analyses(work, options, classified, skipped, no_ts)
+    # the graph of a simulated run is built from its recorded order (the engine that simulated it)
+    cp, wi = _graph_analyses(run if simulated else work, options, classified, skipped, no_ts)
     return RunAnalysis(
         overlap=ov,
         critical_path=cp,
@@ -216,9 +217,22 @@ def _graph_analyses(
             skipped["what_if"] = reason
         return None, None
     try:
-        graph = build_run_graph(run, classified)
+        graph = build_run_graph(
+            run, classified if all(run.traces[r].meta.has_timestamps for r in run.ranks) else None
+        )
         cp = critical_path(run, graph=graph) if options.critical_path else None
         wi = what_if(run, dict(options.what_if), graph=graph) if options.what_if else None
+        if not options.per_step:  # per-step rows only when asked for, as in the other analyses
+            whole = pl.col("step").is_null()
+            if cp is not None:
+                cp = dataclasses.replace(
+                    cp,
+                    paths=cp.paths.filter(whole),
+                    top_ops=cp.top_ops.filter(whole),
+                    segments=cp.segments.filter(whole),
+                )
+            if wi is not None:
+                wi = dataclasses.replace(wi, steps=wi.steps.filter(whole))
     except CycleError as exc:
         for k, on in (("critical_path", options.critical_path), ("what_if", options.what_if)):
             if on:

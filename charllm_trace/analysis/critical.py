@@ -52,8 +52,15 @@ def retime(rg: RunGraph, factors: np.ndarray | None = None) -> tuple[np.ndarray,
     return time, bind
 
 
-def _step_sinks(rg: RunGraph, run: Run, time: np.ndarray) -> list[tuple[int, int | None, int, int]]:
-    """(rank, step, sink point, window start) for each rank's steps and its whole trace."""
+def windows(rg: RunGraph, run: Run, time: np.ndarray) -> list[tuple[int, int | None, int, int]]:
+    """(rank, step, end point, start point) of each rank's steps and of its whole trace (step
+    None), chosen on ``time`` (the measured times).
+
+    A step runs from its ``ProfilerStep#N`` start to the last end among the step's ops: the
+    annotation's subtree on its thread and the GPU ops they launched. The whole trace runs from
+    the first step's start (or the first point) to the latest step end or GPU op end (a CPU
+    thread that outlives the work, such as a profiler or event-polling thread, does not count),
+    or to the last point when there are neither."""
     out: list[tuple[int, int | None, int, int]] = []
     for r in rg.ranks:
         part = rg.parts[r]
@@ -65,32 +72,37 @@ def _step_sinks(rg: RunGraph, run: Run, time: np.ndarray) -> list[tuple[int, int
         ends = t[1::2]
         tr = run.traces[r]
         steps = tr.steps() if part.measured else tr.steps().clear()
-        # the trace's end: its last GPU op (a CPU thread that outlives the work, such as a
-        # profiler or event-polling thread, is not what bounds the run), else its last op
+        rows: list[tuple[int, int | None, int, int]] = []
+        if steps.height:
+            names = tr.nodes["name"].gather(pl.Series(part.rows)) if n < tr.nodes.height else tr.nodes["name"]
+            step_no = names.str.extract(r"^ProfilerStep#(\d+)$", 1).cast(pl.Int64).to_numpy()
+            step_nodes = np.flatnonzero(~np.isnan(step_no.astype(np.float64)))
+            first_of: dict[int, int] = {}
+            for i in step_nodes.tolist():
+                first_of.setdefault(int(step_no[i]), i)
+            for s in steps["step"].to_list():
+                a = first_of.get(int(s))
+                if a is None:
+                    continue
+                inside = (part.lane == part.lane[a]) & (part.pre >= part.pre[a]) & (part.pre <= part.last[a])
+                la = part.launcher
+                inside |= (la >= 0) & inside[np.maximum(la, 0)]
+                idx = np.flatnonzero(inside)
+                k = idx[np.argmax(ends[idx])]
+                rows.append((r, int(s), off + 2 * int(k) + 1, off + 2 * int(a)))
         act_gpu = tr.nodes["on_gpu"].fill_null(False).to_numpy()[part.rows]
-        cand = np.flatnonzero(act_gpu) if act_gpu.any() else np.arange(n)
-        k = cand[np.argmax(ends[cand])]
-        w0 = int(steps["start_ns"].min()) if steps.height else int(t.min())
-        out.append((r, None, off + 2 * int(k) + 1, min(w0, int(t[2 * k + 1]))))
-        if steps.height == 0:
-            continue
-        names = tr.nodes["name"].gather(pl.Series(part.rows)) if n < tr.nodes.height else tr.nodes["name"]
-        step_no = names.str.extract(r"^ProfilerStep#(\d+)$", 1).cast(pl.Int64).to_numpy()
-        step_nodes = np.flatnonzero(~np.isnan(step_no.astype(np.float64)))
-        first_of: dict[int, int] = {}
-        for i in step_nodes.tolist():
-            first_of.setdefault(int(step_no[i]), i)
-        for s, s0 in steps.select("step", "start_ns").iter_rows():
-            a = first_of.get(int(s))
-            if a is None:
-                continue
-            # the step's ops: the annotation's subtree, and the GPU ops they launched
-            inside = (part.lane == part.lane[a]) & (part.pre >= part.pre[a]) & (part.pre <= part.last[a])
-            la = part.launcher
-            inside |= (la >= 0) & inside[np.maximum(la, 0)]
-            idx = np.flatnonzero(inside)
-            k = idx[np.argmax(ends[idx])]
-            out.append((r, int(s), off + 2 * int(k) + 1, int(s0)))
+        ends_pts = [2 * np.flatnonzero(act_gpu) + 1 + off] if act_gpu.any() else []
+        ends_pts += [np.array([e for _, _, e, _ in rows], dtype=np.int64)] if rows else []
+        cand = np.concatenate(ends_pts) if ends_pts else 2 * np.arange(n) + 1 + off
+        sink = int(cand[np.argmax(time[cand])])
+        if rows:
+            w0 = min((w for _, _, _, w in rows), key=lambda p: time[p])
+        else:
+            w0 = off + int(np.argmin(t))
+        if time[w0] > time[sink]:
+            w0 = sink
+        out.append((r, None, sink, int(w0)))
+        out.extend(rows)
     return out
 
 
@@ -114,12 +126,13 @@ def critical_path(
     node_ids = {r: rg.parts[r].ids for r in rg.ranks}
     rows_of = {r: rg.parts[r].rows for r in rg.ranks}
     targets: list[tuple[str, int | None, int | None, int, int]] = [
-        ("rank", r, s, sink, w0) for r, s, sink, w0 in _step_sinks(rg, run, time)
+        ("rank", r, s, sink, int(time[w0]))
+        for r, s, sink, w0 in windows(rg, run, rg.g.time if rg.g.measured else time)
     ]
-    real = np.flatnonzero(rg.point_rank >= 0)
-    if len(real) and len(rg.ranks) > 1:
-        sink = int(real[np.argmax(time[real])])
-        targets.append(("job", None, None, sink, int(time[real].min())))
+    whole = [(sink, w0) for scope, r, s, sink, w0 in targets if s is None]
+    if len(whole) > 1:
+        sink = max((w[0] for w in whole), key=lambda p: time[p])
+        targets.append(("job", None, None, int(sink), min(w[1] for w in whole)))
     for scope, r, s, sink, w0 in targets:
         path = engine.walk_back(g.src, bind, time, sink, w0)
         edges = bind[path[:-1]] if len(path) > 1 else np.zeros(0, np.int64)

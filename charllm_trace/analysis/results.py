@@ -418,7 +418,7 @@ class RunAnalysis:
 
     def notes(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
-        for name in ("overlap", "bandwidth", "energy", "power"):
+        for name in ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if"):
             r: Any = getattr(self, name)
             if r is not None and r.notes:
                 out[name] = list(r.notes)

@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 import polars as pl
 
-from charllm_trace.analysis.critical import retime
+from charllm_trace.analysis.critical import retime, windows
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.results import WHATIF_SCHEMA, WhatIfResult, frame
 from charllm_trace.errors import UsageError
@@ -86,23 +86,14 @@ def retimed_traces(run: Run, rg: RunGraph, time: np.ndarray) -> dict[int, Trace]
     return out
 
 
-def _step_rows(tr: Trace, rank: int) -> pl.DataFrame:
+def _step_rows(tr: Trace, rank: int, whole_ns: int | None) -> pl.DataFrame:
     st = tr.steps().select("step", (pl.col("end_ns") - pl.col("start_ns")).alias("ns"))
-    nodes = tr.nodes.filter(pl.col("start_ns").is_not_null())
-    span = None
-    if nodes.height:
-        span = int(
-            nodes.select((pl.col("start_ns") + pl.col("dur_ns")).max() - pl.col("start_ns").min()).item()
-        )
-    total = pl.DataFrame({"step": [None], "ns": [span]}, schema={"step": pl.Int64, "ns": pl.Int64})
+    total = pl.DataFrame({"step": [None], "ns": [whole_ns]}, schema={"step": pl.Int64, "ns": pl.Int64})
     return pl.concat([st, total]).with_columns(rank=pl.lit(rank, dtype=pl.Int64))
 
 
 def _overlap_rows(tr: Trace) -> pl.DataFrame:
-    try:
-        ov = overlap(tr, per_step=True).per_rank
-    except Exception:  # noqa: BLE001 - a re-timed trace the overlap analysis cannot read: no column
-        return pl.DataFrame(schema={"step": pl.Int64, "exposed": pl.Int64, "pct": pl.Float64})
+    ov = overlap(tr, per_step=True).per_rank
     return ov.select("step", pl.col("exposed_comm_ns").alias("exposed"), pl.col("overlap_pct").alias("pct"))
 
 
@@ -122,10 +113,15 @@ def what_if(
     new_t, _ = retime(rg, factor_array(factors))
     measured = retimed_traces(run, rg, base_t) if not rg.g.measured else {r: run.traces[r] for r in rg.ranks}
     predicted = retimed_traces(run, rg, new_t)
+    # the whole trace: the critical path's window (first step start -> last step or GPU op end)
+    whole = {r: (sink, w0) for r, s, sink, w0 in windows(rg, run, base_t) if s is None}
     frames = []
     for r in rg.ranks:
-        m = _step_rows(measured[r], r).rename({"ns": "measured_ns"})
-        p = _step_rows(predicted[r], r).rename({"ns": "predicted_ns"}).drop("rank")
+        sink, w0 = whole.get(r, (None, None))
+        m_whole = int(base_t[sink] - base_t[w0]) if sink is not None else None
+        p_whole = int(new_t[sink] - new_t[w0]) if sink is not None else None
+        m = _step_rows(measured[r], r, m_whole).rename({"ns": "measured_ns"})
+        p = _step_rows(predicted[r], r, p_whole).rename({"ns": "predicted_ns"}).drop("rank")
         mo = _overlap_rows(measured[r]).rename(
             {"exposed": "measured_exposed_comm_ns", "pct": "measured_overlap_pct"}
         )

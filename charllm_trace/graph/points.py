@@ -59,6 +59,12 @@ SYNC_CALL_RE = (
 
 # Lane edge priorities on equal bounds (critical-path ties): the lane wins over a cross edge.
 PRIO_LANE, PRIO_CROSS = 2, 1
+PRIO_WAKE = 3  # an inferred wake-up (see _wake_edges) binds before the lane on a tie
+
+#: a gap on a CPU thread at least this long that ends within WAKE_NS of an op ending on another
+#: thread of the same process is taken as a wait for that op (``_wake_edges``)
+WAKE_GAP_NS = 100_000
+WAKE_NS = 50_000
 
 
 @dataclass
@@ -411,6 +417,21 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
             np.minimum.at(own_min, inv, own_all)
             sync_fix = (u, own_min)
 
+    # ---- wake-ups: a thread that resumes right after another thread's op ends waited for it ----
+    if measured:
+        wk = _wake_edges(a, b, ptime, gpu, lane, pid, kind, EK)
+        if wk is not None:
+            w_src, w_dst, w_lag, lane_edge, lane_base_new = wk
+            E_base[0][lane_edge] = lane_base_new
+            E_src.append(w_src)
+            E_dst.append(w_dst)
+            E_base.append(w_lag)
+            E_kind.append(np.full(len(w_src), EK["sync"], np.int8))
+            E_cat.append(np.full(len(w_src), CAT["sync_wait"], np.int8))
+            E_wc.append(np.full(len(w_src), -1, np.int8))
+            E_own.append(np.full(len(w_src), -1, np.int64))
+            E_prio.append(np.full(len(w_src), PRIO_WAKE, np.int8))
+
     # ---- data: tensor producer end -> consumer start (host execution trace) ----
     dd = trace.deps
     extra_deps = dd.filter(pl.col("kind") == "data") if measured else dd
@@ -599,6 +620,57 @@ def _launch_model(
     return np.minimum(pos_delta, bound).astype(np.int64)
 
 
+def _wake_edges(a, b, ptime, gpu, lane, pid, kind, ek):
+    """Inferred cross-thread waits: a gap (not an op's own span) of at least WAKE_GAP_NS on a CPU
+    thread that ends at most WAKE_NS after an op on another thread of the same process ended
+    (the latest such end) is taken as the thread waiting for that op (the main thread blocked in
+    ``backward()`` while the autograd thread runs, a collective waiting on a gloo worker). Returns
+    (src points, dst points, lags, lane edges whose lag becomes the time after the wake-up, those
+    lags), or None."""
+    ia, ib = a // 2, b // 2
+    gap = ptime[b] - ptime[a]
+    cand = np.flatnonzero(~gpu[ia] & (kind != ek["span"]) & (gap >= WAKE_GAP_NS))
+    if len(cand) == 0:
+        return None
+    cpu_rows = np.flatnonzero(~gpu)
+    ends = ptime[2 * cpu_rows + 1]
+    key_pid = pid[cpu_rows]
+    order = np.lexsort((ends, key_pid))
+    e_sorted, p_sorted, r_sorted = ends[order], key_pid[order], cpu_rows[order]
+    tb = ptime[b[cand]]
+    ta = ptime[a[cand]]
+    own_lane = lane[ib[cand]]
+    own_pid = pid[ib[cand]]
+    # position of the last end <= tb within the same pid: search on (pid, time) pairs
+    pid_lo = np.searchsorted(p_sorted, own_pid, side="left")
+    pid_hi = np.searchsorted(p_sorted, own_pid, side="right")
+    k = np.empty(len(cand), dtype=np.int64)
+    for pv in np.unique(own_pid):  # processes are few
+        sel = own_pid == pv
+        lo, hi = pid_lo[sel][0], pid_hi[sel][0]
+        k[sel] = lo + np.searchsorted(e_sorted[lo:hi], tb[sel], side="right") - 1
+    found = np.full(len(cand), -1, dtype=np.int64)
+    for _ in range(4):  # step back over ends on the thread itself
+        valid = (k >= pid_lo) & (found < 0)
+        kk = np.maximum(k, 0)
+        other = valid & (lane[r_sorted[kk]] != own_lane)
+        found[other] = r_sorted[kk[other]]
+        k = np.where(valid & ~other, k - 1, k)
+    hit = found >= 0
+    te = np.where(hit, ptime[2 * np.maximum(found, 0) + 1], 0)
+    hit &= (te > ta) & (tb - te <= WAKE_NS)
+    if not hit.any():
+        return None
+    c = cand[hit]
+    return (
+        2 * found[hit] + 1,
+        b[c],
+        (tb - te)[hit],
+        c,
+        (tb - np.maximum(ta, te))[hit],
+    )
+
+
 def calibrate(g: PointGraph) -> None:
     """Clip every lag to the measured gap and put each point's unexplained wait on its lane edge
     (fixed), so that the graph replays to the measured times (module docstring)."""
@@ -620,9 +692,10 @@ def calibrate(g: PointGraph) -> None:
         return
     # carrier: the lane edge into the point if any, else the cross edge that came closest
     is_lane = np.isin(g.kind, [EK["span"], EK["thread_order"], EK["nesting"], EK["stream_order"]])
-    # a sync edge into the point (an event the trace shows) carries it before the lane does
+    # a sync or collective edge into the point (a wait the trace shows) carries it before the lane
     big = np.iinfo(np.int64).max
-    score = np.where(g.kind == EK["sync"], big, np.where(is_lane, big - 1, np.minimum(cand, big - 2)))
+    waits = (g.kind == EK["sync"]) | (g.kind == EK["collective"])
+    score = np.where(waits, big, np.where(is_lane, big - 1, np.minimum(cand, big - 2)))
     order = by_dst[np.lexsort((score[by_dst], d_sorted))]
     last_of = np.searchsorted(g.dst[order], need, side="right") - 1
     ok = (last_of >= 0) & (g.dst[order][np.maximum(last_of, 0)] == need)

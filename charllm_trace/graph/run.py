@@ -81,6 +81,7 @@ def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None)
         off += parts[r].n_points
     n_real = off
     inst_frames = []
+    notes: list[str] = []
     if measured and len(ranks) > 1:
         for r in ranks:
             f = _instances(run.traces[r], cls_nodes[r], parts[r])
@@ -98,6 +99,27 @@ def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None)
     if inst_frames:
         inst = pl.concat(inst_frames)
         inst = inst.with_columns(_n=pl.len().over(["pg_name", "coll_seq"])).filter(pl.col("_n") >= 2)
+        if inst.height:
+            # participants of one instance run at one time: every start before every end (else the
+            # match is wrong, e.g. sampled ranks that were not peers, or clocks that disagree)
+            t_all0 = np.concatenate([parts[r].time for r in ranks])
+            gs0 = (
+                np.array([offsets[int(x)] for x in inst["rank"].to_list()], dtype=np.int64)
+                + 2 * inst["_i"].to_numpy()
+            )
+            inst = inst.with_columns(_s=pl.Series(t_all0[gs0]), _e=pl.Series(t_all0[gs0 + 1]))
+            ok = inst.group_by(["pg_name", "coll_seq"]).agg(
+                _ok=pl.col("_s").max() <= pl.col("_e").min(), _k=pl.len()
+            )
+            bad = ok.filter(~pl.col("_ok"))
+            if bad.height:
+                notes.append(
+                    f"{bad.height} collective instances matched by (group, sequence) were not joined across "
+                    "ranks: one rank's op ended before another's started (not peers, or clocks that disagree)"
+                )
+                inst = inst.join(
+                    ok.filter(pl.col("_ok")).select("pg_name", "coll_seq"), on=["pg_name", "coll_seq"]
+                )
         if inst.height:
             inst = inst.with_columns(_v=pl.struct("pg_name", "coll_seq").rank("dense").cast(pl.Int64) - 1)
             n_virtual = int(inst["_v"].max()) + 1
@@ -180,13 +202,12 @@ def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None)
         notes=[],
         measured=measured,
     )
-    notes: list[str] = []
     owner_rank = owner_rank[_break_cycles(merged, notes)]
     if measured:
         P.calibrate(merged)
     for r in ranks:
         for note in parts[r].notes:
-            notes.append(f"rank {r}: {note}" if len(ranks) > 1 else note)
+            notes.insert(0, f"rank {r}: {note}" if len(ranks) > 1 else note)
     return RunGraph(
         g=merged,
         ranks=ranks,
@@ -220,5 +241,7 @@ def _break_cycles(g: P.PointGraph, notes: list[str]) -> np.ndarray:
         for name in ("src", "dst", "base", "fixed", "wclass", "kind", "cat", "owner", "prio"):
             setattr(g, name, getattr(g, name)[~drop])
     if not kept.all():
-        notes.append(f"{int((~kept).sum())} tensor data dependencies were on dependency cycles and were not used")
+        notes.append(
+            f"{int((~kept).sum())} tensor data dependencies were on dependency cycles and were not used"
+        )
     return kept
