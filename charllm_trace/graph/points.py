@@ -61,10 +61,12 @@ SYNC_CALL_RE = (
 PRIO_LANE, PRIO_CROSS = 2, 1
 PRIO_WAKE = 3  # an inferred wake-up (see _wake_edges) binds before the lane on a tie
 
-#: a gap on a CPU thread at least this long that ends within WAKE_NS of an op ending on another
-#: thread of the same process is taken as a wait for that op (``_wake_edges``)
+#: a gap on a CPU thread at least WAKE_GAP_NS long that ends within max(WAKE_NS, WAKE_FRAC x gap)
+#: of an op ending on another thread of the same process is taken as a wait for that op
+#: (``_wake_edges``)
 WAKE_GAP_NS = 100_000
 WAKE_NS = 50_000
+WAKE_FRAC = 0.05
 
 
 @dataclass
@@ -622,7 +624,8 @@ def _launch_model(
 
 def _wake_edges(a, b, ptime, gpu, lane, pid, kind, ek):
     """Inferred cross-thread waits: a gap (not an op's own span) of at least WAKE_GAP_NS on a CPU
-    thread that ends at most WAKE_NS after an op on another thread of the same process ended
+    thread that ends at most max(WAKE_NS, WAKE_FRAC x gap) after an op on another thread of the
+    same process ended
     (the latest such end) is taken as the thread waiting for that op (the main thread blocked in
     ``backward()`` while the autograd thread runs, a collective waiting on a gloo worker). Returns
     (src points, dst points, lags, lane edges whose lag becomes the time after the wake-up, those
@@ -658,7 +661,7 @@ def _wake_edges(a, b, ptime, gpu, lane, pid, kind, ek):
         k = np.where(valid & ~other, k - 1, k)
     hit = found >= 0
     te = np.where(hit, ptime[2 * np.maximum(found, 0) + 1], 0)
-    hit &= (te > ta) & (tb - te <= WAKE_NS)
+    hit &= (te > ta) & (tb - te <= np.maximum(WAKE_NS, (WAKE_FRAC * (tb - ta)).astype(np.int64)))
     if not hit.any():
         return None
     c = cand[hit]
