@@ -120,7 +120,7 @@ def plan_run(
         else:
             dur, waiting = plan.cpu_durations(t, sel)
         e, back = plan.edges(t, classified, sel, mode)
-        ops, size = roofline_columns(t.nodes, sel, mode)
+        ops, size = roofline_columns(classified, sel, mode)
         sel = sel.with_columns(
             x_dur=pl.Series(dur, dtype=pl.Int64), num_ops=pl.Series(ops), tensor_size=pl.Series(size)
         )

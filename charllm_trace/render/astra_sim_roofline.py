@@ -1,14 +1,24 @@
 """``num_ops`` and ``tensor_size`` for ASTRA-sim's roofline mode, from operator shapes.
 
-ASTRA-sim's roofline mode times a GPU compute node as ``num_ops / perf(num_ops /
-tensor_size)`` (``Workload::issue_comp``): ``num_ops`` is floating-point operations and
-``tensor_size`` the bytes the op moves. We know both only for matrix products whose
-input shapes the host execution trace recorded: ``aten::mm``, ``addmm``, ``bmm``,
-``baddbmm``, ``addbmm``, ``_addmm_activation`` and ``_scaled_mm`` — ``2·batch·M·K·N``
-operations, and the bytes of every tensor input and output. On a GPU the numbers go to
-the kernels the op launched (split by their measured durations); on a CPU run to the op.
-Every other compute node gets 0 and 0 (ASTRA-sim's roofline mode then skips it; its
-replay mode, the default, uses ``duration_micros``).
+In roofline mode ASTRA-sim times a GPU compute node as ``num_ops / min(peak, bandwidth ·
+num_ops / tensor_size)`` (``Workload::issue_comp``, ``Roofline::get_perf``): ``num_ops``
+is operations, ``tensor_size`` the bytes the op moves. From the shapes and types the host
+execution trace recorded:
+
+- matrix products (``aten::mm``, ``addmm``, ``bmm``, ``baddbmm``, ``addbmm``,
+  ``_addmm_activation``, ``_scaled_mm``): ``2·batch·M·K·N`` operations and the bytes of
+  every tensor input and output;
+- any other op with tensor shapes: one operation per output element and the bytes of its
+  tensors (a memory-bound estimate); in CPU runs only for ops with no child op (a parent's
+  exclusive time is overhead, its tensors are its children's traffic).
+
+On a GPU the numbers go to the kernels the op launched, split by their measured
+durations; in a CPU run to the op itself. Every other compute node (no shapes, host gaps)
+gets ``num_ops = 1``. ``tensor_size`` is at least ``MIN_TENSOR_SIZE`` (64 KiB): ASTRA-sim
+skips a node with ``tensor_size`` 0 without issuing what depends on it (the rank stalls),
+and truncates a roofline time below 1 ns to 0, which its event queue refuses (abort); 64
+KiB keeps every time at 1 ns or more for memory bandwidths up to 65 TB/s, whatever the
+peak. Replay mode (the default) uses ``duration_micros`` and ignores both.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ import numpy as np
 import orjson
 import polars as pl
 
+MIN_TENSOR_SIZE = 1 << 16
 GEMM_OPS_RE = r"^aten::(mm|addmm|bmm|baddbmm|addbmm|_addmm_activation|_scaled_mm)$"
 
 _ITEMSIZE = {
@@ -66,23 +77,49 @@ def gemm_cost(inputs: dict | None, outputs: dict | None) -> tuple[int, int]:
     return 0, 0
 
 
-def roofline_columns(nodes: pl.DataFrame, sel: pl.DataFrame, mode: str) -> tuple[np.ndarray, np.ndarray]:
-    """``num_ops`` and ``tensor_size`` for each row of ``sel`` (a selection of ``nodes``)."""
+def op_cost(gemm: bool, inputs: dict | None, outputs: dict | None) -> tuple[int, int]:
+    """(operations, bytes) of one op from its IOInfo (module docstring); (0, 0) when unknown."""
+    if gemm:
+        f, b = gemm_cost(inputs, outputs)
+        if f:
+            return f, b
+    ins, outs = _tensors(inputs), _tensors(outputs)
+    b = sum(math.prod(s) * k for s, k in ins + outs)
+    return (max(sum(math.prod(s) for s, _ in outs), 1), b) if b > 0 else (0, 0)
+
+
+def roofline_columns(classified: pl.DataFrame, sel: pl.DataFrame, mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """``num_ops`` (>= 1) and ``tensor_size`` (>= ``MIN_TENSOR_SIZE``) for each row of ``sel``, a
+    selection of the ``classified`` nodes (``analysis.classify``)."""
     n = sel.height
-    ops, size = np.zeros(n, np.int64), np.zeros(n, np.int64)
-    gemm = nodes.filter(pl.col("name").fill_null("").str.contains(GEMM_OPS_RE)).select(
-        "id", "inputs", "outputs"
+    ops, size = np.ones(n, np.int64), np.full(n, MIN_TENSOR_SIZE, np.int64)
+    gemm = pl.col("name").fill_null("").str.contains(GEMM_OPS_RE)
+    cand = classified.filter(
+        ~pl.col("on_gpu").fill_null(False)
+        & (pl.col("inputs").is_not_null() | pl.col("outputs").is_not_null())
+        & (gemm | pl.lit(mode == "gpu") | (pl.col("cls") == "cpu_compute"))
+    ).select(
+        "id",
+        _g=gemm,
+        _is=pl.col("inputs").struct.field("shapes"),
+        _it=pl.col("inputs").struct.field("types"),
+        _os=pl.col("outputs").struct.field("shapes"),
+        _ot=pl.col("outputs").struct.field("types"),
     )
-    if gemm.height == 0 or n == 0:
+    if cand.height == 0 or n == 0:
         return ops, size
-    cost = [gemm_cost(i, o) for i, o in zip(gemm["inputs"].to_list(), gemm["outputs"].to_list(), strict=True)]
-    g = pl.DataFrame(
-        {"op": gemm["id"], "f": [c[0] for c in cost], "b": [c[1] for c in cost]},
-        schema={"op": pl.Int64, "f": pl.Int64, "b": pl.Int64},
-    ).filter(pl.col("f") > 0)
+    keys = ["_g", "_is", "_it", "_os", "_ot"]
+    uniq = cand.select(keys).unique(maintain_order=True)  # traces repeat the same shapes every step
+    cost = [
+        op_cost(g, {"shapes": a, "types": b}, {"shapes": c, "types": d}) for g, a, b, c, d in uniq.iter_rows()
+    ]
+    uniq = uniq.with_columns(
+        f=pl.Series([c[0] for c in cost], dtype=pl.Int64), b=pl.Series([c[1] for c in cost], dtype=pl.Int64)
+    )
+    g = cand.join(uniq, on=keys, nulls_equal=True).filter(pl.col("b") > 0).select(op="id", f="f", b="b")
     rows = sel.select("id", "dur_ns", _r=pl.int_range(pl.len()))
     if mode == "gpu":  # kernel -> the op that launched it (or, for a runtime call, that call's parent)
-        parent = nodes.select(pl.col("id").alias("launch_id"), up="parent")
+        parent = classified.select(pl.col("id").alias("launch_id"), up="parent")
         rows = rows.join(sel.select("id", "launch_id"), on="id").join(parent, on="launch_id", how="left")
         own = rows.join(g, left_on="launch_id", right_on="op")
         up = rows.join(own.select("id"), on="id", how="anti").join(g, left_on="up", right_on="op")
@@ -97,6 +134,6 @@ def roofline_columns(nodes: pl.DataFrame, sel: pl.DataFrame, mode: str) -> tuple
     hit = hit.with_columns(w=pl.col("dur_ns").clip(lower_bound=1).cast(pl.Float64))
     hit = hit.with_columns(w=pl.col("w") / pl.col("w").sum().over("op"))
     r = hit["_r"].to_numpy()
-    ops[r] = np.rint(hit["f"].to_numpy() * hit["w"].to_numpy()).astype(np.int64)
-    size[r] = np.maximum(np.rint(hit["b"].to_numpy() * hit["w"].to_numpy()), 1).astype(np.int64)
+    ops[r] = np.maximum(np.rint(hit["f"].to_numpy() * hit["w"].to_numpy()), 1).astype(np.int64)
+    size[r] = np.maximum(np.rint(hit["b"].to_numpy() * hit["w"].to_numpy()), MIN_TENSOR_SIZE).astype(np.int64)
     return ops, size
