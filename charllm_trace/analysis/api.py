@@ -220,7 +220,7 @@ def _graph_analyses(
         graph = build_run_graph(
             run, classified if all(run.traces[r].meta.has_timestamps for r in run.ranks) else None
         )
-        cp = critical_path(run, graph=graph) if options.critical_path else None
+        cp = critical_path(run, graph=graph, segments=False) if options.critical_path else None
         wi = what_if(run, dict(options.what_if), graph=graph) if options.what_if else None
         if not options.per_step:  # per-step rows only when asked for, as in the other analyses
             whole = pl.col("step").is_null()

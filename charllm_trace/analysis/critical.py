@@ -113,8 +113,11 @@ def critical_path(
     classified: dict[int, pl.DataFrame] | None = None,
     top: int = 10,
     factors: np.ndarray | None = None,
+    segments: bool = True,
 ) -> CriticalPathResult:
-    """Critical paths of every rank (per step and whole trace) and of the job."""
+    """Critical paths of every rank (per step and whole trace) and of the job. ``segments``: also
+    the pieces of each whole-trace path, for timelines (one row per path edge: large on big
+    traces, so ``analyze`` leaves them out)."""
     rg = graph or build_run_graph(run, classified)
     g = rg.g
     time, bind = retime(rg, factors)
@@ -122,9 +125,16 @@ def critical_path(
     scaled = lags - g.fixed
     rows: list[dict] = []
     seg_frames: list[pl.DataFrame] = []
-    names = {r: run.traces[r].nodes["name"] for r in rg.ranks}
-    node_ids = {r: rg.parts[r].ids for r in rg.ranks}
-    rows_of = {r: rg.parts[r].rows for r in rg.ranks}
+    op_frames: list[pl.DataFrame] = []
+    # per rank: each active node's name as a code into that rank's distinct names (no strings per edge)
+    vocab: dict[int, pl.Series] = {}
+    code_of: dict[int, np.ndarray] = {}
+    for r in rg.ranks:
+        nm = run.traces[r].nodes["name"].fill_null("")
+        part_names = nm.gather(pl.Series(rg.parts[r].rows)) if len(rg.parts[r].rows) < nm.len() else nm
+        u = part_names.unique(maintain_order=True)
+        vocab[r] = u
+        code_of[r] = part_names.cast(pl.Enum(u)).to_physical().to_numpy().astype(np.int64)
     targets: list[tuple[str, int | None, int | None, int, int]] = [
         ("rank", r, s, sink, int(time[w0]))
         for r, s, sink, w0 in windows(rg, run, rg.g.time if rg.g.measured else time)
@@ -141,7 +151,7 @@ def critical_path(
             np.add.at(cats, g.cat[edges], scaled[edges])
             cats[P.CAT["sync_wait"]] += int(g.fixed[edges].sum())
         length = int(time[sink] - time[path[-1]])
-        visited = sorted({int(x) for x in rg.point_rank[path] if x >= 0})
+        visited = sorted({int(x) for x in np.unique(rg.point_rank[path]) if x >= 0})
         row = {
             "scope": scope,
             "rank": r,
@@ -155,74 +165,107 @@ def critical_path(
         }
         row.update({f"{c}_ns": int(cats[i]) for i, c in enumerate(CP_CATEGORIES)})
         rows.append(row)
-        if len(edges):
-            seg_frames.append(_segments(scope, r, s, edges, path, time, g, rg, names, node_ids, rows_of))
+        if len(edges) == 0:
+            continue
+        seg_t = time[path[:-1]] - time[path[1:]]
+        seg_cat = np.where((g.fixed[edges] > 0) & (g.base[edges] <= 0), P.CAT["sync_wait"], g.cat[edges])
+        op_frames.append(_ops_on_path(scope, r, s, edges, seg_t, seg_cat, g, rg, code_of, vocab, length, top))
+        if segments and s is None:  # the timelines draw the whole-trace paths: their segments only
+            seg_frames.append(_segments(scope, r, s, edges, path, time, seg_cat, g, rg, code_of, vocab))
     paths = frame(pl.DataFrame(rows) if rows else {}, CRITICAL_PATH_SCHEMA)
-    segments = (
+    seg = (
         frame(pl.concat(seg_frames), CRITICAL_SEGMENT_SCHEMA)
         if seg_frames
         else frame({}, CRITICAL_SEGMENT_SCHEMA)
     )
-    top_ops = _top_ops(segments, paths, top)
+    top_ops = (
+        frame(pl.concat(op_frames), CRITICAL_OPS_SCHEMA) if op_frames else frame({}, CRITICAL_OPS_SCHEMA)
+    )
     notes = list(rg.notes)
     if not g.measured:
         notes.insert(0, "SIMULATED: the trace has no timestamps; the path follows recorded durations")
     return CriticalPathResult(
-        paths=paths, top_ops=top_ops, segments=segments, simulated=not g.measured, notes=notes
+        paths=paths, top_ops=top_ops, segments=seg, simulated=not g.measured, notes=notes
     )
 
 
-def _segments(scope, r, s, edges, path, time, g, rg, names, node_ids, rows_of) -> pl.DataFrame:
+def _names(orank: np.ndarray, own: np.ndarray, code_of, vocab) -> pl.Series:
+    """Node names of path edges (null where the edge belongs to no node), gathered per rank."""
+    out = pl.Series("name", [None] * len(own), dtype=pl.String)
+    for rr in np.unique(orank).tolist():
+        sel = np.flatnonzero((orank == rr) & (own >= 0))
+        if len(sel) == 0 or rr not in vocab:
+            continue
+        out = out.scatter(sel, vocab[rr].gather(pl.Series(code_of[rr][own[sel]])))
+    return out
+
+
+def _ops_on_path(scope, r, s, edges, seg_t, seg_cat, g, rg, code_of, vocab, length, top) -> pl.DataFrame:
+    """The ``top`` (name, category) pairs by time on one path: aggregated on integer keys, names
+    resolved for the winners only."""
+    own = g.owner[edges]
+    orank = rg.owner_rank[edges]
+    code = np.full(len(edges), -1, dtype=np.int64)
+    for rr in np.unique(orank).tolist():
+        sel = np.flatnonzero((orank == rr) & (own >= 0))
+        if len(sel) and rr in code_of:
+            code[sel] = code_of[rr][own[sel]]
+    key = pl.DataFrame({"orank": orank, "code": code, "cat": seg_cat.astype(np.int64), "t": seg_t})
+    agg = (
+        key.group_by("orank", "code", "cat")
+        .agg(time_ns=pl.col("t").sum(), count=pl.len())
+        .sort(["time_ns", "orank", "code", "cat"], descending=[True, False, False, False])
+        .head(top * 4)
+    )
+    names = _names(
+        agg["orank"].to_numpy(),
+        agg["code"].to_numpy(),
+        {k: np.arange(len(v)) for k, v in vocab.items()},
+        vocab,
+    )
+    out = (
+        agg.with_columns(
+            name=names.fill_null("(wait / idle)"),
+            category=pl.Series(
+                np.asarray(CP_CATEGORIES, dtype=object)[agg["cat"].to_numpy()].tolist(), dtype=pl.String
+            ),
+        )
+        .group_by("name", "category")
+        .agg(pl.col("time_ns").sum(), pl.col("count").sum())
+        .sort(["time_ns", "name"], descending=[True, False])
+        .head(top)
+        .with_columns(
+            scope=pl.lit(scope),
+            rank=pl.lit(r, dtype=pl.Int64),
+            step=pl.lit(s, dtype=pl.Int64),
+            pct=(100.0 * pl.col("time_ns") / length) if length > 0 else pl.lit(None, dtype=pl.Float64),
+        )
+    )
+    return out
+
+
+def _segments(scope, r, s, edges, path, time, seg_cat, g, rg, code_of, vocab) -> pl.DataFrame:
     t_end = time[path[:-1]]
     t_start = time[path[1:]]
     own = g.owner[edges]
     orank = rg.owner_rank[edges]
     nid = np.full(len(edges), -1, dtype=np.int64)
-    name: list[str | None] = [None] * len(edges)
-    for rr in np.unique(orank):
+    for rr in np.unique(orank).tolist():
         sel = np.flatnonzero((orank == rr) & (own >= 0))
-        if len(sel) == 0 or int(rr) not in node_ids:
-            continue
-        nid[sel] = node_ids[int(rr)][own[sel]]
-        nm = names[int(rr)].gather(pl.Series(rows_of[int(rr)][own[sel]])).to_list()
-        for k, v in zip(sel.tolist(), nm, strict=True):
-            name[k] = v
-    cat = np.asarray(CP_CATEGORIES, dtype=object)[g.cat[edges]]
-    waited = g.fixed[edges] > 0
-    cat = np.where(waited & (g.base[edges] <= 0), "sync_wait", cat)
+        if len(sel) and rr in rg.parts:
+            nid[sel] = rg.parts[rr].ids[own[sel]]
+    n = len(edges)
     df = pl.DataFrame(
         {
-            "scope": [scope] * len(edges),
-            "rank": pl.Series([r] * len(edges), dtype=pl.Int64),
-            "step": pl.Series([s] * len(edges), dtype=pl.Int64),
+            "scope": pl.Series([scope], dtype=pl.String).extend_constant(scope, n - 1),
+            "rank": pl.Series([r], dtype=pl.Int64).extend_constant(r, n - 1),
+            "step": pl.Series([s], dtype=pl.Int64).extend_constant(s, n - 1),
             "seg_rank": orank,
             "node_id": pl.Series(nid, dtype=pl.Int64).set(pl.Series(nid < 0), None),
-            "name": pl.Series(name, dtype=pl.String),
-            "category": pl.Series(cat.tolist(), dtype=pl.String),
+            "name": _names(orank, own, code_of, vocab),
+            "category": pl.Series(np.asarray(CP_CATEGORIES, dtype=object)[seg_cat].tolist(), dtype=pl.String),
             "start_ns": t_start,
             "end_ns": t_end,
         }
     )
     return df.filter(pl.col("end_ns") > pl.col("start_ns")).reverse()
-
-
-def _top_ops(segments: pl.DataFrame, paths: pl.DataFrame, top: int) -> pl.DataFrame:
-    if segments.height == 0:
-        return frame({}, CRITICAL_OPS_SCHEMA)
-    keys = ["scope", "rank", "step"]
-    agg = (
-        segments.with_columns(
-            name=pl.coalesce("name", pl.lit("(wait / idle)")),
-            _t=pl.col("end_ns") - pl.col("start_ns"),
-        )
-        .group_by([*keys, "name", "category"])
-        .agg(time_ns=pl.col("_t").sum(), count=pl.len())
-        .join(paths.select(*keys, "length_ns"), on=keys, how="left", nulls_equal=True)
-        .with_columns(
-            pct=pl.when(pl.col("length_ns") > 0).then(100.0 * pl.col("time_ns") / pl.col("length_ns"))
-        )
-        .sort([*keys, "time_ns", "name"], descending=[False, False, False, True, False], nulls_last=False)
-        .with_columns(_k=pl.int_range(pl.len()).over(keys))
-        .filter(pl.col("_k") < top)
-    )
-    return frame(agg, CRITICAL_OPS_SCHEMA)

@@ -330,7 +330,7 @@ class CriticalPathResult:
 
     paths: pl.DataFrame  # CRITICAL_PATH_SCHEMA
     top_ops: pl.DataFrame  # CRITICAL_OPS_SCHEMA
-    segments: pl.DataFrame  # CRITICAL_SEGMENT_SCHEMA
+    segments: pl.DataFrame  # CRITICAL_SEGMENT_SCHEMA (empty from ``analyze_run``: see critical_path())
     simulated: bool = False
     notes: list[str] = field(default_factory=list)
 

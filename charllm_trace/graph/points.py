@@ -156,8 +156,9 @@ def _depth(ppos: np.ndarray) -> np.ndarray:
     return d
 
 
-def _classes(nodes: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(what-if class, category of own time, is_runtime) per row of ``nodes`` (classified)."""
+def _classes(nodes: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(what-if class, category of own time, is a runtime call, is a synchronising runtime call)
+    per row of ``nodes`` (classified); name patterns are matched once per distinct name."""
     cls = nodes["cls"].to_numpy()
     kind = nodes["kind"].fill_null("other").to_numpy()
     names = nodes["name"].fill_null("")
@@ -165,6 +166,8 @@ def _classes(nodes: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     codes = names.cast(pl.Enum(u)).to_physical().to_numpy()  # each distinct name matched once
     gemm = u.str.contains(GEMM_RE).to_numpy()[codes]
     attn = u.str.contains(ATTN_RE).to_numpy()[codes]
+    sync_call = u.str.contains(SYNC_CALL_RE).to_numpy()[codes]
+    del codes
     runtime = kind == "runtime"
     wc = np.full(len(cls), WC["cpu"], dtype=np.int8)
     cat = np.full(len(cls), CAT["cpu_op"], dtype=np.int8)
@@ -181,7 +184,7 @@ def _classes(nodes: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     cat[comm] = CAT["communication"]
     wc[runtime] = WC["launch"]
     cat[runtime] = CAT["launch"]
-    return wc, cat, runtime
+    return wc, cat, runtime, sync_call & runtime
 
 
 # ---------------------------------------------------------------------------
@@ -202,32 +205,35 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     if measured:
         active &= (nodes["start_ns"].is_not_null() & nodes["dur_ns"].is_not_null()).to_numpy()
     rows = np.flatnonzero(active)
-    cols = ["id", "name", "kind", "on_gpu", "dur_ns", "start_ns", "parent", "pid", "tid", "device", "stream"]
-    cols += ["correlation", "launch_id", "cls"]
-    nd = nodes.select(cols)
-    if len(rows) < nodes.height:
-        nd = nd[rows]
+    # name-based flags on the full frame (per distinct name), then only numeric columns are gathered
+    wc, cat, runtime, sync_call = (x[rows] for x in _classes(nodes))
+    sub = len(rows) < nodes.height
+
+    def col(name: str, fill: int | bool) -> np.ndarray:  # one numeric column of the active rows
+        a = nodes[name].fill_null(fill).to_numpy()
+        return a[rows] if sub else a
+
     n = len(rows)
-    ids = nd["id"].to_numpy().astype(np.int64)
-    gpu = nd["on_gpu"].fill_null(False).to_numpy()
-    dur = np.maximum(nd["dur_ns"].fill_null(0).to_numpy().astype(np.int64), 0)
-    neg = int((nd["dur_ns"].fill_null(0).to_numpy() < 0).sum())
+    ids = col("id", -1).astype(np.int64)
+    gpu = col("on_gpu", False).astype(bool)
+    dur = col("dur_ns", 0).astype(np.int64)
+    neg = int((dur < 0).sum())
+    dur = np.maximum(dur, 0)
     if neg:
         notes.append(f"{neg} nodes with a negative duration were taken as 0")
     if measured:
-        start = nd["start_ns"].to_numpy().astype(np.int64)
+        start = col("start_ns", 0).astype(np.int64)
     else:
         start = np.zeros(n, dtype=np.int64)
     end = start + dur
-    wc, cat, runtime = _classes(nd)
-    parent_ids = nd["parent"].fill_null(-1).to_numpy().astype(np.int64)
+    parent_ids = col("parent", -1).astype(np.int64)
     ppos = _pos_of(ids, parent_ids)
     ppos[gpu] = -1
     ppos[(ppos >= 0) & gpu[np.maximum(ppos, 0)]] = -1
-    pid = nd["pid"].fill_null(-1).to_numpy()
-    tid = nd["tid"].fill_null(-1).to_numpy()
-    dev = nd["device"].fill_null(-1).to_numpy().astype(np.int64)
-    stream = nd["stream"].fill_null(-1).to_numpy()
+    pid = col("pid", -1)
+    tid = col("tid", -1)
+    dev = col("device", -1).astype(np.int64)
+    stream = col("stream", -1)
     # a GPU node without a stream (Chakra ETs) runs on a lane named by its tid
     g_lane_a = np.where(dev >= 0, dev, pid)
     g_lane_b = np.where(stream >= 0, stream, tid)
@@ -277,6 +283,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         porder = np.lexsort((k2, slot, plane))
     chain = pts[porder]
     chain_lane = plane[porder]
+    del pts, slot, is_end, dkey, plane, porder, k2
     same = chain_lane[1:] == chain_lane[:-1]
     a, b = chain[:-1][same], chain[1:][same]
 
@@ -317,7 +324,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     E_prio = [np.full(len(a), PRIO_LANE, np.int8)]
 
     # ---- launch: runtime call start -> GPU op start ----
-    corr = nd["correlation"].fill_null(-1).to_numpy().astype(np.int64)
+    corr = col("correlation", -1).astype(np.int64)
     rt_rows = np.flatnonzero(runtime & (corr > 0))
     gk = np.flatnonzero(gpu)
     launcher = np.full(n, -1, dtype=np.int64)
@@ -327,7 +334,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         k = np.minimum(np.searchsorted(u, corr[gk]), len(u) - 1)
         hit = (u[k] == corr[gk]) & (corr[gk] > 0)
         launcher[gk[hit]] = rt_rows[first[k[hit]]]
-    lid = nd["launch_id"].fill_null(-1).to_numpy().astype(np.int64)
+    lid = col("launch_id", -1).astype(np.int64)
     lpos = _pos_of(ids, lid)
     miss = gpu & (launcher < 0) & (lpos >= 0)
     launcher[miss] = lpos[miss]
@@ -389,7 +396,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
                 fix_own.append(own_t)
                 exact_calls = np.unique(srow)
         # the heuristic for the other synchronising calls: the GPU op that ended last inside them
-        sync_rows = np.flatnonzero(runtime & nd["name"].fill_null("").str.contains(SYNC_CALL_RE).to_numpy())
+        sync_rows = np.flatnonzero(runtime & sync_call)
         sync_rows = sync_rows[~np.isin(sync_rows, exact_calls)]
         if len(sync_rows):
             g_order = gk[np.argsort(end[gk], kind="stable")]
@@ -467,9 +474,20 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
             E_own.append(np.full(len(dn), -1, np.int64))
             E_prio.append(np.full(len(dn), PRIO_CROSS, np.int8))
 
-    src = np.concatenate(E_src).astype(np.int64)
-    dst = np.concatenate(E_dst).astype(np.int64)
-    base = np.concatenate(E_base).astype(np.int64)
+    # the lane temporaries go first, then each list as soon as it is one array (peak memory)
+    first_pts = chain[np.r_[True, chain_lane[1:] != chain_lane[:-1]]] if len(chain) else chain
+    del a, b, ia, ib, a_end, b_end, lane_gpu, own, kind, lane_base, ecat, ewc, chain, chain_lane
+
+    def joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+        out = np.concatenate(parts).astype(dtype, copy=False)
+        parts.clear()
+        return out
+
+    src = joined(E_src, np.int64)
+    dst = joined(E_dst, np.int64)
+    base = joined(E_base, np.int64)
+    wclass_a, kind_a, cat_a = joined(E_wc, np.int8), joined(E_kind, np.int8), joined(E_cat, np.int8)
+    owner_a, prio_a = joined(E_own, np.int64), joined(E_prio, np.int8)
     g = PointGraph(
         n_points=2 * n,
         time=ptime,
@@ -478,11 +496,11 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         dst=dst,
         base=base,
         fixed=np.zeros(len(src), dtype=np.int64),
-        wclass=np.concatenate(E_wc).astype(np.int8),
-        kind=np.concatenate(E_kind).astype(np.int8),
-        cat=np.concatenate(E_cat).astype(np.int8),
-        owner=np.concatenate(E_own).astype(np.int64),
-        prio=np.concatenate(E_prio).astype(np.int8),
+        wclass=wclass_a,
+        kind=kind_a,
+        cat=cat_a,
+        owner=owner_a,
+        prio=prio_a,
         rows=rows,
         ids=ids,
         rank=trace.meta.rank,
@@ -500,7 +518,6 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         pos_in = np.searchsorted(2 * srow + 1, g.dst[span_e])  # srow is sorted (flatnonzero)
         g.base[span_e] = np.minimum(g.base[span_e], own_t[pos_in])
     # the first point of every lane starts no earlier than it did (or at 0: recorded order)
-    first_pts = chain[np.r_[True, chain_lane[1:] != chain_lane[:-1]]] if len(chain) else chain
     g.root[first_pts] = ptime[first_pts] if measured else 0
     if measured and calibrated:
         calibrate(g)
@@ -678,8 +695,7 @@ def calibrate(g: PointGraph) -> None:
     """Clip every lag to the measured gap and put each point's unexplained wait on its lane edge
     (fixed), so that the graph replays to the measured times (module docstring)."""
     t = g.time
-    gap = t[g.dst] - t[g.src]
-    g.base = np.minimum(g.base, gap)
+    g.base = np.minimum(g.base, t[g.dst] - t[g.src])
     g.fixed = np.zeros(len(g.src), dtype=np.int64)
     cand = t[g.src] + g.base
     by_dst = np.argsort(g.dst, kind="stable")
@@ -688,9 +704,10 @@ def calibrate(g: PointGraph) -> None:
     best = np.full(g.n_points, np.iinfo(np.int64).min, dtype=np.int64)
     if len(heads):
         best[d_sorted[heads]] = np.maximum.reduceat(cand[by_dst], heads)
+    del heads
     best = np.maximum(best, g.root)
-    resid = t - best
-    need = np.flatnonzero((resid > 0) & (best > np.iinfo(np.int64).min))
+    need = np.flatnonzero((t > best) & (best > np.iinfo(np.int64).min))
+    del best
     if len(need) == 0:
         return
     # carrier: the lane edge into the point if any, else the cross edge that came closest
@@ -699,7 +716,9 @@ def calibrate(g: PointGraph) -> None:
     big = np.iinfo(np.int64).max
     waits = (g.kind == EK["sync"]) | (g.kind == EK["collective"])
     score = np.where(waits, big, np.where(is_lane, big - 1, np.minimum(cand, big - 2)))
+    del waits, is_lane, cand
     order = by_dst[np.lexsort((score[by_dst], d_sorted))]
+    del score, by_dst, d_sorted
     last_of = np.searchsorted(g.dst[order], need, side="right") - 1
     ok = (last_of >= 0) & (g.dst[order][np.maximum(last_of, 0)] == need)
     e = order[last_of[ok]]

@@ -158,20 +158,32 @@ def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None)
         p.base[e] = np.minimum(p.base[e], st[k])
     n_total = n_real + n_virtual
 
+    single = len(ranks) == 1 and not coll_src
+
     def cat(attr: str, extra: list[np.ndarray], shift: bool) -> np.ndarray:
+        if single:  # one rank, nothing added: its arrays are the run's (no copy)
+            return getattr(parts[ranks[0]], attr)
         arrs = [getattr(parts[r], attr) + (offsets[r] if shift else 0) for r in ranks]
         return np.concatenate(arrs + extra) if (arrs or extra) else np.zeros(0, np.int64)
 
     src = cat("src", coll_src, True)
     dst = cat("dst", coll_dst, True)
     base = cat("base", coll_lag, False)
-    time = np.concatenate([parts[r].time for r in ranks] + [np.zeros(n_virtual, np.int64)])
+    time = (
+        parts[ranks[0]].time
+        if single
+        else np.concatenate([parts[r].time for r in ranks] + [np.zeros(n_virtual, np.int64)])
+    )
     if n_virtual:
         # a virtual point's time: the last arrival
         vt = np.full(n_virtual, np.iinfo(np.int64).min, dtype=np.int64)
         np.maximum.at(vt, coll_dst[0] - n_real, time[coll_src[0]])
         time[n_real:] = vt
-    root = np.concatenate([parts[r].root for r in ranks] + [np.full(n_virtual, np.iinfo(np.int64).min)])
+    root = (
+        parts[ranks[0]].root
+        if single
+        else np.concatenate([parts[r].root for r in ranks] + [np.full(n_virtual, np.iinfo(np.int64).min)])
+    )
     owner_rank = np.concatenate(
         [np.full(len(parts[r].src), r, np.int64) for r in ranks] + [x.astype(np.int64) for x in coll_orank]
     )
@@ -187,13 +199,17 @@ def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None)
         dst=dst,
         base=base,
         fixed=np.zeros(m, dtype=np.int64),
-        wclass=cat("wclass", coll_wc, False).astype(np.int8),
-        kind=np.concatenate(
+        wclass=cat("wclass", coll_wc, False).astype(np.int8, copy=False),
+        kind=cat("kind", [], False)
+        if single
+        else np.concatenate(
             [parts[r].kind for r in ranks] + [np.full(len(x), P.EK["collective"], np.int8) for x in coll_src]
         ).astype(np.int8),
-        cat=cat("cat", coll_cat, False).astype(np.int8),
-        owner=cat("owner", coll_owner, False).astype(np.int64),
-        prio=np.concatenate(
+        cat=cat("cat", coll_cat, False).astype(np.int8, copy=False),
+        owner=cat("owner", coll_owner, False).astype(np.int64, copy=False),
+        prio=cat("prio", [], False)
+        if single
+        else np.concatenate(
             [parts[r].prio for r in ranks] + [np.full(len(x), P.PRIO_CROSS, np.int8) for x in coll_src]
         ).astype(np.int8),
         rows=np.zeros(0, np.int64),
@@ -205,6 +221,10 @@ def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None)
     owner_rank = owner_rank[_break_cycles(merged, notes)]
     if measured:
         P.calibrate(merged)
+    if single:  # the rank's edge arrays are the run's (calibrated, cycles broken): no second copy
+        part = parts[ranks[0]]
+        for name in ("src", "dst", "base", "fixed", "wclass", "kind", "cat", "owner", "prio"):
+            setattr(part, name, getattr(merged, name))
     for r in ranks:
         for note in parts[r].notes:
             notes.insert(0, f"rank {r}: {note}" if len(ranks) > 1 else note)
