@@ -62,7 +62,8 @@ def _expected(sizes: dict) -> dict[str, tuple[str, int, str]]:
             sizes["all_to_all"] * w * 4,
             "float32",
         ),  # all one rank sends (N-8 + N+8)
-        "reduce_scatter": ("reduce_scatter", sizes["reduce_scatter"] * w * 4, "float32"),  # whole input
+        # gloo runs reduce_scatter_tensor as a gloo:all_reduce of the whole input: an all_reduce
+        "reduce_scatter": ("all_reduce", sizes["reduce_scatter"] * w * 4, "float32"),
         "p2p": ("send", sizes["p2p"] * 4, "float32"),
     }
 
