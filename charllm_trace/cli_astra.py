@@ -31,20 +31,36 @@ from charllm_trace.errors import InputError
     is_flag=True,
     help="GPU runs: leave out the intervals in which the GPU ran nothing (time it waited for the host).",
 )
+@click.option(
+    "--align-starts",
+    is_flag=True,
+    help="Start every rank at time 0 (default: a rank that started later begins with a charllm.start_offset node).",
+)
 @click.option("--force", is_flag=True, help="Replace existing files of the same names.")
 @click.pass_context
-def astra_sim_command(ctx: click.Context, path: str, out_dir: str, prefix: str, no_host_gaps: bool, force: bool) -> None:  # fmt: skip
+def astra_sim_command(
+    ctx: click.Context,
+    path: str,
+    out_dir: str,
+    prefix: str,
+    no_host_gaps: bool,
+    align_starts: bool,
+    force: bool,
+) -> None:
     """Write PATH as Chakra ETs that ASTRA-sim (astra-sim 518bd51) simulates: one
     <prefix>.<rank>.et per rank (GPU kernels or, in CPU runs, CPU ops with exclusive times as
     compute; collectives and send/recv as communication; order as data dependencies) and the
     communicator groups for --comm-group-configuration. See docs/et-conventions.md."""
+    import polars as pl
+
     from charllm_trace import loader
     from charllm_trace.render.astra_sim import export_astra_sim
-    from charllm_trace.render.astra_sim_plan import HOST_LANE
 
     try:
         run = loader.load(path)
-        res = export_astra_sim(run, out_dir, prefix, force=force, host_gaps=not no_host_gaps)
+        res = export_astra_sim(
+            run, out_dir, prefix, force=force, host_gaps=not no_host_gaps, align_starts=align_starts
+        )
     except InputError as exc:
         root = ctx.find_root()
         if root is not ctx and root.params.get("debug"):
@@ -63,12 +79,14 @@ def astra_sim_command(ctx: click.Context, path: str, out_dir: str, prefix: str, 
         p = res.plans[r]
         n = p.nodes
         comm = int(n["is_comm"].sum())
-        gaps = int((n["lane"] == HOST_LANE).sum())
+        gaps = int((n["name"] == "charllm.host_gap").sum())
+        offset = n.filter(pl.col("name") == "charllm.start_offset")["dur_ns"].sum()
         click.echo(
             f"rank {r}: {p.mode} run, {n.height} nodes ({comm} communication"
             + (f", {gaps} host gaps" if gaps else "")
+            + (f", start offset {offset / 1e6:.3f} ms" if offset else "")
             + f"), {p.deps.height} dependencies, {p.dependency_free} without any; "
-            f"measured span {p.span_ns / 1e6:.3f} ms"
+            f"measured end {p.span_ns / 1e6:.3f} ms"
         )
     for note in res.notes:
         click.echo(f"note: {note}")

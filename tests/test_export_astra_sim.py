@@ -163,9 +163,16 @@ def check_export(out: Path, prefix: str, n_ranks: int) -> dict[int, list[pb.Node
 
 def check_exclusive(run: Run, per_rank: dict[int, list[pb.Node]]) -> None:
     """Compute durations are exclusive: on every lane they add up to no more than the lane's
-    measured span (inclusive durations of nested ops would exceed it)."""
+    measured span (inclusive durations of nested ops would exceed it); the host lane (GPU idle
+    intervals, start offset) to no more than the time from the first rank's start to this
+    rank's last op."""
+    timed = {
+        r: t.nodes.filter(pl.col("start_ns").is_not_null() & pl.col("dur_ns").is_not_null())
+        for r, t in run.traces.items()
+    }
+    first = min(int(t["start_ns"].min()) for t in timed.values())
     for r, nodes in per_rank.items():
-        tr = run.traces[r].nodes.filter(pl.col("start_ns").is_not_null() & pl.col("dur_ns").is_not_null())
+        tr = timed[r]
         by_lane: Counter = Counter()
         for n in nodes:
             if n.type == pb.COMP_NODE:
@@ -177,9 +184,11 @@ def check_exclusive(run: Run, per_rank: dict[int, list[pb.Node]]) -> None:
             elif lane.startswith("stream "):
                 dev, stream = (int(x) for x in lane.split()[1].split(":"))
                 sub = tr.filter(pl.col("on_gpu") & (pl.col("device") == dev) & (pl.col("stream") == stream))
-            else:  # host gaps lie between the first and last GPU op
-                sub = tr.filter(pl.col("on_gpu"))
-            span_us = ((sub["start_ns"] + sub["dur_ns"]).max() - sub["start_ns"].min()) / 1000
+            else:
+                assert lane == "host"
+                sub = tr
+            start = first if lane == "host" else sub["start_ns"].min()
+            span_us = ((sub["start_ns"] + sub["dur_ns"]).max() - start) / 1000
             assert total_us <= span_us + 1, (
                 f"rank {r} {lane}: {total_us} µs of work in a {span_us:.0f} µs span"
             )
@@ -244,7 +253,8 @@ def test_dlrm_gpu_run(dlrm_ets: Path, tmp_path: Path) -> None:
         src = run.traces[rank].nodes
         gpu_ops = src.filter(pl.col("on_gpu") & pl.col("kind").is_in(["kernel", "memcpy", "memset"])).height
         gaps = [n for n in nodes if n.name == "charllm.host_gap"]
-        assert len(nodes) == gpu_ops + len(gaps) and gaps
+        offset = [n for n in nodes if n.name == "charllm.start_offset"]
+        assert len(nodes) == gpu_ops + len(gaps) + len(offset) and gaps and len(offset) <= 1
         comm = [n for n in nodes if n.type == pb.COMM_COLL_NODE]
         assert [_int(attrs(n)["comm_type"]) for n in comm] == [
             _int(attrs(n)["comm_type"]) for n in per_rank[0] if n.type == pb.COMM_COLL_NODE
@@ -258,6 +268,22 @@ def test_dlrm_gpu_run(dlrm_ets: Path, tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     per_rank = check_export(out2, "trace", 8)
     assert not any(n.name == "charllm.host_gap" for nodes in per_rank.values() for n in nodes)
+
+
+def test_start_offsets(gloo_ets: Path, tmp_path: Path) -> None:
+    """ASTRA-sim starts every NPU at 0: a rank whose trace started later begins with a
+    ``charllm.start_offset`` compute node that everything else on it waits for."""
+    run = ct.load(gloo_ets)
+    starts = {r: t.nodes["start_ns"].min() for r, t in run.traces.items()}
+    late = max(starts, key=starts.get)
+    export_astra_sim(run, tmp_path / "a")
+    per_rank = check_export(tmp_path / "a", "trace", 2)
+    off = [n for n in per_rank[late] if n.name == "charllm.start_offset"]
+    assert len(off) == 1 and off[0].duration_micros == round((starts[late] - min(starts.values())) / 1000)
+    assert [n.id for n in per_rank[late] if not n.data_deps] == [off[0].id]
+    assert not any(n.name == "charllm.start_offset" for n in per_rank[1 - late])
+    export_astra_sim(run, tmp_path / "b", align_starts=True)
+    assert not any(n.name == "charllm.start_offset" for n in check_export(tmp_path / "b", "trace", 2)[late])
 
 
 def test_refuses_to_overwrite_and_names_files(gloo_ets: Path, tmp_path: Path) -> None:

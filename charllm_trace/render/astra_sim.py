@@ -96,23 +96,37 @@ def _check_run(run: Run, where: str) -> None:
 
 
 def plan_run(
-    run: Run, where: str | None = None, *, host_gaps: bool = True
+    run: Run, where: str | None = None, *, host_gaps: bool = True, align_starts: bool = False
 ) -> tuple[dict[int, plan.RankPlan], dict[str, list[int]], list[str]]:
     """Every rank's plan, with communication attributes matched across ranks; the
-    communicator groups (ASTRA-sim id -> global ranks); notes on what was changed or left out. ``host_gaps``: in GPU runs, also
-    the intervals in which the GPU ran nothing, as compute (``astra_sim_plan.host_gaps``)."""
+    communicator groups (ASTRA-sim id -> global ranks); notes on what was changed or left out.
+
+    ``host_gaps``: in GPU runs, also the intervals in which the GPU ran nothing, as compute
+    (``astra_sim_plan.host_gaps``). Unless ``align_starts`` (or a rank had no timestamps),
+    a rank that started after the first one begins with a compute node
+    ``charllm.start_offset`` as long as the difference: ASTRA-sim starts every NPU at 0."""
     where = where or run.source or "run"
     _check_run(run, where)
     traces, notes = _timed(run, where)
-    plans: dict[int, plan.RankPlan] = {}
+    picked = {}
     for r in run.ranks:
-        t = traces[r]
-        classified = classify(t.nodes)
+        classified = classify(traces[r].nodes)
         sel, mode = plan.select(classified)
         if sel.height == 0:
             raise InputError(where, f"rank {r}: no node has both a start time and a duration")
         if host_gaps and mode == "gpu":
-            sel = pl.concat([sel, plan.host_gaps(sel, int(t.nodes["id"].max()) + 1)], how="diagonal_relaxed")
+            sel = pl.concat([sel, plan.host_gaps(sel, _next_id(traces[r], sel))], how="diagonal_relaxed")
+        picked[r] = (classified, sel, mode)
+    skew = not align_starts and all(t.meta.clock == "unix_ns" for t in traces.values())
+    first = min(int(sel["start_ns"].min()) for _, sel, _ in picked.values())
+    plans: dict[int, plan.RankPlan] = {}
+    for r, (classified, sel, mode) in picked.items():
+        t = traces[r]
+        if skew and int(sel["start_ns"].min()) - first >= 1000:
+            sel = pl.concat(
+                [sel, plan.start_offset(first, int(sel["start_ns"].min()), _next_id(t, sel))],
+                how="diagonal_relaxed",
+            )
         sel = sel.sort(pl.col("start_ns"), pl.col("end_ns"), pl.col("id"), descending=[False, True, False])
         sel = sel.with_columns(pos=pl.int_range(pl.len(), dtype=pl.Int64))
         if mode == "gpu":
@@ -144,11 +158,16 @@ def plan_run(
     return plans, groups, notes
 
 
+def _next_id(t: Trace, sel: pl.DataFrame) -> int:
+    """An id above every node's of the trace and every row's already added."""
+    return max(int(t.nodes["id"].max()), int(sel["id"].max())) + 1
+
+
 def _lane_label(sel: pl.DataFrame, lane: int, mode: str) -> str:
     if lane == plan.COMM_LANE:
         return "communication"
     if lane == plan.HOST_LANE:
-        return "host gaps"
+        return "host"
     row = sel.filter(pl.col("lane") == lane).row(0, named=True)
     if mode == "cpu":
         return f"thread {row['tid']}"
@@ -376,6 +395,7 @@ def export_astra_sim(
     *,
     force: bool = False,
     host_gaps: bool = True,
+    align_starts: bool = False,
 ) -> AstraExport:
     """Write ``<prefix>.<rank>.et`` per rank and ``<prefix>.comm_group.json`` into ``out_dir``."""
     if not prefix or "/" in prefix or prefix.startswith("."):
@@ -383,7 +403,7 @@ def export_astra_sim(
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise InputError(out, "is not a directory")
-    plans, groups, notes = plan_run(run, host_gaps=host_gaps)
+    plans, groups, notes = plan_run(run, host_gaps=host_gaps, align_starts=align_starts)
     files = [out / f"{prefix}.{r}.et" for r in sorted(plans)]
     cg = out / f"{prefix}.comm_group.json"
     if not force:

@@ -52,7 +52,7 @@ CONTAINER_RE = r"^\[pytorch\|profiler\|execution_trace\|"
 GPU_CLASSES = ["compute", "comm", "memcpy", "memset"]
 CPU_KINDS = ["cpu_op", "annotation", "runtime", "other"]
 COMM_LANE = -1
-HOST_LANE = -2  # --host-gaps: the GPU idle intervals
+HOST_LANE = -2  # host time the trace shows as nothing: GPU idle intervals, the start offset
 #: as-of joins here are on sorted columns; polars cannot check that with ``by`` and warns
 _ASOF_KW = (
     {"check_sortedness": False}
@@ -155,6 +155,24 @@ def host_gaps(sel: pl.DataFrame, first_id: int) -> pl.DataFrame:
             "self_ns": b - a,
             "is_comm": np.zeros(len(a), bool),
             "lane": np.full(len(a), HOST_LANE, np.int64),
+        }
+    )
+
+
+def start_offset(first: int, start: int, node_id: int) -> pl.DataFrame:
+    """A compute row (lane ``HOST_LANE``) from the first rank's start to this rank's: ASTRA-sim
+    starts every NPU at time 0, the ranks of a trace did not."""
+    return pl.DataFrame(
+        {
+            "id": [node_id],
+            "name": ["charllm.start_offset"],
+            "kind": ["host_gap"],
+            "start_ns": [first],
+            "end_ns": [start],
+            "dur_ns": [start - first],
+            "self_ns": [start - first],
+            "is_comm": [False],
+            "lane": [HOST_LANE],
         }
     )
 
