@@ -114,12 +114,13 @@ def what_if(
     measured = retimed_traces(run, rg, base_t) if not rg.g.measured else {r: run.traces[r] for r in rg.ranks}
     predicted = retimed_traces(run, rg, new_t)
     # the whole trace: the critical path's window (first step start -> last step or GPU op end)
-    whole = {r: (sink, w0) for r, s, sink, w0 in windows(rg, run, base_t) if s is None}
+    # (each side's own last point: what ends last may change under the factors)
+    m_win = {r: (sink, w0) for r, s, sink, w0 in windows(rg, run, base_t) if s is None}
+    p_win = {r: (sink, w0) for r, s, sink, w0 in windows(rg, run, new_t) if s is None}
     frames = []
     for r in rg.ranks:
-        sink, w0 = whole.get(r, (None, None))
-        m_whole = int(base_t[sink] - base_t[w0]) if sink is not None else None
-        p_whole = int(new_t[sink] - new_t[w0]) if sink is not None else None
+        m_whole = int(base_t[m_win[r][0]] - base_t[m_win[r][1]]) if r in m_win else None
+        p_whole = int(new_t[p_win[r][0]] - new_t[p_win[r][1]]) if r in p_win else None
         m = _step_rows(measured[r], r, m_whole).rename({"ns": "measured_ns"})
         p = _step_rows(predicted[r], r, p_whole).rename({"ns": "predicted_ns"}).drop("rank")
         mo = _overlap_rows(measured[r]).rename(

@@ -9,7 +9,8 @@
  *     time[dst] >= time[src] + lag[e]. root[v] is a lower bound of time[v]
  *     (INT64_MIN: none). Kahn's topological order; time[v] is the largest bound,
  *     bind[v] the edge that gives it (-1: the root bound, or no bound at all). On equal
- *     bounds the edge of higher prio wins, then the later edge. Returns the number of
+ *     bounds an edge wins over the root bound, the edge of higher prio over the others,
+ *     then the later edge. Returns the number of
  *     vertices reached in topological order: less than n means a cycle; the vertices
  *     left have time INT64_MIN.
  *
@@ -123,9 +124,9 @@ static PyObject *longest_path(PyObject *self, PyObject *args) {
                 if (tu != INT64_MIN) {
                     int64_t cand = tu + lag[e];
                     int64_t cur = time[v];
+                    /* on a tie an edge beats the root bound (the path goes on through it) */
                     if (cur == INT64_MIN || cand > cur ||
-                        (cand == cur && bind[v] >= 0 && prio[e] >= prio[bind[v]]) ||
-                        (cand == cur && bind[v] < 0 && root[v] == INT64_MIN)) {
+                        (cand == cur && (bind[v] < 0 || prio[e] >= prio[bind[v]]))) {
                         time[v] = cand;
                         bind[v] = e;
                     }

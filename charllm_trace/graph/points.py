@@ -447,7 +447,23 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     if extra_deps.height:
         dn = _pos_of(ids, extra_deps["node"].to_numpy().astype(np.int64))
         dp = _pos_of(ids, extra_deps["dep"].to_numpy().astype(np.int64))
-        ok = (dn >= 0) & (dp >= 0) & (dn != dp)
+        missing = (dn < 0) | (dp < 0)
+        if missing.any():
+            all_ids = nodes["id"].to_numpy()
+            dangling = ~np.isin(extra_deps["node"].to_numpy(), all_ids) | ~np.isin(
+                extra_deps["dep"].to_numpy(), all_ids
+            )
+            what = "tensor data" if measured else "recorded"
+            if dangling.any():
+                notes.append(
+                    f"{int(dangling.sum())} {what} dependencies name node ids that are not in the trace and were ignored"
+                )
+            if (missing & ~dangling).any():
+                notes.append(
+                    f"{int((missing & ~dangling).sum())} {what} dependencies involve nodes outside the execution "
+                    "graph (GPU annotation ranges, sync records or nodes without times) and were not used"
+                )
+        ok = ~missing & (dn != dp)
         if not measured:
             # nesting is the lane's business; an edge to an ancestor would close a cycle
             ok &= ppos[np.maximum(dn, 0)] != dp
@@ -518,6 +534,13 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         pos_in = np.searchsorted(2 * srow + 1, g.dst[span_e])  # srow is sorted (flatnonzero)
         g.base[span_e] = np.minimum(g.base[span_e], own_t[pos_in])
     # the first point of every lane starts no earlier than it did (or at 0: recorded order)
+    # a GPU stream's first op has its launch (or a wait) before it: it is held at its measured
+    # time only when nothing comes before it (CPU threads start when they started; without
+    # timestamps every lane starts at 0)
+    if measured:
+        has_in = np.zeros(2 * n, dtype=bool)
+        has_in[g.dst] = True
+        first_pts = first_pts[~(has_in[first_pts] & gpu[first_pts // 2])]
     g.root[first_pts] = ptime[first_pts] if measured else 0
     if measured and calibrated:
         calibrate(g)

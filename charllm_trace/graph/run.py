@@ -252,8 +252,16 @@ def _break_cycles(g: P.PointGraph, notes: list[str]) -> np.ndarray:
         time, _, done = engine.longest_path(g.n_points, g.src, g.dst, zero, g.prio, g.root)
         if done == g.n_points:
             break
-        stuck = time == engine.NONE
-        drop = (g.kind == P.EK["data"]) & (stuck[g.src] | stuck[g.dst])
+        # on a cycle (or between two): not reached going forward from the sources, nor going
+        # backward from the sinks (points merely downstream or upstream of a cycle are reached)
+        fwd, _, _ = engine.longest_path(
+            g.n_points, g.src, g.dst, zero, g.prio, np.zeros(g.n_points, np.int64)
+        )
+        bwd, _, _ = engine.longest_path(
+            g.n_points, g.dst, g.src, zero, g.prio, np.zeros(g.n_points, np.int64)
+        )
+        stuck = (fwd == engine.NONE) & (bwd == engine.NONE)
+        drop = (g.kind == P.EK["data"]) & stuck[g.src] & stuck[g.dst]
         if not drop.any():
             break
         idx = np.flatnonzero(kept)
