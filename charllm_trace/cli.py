@@ -456,6 +456,11 @@ def export_group() -> None:
     """Export a run to other tools' formats."""
 
 
+from charllm_trace.cli_astra import astra_sim_command  # noqa: E402
+
+export_group.add_command(astra_sim_command)
+
+
 @export_group.command("perfetto")
 @click.argument("run", type=click.Path())
 @click.option(
