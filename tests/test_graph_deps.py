@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pytest
 
 from charllm_trace.graph import execution_deps, run_execution_deps, to_networkx
 from charllm_trace.graph import points as P
@@ -539,3 +540,69 @@ def test_to_networkx_has_every_point_and_edge():
     # calibrated lags never ask for a point earlier than measured
     for u, v, d in nx_g.edges(data=True):
         assert nx_g.nodes[u]["time_ns"] + d["lag_ns"] <= nx_g.nodes[v]["time_ns"]
+
+
+# ---------------------------------------------------------------------------
+# the table as a graph
+# ---------------------------------------------------------------------------
+
+
+def table_graph(deps: dict[int, pl.DataFrame], traces: dict[int, Trace]):
+    """The time points of an EXEC_DEP table (each node's start -> end, then every edge)."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    for r, tr in traces.items():
+        g.add_edges_from(((r, i, False), (r, i, True)) for i in tr.nodes["id"].to_list())
+    for r, df in deps.items():
+        for row in df.iter_rows(named=True):
+            dr = r if row["dep_rank"] is None else row["dep_rank"]
+            g.add_edge((dr, row["dep"], row["dep_end"]), (r, row["node"], row["node_end"]))
+    return g
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="graph/deps.py execution_deps() builds the rank's graph with points.build() only: the data "
+    "edges that graph/run.py _break_cycles() drops (and notes) are still in its table, so the table of a "
+    "trace with a tie cycle (two zero-length ops at one time, each a data dependency of the other) is "
+    "cyclic and differs from run_execution_deps() of the same one-rank run; the table comes with no note",
+)
+def test_execution_deps_is_acyclic_and_agrees_with_the_run_table():
+    import networkx as nx
+
+    rows = [
+        N(1, "A", "cpu_op", 10, 0, tid=1),
+        N(2, "B", "cpu_op", 10, 0, tid=2),
+        N(3, "C", "cpu_op", 20, 10, tid=1),
+        N(4, "D", "cpu_op", 40, 10, tid=2),
+    ]
+    tr = mk_trace(rows, [(1, 2, "data"), (2, 1, "data"), (4, 3, "data")])
+    run_table = run_execution_deps(Run.single(tr))[0]
+    assert (4, 3, "data", True, False, None) in edge_set(run_table)  # only the cycle's edges go
+    assert nx.is_directed_acyclic_graph(table_graph({0: run_table}, {0: tr}))
+    table = execution_deps(tr)
+    assert nx.is_directed_acyclic_graph(table_graph({0: table}, {0: tr}))
+    assert edge_set(table) == edge_set(run_table)
+
+
+@pytest.mark.parametrize("which", ["a100", "gloo"])
+def test_real_tables_are_acyclic(which):
+    import networkx as nx
+
+    import charllm_trace as ct
+    from tests.conftest import FIXTURES, shared_trace
+
+    path = FIXTURES / "cpu-2rank-gloo" if which == "gloo" else shared_trace("hta/a100_ddp_nccl_rank0.json.gz")
+    run = ct.load(path)
+    deps = run_execution_deps(run)
+    assert set(deps) == set(run.ranks)
+    kinds = set()
+    for df in deps.values():
+        kinds |= set(df["kind"].cast(pl.String).unique().to_list())
+    assert {"thread_order", "nesting"} <= kinds
+    if which == "gloo":
+        assert "collective" in kinds
+    else:
+        assert {"launch", "stream_order", "sync"} <= kinds
+    assert nx.is_directed_acyclic_graph(table_graph(deps, run.traces))
