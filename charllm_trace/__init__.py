@@ -6,16 +6,50 @@ The public API is small::
     run = ct.load("run-dir/")          # a Run: one Trace (polars tables) per rank
     trace = run.traces[0]
     trace.nodes, trace.deps, trace.telemetry, trace.meta
+
+Importing the package has no side effects: it does not change the environment or any
+process-wide setting, and it does not even load polars until a name below is first used.
+Process-wide tuning is the program's choice: the ``charllm-trace`` command asks for it,
+library users may call :func:`charllm_trace.tune_polars_allocator` before polars is imported
+(see ``charllm_trace/_alloc.py``).
 """
 
-from charllm_trace._alloc import tune_polars_allocator
+from __future__ import annotations
 
-tune_polars_allocator()  # before anything imports polars: see charllm_trace/_alloc.py
+from typing import TYPE_CHECKING, Any
 
-from charllm_trace.errors import InputError  # noqa: E402
-from charllm_trace.loader import load  # noqa: E402
-from charllm_trace.model import ProcessGroup, Run, Trace, TraceMeta  # noqa: E402
+from charllm_trace.errors import InputError
+
+if TYPE_CHECKING:
+    from charllm_trace._alloc import tune_polars_allocator
+    from charllm_trace.loader import load
+    from charllm_trace.model import ProcessGroup, Run, Trace, TraceMeta
 
 __version__ = "0.1.0"
 
-__all__ = ["InputError", "ProcessGroup", "Run", "Trace", "TraceMeta", "load", "__version__"]
+__all__ = ["InputError", "ProcessGroup", "Run", "Trace", "TraceMeta", "load", "tune_polars_allocator", "__version__"]
+
+# name -> module it comes from, imported on first use (PEP 562)
+_LAZY = {
+    "load": "charllm_trace.loader",
+    "ProcessGroup": "charllm_trace.model",
+    "Run": "charllm_trace.model",
+    "Trace": "charllm_trace.model",
+    "TraceMeta": "charllm_trace.model",
+    "tune_polars_allocator": "charllm_trace._alloc",
+}
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'charllm_trace' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

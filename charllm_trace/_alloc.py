@@ -1,20 +1,26 @@
-"""How polars' memory allocator gives memory back (set once, before polars is first imported).
+"""How polars' memory allocator gives memory back: an opt-in, process-wide setting.
 
 Polars allocates with jemalloc and configures it, when it is imported, to keep freed pages
 for 0.5 s ("dirty") and then 1 s more as pages the kernel may take back but still counts as
 resident ("muzzy", ``MADV_FREE``); that purging also only happens when the allocator is
 busy. Loading and analysing a big trace frees hundreds of MiB of intermediate columns within
 a second or two, so the run's peak resident memory is then mostly pages it no longer uses.
-charllm-trace asks jemalloc to return freed pages after 100 ms, at once for good
-(``muzzy_decay_ms:0``), with its background thread doing the purging. Measured on a
-1 M-event Kineto trace: peak RSS about 20 % lower, run time unchanged within the noise
-(docs/benchmarks.md, issue 5).
+:func:`tune_polars_allocator` asks jemalloc to return freed pages after 100 ms, at once for
+good (``muzzy_decay_ms:0``), with its background thread doing the purging. Measured on a
+1 M-event Kineto trace (``benchmarks/bench_analyze.py --tools ours,ours-untuned``): peak RSS
+380-400 MiB instead of 456-459 MiB, run time unchanged within the noise.
+
+This changes the whole process, so the library never does it by itself (``import charllm_trace``
+has no side effects): the ``charllm-trace`` command calls it first thing
+(``charllm_trace.cli.main``); a program that uses the library may call
+``charllm_trace.tune_polars_allocator()`` before it, or anything else, imports polars.
 
 jemalloc reads its settings from ``_RJEM_MALLOC_CONF`` as polars loads (polars appends the
-value it finds to its own), so this works only if charllm-trace is imported before polars.
-The variable is set for that import only: afterwards it holds what polars sets by itself,
-so child processes and other programs are not affected. A user's own ``_RJEM_MALLOC_CONF``
-always wins, and ``CHARLLM_TRACE_ALLOC=default`` leaves polars' settings alone.
+value it finds to its own), so this works only before polars is imported. The variable is set
+for that import only: afterwards it holds what polars sets by itself, so child processes (the
+training command under ``collect``) and other programs are not affected. A user's own
+``_RJEM_MALLOC_CONF`` always wins, and ``CHARLLM_TRACE_ALLOC=default`` leaves polars' settings
+alone.
 """
 
 from __future__ import annotations

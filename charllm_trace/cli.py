@@ -55,6 +55,12 @@ class _Group(click.Group):
 @click.version_option(package_name="charllm-trace")
 def main(debug: bool) -> None:
     """Power, performance and thermal analysis of distributed training traces."""
+    # Process-wide tuning is the program's choice, not the library's: polars' allocator returns
+    # freed memory sooner (lower peak RSS; charllm_trace/_alloc.py). Nothing above has imported
+    # polars yet; a subcommand's own imports do.
+    from charllm_trace._alloc import tune_polars_allocator
+
+    tune_polars_allocator()
 
 
 # Each command lives in its own section below; keep them thin.
