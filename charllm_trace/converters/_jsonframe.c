@@ -1,7 +1,9 @@
 /* Streaming framing of a JSON document's top level (charllm-trace's Kineto reader).
  *
- * charllm-trace compiles this file on first use (cc -O2 -shared) and calls it through
- * ctypes; without a C compiler the same events come from numpy code in jsonframe.py.
+ * setuptools builds this file when the package is installed (setup.py), as the extension
+ * module charllm_trace.converters._jsonframe, and charllm-trace calls jf_scan through
+ * ctypes (converters/jsonframe.py); when the module is missing the same events come, after
+ * a warning, from numpy code in jsonframe.py.
  * It reads the document chunk by chunk, keeping its state (nesting depth, inside a
  * string, after a backslash) between calls, and reports only the structure near the
  * top: where the top-level object's members, keys and depth-1 containers begin and
@@ -12,8 +14,10 @@
  *   '{' '['   at depth <= 1        '}' ']'   at depth <= 2
  *   ','       at depth <= 2        ':'       at depth == 1
  *   '"'       opening or closing a string at depth == 1
- * No Python headers are needed.
+ * Python's headers serve only the module stub at the end.
  */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h> /* first, as Python requires; used by the stub only */
 #include <stdint.h>
 
 /* the bytes that matter outside strings */
@@ -92,4 +96,26 @@ out:
     st[2] = esc;
     *consumed = i;
     return k;
+}
+
+/* ---- extension-module stub ----
+ * Built as an extension module only so that pip compiles this file at install time and the
+ * import system names and places the library; the module has no functions (they are called
+ * through ctypes). SOURCE_SHA256 is the SHA-256 of this file as setup.py built it, so a test
+ * can tell a stale build in a checkout. */
+#ifndef CHARLLM_SOURCE_SHA256
+#define CHARLLM_SOURCE_SHA256 "unknown"
+#endif
+
+static struct PyModuleDef stub_module = {
+    PyModuleDef_HEAD_INIT, "_jsonframe", "C functions called through ctypes (no Python functions).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__jsonframe(void) {
+    PyObject *m = PyModule_Create(&stub_module);
+    if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_SHA256", CHARLLM_SOURCE_SHA256) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

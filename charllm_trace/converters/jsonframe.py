@@ -6,20 +6,22 @@ of its depth-1 containers, and the commas between their elements. The Kineto rea
 uses it to cut the ``traceEvents`` array into slices of whole events as the file is
 read, so that the whole document never has to be in memory.
 
-The C scanner is compiled on first use by :mod:`charllm_trace._cbuild`; without a
-compiler, or with ``CHARLLM_TRACE_NATIVE=0``, a numpy scanner gives the same events (slower).
+The C scanner (``_jsonframe.c``) is built with the package (``setup.py``) as the extension
+module ``charllm_trace.converters._jsonframe`` and called with ctypes (see
+:mod:`charllm_trace._native_libs`). When it is missing or broken there is one warning per
+process and a numpy scanner gives the same events (slower); ``CHARLLM_TRACE_NATIVE=0`` selects
+the numpy scanner without a warning.
 """
 
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
 
 import numpy as np
 
-from charllm_trace._cbuild import load
+from charllm_trace import _native_libs
 
-_SRC = Path(__file__).with_name("_jsonframe.c")
+MODULE = "charllm_trace.converters._jsonframe"
 _LIB: ctypes.CDLL | None = None
 _TRIED = False
 _p = ctypes.c_void_p
@@ -47,16 +49,20 @@ class State:
 
 
 def lib() -> ctypes.CDLL | None:
-    """The loaded C scanner, or None when it cannot be built here (or is disabled)."""
+    """The loaded C scanner, or None when it is not usable here (or is disabled)."""
     global _LIB, _TRIED
     if _TRIED:
         return _LIB
     _TRIED = True
-    so = load(_SRC, "jsonframe")
+    so = _native_libs.load(MODULE)
     if so is None:
         return None
-    so.jf_scan.restype = _i64
-    so.jf_scan.argtypes = [_p, _i64, _p, _i64, _p, _p, _p, _i64, _p]
+    try:
+        so.jf_scan.restype = _i64
+        so.jf_scan.argtypes = [_p, _i64, _p, _i64, _p, _p, _p, _i64, _p]
+    except AttributeError as exc:  # a build from other sources (an old checkout's)
+        _native_libs.warn_unusable(MODULE, f"is out of date ({exc})")
+        return None
     _LIB = so
     return so
 

@@ -1,14 +1,18 @@
 /* A small scanner for Chakra ET files: message framing and protobuf field scanning.
  *
- * charllm-trace compiles this file on first use (cc -O2 -shared) and calls it
- * through ctypes; without a C compiler the same work is done by numpy code in
- * fastdecode.py. It only finds where things are (offsets, lengths, varint
- * values): every string stays in the file buffer and all interpretation happens
- * in Python/polars. No Python headers are needed.
+ * setuptools builds this file when the package is installed (setup.py), as the
+ * extension module charllm_trace.et._etscan, and charllm-trace calls its
+ * functions through ctypes (et/_native.py); when the module is missing the same
+ * work is done, after a warning, by numpy code in fastdecode.py. It only finds
+ * where things are (offsets, lengths, varint values): every string stays in the
+ * file buffer and all interpretation happens in Python/polars. Python's headers
+ * serve only the module stub at the end.
  *
  * Error returns are negative; err[0] gets the message index and err[1] the byte
  * offset of the problem.
  */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h> /* first, as Python requires; used by the stub only */
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -756,4 +760,26 @@ int64_t et_utf8(const uint8_t *data, const int64_t *off, const int64_t *len, int
     for (int64_t r = 0; r < n; r++)
         if (len[r] > 0 && !utf8_ok(data + off[r], len[r])) return r;
     return -1;
+}
+
+/* ---- extension-module stub ----
+ * Built as an extension module only so that pip compiles this file at install time and the
+ * import system names and places the library; the module has no functions (they are called
+ * through ctypes). SOURCE_SHA256 is the SHA-256 of this file as setup.py built it, so a test
+ * can tell a stale build in a checkout. */
+#ifndef CHARLLM_SOURCE_SHA256
+#define CHARLLM_SOURCE_SHA256 "unknown"
+#endif
+
+static struct PyModuleDef stub_module = {
+    PyModuleDef_HEAD_INIT, "_etscan", "C functions called through ctypes (no Python functions).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__etscan(void) {
+    PyObject *m = PyModule_Create(&stub_module);
+    if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_SHA256", CHARLLM_SOURCE_SHA256) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -1,17 +1,18 @@
-"""The optional C scanner (``_etscan.c``), built on first use by :mod:`charllm_trace._cbuild`.
+"""The C scanner (``_etscan.c``), built with the package (``setup.py``) and called with ctypes.
 
-If it cannot be built here, or ``CHARLLM_TRACE_NATIVE=0``, :func:`lib` returns None and the
-numpy decoder is used instead (same results, slower).
+:func:`lib` opens the extension module ``charllm_trace.et._etscan`` through
+:mod:`charllm_trace._native_libs`. When it is missing or broken there is one warning per process
+and :func:`lib` returns None: the numpy decoder is used instead (same results, slower). With
+``CHARLLM_TRACE_NATIVE=0`` it returns None without a warning.
 """
 
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
 
-from charllm_trace._cbuild import load
+from charllm_trace import _native_libs
 
-_SRC = Path(__file__).with_name("_etscan.c")
+MODULE = "charllm_trace.et._etscan"
 _LIB: ctypes.CDLL | None = None
 _TRIED = False
 
@@ -19,15 +20,7 @@ _p = ctypes.c_void_p
 _i64 = ctypes.c_int64
 
 
-def lib() -> ctypes.CDLL | None:
-    """The loaded scanner, or None when it cannot be built here (or is disabled)."""
-    global _LIB, _TRIED
-    if _TRIED:
-        return _LIB
-    _TRIED = True
-    so = load(_SRC, "etscan")
-    if so is None:
-        return None
+def _declare(so: ctypes.CDLL) -> None:
     so.et_scan.restype = _i64
     so.et_scan.argtypes = [_p, _i64, _p, _p] + [_p] * 19 + [_i64, _i64, _i64, _p]
     so.et_json.restype = _i64
@@ -42,6 +35,22 @@ def lib() -> ctypes.CDLL | None:
     so.et_utf8.argtypes = [_p, _p, _p, _i64]
     so.et_views.restype = None
     so.et_views.argtypes = [_p, _p, _p, _i64, _p, _i64]
+
+
+def lib() -> ctypes.CDLL | None:
+    """The loaded scanner, or None when it is not usable here (or is disabled)."""
+    global _LIB, _TRIED
+    if _TRIED:
+        return _LIB
+    _TRIED = True
+    so = _native_libs.load(MODULE)
+    if so is None:
+        return None
+    try:
+        _declare(so)
+    except AttributeError as exc:  # a build from other sources (an old checkout's)
+        _native_libs.warn_unusable(MODULE, f"is out of date ({exc})")
+        return None
     _LIB = so
     return so
 
