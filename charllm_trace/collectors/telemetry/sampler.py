@@ -10,6 +10,10 @@ counted (``missed_ticks``) rather than bunched. Every sample is stamped with ``t
 (the Unix-epoch clock of Kineto) at the midpoint of its device read. Rows are flushed to the OS
 every ``FLUSH_S`` seconds. A device that raises is retried once a second; only its own samples
 are lost. SIGTERM or SIGINT ends sampling cleanly; so does the death of the parent process.
+
+All time comes from the sampler's :class:`Clock` (the real clocks unless a test passes a fake
+one), so the rate control is tested without depending on how busy the machine is; real-time
+figures (achieved rate, missed ticks, CPU use) are measured by ``benchmarks/bench_collect.py``.
 """
 
 from __future__ import annotations
@@ -41,6 +45,28 @@ RETRY_S = 1.0
 READY_TIMEOUT_S = 30.0
 
 
+class Clock:
+    """Where the sampler's time comes from: the real clocks. Tests pass an object with the same
+    three methods that advances time only when told to (or when ``sleep`` is called)."""
+
+    @staticmethod
+    def monotonic_ns() -> int:
+        """The clock of the rate control (ticks, flushes, retries, deadline)."""
+        return time.monotonic_ns()
+
+    @staticmethod
+    def time_ns() -> int:
+        """The Unix-epoch clock the samples are stamped with (Kineto's clock)."""
+        return time.time_ns()
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        time.sleep(seconds)
+
+
+REAL_CLOCK = Clock()
+
+
 class Sampler:
     def __init__(
         self,
@@ -52,6 +78,7 @@ class Sampler:
         no_source_reasons: list[str] | None = None,
         parent_pid: int | None = None,
         source_spec: str = "auto",
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         if hz <= 0:
             raise ValueError("rate must be positive")
@@ -62,6 +89,7 @@ class Sampler:
         self.reasons = no_source_reasons or []
         self.parent_pid = parent_pid
         self.source_spec = source_spec
+        self.clock = clock
         self.ready_fd: int | None = None
         self.stop_requested = False
         self.ticks = 0
@@ -78,7 +106,7 @@ class Sampler:
         b = self.backend
         elapsed = None
         if self.start_ns is not None:
-            elapsed = ((self.end_ns or time.time_ns()) - self.start_ns) / 1e9
+            elapsed = ((self.end_ns or self.clock.time_ns()) - self.start_ns) / 1e9
         m: dict[str, Any] = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -115,10 +143,16 @@ class Sampler:
     def run(self, duration_s: float | None = None) -> dict[str, Any]:
         """Sample until stopped (signal, parent death, or ``duration_s``); return the final metadata."""
         os.makedirs(self.run_dir, exist_ok=True)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            return self._run(duration_s)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _run(self, duration_s: float | None) -> dict[str, Any]:
         if self.backend is None:
-            self.start_ns = self.end_ns = time.time_ns()
+            self.start_ns = self.end_ns = self.clock.time_ns()
             m = self.meta(complete=True)
             write_meta(self.meta_path, m)
             self._ready()
@@ -127,11 +161,11 @@ class Sampler:
         ndev = len(b.devices)
         writer = SampleWriter(self.csv_path)
         period = round(1e9 / self.hz)
-        self.start_ns = time.time_ns()
+        self.start_ns = self.clock.time_ns()
         write_meta(self.meta_path, self.meta(complete=False))
         self._ready()
-        t0 = time.monotonic_ns()
-        self.grid_t0_unix_ns = time.time_ns()  # tick k is due at this + k * period (Unix clock)
+        t0 = self.clock.monotonic_ns()
+        self.grid_t0_unix_ns = self.clock.time_ns()  # tick k is due at this + k * period (Unix clock)
         deadline = None if duration_s is None else t0 + int(duration_s * 1e9)
         next_flush = t0 + int(FLUSH_S * 1e9)
         next_meta = t0 + int(META_EVERY_S * 1e9)
@@ -141,12 +175,12 @@ class Sampler:
         try:
             while not self.stop_requested:
                 due = t0 + k * period
-                now = time.monotonic_ns()
+                now = self.clock.monotonic_ns()
                 if now < due:
-                    time.sleep((due - now) / 1e9)
+                    self.clock.sleep((due - now) / 1e9)
                     if self.stop_requested:
                         break
-                    now = time.monotonic_ns()
+                    now = self.clock.monotonic_ns()
                 elif now - due >= period:  # more than a period late: skip, do not bunch
                     skip = (now - due) // period
                     self.missed += skip
@@ -156,7 +190,7 @@ class Sampler:
                 for i in range(ndev):
                     if retry_at[i] and now < retry_at[i]:
                         continue
-                    a = time.time_ns()
+                    a = self.clock.time_ns()
                     try:
                         vals = b.read(i)
                     except DeviceError as exc:
@@ -168,7 +202,7 @@ class Sampler:
                         retry_at[i] = now + int(RETRY_S * 1e9)
                         continue
                     retry_at[i] = 0
-                    writer.add((a + time.time_ns()) // 2, b.devices[i]["index"], vals)
+                    writer.add((a + self.clock.time_ns()) // 2, b.devices[i]["index"], vals)
                 self.ticks += 1
                 k += 1
                 if now >= next_flush:
@@ -182,7 +216,7 @@ class Sampler:
                     if self.parent_pid is not None and os.getppid() != self.parent_pid:
                         break  # the launcher died: do not sample forever
         finally:
-            self.end_ns = time.time_ns()
+            self.end_ns = self.clock.time_ns()
             writer.close()
             b.close()
         m = self.meta(complete=True)
@@ -204,7 +238,7 @@ class Sampler:
         dev = self.backend.devices[i]["index"] if self.backend else i
         self.error_counts[dev] = self.error_counts.get(dev, 0) + 1
         if len(self.errors) < 1000:
-            self.errors.append({"time_ns": time.time_ns(), "device": dev, "error": msg})
+            self.errors.append({"time_ns": self.clock.time_ns(), "device": dev, "error": msg})
 
     def _stats(self) -> dict[str, Any]:
         """Per-device achieved rate and detected sensor update period, from the file written."""
