@@ -565,7 +565,7 @@ def _what_if_parts(data: ReportData) -> list[str]:
     if data.what_if_fixed_wait_pct is not None:
         notes.insert(
             0,
-            f"{data.what_if_fixed_wait_pct:.1f} % of the measured time is waiting the trace does not explain; "
+            f"{data.what_if_fixed_wait_pct:.1f} % of the measured critical path is waiting the trace does not explain; "
             "it is kept as measured in the prediction",
         )
     parts.append(_notes_list(notes))

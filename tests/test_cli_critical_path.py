@@ -148,7 +148,7 @@ def test_what_if_table_and_json(source: Path) -> None:
         assert got[4] == f"{exp['change_pct']:+.1f}"
         assert got[5:7] == [_ms(exp["measured_exposed_comm_ns"]), _ms(exp["predicted_exposed_comm_ns"])]
     if wi.fixed_wait_pct is not None:
-        assert f"{wi.fixed_wait_pct:.1f} % of the measured time is waiting" in r.output
+        assert f"{wi.fixed_wait_pct:.1f} % of the measured critical path is waiting" in r.output
 
     j = _invoke("analyze", str(source), "--per-step", "--what-if", "comm=0.5,launch=0", "--format", "json")
     assert j.exit_code == 0, j.output

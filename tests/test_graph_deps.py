@@ -561,13 +561,6 @@ def table_graph(deps: dict[int, pl.DataFrame], traces: dict[int, Trace]):
     return g
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="graph/deps.py execution_deps() builds the rank's graph with points.build() only: the data "
-    "edges that graph/run.py _break_cycles() drops (and notes) are still in its table, so the table of a "
-    "trace with a tie cycle (two zero-length ops at one time, each a data dependency of the other) is "
-    "cyclic and differs from run_execution_deps() of the same one-rank run; the table comes with no note",
-)
 def test_execution_deps_is_acyclic_and_agrees_with_the_run_table():
     import networkx as nx
 

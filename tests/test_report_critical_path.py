@@ -124,7 +124,7 @@ def test_report_has_the_critical_path_and_what_if(source: Path, tmp_path: Path) 
     for got, exp in zip(wt[1:], wi.steps.iter_rows(named=True), strict=True):
         assert got[2:5] == [_ms(exp["measured_ns"]), _ms(exp["predicted_ns"]), f"{exp['change_pct']:+.2f}"]
     if wi.fixed_wait_pct is not None:
-        assert f"{wi.fixed_wait_pct:.1f} % of the measured time is waiting" in w
+        assert f"{wi.fixed_wait_pct:.1f} % of the measured critical path is waiting" in w
 
 
 def test_report_without_what_if_has_no_what_if_section(gloo_ets: Path, tmp_path: Path) -> None:

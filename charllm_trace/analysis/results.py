@@ -355,7 +355,8 @@ class WhatIfResult:
 
     steps: pl.DataFrame  # WHATIF_SCHEMA
     factors: dict[str, float]
-    fixed_wait_pct: float | None = None  # share of measured time that is unexplained waiting (kept fixed)
+    fixed_wait_pct: float | None = None  # % of the measured whole-trace critical paths that is waiting the
+    # graph does not explain (kept as measured by the replay); null without timestamps
     simulated: bool = False
     notes: list[str] = field(default_factory=list)
 

@@ -21,6 +21,7 @@ from charllm_trace.analysis.critical import retime, windows
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.results import WHATIF_SCHEMA, WhatIfResult, frame
 from charllm_trace.errors import UsageError
+from charllm_trace.graph import engine
 from charllm_trace.graph import points as P
 from charllm_trace.graph.run import RunGraph, build_run_graph
 from charllm_trace.model import Run, Trace
@@ -109,7 +110,7 @@ def what_if(
     notes = list(rg.notes)
     if not rg.g.measured:
         notes.insert(0, "the trace has no timestamps: the measured side is the simulated timeline")
-    base_t, _ = retime(rg)
+    base_t, base_bind = retime(rg)
     new_t, _ = retime(rg, factor_array(factors))
     measured = retimed_traces(run, rg, base_t) if not rg.g.measured else {r: run.traces[r] for r in rg.ranks}
     predicted = retimed_traces(run, rg, new_t)
@@ -141,8 +142,14 @@ def what_if(
         )
     )
     g = rg.g
-    total = int(g.lags().sum())
-    fixed_pct = 100.0 * float(g.fixed.sum()) / total if total > 0 and g.measured else None
+    # how much of the measured critical paths is waiting the graph does not explain (kept fixed)
+    fixed = length = 0
+    for sink, w0 in m_win.values():
+        path = engine.walk_back(g.src, base_bind, base_t, sink, int(base_t[w0]))
+        if len(path) > 1:
+            fixed += int(g.fixed[base_bind[path[:-1]]].sum())
+            length += int(base_t[sink] - base_t[path[-1]])
+    fixed_pct = 100.0 * fixed / length if length > 0 and g.measured else None
     return WhatIfResult(
         steps=frame(steps, WHATIF_SCHEMA),
         factors=dict(factors),

@@ -32,24 +32,29 @@ def _frame(node, dep, kind_codes, dep_end, node_end, dep_rank=None) -> pl.DataFr
     return conform(df, EXEC_DEP_SCHEMA)
 
 
-def _rank_edges(part: P.PointGraph) -> pl.DataFrame:
-    keep = part.kind != P.EK["span"]
-    src, dst, kind = part.src[keep], part.dst[keep], part.kind[keep]
+def _rank_edges(rg: RunGraph, r: int) -> pl.DataFrame:
+    """Rank ``r``'s own edges in the run graph (cycles already broken), at node level."""
+    g = rg.g
+    part = rg.parts[r]
+    lo, hi = rg.offsets[r], rg.offsets[r] + part.n_points
+    keep = (g.kind != P.EK["span"]) & (g.src >= lo) & (g.src < hi) & (g.dst >= lo) & (g.dst < hi)
+    src, dst, kind = g.src[keep] - lo, g.dst[keep] - lo, g.kind[keep]
     return _frame(part.ids[dst // 2], part.ids[src // 2], kind, (src % 2) == 1, (dst % 2) == 1)
 
 
 def execution_deps(trace: Trace, classified: pl.DataFrame | None = None) -> pl.DataFrame:
     """What must happen before what on one rank (EXEC_DEP_SCHEMA), from the trace's times
     (or, without timestamps, its recorded order)."""
-    part = P.build(trace, classified, calibrated=False)
-    return _rank_edges(part)
+    run = Run.single(trace)
+    rg = build_run_graph(run, {run.ranks[0]: classified} if classified is not None else None)
+    return _rank_edges(rg, run.ranks[0])  # after the run graph dropped data edges on cycles
 
 
 def run_execution_deps(run: Run, graph: RunGraph | None = None) -> dict[int, pl.DataFrame]:
     """Per rank: its own execution dependencies plus ``collective`` edges from the same
     collective instance on the other ranks (a rank's instance ends after every rank started it)."""
     rg = graph or build_run_graph(run)
-    out = {r: _rank_edges(rg.parts[r]) for r in rg.ranks}
+    out = {r: _rank_edges(rg, r) for r in rg.ranks}
     g = rg.g
     coll = g.kind == P.EK["collective"]
     into_v = coll & (rg.point_rank[g.dst] < 0)  # participant start -> V

@@ -269,7 +269,6 @@ def _break_cycles(g: P.PointGraph, notes: list[str]) -> np.ndarray:
         for name in ("src", "dst", "base", "fixed", "wclass", "kind", "cat", "owner", "prio"):
             setattr(g, name, getattr(g, name)[~drop])
     if not kept.all():
-        notes.append(
-            f"{int((~kept).sum())} tensor data dependencies were on dependency cycles and were not used"
-        )
+        what = "tensor data" if g.measured else "recorded"
+        notes.append(f"{int((~kept).sum())} {what} dependencies were on dependency cycles and were not used")
     return kept

@@ -340,7 +340,7 @@ def render_what_if(res: RunAnalysis, console: Console, printed: list[str] | None
     )  # fmt: skip
     if wi.fixed_wait_pct is not None:
         console.print(
-            f"  note: {wi.fixed_wait_pct:.1f} % of the measured time is waiting the trace does not explain; "
+            f"  note: {wi.fixed_wait_pct:.1f} % of the measured critical path is waiting the trace does not explain; "
             "it is kept as measured in the prediction",
             style="dim", markup=False, highlight=False,
         )  # fmt: skip
