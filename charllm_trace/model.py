@@ -127,6 +127,7 @@ EXEC_DEP_KINDS = (
     "sync",  # GPU op -> CPU call that waited for it, or GPU op -> op on another stream that waited for it
     "data",  # producer of an input tensor (host execution trace)
     "collective",  # the same collective instance (group, sequence) on another rank
+    "wake",  # inferred: a CPU thread starts or resumes right after another thread's op (graph/points.py)
 )
 
 #: Execution dependencies of one rank (``graph.execution_deps``): ``node`` cannot pass a point

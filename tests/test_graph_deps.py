@@ -97,10 +97,12 @@ def mk_trace(
     return Trace(nodes=nodes, deps=d, meta=meta)
 
 
-def edge_set(df: pl.DataFrame) -> set[tuple]:
+def edge_set(df: pl.DataFrame, wake: bool = False) -> set[tuple]:
+    """The edges as tuples; inferred cross-thread wake-ups left out unless ``wake``."""
     return {
         (r["node"], r["dep"], r["kind"], r["dep_end"], r["node_end"], r["dep_rank"])
         for r in df.iter_rows(named=True)
+        if wake or r["kind"] != "wake"
     }
 
 
@@ -597,5 +599,31 @@ def test_real_tables_are_acyclic(which):
     if which == "gloo":
         assert "collective" in kinds
     else:
-        assert {"launch", "stream_order", "sync"} <= kinds
+        assert {"launch", "stream_order"} <= kinds and kinds & {"sync", "wake"}
     assert nx.is_directed_acyclic_graph(table_graph(deps, run.traces))
+
+
+def test_inferred_wake_ups_between_threads():
+    """A thread that starts right after another thread's op (a kick), and a thread that resumes
+    after a long gap right after another thread's op ended (a wake-up), get ``wake`` edges; a
+    resumption long after the other op ended gets none."""
+    us = 1_000
+    tr = mk_trace(
+        [
+            N(1, "main_a", "cpu_op", 0, 10 * us, tid=1),
+            N(2, "worker_x", "cpu_op", 10 * us + 200, 240 * us, tid=2),  # starts 200 ns after main_a
+            N(3, "main_b", "cpu_op", 250 * us + 200 + 30 * us, 10 * us, tid=1),  # 30 us after worker_x ends
+            N(4, "main_c", "cpu_op", 2_000 * us, 10 * us, tid=1),  # 1.7 ms after anything else: no wake
+        ]
+    )
+    wake = {e for e in edge_set(execution_deps(tr), wake=True) if e[2] == "wake"}
+    assert wake == {
+        (2, 1, "wake", True, False, None),  # main_a's end -> worker_x's start (thread start)
+        (3, 2, "wake", True, False, None),  # worker_x's end -> main_b's start (resumed after 270 us)
+    }
+    # the critical path of the whole trace hands over at each wake-up and keeps the measured times
+    from charllm_trace.analysis.critical import critical_path
+
+    cp = critical_path(Run.single(tr))
+    row = cp.paths.filter(pl.col("step").is_null()).row(0, named=True)
+    assert row["length_ns"] == row["span_ns"] == 2_010 * us

@@ -43,7 +43,7 @@ WHATIF_ALIASES = {
 }
 
 # Edge kinds in the point graph (node-level kinds of model.EXEC_DEP_KINDS, plus a node's own span).
-EDGE_KINDS = ("span", "thread_order", "nesting", "launch", "stream_order", "sync", "data", "collective")
+EDGE_KINDS = ("span", "thread_order", "nesting", "launch", "stream_order", "sync", "data", "collective", "wake")
 EK = {k: i for i, k in enumerate(EDGE_KINDS)}
 
 # What a path spends its time in (critical-path breakdown).
@@ -61,6 +61,8 @@ SYNC_CALL_RE = (
 PRIO_LANE, PRIO_CROSS = 2, 1
 PRIO_WAKE = 3  # an inferred wake-up (see _wake_edges) binds before the lane on a tie
 
+#: how far back a thread's first op looks for what started it (``_kick_edges``)
+KICK_NS = 1_000_000
 #: a gap on a CPU thread at least WAKE_GAP_NS long that ends within max(WAKE_NS, WAKE_FRAC x gap)
 #: of an op ending on another thread of the same process is taken as a wait for that op
 #: (``_wake_edges``)
@@ -435,7 +437,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
             E_src.append(w_src)
             E_dst.append(w_dst)
             E_base.append(w_lag)
-            E_kind.append(np.full(len(w_src), EK["sync"], np.int8))
+            E_kind.append(np.full(len(w_src), EK["wake"], np.int8))
             E_cat.append(np.full(len(w_src), CAT["sync_wait"], np.int8))
             E_wc.append(np.full(len(w_src), -1, np.int8))
             E_own.append(np.full(len(w_src), -1, np.int64))
@@ -538,9 +540,13 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     # time only when nothing comes before it (CPU threads start when they started; without
     # timestamps every lane starts at 0)
     if measured:
+        kick = _kick_edges(first_pts, ptime, gpu, lane, pid)
+        if kick is not None:
+            k_src, k_dst = kick
+            _append_edges(g, k_src, k_dst, ptime[k_dst] - ptime[k_src], EK["wake"], CAT["sync_wait"], PRIO_WAKE)
         has_in = np.zeros(2 * n, dtype=bool)
         has_in[g.dst] = True
-        first_pts = first_pts[~(has_in[first_pts] & gpu[first_pts // 2])]
+        first_pts = first_pts[~has_in[first_pts]]
     g.root[first_pts] = ptime[first_pts] if measured else 0
     if measured and calibrated:
         calibrate(g)
@@ -701,7 +707,7 @@ def _wake_edges(a, b, ptime, gpu, lane, pid, kind, ek):
         k = np.where(valid & ~other, k - 1, k)
     hit = found >= 0
     te = np.where(hit, ptime[2 * np.maximum(found, 0) + 1], 0)
-    hit &= (te > ta) & (tb - te <= np.maximum(WAKE_NS, (WAKE_FRAC * (tb - ta)).astype(np.int64)))
+    hit &= (te > ta) & (te < tb) & (tb - te <= np.maximum(WAKE_NS, (WAKE_FRAC * (tb - ta)).astype(np.int64)))
     if not hit.any():
         return None
     c = cand[hit]
@@ -712,6 +718,52 @@ def _wake_edges(a, b, ptime, gpu, lane, pid, kind, ek):
         c,
         (tb - np.maximum(ta, te))[hit],
     )
+
+
+def _kick_edges(first_pts, ptime, gpu, lane, pid):
+    """A CPU thread's first op follows the latest point (an op's start or end) on another thread
+    of the same process less than KICK_NS before it: the thread was started or handed work by
+    what was running (the autograd thread by ``backward()``, a worker by an enqueue). Returns
+    (src points, dst points) or None."""
+    f = first_pts[~gpu[first_pts // 2] & (first_pts % 2 == 0)]
+    cpu_rows = np.flatnonzero(~gpu)
+    if len(f) == 0 or len(cpu_rows) < 2:
+        return None
+    pts = np.concatenate([2 * cpu_rows, 2 * cpu_rows + 1])
+    order = np.lexsort((ptime[pts], pid[pts // 2]))
+    pts = pts[order]
+    t_s, p_s, l_s = ptime[pts], pid[pts // 2], lane[pts // 2]
+    tf, pf, lf = ptime[f], pid[f // 2], lane[f // 2]
+    found = np.full(len(f), -1, dtype=np.int64)
+    for pv in np.unique(pf):  # processes are few
+        sel = np.flatnonzero(pf == pv)
+        lo, hi = np.searchsorted(p_s, pv, side="left"), np.searchsorted(p_s, pv, side="right")
+        k = lo + np.searchsorted(t_s[lo:hi], tf[sel], side="right") - 1
+        for _ in range(8):  # step back over the thread's own points (its first op and its children)
+            valid = (k >= lo) & (found[sel] < 0)
+            kk = np.maximum(k, lo)
+            other = valid & (l_s[kk] != lf[sel])
+            found[sel[other]] = pts[kk[other]]
+            k = np.where(valid & ~other, k - 1, k)
+    hit = found >= 0
+    lag = tf - ptime[np.maximum(found, 0)]
+    hit &= (lag > 0) & (lag <= KICK_NS)  # strictly earlier: an edge between equal times could close a loop
+    if not hit.any():
+        return None
+    return found[hit], f[hit]
+
+
+def _append_edges(g: PointGraph, src, dst, lag, kind: int, cat: int, prio: int) -> None:
+    m = len(src)
+    g.src = np.concatenate([g.src, src.astype(np.int64)])
+    g.dst = np.concatenate([g.dst, dst.astype(np.int64)])
+    g.base = np.concatenate([g.base, lag.astype(np.int64)])
+    g.fixed = np.concatenate([g.fixed, np.zeros(m, np.int64)])
+    g.wclass = np.concatenate([g.wclass, np.full(m, -1, np.int8)])
+    g.kind = np.concatenate([g.kind, np.full(m, kind, np.int8)])
+    g.cat = np.concatenate([g.cat, np.full(m, cat, np.int8)])
+    g.owner = np.concatenate([g.owner, np.full(m, -1, np.int64)])
+    g.prio = np.concatenate([g.prio, np.full(m, prio, np.int8)])
 
 
 def calibrate(g: PointGraph) -> None:
@@ -737,7 +789,7 @@ def calibrate(g: PointGraph) -> None:
     is_lane = np.isin(g.kind, [EK["span"], EK["thread_order"], EK["nesting"], EK["stream_order"]])
     # a sync or collective edge into the point (a wait the trace shows) carries it before the lane
     big = np.iinfo(np.int64).max
-    waits = (g.kind == EK["sync"]) | (g.kind == EK["collective"])
+    waits = (g.kind == EK["sync"]) | (g.kind == EK["collective"]) | (g.kind == EK["wake"])
     score = np.where(waits, big, np.where(is_lane, big - 1, np.minimum(cand, big - 2)))
     del waits, is_lane, cand
     order = by_dst[np.lexsort((score[by_dst], d_sorted))]
