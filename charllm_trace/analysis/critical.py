@@ -74,12 +74,21 @@ def windows(rg: RunGraph, run: Run, time: np.ndarray) -> list[tuple[int, int | N
         steps = tr.steps() if part.measured else tr.steps().clear()
         rows: list[tuple[int, int | None, int, int]] = []
         if steps.height:
-            names = tr.nodes["name"].gather(pl.Series(part.rows)) if n < tr.nodes.height else tr.nodes["name"]
-            step_no = names.str.extract(r"^ProfilerStep#(\d+)$", 1).cast(pl.Int64).to_numpy()
-            step_nodes = np.flatnonzero(~np.isnan(step_no.astype(np.float64)))
+            # the ProfilerStep#N annotations among the graph's nodes (found on the full name column:
+            # no copy of the names)
+            is_step = tr.nodes["name"].str.starts_with("ProfilerStep#").fill_null(False).to_numpy()[part.rows]
+            step_nodes = np.flatnonzero(is_step)
+            nums = (
+                tr.nodes["name"]
+                .gather(pl.Series(part.rows[step_nodes]))
+                .str.extract(r"^ProfilerStep#(\d+)$", 1)
+                .cast(pl.Int64)
+                .to_list()
+            )
             first_of: dict[int, int] = {}
-            for i in step_nodes.tolist():
-                first_of.setdefault(int(step_no[i]), i)
+            for i, num in zip(step_nodes.tolist(), nums, strict=True):
+                if num is not None:
+                    first_of.setdefault(int(num), i)
             for s in steps["step"].to_list():
                 a = first_of.get(int(s))
                 if a is None:
@@ -121,8 +130,7 @@ def critical_path(
     rg = graph or build_run_graph(run, classified)
     g = rg.g
     time, bind = retime(rg, factors)
-    lags = g.lags(factors)
-    scaled = lags - g.fixed
+    f = np.ones(len(P.WHATIF_CLASSES)) if factors is None else factors
     rows: list[dict] = []
     seg_frames: list[pl.DataFrame] = []
     op_frames: list[pl.DataFrame] = []
@@ -130,11 +138,12 @@ def critical_path(
     vocab: dict[int, pl.Series] = {}
     code_of: dict[int, np.ndarray] = {}
     for r in rg.ranks:
-        nm = run.traces[r].nodes["name"].fill_null("")
-        part_names = nm.gather(pl.Series(rg.parts[r].rows)) if len(rg.parts[r].rows) < nm.len() else nm
-        u = part_names.unique(maintain_order=True)
-        vocab[r] = u
-        code_of[r] = part_names.cast(pl.Enum(u)).to_physical().to_numpy().astype(np.int64)
+        nm = run.traces[r].nodes["name"]
+        u = nm.drop_nulls().unique(maintain_order=True)
+        codes = nm.cast(pl.Enum(u)).to_physical().fill_null(len(u)).to_numpy()  # codes, no string copies
+        vocab[r] = u.extend_constant("", 1)
+        code_of[r] = codes[rg.parts[r].rows].astype(np.int64)
+        del codes
     targets: list[tuple[str, int | None, int | None, int, int]] = [
         ("rank", r, s, sink, int(time[w0]))
         for r, s, sink, w0 in windows(rg, run, rg.g.time if rg.g.measured else time)
@@ -148,7 +157,9 @@ def critical_path(
         edges = bind[path[:-1]] if len(path) > 1 else np.zeros(0, np.int64)
         cats = np.zeros(len(CP_CATEGORIES), dtype=np.int64)
         if len(edges):
-            np.add.at(cats, g.cat[edges], scaled[edges])
+            wc = g.wclass[edges]
+            scaled = np.rint(g.base[edges] * np.where(wc >= 0, f[np.maximum(wc, 0)], 1.0)).astype(np.int64)
+            np.add.at(cats, g.cat[edges], scaled)
             cats[P.CAT["sync_wait"]] += int(g.fixed[edges].sum())
         length = int(time[sink] - time[path[-1]])
         visited = sorted({int(x) for x in np.unique(rg.point_rank[path]) if x >= 0})

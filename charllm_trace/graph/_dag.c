@@ -5,6 +5,7 @@
  * int64, C-contiguous); no numpy headers are needed to build it.
  *
  * longest_path(src, dst, lag, prio, root, time_out, bind_out) -> processed
+ *     src, dst, bind_out int32 (vertex and edge indexes), lag, root, time_out int64, prio int8.
  *     Vertices 0..n-1 (n = len(root)); edge e goes src[e] -> dst[e] and says
  *     time[dst] >= time[src] + lag[e]. root[v] is a lower bound of time[v]
  *     (INT64_MIN: none). Kahn's topological order; time[v] is the largest bound,
@@ -14,7 +15,7 @@
  *     vertices reached in topological order: less than n means a cycle; the vertices
  *     left have time INT64_MIN.
  *
- * walk_back(src, bind, time, start, stop_time, out) -> length
+ * walk_back(src, bind, time, start, stop_time, out) -> length   (src, bind, out int32)
  *     From vertex `start`, follow bind[] back (edge -> its src) while the vertex's
  *     time is >= stop_time; writes the vertices visited (start first) into out and
  *     returns how many. Stops at a vertex with no binding edge.
@@ -58,7 +59,7 @@ static PyObject *longest_path(PyObject *self, PyObject *args) {
     Buf b[7];
     memset(b, 0, sizeof b);
     const char *names[7] = {"src", "dst", "lag", "prio", "root", "time_out", "bind_out"};
-    Py_ssize_t sizes[7] = {8, 8, 8, 1, 8, 8, 8};
+    Py_ssize_t sizes[7] = {4, 4, 8, 1, 8, 8, 4};
     for (int i = 0; i < 7; i++) {
         if (get_buf(o[i], &b[i], i >= 5, names[i], sizes[i]) != 0) {
             release(b, 7);
@@ -72,9 +73,16 @@ static PyObject *longest_path(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "longest_path: array lengths differ");
         return NULL;
     }
-    const int64_t *src = b[0].view.buf, *dst = b[1].view.buf, *lag = b[2].view.buf, *root = b[4].view.buf;
+    const int32_t *src = b[0].view.buf, *dst = b[1].view.buf;
+    const int64_t *lag = b[2].view.buf, *root = b[4].view.buf;
     const int8_t *prio = b[3].view.buf;
-    int64_t *time = b[5].view.buf, *bind = b[6].view.buf;
+    int64_t *time = b[5].view.buf;
+    int32_t *bind = b[6].view.buf;
+    if (n >= INT32_MAX || m >= INT32_MAX) {
+        release(b, 7);
+        PyErr_SetString(PyExc_ValueError, "longest_path: more than 2**31 - 1 vertices or edges");
+        return NULL;
+    }
     for (Py_ssize_t e = 0; e < m; e++) {
         if (src[e] < 0 || src[e] >= n || dst[e] < 0 || dst[e] >= n) {
             release(b, 7);
@@ -83,9 +91,9 @@ static PyObject *longest_path(PyObject *self, PyObject *args) {
         }
     }
     int64_t *ptr = calloc((size_t)n + 1, sizeof(int64_t));
-    int64_t *out = malloc(((size_t)m + 1) * sizeof(int64_t));
-    int64_t *indeg = calloc((size_t)n + 1, sizeof(int64_t));
-    int64_t *queue = malloc(((size_t)n + 1) * sizeof(int64_t));
+    int32_t *out = malloc(((size_t)m + 1) * sizeof(int32_t));
+    int32_t *indeg = calloc((size_t)n + 1, sizeof(int32_t));
+    int32_t *queue = malloc(((size_t)n + 1) * sizeof(int32_t));
     if (!ptr || !out || !indeg || !queue) {
         free(ptr); free(out); free(indeg); free(queue);
         release(b, 7);
@@ -102,7 +110,7 @@ static PyObject *longest_path(PyObject *self, PyObject *args) {
         int64_t *fill = malloc(((size_t)n + 1) * sizeof(int64_t));
         if (fill) {
             memcpy(fill, ptr, (size_t)n * sizeof(int64_t));
-            for (Py_ssize_t e = 0; e < m; e++) out[fill[src[e]]++] = e;
+            for (Py_ssize_t e = 0; e < m; e++) out[fill[src[e]]++] = (int32_t)e;
             free(fill);
         } else {
             m = -1; /* signals out of memory below */
@@ -113,14 +121,14 @@ static PyObject *longest_path(PyObject *self, PyObject *args) {
         for (Py_ssize_t v = 0; v < n; v++) {
             time[v] = root[v];
             bind[v] = -1;
-            if (indeg[v] == 0) queue[tail++] = v;
+            if (indeg[v] == 0) queue[tail++] = (int32_t)v;
         }
         while (head < tail) {
-            int64_t u = queue[head++];
+            int32_t u = queue[head++];
             int64_t tu = time[u];
             for (int64_t k = ptr[u]; k < ptr[u + 1]; k++) {
-                int64_t e = out[k];
-                int64_t v = dst[e];
+                int32_t e = out[k];
+                int32_t v = dst[e];
                 if (tu != INT64_MIN) {
                     int64_t cand = tu + lag[e];
                     int64_t cur = time[v];
@@ -154,8 +162,9 @@ static PyObject *walk_back(PyObject *self, PyObject *args) {
     Buf b[4];
     memset(b, 0, sizeof b);
     const char *names[4] = {"src", "bind", "time", "out"};
+    Py_ssize_t sizes[4] = {4, 4, 8, 4};
     for (int i = 0; i < 4; i++) {
-        if (get_buf(o[i], &b[i], i == 3, names[i], 8) != 0) {
+        if (get_buf(o[i], &b[i], i == 3, names[i], sizes[i]) != 0) {
             release(b, 4);
             return NULL;
         }
@@ -166,18 +175,19 @@ static PyObject *walk_back(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "walk_back: bad lengths or start vertex");
         return NULL;
     }
-    const int64_t *src = b[0].view.buf, *bind = b[1].view.buf, *time = b[2].view.buf;
-    int64_t *out = b[3].view.buf;
+    const int32_t *src = b[0].view.buf, *bind = b[1].view.buf;
+    const int64_t *time = b[2].view.buf;
+    int32_t *out = b[3].view.buf;
     Py_ssize_t len = 0;
     int bad = 0;
     Py_BEGIN_ALLOW_THREADS
-    int64_t v = start;
+    int32_t v = (int32_t)start;
     while (len < cap) {
         out[len++] = v;
-        int64_t e = bind[v];
+        int32_t e = bind[v];
         if (e < 0) break;
         if (e >= m) { bad = 1; break; }
-        int64_t u = src[e];
+        int32_t u = src[e];
         if (u < 0 || u >= n || time[u] < stop_time) break;
         v = u;
     }

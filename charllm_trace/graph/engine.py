@@ -37,18 +37,18 @@ def longest_path(
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Earliest times of ``n`` vertices under ``time[dst] >= time[src] + lag`` and ``time >= root``.
 
-    Returns (time, binding edge per vertex (-1: root or none), vertices reached). Fewer
+    Returns (time, binding edge per vertex (int32; -1: root or none), vertices reached). Fewer
     vertices reached than ``n`` means a cycle; those vertices have time ``NONE``."""
     dag = _kernel()
-    src = np.ascontiguousarray(src, dtype=np.int64)
-    dst = np.ascontiguousarray(dst, dtype=np.int64)
+    src = np.ascontiguousarray(src, dtype=np.int32)  # no copy: the graph keeps indexes as int32
+    dst = np.ascontiguousarray(dst, dtype=np.int32)
     lag = np.ascontiguousarray(lag, dtype=np.int64)
     prio = np.ascontiguousarray(prio, dtype=np.int8)
     root = np.ascontiguousarray(root, dtype=np.int64)
     if len(root) != n:
         raise ValueError("root must have one entry per vertex")
     time = np.empty(n, dtype=np.int64)
-    bind = np.empty(n, dtype=np.int64)
+    bind = np.empty(n, dtype=np.int32)
     done = dag.longest_path(src, dst, lag, prio, root, time, bind)
     return time, bind, int(done)
 
@@ -57,10 +57,10 @@ def walk_back(src: np.ndarray, bind: np.ndarray, time: np.ndarray, start: int, s
     """Vertices from ``start`` back along binding edges while their time is >= ``stop_time``
     (``start`` first)."""
     dag = _kernel()
-    out = np.empty(len(bind), dtype=np.int64)
+    out = np.empty(len(bind), dtype=np.int32)
     k = dag.walk_back(
-        np.ascontiguousarray(src, dtype=np.int64),
-        np.ascontiguousarray(bind, dtype=np.int64),
+        np.ascontiguousarray(src, dtype=np.int32),
+        np.ascontiguousarray(bind, dtype=np.int32),
         np.ascontiguousarray(time, dtype=np.int64),
         int(start),
         int(stop_time),

@@ -78,14 +78,14 @@ class PointGraph:
     n_points: int
     time: np.ndarray  # measured (or, without timestamps, replayed) time of each point
     root: np.ndarray  # lower bound of each point's time (engine.NONE: none)
-    src: np.ndarray
+    src: np.ndarray  # int32 point indexes
     dst: np.ndarray
     base: np.ndarray  # scalable part of each edge's lag (ns)
     fixed: np.ndarray  # fixed part (ns), never scaled
     wclass: np.ndarray  # int8 what-if class of ``base`` (-1: none)
     kind: np.ndarray  # int8 EDGE_KINDS
     cat: np.ndarray  # int8 CATEGORIES of the edge's time
-    owner: np.ndarray  # node row (in ``rows``) the edge's time belongs to (-1: none)
+    owner: np.ndarray  # int32 node row (in ``rows``) the edge's time belongs to (-1: none)
     prio: np.ndarray  # int8
     # per node (rows of the active nodes, in trace.nodes order)
     rows: np.ndarray  # row position in trace.nodes of each active node
@@ -240,6 +240,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     g_lane_a = np.where(dev >= 0, dev, pid)
     g_lane_b = np.where(stream >= 0, stream, tid)
     lane = _dense(gpu.astype(np.int64), np.where(gpu, g_lane_a, pid), np.where(gpu, g_lane_b, tid))
+    del tid, dev, stream, g_lane_a, g_lane_b  # (peak memory: node-sized temporaries go early)
     clipped = 0
     if measured:
         # the call tree on each thread from time nesting (the ``parent`` column may come from a host
@@ -255,6 +256,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
             )
         depth = _depth(ppos)
         key = start
+        del parent_ids
     else:
         # nesting only within a lane
         same_lane = np.where(ppos >= 0, lane[np.maximum(ppos, 0)] == lane, False)
@@ -270,6 +272,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     order = np.lexsort((ids, depth, key, lane))  # pre-order within each lane
     pre = np.empty(n, dtype=np.int64)
     pre[order] = np.arange(n)
+    del order, key
     last = _subtree_last(pre, ppos, depth)  # pre-order index of the last node of each subtree
     # points: 2*i start, 2*i+1 end; sort key (lane, slot, is_end, -depth)
     pts = np.concatenate([2 * np.arange(n), 2 * np.arange(n) + 1])
@@ -315,6 +318,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     ewc = np.where(own >= 0, wc[np.maximum(own, 0)], WC["idle"]).astype(np.int8)
     ecat = np.where(lane_gpu & (ia != ib), CAT["sync_wait"], ecat).astype(np.int8)
     ewc = np.where(lane_gpu & (ia != ib), -1, ewc).astype(np.int8)
+    del selfdur, depth, a_end, b_end
 
     E_src = [a]
     E_dst = [b]
@@ -494,18 +498,18 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
 
     # the lane temporaries go first, then each list as soon as it is one array (peak memory)
     first_pts = chain[np.r_[True, chain_lane[1:] != chain_lane[:-1]]] if len(chain) else chain
-    del a, b, ia, ib, a_end, b_end, lane_gpu, own, kind, lane_base, ecat, ewc, chain, chain_lane
+    del a, b, ia, ib, lane_gpu, own, kind, lane_base, ecat, ewc, chain, chain_lane
 
     def joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
         out = np.concatenate(parts).astype(dtype, copy=False)
         parts.clear()
         return out
 
-    src = joined(E_src, np.int64)
-    dst = joined(E_dst, np.int64)
+    src = joined(E_src, np.int32)  # point indexes (< 2**31): half the memory of int64
+    dst = joined(E_dst, np.int32)
     base = joined(E_base, np.int64)
     wclass_a, kind_a, cat_a = joined(E_wc, np.int8), joined(E_kind, np.int8), joined(E_cat, np.int8)
-    owner_a, prio_a = joined(E_own, np.int64), joined(E_prio, np.int8)
+    owner_a, prio_a = joined(E_own, np.int32), joined(E_prio, np.int8)
     g = PointGraph(
         n_points=2 * n,
         time=ptime,
@@ -524,10 +528,10 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         rank=trace.meta.rank,
         notes=notes,
         measured=measured,
-        lane=lane,
-        pre=pre,
-        last=last,
-        launcher=launcher,
+        lane=lane.astype(np.int32),  # kept with the graph: int32 (node counts < 2**31)
+        pre=pre.astype(np.int32),
+        last=last.astype(np.int32),
+        launcher=launcher.astype(np.int32),
     )
     if sync_fix is not None:
         # a call that waited: its own time is what is left after the wait (the wait is the GPU's)
@@ -755,14 +759,14 @@ def _kick_edges(first_pts, ptime, gpu, lane, pid):
 
 def _append_edges(g: PointGraph, src, dst, lag, kind: int, cat: int, prio: int) -> None:
     m = len(src)
-    g.src = np.concatenate([g.src, src.astype(np.int64)])
-    g.dst = np.concatenate([g.dst, dst.astype(np.int64)])
+    g.src = np.concatenate([g.src, src.astype(np.int32)])
+    g.dst = np.concatenate([g.dst, dst.astype(np.int32)])
     g.base = np.concatenate([g.base, lag.astype(np.int64)])
     g.fixed = np.concatenate([g.fixed, np.zeros(m, np.int64)])
     g.wclass = np.concatenate([g.wclass, np.full(m, -1, np.int8)])
     g.kind = np.concatenate([g.kind, np.full(m, kind, np.int8)])
     g.cat = np.concatenate([g.cat, np.full(m, cat, np.int8)])
-    g.owner = np.concatenate([g.owner, np.full(m, -1, np.int64)])
+    g.owner = np.concatenate([g.owner, np.full(m, -1, np.int32)])
     g.prio = np.concatenate([g.prio, np.full(m, prio, np.int8)])
 
 

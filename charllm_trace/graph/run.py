@@ -166,8 +166,8 @@ def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None)
         arrs = [getattr(parts[r], attr) + (offsets[r] if shift else 0) for r in ranks]
         return np.concatenate(arrs + extra) if (arrs or extra) else np.zeros(0, np.int64)
 
-    src = cat("src", coll_src, True)
-    dst = cat("dst", coll_dst, True)
+    src = cat("src", coll_src, True).astype(np.int32, copy=False)
+    dst = cat("dst", coll_dst, True).astype(np.int32, copy=False)
     base = cat("base", coll_lag, False)
     time = (
         parts[ranks[0]].time
@@ -185,10 +185,10 @@ def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None)
         else np.concatenate([parts[r].root for r in ranks] + [np.full(n_virtual, np.iinfo(np.int64).min)])
     )
     owner_rank = np.concatenate(
-        [np.full(len(parts[r].src), r, np.int64) for r in ranks] + [x.astype(np.int64) for x in coll_orank]
+        [np.full(len(parts[r].src), r, np.int32) for r in ranks] + [x.astype(np.int32) for x in coll_orank]
     )
     point_rank = np.concatenate(
-        [np.full(parts[r].n_points, r, np.int64) for r in ranks] + [np.full(n_virtual, -1, np.int64)]
+        [np.full(parts[r].n_points, r, np.int32) for r in ranks] + [np.full(n_virtual, -1, np.int32)]
     )
     m = len(src)
     merged = P.PointGraph(
@@ -206,7 +206,7 @@ def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None)
             [parts[r].kind for r in ranks] + [np.full(len(x), P.EK["collective"], np.int8) for x in coll_src]
         ).astype(np.int8),
         cat=cat("cat", coll_cat, False).astype(np.int8, copy=False),
-        owner=cat("owner", coll_owner, False).astype(np.int64, copy=False),
+        owner=cat("owner", coll_owner, False).astype(np.int32, copy=False),
         prio=cat("prio", [], False)
         if single
         else np.concatenate(
