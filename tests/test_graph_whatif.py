@@ -282,19 +282,6 @@ def _drop_cached_runs():
 
 
 ALL = [*REAL, "gloo"]
-#: ProfilerStep#6 overlaps its next sibling (profiler.py(811): step) by 70,131 / 59,901 ns; the graph
-#: cuts the step's end there, and the replay reports the cut window
-CUT_STEP = pytest.mark.xfail(
-    strict=True,
-    reason="graph/points.py _make_monotone() cuts ProfilerStep#6's end to its overlapping sibling's start; "
-    "what_if() reads the measured step from the trace but the predicted one from the graph, so the replay "
-    "at 1.0 is 70,131 ns (h100) / 59,901 ns (mi300) short of the measured step (0.15 %, within 2 %, not exact)",
-)
-
-
-def _param(rel: str, **marks) -> object:
-    m = marks.get(rel)
-    return pytest.param(rel, marks=m) if m else rel
 
 
 @pytest.mark.parametrize("rel", ALL)
@@ -312,12 +299,10 @@ def test_replay_at_one_reproduces_every_point_and_step_within_2pct(rel):
     assert (err <= 0.02).all(), steps
 
 
-@pytest.mark.parametrize(
-    "rel",
-    [_param(r, **{"tracelens/h100_qwen1.5-0.5b_inference.json.gz": CUT_STEP,
-                  "tracelens/mi300_qwen1.5-0.5b_inference.json.gz": CUT_STEP}) for r in ALL],
-)  # fmt: skip
+@pytest.mark.parametrize("rel", ALL)
 def test_replay_at_one_is_exact(rel):
+    # (the TraceLens profiles' ProfilerStep#6 overlapped a python_function frame, which was cut for
+    # the graph until Python stack frames were left out of it: now exact there too)
     steps = real_what_if(rel, (("comm", 1.0),))
     assert (steps["predicted_ns"] == steps["measured_ns"]).all(), steps
     if steps["measured_exposed_comm_ns"].null_count() < steps.height:

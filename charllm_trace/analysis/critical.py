@@ -171,7 +171,7 @@ def critical_path(
             "end_ns": int(time[sink]),
             "span_ns": int(time[sink] - w0),
             "length_ns": length,
-            "n_edges": len(edges),
+            "n_segments": int((time[path[:-1]] > time[path[1:]]).sum()) if len(edges) else 0,
             "ranks_on_path": ",".join(map(str, visited)),
         }
         row.update({f"{c}_ns": int(cats[i]) for i, c in enumerate(CP_CATEGORIES)})
@@ -223,7 +223,8 @@ def _ops_on_path(scope, r, s, edges, seg_t, seg_cat, g, rg, code_of, vocab, leng
             code[sel] = code_of[rr][own[sel]]
     key = pl.DataFrame({"orank": orank, "code": code, "cat": seg_cat.astype(np.int64), "t": seg_t})
     agg = (
-        key.group_by("orank", "code", "cat")
+        key.filter(pl.col("t") > 0)  # pieces that take time (as the segments count them)
+        .group_by("orank", "code", "cat")
         .agg(time_ns=pl.col("t").sum(), count=pl.len())
         .sort(["time_ns", "orank", "code", "cat"], descending=[True, False, False, False])
         .head(top * 4)

@@ -294,7 +294,7 @@ CRITICAL_PATH_SCHEMA: dict[str, pl.DataType] = {
     "span_ns": pl.Int64,  # end_ns - start_ns: the measured span of the step
     "length_ns": pl.Int64,  # the critical path's length (= span when it reaches back to the start)
     **{f"{c}_ns": pl.Int64 for c in CP_CATEGORIES},
-    "n_edges": pl.Int64,
+    "n_segments": pl.Int64,  # pieces of the path that take time (rows of its segments)
     "ranks_on_path": pl.String,  # e.g. "0,1": ranks whose points the path visits
 }
 
@@ -307,7 +307,7 @@ CRITICAL_OPS_SCHEMA: dict[str, pl.DataType] = {
     "category": pl.String,
     "time_ns": pl.Int64,
     "pct": pl.Float64,  # of the path's length
-    "count": pl.Int64,  # path edges of this op
+    "count": pl.Int64,  # pieces of the path (that take time) belonging to this op
 }
 
 #: The path's segments, for timelines (Perfetto, the report): one row per path edge with time.

@@ -202,8 +202,13 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     measured = bool(trace.meta.has_timestamps) and nodes["start_ns"].null_count() < nodes.height
     notes: list[str] = []
     kind_all = nodes["kind"].fill_null("other")
-    # GPU ranges and CUDA sync records (kind "sync": cuda_sync_edges reads them) are not activity
+    # GPU ranges and CUDA sync records (kind "sync": cuda_sync_edges reads them) are not activity;
     active = (~kind_all.is_in(["gpu_annotation", "sync"])).to_numpy()
+    # Python stack frames (Kineto ``python_function`` events, recorded with ``with_stack``) are not
+    # ops: their time belongs to the op around them (as in HTA), and ``sanitize`` removes them
+    py = nodes["attrs"].str.contains('"cat":"python_function', literal=True).fill_null(False).to_numpy()
+    if py.any():
+        active &= ~py
     if measured:
         active &= (nodes["start_ns"].is_not_null() & nodes["dur_ns"].is_not_null()).to_numpy()
     rows = np.flatnonzero(active)
