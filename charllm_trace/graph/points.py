@@ -22,142 +22,46 @@ Everything here is numpy over arrays of points and edges; no per-node Python loo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.classify import classify
+from charllm_trace.graph.calibrate import append_edges, calibrate
 from charllm_trace.graph.cuda_sync import cuda_sync_edges
+from charllm_trace.graph.inferred import kick_edges, launch_model, wake_edges
+from charllm_trace.graph.lanes import (
+    dense_codes,
+    depth_of,
+    make_monotone,
+    pos_of,
+    self_durations,
+    subtree_last,
+    time_parents,
+)
+from charllm_trace.graph.pointgraph import (  # noqa: F401 - the vocabulary, re-exported for callers
+    ATTN_RE,
+    CAT,
+    CATEGORIES,
+    EDGE_KINDS,
+    EK,
+    GEMM_RE,
+    KICK_NS,
+    PRIO_CROSS,
+    PRIO_LANE,
+    PRIO_WAKE,
+    SYNC_CALL_RE,
+    WAKE_FRAC,
+    WAKE_GAP_NS,
+    WAKE_NS,
+    WC,
+    WHATIF_ALIASES,
+    WHATIF_CLASSES,
+    PointGraph,
+)
 from charllm_trace.model import Trace
 
+
 # What-if classes of the scalable part of a lag (``--what-if NAME=FACTOR``).
-WHATIF_CLASSES = ("gemm", "attention", "kernel", "comm", "memcpy", "launch", "cpu", "idle")
-WC = {c: i for i, c in enumerate(WHATIF_CLASSES)}
-#: aliases accepted by ``--what-if``: name -> classes it scales
-WHATIF_ALIASES = {
-    "gpu": ("gemm", "attention", "kernel"),
-    "compute": ("gemm", "attention", "kernel"),
-    "network": ("comm",),
-    "cpu_all": ("cpu", "launch"),
-}
-
-# Edge kinds in the point graph (node-level kinds of model.EXEC_DEP_KINDS, plus a node's own span).
-EDGE_KINDS = ("span", "thread_order", "nesting", "launch", "stream_order", "sync", "data", "collective", "wake")
-EK = {k: i for i, k in enumerate(EDGE_KINDS)}
-
-# What a path spends its time in (critical-path breakdown).
-CATEGORIES = ("gpu_compute", "gpu_memory", "communication", "cpu_op", "launch", "sync_wait", "idle")
-CAT = {c: i for i, c in enumerate(CATEGORIES)}
-
-GEMM_RE = r"(?i)gemm|cutlass|cublas|xmma|matmul|^Cijk_|_tn_|_nt_|_nn_|_tt_|wgrad|dgrad|s884|s1688|h884|h1688"
-ATTN_RE = r"(?i)flash|fmha|attention|attn|sdpa|softmax_warp"
-SYNC_CALL_RE = (
-    r"(?i)^(cuda|hip)(Stream|Device|Event|Ctx)Synchronize$|^(cuda|hip)(Stream|Event)Query$"
-    r"|^(cuda|hip)Memcpy(2D|3D)?$|^(cuda|hip)MemcpyDtoH$|^(cuda|hip)MemcpyFromSymbol$"
-)
-
-# Lane edge priorities on equal bounds (critical-path ties): the lane wins over a cross edge.
-PRIO_LANE, PRIO_CROSS = 2, 1
-PRIO_WAKE = 3  # an inferred wake-up (see _wake_edges) binds before the lane on a tie
-
-#: how far back a thread's first op looks for what started it (``_kick_edges``)
-KICK_NS = 1_000_000
-#: a gap on a CPU thread at least WAKE_GAP_NS long that ends within max(WAKE_NS, WAKE_FRAC x gap)
-#: of an op ending on another thread of the same process is taken as a wait for that op
-#: (``_wake_edges``)
-WAKE_GAP_NS = 100_000
-WAKE_NS = 50_000
-WAKE_FRAC = 0.05
-
-
-@dataclass
-class PointGraph:
-    """Points and edges of one rank (or a whole run once merged, see ``graph.run``)."""
-
-    n_points: int
-    time: np.ndarray  # measured (or, without timestamps, replayed) time of each point
-    root: np.ndarray  # lower bound of each point's time (engine.NONE: none)
-    src: np.ndarray  # int32 point indexes
-    dst: np.ndarray
-    base: np.ndarray  # scalable part of each edge's lag (ns)
-    fixed: np.ndarray  # fixed part (ns), never scaled
-    wclass: np.ndarray  # int8 what-if class of ``base`` (-1: none)
-    kind: np.ndarray  # int8 EDGE_KINDS
-    cat: np.ndarray  # int8 CATEGORIES of the edge's time
-    owner: np.ndarray  # int32 node row (in ``rows``) the edge's time belongs to (-1: none)
-    prio: np.ndarray  # int8
-    # per node (rows of the active nodes, in trace.nodes order)
-    rows: np.ndarray  # row position in trace.nodes of each active node
-    ids: np.ndarray  # node id of each active node
-    rank: int | None = None
-    notes: list[str] = field(default_factory=list)
-    measured: bool = True  # built from timestamps (else from recorded order)
-    # per active node: its lane, its pre-order index in its lane's call tree and the index of the
-    # last node of its subtree (descendants of i: same lane, pre in [pre[i], last[i]]), and the
-    # active node that launched it (-1: none)
-    lane: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    pre: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    last: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    launcher: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-
-    def lags(self, factors: np.ndarray | None = None) -> np.ndarray:
-        if factors is None:
-            return self.base + self.fixed
-        f = np.where(self.wclass >= 0, factors[np.maximum(self.wclass, 0)], 1.0)
-        return np.rint(self.base * f).astype(np.int64) + self.fixed
-
-
-# ---------------------------------------------------------------------------
-# helpers
-# ---------------------------------------------------------------------------
-
-
-def _pos_of(ids: np.ndarray, refs: np.ndarray) -> np.ndarray:
-    """Index in ``ids`` of each ref (-1: missing); refs may hold -1 for none."""
-    if len(ids) == 0:
-        return np.full(len(refs), -1, dtype=np.int64)
-    order = np.argsort(ids, kind="stable")
-    s = ids[order]
-    k = np.minimum(np.searchsorted(s, refs), len(s) - 1)
-    return np.where((s[k] == refs) & (refs >= 0), order[k], -1)
-
-
-def _dense(*keys: np.ndarray) -> np.ndarray:
-    """Dense code of each row's key tuple: a 64-bit hash per row, one sort of the hashes, and a
-    check that every row's keys equal its code's first row's (else an exact lexsort)."""
-    if len(keys[0]) == 0:
-        return np.zeros(0, dtype=np.int64)
-    cols = [np.asarray(k, dtype=np.int64) for k in keys]
-    h = pl.DataFrame({f"k{i}": c for i, c in enumerate(cols)}).hash_rows(seed=7).to_numpy()
-    _, first, code = np.unique(h, return_index=True, return_inverse=True)
-    code = code.reshape(-1).astype(np.int64)
-    if all(np.array_equal(c[first][code], c) for c in cols):
-        return code
-    order = np.lexsort(tuple(reversed(cols)))  # pragma: no cover - a 64-bit hash collision
-    stacked = np.stack([c[order] for c in cols], axis=1)
-    new = np.r_[True, (stacked[1:] != stacked[:-1]).any(axis=1)]
-    out = np.empty(len(order), dtype=np.int64)
-    out[order] = np.cumsum(new) - 1
-    return out
-
-
-def _depth(ppos: np.ndarray) -> np.ndarray:
-    """Number of ancestors of each row (list ranking by pointer jumping; cycles stop at 64 rounds)."""
-    n = len(ppos)
-    d = (ppos >= 0).astype(np.int64)
-    jump = ppos.copy()
-    for _ in range(64):
-        valid = jump >= 0
-        if not valid.any():
-            break
-        d[valid] += d[jump[valid]]
-        nxt = np.full(n, -1, dtype=np.int64)
-        nxt[valid] = jump[jump[valid]]
-        jump = nxt
-    return d
-
-
 def _classes(nodes: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(what-if class, category of own time, is a runtime call, is a synchronising runtime call)
     per row of ``nodes`` (classified); name patterns are matched once per distinct name."""
@@ -187,11 +91,6 @@ def _classes(nodes: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     wc[runtime] = WC["launch"]
     cat[runtime] = CAT["launch"]
     return wc, cat, runtime, sync_call & runtime
-
-
-# ---------------------------------------------------------------------------
-# the builder
-# ---------------------------------------------------------------------------
 
 
 def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: bool = True) -> PointGraph:
@@ -234,7 +133,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         start = np.zeros(n, dtype=np.int64)
     end = start + dur
     parent_ids = col("parent", -1).astype(np.int64)
-    ppos = _pos_of(ids, parent_ids)
+    ppos = pos_of(ids, parent_ids)
     ppos[gpu] = -1
     ppos[(ppos >= 0) & gpu[np.maximum(ppos, 0)]] = -1
     pid = col("pid", -1)
@@ -244,22 +143,22 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     # a GPU node without a stream (Chakra ETs) runs on a lane named by its tid
     g_lane_a = np.where(dev >= 0, dev, pid)
     g_lane_b = np.where(stream >= 0, stream, tid)
-    lane = _dense(gpu.astype(np.int64), np.where(gpu, g_lane_a, pid), np.where(gpu, g_lane_b, tid))
+    lane = dense_codes(gpu.astype(np.int64), np.where(gpu, g_lane_a, pid), np.where(gpu, g_lane_b, tid))
     del tid, dev, stream, g_lane_a, g_lane_b  # (peak memory: node-sized temporaries go early)
     clipped = 0
     if measured:
         # the call tree on each thread from time nesting (the ``parent`` column may come from a host
         # execution trace whose parent runs on another thread): the Euler tour of a lane must be
         # time-ordered for its edges to be the measured gaps
-        ppos = _time_parents(start, end, lane, gpu)
-        depth = _depth(ppos)
-        start, end, clipped = _make_monotone(start, end, ppos, depth, lane, ids)
+        ppos = time_parents(start, end, lane, gpu)
+        depth = depth_of(ppos)
+        start, end, clipped = make_monotone(start, end, ppos, depth, lane, ids)
         if clipped:
             notes.append(
                 f"{clipped} ops overlap a neighbour or outlast their parent on their thread or stream; "
                 "their end was cut for the graph (times that contradict nesting)"
             )
-        depth = _depth(ppos)
+        depth = depth_of(ppos)
         key = start
         del parent_ids
     else:
@@ -269,16 +168,16 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         ppos[~same_lane] = -1
         if cross_parent:
             notes.append(f"{cross_parent} nodes whose parent runs on another thread were taken as top-level")
-        depth = _depth(ppos)
+        depth = depth_of(ppos)
         key = ids  # recorded order: Chakra and PyTorch number nodes in issue order
-    selfdur = _self_durations(dur, ppos, gpu)
+    selfdur = self_durations(dur, ppos, gpu)
 
     # ---- lanes: Euler tour of each CPU call tree, kernels in order on each GPU stream ----
     order = np.lexsort((ids, depth, key, lane))  # pre-order within each lane
     pre = np.empty(n, dtype=np.int64)
     pre[order] = np.arange(n)
     del order, key
-    last = _subtree_last(pre, ppos, depth)  # pre-order index of the last node of each subtree
+    last = subtree_last(pre, ppos, depth)  # pre-order index of the last node of each subtree
     # points: 2*i start, 2*i+1 end; sort key (lane, slot, is_end, -depth)
     pts = np.concatenate([2 * np.arange(n), 2 * np.arange(n) + 1])
     slot = np.concatenate([pre, last])
@@ -346,7 +245,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         hit = (u[k] == corr[gk]) & (corr[gk] > 0)
         launcher[gk[hit]] = rt_rows[first[k[hit]]]
     lid = col("launch_id", -1).astype(np.int64)
-    lpos = _pos_of(ids, lid)
+    lpos = pos_of(ids, lid)
     miss = gpu & (launcher < 0) & (lpos >= 0)
     launcher[miss] = lpos[miss]
     launcher[(launcher >= 0) & gpu[np.maximum(launcher, 0)]] = -1
@@ -355,7 +254,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         r = launcher[gl]
         if measured:
             delta = start[gl] - start[r]
-            model = _launch_model(delta, start, end, gl, chain, chain_lane, gpu, n, end[r] - start[r])
+            model = launch_model(delta, start, end, gl, chain, chain_lane, gpu, n, end[r] - start[r])
         else:
             model = np.zeros(len(gl), dtype=np.int64)
         E_src.append(2 * r)
@@ -376,8 +275,8 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         # exact edges from the trace's cuda_sync records, where it has them
         cs = cuda_sync_edges(nodes)
         if cs.height:
-            sp = _pos_of(ids, cs["src"].to_numpy().astype(np.int64))
-            dp = _pos_of(ids, cs["dst"].to_numpy().astype(np.int64))
+            sp = pos_of(ids, cs["src"].to_numpy().astype(np.int64))
+            dp = pos_of(ids, cs["dst"].to_numpy().astype(np.int64))
             ok = (sp >= 0) & (dp >= 0)
             sp, dp, to_end = sp[ok], dp[ok], cs["dst_end"].to_numpy()[ok]
             # stream wait event: recorded op end -> start of the op that waited (no lag of its own)
@@ -439,7 +338,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
 
     # ---- wake-ups: a thread that resumes right after another thread's op ends waited for it ----
     if measured:
-        wk = _wake_edges(a, b, ptime, gpu, lane, pid, kind, EK)
+        wk = wake_edges(a, b, ptime, gpu, lane, pid, kind, EK)
         if wk is not None:
             w_src, w_dst, w_lag, lane_edge, lane_base_new = wk
             E_base[0][lane_edge] = lane_base_new
@@ -456,8 +355,8 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     dd = trace.deps
     extra_deps = dd.filter(pl.col("kind") == "data") if measured else dd
     if extra_deps.height:
-        dn = _pos_of(ids, extra_deps["node"].to_numpy().astype(np.int64))
-        dp = _pos_of(ids, extra_deps["dep"].to_numpy().astype(np.int64))
+        dn = pos_of(ids, extra_deps["node"].to_numpy().astype(np.int64))
+        dp = pos_of(ids, extra_deps["dep"].to_numpy().astype(np.int64))
         missing = (dn < 0) | (dp < 0)
         if missing.any():
             all_ids = nodes["id"].to_numpy()
@@ -549,10 +448,12 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     # time only when nothing comes before it (CPU threads start when they started; without
     # timestamps every lane starts at 0)
     if measured:
-        kick = _kick_edges(first_pts, ptime, gpu, lane, pid)
+        kick = kick_edges(first_pts, ptime, gpu, lane, pid)
         if kick is not None:
             k_src, k_dst = kick
-            _append_edges(g, k_src, k_dst, ptime[k_dst] - ptime[k_src], EK["wake"], CAT["sync_wait"], PRIO_WAKE)
+            append_edges(
+                g, k_src, k_dst, ptime[k_dst] - ptime[k_src], EK["wake"], CAT["sync_wait"], PRIO_WAKE
+            )
         has_in = np.zeros(2 * n, dtype=bool)
         has_in[g.dst] = True
         first_pts = first_pts[~has_in[first_pts]]
@@ -560,251 +461,3 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     if measured and calibrated:
         calibrate(g)
     return g
-
-
-def _time_parents(start: np.ndarray, end: np.ndarray, lane: np.ndarray, gpu: np.ndarray) -> np.ndarray:
-    """Innermost enclosing op on the same CPU lane (-1: none); GPU ops have none."""
-    from charllm_trace.converters.tree import prev_greater_equal
-
-    n = len(start)
-    ppos = np.full(n, -1, dtype=np.int64)
-    cpu = np.flatnonzero(~gpu)
-    if len(cpu) == 0:
-        return ppos
-    t0 = int(min(start[cpu].min(), end[cpu].min()))
-    rel_e = end[cpu] - t0
-    span = int(rel_e.max()) + 1
-    order = np.lexsort((cpu, -rel_e, start[cpu], lane[cpu]))
-    if float(lane.max() + 1) * span < 2**62:  # lanes apart: an earlier lane's key is always smaller
-        p = prev_greater_equal(lane[cpu][order] * span + rel_e[order])
-    else:  # pragma: no cover - a trace spanning centuries
-        p = prev_greater_equal(rel_e[order])
-    ok = p >= 0
-    ok[ok] &= lane[cpu][order][p[ok]] == lane[cpu][order][ok]
-    ppos[cpu[order[ok]]] = cpu[order[p[ok]]]
-    return ppos
-
-
-def _make_monotone(
-    start: np.ndarray, end: np.ndarray, ppos: np.ndarray, depth: np.ndarray, lane: np.ndarray, ids: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """Cut ends so that each lane's tour is time-ordered: an op ends no later than the next op
-    after its subtree on its lane starts, and no later than its parent ends."""
-    s, e = start, end.copy()
-    n = len(s)
-    cut = np.zeros(n, dtype=bool)
-    order = np.lexsort((ids, depth, s, lane))
-    pre = np.empty(n, dtype=np.int64)
-    pre[order] = np.arange(n)
-    last = _subtree_last(pre, ppos, depth)
-    for _ in range(16):
-        changed = False
-        nxt = last + 1
-        has = nxt < n
-        cand = np.flatnonzero(has)
-        j = order[nxt[cand]]
-        same = lane[j] == lane[cand]
-        cand, j = cand[same], j[same]
-        over = e[cand] > s[j]
-        if over.any():
-            i = cand[over]
-            e[i] = np.maximum(s[j[over]], s[i])
-            cut[i] = True
-            changed = True
-        kid = np.flatnonzero(ppos >= 0)
-        out = e[kid] > e[ppos[kid]]
-        if out.any():
-            i = kid[out]
-            e[i] = np.maximum(e[ppos[i]], s[i])
-            cut[i] = True
-            changed = True
-        if not changed:
-            break
-    return s, e, int(cut.sum())
-
-
-def _subtree_last(pre: np.ndarray, ppos: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """Pre-order index of the last node of each subtree (children before parents, by depth)."""
-    last = pre.copy()
-    if not (ppos >= 0).any():
-        return last
-    maxd = int(depth.max())
-    by_depth = np.argsort(-depth, kind="stable")
-    bounds = np.searchsorted(-depth[by_depth], np.arange(-maxd, 1))
-    for di in range(len(bounds) - 1):
-        sel = by_depth[bounds[di] : bounds[di + 1]]
-        sel = sel[ppos[sel] >= 0]
-        if len(sel):
-            np.maximum.at(last, ppos[sel], last[sel])
-    return last
-
-
-def _self_durations(dur: np.ndarray, ppos: np.ndarray, gpu: np.ndarray) -> np.ndarray:
-    has = np.flatnonzero((ppos >= 0) & ~gpu)
-    sums = np.bincount(ppos[has], weights=dur[has].astype(np.float64), minlength=len(dur)).astype(np.int64)
-    return np.maximum(dur - sums, 0)
-
-
-def _launch_model(
-    delta: np.ndarray,
-    start: np.ndarray,
-    end: np.ndarray,
-    gl: np.ndarray,
-    chain: np.ndarray,
-    chain_lane: np.ndarray,
-    gpu: np.ndarray,
-    n: int,
-    rt_dur: np.ndarray,
-) -> np.ndarray:
-    """Model lag of each launch edge: the measured launch-to-start delay where the GPU op
-    waited for its launch (its stream was idle), at most the larger of the median of those
-    delays and the launch call's own duration: how soon after its launch call the op could
-    have started."""
-    prev_end = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-    on_gpu = gpu[chain // 2] & ((chain % 2) == 0)
-    starts = chain[on_gpu] // 2  # GPU ops in lane order
-    lanes = chain_lane[on_gpu]
-    if len(starts) > 1:
-        same = lanes[1:] == lanes[:-1]
-        prev_end[starts[1:][same]] = end[starts[:-1][same]]
-    idle_before = prev_end[gl] < start[gl]
-    pos_delta = np.maximum(delta, 0)
-    waited = pos_delta[idle_before]
-    typical = int(np.median(waited)) if len(waited) else 0
-    # an op that started later than its launch call plus the typical delay waited for something
-    # else (an event on another stream, a peer): that part is left to calibration (a fixed wait)
-    bound = np.maximum(typical, rt_dur)
-    return np.minimum(pos_delta, bound).astype(np.int64)
-
-
-def _wake_edges(a, b, ptime, gpu, lane, pid, kind, ek):
-    """Inferred cross-thread waits: a gap (not an op's own span) of at least WAKE_GAP_NS on a CPU
-    thread that ends at most max(WAKE_NS, WAKE_FRAC x gap) after an op on another thread of the
-    same process ended
-    (the latest such end) is taken as the thread waiting for that op (the main thread blocked in
-    ``backward()`` while the autograd thread runs, a collective waiting on a gloo worker). Returns
-    (src points, dst points, lags, lane edges whose lag becomes the time after the wake-up, those
-    lags), or None."""
-    ia, ib = a // 2, b // 2
-    gap = ptime[b] - ptime[a]
-    cand = np.flatnonzero(~gpu[ia] & (kind != ek["span"]) & (gap >= WAKE_GAP_NS))
-    if len(cand) == 0:
-        return None
-    cpu_rows = np.flatnonzero(~gpu)
-    ends = ptime[2 * cpu_rows + 1]
-    key_pid = pid[cpu_rows]
-    order = np.lexsort((ends, key_pid))
-    e_sorted, p_sorted, r_sorted = ends[order], key_pid[order], cpu_rows[order]
-    tb = ptime[b[cand]]
-    ta = ptime[a[cand]]
-    own_lane = lane[ib[cand]]
-    own_pid = pid[ib[cand]]
-    # position of the last end <= tb within the same pid: search on (pid, time) pairs
-    pid_lo = np.searchsorted(p_sorted, own_pid, side="left")
-    pid_hi = np.searchsorted(p_sorted, own_pid, side="right")
-    k = np.empty(len(cand), dtype=np.int64)
-    for pv in np.unique(own_pid):  # processes are few
-        sel = own_pid == pv
-        lo, hi = pid_lo[sel][0], pid_hi[sel][0]
-        k[sel] = lo + np.searchsorted(e_sorted[lo:hi], tb[sel], side="right") - 1
-    found = np.full(len(cand), -1, dtype=np.int64)
-    for _ in range(4):  # step back over ends on the thread itself
-        valid = (k >= pid_lo) & (found < 0)
-        kk = np.maximum(k, 0)
-        other = valid & (lane[r_sorted[kk]] != own_lane)
-        found[other] = r_sorted[kk[other]]
-        k = np.where(valid & ~other, k - 1, k)
-    hit = found >= 0
-    te = np.where(hit, ptime[2 * np.maximum(found, 0) + 1], 0)
-    hit &= (te > ta) & (te < tb) & (tb - te <= np.maximum(WAKE_NS, (WAKE_FRAC * (tb - ta)).astype(np.int64)))
-    if not hit.any():
-        return None
-    c = cand[hit]
-    return (
-        2 * found[hit] + 1,
-        b[c],
-        (tb - te)[hit],
-        c,
-        (tb - np.maximum(ta, te))[hit],
-    )
-
-
-def _kick_edges(first_pts, ptime, gpu, lane, pid):
-    """A CPU thread's first op follows the latest point (an op's start or end) on another thread
-    of the same process less than KICK_NS before it: the thread was started or handed work by
-    what was running (the autograd thread by ``backward()``, a worker by an enqueue). Returns
-    (src points, dst points) or None."""
-    f = first_pts[~gpu[first_pts // 2] & (first_pts % 2 == 0)]
-    cpu_rows = np.flatnonzero(~gpu)
-    if len(f) == 0 or len(cpu_rows) < 2:
-        return None
-    pts = np.concatenate([2 * cpu_rows, 2 * cpu_rows + 1])
-    order = np.lexsort((ptime[pts], pid[pts // 2]))
-    pts = pts[order]
-    t_s, p_s, l_s = ptime[pts], pid[pts // 2], lane[pts // 2]
-    tf, pf, lf = ptime[f], pid[f // 2], lane[f // 2]
-    found = np.full(len(f), -1, dtype=np.int64)
-    for pv in np.unique(pf):  # processes are few
-        sel = np.flatnonzero(pf == pv)
-        lo, hi = np.searchsorted(p_s, pv, side="left"), np.searchsorted(p_s, pv, side="right")
-        k = lo + np.searchsorted(t_s[lo:hi], tf[sel], side="right") - 1
-        for _ in range(8):  # step back over the thread's own points (its first op and its children)
-            valid = (k >= lo) & (found[sel] < 0)
-            kk = np.maximum(k, lo)
-            other = valid & (l_s[kk] != lf[sel])
-            found[sel[other]] = pts[kk[other]]
-            k = np.where(valid & ~other, k - 1, k)
-    hit = found >= 0
-    lag = tf - ptime[np.maximum(found, 0)]
-    hit &= (lag > 0) & (lag <= KICK_NS)  # strictly earlier: an edge between equal times could close a loop
-    if not hit.any():
-        return None
-    return found[hit], f[hit]
-
-
-def _append_edges(g: PointGraph, src, dst, lag, kind: int, cat: int, prio: int) -> None:
-    m = len(src)
-    g.src = np.concatenate([g.src, src.astype(np.int32)])
-    g.dst = np.concatenate([g.dst, dst.astype(np.int32)])
-    g.base = np.concatenate([g.base, lag.astype(np.int64)])
-    g.fixed = np.concatenate([g.fixed, np.zeros(m, np.int64)])
-    g.wclass = np.concatenate([g.wclass, np.full(m, -1, np.int8)])
-    g.kind = np.concatenate([g.kind, np.full(m, kind, np.int8)])
-    g.cat = np.concatenate([g.cat, np.full(m, cat, np.int8)])
-    g.owner = np.concatenate([g.owner, np.full(m, -1, np.int32)])
-    g.prio = np.concatenate([g.prio, np.full(m, prio, np.int8)])
-
-
-def calibrate(g: PointGraph) -> None:
-    """Clip every lag to the measured gap and put each point's unexplained wait on its lane edge
-    (fixed), so that the graph replays to the measured times (module docstring)."""
-    t = g.time
-    g.base = np.minimum(g.base, t[g.dst] - t[g.src])
-    g.fixed = np.zeros(len(g.src), dtype=np.int64)
-    cand = t[g.src] + g.base
-    by_dst = np.argsort(g.dst, kind="stable")
-    d_sorted = g.dst[by_dst]
-    heads = np.flatnonzero(np.r_[True, d_sorted[1:] != d_sorted[:-1]]) if len(d_sorted) else d_sorted
-    best = np.full(g.n_points, np.iinfo(np.int64).min, dtype=np.int64)
-    if len(heads):
-        best[d_sorted[heads]] = np.maximum.reduceat(cand[by_dst], heads)
-    del heads
-    best = np.maximum(best, g.root)
-    need = np.flatnonzero((t > best) & (best > np.iinfo(np.int64).min))
-    del best
-    if len(need) == 0:
-        return
-    # carrier: the lane edge into the point if any, else the cross edge that came closest
-    is_lane = np.isin(g.kind, [EK["span"], EK["thread_order"], EK["nesting"], EK["stream_order"]])
-    # a sync or collective edge into the point (a wait the trace shows) carries it before the lane
-    big = np.iinfo(np.int64).max
-    waits = (g.kind == EK["sync"]) | (g.kind == EK["collective"]) | (g.kind == EK["wake"])
-    score = np.where(waits, big, np.where(is_lane, big - 1, np.minimum(cand, big - 2)))
-    del waits, is_lane, cand
-    order = by_dst[np.lexsort((score[by_dst], d_sorted))]
-    del score, by_dst, d_sorted
-    last_of = np.searchsorted(g.dst[order], need, side="right") - 1
-    ok = (last_of >= 0) & (g.dst[order][np.maximum(last_of, 0)] == need)
-    e = order[last_of[ok]]
-    g.fixed[e] += t[g.dst[e]] - (t[g.src[e]] + g.base[e])
-    g.cat[e] = np.where(g.kind[e] == EK["stream_order"], CAT["sync_wait"], g.cat[e])
