@@ -106,6 +106,8 @@ def make_trace(reps: int, out: Path) -> int:
 
 def child_ours(path: str) -> dict:
     import charllm_trace as ct
+
+    ct.tune_polars_allocator()  # as the charllm-trace command does (opt-in for library users)
     from charllm_trace.analysis import bandwidth, overlap
     from charllm_trace.analysis.classify import classify
 

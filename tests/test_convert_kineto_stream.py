@@ -28,7 +28,7 @@ def scanner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
     else:
         monkeypatch.delenv("CHARLLM_TRACE_NATIVE", raising=False)
         if jsonframe.lib() is None:
-            pytest.skip("no C compiler here")
+            pytest.skip("the native module is not built here (reinstall with a C compiler)")
     yield request.param
     jsonframe.reset()
 
@@ -174,7 +174,7 @@ def test_c_and_numpy_scanners_report_the_same_events(monkeypatch: pytest.MonkeyP
     jsonframe.reset()
     monkeypatch.delenv("CHARLLM_TRACE_NATIVE", raising=False)
     if jsonframe.lib() is None:
-        pytest.skip("no C compiler here")
+        pytest.skip("the native module is not built here (reinstall with a C compiler)")
     rng = random.Random(5)
     tricky = _tricky_doc()
     docs = [json.dumps({"traceEvents": tricky.pop("traceEvents"), **tricky}).encode()]

@@ -25,7 +25,7 @@ def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setenv("CHARLLM_TRACE_NATIVE", "0")
     _native.reset()
     if request.param == "c" and _native.lib() is None:
-        pytest.skip("no C compiler here: the C scanner is not available")
+        pytest.skip("the native C scanner is not built here (reinstall with a C compiler)")
     yield request.param
     monkeypatch.undo()
     _native.reset()
@@ -256,7 +256,7 @@ def test_a_wrong_split_guess_is_caught(monkeypatch: pytest.MonkeyPatch, shift: i
     from charllm_trace.et import fastdecode
 
     if _native.lib() is None:
-        pytest.skip("no C compiler here: the C scanner is not available")
+        pytest.skip("the native C scanner is not built here (reinstall with a C compiler)")
     src = shared_trace("chakra/feeder_tests_chakra.0.et")
     whole, _ = _one_part(src, monkeypatch)
     real = fastdecode._split_point
@@ -287,7 +287,7 @@ def test_a_wrong_split_guess_is_caught(monkeypatch: pytest.MonkeyPatch, shift: i
 def test_without_a_guess_the_framing_is_walked(monkeypatch: pytest.MonkeyPatch) -> None:
     so = _native.lib()
     if so is None:
-        pytest.skip("no C compiler here: the C scanner is not available")
+        pytest.skip("the native C scanner is not built here (reinstall with a C compiler)")
     src = shared_trace("chakra/feeder_tests_chakra.0.et")
     whole, _ = _one_part(src, monkeypatch)
     _two_parts(monkeypatch)
@@ -311,7 +311,7 @@ def test_errors_in_either_part_name_the_same_message(
     """A corrupt node in the first or the second part: the same one-line error as in one part
     (the second part's message numbers are shifted by the first part's count)."""
     if _native.lib() is None:
-        pytest.skip("no C compiler here: the C scanner is not available")
+        pytest.skip("the native C scanner is not built here (reinstall with a C compiler)")
     src = shared_trace("chakra/feeder_tests_chakra.0.et").read_bytes()
     # find the message that starts at or after the wanted fraction of the file, and give it an
     # invalid field tag (wire type 7) right after its length prefix

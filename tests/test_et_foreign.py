@@ -93,7 +93,7 @@ def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setenv("CHARLLM_TRACE_NATIVE", "0")
     _native.reset()
     if request.param == "c" and _native.lib() is None:
-        pytest.skip("no C compiler")
+        pytest.skip("the native module is not built here (reinstall with a C compiler)")
     yield request.param
     _native.reset()
 

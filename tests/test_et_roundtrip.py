@@ -209,7 +209,7 @@ def test_c_scanner_builds_where_a_compiler_exists() -> None:
     from charllm_trace.et import _native
 
     if shutil.which("cc") is None and shutil.which("gcc") is None:
-        pytest.skip("no C compiler")
+        pytest.skip("the native module is not built here (reinstall with a C compiler)")
     _native.reset()
     assert _native.lib() is not None
 
@@ -240,7 +240,7 @@ def test_writer_batches_do_not_change_the_file(tmp_path: Path, monkeypatch: pyte
 
 
 def test_numpy_decoder_matches_c_on_chakra_output(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fallback decoder (no C compiler) gives the same tables, also when it works in chunks."""
+    """The fallback decoder (no native module) gives the same tables, also when it works in chunks."""
     from charllm_trace.et import _native, fastdecode
 
     src = shared_trace("chakra/feeder_tests_chakra.0.et")

@@ -667,10 +667,10 @@ def trim_heap() -> None:
         _MALLOC_TRIM = False
         try:
             import ctypes
-            import ctypes.util
 
-            name = ctypes.util.find_library("c")
-            fn = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+            # the C library already loaded into this process (find_library would run ldconfig or a
+            # compiler at run time)
+            fn = getattr(ctypes.CDLL(None), "malloc_trim", None)
             if fn is not None:
                 fn.argtypes = [ctypes.c_size_t]
                 fn.restype = ctypes.c_int
