@@ -6,11 +6,16 @@ Accepted inputs:
 - a collected run directory (host ETs + Kineto profiles + telemetry + manifest),
   converted in memory;
 - a Kineto profile (``.json`` / ``.json.gz``), converted in memory.
+
+Decoded ETs and converted JSON files and run directories are cached by content
+(``charllm_trace/et/cache.py``, docs/cache.md): a second load of the same input maps the
+stored tables instead of converting again.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from charllm_trace.errors import InputError
@@ -28,8 +33,32 @@ def is_json_name(p: Path) -> bool:
     return p.name.lower().endswith(JSON_SUFFIXES)
 
 
-def load(path: str | os.PathLike[str], *, cache: bool = True) -> Run:
-    """Load ``path`` into a :class:`Run`. Raises :class:`InputError` for bad input."""
+def _cached_convert(kind: str, p: Path, convert: Callable[[Path], Run]) -> Run:
+    """``convert(p)``, or its cached result (``kind``: "kineto" for a file, "run" for a directory)."""
+    from charllm_trace.et import cache as et_cache
+
+    try:
+        key = et_cache.json_key(p) if kind == "kineto" else et_cache.run_key(p)
+    except OSError:
+        return convert(p)  # unreadable files: the converter words the error
+    hit = et_cache.lookup_run(kind, key, str(p))
+    if hit is not None:
+        traces, manifest = hit
+        return Run(traces=traces, manifest=manifest, source=str(p))
+    run = convert(p)
+    et_cache.store_run(kind, key, run.traces, run.manifest, str(p))
+    return run
+
+
+def load(path: str | os.PathLike[str], *, cache: bool | None = None) -> Run:
+    """Load ``path`` into a :class:`Run`. Raises :class:`InputError` for bad input.
+
+    ``cache``: use the cache of decoded/converted inputs (default: unless turned off for the
+    process, ``charllm_trace.et.cache.set_enabled(False)`` or ``CHARLLM_TRACE_NO_CACHE=1``)."""
+    if cache is None:
+        from charllm_trace.et.cache import enabled
+
+        cache = enabled()
     p = Path(path)
     if not p.exists():
         raise InputError(p, "no such file or directory")
@@ -44,7 +73,7 @@ def load(path: str | os.PathLike[str], *, cache: bool = True) -> Run:
         if any(is_json_name(e) for e in entries if e.is_file()):
             from charllm_trace.converters.run_dir import convert_run
 
-            return convert_run(p)
+            return _cached_convert("run", p, convert_run) if cache else convert_run(p)
         raise InputError(p, "no Chakra ET (.et) files, Kineto profiles or run directory found here")
     if not os.access(p, os.R_OK):
         raise InputError(p, "file is not readable (permission denied)")
@@ -53,7 +82,7 @@ def load(path: str | os.PathLike[str], *, cache: bool = True) -> Run:
     if is_json_name(p):
         from charllm_trace.converters.run_dir import convert_file
 
-        return convert_file(p)
+        return _cached_convert("kineto", p, convert_file) if cache else convert_file(p)
     from charllm_trace.et.reader import read_et
 
     trace = read_et(p, cache=cache)

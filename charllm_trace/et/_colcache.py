@@ -11,6 +11,12 @@ stored once.
 Supported column types are the ones the trace model uses: integers, floats,
 booleans, strings (views or offsets), enums (stored as their codes), lists and
 structs of them.
+
+Nothing read back is trusted: the description carries its own CRC-32 (a second
+line), the size and CRC-32 of the data file, and every buffer is checked to lie
+inside the data file before polars sees a pointer. A file that fails any check
+raises :class:`Corrupt` (a truncated, flipped, emptied or edited file is an
+exception, never a wild pointer).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import itertools
 import mmap
 import os
 import threading
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +43,7 @@ from charllm_trace.et._arrow import (
     enum_from_physical,
 )
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 ALIGN = 64
 
 _ITEM = {"c": 1, "C": 1, "s": 2, "S": 2, "i": 4, "I": 4, "l": 8, "L": 8, "e": 2, "f": 4, "g": 8}
@@ -67,15 +74,37 @@ class Unsupported(Exception):
     """A column type this format does not store."""
 
 
+class Corrupt(Exception):
+    """A stored frame that fails its checks (size, checksum, bounds): never opened."""
+
+
+def seal(obj: Any) -> bytes:
+    """``obj`` as JSON followed by a line with the CRC-32 of the JSON bytes."""
+    body = orjson.dumps(obj, default=str)
+    return body + b"\n" + f"{zlib.crc32(body):08x}".encode()
+
+
+def unseal(raw: bytes, what: str = "description") -> Any:
+    """The object :func:`seal` wrote; :class:`Corrupt` when the checksum or JSON is wrong."""
+    body, sep, crc = raw.rpartition(b"\n")
+    if not sep or crc.strip() != f"{zlib.crc32(body):08x}".encode():
+        raise Corrupt(f"{what}: checksum mismatch")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise Corrupt(f"{what}: {exc}") from None
+
+
 # ---------------------------------------------------------------------------
 # writing
 # ---------------------------------------------------------------------------
 
 
 class _Writer:
-    def __init__(self, f: Any) -> None:
+    def __init__(self, f: Any, crc: int) -> None:
         self.f = f
         self.pos = 0
+        self.crc = crc
         self.seen: dict[tuple[int, int], int] = {}
 
     def buffer(self, addr: int, size: int) -> list[int] | None:
@@ -87,10 +116,13 @@ class _Writer:
         pad = (-self.pos) % ALIGN
         if pad:
             self.f.write(b"\0" * pad)
+            self.crc = zlib.crc32(b"\0" * pad, self.crc)
             self.pos += pad
         at = self.pos
         if size:
-            self.f.write(memoryview((ctypes.c_char * size).from_address(addr)).cast("B"))
+            view = memoryview((ctypes.c_char * size).from_address(addr)).cast("B")
+            self.f.write(view)
+            self.crc = zlib.crc32(view, self.crc)
         self.pos += size
         self.seen[key] = at
         return [at, size]
@@ -154,43 +186,50 @@ def _describe(schema: _ArrowSchema, arr: _ArrowArray, w: _Writer) -> dict[str, A
 def write_frame(df: pl.DataFrame, data_path: Path, meta_path: Path) -> None:
     """Store ``df`` as ``data_path`` (buffers) + ``meta_path`` (JSON description)."""
     cols = []
+    # Every exported array stays alive until the whole frame is written: the writer stores a
+    # buffer shared by several columns once, by address, and a buffer freed early (one polars
+    # materialised for the export) could have its address reused by the next column's.
+    held: list[Any] = []
     with open(data_path, "wb") as f:
-        w = _Writer(f)
-        for name in df.columns:
-            s = df[name].rechunk()
-            enum = isinstance(s.dtype, pl.Enum)
-            if enum:  # stored as its codes; the categories are in the schema
-                s = s.to_physical()
-            cap = s.__arrow_c_stream__()
-            stream = _ArrowArrayStream.from_address(_GetPointer(cap, b"arrow_array_stream"))
-            sp = ctypes.pointer(stream)
-            schema = _ArrowSchema()
-            if stream.get_schema(sp, ctypes.byref(schema)) != 0:
-                raise Unsupported(f"cannot export column {name}")
-            try:
+        w = _Writer(f, zlib.crc32(b""))
+        try:
+            for name in df.columns:
+                s = df[name].rechunk()
+                enum = isinstance(s.dtype, pl.Enum)
+                if enum:  # stored as its codes; the categories are in the schema
+                    s = s.to_physical()
+                cap = s.__arrow_c_stream__()
+                stream = _ArrowArrayStream.from_address(_GetPointer(cap, b"arrow_array_stream"))
+                sp = ctypes.pointer(stream)
+                schema = _ArrowSchema()
                 arr = _ArrowArray()
+                held.append((s, cap, schema, arr))
+                if stream.get_schema(sp, ctypes.byref(schema)) != 0:
+                    raise Unsupported(f"cannot export column {name}")
                 if stream.get_next(sp, ctypes.byref(arr)) != 0:
                     raise Unsupported(f"cannot export column {name}")
-                try:
-                    if not arr.release:  # an empty stream: no chunk at all
-                        cols.append({"name": name, "dtype": str(s.dtype), "empty": True})
-                        continue
-                    desc = _describe(schema, arr, w)
-                finally:
-                    if arr.release:
-                        arr.release(ctypes.pointer(arr))
+                if not arr.release:  # an empty stream: no chunk at all
+                    cols.append({"name": name, "dtype": str(s.dtype), "empty": True})
+                    continue
+                desc = _describe(schema, arr, w)
                 cols.append({"name": name, "array": desc, **({"enum": True} if enum else {})})
-            finally:
+        finally:
+            for _s, _cap, schema, arr in reversed(held):
+                if arr.release:
+                    arr.release(ctypes.pointer(arr))
                 if schema.release:
                     schema.release(ctypes.pointer(schema))
-            del cap
+            held.clear()
+        data_size, data_crc = w.pos, w.crc
     meta = {
         "version": FORMAT_VERSION,
         "height": df.height,
         "schema": {k: str(v) for k, v in df.schema.items()},
         "columns": cols,
+        "data_size": data_size,
+        "data_crc32": data_crc,
     }
-    meta_path.write_bytes(orjson.dumps(meta))
+    meta_path.write_bytes(seal(meta))
 
 
 # ---------------------------------------------------------------------------
@@ -290,38 +329,92 @@ class _Column:
             self.schema.release(ctypes.pointer(self.schema))
 
 
-def read_frame(data_path: Path, meta_path: Path) -> pl.DataFrame:
-    """Open a frame stored by :func:`write_frame` (memory-mapped, zero-copy)."""
-    meta = orjson.loads(meta_path.read_bytes())
-    if meta.get("version") != FORMAT_VERSION:
-        raise Unsupported("cache format version")
+def _check_bounds(desc: Any, size: int, where: str) -> None:
+    if not isinstance(desc, dict) or not isinstance(desc.get("buffers"), list):
+        raise Corrupt(f"{where}: bad column description")
+    for b in desc["buffers"]:
+        if b is None:
+            continue
+        if (
+            not isinstance(b, list)
+            or len(b) != 2
+            or not all(isinstance(x, int) and x >= 0 for x in b)
+            or b[0] + b[1] > size
+        ):
+            raise Corrupt(f"{where}: buffer {b} outside the data file ({size} bytes)")
+    for c in desc.get("children") or []:
+        _check_bounds(c, size, where)
+
+
+class CheckedFrame:
+    """A stored frame whose description, data size, checksum and buffer bounds passed."""
+
+    def __init__(self, meta: dict[str, Any], mm: Any, base: int) -> None:
+        self.meta = meta
+        self.mm = mm
+        self.base = base
+
+    def frame(self) -> pl.DataFrame:
+        """The polars frame over the mapped buffers (zero-copy)."""
+        meta = self.meta
+        series = []
+        for c in meta["columns"]:
+            if c.get("empty"):
+                series.append(pl.Series(c["name"], [], dtype=_dtype(meta["schema"][c["name"]])))
+                continue
+            col = _Column(c["array"], self.mm, self.base)
+            try:
+                s = pl.Series(c["name"], col)
+            finally:
+                col.close()
+            if c.get("enum"):
+                s = enum_from_physical(s, _dtype(meta["schema"][c["name"]]))
+            series.append(s)
+        df = pl.DataFrame(series)
+        if df.height != meta["height"]:
+            raise Corrupt("row count mismatch")
+        return df
+
+
+def check_frame(data_path: Path, meta_path: Path) -> CheckedFrame:
+    """Map a frame stored by :func:`write_frame` and check it, building nothing yet.
+
+    Raises :class:`Corrupt` when the description's or the data's checksum, the data file's
+    size, any buffer's bounds or a column type is wrong. Check every frame of an entry
+    before building any: a failure then never happens while polars holds mapped buffers."""
+    meta = unseal(meta_path.read_bytes(), meta_path.name)
+    if not isinstance(meta, dict) or meta.get("version") != FORMAT_VERSION:
+        raise Corrupt(f"{meta_path.name}: not format version {FORMAT_VERSION}")
     size = os.path.getsize(data_path)
+    if size != meta.get("data_size"):
+        raise Corrupt(f"{data_path.name}: {size} bytes, expected {meta.get('data_size')}")
+    try:
+        for c in meta["columns"]:
+            if c.get("empty") or c.get("enum"):
+                _dtype(meta["schema"][c["name"]])
+            if not c.get("empty"):
+                _check_bounds(c["array"], size, data_path.name)
+    except (KeyError, TypeError, Unsupported) as exc:
+        raise Corrupt(f"{meta_path.name}: bad description ({exc})") from None
     mm: Any = None
     base = 0
+    crc = zlib.crc32(b"")
     if size:
         with open(data_path, "rb") as f:
-            # pages are read on first use, like polars' own memory-mapped IPC files
             mm = mmap.mmap(f.fileno(), size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+        crc = zlib.crc32(mm)  # also brings the pages in: the analysis reads most of them anyway
+    if crc != meta.get("data_crc32"):
+        raise Corrupt(f"{data_path.name}: checksum mismatch")
+    if size:
         arr = np.frombuffer(mm, dtype=np.uint8)
         base = arr.ctypes.data
         mm = (mm, arr)
-    series = []
-    for c in meta["columns"]:
-        if c.get("empty"):
-            series.append(pl.Series(c["name"], [], dtype=_dtype(meta["schema"][c["name"]])))
-            continue
-        col = _Column(c["array"], mm, base)
-        try:
-            s = pl.Series(c["name"], col)
-        finally:
-            col.close()
-        if c.get("enum"):
-            s = enum_from_physical(s, _dtype(meta["schema"][c["name"]]))
-        series.append(s)
-    df = pl.DataFrame(series)
-    if df.height != meta["height"]:
-        raise Unsupported("row count mismatch")
-    return df
+    return CheckedFrame(meta, mm, base)
+
+
+def read_frame(data_path: Path, meta_path: Path) -> pl.DataFrame:
+    """Open a frame stored by :func:`write_frame` (memory-mapped, zero-copy, checked first)."""
+    return check_frame(data_path, meta_path).frame()
 
 
 def _dtype(text: str) -> pl.DataType:
