@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from charllm_trace.cli_cache import cache_group, no_cache_option
 from charllm_trace.errors import InputError
 
 EXIT_OK = 0
@@ -283,6 +284,7 @@ def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
               help="Power integration between telemetry samples.")  # fmt: skip
 @click.option("--what-if", "what_if", default=None, metavar="CLASS=FACTOR,...", help=WHAT_IF_HELP)
 @click.option("--no-critical-path", is_flag=True, help="Skip the critical path through the execution graph.")
+@no_cache_option
 def analyze_cmd(
     path: str,
     per_step: bool,
@@ -362,6 +364,7 @@ def analyze_cmd(
 )
 @click.option("--simulate", is_flag=True, help="Rebuild a timeline for ETs without timestamps.")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+@no_cache_option
 def baseline_cmd(run: str, output: str, hta_compat: bool, simulate: bool, force: bool) -> None:
     """Record RUN's headline figures (overlap, exposed communication, bus bandwidth,
     energy, power, throttling) in a baseline file for `check`."""
@@ -397,6 +400,7 @@ def baseline_cmd(run: str, output: str, hta_compat: bool, simulate: bool, force:
 @click.option("--allow-missing", is_flag=True, help="Do not fail on baseline metrics the run no longer has.")
 @click.option("--all", "show_all", is_flag=True, help="List every metric, not only the failures.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@no_cache_option
 def check_cmd(
     run: str, baseline_path: str, tolerance: str | None, allow_missing: bool, show_all: bool, fmt: str
 ) -> None:
@@ -427,6 +431,7 @@ def check_cmd(
     "--hta-compat", is_flag=True, help="Drop kernels launched after the last ProfilerStep begins (HTA)."
 )
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@no_cache_option
 def diff_cmd(run_a: str, run_b: str, top: int, hta_compat: bool, fmt: str) -> None:
     """Show two runs side by side: per collective type, per operator, per step (and energy
     per phase), with absolute and relative change from RUN_A to RUN_B."""
@@ -464,7 +469,7 @@ def export_group() -> None:
 
 from charllm_trace.cli_astra import astra_sim_command  # noqa: E402
 
-export_group.add_command(astra_sim_command)
+export_group.add_command(no_cache_option(astra_sim_command))
 
 
 @export_group.command("perfetto")
@@ -480,6 +485,7 @@ export_group.add_command(astra_sim_command)
     "--no-critical-path", is_flag=True, help="Leave out the 'critical path (rank N)' track of each rank."
 )
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+@no_cache_option
 def export_perfetto(
     run: str, output: str, no_flows: bool, simulate: bool, no_critical_path: bool, force: bool
 ) -> None:
@@ -555,6 +561,7 @@ def sanitize_cmd(run: str, output: str, redact: tuple[str, ...], force: bool) ->
 )
 @click.option("--what-if", "what_if", default=None, metavar="CLASS=FACTOR,...", help=WHAT_IF_HELP)
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+@no_cache_option
 def report_cmd(
     run: str, output: str, peak_gbps: float | None, title: str | None, simulate: bool, what_if: str | None,
     force: bool,
@@ -595,6 +602,9 @@ def report_cmd(
 
 
 # end export / sanitize / report (issue 6) ...............................
+
+
+main.add_command(cache_group)
 
 
 if __name__ == "__main__":  # pragma: no cover

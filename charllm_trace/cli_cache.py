@@ -1,0 +1,79 @@
+"""``charllm-trace cache info|clear``: the cache of decoded and converted inputs (docs/cache.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+
+def no_cache_option(f: Any) -> Any:
+    """``--no-cache`` for a reading command: turns the cache off for the whole process (also for
+    the library calls the command makes), without changing the command's signature."""
+
+    def turn_off(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+        if value:
+            from charllm_trace.et.cache import set_enabled
+
+            set_enabled(False)
+            ctx.call_on_close(lambda: set_enabled(None))  # in-process callers (tests) get it back
+        return value
+
+    return click.option(
+        "--no-cache",
+        is_flag=True,
+        expose_value=False,
+        callback=turn_off,
+        help="Read and convert the input again; neither use nor fill the cache.",
+    )(f)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"  # pragma: no cover
+
+
+@click.group("cache")
+def cache_group() -> None:
+    """The cache of decoded ETs and converted Kineto profiles and run directories."""
+
+
+@cache_group.command("info")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (sizes in bytes).")
+def cache_info(as_json: bool) -> None:
+    """Where the cache is, how many entries of each kind it holds and their size."""
+    from charllm_trace.et import cache
+
+    d = cache.info()
+    if as_json:
+        import orjson
+
+        click.echo(orjson.dumps(d, option=orjson.OPT_INDENT_2).decode())
+        return
+    state = "" if d["exists"] else " (not created yet)"
+    click.echo(f"cache: {d['root']}{state}")
+    click.echo(
+        f"{d['entries']} entries, {_size(d['bytes'])} (cap {d['max_gb']:g} GB"
+        f"{'' if d['enabled'] else '; turned off by CHARLLM_TRACE_NO_CACHE'})"
+    )
+    for kind, what in cache.KINDS.items():
+        k = d["kinds"][kind]
+        click.echo(f"  {kind:<7} {k['entries']:>5} entries  {_size(k['bytes']):>9}  {what}")
+    n_index = sum(d["kinds"][i]["entries"] for i in cache.INDEXES)
+    click.echo(f"  index   {n_index:>5} records")
+    if d["temporaries"]:
+        click.echo(f"  {d['temporaries']} temporaries of interrupted or running stores")
+
+
+@cache_group.command("clear")
+def cache_clear() -> None:
+    """Delete every cache entry this tool wrote (other files in the directory stay)."""
+    from charllm_trace.et import cache
+
+    before = cache.info()
+    removed = cache.clear()
+    n = sum(v for k, v in removed.items() if k in cache.KINDS)
+    click.echo(f"removed {n} entries ({_size(before['bytes'])}) from {before['root']}")
