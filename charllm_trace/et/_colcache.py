@@ -236,34 +236,23 @@ def write_frame(df: pl.DataFrame, data_path: Path, meta_path: Path) -> None:
 # reading
 # ---------------------------------------------------------------------------
 
-_LIVE: dict[int, Any] = {}
+# Lifetime. polars may keep a buffer (or a slice of it, in a derived frame) for as long as it
+# likes and calls the array's release callback when done. A Python (ctypes) callback there is
+# unsafe: polars also drops frames during interpreter shutdown, where entering Python crashes
+# the process (seen with an audit hook installed: SIGSEGV/SIGILL after the program's last line).
+# So the callbacks are a native no-op, and what they would free is kept for the process's
+# lifetime instead: the descriptions (a few hundred bytes per column) and the mappings, one per
+# data file (deduplicated by file identity; read-only, file-backed pages the kernel can drop).
+_LIVE: list[Any] = []
+_MAPS: dict[tuple[int, int, int, int], Any] = {}
 _LOCK = threading.Lock()
 _KEYS = itertools.count(1)
+_NOOP = ctypes.cast(ctypes.CDLL(None).getpid, ctypes.c_void_p).value  # int getpid(void): no effect
 
-
-def _release_root_array(ptr: Any) -> None:
-    key = int(ptr.contents.private_data or 0)
-    ptr.contents.release = _ArrayRelease()
-    with _LOCK:
-        _LIVE.pop(key, None)
-
-
-def _release_root_schema(ptr: Any) -> None:
-    ptr.contents.release = _SchemaRelease()
-
-
-def _release_child_array(ptr: Any) -> None:
-    ptr.contents.release = _ArrayRelease()
-
-
-def _release_child_schema(ptr: Any) -> None:
-    ptr.contents.release = _SchemaRelease()
-
-
-_RA = _ArrayRelease(_release_root_array)
-_RS = _SchemaRelease(_release_root_schema)
-_CA = _ArrayRelease(_release_child_array)
-_CS = _SchemaRelease(_release_child_schema)
+_RA = _ArrayRelease(_NOOP)
+_RS = _SchemaRelease(_NOOP)
+_CA = _RA
+_CS = _RS
 
 
 def _build(
@@ -314,7 +303,7 @@ class _Column:
         keep: list[Any] = [mm]
         self.schema, self.array = _build(desc, base, keep, True, self.key)
         with _LOCK:
-            _LIVE[self.key] = (keep, self.schema, self.array)
+            _LIVE.append((keep, self.schema, self.array))
 
     def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]:
         return (
@@ -396,20 +385,27 @@ def check_frame(data_path: Path, meta_path: Path) -> CheckedFrame:
                 _check_bounds(c["array"], size, data_path.name)
     except (KeyError, TypeError, Unsupported) as exc:
         raise Corrupt(f"{meta_path.name}: bad description ({exc})") from None
-    mm: Any = None
-    base = 0
-    crc = zlib.crc32(b"")
-    if size:
-        with open(data_path, "rb") as f:
-            mm = mmap.mmap(f.fileno(), size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
-        crc = zlib.crc32(mm)  # also brings the pages in: the analysis reads most of them anyway
+    if not size:
+        if meta.get("data_crc32") != zlib.crc32(b""):
+            raise Corrupt(f"{data_path.name}: checksum mismatch")
+        return CheckedFrame(meta, None, 0)
+    with open(data_path, "rb") as f:
+        st = os.fstat(f.fileno())
+        ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        with _LOCK:
+            known = _MAPS.get(ident)
+        if known is not None:
+            return CheckedFrame(meta, known, known[1].ctypes.data)  # checked when first mapped
+        mm = mmap.mmap(f.fileno(), size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+    crc = zlib.crc32(mm)  # also brings the pages in: the analysis reads most of them anyway
     if crc != meta.get("data_crc32"):
+        mm.close()
         raise Corrupt(f"{data_path.name}: checksum mismatch")
-    if size:
-        arr = np.frombuffer(mm, dtype=np.uint8)
-        base = arr.ctypes.data
-        mm = (mm, arr)
-    return CheckedFrame(meta, mm, base)
+    arr = np.frombuffer(mm, dtype=np.uint8)
+    kept = (mm, arr)
+    with _LOCK:
+        _MAPS.setdefault(ident, kept)
+    return CheckedFrame(meta, kept, arr.ctypes.data)
 
 
 def read_frame(data_path: Path, meta_path: Path) -> pl.DataFrame:
