@@ -456,7 +456,7 @@ def _clean_attr_list(sc: _Scrubber, attrs: Any, collect_only: bool = False) -> N
 
 
 def _et_collect(sc: _Scrubber, path: Path, data: bytes) -> None:
-    from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata
+    from charllm_trace.et.schema import GlobalMetadata
 
     msgs = _et_messages(path, data)
     if msgs:
@@ -466,8 +466,9 @@ def _et_collect(sc: _Scrubber, path: Path, data: bytes) -> None:
 
 
 def _et_clean(sc: _Scrubber, path: Path, data: bytes) -> bytes:
-    from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata, Node
     from google.protobuf.internal.encoder import _VarintBytes  # type: ignore[attr-defined]
+
+    from charllm_trace.et.schema import GlobalMetadata, Node
 
     msgs = _et_messages(path, data)
     out = io.BytesIO()

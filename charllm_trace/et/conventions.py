@@ -8,7 +8,7 @@ names start with :data:`PREFIX`.
 
 from __future__ import annotations
 
-from chakra.schema.protobuf import et_def_pb2 as pb
+from charllm_trace.et import schema as pb
 
 PREFIX = "charllm."
 

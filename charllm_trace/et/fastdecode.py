@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import orjson
 import polars as pl
-from chakra.schema.protobuf import et_def_pb2 as pb
 
 from charllm_trace.et import _native
 from charllm_trace.et import conventions as cv
+from charllm_trace.et import schema as pb
 from charllm_trace.et._arrow import (
     _STEP,
     InvalidUtf8,

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import orjson
 import polars as pl
-from chakra.schema.protobuf import et_def_pb2 as pb
 from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
@@ -25,6 +24,7 @@ from charllm_trace.errors import InputError
 from charllm_trace.et import _native
 from charllm_trace.et import cache as et_cache
 from charllm_trace.et import conventions as cv
+from charllm_trace.et import schema as pb
 from charllm_trace.et.fastdecode import PAD, Corrupt, decode_nodes
 from charllm_trace.et.framing import GZIP_MAGIC, message_bounds, read_bytes, sniff_text
 from charllm_trace.model import (
@@ -119,7 +119,9 @@ def _meta_from_global(gm: pb.GlobalMetadata, path: Any) -> tuple[TraceMeta, pl.D
             if valid is not None:
                 mask = pl.Series(valid)
                 if mask.dtype != pl.Boolean or mask.len() != rows:
-                    raise TypeError(f"validity is {mask.len()} values of {mask.dtype}, expected {rows} booleans")
+                    raise TypeError(
+                        f"validity is {mask.len()} values of {mask.dtype}, expected {rows} booleans"
+                    )
                 s = pl.select(pl.when(mask).then(s).otherwise(None).alias(col)).to_series()
         except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError) as exc:
             raise InputError(path, f"corrupt telemetry column {col} in the ET header ({exc})") from exc

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import orjson
 import polars as pl
-from chakra.schema.protobuf import et_def_pb2 as pb
 
 from charllm_trace.errors import InputError
 from charllm_trace.et import conventions as cv
+from charllm_trace.et import schema as pb
 from charllm_trace.model import TELEMETRY_SCHEMA, Run, Trace
 
 _MASK64 = (1 << 64) - 1

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import orjson
 import polars as pl
-from chakra.schema.protobuf import et_def_pb2 as pb
 
 from charllm_trace.analysis.classify import classify
 from charllm_trace.errors import InputError
+from charllm_trace.et import schema as pb
 from charllm_trace.et.writer import _varint
 from charllm_trace.model import Run, Trace
 from charllm_trace.render import astra_sim_plan as plan
