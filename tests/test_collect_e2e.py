@@ -264,5 +264,13 @@ def test_graph_replay_reproduces_the_collected_steps(run_dir: Path) -> None:
     for row in cp.paths.iter_rows(named=True):
         assert 0 < row["length_ns"] <= row["span_ns"], row
         assert sum(row[c] for c in cats) == row["length_ns"], row
-    faster = what_if(run, {"comm": 0.0}).steps.filter(wi.steps["step"].is_not_null())
-    assert (faster["predicted_ns"] <= faster["measured_ns"]).all()
+    # communication made free: no point of the replayed timeline is later than measured (a step's
+    # duration may still grow, when its start moves earlier than its end)
+    from charllm_trace.analysis.critical import retime
+    from charllm_trace.analysis.whatif import factor_array
+    from charllm_trace.graph.run import build_run_graph
+
+    rg = build_run_graph(run)
+    t, _ = retime(rg, factor_array({"comm": 0.0}))
+    real = rg.point_rank >= 0
+    assert (t[real] <= rg.g.time[real]).all()

@@ -159,8 +159,11 @@ def critical_path(
         if len(edges):
             wc = g.wclass[edges]
             scaled = np.rint(g.base[edges] * np.where(wc >= 0, f[np.maximum(wc, 0)], 1.0)).astype(np.int64)
-            np.add.at(cats, g.cat[edges], scaled)
-            cats[P.CAT["sync_wait"]] += int(g.fixed[edges].sum())
+            fx = g.fixed[edges]
+            # unexplained waits (positive fixed lags) are waiting; a negative fixed lag (a point
+            # allowed before its source) stays with the edge's own category
+            np.add.at(cats, g.cat[edges], scaled + np.minimum(fx, 0))
+            cats[P.CAT["sync_wait"]] += int(np.maximum(fx, 0).sum())
         length = int(time[sink] - time[path[-1]])
         visited = sorted({int(x) for x in np.unique(rg.point_rank[path]) if x >= 0})
         row = {

@@ -147,7 +147,7 @@ def what_if(
     for sink, w0 in m_win.values():
         path = engine.walk_back(g.src, base_bind, base_t, sink, int(base_t[w0]))
         if len(path) > 1:
-            fixed += int(g.fixed[base_bind[path[:-1]]].sum())
+            fixed += int(np.maximum(g.fixed[base_bind[path[:-1]]], 0).sum())
             length += int(base_t[sink] - base_t[path[-1]])
     fixed_pct = 100.0 * fixed / length if length > 0 and g.measured else None
     return WhatIfResult(

@@ -25,9 +25,14 @@ def calibrate(g: PointGraph) -> None:
     """Clip every lag to the measured gap and put each point's unexplained wait on its lane edge
     (fixed), so that the graph replays to the measured times (module docstring)."""
     t = g.time
-    g.base = np.minimum(g.base, t[g.dst] - t[g.src])
-    g.fixed = np.zeros(len(g.src), dtype=np.int64)
-    cand = t[g.src] + g.base
+    lag = np.minimum(g.base, t[g.dst] - t[g.src])
+    # a negative lag (a point allowed before its source: clocks of two ranks, a kernel timestamped
+    # before its launch call) is fixed: scaled toward 0 it would push the point later, and a
+    # what-if with factors <= 1 must never make anything later
+    g.fixed = np.minimum(lag, 0)
+    g.base = np.maximum(lag, 0)
+    cand = t[g.src] + lag
+    del lag
     by_dst = np.argsort(g.dst, kind="stable")
     d_sorted = g.dst[by_dst]
     heads = np.flatnonzero(np.r_[True, d_sorted[1:] != d_sorted[:-1]]) if len(d_sorted) else d_sorted
@@ -52,5 +57,5 @@ def calibrate(g: PointGraph) -> None:
     last_of = np.searchsorted(g.dst[order], need, side="right") - 1
     ok = (last_of >= 0) & (g.dst[order][np.maximum(last_of, 0)] == need)
     e = order[last_of[ok]]
-    g.fixed[e] += t[g.dst[e]] - (t[g.src[e]] + g.base[e])
+    g.fixed[e] += t[g.dst[e]] - (t[g.src[e]] + g.base[e] + g.fixed[e])
     g.cat[e] = np.where(g.kind[e] == EK["stream_order"], CAT["sync_wait"], g.cat[e])
