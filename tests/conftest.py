@@ -13,6 +13,23 @@ FIXTURES = ROOT / "tests" / "fixtures" / "traces"
 SHARED = Path(os.environ.get("CHARLLM_SHARED", ROOT.parent / "shared"))
 SHARED_TRACES = SHARED / "traces"
 
+# The suite never writes to the user's own cache (~/.cache/charllm-trace): one directory per test
+# session, unless the caller chose one. Set before any charllm_trace module reads it; child
+# processes (CLI runs, collectors) inherit it.
+_SESSION_CACHE: str | None = None
+if "CHARLLM_TRACE_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    _SESSION_CACHE = tempfile.mkdtemp(prefix="charllm-trace-test-cache-")
+    os.environ["CHARLLM_TRACE_CACHE_DIR"] = _SESSION_CACHE
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _SESSION_CACHE is not None:
+        import shutil
+
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
 
 def shared_trace(rel: str) -> Path:
     """Path of a file under ../shared/traces; skips the test when ../shared is absent."""
