@@ -15,6 +15,12 @@
  *     vertices reached in topological order: less than n means a cycle; the vertices
  *     left have time INT64_MIN.
  *
+ * topo_order(src, dst, key, out) -> placed
+ *     Kahn's algorithm taking, among the vertices whose predecessors are all placed, the one of
+ *     smallest key (ties: smaller index): a topological order that stays as close to the key's
+ *     order as the edges allow. src, dst, out int32; key int64 (n = len(key)). Returns the
+ *     number of vertices placed in out (less than n: a cycle).
+ *
  * walk_back(src, bind, time, start, stop_time, out) -> length   (src, bind, out int32)
  *     From vertex `start`, follow bind[] back (edge -> its src) while the vertex's
  *     time is >= stop_time; writes the vertices visited (start first) into out and
@@ -200,7 +206,102 @@ static PyObject *walk_back(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(len);
 }
 
+static int heap_less(const int64_t *key, int32_t a, int32_t b) {
+    return key[a] < key[b] || (key[a] == key[b] && a < b);
+}
+
+static PyObject *topo_order(PyObject *self, PyObject *args) {
+    PyObject *o[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &o[0], &o[1], &o[2], &o[3])) return NULL;
+    Buf b[4];
+    memset(b, 0, sizeof b);
+    const char *names[4] = {"src", "dst", "key", "out"};
+    Py_ssize_t sizes[4] = {4, 4, 8, 4};
+    for (int i = 0; i < 4; i++) {
+        if (get_buf(o[i], &b[i], i == 3, names[i], sizes[i]) != 0) {
+            release(b, 4);
+            return NULL;
+        }
+    }
+    Py_ssize_t m = count(&b[0]), n = count(&b[2]);
+    if (count(&b[1]) != m || count(&b[3]) != n || n >= INT32_MAX || m >= INT32_MAX) {
+        release(b, 4);
+        PyErr_SetString(PyExc_ValueError, "topo_order: bad lengths");
+        return NULL;
+    }
+    const int32_t *src = b[0].view.buf, *dst = b[1].view.buf;
+    const int64_t *key = b[2].view.buf;
+    int32_t *out = b[3].view.buf;
+    for (Py_ssize_t e = 0; e < m; e++) {
+        if (src[e] < 0 || src[e] >= n || dst[e] < 0 || dst[e] >= n) {
+            release(b, 4);
+            PyErr_SetString(PyExc_ValueError, "topo_order: an edge refers to a vertex out of range");
+            return NULL;
+        }
+    }
+    int64_t *ptr = calloc((size_t)n + 1, sizeof(int64_t));
+    int32_t *adj = malloc(((size_t)m + 1) * sizeof(int32_t));
+    int32_t *indeg = calloc((size_t)n + 1, sizeof(int32_t));
+    int32_t *heap = malloc(((size_t)n + 1) * sizeof(int32_t));
+    int64_t *fill = malloc(((size_t)n + 1) * sizeof(int64_t));
+    if (!ptr || !adj || !indeg || !heap || !fill) {
+        free(ptr); free(adj); free(indeg); free(heap); free(fill);
+        release(b, 4);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t placed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t e = 0; e < m; e++) {
+        ptr[src[e] + 1]++;
+        indeg[dst[e]]++;
+    }
+    for (Py_ssize_t v = 0; v < n; v++) ptr[v + 1] += ptr[v];
+    memcpy(fill, ptr, (size_t)n * sizeof(int64_t));
+    for (Py_ssize_t e = 0; e < m; e++) adj[fill[src[e]]++] = dst[e];
+    Py_ssize_t hn = 0;
+    for (Py_ssize_t v = 0; v < n; v++) {
+        if (indeg[v] == 0) {  /* push */
+            Py_ssize_t i = hn++;
+            heap[i] = (int32_t)v;
+            while (i > 0 && heap_less(key, heap[i], heap[(i - 1) / 2])) {
+                int32_t t = heap[i]; heap[i] = heap[(i - 1) / 2]; heap[(i - 1) / 2] = t;
+                i = (i - 1) / 2;
+            }
+        }
+    }
+    while (hn > 0) {
+        int32_t u = heap[0];
+        heap[0] = heap[--hn];
+        Py_ssize_t i = 0;
+        for (;;) {  /* sift down */
+            Py_ssize_t l = 2 * i + 1, r = l + 1, s_ = i;
+            if (l < hn && heap_less(key, heap[l], heap[s_])) s_ = l;
+            if (r < hn && heap_less(key, heap[r], heap[s_])) s_ = r;
+            if (s_ == i) break;
+            int32_t t = heap[i]; heap[i] = heap[s_]; heap[s_] = t;
+            i = s_;
+        }
+        out[placed++] = u;
+        for (int64_t k = ptr[u]; k < ptr[u + 1]; k++) {
+            int32_t v = adj[k];
+            if (--indeg[v] == 0) {
+                Py_ssize_t j = hn++;
+                heap[j] = v;
+                while (j > 0 && heap_less(key, heap[j], heap[(j - 1) / 2])) {
+                    int32_t t = heap[j]; heap[j] = heap[(j - 1) / 2]; heap[(j - 1) / 2] = t;
+                    j = (j - 1) / 2;
+                }
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(ptr); free(adj); free(indeg); free(heap); free(fill);
+    release(b, 4);
+    return PyLong_FromSsize_t(placed);
+}
+
 static PyMethodDef methods[] = {
+    {"topo_order", topo_order, METH_VARARGS, "Topological order closest to a key (see the module source)."},
     {"longest_path", longest_path, METH_VARARGS, "Longest paths over a DAG (see the module source)."},
     {"walk_back", walk_back, METH_VARARGS, "Follow binding edges back from a vertex."},
     {NULL, NULL, 0, NULL},

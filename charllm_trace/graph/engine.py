@@ -53,6 +53,21 @@ def longest_path(
     return time, bind, int(done)
 
 
+def topo_order(n: int, src: np.ndarray, dst: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, int]:
+    """A topological order of ``n`` vertices that takes, among the ready ones, the smallest ``key``
+    (ties: the smaller index): ``key``'s own order wherever the edges allow it. Returns (order,
+    vertices placed); fewer than ``n`` placed means a cycle (the rest are not in the order)."""
+    dag = _kernel()
+    out = np.empty(n, dtype=np.int32)
+    k = dag.topo_order(
+        np.ascontiguousarray(src, dtype=np.int32),
+        np.ascontiguousarray(dst, dtype=np.int32),
+        np.ascontiguousarray(key, dtype=np.int64),
+        out,
+    )
+    return out[:k], int(k)
+
+
 def walk_back(src: np.ndarray, bind: np.ndarray, time: np.ndarray, start: int, stop_time: int) -> np.ndarray:
     """Vertices from ``start`` back along binding edges while their time is >= ``stop_time``
     (``start`` first)."""

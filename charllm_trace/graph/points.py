@@ -169,7 +169,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         if cross_parent:
             notes.append(f"{cross_parent} nodes whose parent runs on another thread were taken as top-level")
         depth = depth_of(ppos)
-        key = ids  # recorded order: Chakra and PyTorch number nodes in issue order
+        key = _recorded_order(trace, ids, ppos, dur, notes)
     selfdur = self_durations(dur, ppos, gpu)
 
     # ---- lanes: Euler tour of each CPU call tree, kernels in order on each GPU stream ----
@@ -461,3 +461,41 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     if measured and calibrated:
         calibrate(g)
     return g
+
+
+def _recorded_order(trace: Trace, ids: np.ndarray, ppos: np.ndarray, dur: np.ndarray, notes: list[str]) -> np.ndarray:
+    """Without timestamps: the order of the nodes on their lanes, consistent with the recorded
+    dependencies.
+
+    Chakra and PyTorch number nodes in issue order, so the order is the ids' wherever the
+    recorded dependencies (and nesting: a child after its parent) allow it: among the nodes whose
+    dependencies are all placed, the lowest id goes first (the list schedule the old simulator
+    used). A lane chained by raw id could otherwise contradict a dependency and close a cycle.
+    Dependencies on a cycle among themselves do not constrain the order (``graph.run`` leaves
+    them out of the graph, with a note)."""
+    from charllm_trace.graph import engine
+
+    n = len(ids)
+    dd = trace.deps
+    dn = pos_of(ids, dd["node"].to_numpy().astype(np.int64)) if dd.height else np.zeros(0, np.int64)
+    dp = pos_of(ids, dd["dep"].to_numpy().astype(np.int64)) if dd.height else np.zeros(0, np.int64)
+    ok = (dn >= 0) & (dp >= 0) & (dn != dp)
+    kids = np.flatnonzero(ppos >= 0)
+    src = np.concatenate([dp[ok], ppos[kids]]).astype(np.int32)
+    dst = np.concatenate([dn[ok], kids]).astype(np.int32)
+    order, placed = engine.topo_order(n, src, dst, ids)
+    if placed < n:  # cycles among the recorded dependencies: order without the edges on them
+        zero = np.zeros(n, np.int64)
+        lag0 = np.zeros(len(src), np.int64)
+        prio = np.zeros(len(src), np.int8)
+        fwd, _, _ = engine.longest_path(n, src, dst, lag0, prio, zero)
+        bwd, _, _ = engine.longest_path(n, dst, src, lag0, prio, zero)
+        stuck = (fwd == engine.NONE) & (bwd == engine.NONE)
+        keep = ~(stuck[src] & stuck[dst])
+        order, placed = engine.topo_order(n, src[keep], dst[keep], ids)
+        if placed < n:  # pragma: no cover - what remains is not a cycle of recorded edges
+            rest = np.setdiff1d(np.arange(n), order)
+            order = np.concatenate([order, rest[np.argsort(ids[rest], kind="stable")]])
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    return rank
