@@ -373,6 +373,7 @@ def baseline_cmd(run: str, output: str, hta_compat: bool, simulate: bool, force:
     from charllm_trace.analysis.results import AnalyzeOptions
     from charllm_trace.regress.api import baseline_run
     from charllm_trace.regress.baseline import write_baseline
+    from charllm_trace.render.tables import cli_hint
 
     if not force and os.path.lexists(output):  # refuse before the analysis, not after
         raise InputError(output, "already exists; pass --force to overwrite it")
@@ -385,7 +386,7 @@ def baseline_cmd(run: str, output: str, hta_compat: bool, simulate: bool, force:
     skipped = b.input.get("skipped") or {}
     click.echo(f"wrote {output}: {len(b.metrics)} metrics ({detail})")
     for name, why in skipped.items():
-        click.echo(f"note: {name} not recorded: {why}")
+        click.echo(f"note: {name} not recorded: {cli_hint(why)}")
 
 
 @main.command("check")
@@ -575,6 +576,7 @@ def report_cmd(
     from charllm_trace import loader
     from charllm_trace.analysis import AnalyzeOptions, analyze_run
     from charllm_trace.errors import UsageError
+    from charllm_trace.render.tables import cli_hint
     from charllm_trace.report import render_report, report_data
 
     if peak_gbps is not None and not peak_gbps > 0:
@@ -596,8 +598,13 @@ def report_cmd(
             source=r.source,
         )
     data = report_data(drawn, an, title=title or f"charllm-trace report: {Path(run).name}")
+    # the page is the CLI's output: its notes name the CLI's flags where one helps
+    data.skipped = {k: cli_hint(v) for k, v in data.skipped.items()}
+    data.notes = [cli_hint(n) for n in data.notes]
+    data.critical_notes = [cli_hint(n) for n in data.critical_notes]
+    data.what_if_notes = [cli_hint(n) for n in data.what_if_notes]
     Path(output).write_text(render_report(data), encoding="utf-8")
-    skipped = "; ".join(f"{k}: {v}" for k, v in an.skipped.items())
+    skipped = "; ".join(f"{k}: {v}" for k, v in data.skipped.items())
     click.echo(f"wrote {output}" + (f" (not drawn: {skipped})" if skipped else ""))
 
 

@@ -92,8 +92,17 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
 
 
-def _lanes(trace: Trace, rank: int) -> RankLanes | None:
-    df = classify(trace.nodes).filter(pl.col("start_ns").is_not_null() & pl.col("dur_ns").is_not_null())
+def _classified(trace: Trace, cn: pl.DataFrame | None) -> pl.DataFrame:
+    """``trace.nodes`` with the ``cls`` column of ``cn`` (the analysis' classification of this
+    rank: the classes do not depend on times, so a simulated copy shares them); classified here
+    only when no classification of these rows is given."""
+    if cn is None or "cls" not in cn.columns or cn.height != trace.nodes.height:
+        return classify(trace.nodes)
+    return trace.nodes.with_columns(cn["cls"])
+
+
+def _lanes(trace: Trace, rank: int, cn: pl.DataFrame | None = None) -> RankLanes | None:
+    df = _classified(trace, cn).filter(pl.col("start_ns").is_not_null() & pl.col("dur_ns").is_not_null())
     gpu = df.filter(pl.col("on_gpu").fill_null(False) & pl.col("cls").is_in(list(GPU_BUSY)))
     if gpu.height:
         mode, act = "gpu", gpu
@@ -137,8 +146,18 @@ def _throttle_spans(t: np.ndarray, mask: np.ndarray, amd: bool) -> list[tuple[in
     return out
 
 
-def report_data(run: Run, an: RunAnalysis, title: str | None = None) -> ReportData:
-    """The frames and series the report draws, from ``run`` and its analyses."""
+def report_data(
+    run: Run,
+    an: RunAnalysis,
+    title: str | None = None,
+    *,
+    classified: dict[int, pl.DataFrame] | None = None,
+) -> ReportData:
+    """The frames and series the report draws, from ``run`` and its analyses.
+
+    The activity lanes use the nodes' classification the analyses made (``classified``, by
+    default ``an.classified``); a rank without one is classified here."""
+    cls_by_rank = an.classified if classified is None else classified
     data = ReportData(
         title=title or "charllm-trace report",
         source=run.source,
@@ -153,7 +172,7 @@ def report_data(run: Run, an: RunAnalysis, title: str | None = None) -> ReportDa
         tr = run.traces[r]
         if not tr.meta.has_timestamps:
             continue
-        lane = _lanes(tr, r)
+        lane = _lanes(tr, r, cls_by_rank.get(r))
         if lane is not None:
             data.lanes.append(lane)
             lows.append(lane.window[0])

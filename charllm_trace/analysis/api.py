@@ -1,4 +1,4 @@
-"""``analyze_run``: the four analyses of a run, bundled (what ``charllm-trace analyze`` prints)."""
+"""``analyze_run``: the four analyses of a run, bundled (what the CLI's ``analyze`` prints)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import polars as pl
 
 from charllm_trace.analysis.bandwidth import bandwidth
-from charllm_trace.analysis.classify import classify
+from charllm_trace.analysis.classify import classify, with_phase
 from charllm_trace.analysis.critical import critical_path
 from charllm_trace.analysis.energy import energy
 from charllm_trace.analysis.overlap import overlap
@@ -28,14 +28,18 @@ from charllm_trace.graph.engine import CycleError
 from charllm_trace.graph.run import build_run_graph
 from charllm_trace.model import ProcessGroup, Run, Trace
 
+#: What can be done about a trace without timestamps (the CLI adds its own flag to it).
+CAN_SIMULATE = (
+    "a simulated timeline can be rebuilt from dependencies and durations "
+    "(analysis.simulate; figures then simulated)"
+)
 NO_TIMESTAMPS = (
     "this trace has no timestamps (e.g. a Chakra ET written by Chakra's own converter, or a host "
-    "execution trace alone): overlap needs them; rerun with --simulate to rebuild a timeline from "
-    "dependencies and durations (figures then simulated)"
+    f"execution trace alone): overlap needs them; {CAN_SIMULATE}"
 )
 SIMULATED_NOTE = (
     "SIMULATED: the source has no timestamps; times were rebuilt from dependencies and durations "
-    "(docs/analyses.md, --simulate)"
+    "(docs/analyses.md, analysis.simulate)"
 )
 NO_TELEMETRY = "no telemetry in this trace: energy and power not computed"
 
@@ -100,7 +104,13 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
     work = Run(traces=traces, manifest=run.manifest, source=run.source)
     multi = len(traces) > 1
     dims = name_groups(_all_groups(work), _layout(work, options))
-    classified = {r: classify(tr.nodes) for r, tr in traces.items()}
+    # each rank is classified once (the classes do not depend on times: a simulated copy takes
+    # its original's) and that frame is passed to every analysis and kept for the report
+    recorded = {r: classify(run.traces[r].nodes) for r in run.ranks}
+    classified = {
+        r: recorded[r] if tr is run.traces[r] else tr.nodes.with_columns(recorded[r]["cls"])
+        for r, tr in traces.items()
+    }
 
     # overlap
     ov_parts: list[OverlapResult] = []
@@ -156,7 +166,10 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
     for r, tr in traces.items():
         if tr.telemetry.height == 0 or tr.telemetry["power_w"].is_null().all():
             continue
-        en_parts.append((r, energy(tr, method=options.energy_method, per_step=options.per_step)))
+        classified[r] = with_phase(classified[r])  # the phase column energy needs, added once
+        en_parts.append(
+            (r, energy(tr, method=options.energy_method, per_step=options.per_step, classified=classified[r]))
+        )
         pw_parts.append((r, power(tr, per_step=options.per_step)))
     en = pw = None
     if en_parts:
@@ -183,8 +196,10 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         skipped["energy"] = reason
         skipped["power"] = reason
     # the graph of a simulated run is built from its recorded order (the engine that simulated it)
-    cp, wi = _graph_analyses(run if simulated else work, options, classified, skipped, no_ts)
-    return RunAnalysis(
+    cp, wi = _graph_analyses(
+        run if simulated else work, options, recorded if simulated else classified, skipped, no_ts
+    )
+    res = RunAnalysis(
         overlap=ov,
         critical_path=cp,
         what_if=wi,
@@ -197,6 +212,8 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         source=run.source,
         options=options,
     )
+    res.classified = classified
+    return res
 
 
 def _graph_analyses(
@@ -217,9 +234,7 @@ def _graph_analyses(
             skipped["what_if"] = reason
         return None, None
     try:
-        graph = build_run_graph(
-            run, classified if all(run.traces[r].meta.has_timestamps for r in run.ranks) else None
-        )
+        graph = build_run_graph(run, classified)
         cp = critical_path(run, graph=graph, segments=False) if options.critical_path else None
         wi = what_if(run, dict(options.what_if), graph=graph) if options.what_if else None
         if not options.per_step:  # per-step rows only when asked for, as in the other analyses

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 import numpy as np
 import polars as pl
 
-from charllm_trace.analysis.classify import ancestor_any, classify, is_gpu_trace
+from charllm_trace.analysis.classify import ancestor_any, classify, is_gpu_trace, positions
 from charllm_trace.analysis.hardware import link_peak, spans_nodes
 from charllm_trace.analysis.overlap import launch_times_of
 from charllm_trace.analysis.results import (
@@ -100,6 +100,10 @@ def size_bucket_label(nbytes: int | None) -> str | None:
     return f"{_fmt_bytes(4**k)}-{_fmt_bytes(4 ** (k + 1))}"
 
 
+#: The note of a device whose link peak is not known (the CLI names its own option for it).
+NO_PEAK = "device model unknown: no link peak, utilisation not computed (a peak can be given: peak_gbps)"
+
+
 def bus_factor(coll_type: str | None, n: int | None) -> float | None:
     f = BUS_FACTOR.get(coll_type or "")
     if f is None or not n or n < 1:
@@ -116,10 +120,8 @@ def _instances(trace: Trace, classified: pl.DataFrame | None) -> pl.DataFrame:
         flag = df["coll_type"].is_not_null().to_numpy() & (df["cls"] == "cpu_comm").to_numpy()
         ids, parents = df["id"].to_numpy(), df["parent"].to_numpy()
         # outermost: flagged, and no strict ancestor flagged
-        from charllm_trace.analysis.classify import _positions
-
-        ppos = _positions(ids, parents)
-        anc = ancestor_any(ids, parents, flag)
+        ppos = positions(ids, parents)
+        anc = ancestor_any(ids, parents, flag, ppos)
         strict = np.where(ppos >= 0, anc[np.maximum(ppos, 0)], False)
         inst = df.filter(pl.Series(flag & ~strict))
     if inst.height == 0:
@@ -332,7 +334,7 @@ def bandwidth(
         if coll["group_size"].is_null().any():
             notes.append("group size unknown for some collectives: no bus bandwidth for them")
         if any(p.gbps is None for p in peaks.values()):
-            notes.append("device model unknown: no link peak, utilisation not computed (use --peak-gbps)")
+            notes.append(NO_PEAK)
         if coll["rank"].n_unique() >= 2 and coll["coll_seq"].is_null().all():
             notes.append(
                 "no collective sequence numbers: ranks matched by the order of each group's collectives"

@@ -103,7 +103,7 @@ def classify(nodes: pl.DataFrame) -> pl.DataFrame:
     # CPU ops nested in a CPU collective are communication too; leaves are compute.
     ids = nodes["id"].to_numpy()
     parents = nodes["parent"].to_numpy()
-    ppos = _positions(ids, parents)  # row of each row's parent (-1: none)
+    ppos = positions(ids, parents)  # row of each row's parent (-1: none)
     self_flag = base["_self"].to_numpy()
     on_cpu = ~nodes["on_gpu"].fill_null(False).to_numpy()
     in_comm = ancestor_any(ids, parents, self_flag, ppos=ppos) & on_cpu if self_flag.any() else self_flag
@@ -126,7 +126,7 @@ def classify(nodes: pl.DataFrame) -> pl.DataFrame:
     return nodes.with_columns(cls)
 
 
-def _positions(ids: np.ndarray, refs: np.ndarray) -> np.ndarray:
+def positions(ids: np.ndarray, refs: np.ndarray) -> np.ndarray:
     """Row position of each ref in ``ids`` (-1 when missing or null)."""
     ids = np.asarray(ids)
     n = len(ids)
@@ -154,12 +154,12 @@ def ancestor_any(
     """For each row, whether it or any ancestor (via ``parent``) has ``flag``.
 
     Pointer doubling: log2(depth) vector steps, no per-node loop. Cycles are safe.
-    ``ppos`` may pass ``_positions(ids, parents)`` when the caller has it.
+    ``ppos`` may pass ``positions(ids, parents)`` when the caller has it.
     """
     flag = np.asarray(flag, dtype=bool).copy()
     if flag.size == 0:
         return flag
-    p = _positions(ids, parents) if ppos is None else ppos
+    p = positions(ids, parents) if ppos is None else ppos
     for _ in range(64):
         valid = p >= 0
         if not valid.any():
@@ -177,7 +177,7 @@ def launcher_positions(df: pl.DataFrame) -> np.ndarray:
     """Row position of the CPU node that launched each row (-1 if none): the ``launch_id``
     node, else the CPU node with the same correlation id (the runtime launch call)."""
     ids = df["id"].to_numpy()
-    lp = _positions(ids, df["launch_id"].to_numpy())
+    lp = positions(ids, df["launch_id"].to_numpy())
     cpu = df.filter(~pl.col("on_gpu").fill_null(False) & pl.col("correlation").is_not_null())
     if cpu.height == 0:
         return lp
@@ -193,12 +193,15 @@ def launcher_positions(df: pl.DataFrame) -> np.ndarray:
         .to_series()
         .to_numpy()
     )
-    cp = _positions(ids, corr_ids)
+    cp = positions(ids, corr_ids)
     return np.where(lp >= 0, lp, cp)
 
 
 def with_phase(nodes: pl.DataFrame) -> pl.DataFrame:
-    """``classify`` plus a ``phase`` column for GPU nodes (null on CPU)."""
+    """``classify`` plus a ``phase`` column for GPU nodes (null on CPU). ``nodes`` may be
+    classified already (a ``cls`` column), or carry its phase already (returned as it is)."""
+    if "phase" in nodes.columns and "cls" in nodes.columns:
+        return nodes
     df = nodes if "cls" in nodes.columns else classify(nodes)
     ids = df["id"].to_numpy()
     parents = df["parent"].to_numpy()

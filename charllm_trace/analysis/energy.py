@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.analysis import intervals as iv
-from charllm_trace.analysis.classify import _positions, launcher_positions, with_phase
+from charllm_trace.analysis.classify import launcher_positions, positions, with_phase
 from charllm_trace.analysis.overlap import launch_times
 from charllm_trace.analysis.results import (
     ENERGY_SCHEMA,
@@ -143,7 +143,7 @@ def _launcher_names(df: pl.DataFrame) -> pl.Series:
     kinds = df["kind"].fill_null("").to_numpy()
     parents = df["parent"].to_numpy()
     pos = launcher_positions(df)
-    ppos = _positions(ids, parents)
+    ppos = positions(ids, parents)
     is_rt = (pos >= 0) & (kinds[np.maximum(pos, 0)] == "runtime")
     up = np.where(is_rt, ppos[np.maximum(pos, 0)], pos)
     pos = np.where(is_rt & (up >= 0), up, pos)
@@ -151,9 +151,12 @@ def _launcher_names(df: pl.DataFrame) -> pl.Series:
     return pl.Series("op", out.tolist(), dtype=pl.String)
 
 
-def energy(trace: Trace, *, method: str = "trapezoid", per_step: bool = True) -> EnergyResult:
+def energy(
+    trace: Trace, *, method: str = "trapezoid", per_step: bool = True, classified: pl.DataFrame | None = None
+) -> EnergyResult:
     """Energy per operator of one rank. Raises nothing for a trace without telemetry:
-    the result is empty with a note."""
+    the result is empty with a note. ``classified`` may pass ``classify(trace.nodes)`` (or
+    ``with_phase`` of it) when the caller has it."""
     rank = trace.meta.rank if trace.meta.rank is not None else 0
     notes: list[str] = []
     simulated = bool(trace.meta.extra.get("simulated"))
@@ -161,7 +164,7 @@ def energy(trace: Trace, *, method: str = "trapezoid", per_step: bool = True) ->
     if not devices:
         return EnergyResult(frame({}, ENERGY_TOTAL_SCHEMA), frame({}, ENERGY_SCHEMA), method, simulated,
                             ["no power telemetry in this trace"])  # fmt: skip
-    df = with_phase(trace.nodes)
+    df = with_phase(classified if classified is not None else trace.nodes)
     df = df.with_columns(launch_ns=launch_times(df), op=_launcher_names(df)).select(
         "name", "op", "coll_type", "phase", "cls", "on_gpu", "device", "start_ns", "dur_ns", "launch_ns"
     )

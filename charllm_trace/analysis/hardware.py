@@ -67,9 +67,7 @@ def spans_nodes(group_ranks: Iterable[int], hosts: Mapping[int, str | None]) -> 
 def link_peak(device_model: str | None, spans: bool | None, override: float | None = None) -> LinkPeak:
     """The peak used for utilisation (see the module table)."""
     if override is not None:
-        return LinkPeak(
-            gbps=float(override), link="override (--peak-gbps)", source="override", spans_nodes=spans
-        )
+        return LinkPeak(gbps=float(override), link="given peak", source="override", spans_nodes=spans)
     if spans:
         return LinkPeak(gbps=IB_NDR_PORT, link="InfiniBand NDR port", source="table", spans_nodes=True)
     hit = scale_up_peak(device_model)

@@ -188,7 +188,7 @@ def overlap(
     keep = pl.col("start_ns").is_not_null() & pl.col("dur_ns").is_not_null()
     if hta_compat:
         if mode != "gpu":
-            notes.append("--hta-compat has no effect on a CPU-only trace")
+            notes.append("the HTA-compatible mode (hta_compat) has no effect on a CPU-only trace")
         elif steps.height < 2:
             notes.append("fewer than two ProfilerSteps: HTA's kernel filter not applied (as HTA)")
         else:

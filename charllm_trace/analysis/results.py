@@ -393,6 +393,13 @@ class RunAnalysis:
     source: str | None = None
     options: AnalyzeOptions = field(default_factory=AnalyzeOptions)
 
+    def __post_init__(self) -> None:
+        #: The classified nodes of each analysed rank (``classify``, plus ``phase`` where energy
+        #: was computed), as ``analyze_run`` gave them to the analyses: the report draws from them
+        #: instead of classifying again. An input of the analyses, not a result: not a dataclass
+        #: field (not compared, exported or copied by ``dataclasses.replace``).
+        self.classified: dict[int, pl.DataFrame] = {}
+
     def frames(self) -> dict[str, pl.DataFrame]:
         """Every frame of the result, by a stable name (used by the exporters)."""
         out: dict[str, pl.DataFrame] = {}

@@ -12,10 +12,27 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from charllm_trace.analysis.api import CAN_SIMULATE
+from charllm_trace.analysis.bandwidth import NO_PEAK
 from charllm_trace.analysis.results import CP_CATEGORIES, RunAnalysis
 
 TOP = 10
 MAX_RANK_OPS = 4  # with more ranks, the top operators of the job's critical path only
+
+#: The CLI's own words for what a library note says can be done: (part of the note, hint).
+#: The library says what is true; the command line names its flags.
+CLI_HINTS: tuple[tuple[str, str], ...] = (
+    (CAN_SIMULATE, "rerun with --simulate"),
+    (NO_PEAK, "give one with --peak-gbps"),
+)
+
+
+def cli_hint(text: str) -> str:
+    """``text`` (a note or a skip reason of the analyses) with the CLI's hint, where one fits."""
+    for part, hint in CLI_HINTS:
+        if part in text and hint not in text:
+            text = f"{text}; {hint}"
+    return text
 
 
 def _num(v: Any, fmt: str = "{:.2f}") -> str:
@@ -45,7 +62,7 @@ def _label(res: RunAnalysis) -> str:
 
 def _notes(console: Console, notes: list[str]) -> None:
     for n in notes:
-        console.print(f"  note: {n}", style="dim", markup=False, highlight=False)
+        console.print(f"  note: {cli_hint(n)}", style="dim", markup=False, highlight=False)
 
 
 def render_overlap(res: RunAnalysis, console: Console) -> None:
@@ -364,7 +381,7 @@ def render_analysis(res: RunAnalysis, console: Console | None = None) -> None:
         if getattr(res, name) is not None:
             fn(res, console)
         elif name in res.skipped and not (name == "power" and res.skipped.get("energy") == res.skipped[name]):
-            console.print(f"{name}: {res.skipped[name]}", markup=False, highlight=False)
+            console.print(f"{name}: {cli_hint(res.skipped[name])}", markup=False, highlight=False)
         console.print()
     printed: list[str] = []
     if res.critical_path is not None:
@@ -372,11 +389,13 @@ def render_analysis(res: RunAnalysis, console: Console | None = None) -> None:
         printed = list(res.critical_path.notes)
         console.print()
     elif "critical_path" in res.skipped:
-        console.print(f"critical path: {res.skipped['critical_path']}", markup=False, highlight=False)
+        console.print(
+            f"critical path: {cli_hint(res.skipped['critical_path'])}", markup=False, highlight=False
+        )
         console.print()
     if res.what_if is not None:
         render_what_if(res, console, printed)
         console.print()
     elif "what_if" in res.skipped:
-        console.print(f"what-if: {res.skipped['what_if']}", markup=False, highlight=False)
+        console.print(f"what-if: {cli_hint(res.skipped['what_if'])}", markup=False, highlight=False)
         console.print()
