@@ -43,7 +43,7 @@ the child's ``VmRSS`` and kills it above ``--mem-limit-gib`` or after the timeou
 Usage (from the repository root)::
 
     # ~1.0 M events, both tools
-    .venv/bin/python benchmarks/bench_critical_path.py --hta-python /work/hta/venv/bin/python
+    .venv/bin/python benchmarks/bench_critical_path.py --hta-python ../hta-venv/bin/python   # a venv with HTA 0.5.0 + pandas<3
     # reuse a profile, several sizes, keep the built files
     .venv/bin/python benchmarks/bench_critical_path.py --profile /tmp/a100x25.json --hta-python ...
     .venv/bin/python benchmarks/bench_critical_path.py --reps 1,5,25 --keep --workdir /tmp/cp

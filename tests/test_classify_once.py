@@ -15,9 +15,10 @@ from charllm_trace import loader
 from charllm_trace.analysis import AnalyzeOptions, RunAnalysis, analyze_run
 from charllm_trace.model import Run, Trace
 from charllm_trace.report import report_data
+from tests.conftest import SHARED_TRACES
 
 GLOO = Path(__file__).parent / "fixtures" / "traces" / "cpu-2rank-gloo"
-A100 = Path("/work/shared/traces/hta/a100_ddp_nccl_rank0.json.gz")
+A100 = SHARED_TRACES / "hta" / "a100_ddp_nccl_rank0.json.gz"
 
 
 @pytest.fixture
@@ -74,13 +75,13 @@ def _with_power(run: Run) -> Run:
     return Run(traces, manifest=run.manifest, source=run.source)
 
 
-@pytest.mark.skipif(not A100.exists(), reason="needs /work/shared")
+@pytest.mark.skipif(not A100.exists(), reason="needs ../shared (the team's shared traces)")
 def test_a100_classified_once(calls: list[int]) -> None:
     run = loader.load(A100)
     _check(run, calls, AnalyzeOptions(per_step=True))
 
 
-@pytest.mark.skipif(not A100.exists(), reason="needs /work/shared")
+@pytest.mark.skipif(not A100.exists(), reason="needs ../shared (the team's shared traces)")
 def test_a100_with_energy_classified_once(calls: list[int]) -> None:
     run = _with_power(loader.load(A100))
     calls.clear()

@@ -233,6 +233,18 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     E_own = [own]
     E_prio = [np.full(len(a), PRIO_LANE, np.int8)]
 
+    def add_edges(src, dst, base, kind: int, cat: int, wc: int, own, prio: int) -> None:
+        """Append a block of cross edges (``own``: the owner row of each, or one for all)."""
+        m = len(src)
+        E_src.append(src)
+        E_dst.append(dst)
+        E_base.append(base)
+        E_kind.append(np.full(m, kind, np.int8))
+        E_cat.append(np.full(m, cat, np.int8))
+        E_wc.append(np.full(m, wc, np.int8))
+        E_own.append(own if isinstance(own, np.ndarray) else np.full(m, own, np.int64))
+        E_prio.append(np.full(m, prio, np.int8))
+
     # ---- launch: runtime call start -> GPU op start ----
     corr = col("correlation", -1).astype(np.int64)
     rt_rows = np.flatnonzero(runtime & (corr > 0))
@@ -257,14 +269,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
             model = launch_model(delta, start, end, gl, chain, chain_lane, gpu, n, end[r] - start[r])
         else:
             model = np.zeros(len(gl), dtype=np.int64)
-        E_src.append(2 * r)
-        E_dst.append(2 * gl)
-        E_base.append(model)
-        E_kind.append(np.full(len(gl), EK["launch"], np.int8))
-        E_cat.append(np.full(len(gl), CAT["launch"], np.int8))
-        E_wc.append(np.full(len(gl), WC["launch"], np.int8))
-        E_own.append(r)
-        E_prio.append(np.full(len(gl), PRIO_CROSS, np.int8))
+        add_edges(2 * r, 2 * gl, model, EK["launch"], CAT["launch"], WC["launch"], r, PRIO_CROSS)
 
     # ---- sync: GPU op end -> end of the CPU call that waited for it ----
     sync_fix: tuple[np.ndarray, np.ndarray] | None = None
@@ -282,26 +287,23 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
             # stream wait event: recorded op end -> start of the op that waited (no lag of its own)
             gs, gd = sp[~to_end], dp[~to_end]
             if len(gs):
-                E_src.append(2 * gs + 1)
-                E_dst.append(2 * gd)
-                E_base.append(np.zeros(len(gs), np.int64))
-                E_kind.append(np.full(len(gs), EK["sync"], np.int8))
-                E_cat.append(np.full(len(gs), CAT["sync_wait"], np.int8))
-                E_wc.append(np.full(len(gs), -1, np.int8))
-                E_own.append(np.full(len(gs), -1, np.int64))
-                E_prio.append(np.full(len(gs), PRIO_CROSS, np.int8))
+                add_edges(
+                    2 * gs + 1,
+                    2 * gd,
+                    np.zeros(len(gs), np.int64),
+                    EK["sync"],
+                    CAT["sync_wait"],
+                    -1,
+                    -1,
+                    PRIO_CROSS,
+                )
             # event / stream / context sync: waited op end -> end of the runtime call
             srow, grow = dp[to_end], sp[to_end]
             if len(srow):
                 own_t = end[srow] - np.maximum(start[srow], end[grow])
-                E_src.append(2 * grow + 1)
-                E_dst.append(2 * srow + 1)
-                E_base.append(own_t)
-                E_kind.append(np.full(len(srow), EK["sync"], np.int8))
-                E_cat.append(np.full(len(srow), CAT["sync_wait"], np.int8))
-                E_wc.append(np.full(len(srow), -1, np.int8))
-                E_own.append(srow)
-                E_prio.append(np.full(len(srow), PRIO_CROSS, np.int8))
+                add_edges(
+                    2 * grow + 1, 2 * srow + 1, own_t, EK["sync"], CAT["sync_wait"], -1, srow, PRIO_CROSS
+                )
                 fix_rows.append(srow)
                 fix_own.append(own_t)
                 exact_calls = np.unique(srow)
@@ -318,14 +320,9 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
             srow, grow = sync_rows[ok], g_order[k[ok]]
             if len(srow):
                 own_t = end[srow] - np.maximum(start[srow], end[grow])
-                E_src.append(2 * grow + 1)
-                E_dst.append(2 * srow + 1)
-                E_base.append(own_t)
-                E_kind.append(np.full(len(srow), EK["sync"], np.int8))
-                E_cat.append(np.full(len(srow), CAT["sync_wait"], np.int8))
-                E_wc.append(np.full(len(srow), -1, np.int8))
-                E_own.append(srow)
-                E_prio.append(np.full(len(srow), PRIO_CROSS, np.int8))
+                add_edges(
+                    2 * grow + 1, 2 * srow + 1, own_t, EK["sync"], CAT["sync_wait"], -1, srow, PRIO_CROSS
+                )
                 fix_rows.append(srow)
                 fix_own.append(own_t)
         if fix_rows:
@@ -342,14 +339,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         if wk is not None:
             w_src, w_dst, w_lag, lane_edge, lane_base_new = wk
             E_base[0][lane_edge] = lane_base_new
-            E_src.append(w_src)
-            E_dst.append(w_dst)
-            E_base.append(w_lag)
-            E_kind.append(np.full(len(w_src), EK["wake"], np.int8))
-            E_cat.append(np.full(len(w_src), CAT["sync_wait"], np.int8))
-            E_wc.append(np.full(len(w_src), -1, np.int8))
-            E_own.append(np.full(len(w_src), -1, np.int64))
-            E_prio.append(np.full(len(w_src), PRIO_WAKE, np.int8))
+            add_edges(w_src, w_dst, w_lag, EK["wake"], CAT["sync_wait"], -1, -1, PRIO_WAKE)
 
     # ---- data: tensor producer end -> consumer start (host execution trace) ----
     dd = trace.deps
@@ -391,14 +381,9 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
                 )
             dn, dp = dn[~back], dp[~back]
         if len(dn):
-            E_src.append(2 * dp + 1)
-            E_dst.append(2 * dn)
-            E_base.append(np.zeros(len(dn), np.int64))
-            E_kind.append(np.full(len(dn), EK["data"], np.int8))
-            E_cat.append(np.full(len(dn), CAT["idle"], np.int8))
-            E_wc.append(np.full(len(dn), -1, np.int8))
-            E_own.append(np.full(len(dn), -1, np.int64))
-            E_prio.append(np.full(len(dn), PRIO_CROSS, np.int8))
+            add_edges(
+                2 * dp + 1, 2 * dn, np.zeros(len(dn), np.int64), EK["data"], CAT["idle"], -1, -1, PRIO_CROSS
+            )
 
     # the lane temporaries go first, then each list as soon as it is one array (peak memory)
     first_pts = chain[np.r_[True, chain_lane[1:] != chain_lane[:-1]]] if len(chain) else chain
@@ -463,7 +448,9 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     return g
 
 
-def _recorded_order(trace: Trace, ids: np.ndarray, ppos: np.ndarray, dur: np.ndarray, notes: list[str]) -> np.ndarray:
+def _recorded_order(
+    trace: Trace, ids: np.ndarray, ppos: np.ndarray, dur: np.ndarray, notes: list[str]
+) -> np.ndarray:
     """Without timestamps: the order of the nodes on their lanes, consistent with the recorded
     dependencies.
 
