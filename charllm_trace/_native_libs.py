@@ -22,6 +22,7 @@ import importlib.machinery
 import importlib.util
 import os
 import warnings
+from collections.abc import Callable
 
 
 class NativeModuleWarning(RuntimeWarning):
@@ -79,3 +80,35 @@ def load(module: str) -> ctypes.CDLL | None:
     except OSError as exc:
         warn_unusable(module, f"cannot be loaded ({exc})")
         return None
+
+
+class Library:
+    """One compiled helper, opened once per process: ``lib()`` loads ``module`` and declares its
+    functions with ``declare(so)`` the first time (None when it is missing, disabled, or built
+    from other sources: a function ``declare`` names is absent); ``reset()`` forgets it (tests
+    switch between the C and numpy paths)."""
+
+    def __init__(self, module: str, declare: Callable[[ctypes.CDLL], None]) -> None:
+        self.module = module
+        self._declare = declare
+        self._lib: ctypes.CDLL | None = None
+        self._tried = False
+
+    def lib(self) -> ctypes.CDLL | None:
+        if self._tried:
+            return self._lib
+        self._tried = True
+        so = load(self.module)
+        if so is None:
+            return None
+        try:
+            self._declare(so)
+        except AttributeError as exc:  # a build from other sources (an old checkout's)
+            warn_unusable(self.module, f"is out of date ({exc})")
+            return None
+        self._lib = so
+        return so
+
+    def reset(self) -> None:
+        self._lib = None
+        self._tried = False

@@ -71,3 +71,32 @@ try:
     _hsettings.load_profile("charllm-ci" if os.environ.get("CI") else "charllm")
 except ImportError:  # hypothesis is a dev dependency
     pass
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache directory of the test's own, with the cache switched on (and back to the
+    environment's choice afterwards)."""
+    from charllm_trace.et import cache as et_cache
+
+    d = tmp_path / "cache"
+    monkeypatch.setenv("CHARLLM_TRACE_CACHE_DIR", str(d))
+    monkeypatch.delenv("CHARLLM_TRACE_NO_CACHE", raising=False)
+    et_cache.set_enabled(None)
+    yield d
+    et_cache.set_enabled(None)
+
+
+@pytest.fixture(scope="session")
+def gloo_ets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The 2-rank gloo fixture run converted to one ET per rank (once per session)."""
+    from click.testing import CliRunner
+
+    from charllm_trace.cli import main
+
+    out = tmp_path_factory.mktemp("gloo") / "ets"
+    r = CliRunner().invoke(
+        main, ["convert", str(FIXTURES / "cpu-2rank-gloo"), "-o", str(out), "--workers", "1"]
+    )
+    assert r.exit_code == 0, r.output
+    return out

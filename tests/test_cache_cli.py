@@ -15,16 +15,6 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests/fixtures/traces/cpu-2rank-gloo/rank-0.kineto.json.gz"
 
 
-@pytest.fixture
-def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "cache"
-    monkeypatch.setenv("CHARLLM_TRACE_CACHE_DIR", str(d))
-    monkeypatch.delenv("CHARLLM_TRACE_NO_CACHE", raising=False)
-    et_cache.set_enabled(None)
-    yield d
-    et_cache.set_enabled(None)
-
-
 def cli(*args: str) -> tuple[int, str]:
     r = CliRunner().invoke(main, list(args))
     return r.exit_code, r.output

@@ -35,7 +35,7 @@ from charllm_trace.errors import InputError
 from charllm_trace.model import ProcessGroup, Run, Trace, TraceMeta
 from charllm_trace.render.astra_sim import MIN_ALL_GATHER, export_astra_sim
 from charllm_trace.render.astra_sim_roofline import MIN_TENSOR_SIZE
-from tests.conftest import FIXTURES, SHARED_TRACES, shared_trace
+from tests.conftest import SHARED_TRACES, shared_trace
 
 ALLOWED_TYPES = {pb.COMP_NODE, pb.COMM_COLL_NODE, pb.COMM_SEND_NODE, pb.COMM_RECV_NODE}
 # ALL_REDUCE, ALL_GATHER, BROADCAST (replayed), ALL_TO_ALL, REDUCE_SCATTER
@@ -197,16 +197,6 @@ def check_exclusive(run: Run, per_rank: dict[int, list[pb.Node]]) -> None:
 # ---------------------------------------------------------------------------
 # real runs
 # ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def gloo_ets(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("gloo") / "et"
-    r = CliRunner().invoke(
-        main, ["convert", str(FIXTURES / "cpu-2rank-gloo"), "-o", str(out), "--workers", "1"]
-    )
-    assert r.exit_code == 0, r.output
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -24,16 +24,6 @@ FIXTURE_RUN = ROOT / "tests/fixtures/traces/cpu-2rank-gloo"
 FIXTURE = FIXTURE_RUN / "rank-0.kineto.json.gz"
 
 
-@pytest.fixture
-def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "cache"
-    monkeypatch.setenv("CHARLLM_TRACE_CACHE_DIR", str(d))
-    monkeypatch.delenv("CHARLLM_TRACE_NO_CACHE", raising=False)
-    et_cache.set_enabled(None)
-    yield d
-    et_cache.set_enabled(None)
-
-
 def _no_convert(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*a: object, **k: object) -> None:
         raise AssertionError("converted although the cache should have hit")

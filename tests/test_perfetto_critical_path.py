@@ -22,21 +22,13 @@ from charllm_trace import loader
 from charllm_trace.analysis.critical import critical_path
 from charllm_trace.cli import main
 from charllm_trace.render.perfetto import write_chrome_trace
-from tests.conftest import FIXTURES, shared_trace
+from tests.conftest import shared_trace
 
 A100 = "hta/a100_ddp_nccl_rank0.json.gz"
 
 
 def _invoke(*args: str):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-
-@pytest.fixture(scope="module")
-def gloo_ets(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("gloo") / "ets"
-    r = _invoke("convert", str(FIXTURES / "cpu-2rank-gloo"), "-o", str(out))
-    assert r.exit_code == 0, r.output
-    return out
 
 
 @pytest.fixture(params=["a100", "gloo"])

@@ -22,8 +22,6 @@ import numpy as np
 from charllm_trace import _native_libs
 
 MODULE = "charllm_trace.converters._jsonframe"
-_LIB: ctypes.CDLL | None = None
-_TRIED = False
 _p = ctypes.c_void_p
 _i64 = ctypes.c_int64
 
@@ -48,30 +46,16 @@ class State:
         return bool(self.a[1])
 
 
-def lib() -> ctypes.CDLL | None:
-    """The loaded C scanner, or None when it is not usable here (or is disabled)."""
-    global _LIB, _TRIED
-    if _TRIED:
-        return _LIB
-    _TRIED = True
-    so = _native_libs.load(MODULE)
-    if so is None:
-        return None
-    try:
-        so.jf_scan.restype = _i64
-        so.jf_scan.argtypes = [_p, _i64, _p, _i64, _p, _p, _p, _i64, _p]
-    except AttributeError as exc:  # a build from other sources (an old checkout's)
-        _native_libs.warn_unusable(MODULE, f"is out of date ({exc})")
-        return None
-    _LIB = so
-    return so
+def _declare(so: ctypes.CDLL) -> None:
+    so.jf_scan.restype = _i64
+    so.jf_scan.argtypes = [_p, _i64, _p, _i64, _p, _p, _p, _i64, _p]
 
 
-def reset() -> None:
-    """Forget the loaded library (tests switch between the C and numpy scanners)."""
-    global _LIB, _TRIED
-    _LIB = None
-    _TRIED = False
+_LIBRARY = _native_libs.Library(MODULE, _declare)
+#: the loaded C scanner, or None when it is not usable here (or is disabled)
+lib = _LIBRARY.lib
+#: forget the loaded library (tests switch between the C and numpy scanners)
+reset = _LIBRARY.reset
 
 
 def scan(chunk: np.ndarray, state: State, base: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -13,8 +13,6 @@ import ctypes
 from charllm_trace import _native_libs
 
 MODULE = "charllm_trace.et._etscan"
-_LIB: ctypes.CDLL | None = None
-_TRIED = False
 
 _p = ctypes.c_void_p
 _i64 = ctypes.c_int64
@@ -37,26 +35,8 @@ def _declare(so: ctypes.CDLL) -> None:
     so.et_views.argtypes = [_p, _p, _p, _i64, _p, _i64]
 
 
-def lib() -> ctypes.CDLL | None:
-    """The loaded scanner, or None when it is not usable here (or is disabled)."""
-    global _LIB, _TRIED
-    if _TRIED:
-        return _LIB
-    _TRIED = True
-    so = _native_libs.load(MODULE)
-    if so is None:
-        return None
-    try:
-        _declare(so)
-    except AttributeError as exc:  # a build from other sources (an old checkout's)
-        _native_libs.warn_unusable(MODULE, f"is out of date ({exc})")
-        return None
-    _LIB = so
-    return so
-
-
-def reset() -> None:
-    """Forget the loaded library (tests switch between the C and numpy paths)."""
-    global _LIB, _TRIED
-    _LIB = None
-    _TRIED = False
+_LIBRARY = _native_libs.Library(MODULE, _declare)
+#: the loaded scanner, or None when it is not usable here (or is disabled)
+lib = _LIBRARY.lib
+#: forget the loaded library (tests switch between the C and numpy paths)
+reset = _LIBRARY.reset

@@ -223,9 +223,7 @@ def cuda_sync_edges(nodes: pl.DataFrame) -> pl.DataFrame:
                 .otherwise(_match(w, "s_start", "stream", ops, "op_start", forward=True, exact=True))
                 .alias("dst")
             )
-            parts.append(
-                w.select("src", pl.lit(True).alias("src_end"), "dst", pl.lit(False).alias("dst_end"))
-            )
+            parts.append(_edge_rows(w, "dst", src_end=True, dst_end=False))
 
         # (b) event sync: recorded op (else the last op on the event's stream) -> end of the call
         es = ev.filter((pl.col("name") == EVENT_SYNC) & pl.col("rt_id").is_not_null())
@@ -235,14 +233,7 @@ def cuda_sync_edges(nodes: pl.DataFrame) -> pl.DataFrame:
                     "src", _match(es, "s_end", "wait_stream", ops, "op_end", forward=False, exact=True)
                 ).alias("src")
             )
-            parts.append(
-                es.select(
-                    "src",
-                    pl.lit(True).alias("src_end"),
-                    pl.col("rt_id").alias("dst"),
-                    pl.lit(True).alias("dst_end"),
-                )
-            )
+            parts.append(_edge_rows(es, "rt_id", src_end=True, dst_end=True))
 
     # (b) stream sync: the last op on the stream that ended by the record's end -> end of the call
     ss = syncs.filter(
@@ -252,14 +243,7 @@ def cuda_sync_edges(nodes: pl.DataFrame) -> pl.DataFrame:
         ss = ss.with_columns(
             _match(ss, "s_end", "stream", ops, "op_end", forward=False, exact=True).alias("src")
         )
-        parts.append(
-            ss.select(
-                "src",
-                pl.lit(True).alias("src_end"),
-                pl.col("rt_id").alias("dst"),
-                pl.lit(True).alias("dst_end"),
-            )
-        )
+        parts.append(_edge_rows(ss, "rt_id", src_end=True, dst_end=True))
 
     # (b) context sync: the same on every stream of the device
     cs = syncs.filter((pl.col("name") == CONTEXT_SYNC) & pl.col("rt_id").is_not_null())
@@ -270,14 +254,7 @@ def cuda_sync_edges(nodes: pl.DataFrame) -> pl.DataFrame:
             cs = cs.with_columns(
                 _match(cs, "s_end", "op_stream", ops, "op_end", forward=False, exact=True).alias("src")
             )
-            parts.append(
-                cs.select(
-                    "src",
-                    pl.lit(True).alias("src_end"),
-                    pl.col("rt_id").alias("dst"),
-                    pl.lit(True).alias("dst_end"),
-                )
-            )
+            parts.append(_edge_rows(cs, "rt_id", src_end=True, dst_end=True))
 
     if not parts:
         return _empty()
@@ -316,4 +293,11 @@ def _consistent(edges: pl.DataFrame, ops: pl.DataFrame, rt: pl.DataFrame) -> pl.
         .join(dst, on="dst", how="left", maintain_order="left")
         .filter(~same_stream.fill_null(False) & (t_dst >= t_src).fill_null(True))
         .select(list(EDGE_SCHEMA))
+    )
+
+
+def _edge_rows(df: pl.DataFrame, dst: str, *, src_end: bool, dst_end: bool) -> pl.DataFrame:
+    """The edge columns (src, src_end, dst, dst_end) of ``df``; ``dst`` names its target column."""
+    return df.select(
+        "src", pl.lit(src_end).alias("src_end"), pl.col(dst).alias("dst"), pl.lit(dst_end).alias("dst_end")
     )
