@@ -49,6 +49,8 @@ KINDS = {
     "et": "decoded Chakra ET files",
     "kineto": "converted Kineto profiles / host-ET JSON files",
     "run": "converted run directories",
+    # one file per entry, written and read by charllm_trace/results_cache.py (not by this module)
+    "results": "saved analysis results (analyze, report)",
 }
 INDEXES = ("et-index", "file-index")
 #: temporaries of interrupted stores older than this are removed
@@ -389,7 +391,8 @@ def prune() -> None:
             continue
         size = _size(e)
         meta = e / "meta.json"
-        used = meta.stat().st_mtime if meta.exists() else 0.0
+        # a results entry is one file (its own time); a directory entry without meta.json goes first
+        used = meta.stat().st_mtime if meta.exists() else (st.st_mtime if e.is_file() else 0.0)
         entries.append((used, size, e))
         total += size
     for _, size, e in sorted(entries):
