@@ -40,7 +40,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from charllm_trace.et._colcache import check_frame, seal, unseal, write_frame
 from charllm_trace.model import MODEL_VERSION, Trace, TraceMeta
 
 CACHE_FORMAT = "4"
@@ -197,6 +196,10 @@ def _write_small(target: Path, text: str) -> None:
 
 def _write_entry(entry: Path, traces: dict[str, Trace], info: dict[str, Any]) -> None:
     """Write ``traces`` (by file prefix) and ``info`` as the entry ``entry`` (atomically)."""
+    # the table files' code (numpy, the native helper) is imported where an entry is read or written:
+    # the keys alone (the results cache's hit path) need neither
+    from charllm_trace.et._colcache import seal, write_frame
+
     entry.parent.mkdir(parents=True, exist_ok=True)
     if (entry / "meta.json").is_file():
         return
@@ -223,6 +226,8 @@ def _write_entry(entry: Path, traces: dict[str, Trace], info: dict[str, Any]) ->
 
 def _read_entry(entry: Path) -> tuple[list[Trace], dict[str, Any]]:
     """The traces and info of an entry; any failure raises (the caller calls it corrupt)."""
+    from charllm_trace.et._colcache import check_frame, unseal
+
     info = unseal((entry / "meta.json").read_bytes(), "meta.json")
     if not isinstance(info, dict) or info.get("format") != CACHE_FORMAT:
         raise ValueError("meta.json: another cache format")
