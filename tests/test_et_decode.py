@@ -14,6 +14,7 @@ from chakra.src.third_party.utils.protolib import encodeMessage
 
 from charllm_trace.errors import InputError
 from charllm_trace.et import _native
+from charllm_trace.et.framing import decode_varint, encode_varint
 from charllm_trace.et.reader import decode_et_reference, read_et
 from charllm_trace.model import DEP_SCHEMA
 from tests.conftest import shared_trace
@@ -31,16 +32,7 @@ def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
     _native.reset()
 
 
-def _varint(v: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+_varint = encode_varint
 
 
 def _field(num: int, payload: bytes) -> bytes:
@@ -317,14 +309,7 @@ def test_errors_in_either_part_name_the_same_message(
     # invalid field tag (wire type 7) right after its length prefix
     pos, k, at = 0, 0, int(len(src) * where)
     while True:
-        length, shift, q = 0, 0, pos
-        while True:
-            b = src[q]
-            q += 1
-            length |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
+        length, q = decode_varint(src, pos)
         if pos >= at and k > 0:
             break
         pos, k = q + length, k + 1

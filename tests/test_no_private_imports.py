@@ -35,8 +35,6 @@ KNOWN = {
     ("charllm_trace.et._colcache", "charllm_trace.et._arrow", "_ArrowSchema"),
     ("charllm_trace.et._colcache", "charllm_trace.et._arrow", "_PyCapsule_New"),
     ("charllm_trace.et._colcache", "charllm_trace.et._arrow", "_SchemaRelease"),
-    # the ET varint encoder: goes with the one framing module of issue 12 item 5
-    ("charllm_trace.render.astra_sim", "charllm_trace.et.writer", "_varint"),
 }
 
 

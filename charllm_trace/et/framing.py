@@ -1,9 +1,15 @@
-"""Bytes of a Chakra ET file: decompression and message boundaries, with strict checks.
+"""Bytes of a Chakra ET file: varints, message framing, decompression, with strict checks.
 
 A Chakra ET is what Chakra's ``protolib.encodeMessage`` writes: a varint length
 followed by that many bytes of a protobuf message, repeated; the first message
 is ``GlobalMetadata``, every later one a ``Node``. Gzip-compressed files are
 recognised by their magic bytes, whatever their name.
+
+This is the one Python module that encodes and decodes ET varints and message
+frames (the reader, the writer, ``sanitize`` and the ASTRA-sim export use it).
+The other decoders are the compiled scanner (``et/_etscan.c``, the fast path) and
+the vectorised numpy decoder in ``et/fastdecode.py`` (the fallback and test oracle
+for the scanner), which decode whole arrays of varints at once.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +26,77 @@ import numpy as np
 from charllm_trace.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
+
+MASK64 = (1 << 64) - 1
+INT64_MIN = -(1 << 63)
+#: The longest varint protobuf writes (a 64-bit value, or a negative int64).
+MAX_VARINT_BYTES = 10
+
+
+class FramingError(ValueError):
+    """Bytes that are not a valid varint or message frame; ``pos`` is the byte where it shows."""
+
+    def __init__(self, problem: str, pos: int) -> None:
+        super().__init__(f"{problem} at byte {pos}")
+        self.problem = problem
+        self.pos = pos
+
+
+class Truncated(FramingError):
+    """The data ends inside a varint or a message."""
+
+
+class MalformedVarint(FramingError):
+    """A varint longer than :data:`MAX_VARINT_BYTES` bytes."""
+
+
+def encode_varint(value: int) -> bytes:
+    """The protobuf varint of ``value``: 0 <= value < 2**64, or a negative int64 (ten bytes,
+    two's complement, as protobuf writes ``int64`` fields)."""
+    if 0 <= value < 0x80:
+        return bytes((value,))
+    if value < 0:
+        if value < INT64_MIN:
+            raise ValueError(f"{value} does not fit in an int64 varint")
+        value &= MASK64
+    elif value > MASK64:
+        raise ValueError(f"{value} does not fit in a 64-bit varint")
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def decode_varint(data: Any, pos: int = 0, end: int | None = None) -> tuple[int, int]:
+    """(value, position after it) of the varint at ``pos`` of ``data`` (bytes, a memoryview or
+    a uint8 array), reading no further than ``end``. The value is unsigned (below 2**64).
+
+    Raises :class:`Truncated` when ``end`` comes first and :class:`MalformedVarint` for a
+    varint longer than ten bytes.
+    """
+    if end is None:
+        end = len(data)
+    value = 0
+    shift = 0
+    p = pos
+    while True:
+        if p >= end:
+            raise Truncated("the data ends inside a varint", p)
+        b = int(data[p])
+        p += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value & MASK64, p
+        shift += 7
+        if shift >= 7 * MAX_VARINT_BYTES:
+            raise MalformedVarint(f"a varint longer than {MAX_VARINT_BYTES} bytes", pos)
+
+
+def frame(body: bytes) -> bytes:
+    """``body`` as one length-delimited message: its length as a varint, then the bytes."""
+    return encode_varint(len(body)) + body
 
 
 def read_bytes(path: str | os.PathLike[str]) -> bytes:
@@ -115,3 +193,10 @@ def message_bounds(
         append_l(size)
         pos += size
     return np.asarray(starts, dtype=np.int64), np.asarray(lens, dtype=np.int64)
+
+
+def iter_messages(data: Any, path: str | os.PathLike[str] | None = None) -> Iterator[Any]:
+    """Every length-delimited message of ``data`` (slices of it), checked as by :func:`message_bounds`."""
+    starts, lens = message_bounds(data, path)
+    for s, n in zip(starts.tolist(), lens.tolist(), strict=True):
+        yield data[s : s + n]

@@ -26,7 +26,15 @@ from charllm_trace.et import cache as et_cache
 from charllm_trace.et import conventions as cv
 from charllm_trace.et import schema as pb
 from charllm_trace.et.fastdecode import PAD, Corrupt, decode_nodes
-from charllm_trace.et.framing import GZIP_MAGIC, message_bounds, read_bytes, sniff_text
+from charllm_trace.et.framing import (
+    GZIP_MAGIC,
+    MalformedVarint,
+    Truncated,
+    decode_varint,
+    message_bounds,
+    read_bytes,
+    sniff_text,
+)
 from charllm_trace.model import (
     DEP_SCHEMA,
     NODE_SCHEMA,
@@ -348,18 +356,12 @@ def decode_et(buf: np.ndarray, size: int, path: Any = None) -> tuple[Trace, dict
     if text:
         raise InputError(path, text)
     # the first message: the GlobalMetadata
-    pos, length, shift = 0, 0, 0
-    while True:
-        if pos >= size:
-            raise InputError(path, "truncated: the file ends inside the first message length")
-        b = int(buf[pos])
-        pos += 1
-        length |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise InputError(path, "not a Chakra ET: malformed first message length")
+    try:
+        length, pos = decode_varint(buf, 0, size)
+    except Truncated as exc:
+        raise InputError(path, "truncated: the file ends inside the first message length") from exc
+    except MalformedVarint as exc:
+        raise InputError(path, "not a Chakra ET: malformed first message length") from exc
     if pos + length > size:
         raise InputError(path, "not a Chakra ET: its first message would run past the end of the file")
     gm = pb.GlobalMetadata()

@@ -22,23 +22,12 @@ import polars as pl
 from charllm_trace.errors import InputError
 from charllm_trace.et import conventions as cv
 from charllm_trace.et import schema as pb
+from charllm_trace.et.framing import encode_varint, frame
 from charllm_trace.model import TELEMETRY_SCHEMA, Run, Trace
 
 _MASK64 = (1 << 64) - 1
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        bits = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(0x80 | bits)
-        else:
-            out.append(bits)
-            return bytes(out)
 
 
 # ---------------------------------------------------------------------------
@@ -306,8 +295,7 @@ def _set_io(msg: Any, io: dict[str, Any], fld: str, nulls: list[str]) -> None:
 
 def _write_stream(f: Any, trace: Trace, manifest: Mapping[str, Any] | None) -> None:
     gm = global_metadata(trace, manifest).SerializeToString()
-    f.write(_varint(len(gm)))
-    f.write(gm)
+    f.write(frame(gm))
     buf: list[bytes] = []
     size = 0
     for n in iter_node_messages(trace):
@@ -315,7 +303,7 @@ def _write_stream(f: Any, trace: Trace, manifest: Mapping[str, Any] | None) -> N
         if not b:  # protolib stops at a zero-length message: mark the node
             n.attr.add(name=cv.A_PRESENT, bool_val=True)
             b = n.SerializeToString()
-        buf.append(_varint(len(b)))
+        buf.append(encode_varint(len(b)))
         buf.append(b)
         size += len(b)
         if size > (8 << 20):

@@ -20,7 +20,7 @@ import polars as pl
 from charllm_trace.analysis.classify import classify
 from charllm_trace.errors import InputError
 from charllm_trace.et import schema as pb
-from charllm_trace.et.writer import _varint
+from charllm_trace.et.framing import encode_varint, frame
 from charllm_trace.model import Run, Trace
 from charllm_trace.render import astra_sim_plan as plan
 from charllm_trace.render.astra_sim_roofline import roofline_columns
@@ -371,10 +371,10 @@ def encode_rank(p: plan.RankPlan, world: int, source: str | None) -> bytes:
     gm.attr.add(name="charllm.mode", string_val=p.mode)
     if source:
         gm.attr.add(name="charllm.source", string_val=source)
-    out = [_varint(gm.ByteSize()), gm.SerializeToString()]
+    out = [frame(gm.SerializeToString())]
     for m in _node_messages(p):
         b = m.SerializeToString()
-        out += [_varint(len(b)), b]
+        out += [encode_varint(len(b)), b]
     return b"".join(out)
 
 

@@ -1,0 +1,188 @@
+"""Remove private information from a run before it is shared.
+
+``sanitize_run(src, dst)`` writes a cleaned copy of a run directory (or of one file)
+and never touches the input. What it does to every file (see ``docs/sharing.md``):
+
+- **environment**: any mapping stored under ``env`` / ``environ`` / ``environment``
+  (and similar keys, :data:`DROP_KEYS`) is dropped whole;
+- **host names**: every value under a host key (``hostname``, ``hostnames``, ``host``,
+  ``nodename``, ``master_addr`` ...) is replaced by a pseudonym ``host0``, ``host1`` ...
+  (the same host gets the same pseudonym in every file, so which ranks share a node is
+  kept), and every other occurrence of those names (and of their short forms) in any
+  string is replaced too;
+- **user names**: values under user keys (``user``, ``username``, ``started_by`` ...) and
+  their occurrences in any string become ``user``;
+- **file paths**: absolute paths, ``~/``, ``./`` and ``../`` paths, ``file://`` URIs,
+  Windows paths and relative paths ending in a source/data file name become ``<path>``;
+  Kineto's ``traceName`` (the profile's own path) and ``INFO`` log lines are dropped;
+- **Python stack frames**: Kineto ``python_function`` events, the ``Call stack``,
+  ``Python id``, ``Python parent id``, ``Python module id`` args, and stack attributes
+  of Chakra ET nodes are dropped;
+- extra words given with ``redact=`` are replaced by ``<redacted>`` everywhere.
+
+Everything else (timestamps, ids, names of operators and kernels, collective args,
+process-group configs, device properties, telemetry values) is kept as is, so every
+analysis gives the same numbers before and after.
+
+Files handled: JSON (``.json``, ``.json.gz``: manifests, host execution traces, Kineto
+profiles), line-delimited JSON (``.jsonl``, ``.ndjson``, optionally ``.gz``), CSV,
+Parquet and Arrow IPC tables, and Chakra ET protobuf files (``.et``, ``.et.gz``). Any
+other file is left out of the output and listed in the report: copying it unread could
+leak what it holds. After writing, every output file is read back (decompressed) and
+checked to hold none of the removed host names, user names, redacted words or paths.
+
+Modules: :mod:`~charllm_trace.sanitize.rules` (what is private and what replaces it),
+:mod:`~charllm_trace.sanitize.formats` (each file format; Chakra ET files in
+:mod:`~charllm_trace.sanitize.chakra_et`); this module copies a run through them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from charllm_trace.errors import InputError
+from charllm_trace.sanitize import formats
+from charllm_trace.sanitize.rules import (
+    DROP_KEYS,
+    HOST_ENV,
+    HOST_KEYS,
+    KINETO_DROP,
+    PATH_TOKEN,
+    PY_CATS,
+    REDACT_TOKEN,
+    USER_ENV,
+    USER_KEYS,
+    USER_TOKEN,
+    SanitizeReport,
+    Scrubber,
+    scrub_name,
+)
+
+__all__ = [
+    "DROP_KEYS",
+    "HOST_ENV",
+    "HOST_KEYS",
+    "KINETO_DROP",
+    "PATH_TOKEN",
+    "PY_CATS",
+    "REDACT_TOKEN",
+    "USER_ENV",
+    "USER_KEYS",
+    "USER_TOKEN",
+    "SanitizeReport",
+    "sanitize_run",
+]
+
+_BIG = 64 << 20  # bytes: JSON files at least this big are parsed once only
+
+
+def _files(src: Path) -> list[Path]:
+    if src.is_file():
+        return [src]
+    # symbolic links are listed too, and left out: their target may lie outside the run
+    return sorted(p for p in src.rglob("*") if p.is_symlink() or p.is_file())
+
+
+def sanitize_run(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    redact: Iterable[str] = (),
+) -> SanitizeReport:
+    """Write a sanitized copy of run directory (or file) ``src`` to ``dst``.
+
+    ``dst`` must not exist unless ``force`` (then it is replaced whole, after the new
+    copy was written). ``src`` is only read. Raises :class:`InputError` for bad input.
+    """
+    s = Path(src)
+    d = Path(dst)
+    if not s.exists():
+        raise InputError(s, "no such file or directory")
+    rs, rd = s.resolve(), d.resolve()
+    if rs == rd or rd in rs.parents or (s.is_dir() and rs in rd.parents):
+        raise InputError(d, "output must be outside the input (the input is never modified)")
+    if d.exists() or d.is_symlink():
+        if not force:
+            raise InputError(d, "already exists; pass --force to replace it")
+    files = _files(s)
+    if not files:
+        raise InputError(s, "directory is empty")
+    sc = Scrubber(redact)
+    kinds = {f: (None if f.is_symlink() else formats.kind_of(f.name)) for f in files}
+    datas: dict[Path, bytes] = {}
+
+    # pass 1: learn the host and user names from every file's headers. Big JSON files (profiles)
+    # are parsed once, in pass 2, which learns their headers' names before cleaning them.
+    for f, kind in kinds.items():
+        if kind is None:
+            continue
+        if kind == "json" and f.stat().st_size >= _BIG:
+            continue
+        data = formats.read(f)
+        if kind == "json" and len(data) < 1 << 22:  # small headers (manifest, metadata) are kept for pass 2
+            datas[f] = data
+        formats.collect(sc, kind, f, data)
+
+    def write_all(tmp: Path, keep: bool) -> None:
+        """Pass 2: cleaned copies of every file into ``tmp``."""
+        sc.report = SanitizeReport()
+        for f, kind in kinds.items():
+            rel = f.name if s.is_file() else f.relative_to(s).as_posix()
+            if kind is None:
+                sc.report.left_out.append(rel)
+                continue
+            data = datas.get(f) if keep else datas.pop(f, None)
+            if data is None:
+                data = formats.read(f)
+            gz = f.name.lower().endswith(".gz")
+            out = formats.clean(sc, kind, f, data)
+            del data
+            new_rel = scrub_name(sc, rel)
+            sc.report.renamed += new_rel != rel
+            target = tmp / ("out" if s.is_file() else new_rel)
+            formats.write(target, out, gz)
+            sc.report.written.append(d.name if s.is_file() else new_rel)
+
+    d.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
+    try:
+        known = (len(sc.hosts), len(sc.users))
+        write_all(tmp, keep=True)
+        if (len(sc.hosts), len(sc.users)) != known:
+            # a big file named a host or user that files written before it may hold: once more
+            shutil.rmtree(tmp)
+            tmp.mkdir()
+            write_all(tmp, keep=False)
+        datas.clear()
+        # read everything back: nothing removed may remain, in names or bytes
+        for p in sorted(tmp.rglob("*")):
+            if p.is_file():
+                left = sc.leftovers(formats.read(p)) + sc.leftovers(p.relative_to(tmp).as_posix().encode())
+                if left:
+                    raise RuntimeError(
+                        f"sanitize self-check failed: {p.relative_to(tmp)} still holds {len(left)} removed strings"
+                    )
+        if d.exists() or d.is_symlink():
+            if d.is_dir() and not d.is_symlink():
+                shutil.rmtree(d)
+            else:
+                d.unlink()
+        if s.is_file():
+            (tmp / "out").rename(d)
+            tmp.rmdir()
+        else:
+            tmp.rename(d)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    r = sc.report
+    r.hosts = len(set(sc.hosts.values()))
+    r.users = len(sc.users)
+    r.paths_replaced = len(sc.paths)
+    r.host_map = {v: v for v in sorted(set(sc.hosts.values()))}
+    return r
