@@ -16,6 +16,8 @@ Result types are in :mod:`charllm_trace.analysis.results`; the formulas in
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import Any
 
 #: public name -> module that defines it (loaded on first use, so that importing one analysis
@@ -42,13 +44,22 @@ _WHERE = {
 
 __all__ = sorted(_WHERE)
 
+#: The analyses named like their modules. Importing a submodule makes the import system bind it on
+#: its package (``setattr(charllm_trace.analysis, "overlap", <module>)``), which would shadow the
+#: function; the package's class below ignores exactly those bindings, so
+#: ``charllm_trace.analysis.overlap`` is always the function, loaded on first use like the rest
+#: (importing ``analysis.results`` alone, e.g. to load saved results, loads no analysis and not numpy).
+_SAME_NAME = frozenset({"bandwidth", "energy", "overlap", "power"})
 
-# The analyses named like their modules are bound eagerly: a lazily loaded name would be shadowed by
-# its submodule once anything imports ``charllm_trace.analysis.overlap`` (and so on).
-from charllm_trace.analysis.bandwidth import bandwidth  # noqa: E402, F401
-from charllm_trace.analysis.energy import energy  # noqa: E402, F401
-from charllm_trace.analysis.overlap import overlap  # noqa: E402, F401
-from charllm_trace.analysis.power import power  # noqa: E402, F401
+
+class _Package(types.ModuleType):
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _SAME_NAME and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

@@ -14,7 +14,11 @@ from charllm_trace.analysis.energy import energy
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.parallel import name_groups
 from charllm_trace.analysis.power import power
-from charllm_trace.analysis.results import (
+from charllm_trace.analysis.results import (  # the notes' words live with the result types
+    CAN_SIMULATE,  # noqa: F401 - part of this module's interface
+    NO_TELEMETRY,
+    NO_TIMESTAMPS,
+    SIMULATED_NOTE,
     AnalyzeOptions,
     CriticalPathResult,
     EnergyResult,
@@ -27,21 +31,6 @@ from charllm_trace.analysis.whatif import simulate, what_if
 from charllm_trace.graph.engine import CycleError
 from charllm_trace.graph.run import build_run_graph
 from charllm_trace.model import ProcessGroup, Run, Trace
-
-#: What can be done about a trace without timestamps (the CLI adds its own flag to it).
-CAN_SIMULATE = (
-    "a simulated timeline can be rebuilt from dependencies and durations "
-    "(analysis.simulate; figures then simulated)"
-)
-NO_TIMESTAMPS = (
-    "this trace has no timestamps (e.g. a Chakra ET written by Chakra's own converter, or a host "
-    f"execution trace alone): overlap needs them; {CAN_SIMULATE}"
-)
-SIMULATED_NOTE = (
-    "SIMULATED: the source has no timestamps; times were rebuilt from dependencies and durations "
-    "(docs/analyses.md, analysis.simulate)"
-)
-NO_TELEMETRY = "no telemetry in this trace: energy and power not computed"
 
 
 def _layout(run: Run, options: AnalyzeOptions) -> dict[str, int] | None:

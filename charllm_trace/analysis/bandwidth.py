@@ -33,6 +33,7 @@ from charllm_trace.analysis.results import (
     BANDWIDTH_SUMMARY_SCHEMA,
     COLLECTIVE_SCHEMA,
     MATCHED_SCHEMA,
+    NO_PEAK,
     BandwidthResult,
     LinkPeak,
     frame,
@@ -98,10 +99,6 @@ def size_bucket_label(nbytes: int | None) -> str | None:
     while 4 ** (k + 1) <= nbytes:
         k += 1
     return f"{_fmt_bytes(4**k)}-{_fmt_bytes(4 ** (k + 1))}"
-
-
-#: The note of a device whose link peak is not known (the CLI names its own option for it).
-NO_PEAK = "device model unknown: no link peak, utilisation not computed (a peak can be given: peak_gbps)"
 
 
 def bus_factor(coll_type: str | None, n: int | None) -> float | None:

@@ -27,6 +27,28 @@ from typing import Any
 import polars as pl
 
 # ---------------------------------------------------------------------------
+# The words of notes and skip reasons the CLI recognises (render.tables.cli_hint adds its flags);
+# here, with the result types, so that drawing saved results imports no analysis
+# ---------------------------------------------------------------------------
+
+#: What can be done about a trace without timestamps (the CLI adds its own flag to it).
+CAN_SIMULATE = (
+    "a simulated timeline can be rebuilt from dependencies and durations "
+    "(analysis.simulate; figures then simulated)"
+)
+NO_TIMESTAMPS = (
+    "this trace has no timestamps (e.g. a Chakra ET written by Chakra's own converter, or a host "
+    f"execution trace alone): overlap needs them; {CAN_SIMULATE}"
+)
+SIMULATED_NOTE = (
+    "SIMULATED: the source has no timestamps; times were rebuilt from dependencies and durations "
+    "(docs/analyses.md, analysis.simulate)"
+)
+NO_TELEMETRY = "no telemetry in this trace: energy and power not computed"
+#: The note of a device whose link peak is not known (the CLI names its own option for it).
+NO_PEAK = "device model unknown: no link peak, utilisation not computed (a peak can be given: peak_gbps)"
+
+# ---------------------------------------------------------------------------
 # Overlap
 # ---------------------------------------------------------------------------
 

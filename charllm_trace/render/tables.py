@@ -12,9 +12,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from charllm_trace.analysis.api import CAN_SIMULATE
-from charllm_trace.analysis.bandwidth import NO_PEAK
-from charllm_trace.analysis.results import CP_CATEGORIES, RunAnalysis
+from charllm_trace.analysis.results import CAN_SIMULATE, CP_CATEGORIES, NO_PEAK, RunAnalysis
 
 TOP = 10
 MAX_RANK_OPS = 4  # with more ranks, the top operators of the job's critical path only
