@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from charllm_trace.render import html as H
+from charllm_trace.render import svg
 from tests.browser import open_page, require_browser
 
 
@@ -94,19 +95,19 @@ def _primitives_page() -> tuple[str, dict[str, int]]:
 def test_reduce_line_keeps_extremes_and_order() -> None:
     x = np.linspace(0, 100, 100_000)
     y = np.sin(x) * 10
-    px, py = H._reduce_line(x * 9.0, y, 960)
+    px, py = svg.reduce_line(x * 9.0, y, 960)
     assert px.size < 5 * 960
     assert py.max() == y.max() and py.min() == y.min()
     assert np.all(np.diff(px) >= 0)
 
 
 def test_coverage_is_the_share_of_each_pixel_column() -> None:
-    cov = H._coverage(np.array([0.0, 2.5, 7.0, 7.5]), np.array([1.0, 3.5, 10.0, 9.0]), 0.0, 10.0, 5)
+    cov = svg.coverage(np.array([0.0, 2.5, 7.0, 7.5]), np.array([1.0, 3.5, 10.0, 9.0]), 0.0, 10.0, 5)
     assert cov.tolist() == [0.5, 0.5, 0.0, 0.5, 1.0]  # overlapping intervals count once
 
 
 def test_merge_px_joins_intervals_on_the_same_pixel() -> None:
-    a, b = H._merge_px(np.array([0.2, 0.4, 5.0, 5.5, 9.0]), np.array([0.3, 0.6, 5.2, 7.1, 9.1]))
+    a, b = svg.merge_px(np.array([0.2, 0.4, 5.0, 5.5, 9.0]), np.array([0.3, 0.6, 5.2, 7.1, 9.1]))
     assert a.tolist() == [0.0, 5.0, 9.0] and b.tolist() == [1.0, 8.0, 10.0]
 
 
