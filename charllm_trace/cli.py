@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from charllm_trace.cli_cache import cache_group, no_cache_option
+from charllm_trace.cli_results import refuse_analysis_options, refuse_existing_save, save_option, wrote
 from charllm_trace.errors import InputError
 
 EXIT_OK = 0
@@ -284,8 +285,11 @@ def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
               help="Power integration between telemetry samples.")  # fmt: skip
 @click.option("--what-if", "what_if", default=None, metavar="CLASS=FACTOR,...", help=WHAT_IF_HELP)
 @click.option("--no-critical-path", is_flag=True, help="Skip the critical path through the execution graph.")
+@save_option
 @no_cache_option
+@click.pass_context
 def analyze_cmd(
+    ctx: click.Context,
     path: str,
     per_step: bool,
     ranks: str | None,
@@ -300,46 +304,56 @@ def analyze_cmd(
     energy_method: str,
     what_if: str | None,
     no_critical_path: bool,
+    save: str | None,
 ) -> None:
     """Overlap, bandwidth per collective, energy per operator, power per step and the critical
     path of PATH (a .et, a directory of per-rank ETs, a collected run directory or a Kineto
-    profile); with --what-if, predicted step times with durations scaled by class."""
-    from charllm_trace.analysis.api import analyze_run
-    from charllm_trace.analysis.parallel import parse_parallel
-    from charllm_trace.analysis.results import AnalyzeOptions
-    from charllm_trace.errors import UsageError
-    from charllm_trace.loader import load
+    profile); with --what-if, predicted step times with durations scaled by class. PATH may also
+    be a results file written by --save: its results are printed again, without the trace.
 
-    if peak_gbps is not None and not peak_gbps > 0:
-        raise UsageError("--peak-gbps must be > 0")
+    A second analysis of the same input with the same options prints the results stored by the
+    first (the results cache, docs/cache.md); --no-cache analyses again."""
+    from charllm_trace.errors import UsageError
+    from charllm_trace.results_store import is_results_file
+
     if fmt == "parquet" and output is None:
         raise UsageError("--format parquet needs -o FILE")
-    layout = parse_parallel(parallel) if parallel else None
-    factors = _parse_what_if_option(what_if)
-    wanted = _parse_ranks_option(ranks)
-    run = load(path)
-    if wanted is not None:
-        missing = [r for r in wanted if r not in run.traces]
-        if missing:
-            raise InputError(path, f"no rank {missing} here (ranks present: {run.ranks})")
-        run = run.select(wanted)
-    opts = AnalyzeOptions(
-        per_step=per_step,
-        hta_compat=hta_compat or hta_keep_last_step,
-        hta_keep_last_step=hta_keep_last_step,
-        peak_gbps=peak_gbps,
-        parallel=layout,
-        simulate=simulate,
-        energy_method=energy_method,
-        critical_path=not no_critical_path,
-        what_if=factors,
-    )
-    res = analyze_run(run, opts)
+    if fmt == "table" and output is not None:
+        raise UsageError("-o needs --format json, csv or parquet")
+    if is_results_file(path):
+        from charllm_trace.results_store import load_results
+
+        refuse_analysis_options(ctx, path, ("path", "fmt", "output", "force"))
+        res = load_results(path)
+    else:
+        from charllm_trace.analysis.parallel import parse_parallel
+        from charllm_trace.analysis.results import AnalyzeOptions
+        from charllm_trace.results_cache import analyze_path
+
+        if peak_gbps is not None and not peak_gbps > 0:
+            raise UsageError("--peak-gbps must be > 0")
+        opts = AnalyzeOptions(
+            per_step=per_step,
+            hta_compat=hta_compat or hta_keep_last_step,
+            hta_keep_last_step=hta_keep_last_step,
+            peak_gbps=peak_gbps,
+            parallel=parse_parallel(parallel) if parallel else None,
+            simulate=simulate,
+            energy_method=energy_method,
+            critical_path=not no_critical_path,
+            what_if=_parse_what_if_option(what_if),
+        )
+        wanted = _parse_ranks_option(ranks)
+        refuse_existing_save(save, force)
+        got = analyze_path(path, opts, wanted, views=save is not None)
+        res = got.analysis
+        if save is not None:
+            from charllm_trace.results_store import save_results
+
+            wrote(save_results(res, save, views=got.views, force=force))
     if fmt == "table":
         from charllm_trace.render.tables import render_analysis
 
-        if output is not None:
-            raise UsageError("-o needs --format json, csv or parquet")
         render_analysis(res)
         return
     from charllm_trace.render import export
@@ -561,43 +575,49 @@ def sanitize_cmd(run: str, output: str, redact: tuple[str, ...], force: bool) ->
     help="Rebuild a timeline for ETs without timestamps (figures labelled simulated).",
 )
 @click.option("--what-if", "what_if", default=None, metavar="CLASS=FACTOR,...", help=WHAT_IF_HELP)
-@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT (and the --save file) if it exists.")
+@save_option
 @no_cache_option
+@click.pass_context
 def report_cmd(
-    run: str, output: str, peak_gbps: float | None, title: str | None, simulate: bool, what_if: str | None,
-    force: bool,
+    ctx: click.Context, run: str, output: str, peak_gbps: float | None, title: str | None, simulate: bool,
+    what_if: str | None, force: bool, save: str | None,
 ) -> None:  # fmt: skip
     """Write one self-contained HTML page (opens offline) with the run's timeline and power,
     overlap per step, bus bandwidth vs message size, energy by operator, power /
     temperature / SM clock with throttle periods, the critical path per step, and (with
-    --what-if) the predicted step times."""
+    --what-if) the predicted step times. RUN may also be a results file written by --save (of
+    report or analyze): the page is drawn again without the trace."""
     from pathlib import Path
 
-    from charllm_trace import loader
-    from charllm_trace.analysis import AnalyzeOptions, analyze_run
     from charllm_trace.errors import UsageError
     from charllm_trace.render.tables import cli_hint
-    from charllm_trace.report import render_report, report_data
+    from charllm_trace.report import render_report, report_data_from
+    from charllm_trace.results_store import is_results_file, read_results
 
-    if peak_gbps is not None and not peak_gbps > 0:
-        raise UsageError("--peak-gbps must be > 0")
-    factors = _parse_what_if_option(what_if)
     _refuse_existing(output, force)
-    r = loader.load(run)
-    an = analyze_run(
-        r, AnalyzeOptions(per_step=True, peak_gbps=peak_gbps, simulate=simulate, what_if=factors)
-    )
-    drawn = r
-    if simulate and any(not t.meta.has_timestamps for t in r.traces.values()):
-        from charllm_trace.analysis import simulate as sim
-        from charllm_trace.model import Run
+    if is_results_file(run):
+        refuse_analysis_options(ctx, run, ("run", "output", "title", "force"))
+        saved = read_results(run)
+        an, views = saved.analysis, saved.views()
+    else:
+        from charllm_trace.analysis.results import AnalyzeOptions
+        from charllm_trace.results_cache import analyze_path
 
-        drawn = Run(
-            traces={k: (t if t.meta.has_timestamps else sim(t)) for k, t in r.traces.items()},
-            manifest=r.manifest,
-            source=r.source,
-        )
-    data = report_data(drawn, an, title=title or f"charllm-trace report: {Path(run).name}")
+        if peak_gbps is not None and not peak_gbps > 0:
+            raise UsageError("--peak-gbps must be > 0")
+        factors = _parse_what_if_option(what_if)
+        refuse_existing_save(save, force)
+        opts = AnalyzeOptions(per_step=True, peak_gbps=peak_gbps, simulate=simulate, what_if=factors)
+        got = analyze_path(run, opts, views=True)
+        an, views = got.analysis, got.views
+        assert views is not None
+        if save is not None:
+            from charllm_trace.results_store import save_results
+
+            wrote(save_results(an, save, views=views, force=force))
+    name = Path(views.source).name if views.source else Path(run).name
+    data = report_data_from(views, an, title=title or f"charllm-trace report: {name}")
     # the page is the CLI's output: its notes name the CLI's flags where one helps
     data.skipped = {k: cli_hint(v) for k, v in data.skipped.items()}
     data.notes = [cli_hint(n) for n in data.notes]

@@ -146,27 +146,41 @@ def _throttle_spans(t: np.ndarray, mask: np.ndarray, amd: bool) -> list[tuple[in
     return out
 
 
-def report_data(
-    run: Run,
-    an: RunAnalysis,
-    title: str | None = None,
-    *,
-    classified: dict[int, pl.DataFrame] | None = None,
-) -> ReportData:
-    """The frames and series the report draws, from ``run`` and its analyses.
+@dataclass
+class ReportViews:
+    """What the report draws from the trace itself rather than from the analyses: the activity
+    lanes, the telemetry series and the time origin. Saved with analysis results
+    (``charllm_trace.results_store``), so a report can be redrawn without the trace."""
 
-    The activity lanes use the nodes' classification the analyses made (``classified``, by
-    default ``an.classified``); a rank without one is classified here."""
-    cls_by_rank = an.classified if classified is None else classified
-    data = ReportData(
-        title=title or "charllm-trace report",
+    source: str | None
+    ranks: list[int]
+    lanes: list[RankLanes] = field(default_factory=list)
+    overlay: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # rank -> (t, W)
+    devices: list[DeviceSeries] = field(default_factory=list)
+    origin_ns: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def drawn_run(run: Run, an: RunAnalysis) -> Run:
+    """The run as the report draws it: with a simulated analysis, ranks without timestamps on their
+    simulated timeline (the one the analyses measured)."""
+    if not an.simulated or all(t.meta.has_timestamps for t in run.traces.values()):
+        return run
+    from charllm_trace.analysis.whatif import simulate
+
+    return Run(
+        traces={k: (t if t.meta.has_timestamps else simulate(t)) for k, t in run.traces.items()},
+        manifest=run.manifest,
         source=run.source,
-        ranks=run.ranks,
-        origin_ns=None,
-        skipped=dict(an.skipped),
     )
-    for name, notes in an.notes().items():
-        data.notes += [f"{name}: {n}" for n in notes]
+
+
+def report_views(run: Run, classified: dict[int, pl.DataFrame] | None = None) -> ReportViews:
+    """The lanes, telemetry series and time origin of ``run`` (the run as drawn: see
+    :func:`drawn_run`). The lanes use the nodes' classification ``classified`` (rank -> the
+    analyses' classified nodes, ``RunAnalysis.classified``); a rank without one is classified here."""
+    cls_by_rank = classified or {}
+    views = ReportViews(source=run.source, ranks=run.ranks)
     lows: list[int] = []
     for r in run.ranks[:MAX_LANES]:
         tr = run.traces[r]
@@ -174,10 +188,10 @@ def report_data(
             continue
         lane = _lanes(tr, r, cls_by_rank.get(r))
         if lane is not None:
-            data.lanes.append(lane)
+            views.lanes.append(lane)
             lows.append(lane.window[0])
     if len(run.ranks) > MAX_LANES:
-        data.notes.append(f"timeline: the first {MAX_LANES} of {len(run.ranks)} ranks are drawn")
+        views.notes.append(f"timeline: the first {MAX_LANES} of {len(run.ranks)} ranks are drawn")
     # telemetry: power over each rank's lane, and per-device charts
     for r in run.ranks:
         tr = run.traces[r]
@@ -185,16 +199,16 @@ def report_data(
             smp = tr.telemetry.filter(pl.col("device") == dev).sort("time_ns")
             t = smp["time_ns"].to_numpy().astype(np.int64)
             pw = smp["power_w"].cast(pl.Float64).fill_null(np.nan).to_numpy()
-            if r not in data.overlay:
-                data.overlay[r] = (t, pw)
-            if len(data.devices) < MAX_DEVICE_CHARTS:
+            if r not in views.overlay:
+                views.overlay[r] = (t, pw)
+            if len(views.devices) < MAX_DEVICE_CHARTS:
                 th = smp.filter(pl.col("throttle_reasons").is_not_null())
                 spans = _throttle_spans(
                     th["time_ns"].to_numpy().astype(np.int64),
                     th["throttle_reasons"].to_numpy().astype(np.int64),
                     is_amd(tr),
                 )
-                data.devices.append(
+                views.devices.append(
                     DeviceSeries(
                         r,
                         dev,
@@ -207,7 +221,41 @@ def report_data(
                 )
             if t.size:
                 lows.append(int(t[0]))
-    data.origin_ns = min(lows) if lows else None
+    views.origin_ns = min(lows) if lows else None
+    return views
+
+
+def report_data(
+    run: Run,
+    an: RunAnalysis,
+    title: str | None = None,
+    *,
+    classified: dict[int, pl.DataFrame] | None = None,
+) -> ReportData:
+    """The frames and series the report draws, from ``run`` and its analyses.
+
+    The activity lanes use the nodes' classification the analyses made (``classified``, by
+    default ``an.classified``); a rank without one is classified here."""
+    cls_by_rank = an.classified if classified is None else classified
+    return report_data_from(report_views(run, cls_by_rank), an, title)
+
+
+def report_data_from(views: ReportViews, an: RunAnalysis, title: str | None = None) -> ReportData:
+    """The frames and series the report draws, from the trace's views and the analyses (saved
+    ones too: nothing here reads the trace)."""
+    data = ReportData(
+        title=title or "charllm-trace report",
+        source=views.source,
+        ranks=list(views.ranks),
+        origin_ns=views.origin_ns,
+        lanes=list(views.lanes),
+        overlay=dict(views.overlay),
+        devices=list(views.devices),
+        skipped=dict(an.skipped),
+    )
+    for name, notes in an.notes().items():
+        data.notes += [f"{name}: {n}" for n in notes]
+    data.notes += views.notes
     if an.overlap is not None:
         pr = an.overlap.per_rank
         data.overlap_total = pr.filter(pl.col("step").is_null()).sort("rank")
@@ -230,7 +278,7 @@ def report_data(
             an.energy.group("op")
             .group_by("key")
             .agg(pl.col("energy_j").sum())
-            .sort("energy_j", descending=True)
+            .sort("energy_j", "key", descending=[True, False])  # ties by name: the same page every time
         )
         if ops.height > TOP_OPS:
             rest = ops.slice(TOP_OPS)
