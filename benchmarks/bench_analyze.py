@@ -21,6 +21,7 @@ Usage::
 
     python benchmarks/bench_analyze.py --reps 25            # ~1.0 M events
     python benchmarks/bench_analyze.py --reps 5,10,25 --hta-timeout 900
+    python benchmarks/bench_analyze.py --source v100 --reps 263 --gzip   # ~865 k events, .json.gz
 
 Prints one line per (tool, size) and a ratio line per size. Trace files go to a
 temporary directory (``--workdir``) and are removed afterwards.
@@ -43,21 +44,24 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = (
-    Path(os.environ.get("CHARLLM_SHARED", ROOT.parent / "shared"))
-    / "traces"
-    / "hta"
-    / "a100_ddp_nccl_rank0.json.gz"
-)
+SHARED = Path(os.environ.get("CHARLLM_SHARED", ROOT.parent / "shared")) / "traces"
+#: source profiles (``--source``): the A100 DDP profile (relative-µs timestamps, 21 NCCL kernels)
+#: and rank 0 of the V100 DLRM run (absolute-µs timestamps, 8 NCCL kernels with collective args)
+SOURCES = {
+    "a100": SHARED / "hta" / "a100_ddp_nccl_rank0.json.gz",
+    "v100": SHARED / "param" / "dlrm_8ranks_v100" / "kineto_rank0.json.gz",
+}
+SOURCE = SOURCES["a100"]
 ID_ARGS = ("correlation", "External id", "Record function id", "Ev Idx")
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 #: environment of the ours-untuned run: polars' allocator at its own defaults
 UNTUNED_ENV = {"CHARLLM_TRACE_ALLOC": "default"}
 
 
-def make_trace(reps: int, out: Path) -> int:
-    """Write a Kineto JSON with ``reps`` copies of the source profile; returns the event count."""
-    doc = json.loads(gzip.open(SOURCE).read())
+def make_trace(reps: int, out: Path, source: Path = SOURCE) -> int:
+    """Write a Kineto JSON with ``reps`` copies of the ``source`` profile (gzip'd when ``out`` ends
+    in ``.gz``, level 6 as the gzip command); returns the event count."""
+    doc = json.loads(gzip.open(source).read())
     events = doc["traceEvents"]
     timed = [e for e in events if e.get("ph") in ("X", "s", "f", "i", "C") and "ts" in e]
     other = [e for e in events if e not in timed] if len(timed) != len(events) else []
@@ -96,7 +100,7 @@ def make_trace(reps: int, out: Path) -> int:
                     c["name"] = f"ProfilerStep#{int(m.group(1)) + k * step_step}"
             out_events.append(c)
     doc["traceEvents"] = out_events
-    with open(out, "w") as f:
+    with gzip.open(out, "wt", compresslevel=6) if out.suffix == ".gz" else open(out, "w") as f:
         json.dump(doc, f)
     return len(out_events)
 
@@ -138,7 +142,9 @@ def child_hta(path: str) -> dict:
     from hta.trace_analysis import TraceAnalysis
 
     d = tempfile.mkdtemp(prefix="hta-bench-")
-    os.symlink(os.path.abspath(path), os.path.join(d, "rank-0.json"))
+    # HTA decompresses by the name: keep ".json.gz"
+    name = "rank-0.json.gz" if str(path).endswith(".gz") else "rank-0.json"
+    os.symlink(os.path.abspath(path), os.path.join(d, name))
     t = time.perf_counter()
     ta = TraceAnalysis(trace_dir=d)
     t_load = time.perf_counter() - t
@@ -238,30 +244,40 @@ def main() -> None:
     ap.add_argument("--hta-timeout", type=float, default=1200.0)
     ap.add_argument("--mem-limit-gib", type=float, default=6.0)
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--keep", action="store_true", help="keep (and reuse) the trace files in --workdir")
     ap.add_argument("--child", nargs=2, metavar=("TOOL", "PATH"), help=argparse.SUPPRESS)
+    ap.add_argument("--source", choices=sorted(SOURCES), default="a100", help="profile to repeat")
+    ap.add_argument("--gzip", action="store_true", help="write the repeated profile gzip'd (.json.gz)")
     ap.add_argument("--make", nargs=2, metavar=("REPS", "PATH"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         _child_main(*a.child)
         return
     if a.make:
-        print(make_trace(int(a.make[0]), Path(a.make[1])))
+        print(make_trace(int(a.make[0]), Path(a.make[1]), SOURCES[a.source]))
         return
-    if not SOURCE.exists():
-        sys.exit(f"source trace {SOURCE} not found (set CHARLLM_SHARED)")
+    source = SOURCES[a.source]
+    if not source.exists():
+        sys.exit(f"source trace {source} not found (set CHARLLM_SHARED)")
     work = Path(a.workdir or tempfile.mkdtemp(prefix="charllm-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
         for reps in [int(x) for x in a.reps.split(",")]:
-            path = work / f"a100x{reps}.json"
-            made = subprocess.run(
-                [sys.executable, __file__, "--make", str(reps), str(path)],
-                check=True, cwd=ROOT, capture_output=True, text=True,
-            )  # fmt: skip
-            n = int(made.stdout.split()[-1])
+            path = work / f"{a.source}x{reps}.json{'.gz' if a.gzip else ''}"
+            count = path.with_name(path.name + ".events")
+            if a.keep and path.exists() and count.exists():  # made by an earlier --keep run
+                n = int(count.read_text())
+            else:
+                made = subprocess.run(
+                    [sys.executable, __file__, "--source", a.source, "--make", str(reps), str(path)],
+                    check=True, cwd=ROOT, capture_output=True, text=True,
+                )  # fmt: skip
+                n = int(made.stdout.split()[-1])
+                count.write_text(str(n))
             os.sync()  # the file's write-back must not overlap the first tool's timed run
             mb = path.stat().st_size / 1e6
-            print(f"# {reps} copies: {n:,} events, {mb:.0f} MB JSON", flush=True)
+            what = "gzip'd JSON" if a.gzip else "JSON"
+            print(f"# {a.source} x {reps} copies: {n:,} events, {mb:.0f} MB {what}", flush=True)
             results = {}
             for tool in a.tools.split(","):
                 timeout = a.hta_timeout if tool == "hta" else 600.0
@@ -302,7 +318,9 @@ def main() -> None:
                         f"{name}/HTA peak RSS {o['peak_rss_mib'] / h['peak_rss_mib']:.2f}",
                         flush=True,
                     )
-            path.unlink()
+            if not a.keep:
+                path.unlink()
+                count.unlink()
     finally:
         if a.workdir is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -49,6 +49,13 @@ class State:
 def _declare(so: ctypes.CDLL) -> None:
     so.jf_scan.restype = _i64
     so.jf_scan.argtypes = [_p, _i64, _p, _i64, _p, _p, _p, _i64, _p]
+    # the event decoder (converters/kineto_native.py)
+    so.jd_new.restype = _p
+    so.jd_new.argtypes = []
+    so.jd_free.restype = None
+    so.jd_free.argtypes = [_p]
+    so.jd_decode.restype = _i64
+    so.jd_decode.argtypes = [_p, _p, _i64, _i64] + [_p] * 11 + [_i64, _p]
 
 
 _LIBRARY = _native_libs.Library(MODULE, _declare)

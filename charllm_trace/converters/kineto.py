@@ -26,7 +26,9 @@ import msgspec
 import numpy as np
 import polars as pl
 
+from charllm_trace.converters import kineto_native
 from charllm_trace.converters._io import is_host_et, is_kineto
+from charllm_trace.converters.kineto_native import INT_COLUMNS
 from charllm_trace.errors import InputError
 
 #: Kineto category (lower-cased) -> (kind, on_gpu). Categories not listed become kind "other" (CPU).
@@ -407,6 +409,16 @@ def _comm_hits(name_s: pl.Series, cat_s: pl.Series) -> pl.Series:
 
 
 _NO_ARGS = _Args()
+
+# The args of the few rows the native path decodes (comm candidates, cuda_sync): the comm args
+# decoded as values at once (what ``_comm_dict`` gets from their raw JSON), UNSET when absent.
+_ArgsValues = msgspec.defstruct(  # type: ignore[misc]
+    "_ArgsValues",
+    [(f, Any, None) for f in _SYNC_FIELDS] + [(f, Any, msgspec.UNSET) for f in _COMM_FIELDS],
+    gc=False,
+    rename={**_SYNC_FIELDS, **_COMM_FIELDS},
+)
+_NO_ARG_VALUES = _ArgsValues()
 _get = {
     k: operator.attrgetter(k)
     for k in (
@@ -508,9 +520,16 @@ def read_kineto(path: str | os.PathLike[str]) -> KinetoProfile:
 
 
 def _read_stream(path: str | os.PathLike[str], stream: Any) -> KinetoProfile:
+    cols = _Columns(path)
+    try:
+        return _read_columns(path, stream, cols)
+    finally:
+        cols.close()
+
+
+def _read_columns(path: str | os.PathLike[str], stream: Any, cols: _Columns) -> KinetoProfile:
     from charllm_trace.converters import jsonframe
 
-    cols = _Columns(path)
     buf = bytearray()  # unprocessed bytes, from absolute offset buf_off
     buf_off = 0
     skel = bytearray()  # the document without the events of traceEvents
@@ -591,7 +610,8 @@ def _read_stream(path: str | os.PathLike[str], stream: Any) -> KinetoProfile:
         raws = top.traceEvents
         top.traceEvents = None
         for b in range(0, len(raws), BATCH):
-            cols.add(b"[" + b",".join(raws[b : b + BATCH]) + b"]")
+            part = raws[b : b + BATCH]
+            cols.add(b"[" + b",".join(part) + b"]", len(part))
         del raws
     return cols.finish(top)
 
@@ -722,7 +742,7 @@ def _decode_spans(
         buf[z] = _CLOSE_LIST
         with memoryview(buf) as view:
             data = view[a : z + 1]
-            n = cols.add(data)
+            n = cols.add(data, e - k)
             data.release()
         if n != e - k and not (n == 0 and closed and last == 1 and bounds[0] == list_open):
             # an empty element (",," or a trailing comma) decodes as nothing; only "[]" may be empty
@@ -788,16 +808,18 @@ class _Vocab:
 
 
 class _Columns:
-    """The columns of the X events, batch by batch."""
+    """The columns of the X events, batch by batch: decoded in C (``kineto_native``) where it can,
+    by msgspec otherwise (a batch C is not certain of, or no compiled module)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = path
         self.dec = msgspec.json.Decoder(list[_Event])
         self.fast = msgspec.json.Decoder(list[_FAST_EVENT])
-        self.cols: dict[str, list[Any]] = {
-            k: []
-            for k in ("name", "cat", "pid", "tid", "device", "stream", "correlation", "external_id", "rf_id")
-        }
+        self.args_dec = msgspec.json.Decoder(_ArgsValues)
+        self.comm_pairs: dict[int, bool] = {}  # (name code << 32 | category code) -> may be comm
+        self.name_parts: list[np.ndarray] = []  # vocabulary codes
+        self.cat_parts: list[np.ndarray] = []
+        self.int_parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {k: [] for k in INT_COLUMNS}
         self.ts_parts: list[np.ndarray] = []
         self.dur_parts: list[np.ndarray] = []
         self.comm_args: dict[int, dict[str, Any]] = {}
@@ -805,9 +827,92 @@ class _Columns:
         self.n_raw = 0
         self.names = _Vocab(_COMM_HINT)
         self.cats = _Vocab(lower=True)
+        self.native = kineto_native.decoder()
+        # C codes -> vocabulary codes
+        self.name_map = np.zeros(0, dtype=np.uint32)
+        self.cat_map = np.zeros(0, dtype=np.uint32)
 
-    def add(self, data: Any) -> int:
-        """Decode one JSON list of events (bytes or a buffer); returns how many events it held."""
+    def close(self) -> None:
+        if self.native is not None:
+            self.native.close()
+            self.native = None
+
+    def add(self, data: Any, count: int | None = None) -> int:
+        """Decode one JSON list of at most ``count`` events (bytes or a buffer); returns how many
+        events it held."""
+        if self.native is not None and count is not None:
+            batch = self.native.decode(data, count)
+            if batch is not None:
+                self.n_raw += batch.n_raw
+                self._add_native(batch, data)
+                return batch.n_raw
+        return self._add_msgspec(data)
+
+    def _skip_mask(self, cat_codes: np.ndarray) -> np.ndarray | None:
+        """Rows to keep when odd spellings of "Trace" ("TRACE") are among the categories, else None."""
+        skip = [self.cats.codes[c] for c in SKIP_CATEGORIES if c in self.cats.codes]
+        if skip and np.isin(cat_codes, skip).any():
+            return ~np.isin(cat_codes, skip)
+        return None
+
+    def _add_native(self, b: kineto_native.Batch, data: Any) -> None:
+        if b.new_names:
+            self.name_map = np.concatenate([self.name_map, self.names.encode(b.new_names)])
+        if b.new_cats:
+            self.cat_map = np.concatenate([self.cat_map, self.cats.encode(b.new_cats)])
+        name_codes = self.name_map[b.name]
+        cat_codes = self.cat_map[b.cat]
+        ints, valid, ts, dur, aoff, alen = b.ints, b.valid, b.ts, b.dur, b.args_off, b.args_len
+        keep = self._skip_mask(cat_codes)
+        if keep is not None:
+            name_codes, cat_codes, ts, dur, aoff, alen = (
+                x[keep] for x in (name_codes, cat_codes, ts, dur, aoff, alen)
+            )
+            ints, valid = ints[:, keep], valid[:, keep]
+        self.name_parts.append(name_codes)
+        self.cat_parts.append(cat_codes)
+        for j, key in enumerate(INT_COLUMNS):
+            self.int_parts[key].append((ints[j], valid[j]))
+        self.ts_parts.append(ts)
+        self.dur_parts.append(dur)
+        with memoryview(data) as view:
+
+            def args_at(i: int) -> Any:
+                off = int(aoff[i])
+                return _NO_ARG_VALUES if off < 0 else self.args_dec.decode(view[off : off + int(alen[i])])
+
+            for i in self._comm_rows(name_codes, cat_codes).tolist():
+                a = args_at(i)
+                self.comm_args[self.row0 + i] = {
+                    key: v for f, key in _COMM_FIELDS.items() if (v := getattr(a, f)) is not msgspec.UNSET
+                }
+            sync_code = self.cats.codes.get(SYNC_CATEGORY)
+            if sync_code is not None:
+                for i in np.flatnonzero(cat_codes == sync_code).tolist():
+                    d = _sync_dict(args_at(i))
+                    if d:
+                        self.comm_args[self.row0 + i] = d
+        self.row0 += len(name_codes)
+
+    def _comm_rows(self, name_codes: np.ndarray, cat_codes: np.ndarray) -> np.ndarray:
+        """Rows (of a batch) ``may_be_comm`` accepts: the name pattern was matched once per distinct
+        name; the exact test once per distinct (name, category) among those rows."""
+        pre = np.flatnonzero(self.names.flags[name_codes])
+        if not pre.size:
+            return pre
+        pairs = (name_codes[pre].astype(np.int64) << 32) | cat_codes[pre].astype(np.int64)
+        uniq, inverse = np.unique(pairs, return_inverse=True)
+        new = [int(u) for u in uniq.tolist() if u not in self.comm_pairs]
+        if new:
+            nc = np.array([u >> 32 for u in new], dtype=np.uint32)
+            cc = np.array([u & 0xFFFFFFFF for u in new], dtype=np.uint32)
+            hit = np.zeros(len(new), dtype=bool)
+            hit[_comm_hits(self.names.value_series(nc), self.cats.value_series(cc)).to_numpy()] = True
+            self.comm_pairs.update(zip(new, hit.tolist(), strict=True))
+        ok = np.array([self.comm_pairs[u] for u in uniq.tolist()], dtype=bool)
+        return pre[ok[inverse]]
+
+    def _add_msgspec(self, data: Any) -> int:
         path = self.path
         try:
             evs = self.fast.decode(data)
@@ -827,53 +932,56 @@ class _Columns:
             xs = [e for e in evs if e.ph == "X" and e.cat not in _SKIP_SPELLINGS]
         del evs
         self.n_raw += n_raw
-        cols = self.cols
         name_codes = self.names.encode(list(map(_get["name"], xs)))
         cat_codes = self.cats.encode(list(map(_get["cat"], xs)))
-        skip = [self.cats.codes[c] for c in SKIP_CATEGORIES if c in self.cats.codes]
-        if skip and np.isin(cat_codes, skip).any():  # odd spellings of "Trace"
-            keep = ~np.isin(cat_codes, skip)
+        keep = self._skip_mask(cat_codes)
+        if keep is not None:
             xs = list(compress(xs, keep.tolist()))
             name_codes, cat_codes = name_codes[keep], cat_codes[keep]
-        cols["name"].append(name_codes)
-        cols["cat"].append(cat_codes)
-        cols["pid"].append(_int_series(list(map(_get["pid"], xs))))
-        cols["tid"].append(_int_series(list(map(_get["tid"], xs))))
+        self.name_parts.append(name_codes)
+        self.cat_parts.append(cat_codes)
         args = list(map(_get["args"], xs))
         if None in args:
             args = [_NO_ARGS if a is None else a for a in args]
-        for key in ("device", "stream", "correlation", "external_id", "rf_id"):
-            cols[key].append(_int_series(list(map(_get[key], args))))
+        for key in INT_COLUMNS:
+            owner = xs if key in ("pid", "tid") else args
+            s = _int_series(list(map(_get[key], owner)))
+            self.int_parts[key].append((s.fill_null(0).to_numpy(), s.is_not_null().to_numpy()))
         try:
             self.ts_parts.append(_us_col(xs, "ts"))
             self.dur_parts.append(_us_col(xs, "dur"))
         except (TypeError, ValueError) as exc:
             raise InputError(path, f"Kineto event with a non-numeric ts/dur ({exc})") from None
-        # the name pattern was matched once per distinct name; the exact test on those rows only
-        pre = np.flatnonzero(self.names.flags[name_codes])
-        if pre.size:
-            hits = _comm_hits(
-                self.names.value_series(name_codes[pre]), self.cats.value_series(cat_codes[pre])
-            )
-            _decode_comm_args(args, pre[hits.to_numpy()].tolist(), self.row0, self.comm_args)
+        for i in self._comm_rows(name_codes, cat_codes).tolist():
+            self.comm_args[self.row0 + i] = _comm_dict(args[i])
         sync_code = self.cats.codes.get(SYNC_CATEGORY)
         if sync_code is not None:
-            _sync_args(args, np.flatnonzero(cat_codes == sync_code).tolist(), self.row0, self.comm_args)
+            for i in np.flatnonzero(cat_codes == sync_code).tolist():
+                d = _sync_dict(args[i])
+                if d:
+                    self.comm_args[self.row0 + i] = d
         self.row0 += len(xs)
         del xs, args  # the comm args' Raw values may be views of ``data``: gone now
         return n_raw
 
     def finish(self, top: _Top) -> KinetoProfile:
-        cols = self.cols
         base = top.baseTimeNanoseconds
         base_ns = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 0
+        self.close()
 
-        def cat_col(key: str, dtype: pl.DataType) -> pl.Series:
+        def int_col(key: str) -> pl.Series:
             # one contiguous column at a time, the batch parts freed as it goes
-            parts = cols.pop(key)
-            return pl.concat(parts, rechunk=False) if parts else pl.Series([], dtype=dtype)
+            parts = self.int_parts.pop(key)
+            if not parts:
+                return pl.Series([], dtype=pl.Int64)
+            vals = np.concatenate([v for v, _ in parts])
+            valid = np.concatenate([m for _, m in parts])
+            parts.clear()
+            s = pl.Series(vals, dtype=pl.Int64)
+            del vals
+            return s if valid.all() else s.scatter(np.flatnonzero(~valid), None)
 
-        cat_all = self.cats.decode(cols.pop("cat"))
+        cat_all = self.cats.decode(self.cat_parts)
         n = cat_all.len()
         ts = np.concatenate(self.ts_parts) if self.ts_parts else np.zeros(0, dtype=np.int64)
         dur = np.concatenate(self.dur_parts) if self.dur_parts else np.zeros(0, dtype=np.int64)
@@ -881,7 +989,7 @@ class _Columns:
         events = pl.DataFrame(
             {
                 "row": pl.Series(np.arange(n, dtype=np.int64)),
-                "name": self.names.decode(cols.pop("name")),
+                "name": self.names.decode(self.name_parts),
                 "cat": cat_all,
                 "kind": cat_all.replace_strict(
                     list(CATEGORY_KIND),
@@ -895,15 +1003,15 @@ class _Columns:
                     default=False,
                     return_dtype=pl.Boolean,
                 ),
-                "pid": cat_col("pid", pl.Int64),
-                "tid": cat_col("tid", pl.Int64),
-                "device": cat_col("device", pl.Int64).cast(pl.Int32),
-                "stream": cat_col("stream", pl.Int64),
+                "pid": int_col("pid"),
+                "tid": int_col("tid"),
+                "device": int_col("device").cast(pl.Int32),
+                "stream": int_col("stream"),
                 "start_ns": pl.Series(ts + base_ns, dtype=pl.Int64),
                 "dur_ns": pl.Series(np.maximum(dur, 0), dtype=pl.Int64),
-                "correlation": cat_col("correlation", pl.Int64),
-                "external_id": cat_col("external_id", pl.Int64),
-                "rf_id": cat_col("rf_id", pl.Int64),
+                "correlation": int_col("correlation"),
+                "external_id": int_col("external_id"),
+                "rf_id": int_col("rf_id"),
             }
         )
         events = _gpu_columns(events)
@@ -917,26 +1025,20 @@ class _Columns:
         return _profile(self.path, events, self.comm_args, base_ns, doc_meta, self.n_raw)
 
 
-def _decode_comm_args(args: list[Any], rows: list[int], row0: int, out: dict[int, dict[str, Any]]) -> None:
-    """Decode the raw comm args of the candidate ``rows`` of a batch into ``out`` (keyed by table row)."""
-    for i in rows:
-        a = args[i]
-        d = {}
-        if a is not _NO_ARGS:
-            for f, key in _COMM_FIELDS.items():
-                v = getattr(a, f)
-                if len(v):
-                    d[key] = msgspec.json.decode(v)
-        out[row0 + i] = d
+def _comm_dict(a: Any) -> dict[str, Any]:
+    """The comm args (COMM_ARG_KEYS) of one decoded args struct, decoded from their raw JSON."""
+    d = {}
+    if a is not _NO_ARGS:
+        for f, key in _COMM_FIELDS.items():
+            v = getattr(a, f)
+            if len(v):
+                d[key] = msgspec.json.decode(v)
+    return d
 
 
-def _sync_args(args: list[Any], rows: list[int], row0: int, out: dict[int, dict[str, Any]]) -> None:
-    """The SYNC_ARG_KEYS of the cuda_sync ``rows`` of a batch into ``out`` (keyed by table row)."""
-    for i in rows:
-        a = args[i]
-        d = {key: v for f, key in _SYNC_FIELDS.items() if (v := getattr(a, f)) is not None}
-        if d:
-            out[row0 + i] = d
+def _sync_dict(a: Any) -> dict[str, Any]:
+    """The SYNC_ARG_KEYS of one decoded args struct (those that are not null)."""
+    return {key: v for f, key in _SYNC_FIELDS.items() if (v := getattr(a, f)) is not None}
 
 
 def _int_series(values: list[Any]) -> pl.Series:
