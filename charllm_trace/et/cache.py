@@ -403,7 +403,7 @@ def prune() -> None:
     for _, size, e in sorted(entries):
         if total <= limit:
             break
-        shutil.rmtree(e, ignore_errors=True)
+        _remove(e)  # a directory entry, or a results file
         total -= size
 
 
