@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from charllm_trace.converters import kineto
+from charllm_trace.converters import kineto, kineto_stream, kineto_vocab
 from charllm_trace.converters._io import load_json
 from charllm_trace.converters.kineto import parse_kineto, read_kineto
 from charllm_trace.errors import InputError
@@ -37,7 +37,7 @@ def test_plain_json_in_small_batches_equals_the_plain_json_reader(
     p = tmp_path / "t.json"
     p.write_text(json.dumps(doc, indent=1))  # newlines and indentation between the events
     n = len(doc["traceEvents"])
-    monkeypatch.setattr(kineto, "BATCH", max(1, n // 7 + 3))  # several batches, uneven split
+    monkeypatch.setattr(kineto_stream, "BATCH", max(1, n // 7 + 3))  # several batches, uneven split
     fast = read_kineto(p)
     _same(fast, parse_kineto(load_json(p), p))
     assert fast.n_raw_events == n
@@ -60,7 +60,7 @@ def test_one_event_per_batch_and_empty_list(tmp_path: Path, monkeypatch: pytest.
     ]
     p = tmp_path / "t.json"
     p.write_bytes(b'{"traceEvents" :\n[ ' + b" ,\n\t".join(json.dumps(e).encode() for e in evs) + b" ] }")
-    monkeypatch.setattr(kineto, "BATCH", 1)
+    monkeypatch.setattr(kineto_stream, "BATCH", 1)
     _same(read_kineto(p), parse_kineto(load_json(p), p))
     p.write_bytes(b'{"traceEvents": []}')
     assert read_kineto(p).events.height == 0
@@ -86,7 +86,7 @@ def test_unlisted_phases_fall_back_to_the_general_decode(
     evs = [x, *odd, dict(x, ts=20.5), {"ph": "s", "id": 1, "ts": 1}]
     p = tmp_path / "t.json"
     p.write_text(json.dumps({"traceEvents": evs}))
-    monkeypatch.setattr(kineto, "BATCH", 2)  # batches with and without an odd event
+    monkeypatch.setattr(kineto_stream, "BATCH", 2)  # batches with and without an odd event
     fast = read_kineto(p)
     _same(fast, parse_kineto(load_json(p), p))
     assert fast.events.height == 2
@@ -114,8 +114,8 @@ def test_comm_candidates_equal_may_be_comm_on_odd_names() -> None:
     cats = ["kernel", "cpu_op", "user_annotation", "Kernel", "weird", "python_function", "gpu_memcpy"]
     rows = [(n, c) for n in names for c in cats]
     name_s = pl.Series([n for n, _ in rows])
-    cat_s = kineto._lower(pl.Series([c for _, c in rows]))
-    got = kineto._comm_candidates(name_s, cat_s).to_list()
+    cat_s = kineto_vocab.lower_distinct(pl.Series([c for _, c in rows]))
+    got = kineto_vocab.comm_candidates(name_s, cat_s).to_list()
     want = [
         i
         for i, (n, c) in enumerate(rows)

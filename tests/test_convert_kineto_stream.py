@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from charllm_trace.converters import jsonframe, kineto
+from charllm_trace.converters import jsonframe, kineto_stream
 from charllm_trace.converters._io import load_json
 from charllm_trace.converters.kineto import parse_kineto, read_kineto
 from charllm_trace.errors import InputError
@@ -77,8 +77,8 @@ def test_any_chunk_and_batch_size_gives_the_plain_json_result(
     want = parse_kineto(load_json(p), p)
     assert want.events.height == 60 and want.rank == 3
     for chunk, batch in [(1, 1), (3, 2), (7, 5), (64, 3), (997, 50_000), (1 << 20, 4)]:
-        monkeypatch.setattr(kineto, "CHUNK", chunk)
-        monkeypatch.setattr(kineto, "BATCH", batch)
+        monkeypatch.setattr(kineto_stream, "CHUNK", chunk)
+        monkeypatch.setattr(kineto_stream, "BATCH", batch)
         got = read_kineto(p)
         _same(got, want)
         assert got.n_raw_events == len(doc["traceEvents"])
@@ -90,8 +90,8 @@ def test_gzip_is_decompressed_as_it_is_read(
     doc = _tricky_doc()
     p = tmp_path / "t.json.gz"
     p.write_bytes(gzip.compress(json.dumps(doc).encode()))
-    monkeypatch.setattr(kineto, "CHUNK", 100)
-    monkeypatch.setattr(kineto, "BATCH", 9)
+    monkeypatch.setattr(kineto_stream, "CHUNK", 100)
+    monkeypatch.setattr(kineto_stream, "BATCH", 9)
     _same(read_kineto(p), parse_kineto(load_json(p), p))
 
 
@@ -119,7 +119,7 @@ def test_bad_layouts_are_one_line_input_errors(
     p = tmp_path / "t.json"
     p.write_bytes(data)
     for chunk in (2, 1 << 20):
-        monkeypatch.setattr(kineto, "CHUNK", chunk)
+        monkeypatch.setattr(kineto_stream, "CHUNK", chunk)
         with pytest.raises(InputError) as ei:
             read_kineto(p)
         msg = ei.value.one_line()
@@ -128,7 +128,7 @@ def test_bad_layouts_are_one_line_input_errors(
 
 def test_empty_and_spaced_lists(scanner: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = tmp_path / "t.json"
-    monkeypatch.setattr(kineto, "CHUNK", 3)
+    monkeypatch.setattr(kineto_stream, "CHUNK", 3)
     for text in (
         b'{"traceEvents": []}',
         b'{ "traceEvents" : [ \n ] , "x": 1}',
@@ -218,8 +218,8 @@ def test_real_profiles_in_small_chunks_with_the_numpy_scanner(
     want = parse_kineto(load_json(p), p)
     jsonframe.reset()
     monkeypatch.setenv("CHARLLM_TRACE_NATIVE", "0")
-    monkeypatch.setattr(kineto, "CHUNK", 100_003)
-    monkeypatch.setattr(kineto, "BATCH", 777)
+    monkeypatch.setattr(kineto_stream, "CHUNK", 100_003)
+    monkeypatch.setattr(kineto_stream, "BATCH", 777)
     try:
         _same(read_kineto(p), want)
     finally:
@@ -259,7 +259,7 @@ def test_odd_names_and_categories_match_the_plain_reader(
     assert want.events.height == 120 - sum(1 for e in evs if str(e["cat"]).lower() == "trace")
     assert want.comm_args  # some rows are communication candidates
     for batch in (1, 7, 1000):
-        monkeypatch.setattr(kineto, "BATCH", batch)
+        monkeypatch.setattr(kineto_stream, "BATCH", batch)
         _same(read_kineto(p), want)
 
 
@@ -268,7 +268,7 @@ def test_the_reading_thread_stops_with_an_error(tmp_path: Path, monkeypatch: pyt
 
     p = tmp_path / "t.json"
     p.write_bytes(b'{"traceEvents": [{"ph": 1, ]}, ' + b'{"ph": "X", "name": "a"},' * 2000 + b"{}]}")
-    monkeypatch.setattr(kineto, "CHUNK", 1000)  # many chunks still to read when the error comes
+    monkeypatch.setattr(kineto_stream, "CHUNK", 1000)  # many chunks still to read when the error comes
     before = threading.active_count()
     with pytest.raises(InputError) as ei:
         read_kineto(p)

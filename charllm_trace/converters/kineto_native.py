@@ -124,4 +124,3 @@ class NativeDecoder:
             new_names=new[0],
             new_cats=new[1],
         )
-

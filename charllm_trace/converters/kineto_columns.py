@@ -1,0 +1,431 @@
+"""The columns of a Kineto profile's complete events, built batch by batch.
+
+Each batch of framed events (a JSON list) is decoded in C straight into column buffers
+(:mod:`~charllm_trace.converters.kineto_native`) where C is certain of it, and by msgspec otherwise
+(or when the compiled module is missing): msgspec decodes the events into small typed structs
+holding only the fields used, and the comm-related args stay raw, decoded only for the few events
+that may be communication. Both paths give the same columns.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import re
+from itertools import compress
+from typing import Any
+
+import msgspec
+import numpy as np
+import polars as pl
+
+from charllm_trace.converters import kineto_native
+from charllm_trace.converters.kineto_native import INT_COLUMNS
+from charllm_trace.converters.kineto_profile import (
+    CATEGORY_KIND,
+    COMM_ARG_KEYS,
+    SKIP_CATEGORIES,
+    SYNC_ARG_KEYS,
+    SYNC_CATEGORY,
+    KinetoProfile,
+    gpu_columns,
+    int_or_none,
+    make_profile,
+    us_to_ns,
+)
+from charllm_trace.converters.kineto_vocab import COMM_HINT, Vocab, comm_hits
+from charllm_trace.errors import InputError
+
+_COMM_FIELDS = {f"c{i}": key for i, key in enumerate(COMM_ARG_KEYS)}
+_SYNC_FIELDS = {f"s{i}": key for i, key in enumerate(SYNC_ARG_KEYS)}
+
+
+# the comm args as raw JSON fields c0..cN (declared dynamically: one per key in COMM_ARG_KEYS)
+_Args = msgspec.defstruct(  # type: ignore[misc]
+    "_Args",
+    [
+        ("correlation", Any, None),
+        ("external_id", Any, None),
+        ("rf_id", Any, None),
+        ("device", Any, None),
+        ("stream", Any, None),
+    ]
+    + [(f, Any, None) for f in _SYNC_FIELDS]
+    + [(f, msgspec.Raw, msgspec.Raw()) for f in _COMM_FIELDS],
+    gc=False,
+    rename={"external_id": "External id", "rf_id": "Record function id", **_SYNC_FIELDS, **_COMM_FIELDS},
+)
+
+
+_Event = msgspec.defstruct(  # type: ignore[misc]
+    "_Event",
+    [
+        ("ph", Any, None),
+        ("cat", Any, None),
+        ("name", Any, None),
+        ("pid", Any, None),
+        ("tid", Any, None),
+        ("ts", Any, None),
+        ("dur", Any, None),
+        ("args", _Args | None, None),
+    ],
+    gc=False,
+)
+
+
+# Fast decode: events tagged by ``ph``; only complete events ("X") keep fields, every other phase
+# is skipped without building Python objects. A batch with anything else (an unlisted phase, an
+# event without ``ph``, a non-string ``ph``) is decoded again with the general ``_Event``.
+_PHASES = (
+    "B",
+    "E",
+    "i",
+    "I",
+    "C",
+    "b",
+    "n",
+    "e",
+    "s",
+    "t",
+    "f",
+    "P",
+    "O",
+    "N",
+    "D",
+    "M",
+    "R",
+    "T",
+    "p",
+    "S",
+    "F",
+)
+_XEvent = msgspec.defstruct(  # type: ignore[misc]
+    "_XEvent",
+    [
+        ("cat", Any, None),
+        ("name", Any, None),
+        ("pid", Any, None),
+        ("tid", Any, None),
+        ("ts", Any, None),
+        ("dur", Any, None),
+        ("args", _Args | None, None),
+    ],
+    gc=False,
+    tag_field="ph",
+    tag="X",
+)
+_FAST_EVENT: Any = _XEvent
+for _ph in _PHASES:
+    _FAST_EVENT = _FAST_EVENT | msgspec.defstruct(f"_Skip{ord(_ph)}", [], gc=False, tag_field="ph", tag=_ph)
+
+
+class Top(msgspec.Struct):
+    traceEvents: list[msgspec.Raw] | None = None  # noqa: N815 - the JSON key
+    nodes: msgspec.Raw = msgspec.Raw()
+    schema: Any = None
+    baseTimeNanoseconds: Any = None  # noqa: N815
+    distributedInfo: Any = None  # noqa: N815
+    deviceProperties: Any = None  # noqa: N815
+    schemaVersion: Any = None  # noqa: N815
+    traceName: Any = None  # noqa: N815
+    host_name: Any = None
+
+
+_SKIP_SPELLINGS = frozenset({"Trace", "trace"})
+
+
+_NO_ARGS = _Args()
+
+# The args of the few rows the native path decodes (comm candidates, cuda_sync): the comm args
+# decoded as values at once (what ``_comm_dict`` gets from their raw JSON), UNSET when absent.
+_ArgsValues = msgspec.defstruct(  # type: ignore[misc]
+    "_ArgsValues",
+    [(f, Any, None) for f in _SYNC_FIELDS] + [(f, Any, msgspec.UNSET) for f in _COMM_FIELDS],
+    gc=False,
+    rename={**_SYNC_FIELDS, **_COMM_FIELDS},
+)
+_NO_ARG_VALUES = _ArgsValues()
+_get = {
+    k: operator.attrgetter(k)
+    for k in (
+        "name",
+        "cat",
+        "pid",
+        "tid",
+        "ts",
+        "dur",
+        "args",
+        "device",
+        "stream",
+        "correlation",
+        "external_id",
+        "rf_id",
+    )
+}
+
+
+def _us_col(xs: list[Any], key: str) -> np.ndarray:
+    """``us_to_ns`` of one attribute of every event, through a float array when all are numbers."""
+    try:
+        a = np.fromiter(map(_get[key], xs), dtype=np.float64, count=len(xs))
+    except (TypeError, ValueError):
+        a = None
+    if a is None or np.isnan(a).any():  # a missing value (None, read as NaN here) is 0 in us_to_ns
+        return us_to_ns([getattr(e, key) for e in xs])
+    ip = np.floor(a)
+    return ip.astype(np.int64) * 1000 + np.rint((a - ip) * 1000.0).astype(np.int64)
+
+
+def decode_top(raw: bytes, path: str | os.PathLike[str]) -> Top:
+    try:
+        return msgspec.json.decode(raw, type=Top)
+    except msgspec.ValidationError as exc:
+        msg = str(exc).split("\n")[0]
+        if "Expected `object`" in msg:
+            raise InputError(path, "JSON is not an object (expected a Kineto profile or host ET)") from None
+        raise InputError(path, f"unexpected Kineto profile layout: {msg}") from None
+    except msgspec.DecodeError as exc:
+        raise InputError(
+            path, f"not valid JSON (truncated or corrupt?): {str(exc).splitlines()[0]}"
+        ) from None
+
+
+class Columns:
+    """The columns of the X events, batch by batch: decoded in C (``kineto_native``) where it can,
+    by msgspec otherwise (a batch C is not certain of, or no compiled module)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = path
+        self.dec = msgspec.json.Decoder(list[_Event])
+        self.fast = msgspec.json.Decoder(list[_FAST_EVENT])
+        self.args_dec = msgspec.json.Decoder(_ArgsValues)
+        self.comm_pairs: dict[int, bool] = {}  # (name code << 32 | category code) -> may be comm
+        self.name_parts: list[np.ndarray] = []  # vocabulary codes
+        self.cat_parts: list[np.ndarray] = []
+        self.int_parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {k: [] for k in INT_COLUMNS}
+        self.ts_parts: list[np.ndarray] = []
+        self.dur_parts: list[np.ndarray] = []
+        self.comm_args: dict[int, dict[str, Any]] = {}
+        self.row0 = 0
+        self.n_raw = 0
+        self.names = Vocab(COMM_HINT)
+        self.cats = Vocab(lower=True)
+        self.native = kineto_native.decoder()
+        # C codes -> vocabulary codes
+        self.name_map = np.zeros(0, dtype=np.uint32)
+        self.cat_map = np.zeros(0, dtype=np.uint32)
+
+    def close(self) -> None:
+        if self.native is not None:
+            self.native.close()
+            self.native = None
+
+    def add(self, data: Any, count: int | None = None) -> int:
+        """Decode one JSON list of at most ``count`` events (bytes or a buffer); returns how many
+        events it held."""
+        if self.native is not None and count is not None:
+            batch = self.native.decode(data, count)
+            if batch is not None:
+                self.n_raw += batch.n_raw
+                self._add_native(batch, data)
+                return batch.n_raw
+        return self.add_msgspec(data)
+
+    def _skip_mask(self, cat_codes: np.ndarray) -> np.ndarray | None:
+        """Rows to keep when odd spellings of "Trace" ("TRACE") are among the categories, else None."""
+        skip = [self.cats.codes[c] for c in SKIP_CATEGORIES if c in self.cats.codes]
+        if skip and np.isin(cat_codes, skip).any():
+            return ~np.isin(cat_codes, skip)
+        return None
+
+    def _add_native(self, b: kineto_native.Batch, data: Any) -> None:
+        if b.new_names:
+            self.name_map = np.concatenate([self.name_map, self.names.encode(b.new_names)])
+        if b.new_cats:
+            self.cat_map = np.concatenate([self.cat_map, self.cats.encode(b.new_cats)])
+        name_codes = self.name_map[b.name]
+        cat_codes = self.cat_map[b.cat]
+        ints, valid, ts, dur, aoff, alen = b.ints, b.valid, b.ts, b.dur, b.args_off, b.args_len
+        keep = self._skip_mask(cat_codes)
+        if keep is not None:
+            name_codes, cat_codes, ts, dur, aoff, alen = (
+                x[keep] for x in (name_codes, cat_codes, ts, dur, aoff, alen)
+            )
+            ints, valid = ints[:, keep], valid[:, keep]
+        self.name_parts.append(name_codes)
+        self.cat_parts.append(cat_codes)
+        for j, key in enumerate(INT_COLUMNS):
+            self.int_parts[key].append((ints[j], valid[j]))
+        self.ts_parts.append(ts)
+        self.dur_parts.append(dur)
+        with memoryview(data) as view:
+
+            def args_at(i: int) -> Any:
+                off = int(aoff[i])
+                return _NO_ARG_VALUES if off < 0 else self.args_dec.decode(view[off : off + int(alen[i])])
+
+            for i in self._comm_rows(name_codes, cat_codes).tolist():
+                a = args_at(i)
+                self.comm_args[self.row0 + i] = {
+                    key: v for f, key in _COMM_FIELDS.items() if (v := getattr(a, f)) is not msgspec.UNSET
+                }
+            sync_code = self.cats.codes.get(SYNC_CATEGORY)
+            if sync_code is not None:
+                for i in np.flatnonzero(cat_codes == sync_code).tolist():
+                    d = _sync_dict(args_at(i))
+                    if d:
+                        self.comm_args[self.row0 + i] = d
+        self.row0 += len(name_codes)
+
+    def _comm_rows(self, name_codes: np.ndarray, cat_codes: np.ndarray) -> np.ndarray:
+        """Rows (of a batch) ``may_be_comm`` accepts: the name pattern was matched once per distinct
+        name; the exact test once per distinct (name, category) among those rows."""
+        pre = np.flatnonzero(self.names.flags[name_codes])
+        if not pre.size:
+            return pre
+        pairs = (name_codes[pre].astype(np.int64) << 32) | cat_codes[pre].astype(np.int64)
+        uniq, inverse = np.unique(pairs, return_inverse=True)
+        new = [int(u) for u in uniq.tolist() if u not in self.comm_pairs]
+        if new:
+            nc = np.array([u >> 32 for u in new], dtype=np.uint32)
+            cc = np.array([u & 0xFFFFFFFF for u in new], dtype=np.uint32)
+            hit = np.zeros(len(new), dtype=bool)
+            hit[comm_hits(self.names.value_series(nc), self.cats.value_series(cc)).to_numpy()] = True
+            self.comm_pairs.update(zip(new, hit.tolist(), strict=True))
+        ok = np.array([self.comm_pairs[u] for u in uniq.tolist()], dtype=bool)
+        return pre[ok[inverse]]
+
+    def add_msgspec(self, data: Any) -> int:
+        path = self.path
+        try:
+            evs = self.fast.decode(data)
+            n_raw = len(evs)
+            xs = [e for e in evs if e.__class__ is _XEvent and e.cat not in _SKIP_SPELLINGS]
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            try:
+                evs = self.dec.decode(data)
+            except msgspec.ValidationError as exc:
+                raise InputError(path, f"malformed Kineto event: {str(exc).splitlines()[0]}") from None
+            except msgspec.DecodeError as exc:  # offsets in the message would be within the batch
+                msg = re.sub(r" \(byte \d+\)$", "", str(exc).splitlines()[0])
+                raise InputError(
+                    path, f"not valid JSON (truncated or corrupt?): {msg} in traceEvents"
+                ) from None
+            n_raw = len(evs)
+            xs = [e for e in evs if e.ph == "X" and e.cat not in _SKIP_SPELLINGS]
+        del evs
+        self.n_raw += n_raw
+        name_codes = self.names.encode(list(map(_get["name"], xs)))
+        cat_codes = self.cats.encode(list(map(_get["cat"], xs)))
+        keep = self._skip_mask(cat_codes)
+        if keep is not None:
+            xs = list(compress(xs, keep.tolist()))
+            name_codes, cat_codes = name_codes[keep], cat_codes[keep]
+        self.name_parts.append(name_codes)
+        self.cat_parts.append(cat_codes)
+        args = list(map(_get["args"], xs))
+        if None in args:
+            args = [_NO_ARGS if a is None else a for a in args]
+        for key in INT_COLUMNS:
+            owner = xs if key in ("pid", "tid") else args
+            s = _int_series(list(map(_get[key], owner)))
+            self.int_parts[key].append((s.fill_null(0).to_numpy(), s.is_not_null().to_numpy()))
+        try:
+            self.ts_parts.append(_us_col(xs, "ts"))
+            self.dur_parts.append(_us_col(xs, "dur"))
+        except (TypeError, ValueError) as exc:
+            raise InputError(path, f"Kineto event with a non-numeric ts/dur ({exc})") from None
+        for i in self._comm_rows(name_codes, cat_codes).tolist():
+            self.comm_args[self.row0 + i] = _comm_dict(args[i])
+        sync_code = self.cats.codes.get(SYNC_CATEGORY)
+        if sync_code is not None:
+            for i in np.flatnonzero(cat_codes == sync_code).tolist():
+                d = _sync_dict(args[i])
+                if d:
+                    self.comm_args[self.row0 + i] = d
+        self.row0 += len(xs)
+        del xs, args  # the comm args' Raw values may be views of ``data``: gone now
+        return n_raw
+
+    def finish(self, top: Top) -> KinetoProfile:
+        base = top.baseTimeNanoseconds
+        base_ns = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 0
+        self.close()
+
+        def int_col(key: str) -> pl.Series:
+            # one contiguous column at a time, the batch parts freed as it goes
+            parts = self.int_parts.pop(key)
+            if not parts:
+                return pl.Series([], dtype=pl.Int64)
+            vals = np.concatenate([v for v, _ in parts])
+            valid = np.concatenate([m for _, m in parts])
+            parts.clear()
+            s = pl.Series(vals, dtype=pl.Int64)
+            del vals
+            return s if valid.all() else s.scatter(np.flatnonzero(~valid), None)
+
+        cat_all = self.cats.decode(self.cat_parts)
+        n = cat_all.len()
+        ts = np.concatenate(self.ts_parts) if self.ts_parts else np.zeros(0, dtype=np.int64)
+        dur = np.concatenate(self.dur_parts) if self.dur_parts else np.zeros(0, dtype=np.int64)
+        self.ts_parts = self.dur_parts = []
+        events = pl.DataFrame(
+            {
+                "row": pl.Series(np.arange(n, dtype=np.int64)),
+                "name": self.names.decode(self.name_parts),
+                "cat": cat_all,
+                "kind": cat_all.replace_strict(
+                    list(CATEGORY_KIND),
+                    [k for k, _ in CATEGORY_KIND.values()],
+                    default="other",
+                    return_dtype=pl.String,
+                ),
+                "on_gpu": cat_all.replace_strict(
+                    list(CATEGORY_KIND),
+                    [g for _, g in CATEGORY_KIND.values()],
+                    default=False,
+                    return_dtype=pl.Boolean,
+                ),
+                "pid": int_col("pid"),
+                "tid": int_col("tid"),
+                "device": int_col("device").cast(pl.Int32),
+                "stream": int_col("stream"),
+                "start_ns": pl.Series(ts + base_ns, dtype=pl.Int64),
+                "dur_ns": pl.Series(np.maximum(dur, 0), dtype=pl.Int64),
+                "correlation": int_col("correlation"),
+                "external_id": int_col("external_id"),
+                "rf_id": int_col("rf_id"),
+            }
+        )
+        events = gpu_columns(events)
+        doc_meta = {
+            "distributedInfo": top.distributedInfo,
+            "deviceProperties": top.deviceProperties,
+            "host_name": top.host_name,
+            "schemaVersion": top.schemaVersion,
+            "traceName": top.traceName,
+        }
+        return make_profile(self.path, events, self.comm_args, base_ns, doc_meta, self.n_raw)
+
+
+def _comm_dict(a: Any) -> dict[str, Any]:
+    """The comm args (COMM_ARG_KEYS) of one decoded args struct, decoded from their raw JSON."""
+    d = {}
+    if a is not _NO_ARGS:
+        for f, key in _COMM_FIELDS.items():
+            v = getattr(a, f)
+            if len(v):
+                d[key] = msgspec.json.decode(v)
+    return d
+
+
+def _sync_dict(a: Any) -> dict[str, Any]:
+    """The SYNC_ARG_KEYS of one decoded args struct (those that are not null)."""
+    return {key: v for f, key in _SYNC_FIELDS.items() if (v := getattr(a, f)) is not None}
+
+
+def _int_series(values: list[Any]) -> pl.Series:
+    try:
+        return pl.Series(values, dtype=pl.Int64, strict=True)
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+        return pl.Series([int_or_none(v) for v in values], dtype=pl.Int64)
