@@ -137,14 +137,17 @@ _SKIP_SPELLINGS = frozenset({"Trace", "trace"})
 _NO_ARGS = _Args()
 
 # The args of the few rows the native path decodes (comm candidates, cuda_sync): the comm args
-# decoded as values at once (what ``_comm_dict`` gets from their raw JSON), UNSET when absent.
-_ArgsValues = msgspec.defstruct(  # type: ignore[misc]
-    "_ArgsValues",
-    [(f, Any, None) for f in _SYNC_FIELDS] + [(f, Any, msgspec.UNSET) for f in _COMM_FIELDS],
+# decoded as values at once (what ``_comm_dict`` gets from their raw JSON), UNSET when absent
+# (``to_builtins`` leaves those out).
+_CommValues = msgspec.defstruct(  # type: ignore[misc]
+    "_CommValues",
+    [(f, Any, msgspec.UNSET) for f in _COMM_FIELDS],
     gc=False,
-    rename={**_SYNC_FIELDS, **_COMM_FIELDS},
+    rename=_COMM_FIELDS,
 )
-_NO_ARG_VALUES = _ArgsValues()
+_SyncValues = msgspec.defstruct(  # type: ignore[misc]
+    "_SyncValues", [(f, Any, None) for f in _SYNC_FIELDS], gc=False, rename=_SYNC_FIELDS
+)
 _get = {
     k: operator.attrgetter(k)
     for k in (
@@ -198,7 +201,8 @@ class Columns:
         self.path = path
         self.dec = msgspec.json.Decoder(list[_Event])
         self.fast = msgspec.json.Decoder(list[_FAST_EVENT])
-        self.args_dec = msgspec.json.Decoder(_ArgsValues)
+        self.comm_dec = msgspec.json.Decoder(_CommValues)
+        self.sync_dec = msgspec.json.Decoder(_SyncValues)
         self.comm_pairs: dict[int, bool] = {}  # (name code << 32 | category code) -> may be comm
         self.name_parts: list[np.ndarray] = []  # vocabulary codes
         self.cat_parts: list[np.ndarray] = []
@@ -259,22 +263,22 @@ class Columns:
         self.ts_parts.append(ts)
         self.dur_parts.append(dur)
         with memoryview(data) as view:
-
-            def args_at(i: int) -> Any:
-                off = int(aoff[i])
-                return _NO_ARG_VALUES if off < 0 else self.args_dec.decode(view[off : off + int(alen[i])])
-
             for i in self._comm_rows(name_codes, cat_codes).tolist():
-                a = args_at(i)
-                self.comm_args[self.row0 + i] = {
-                    key: v for f, key in _COMM_FIELDS.items() if (v := getattr(a, f)) is not msgspec.UNSET
-                }
+                off = int(aoff[i])
+                # the comm args present, in COMM_ARG_KEYS order (the struct's fields), as values
+                self.comm_args[self.row0 + i] = (
+                    {}
+                    if off < 0
+                    else msgspec.to_builtins(self.comm_dec.decode(view[off : off + int(alen[i])]))
+                )
             sync_code = self.cats.codes.get(SYNC_CATEGORY)
             if sync_code is not None:
                 for i in np.flatnonzero(cat_codes == sync_code).tolist():
-                    d = _sync_dict(args_at(i))
-                    if d:
-                        self.comm_args[self.row0 + i] = d
+                    off = int(aoff[i])
+                    if off >= 0:
+                        d = _sync_dict(self.sync_dec.decode(view[off : off + int(alen[i])]))
+                        if d:
+                            self.comm_args[self.row0 + i] = d
         self.row0 += len(name_codes)
 
     def _comm_rows(self, name_codes: np.ndarray, cat_codes: np.ndarray) -> np.ndarray:

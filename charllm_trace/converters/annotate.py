@@ -1,0 +1,372 @@
+"""Collective columns of communication nodes (``annotate_collectives``).
+
+A communication node (an NCCL/RCCL kernel, a ``gloo:`` op) gets its type, message size, dtype,
+process group, sequence number, root/peer and all-to-all splits from its own comm args, else from
+the enclosing ``record_param_comms`` (with args), ``c10d::`` op or ``nccl:`` annotation found among
+its ancestors (a kernel: the ancestors of its runtime launch); async gloo ops are matched to the
+``c10d::`` ops that enqueued them. Rules: docs/converters.md, "Collectives".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from charllm_trace.converters import collectives as C
+from charllm_trace.converters.kineto_profile import KinetoProfile
+
+#: IO info of a node used for collective sizes: (shapes, types, values) lists.
+IO = tuple[Any, Any, Any]
+
+_ROOT_ARG = {"broadcast": 2, "reduce": 3, "gather": 3, "scatter": 3}
+_PEER_ARG = {"send": 2, "recv": 2}
+
+
+def kineto_io(args: dict[str, Any] | None) -> IO:
+    if not args:
+        return None, None, None
+    return args.get("Input Dims"), args.get("Input type"), args.get("Concrete Inputs")
+
+
+def _attach(ev: pl.DataFrame, narrow: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+    """Add ``cols`` of ``narrow`` (keyed by ``id``) to ``ev`` without copying ev's other columns
+    (a join would gather every column of the wide table)."""
+    got = ev.select("id").join(narrow.select("id", *cols), on="id", how="left", maintain_order="left")
+    return ev.with_columns([got[c] for c in cols])
+
+
+def _contains(s: pl.Series, pattern: str) -> pl.Series:
+    """``s.str.contains(pattern)``, the regex run once per distinct value (names repeat a lot)."""
+    u = s.unique()
+    return s.is_in(u.filter(u.str.contains(pattern)).implode())
+
+
+class _Tree:
+    """Cheap ancestor walks over ids (ids are dense 0..n-1 row numbers here)."""
+
+    def __init__(self, ids: np.ndarray, parents: np.ndarray, names: pl.Series) -> None:
+        size = int(ids.max()) + 1 if len(ids) else 0
+        self.parent = np.full(size, -1, dtype=np.int64)
+        self.parent[ids] = parents
+        self._names = names  # looked up on demand: only ancestors of communication nodes are visited
+        self._cache: dict[int, str] = {}
+        self._pos = np.full(size, -1, dtype=np.int64)
+        self._pos[ids] = np.arange(len(ids))
+
+    def name_of(self, i: int) -> str:
+        nm = self._cache.get(i)
+        if nm is None:
+            nm = self._cache[i] = self._names[int(self._pos[i])]
+        return nm
+
+    def ancestors(self, i: int, limit: int = 128) -> list[int]:
+        out = []
+        p = int(self.parent[i]) if 0 <= i < len(self.parent) else -1
+        while p >= 0 and len(out) < limit:
+            out.append(p)
+            p = int(self.parent[p])
+        return out
+
+
+def _pg_table(prof: KinetoProfile, extra_pgs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    pgs: dict[str, dict[str, Any]] = {}
+    ws = prof.world_size
+    for p in list(prof.pg_config) + extra_pgs:
+        name = p.get("pg_name")
+        if name is None:
+            continue
+        name = str(name)
+        ranks = C.parse_list(p.get("ranks")) or []
+        size = C.as_int(p.get("pg_size", p.get("group_size")))
+        if not ranks and size and ws and size == ws:
+            ranks = list(range(size))  # torch writes [] for the default group: all ranks
+        cur = pgs.setdefault(name, {"desc": None, "ranks": []})
+        cur["desc"] = cur["desc"] or p.get("pg_desc")
+        cur["ranks"] = cur["ranks"] or ranks
+        if size and not cur.get("size"):
+            cur["size"] = size
+    return pgs
+
+
+def annotate_collectives(
+    ev: pl.DataFrame,
+    comm_args: dict[int, dict[str, Any]],
+    prof: KinetoProfile,
+    io: dict[int, IO] | None = None,
+    extra_pgs: list[dict[str, Any]] | None = None,
+) -> tuple[pl.DataFrame, dict[str, Any], dict[str, dict[str, Any]]]:
+    """Fill the collective columns on communication nodes. Returns (events, report, process groups).
+
+    ``io`` overrides the (shapes, types, values) of a node (the host ET's inputs when linked);
+    otherwise Kineto's ``Input Dims`` / ``Input type`` / ``Concrete Inputs`` args are used.
+    """
+    io = io or {}
+    pgs = _pg_table(prof, extra_pgs or [])
+    ids = ev["id"].to_numpy()
+    parents = ev["parent"].fill_null(-1).to_numpy()
+    tree = _Tree(ids, parents, ev["name"])
+    kinds = ev["kind"]
+    name_s = ev["name"]
+    cand = ev.select("id", "name", "kind", "on_gpu", "start_ns", "_rt_id", "tid").filter(
+        ((kinds == "kernel") & _contains(name_s, r"(?i)nccl|rccl|msccl"))
+        | (~pl.col("on_gpu") & name_s.str.starts_with("gloo:"))
+    )
+
+    def node_io(i: int) -> IO:
+        if i in io:
+            return io[i]
+        return kineto_io(comm_args.get(i))
+
+    def find_context(start: int) -> dict[str, int]:
+        """Nearest record_param_comms (with args), nccl:/gloo: annotation and c10d op among ancestors."""
+        ctx: dict[str, int] = {}
+        for a in [start, *tree.ancestors(start)]:
+            nm = tree.name_of(a)
+            if (
+                nm == "record_param_comms"
+                and "rpc" not in ctx
+                and (C.has_collective_args(comm_args.get(a)) or a in io)
+            ):
+                ctx["rpc"] = a
+            elif nm.startswith(("nccl:", "rccl:")) and "ann" not in ctx:
+                ctx["ann"] = a
+            elif nm.startswith("c10d::") and C.coll_type_of(nm) and "c10d" not in ctx:
+                ctx["c10d"] = a
+        return ctx
+
+    # Async gloo ops run on worker threads: match them, in start order, to the c10d ops that
+    # enqueued them (issue order), skipping c10d ops whose gloo op ran inline under them.
+    gloo = cand.filter(pl.col("name").str.starts_with("gloo:")).sort("start_ns")
+    gloo_c10d: dict[int, int] = {}
+    if gloo.height:
+        inline = set()
+        for gid in gloo["id"].to_list():
+            for a in tree.ancestors(gid):
+                if tree.name_of(a).startswith("c10d::"):
+                    gloo_c10d[gid] = a
+                    inline.add(a)
+                    break
+        c10d = (
+            ev.select("id", "name", "on_gpu", "start_ns")
+            .filter(~pl.col("on_gpu") & pl.col("name").str.starts_with("c10d::"))
+            .sort("start_ns")
+        )
+        c10d_all = [
+            (i, C.coll_type_of(n))
+            for i, n in zip(c10d["id"].to_list(), c10d["name"].to_list(), strict=True)
+            if C.coll_type_of(n) and i not in inline
+        ]
+        gloo_all = [
+            (i, C.coll_type_of(n))
+            for i, n in zip(gloo["id"].to_list(), gloo["name"].to_list(), strict=True)
+            if i not in gloo_c10d
+        ]
+        compatible = {("reduce_scatter", "all_reduce"), ("all_gather", "all_gather")}
+        p2p = ("send", "recv")
+        # Point-to-point and collectives are matched as two separate sequences.
+        for want_p2p in (False, True):
+            cs = [x for x in c10d_all if (x[1] in p2p) == want_p2p]
+            gs = [x for x in gloo_all if (x[1] in p2p) == want_p2p]
+            for (gid, gt), (cid, ct) in zip(gs, cs, strict=False):
+                if gt != ct and (ct, gt) not in compatible:
+                    break  # order no longer trustworthy: stop matching here
+                gloo_c10d[gid] = cid
+
+    c10d_ids = set(gloo_c10d.values())
+    c10d_start = (
+        dict(ev.select("id", "start_ns").filter(pl.col("id").is_in(list(c10d_ids))).iter_rows())
+        if c10d_ids
+        else {}
+    )
+    rows: list[dict[str, Any]] = []
+    unknown_type = 0
+    for r in cand.iter_rows(named=True):
+        i = r["id"]
+        rec: dict[str, Any] = {"id": i}
+        args = comm_args.get(i) or {}
+        if r["kind"] == "kernel":
+            start = r["_rt_id"] if r["_rt_id"] is not None else -1
+            ctx = find_context(start) if start >= 0 else {}
+        else:
+            c = gloo_c10d.get(i)
+            ctx = find_context(i)
+            if c is not None:
+                ctx.setdefault("c10d", c)
+                for a in [c, *tree.ancestors(c)]:
+                    if tree.name_of(a) == "record_param_comms" and C.has_collective_args(comm_args.get(a)):
+                        ctx.setdefault("rpc", a)
+                        break
+        # The node's own type: its own comm args, else its own name (gloo:all_reduce, a kernel named
+        # ..._AllReduce_...). The enclosing ops' type (record_param_comms args, c10d:: op, nccl:
+        # annotation) only types a node whose own name names no collective (a SendRecv kernel): a
+        # reduce_scatter that gloo runs as a gloo:all_reduce is an all_reduce here.
+        own_type = (C.coll_type_of(args.get("Collective name")) if args else None) or C.coll_type_of(
+            r["name"]
+        )
+        c10d_type = C.coll_type_of(tree.name_of(ctx["c10d"])) if "c10d" in ctx else None
+        ctype = (
+            own_type
+            or (
+                C.coll_type_of(comm_args.get(ctx["rpc"], {}).get("Collective name")) if "rpc" in ctx else None
+            )
+            or c10d_type
+            or (C.coll_type_of(tree.name_of(ctx["ann"])) if "ann" in ctx else None)
+        )
+        if C.has_collective_args(args):
+            info = C.from_args(args, ctype)
+            info["size_source"] = "kernel_args"
+        elif "rpc" in ctx and C.has_collective_args(comm_args.get(ctx["rpc"])):
+            info = C.from_args(comm_args[ctx["rpc"]], ctype, own_type=own_type)
+            info["size_source"] = "record_param_comms_args"
+        else:
+            info = {"coll_type": ctype}
+            # Sizes from the op's own inputs: the gloo op, or the nccl:/rccl: annotation.
+            src = i if r["kind"] != "kernel" else ctx.get("ann")
+            n_in, ty = (None, None)
+            if src is not None:
+                shapes, types, _ = node_io(src)
+                n_in, ty = C.first_tensor(shapes, types)
+            c10d_out = None
+            if "c10d" in ctx and ctype in ("all_gather", "gather"):
+                shapes, types, _ = node_io(ctx["c10d"])
+                # the output (first argument) only: the input would give the per-rank size
+                c10d_out, ty2 = C.first_tensor(
+                    shapes[:1] if isinstance(shapes, list) else None,
+                    types[:1] if isinstance(types, list) else None,
+                )
+                ty = ty or ty2
+            if n_in is None and "c10d" in ctx and ctype not in ("all_gather", "gather"):
+                shapes, types, _ = node_io(ctx["c10d"])
+                # c10d::alltoall_base_ / _reduce_scatter_base_ (output, input, ...): the input
+                skip_out = c10d_type in ("all_to_all", "reduce_scatter")
+                n_in, ty = C.first_tensor(
+                    shapes[1:] if skip_out and isinstance(shapes, list) else shapes,
+                    types[1:] if skip_out and isinstance(types, list) else types,
+                )
+            dt, size = C.dtype_info(ty)
+            info["dtype"] = dt
+            info["in_nelems"] = n_in
+            info["_c10d_out"] = c10d_out
+            info["size_source"] = "inputs" if (n_in is not None or c10d_out is not None) else None
+            info["_elem_size"] = size
+        # Process group.
+        pg_name = info.get("pg_name")
+        if pg_name is not None and pg_name not in pgs:
+            pgs[pg_name] = {"desc": info.get("pg_desc"), "ranks": info.get("pg_ranks") or []}
+        elif pg_name is not None:
+            pgs[pg_name]["desc"] = pgs[pg_name]["desc"] or info.get("pg_desc")
+            pgs[pg_name]["ranks"] = pgs[pg_name]["ranks"] or info.get("pg_ranks") or []
+        if pg_name is None and len(pgs) == 1:
+            pg_name = next(iter(pgs))
+        rec["pg_name"] = pg_name
+        ranks = pgs[pg_name]["ranks"] if pg_name in pgs else (info.get("pg_ranks") or [])
+        gsize = (
+            info.get("group_size")
+            or (len(ranks) if ranks else None)
+            or (pgs.get(pg_name, {}).get("size") if pg_name else None)
+        )
+        ctype = info.get("coll_type")
+        if info.get("size_source") in ("inputs", None) and "num_elems" not in info:
+            n_in = info.get("in_nelems")
+            if ctype in ("all_gather", "gather"):
+                n = info.get("_c10d_out") or (n_in * gsize if (n_in is not None and gsize) else None)
+            else:
+                n = C.comm_nelems(ctype, n_in, n_in)
+            info["num_elems"] = n
+            size = info.get("_elem_size")
+            info["comm_bytes"] = (
+                0 if ctype == "barrier" else (n * size if (n is not None and size is not None) else None)
+            )
+        # all-to-all split sizes from c10d::alltoall_base_(output, input, pg, output_split_sizes,
+        # input_split_sizes, ...) when the comm args did not give them.
+        if (
+            ctype == "all_to_all"
+            and c10d_type == "all_to_all"
+            and not info.get("in_split")
+            and not info.get("out_split")
+        ):
+            _, _, values = node_io(ctx["c10d"])
+            if isinstance(values, list) and len(values) > 4:
+                info["out_split"] = C.parse_list(values[3]) or None
+                info["in_split"] = C.parse_list(values[4]) or None
+        # Root / peer from the c10d op's scalar inputs (group ranks -> global ranks), where the c10d
+        # op is the same operation (its signature gives the argument's position).
+        root = peer = None
+        if c10d_type == ctype and ctype in {**_ROOT_ARG, **_PEER_ARG}:
+            _, _, values = node_io(ctx["c10d"])
+            idx = _ROOT_ARG.get(ctype, _PEER_ARG.get(ctype))
+            if isinstance(values, list) and idx is not None and idx < len(values):
+                g = C.as_int(values[idx])
+                if g is not None:
+                    glob = ranks[g] if ranks and 0 <= g < len(ranks) else g
+                    if ctype in _ROOT_ARG:
+                        root = glob
+                    else:
+                        peer = glob
+        if ctype is None:
+            unknown_type += 1
+        rec.update(
+            node_type=C.node_type_of(ctype),
+            coll_type=ctype,
+            comm_bytes=info.get("comm_bytes"),
+            dtype=None if ctype == "barrier" else info.get("dtype"),
+            num_elems=info.get("num_elems"),
+            coll_seq=info.get("coll_seq"),
+            root=root,
+            peer=peer,
+            in_split=info.get("in_split"),
+            out_split=info.get("out_split"),
+            _size_source=info.get("size_source"),
+            _c10d=ctx.get("c10d") if r["kind"] != "kernel" else None,
+            # issue order: a gloo op is ordered by the c10d op that enqueued it
+            _start=c10d_start.get(ctx.get("c10d", -1), r["start_ns"])
+            if r["kind"] != "kernel"
+            else r["start_ns"],
+        )
+        rows.append(rec)
+    report: dict[str, Any] = {"comm_nodes": len(rows), "comm_unknown_type": unknown_type}
+    if not rows:
+        return ev, report, pgs
+    cf = pl.DataFrame(
+        rows,
+        schema={
+            "id": pl.Int64,
+            "pg_name": pl.String,
+            "node_type": pl.String,
+            "coll_type": pl.String,
+            "comm_bytes": pl.Int64,
+            "dtype": pl.String,
+            "num_elems": pl.Int64,
+            "coll_seq": pl.Int64,
+            "root": pl.Int32,
+            "peer": pl.Int32,
+            "in_split": pl.List(pl.Int64),
+            "out_split": pl.List(pl.Int64),
+            "_size_source": pl.String,
+            "_c10d": pl.Int64,
+            "_start": pl.Int64,
+        },
+    )
+    have_seq = cf["coll_seq"].is_not_null()
+    report["coll_seq_source"] = "args" if have_seq.all() else ("ordinal" if not have_seq.any() else "mixed")
+    cf = cf.sort("_start").with_columns(
+        pl.coalesce(
+            "coll_seq",
+            pl.int_range(0, pl.len(), dtype=pl.Int64).over(pl.col("pg_name").fill_null("")),
+        ).alias("coll_seq")
+    )
+    report["comm_size_sources"] = {str(k): int(v) for k, v in cf.group_by("_size_source").len().iter_rows()}
+    report["comm_without_bytes"] = int(cf["comm_bytes"].is_null().sum())
+    # gloo: the async op is launched by its c10d op.
+    launch = cf.filter(pl.col("_c10d").is_not_null()).select("id", pl.col("_c10d").alias("_gloo_launch"))
+    cf = cf.drop("_size_source", "_c10d", "_start")
+    cf = cf.rename({"node_type": "_nt"})
+    ev = ev.drop([c for c in cf.columns if c not in ("id", "_nt") and c in ev.columns])
+    ev = _attach(ev, cf, [c for c in cf.columns if c != "id"])
+    ev = ev.with_columns(pl.coalesce("_nt", "node_type").alias("node_type")).drop("_nt")
+    if launch.height:
+        ev = _attach(ev, launch, ["_gloo_launch"])
+        ev = ev.with_columns(pl.coalesce("launch_id", "_gloo_launch").alias("launch_id")).drop("_gloo_launch")
+    return ev, report, pgs
