@@ -1,4 +1,5 @@
-"""``charllm-trace cache info|clear``: the cache of decoded and converted inputs (docs/cache.md)."""
+"""``charllm-trace cache info|clear``: the cache of decoded and converted inputs and of analysis
+results (docs/cache.md)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def no_cache_option(f: Any) -> Any:
         is_flag=True,
         expose_value=False,
         callback=turn_off,
-        help="Read and convert the input again; neither use nor fill the cache.",
+        help="Read, convert and analyse the input again; neither use nor fill the cache.",
     )(f)
 
 
@@ -38,7 +39,7 @@ def _size(n: float) -> str:
 
 @click.group("cache")
 def cache_group() -> None:
-    """The cache of decoded ETs and converted Kineto profiles and run directories."""
+    """The cache of decoded ETs, converted Kineto profiles and run directories, and analysis results."""
 
 
 @cache_group.command("info")
