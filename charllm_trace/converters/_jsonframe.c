@@ -19,6 +19,24 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h> /* first, as Python requires; used by the stub only */
 #include <stdint.h>
+#include <string.h>
+
+/* word-at-a-time tests on 8 bytes (SWAR): a byte equal to 0, or below n (n <= 128) */
+#define JF_ONES 0x0101010101010101ULL
+#define JF_HIGH 0x8080808080808080ULL
+#define JF_HAS_ZERO(x) (((x) - JF_ONES) & ~(x) & JF_HIGH)
+#define JF_HAS_LESS(x, n) (((x) - JF_ONES * (n)) & ~(x) & JF_HIGH)
+
+static inline uint64_t jf_load(const uint8_t *p) {
+    uint64_t x;
+    memcpy(&x, p, 8);
+    return x;
+}
+
+/* whether any of the 8 bytes is a quote or a backslash */
+static inline int jf_quote_or_bs(uint64_t x) {
+    return JF_HAS_ZERO(x ^ (JF_ONES * '"')) || JF_HAS_ZERO(x ^ (JF_ONES * '\\'));
+}
 
 /* the bytes that matter outside strings */
 static const uint8_t special[256] = {['"'] = 1, ['{'] = 1, ['['] = 1, ['}'] = 1, [']'] = 1, [','] = 1, [':'] = 1};
@@ -46,7 +64,10 @@ int64_t jf_scan(const uint8_t *b, int64_t n, int64_t *st, int64_t base, int64_t 
                 i++;
                 continue;
             }
-            while (c != '"' && c != '\\') { /* the common case: plain string bytes */
+            while (i + 8 <= n && !jf_quote_or_bs(jf_load(b + i))) i += 8; /* plain string bytes */
+            if (i == n) goto out;
+            c = b[i];
+            while (c != '"' && c != '\\') {
                 if (++i == n) goto out;
                 c = b[i];
             }
@@ -118,7 +139,6 @@ out:
  * names and categories interned by this call are forgotten). */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #define JD_MAX_DEPTH 64
 #define JD_NINT 7 /* pid, tid, device, stream, correlation, External id, Record function id */
@@ -278,6 +298,10 @@ static int64_t jd_string(const jd_in *in, int64_t p, int *esc) {
     *esc = 0;
     p++;
     for (;;) {
+        for (; p + 8 <= n; p += 8) { /* 8 plain bytes at a time: no quote, backslash, control, non-ASCII */
+            uint64_t x = jf_load(b + p);
+            if ((x & JF_HIGH) || JF_HAS_LESS(x, 0x20) || jf_quote_or_bs(x)) break;
+        }
         while (p < n && !jd_stop[b[p]]) p++;
         if (p >= n) return -1;
         uint8_t c = b[p];
