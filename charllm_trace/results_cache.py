@@ -11,7 +11,7 @@ checksummed) at ``<cache root>/results/<key>``. The key is the SHA-256 of
   ETs; a re-read finds the content hashes by stat key, without hashing the file again;
 - the analysis options and the ranks selected;
 - a fingerprint of the code that computes results: the ``.py``/``.c`` sources of ``analysis/``,
-  ``graph/``, ``model.py``, ``loader.py``, ``report.py`` (the report's views) and the results
+  ``graph/``, ``model.py``, ``loader.py``, ``report_views.py`` (the report's views) and the results
   file code, plus the versions of Python, polars and numpy;
 - the results format version.
 
@@ -44,12 +44,20 @@ from charllm_trace.results_store import VERSION, SavedResults, read_results, res
 if TYPE_CHECKING:
     from charllm_trace.analysis.results import AnalyzeOptions, RunAnalysis
     from charllm_trace.model import Run
-    from charllm_trace.report import ReportViews
+    from charllm_trace.report_views import ReportViews
 
 KIND = "results"
 #: sources whose code decides the results (relative to the package); the input's reading and
 #: conversion are in the input key already (et/cache.py fingerprints)
-CODE = ("analysis", "graph", "model.py", "loader.py", "report.py", "results_store.py", "results_cache.py")
+CODE = (
+    "analysis",
+    "graph",
+    "model.py",
+    "loader.py",
+    "report_views.py",
+    "results_store.py",
+    "results_cache.py",
+)
 
 _fingerprint: str | None = None
 _noted: set[str] = set()
@@ -193,7 +201,7 @@ def analyze_path(
     cache: bool | None = None,
 ) -> Analysed:
     """``analyze_run`` of the input at ``path`` (only ``ranks`` when given), from the results cache
-    when it holds them; ``views``: also the report's views of the trace (``report.report_views``).
+    when it holds them; ``views``: also the report's views of the trace (``report_views.report_views``).
     ``cache``: use the caches (default: unless turned off, ``et.cache.set_enabled(False)`` or
     ``CHARLLM_TRACE_NO_CACHE=1``). Raises InputError for bad input."""
     if cache is None:
@@ -211,7 +219,7 @@ def analyze_path(
     run, res = _analyze(path, options, ranks, cache=cache)
     vw = None
     if views:
-        from charllm_trace.report import drawn_run, report_views
+        from charllm_trace.report_views import drawn_run, report_views
 
         vw = report_views(drawn_run(run, res), res.classified)
     if key is not None:

@@ -4,9 +4,10 @@ without the trace and without analysing again (``analyze --save``, ``analyze RES
 
 A results file holds a :class:`~charllm_trace.analysis.results.RunAnalysis` whole — every frame
 and scalar of each analysis, the notes, skipped reasons, ranks, options and source — and,
-optionally, what the report draws from the trace itself (:class:`charllm_trace.report.ReportViews`:
-activity lanes, telemetry series, time origin). Not saved: ``RunAnalysis.classified`` (the
-analyses' input, as large as the trace; the views keep what the report draws from it).
+optionally, what the report draws from the trace itself
+(:class:`charllm_trace.report_views.ReportViews`: activity lanes, telemetry series, time origin).
+Not saved: ``RunAnalysis.classified`` (the analyses' input, as large as the trace; the views keep
+what the report draws from it).
 
 Format (``VERSION``): one zip file (``zipfile``, members stored uncompressed):
 
@@ -51,7 +52,7 @@ from charllm_trace.analysis.results import (
 from charllm_trace.errors import InputError
 
 if TYPE_CHECKING:
-    from charllm_trace.report import ReportViews
+    from charllm_trace.report_views import ReportViews
 
 FORMAT = "charllm-trace-results"
 VERSION = 1
@@ -212,8 +213,8 @@ def save_results(
     views: ReportViews | None = None,
     force: bool = False,
 ) -> Path:
-    """Write ``res`` (and the report's ``views``, :func:`charllm_trace.report.report_views`) to
-    ``path``; refuses to replace an existing file unless ``force``. Written to a temporary
+    """Write ``res`` (and the report's ``views``, :func:`charllm_trace.report_views.report_views`)
+    to ``path``; refuses to replace an existing file unless ``force``. Written to a temporary
     file beside it and renamed, so a reader never sees half a file."""
     p = Path(path)
     if p.exists() and not force:
@@ -328,7 +329,7 @@ class SavedResults:
 def _decode_views(doc: dict[str, Any], members: dict[str, bytes]) -> ReportViews:
     import numpy as np
 
-    from charllm_trace.report import DeviceSeries, RankLanes, ReportViews
+    from charllm_trace.report_views import DeviceSeries, RankLanes, ReportViews
 
     def parts(name: str, keys: list[str]) -> dict[tuple[Any, ...], pl.DataFrame]:
         df = _frame(members[f"views/{name}.arrow"], f"views/{name}.arrow")
