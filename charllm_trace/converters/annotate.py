@@ -52,13 +52,14 @@ class _Tree:
         self.parent[ids] = parents
         self._names = names  # looked up on demand: only ancestors of communication nodes are visited
         self._cache: dict[int, str] = {}
-        self._pos = np.full(size, -1, dtype=np.int64)
-        self._pos[ids] = np.arange(len(ids))
+        self.ids = ids
+        self.pos = np.full(size, -1, dtype=np.int64)  # id -> row
+        self.pos[ids] = np.arange(len(ids))
 
     def name_of(self, i: int) -> str:
         nm = self._cache.get(i)
         if nm is None:
-            nm = self._cache[i] = self._names[int(self._pos[i])]
+            nm = self._cache[i] = self._names[int(self.pos[i])]
         return nm
 
     def ancestors(self, i: int, limit: int = 128) -> list[int]:
@@ -90,6 +91,86 @@ def _pg_table(prof: KinetoProfile, extra_pgs: list[dict[str, Any]]) -> dict[str,
     return pgs
 
 
+def _context_flags(names: pl.Series, with_args: np.ndarray) -> Any:
+    """A function of node ids giving three flags for each: a record_param_comms with collective
+    args (``with_args``, by id); an nccl:/rccl: annotation; a c10d:: op that names a collective.
+    Only the ids the walk visits are looked at (a few per communication node)."""
+
+    def flags(idx: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        nm = names.gather(pos[idx])
+        c10d = nm.str.starts_with("c10d::").to_numpy()
+        if c10d.any():
+            c10d[c10d] = [C.coll_type_of(n) is not None for n in nm.filter(pl.Series(c10d)).to_list()]
+        return (
+            (nm == "record_param_comms").to_numpy() & with_args[idx],
+            (nm.str.starts_with("nccl:") | nm.str.starts_with("rccl:")).to_numpy(),
+            c10d,
+        )
+
+    return flags
+
+
+def _contexts(tree: _Tree, starts: np.ndarray, flags: Any, limit: int = 128) -> list[np.ndarray]:
+    """For each start id (-1: none): the nearest record_param_comms with collective args, nccl:/rccl:
+    annotation and collective c10d:: op among the start and its ancestors (up to ``limit``), -1
+    where there is none. All starts walk up together, one level per step."""
+    found = [np.full(len(starts), -1, dtype=np.int64) for _ in range(3)]
+    cur = np.where((starts >= 0) & (starts < len(tree.parent)), starts, -1)
+    for _ in range(limit + 1):
+        live = np.flatnonzero(cur >= 0)
+        if not live.size:
+            break
+        idx = cur[live]
+        for fd, f in zip(found, flags(idx, tree.pos), strict=True):
+            hit = live[f & (fd[live] < 0)]
+            fd[hit] = cur[hit]
+        cur[live] = tree.parent[idx]
+    return found
+
+
+def _gloo_launches(ev: pl.DataFrame, cand: pl.DataFrame, tree: _Tree) -> dict[int, int]:
+    """gloo op id -> the c10d op that launched it. Async gloo ops run on worker threads: they are
+    matched, in start order, to the c10d ops that enqueued them (issue order), skipping c10d ops
+    whose gloo op ran inline under them."""
+    gloo = cand.filter(pl.col("name").str.starts_with("gloo:")).sort("start_ns")
+    gloo_c10d: dict[int, int] = {}
+    if not gloo.height:
+        return gloo_c10d
+    inline = set()
+    for gid in gloo["id"].to_list():
+        for a in tree.ancestors(gid):
+            if tree.name_of(a).startswith("c10d::"):
+                gloo_c10d[gid] = a
+                inline.add(a)
+                break
+    c10d = (
+        ev.select("id", "name", "on_gpu", "start_ns")
+        .filter(~pl.col("on_gpu") & pl.col("name").str.starts_with("c10d::"))
+        .sort("start_ns")
+    )
+    c10d_all = [
+        (i, C.coll_type_of(n))
+        for i, n in zip(c10d["id"].to_list(), c10d["name"].to_list(), strict=True)
+        if C.coll_type_of(n) and i not in inline
+    ]
+    gloo_all = [
+        (i, C.coll_type_of(n))
+        for i, n in zip(gloo["id"].to_list(), gloo["name"].to_list(), strict=True)
+        if i not in gloo_c10d
+    ]
+    compatible = {("reduce_scatter", "all_reduce"), ("all_gather", "all_gather")}
+    p2p = ("send", "recv")
+    # Point-to-point and collectives are matched as two separate sequences.
+    for want_p2p in (False, True):
+        cs = [x for x in c10d_all if (x[1] in p2p) == want_p2p]
+        gs = [x for x in gloo_all if (x[1] in p2p) == want_p2p]
+        for (gid, gt), (cid, ct) in zip(gs, cs, strict=False):
+            if gt != ct and (ct, gt) not in compatible:
+                break  # order no longer trustworthy: stop matching here
+            gloo_c10d[gid] = cid
+    return gloo_c10d
+
+
 def annotate_collectives(
     ev: pl.DataFrame,
     comm_args: dict[int, dict[str, Any]],
@@ -119,60 +200,14 @@ def annotate_collectives(
             return io[i]
         return kineto_io(comm_args.get(i))
 
-    def find_context(start: int) -> dict[str, int]:
-        """Nearest record_param_comms (with args), nccl:/gloo: annotation and c10d op among ancestors."""
-        ctx: dict[str, int] = {}
-        for a in [start, *tree.ancestors(start)]:
-            nm = tree.name_of(a)
-            if (
-                nm == "record_param_comms"
-                and "rpc" not in ctx
-                and (C.has_collective_args(comm_args.get(a)) or a in io)
-            ):
-                ctx["rpc"] = a
-            elif nm.startswith(("nccl:", "rccl:")) and "ann" not in ctx:
-                ctx["ann"] = a
-            elif nm.startswith("c10d::") and C.coll_type_of(nm) and "c10d" not in ctx:
-                ctx["c10d"] = a
-        return ctx
-
-    # Async gloo ops run on worker threads: match them, in start order, to the c10d ops that
-    # enqueued them (issue order), skipping c10d ops whose gloo op ran inline under them.
-    gloo = cand.filter(pl.col("name").str.starts_with("gloo:")).sort("start_ns")
-    gloo_c10d: dict[int, int] = {}
-    if gloo.height:
-        inline = set()
-        for gid in gloo["id"].to_list():
-            for a in tree.ancestors(gid):
-                if tree.name_of(a).startswith("c10d::"):
-                    gloo_c10d[gid] = a
-                    inline.add(a)
-                    break
-        c10d = (
-            ev.select("id", "name", "on_gpu", "start_ns")
-            .filter(~pl.col("on_gpu") & pl.col("name").str.starts_with("c10d::"))
-            .sort("start_ns")
-        )
-        c10d_all = [
-            (i, C.coll_type_of(n))
-            for i, n in zip(c10d["id"].to_list(), c10d["name"].to_list(), strict=True)
-            if C.coll_type_of(n) and i not in inline
-        ]
-        gloo_all = [
-            (i, C.coll_type_of(n))
-            for i, n in zip(gloo["id"].to_list(), gloo["name"].to_list(), strict=True)
-            if i not in gloo_c10d
-        ]
-        compatible = {("reduce_scatter", "all_reduce"), ("all_gather", "all_gather")}
-        p2p = ("send", "recv")
-        # Point-to-point and collectives are matched as two separate sequences.
-        for want_p2p in (False, True):
-            cs = [x for x in c10d_all if (x[1] in p2p) == want_p2p]
-            gs = [x for x in gloo_all if (x[1] in p2p) == want_p2p]
-            for (gid, gt), (cid, ct) in zip(gs, cs, strict=False):
-                if gt != ct and (ct, gt) not in compatible:
-                    break  # order no longer trustworthy: stop matching here
-                gloo_c10d[gid] = cid
+    gloo_c10d = _gloo_launches(ev, cand, tree)
+    # the context of every candidate at once: a kernel's is its runtime launch's, a gloo op's its own
+    with_args = np.zeros(len(tree.parent), dtype=bool)  # by id
+    keyed = [i for i in comm_args if C.has_collective_args(comm_args[i])] + list(io)
+    with_args[[i for i in keyed if 0 <= i < len(with_args)]] = True
+    kernel = (cand["kind"] == "kernel").to_numpy()
+    starts = np.where(kernel, cand["_rt_id"].fill_null(-1).to_numpy(), cand["id"].to_numpy())
+    ctx_rpc, ctx_ann, ctx_c10d = _contexts(tree, starts, _context_flags(name_s, with_args))
 
     c10d_ids = set(gloo_c10d.values())
     c10d_start = (
@@ -182,16 +217,14 @@ def annotate_collectives(
     )
     rows: list[dict[str, Any]] = []
     unknown_type = 0
-    for r in cand.iter_rows(named=True):
+    contexts = zip(ctx_rpc.tolist(), ctx_ann.tolist(), ctx_c10d.tolist(), strict=True)
+    for r, (c_rpc, c_ann, c_c10d) in zip(cand.iter_rows(named=True), contexts, strict=True):
         i = r["id"]
         rec: dict[str, Any] = {"id": i}
         args = comm_args.get(i) or {}
-        if r["kind"] == "kernel":
-            start = r["_rt_id"] if r["_rt_id"] is not None else -1
-            ctx = find_context(start) if start >= 0 else {}
-        else:
+        ctx = {k: v for k, v in (("rpc", c_rpc), ("ann", c_ann), ("c10d", c_c10d)) if v >= 0}
+        if r["kind"] != "kernel":
             c = gloo_c10d.get(i)
-            ctx = find_context(i)
             if c is not None:
                 ctx.setdefault("c10d", c)
                 for a in [c, *tree.ancestors(c)]:

@@ -20,6 +20,7 @@ num_elems x element size``).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Any
@@ -114,6 +115,7 @@ def dtype_info(raw: Any) -> tuple[str | None, int | None]:
     return _DTYPE_NAME.get(key, s), _ELEM_SIZE.get(key)
 
 
+@functools.lru_cache(maxsize=4096)  # called per communication node and its ancestors; names repeat
 def coll_type_of(text: str | None) -> str | None:
     """Collective type from a collective name, c10d op, ``nccl:``/``gloo:`` op or kernel name."""
     if not text:
