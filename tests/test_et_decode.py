@@ -251,7 +251,7 @@ def test_a_wrong_split_guess_is_caught(monkeypatch: pytest.MonkeyPatch, shift: i
         pytest.skip("the native C scanner is not built here (reinstall with a C compiler)")
     src = shared_trace("chakra/feeder_tests_chakra.0.et")
     whole, _ = _one_part(src, monkeypatch)
-    real = fastdecode._split_point
+    real = fastdecode.split_point
     guesses = []
 
     def off(so, data, begin, size):
@@ -267,7 +267,7 @@ def test_a_wrong_split_guess_is_caught(monkeypatch: pytest.MonkeyPatch, shift: i
         return real_part(data, begin, *a, **k)
 
     _two_parts(monkeypatch)
-    monkeypatch.setattr(fastdecode, "_split_point", off)
+    monkeypatch.setattr(fastdecode, "split_point", off)
     monkeypatch.setattr(fastdecode, "_decode_part", part)
     t = read_et(src, cache=False)
     assert guesses, "the file was not decoded in two parts"

@@ -240,13 +240,13 @@ def test_writer_batches_do_not_change_the_file(tmp_path: Path, monkeypatch: pyte
 
 
 def test_numpy_decoder_matches_c_on_chakra_output(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fallback decoder (no native module) gives the same tables, also when it works in chunks."""
-    from charllm_trace.et import _native, fastdecode
+    """The numpy oracle (CHARLLM_TRACE_NATIVE=0) gives the same tables, also when it works in chunks."""
+    from charllm_trace.et import _native, oracle
 
     src = shared_trace("chakra/feeder_tests_chakra.0.et")
     c_trace = read_et(src, cache=False)
     monkeypatch.setenv("CHARLLM_TRACE_NATIVE", "0")
-    monkeypatch.setattr(fastdecode, "_PACKED_CHUNK", 1000)
+    monkeypatch.setattr(oracle, "PACKED_CHUNK", 1000)
     _native.reset()
     try:
         assert _native.lib() is None

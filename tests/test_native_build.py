@@ -3,8 +3,9 @@
 ``charllm_trace.et._etscan`` (the ET scanner) and ``charllm_trace.converters._jsonframe`` (the
 Kineto JSON framer) are extension modules built by setuptools (``setup.py``) and called through
 ctypes (docs/native.md). Reading a trace runs no compiler, writes nothing executable and loads
-nothing from a cache directory; a missing module gets one warning per process and the numpy
-code, whose results are the same (the oracle: ``CHARLLM_TRACE_NATIVE=0``).
+nothing from a cache directory. A missing JSON framer gets one warning per process and its numpy
+code (same results); a missing ET scanner is one error (there is no slow path; its numpy oracle,
+``CHARLLM_TRACE_NATIVE=0``, is the tests' switch).
 """
 
 from __future__ import annotations
@@ -185,7 +186,32 @@ def test_no_compiler_and_no_writable_cache_change_nothing(
             _same_as_oracle(out, name, oracle[name])
 
 
-def test_missing_modules_warn_once_each_and_give_the_same_tables(
+# The unbuilt package reads a Kineto profile (one warning: the JSON framer has a numpy path) and
+# fails on an ET with one error (the ET scanner is required: no slow path).
+UNBUILT_PROBE = r"""
+import json, sys, warnings
+from pathlib import Path
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import charllm_trace as ct
+    from charllm_trace.et import _native
+    out = Path(sys.argv[3])
+    for _ in range(2):
+        (tr,) = ct.load(sys.argv[2]).traces.values()
+    for table in ("nodes", "deps", "telemetry"):
+        getattr(tr, table).write_ipc(out / f"kineto.{table}.arrow")
+    (out / "kineto.meta.json").write_text(json.dumps(tr.meta.to_dict(), default=str))
+    errors = []
+    for _ in range(2):
+        try:
+            ct.load(sys.argv[1], cache=False)
+        except _native.ScannerMissing as exc:
+            errors.append(str(exc))
+print("PROBE " + json.dumps({"errors": errors, "warnings": [f"{w.category.__name__}: {w.message}" for w in caught]}))
+"""
+
+
+def test_missing_modules_an_et_is_one_error_a_kineto_profile_one_warning(
     tmp_path: Path, et_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The package as a checkout that was never built: its Python files, no compiled modules.
@@ -195,18 +221,30 @@ def test_missing_modules_warn_once_each_and_give_the_same_tables(
     )
     out = tmp_path / "out"
     out.mkdir()
-    ev = _probe(et_file, out, _clean_env(CHARLLM_TRACE_CACHE_DIR=str(tmp_path / "cache")), pythonpath=site)
-    assert ev["native"] == {"etscan": False, "jsonframe": False}
-    assert len(ev["warnings"]) == 2, ev["warnings"]  # two loads of each kind, one warning per module
-    for module, w in zip(sorted(HELPERS, key=lambda m: "jsonframe" in m), ev["warnings"], strict=True):
-        assert w.startswith("NativeModuleWarning: ") and module in w
-        assert "is not built" in w and "reinstall" in w and "C compiler" in w
-    assert not [p for p in ev["dlopen"] if p and ("_etscan" in p or "_jsonframe" in p)]
-    for name, path in (("et", et_file), ("kineto", KINETO)):
-        _same_as_oracle(out, name, _oracle(path, monkeypatch))
+    env = {**_clean_env(CHARLLM_TRACE_CACHE_DIR=str(tmp_path / "cache")), "PYTHONPATH": str(site)}
+    r = subprocess.run(
+        [sys.executable, "-c", UNBUILT_PROBE, str(et_file), str(KINETO), str(out)],
+        env=env, cwd=out, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    ev = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("PROBE "))[len("PROBE ") :])
+    (w,) = ev["warnings"]  # the JSON framer's, once; the ET scanner warns nothing, it fails
+    assert w.startswith("NativeModuleWarning: ") and "charllm_trace.converters._jsonframe is not built" in w
+    assert len(ev["errors"]) == 2  # every ET read fails the same way
+    for e in ev["errors"]:
+        assert "charllm_trace.et._etscan is not built" in e and "pip install -e ." in e and "\n" not in e
+    _same_as_oracle(out, "kineto", _oracle(KINETO, monkeypatch))
+    # the command line: one line, no traceback
+    cli = subprocess.run(
+        [sys.executable, "-m", "charllm_trace.cli", "info", str(et_file)],
+        env=env, cwd=out, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert cli.returncode == 3, cli.stderr
+    (line,) = cli.stderr.strip().splitlines()
+    assert "ScannerMissing: the compiled module charllm_trace.et._etscan is not built" in line
 
 
-def test_a_broken_module_warns_and_the_numpy_path_is_used(
+def test_a_broken_module_is_one_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recwarn: pytest.WarningsRecorder
 ) -> None:
     bad = tmp_path / "_etscan.cpython-bad.so"
@@ -216,13 +254,12 @@ def test_a_broken_module_warns_and_the_numpy_path_is_used(
     monkeypatch.delenv("CHARLLM_TRACE_NATIVE", raising=False)
     _native.reset()
     try:
-        assert _native.lib() is None
-        _native.reset()
-        assert _native.lib() is None  # asked again (a test's reset): no second warning
+        for _ in range(2):  # asked again: the same error, still no warning
+            with pytest.raises(_native.ScannerMissing, match="charllm_trace.et._etscan cannot be loaded"):
+                _native.lib()
     finally:
         _native.reset()
-    (w,) = [w for w in recwarn if issubclass(w.category, _native_libs.NativeModuleWarning)]
-    assert "charllm_trace.et._etscan cannot be loaded" in str(w.message)
+    assert not [w for w in recwarn if issubclass(w.category, _native_libs.NativeModuleWarning)]
 
 
 def test_native_0_selects_numpy_without_a_warning(

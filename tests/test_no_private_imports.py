@@ -26,15 +26,8 @@ KNOWN = {
     ("charllm_trace.converters.jsonframe", "charllm_trace", "_native_libs"),
     ("charllm_trace.et._native", "charllm_trace", "_native_libs"),
     ("charllm_trace.et._arrow", "charllm_trace.et", "_native"),
-    ("charllm_trace.et.fastdecode", "charllm_trace.et", "_native"),
+    ("charllm_trace.et.nodescan", "charllm_trace.et", "_native"),
     ("charllm_trace.et.reader", "charllm_trace.et", "_native"),
-    ("charllm_trace.et.fastdecode", "charllm_trace.et._arrow", "_STEP"),
-    # the Arrow C structures shared by et/_arrow.py and et/_colcache.py - issue 12
-    ("charllm_trace.et._colcache", "charllm_trace.et._arrow", "_ArrayRelease"),
-    ("charllm_trace.et._colcache", "charllm_trace.et._arrow", "_ArrowArray"),
-    ("charllm_trace.et._colcache", "charllm_trace.et._arrow", "_ArrowSchema"),
-    ("charllm_trace.et._colcache", "charllm_trace.et._arrow", "_PyCapsule_New"),
-    ("charllm_trace.et._colcache", "charllm_trace.et._arrow", "_SchemaRelease"),
 }
 
 

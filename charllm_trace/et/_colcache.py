@@ -1,73 +1,40 @@
 """A memory-mapped columnar file for polars frames: written once, re-opened without copying.
 
-polars' own IPC reader copies every buffer into memory, which for a large trace
-(a million nodes, fifty million dependencies) costs as much as decoding the ET.
-This format keeps each column's Arrow buffers, 64-byte aligned, in one data
-file plus a JSON description; re-opening maps the file and hands polars the
-buffers through the Arrow C Data Interface, so nothing is copied or parsed.
-Buffers shared by several columns (string views into one byte buffer) are
-stored once.
+Each column's Arrow buffers go, 64-byte aligned, into one data file per table, with a sealed
+JSON description (the column's Arrow type as a serialised schema, lengths, offsets, null
+counts, and where each buffer is). Buffers shared by several columns are stored once: the
+string-view columns of a decoded ET all point into the ET's bytes, which Arrow IPC would write
+once per column (6.5 GB instead of 1.3 GB for the node table of the 1 M-node ET, see
+docs/cache.md). Re-opening maps the file (``pa.memory_map``) and rebuilds every column with
+``pa.Array.from_buffers`` over slices of the mapping; polars imports them through the Arrow C
+Data Interface. pyarrow owns every Arrow structure and its lifetime: the mapping lives as long as
+a column (or a slice of one) refers to it, and nothing here is a C structure or a callback.
 
-Supported column types are the ones the trace model uses: integers, floats,
-booleans, strings (views or offsets), enums (stored as their codes), lists and
-structs of them.
+Supported column types are the ones the trace model uses: integers, floats, booleans, strings
+(views), enums (stored as their codes), lists and structs of them.
 
-Nothing read back is trusted: the description carries its own CRC-32 (a second
-line), the size and CRC-32 of the data file, and every buffer is checked to lie
-inside the data file before polars sees a pointer. A file that fails any check
-raises :class:`Corrupt` (a truncated, flipped, emptied or edited file is an
-exception, never a wild pointer).
+Nothing read back is trusted: the description carries its own CRC-32 (a second line), the size
+and CRC-32 of the data file, and every buffer is checked to lie inside the data file and every
+column type against the model's before any array is built. A file that fails any check raises
+:class:`Corrupt`.
 """
 
 from __future__ import annotations
 
-import ctypes
-import itertools
-import mmap
+import base64
 import os
-import threading
 import zlib
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 import polars as pl
+import pyarrow as pa
 
-from charllm_trace.et._arrow import (
-    _ArrayRelease,
-    _ArrowArray,
-    _ArrowSchema,
-    _PyCapsule_New,
-    _SchemaRelease,
-    enum_from_physical,
-)
+from charllm_trace.et._arrow import enum_from_physical
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 ALIGN = 64
-
-_ITEM = {"c": 1, "C": 1, "s": 2, "S": 2, "i": 4, "I": 4, "l": 8, "L": 8, "e": 2, "f": 4, "g": 8}
-
-
-class _ArrowArrayStream(ctypes.Structure):
-    pass
-
-
-_GetSchema = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_ArrowArrayStream), ctypes.POINTER(_ArrowSchema))
-_GetNext = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_ArrowArrayStream), ctypes.POINTER(_ArrowArray))
-_GetError = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.POINTER(_ArrowArrayStream))
-_StreamRelease = ctypes.CFUNCTYPE(None, ctypes.POINTER(_ArrowArrayStream))
-_ArrowArrayStream._fields_ = [
-    ("get_schema", _GetSchema),
-    ("get_next", _GetNext),
-    ("get_last_error", _GetError),
-    ("release", _StreamRelease),
-    ("private_data", ctypes.c_void_p),
-]
-
-_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
-_GetPointer.restype = ctypes.c_void_p
-_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
 class Unsupported(Exception):
@@ -101,126 +68,88 @@ def unseal(raw: bytes, what: str = "description") -> Any:
 
 
 class _Writer:
-    def __init__(self, f: Any, crc: int) -> None:
+    def __init__(self, f: Any) -> None:
         self.f = f
         self.pos = 0
-        self.crc = crc
+        self.crc = zlib.crc32(b"")
         self.seen: dict[tuple[int, int], int] = {}
 
-    def buffer(self, addr: int, size: int) -> list[int] | None:
-        if not addr:
+    def _put(self, data: Any) -> None:
+        self.f.write(data)
+        self.crc = zlib.crc32(data, self.crc)
+        self.pos += len(data)
+
+    def buffer(self, buf: pa.Buffer | None) -> list[int] | None:
+        if buf is None:
             return None
-        key = (addr, size)
+        key = (buf.address, buf.size)
         if key in self.seen:
-            return [self.seen[key], size]
+            return [self.seen[key], buf.size]
         pad = (-self.pos) % ALIGN
         if pad:
-            self.f.write(b"\0" * pad)
-            self.crc = zlib.crc32(b"\0" * pad, self.crc)
-            self.pos += pad
+            self._put(b"\0" * pad)
         at = self.pos
-        if size:
-            view = memoryview((ctypes.c_char * size).from_address(addr)).cast("B")
-            self.f.write(view)
-            self.crc = zlib.crc32(view, self.crc)
-        self.pos += size
+        if buf.size:
+            self._put(memoryview(buf))
         self.seen[key] = at
-        return [at, size]
+        return [at, buf.size]
 
 
-def _describe(schema: _ArrowSchema, arr: _ArrowArray, w: _Writer) -> dict[str, Any]:
-    fmt = schema.format.decode()
-    if schema.dictionary:
+def _children(arr: pa.Array) -> list[pa.Array]:
+    t = arr.type
+    if pa.types.is_struct(t):
+        return [arr.field(i) for i in range(t.num_fields)]  # raw children: the parent's offset applies
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return [arr.values]  # the whole child, whatever the parent's offset
+    return []
+
+
+def _describe(arr: pa.Array, w: _Writer) -> dict[str, Any]:
+    t = arr.type
+    if pa.types.is_dictionary(t):
         raise Unsupported("dictionary-encoded column")
-    n = arr.offset + arr.length
-    bufs = ctypes.cast(arr.buffers, ctypes.POINTER(ctypes.c_void_p)) if arr.n_buffers else None
-
-    def b(i: int) -> int:
-        return bufs[i] or 0 if bufs is not None else 0
-
-    sizes: list[int] = []
-    if fmt in _ITEM:
-        sizes = [(n + 7) // 8, _ITEM[fmt] * n]
-    elif fmt == "b":
-        sizes = [(n + 7) // 8, (n + 7) // 8]
-    elif fmt in ("vu", "vz"):
-        nvar = arr.n_buffers - 3
-        var_sizes = (
-            np.ctypeslib.as_array(ctypes.cast(b(arr.n_buffers - 1), ctypes.POINTER(ctypes.c_int64)), (nvar,))
-            if nvar
-            else []
-        )
-        sizes = [(n + 7) // 8, 16 * n, *[int(x) for x in var_sizes], 8 * nvar]
-    elif fmt in ("u", "z", "U", "Z"):
-        width = 4 if fmt in ("u", "z") else 8
-        ctype = ctypes.c_int32 if width == 4 else ctypes.c_int64
-        end = ctypes.cast(b(1), ctypes.POINTER(ctype))[n] if b(1) else 0
-        sizes = [(n + 7) // 8, width * (n + 1), int(end)]
-    elif fmt in ("+l", "+L"):
-        sizes = [(n + 7) // 8, (4 if fmt == "+l" else 8) * (n + 1)]
-    elif fmt == "+s":
-        sizes = [(n + 7) // 8]
-    elif fmt == "n":
-        sizes = []
+    kids = _children(arr)
+    if kids or not (pa.types.is_binary_view(t) or pa.types.is_string_view(t)):
+        own = arr.buffers()[: t.num_buffers]
     else:
-        raise Unsupported(f"column format {fmt!r}")
-    if len(sizes) != arr.n_buffers:
-        raise Unsupported(f"column format {fmt!r} with {arr.n_buffers} buffers")
-    children = []
-    if arr.n_children:
-        sch = ctypes.cast(schema.children, ctypes.POINTER(ctypes.POINTER(_ArrowSchema)))
-        ach = ctypes.cast(arr.children, ctypes.POINTER(ctypes.POINTER(_ArrowArray)))
-        children = [_describe(sch[i].contents, ach[i].contents, w) for i in range(arr.n_children)]
+        own = arr.buffers()  # validity, views and every variadic data buffer
     return {
-        "format": fmt,
-        "name": (schema.name or b"").decode(),
-        "flags": int(schema.flags),
-        "length": int(arr.length),
-        "null_count": int(arr.null_count),
-        "offset": int(arr.offset),
-        "buffers": [w.buffer(b(i), sizes[i]) for i in range(arr.n_buffers)],
-        "children": children,
+        "length": len(arr),
+        "null_count": arr.null_count,
+        "offset": arr.offset,
+        "buffers": [w.buffer(b) for b in own],
+        "children": [_describe(c, w) for c in kids],
     }
+
+
+def _arrow_column(s: pl.Series) -> pa.Array:
+    arr = s.to_arrow(compat_level=pl.CompatLevel.newest())
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    return arr
 
 
 def write_frame(df: pl.DataFrame, data_path: Path, meta_path: Path) -> None:
     """Store ``df`` as ``data_path`` (buffers) + ``meta_path`` (JSON description)."""
     cols = []
-    # Every exported array stays alive until the whole frame is written: the writer stores a
-    # buffer shared by several columns once, by address, and a buffer freed early (one polars
-    # materialised for the export) could have its address reused by the next column's.
-    held: list[Any] = []
+    # every exported array stays alive until the frame is written: a buffer shared by several
+    # columns is stored once, by address, and a freed one's address could come back
+    held: list[pa.Array] = []
     with open(data_path, "wb") as f:
-        w = _Writer(f, zlib.crc32(b""))
-        try:
-            for name in df.columns:
-                s = df[name].rechunk()
-                enum = isinstance(s.dtype, pl.Enum)
-                if enum:  # stored as its codes; the categories are in the schema
-                    s = s.to_physical()
-                cap = s.__arrow_c_stream__()
-                stream = _ArrowArrayStream.from_address(_GetPointer(cap, b"arrow_array_stream"))
-                sp = ctypes.pointer(stream)
-                schema = _ArrowSchema()
-                arr = _ArrowArray()
-                held.append((s, cap, schema, arr))
-                if stream.get_schema(sp, ctypes.byref(schema)) != 0:
-                    raise Unsupported(f"cannot export column {name}")
-                if stream.get_next(sp, ctypes.byref(arr)) != 0:
-                    raise Unsupported(f"cannot export column {name}")
-                if not arr.release:  # an empty stream: no chunk at all
-                    cols.append({"name": name, "dtype": str(s.dtype), "empty": True})
-                    continue
-                desc = _describe(schema, arr, w)
-                cols.append({"name": name, "array": desc, **({"enum": True} if enum else {})})
-        finally:
-            for _s, _cap, schema, arr in reversed(held):
-                if arr.release:
-                    arr.release(ctypes.pointer(arr))
-                if schema.release:
-                    schema.release(ctypes.pointer(schema))
-            held.clear()
+        w = _Writer(f)
+        for name in df.columns:
+            s = df[name].rechunk()
+            enum = isinstance(s.dtype, pl.Enum)
+            if enum:  # stored as its codes; the categories are in the schema
+                s = s.to_physical()
+            arr = _arrow_column(s)
+            held.append(arr)
+            typ = base64.b64encode(pa.schema([pa.field(name, arr.type)]).serialize().to_pybytes()).decode()
+            cols.append(
+                {"name": name, "type": typ, "array": _describe(arr, w), **({"enum": True} if enum else {})}
+            )
         data_size, data_crc = w.pos, w.crc
+    held.clear()
     meta = {
         "version": FORMAT_VERSION,
         "height": df.height,
@@ -236,90 +165,14 @@ def write_frame(df: pl.DataFrame, data_path: Path, meta_path: Path) -> None:
 # reading
 # ---------------------------------------------------------------------------
 
-# Lifetime. polars may keep a buffer (or a slice of it, in a derived frame) for as long as it
-# likes and calls the array's release callback when done. A Python (ctypes) callback there is
-# unsafe: polars also drops frames during interpreter shutdown, where entering Python crashes
-# the process (seen with an audit hook installed: SIGSEGV/SIGILL after the program's last line).
-# So the callbacks are a native no-op, and what they would free is kept for the process's
-# lifetime instead: the descriptions (a few hundred bytes per column) and the mappings, one per
-# data file (deduplicated by file identity; read-only, file-backed pages the kernel can drop).
-_LIVE: list[Any] = []
-_MAPS: dict[tuple[int, int, int, int], Any] = {}
-_LOCK = threading.Lock()
-_KEYS = itertools.count(1)
-_NOOP = ctypes.cast(ctypes.CDLL(None).getpid, ctypes.c_void_p).value  # int getpid(void): no effect
-
-_RA = _ArrayRelease(_NOOP)
-_RS = _SchemaRelease(_NOOP)
-_CA = _RA
-_CS = _RS
-
-
-def _build(
-    desc: dict[str, Any], base: int, keep: list[Any], root: bool, key: int
-) -> tuple[_ArrowSchema, _ArrowArray]:
-    fmt = desc["format"].encode()
-    name = desc["name"].encode()
-    keep += [fmt, name]
-    kids = [_build(c, base, keep, False, key) for c in desc["children"]]
-    schema = _ArrowSchema(
-        format=fmt,
-        name=name,
-        metadata=None,
-        flags=desc["flags"],
-        n_children=len(kids),
-        children=None,
-        dictionary=None,
-        release=_RS if root else _CS,
-        private_data=key,
-    )
-    bufs = desc["buffers"]
-    ptrs = (ctypes.c_void_p * max(1, len(bufs)))(*[(base + b[0]) if b is not None else None for b in bufs])
-    arr = _ArrowArray(
-        length=desc["length"],
-        null_count=desc["null_count"],
-        offset=desc["offset"],
-        n_buffers=len(bufs),
-        n_children=len(kids),
-        buffers=ctypes.cast(ptrs, ctypes.c_void_p),
-        children=None,
-        dictionary=None,
-        release=_RA if root else _CA,
-        private_data=key,
-    )
-    keep.append(ptrs)
-    if kids:
-        sch = (ctypes.POINTER(_ArrowSchema) * len(kids))(*[ctypes.pointer(k[0]) for k in kids])
-        ach = (ctypes.POINTER(_ArrowArray) * len(kids))(*[ctypes.pointer(k[1]) for k in kids])
-        schema.children = ctypes.cast(sch, ctypes.c_void_p)
-        arr.children = ctypes.cast(ach, ctypes.c_void_p)
-        keep += [sch, ach, kids]
-    return schema, arr
-
-
-class _Column:
-    def __init__(self, desc: dict[str, Any], mm: Any, base: int) -> None:
-        self.key = next(_KEYS)
-        keep: list[Any] = [mm]
-        self.schema, self.array = _build(desc, base, keep, True, self.key)
-        with _LOCK:
-            _LIVE.append((keep, self.schema, self.array))
-
-    def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]:
-        return (
-            _PyCapsule_New(ctypes.addressof(self.schema), b"arrow_schema", None),
-            _PyCapsule_New(ctypes.addressof(self.array), b"arrow_array", None),
-        )
-
-    def close(self) -> None:
-        if self.array.release:
-            self.array.release(ctypes.pointer(self.array))
-        if self.schema.release:
-            self.schema.release(ctypes.pointer(self.schema))
-
 
 def _check_bounds(desc: Any, size: int, where: str) -> None:
-    if not isinstance(desc, dict) or not isinstance(desc.get("buffers"), list):
+    if (
+        not isinstance(desc, dict)
+        or not isinstance(desc.get("buffers"), list)
+        or not isinstance(desc.get("children"), list)
+        or not all(isinstance(desc.get(k), int) and desc[k] >= 0 for k in ("length", "null_count", "offset"))
+    ):
         raise Corrupt(f"{where}: bad column description")
     for b in desc["buffers"]:
         if b is None:
@@ -331,33 +184,44 @@ def _check_bounds(desc: Any, size: int, where: str) -> None:
             or b[0] + b[1] > size
         ):
             raise Corrupt(f"{where}: buffer {b} outside the data file ({size} bytes)")
-    for c in desc.get("children") or []:
+    for c in desc["children"]:
         _check_bounds(c, size, where)
+
+
+def _build(typ: pa.DataType, desc: dict[str, Any], mm: pa.Buffer | None) -> pa.Array:
+    bufs = [None if b is None or mm is None else mm.slice(b[0], b[1]) for b in desc["buffers"]]
+    fields = [typ.field(i).type for i in range(typ.num_fields)]
+    if len(fields) != len(desc["children"]):
+        raise Corrupt(f"{len(desc['children'])} children for {typ}")
+    kids = [_build(t, c, mm) for t, c in zip(fields, desc["children"], strict=True)]
+    try:
+        return pa.Array.from_buffers(
+            typ, desc["length"], bufs, desc["null_count"], desc["offset"], children=kids or None
+        )
+    except (pa.ArrowException, ValueError, TypeError) as exc:
+        raise Corrupt(f"{typ}: {exc}") from None
 
 
 class CheckedFrame:
     """A stored frame whose description, data size, checksum and buffer bounds passed."""
 
-    def __init__(self, meta: dict[str, Any], mm: Any, base: int) -> None:
+    def __init__(self, meta: dict[str, Any], types: list[pa.DataType], mm: pa.Buffer | None) -> None:
         self.meta = meta
+        self.types = types
         self.mm = mm
-        self.base = base
 
     def frame(self) -> pl.DataFrame:
         """The polars frame over the mapped buffers (zero-copy)."""
         meta = self.meta
         series = []
-        for c in meta["columns"]:
-            if c.get("empty"):
-                series.append(pl.Series(c["name"], [], dtype=_dtype(meta["schema"][c["name"]])))
-                continue
-            col = _Column(c["array"], self.mm, self.base)
-            try:
-                s = pl.Series(c["name"], col)
-            finally:
-                col.close()
+        for c, typ in zip(meta["columns"], self.types, strict=True):
+            arr = _build(typ, c["array"], self.mm)
+            arr.validate()  # sizes and offsets against the buffers (cheap; not every value)
+            s = pl.Series(c["name"], arr).alias(c["name"])
             if c.get("enum"):
                 s = enum_from_physical(s, _dtype(meta["schema"][c["name"]]))
+            if str(s.dtype) != meta["schema"][c["name"]]:
+                raise Corrupt(f"column {c['name']}: {s.dtype}, expected {meta['schema'][c['name']]}")
             series.append(s)
         df = pl.DataFrame(series)
         if df.height != meta["height"]:
@@ -369,8 +233,7 @@ def check_frame(data_path: Path, meta_path: Path) -> CheckedFrame:
     """Map a frame stored by :func:`write_frame` and check it, building nothing yet.
 
     Raises :class:`Corrupt` when the description's or the data's checksum, the data file's
-    size, any buffer's bounds or a column type is wrong. Check every frame of an entry
-    before building any: a failure then never happens while polars holds mapped buffers."""
+    size, any buffer's bounds or a column type is wrong."""
     meta = unseal(meta_path.read_bytes(), meta_path.name)
     if not isinstance(meta, dict) or meta.get("version") != FORMAT_VERSION:
         raise Corrupt(f"{meta_path.name}: not format version {FORMAT_VERSION}")
@@ -378,34 +241,25 @@ def check_frame(data_path: Path, meta_path: Path) -> CheckedFrame:
     if size != meta.get("data_size"):
         raise Corrupt(f"{data_path.name}: {size} bytes, expected {meta.get('data_size')}")
     try:
+        types = []
         for c in meta["columns"]:
-            if c.get("empty") or c.get("enum"):
+            if c.get("enum"):
                 _dtype(meta["schema"][c["name"]])
-            if not c.get("empty"):
-                _check_bounds(c["array"], size, data_path.name)
-    except (KeyError, TypeError, Unsupported) as exc:
+            _check_bounds(c["array"], size, data_path.name)
+            types.append(
+                pa.ipc.read_schema(pa.py_buffer(base64.b64decode(c["type"], validate=True))).field(0).type
+            )
+    except (KeyError, TypeError, ValueError, Unsupported, pa.ArrowException) as exc:
         raise Corrupt(f"{meta_path.name}: bad description ({exc})") from None
     if not size:
         if meta.get("data_crc32") != zlib.crc32(b""):
             raise Corrupt(f"{data_path.name}: checksum mismatch")
-        return CheckedFrame(meta, None, 0)
-    with open(data_path, "rb") as f:
-        st = os.fstat(f.fileno())
-        ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        with _LOCK:
-            known = _MAPS.get(ident)
-        if known is not None:
-            return CheckedFrame(meta, known, known[1].ctypes.data)  # checked when first mapped
-        mm = mmap.mmap(f.fileno(), size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
-    crc = zlib.crc32(mm)  # also brings the pages in: the analysis reads most of them anyway
-    if crc != meta.get("data_crc32"):
-        mm.close()
+        return CheckedFrame(meta, types, None)
+    with pa.memory_map(str(data_path)) as src:
+        mm = src.read_buffer()  # zero-copy: the mapping lives while a buffer refers to it
+    if zlib.crc32(mm) != meta.get("data_crc32"):  # also brings in the pages the analysis reads anyway
         raise Corrupt(f"{data_path.name}: checksum mismatch")
-    arr = np.frombuffer(mm, dtype=np.uint8)
-    kept = (mm, arr)
-    with _LOCK:
-        _MAPS.setdefault(ident, kept)
-    return CheckedFrame(meta, kept, arr.ctypes.data)
+    return CheckedFrame(meta, types, mm)
 
 
 def read_frame(data_path: Path, meta_path: Path) -> pl.DataFrame:

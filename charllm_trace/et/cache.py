@@ -42,7 +42,7 @@ from typing import Any
 
 from charllm_trace.model import MODEL_VERSION, Trace, TraceMeta
 
-CACHE_FORMAT = "4"
+CACHE_FORMAT = "5"
 #: kinds of entries: directory name -> what they hold
 KINDS = {
     "et": "decoded Chakra ET files",
