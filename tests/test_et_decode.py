@@ -323,3 +323,27 @@ def test_errors_in_either_part_name_the_same_message(
     with pytest.raises(InputError) as exc:
         read_et(p, cache=False)
     assert str(exc.value) == one
+
+
+def test_more_attribute_names_than_the_first_table_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scanner's table of attribute names is too small: the part is scanned again with a larger
+    one (there is no numpy fallback), and the tables are the same."""
+    from charllm_trace.et import nodescan
+
+    src = shared_trace("chakra/feeder_tests_chakra.0.et")
+    whole = read_et(src, cache=False)
+    so = _native.lib()
+    real_scan = so.et_scan
+    codes = []
+
+    def scan(*a):  # noqa: ANN002, ANN202 - the scanner's 27 arguments
+        rc = real_scan(*a)
+        codes.append(rc)
+        return rc
+
+    monkeypatch.setattr(nodescan, "NAME_TABLE", 8)  # room for 3 names
+    monkeypatch.setattr(so, "et_scan", scan)
+    t = read_et(src, cache=False)
+    monkeypatch.undo()
+    assert -11 in codes, "the name table never overflowed"
+    assert t.equals(whole) and t.deps.height == whole.deps.height
