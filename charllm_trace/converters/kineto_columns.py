@@ -259,7 +259,7 @@ class Columns:
         self.name_parts.append(name_codes)
         self.cat_parts.append(cat_codes)
         for j, key in enumerate(INT_COLUMNS):
-            self.int_parts[key].append((ints[j], valid[j]))
+            self.int_parts[key].append((ints[j].copy(), valid[j].copy()))  # not views: the batch array goes
         self.ts_parts.append(ts)
         self.dur_parts.append(dur)
         with memoryview(data) as view:

@@ -87,6 +87,9 @@ def _read_stream(path: str | os.PathLike[str], stream: Any) -> KinetoProfile:
         return _read_columns(path, stream, cols)
     finally:
         cols.close()
+        # the batches' arrays and the concatenated columns' temporaries are freed: glibc keeps
+        # such pages (its mmap threshold grows with the first big frees) unless asked
+        trim_heap()
 
 
 def _read_columns(path: str | os.PathLike[str], stream: Any, cols: Columns) -> KinetoProfile:
