@@ -259,38 +259,73 @@ def _frame(data: bytes, name: str) -> pl.DataFrame:
         raise _Bad(f"{name}: not an Arrow IPC file ({type(exc).__name__})") from None
 
 
+def _conforms(v: Any, ann: str) -> bool:
+    """Whether the JSON value ``v`` fits the field annotation ``ann`` (the result types' own
+    annotations: bool, int, float, str, LinkPeak, list[...], dict/Mapping[str, ...], X | None)."""
+    ann = ann.replace(" ", "")
+    if ann.endswith("|None"):
+        return v is None or _conforms(v, ann[: -len("|None")])
+    if ann in ("bool", "str"):
+        return isinstance(v, bool if ann == "bool" else str)
+    if ann in ("int", "float"):
+        return isinstance(v, (int, float) if ann == "float" else int) and not isinstance(v, bool)
+    if ann == "LinkPeak":
+        return (
+            isinstance(v, dict)
+            and set(v) == {f.name for f in dataclasses.fields(LinkPeak)}
+            and all(_conforms(v[f.name], str(f.type)) for f in dataclasses.fields(LinkPeak))
+        )
+    if ann.startswith("list[") and ann.endswith("]"):
+        return isinstance(v, list) and all(_conforms(x, ann[5:-1]) for x in v)
+    for head in ("dict[str,", "Mapping[str,"):
+        if ann.startswith(head) and ann.endswith("]"):
+            inner = ann[len(head) : -1]
+            return isinstance(v, dict) and all(
+                isinstance(k, str) and _conforms(x, inner) for k, x in v.items()
+            )
+    raise _Bad(f"a field of type {ann} this version cannot check")
+
+
+def _values(cls: type, values: dict[str, Any], what: str) -> dict[str, Any]:
+    """``values`` (JSON) as the keyword arguments of ``cls``, each checked against its field's type."""
+    types = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+    out = {}
+    for k, v in values.items():
+        _check(k in types and _conforms(v, types[k]), f"{what}.{k}: not a {types.get(k, 'field')}")
+        out[k] = (
+            {n: LinkPeak(**p) for n, p in v.items()}
+            if types[k].replace(" ", "") == "dict[str,LinkPeak]"
+            else v
+        )
+    return out
+
+
 def _decode_result(cls: type, part: Any, members: dict[str, bytes], what: str) -> Any:
     _check(isinstance(part, dict) and set(part) == {"frames", "values"}, f"{what}: malformed")
     frames, values = part["frames"], part["values"]
     _check(isinstance(frames, dict) and isinstance(values, dict), f"{what}: malformed")
     names = {f.name for f in dataclasses.fields(cls)}
     _check(set(frames) | set(values) == names and not set(frames) & set(values), f"{what}: other fields")
-    kw: dict[str, Any] = {k: _frame(members[m], m) for k, m in frames.items() if m in members}
-    _check(len(kw) == len(frames), f"{what}: a frame is missing")
-    for k, v in values.items():
-        if k == "peaks":
-            _check(isinstance(v, dict), f"{what}: malformed peaks")
-            v = {name: LinkPeak(**p) for name, p in v.items()}
-        kw[k] = v
-    return cls(**kw)
+    _check(all(isinstance(m, str) and m in members for m in frames.values()), f"{what}: a frame is missing")
+    kw: dict[str, Any] = {k: _frame(members[m], m) for k, m in frames.items()}
+    return cls(**kw, **_values(cls, values, what))
 
 
 def _decode_analysis(doc: Any, members: dict[str, bytes]) -> RunAnalysis:
     _check(isinstance(doc, dict), "analysis: malformed")
     fields = {f.name for f in dataclasses.fields(RunAnalysis)}
     _check(set(doc) == fields, "analysis: other fields (written by another version?)")
-    kw: dict[str, Any] = {}
-    for name, v in doc.items():
-        if name in RESULT_TYPES:
-            kw[name] = None if v is None else _decode_result(RESULT_TYPES[name], v, members, name)
-        elif name == "options":
-            _check(isinstance(v, dict), "options: malformed")
-            opt_fields = {f.name for f in dataclasses.fields(AnalyzeOptions)}
-            _check(set(v) == opt_fields, "options: other fields (written by another version?)")
-            kw[name] = AnalyzeOptions(**v)
-        else:
-            kw[name] = v
-    return RunAnalysis(**kw)
+    opts = doc["options"]
+    _check(isinstance(opts, dict), "options: malformed")
+    opt_fields = {f.name for f in dataclasses.fields(AnalyzeOptions)}
+    _check(set(opts) == opt_fields, "options: other fields (written by another version?)")
+    kw: dict[str, Any] = {
+        name: None if doc[name] is None else _decode_result(cls, doc[name], members, name)
+        for name, cls in RESULT_TYPES.items()
+    }
+    kw["options"] = AnalyzeOptions(**_values(AnalyzeOptions, opts, "options"))
+    rest = {k: v for k, v in doc.items() if k not in kw}
+    return RunAnalysis(**kw, **_values(RunAnalysis, rest, "analysis"))
 
 
 @dataclass

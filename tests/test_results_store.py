@@ -141,6 +141,13 @@ def _bad_files(saved: Path, d: Path) -> dict[str, Path]:
     out["extra-field"] = _rewrite(saved, d / "e.zip", lambda b: b["analysis"].update(extra=1))
     out["missing-field"] = _rewrite(saved, d / "m.zip", lambda b: b["analysis"].pop("ranks"))
     out["option-field"] = _rewrite(saved, d / "o.zip", lambda b: b["analysis"]["options"].update(new=1))
+    out["wrong-type"] = _rewrite(saved, d / "t.zip", lambda b: b["analysis"].update(ranks="0,1"))
+    out["wrong-option-type"] = _rewrite(
+        saved, d / "ot.zip", lambda b: b["analysis"]["options"].update(what_if={"comm": "fast"})
+    )
+    out["wrong-note-type"] = _rewrite(
+        saved, d / "nt.zip", lambda b: b["analysis"]["overlap"]["values"].update(notes=[1])
+    )
     return out
 
 
