@@ -42,10 +42,12 @@ from pathlib import Path
 TABLES = ("nodes", "deps", "telemetry")
 
 
-def _rss_mib() -> float:
+def _rss_mib(field: str = "VmRSS") -> float:
+    """Resident memory (MiB): ``VmRSS`` all of it, ``RssAnon`` the process's own memory, ``RssFile``
+    pages of mapped files (the page cache: shared, and the kernel may drop them)."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024.0
     return float("nan")
 
@@ -129,6 +131,8 @@ def open_and_query(fmt: str, out: Path) -> dict:
         "rss_before_mib": rss0,
         "rss_open_mib": rss_open,
         "rss_query_mib": _rss_mib(),
+        "anon_query_mib": _rss_mib("RssAnon"),
+        "file_query_mib": _rss_mib("RssFile"),
         "peak_mib": _peak_mib(),
         "answer": [int(a or 0), int(b or 0)],
         "rows": [tables[n].height for n in TABLES],
@@ -185,7 +189,8 @@ def main() -> None:
             print(
                 f"{fmt:<8} store {min(s['store_s'] for s in stores):6.2f} s  "
                 f"open {best_o['open_s']:6.3f} s  query {best_o['query_s']:6.3f} s  "
-                f"RSS open {best_o['rss_open_mib']:7.0f} MiB  after query {best_o['rss_query_mib']:7.0f} MiB  "
+                f"RSS open {best_o['rss_open_mib']:6.0f} MiB  after query {best_o['rss_query_mib']:6.0f} MiB "
+                f"(anon {best_o['anon_query_mib']:5.0f} + file {best_o['file_query_mib']:5.0f})  "
                 f"peak {best_o['peak_mib']:7.0f} MiB  entry {size / 1e6:8.1f} MB  "
                 f"load {min(loads):.2f}-{max(loads):.2f}",
                 flush=True,

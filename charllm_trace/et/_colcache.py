@@ -14,7 +14,7 @@ Supported column types are the ones the trace model uses: integers, floats, bool
 (views), enums (stored as their codes), lists and structs of them.
 
 Nothing read back is trusted: the description carries its own CRC-32 (a second line), the size
-and CRC-32 of the data file, and every buffer is checked to lie inside the data file and every
+and XXH3-64 hash of the data file, and every buffer is checked to lie inside the data file and every
 column type against the model's before any array is built. A file that fails any check raises
 :class:`Corrupt`.
 """
@@ -30,10 +30,11 @@ from typing import Any
 import orjson
 import polars as pl
 import pyarrow as pa
+import xxhash
 
 from charllm_trace.et._arrow import enum_from_physical
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 ALIGN = 64
 
 
@@ -71,12 +72,12 @@ class _Writer:
     def __init__(self, f: Any) -> None:
         self.f = f
         self.pos = 0
-        self.crc = zlib.crc32(b"")
+        self.hash = xxhash.xxh3_64()
         self.seen: dict[tuple[int, int], int] = {}
 
     def _put(self, data: Any) -> None:
         self.f.write(data)
-        self.crc = zlib.crc32(data, self.crc)
+        self.hash.update(data)
         self.pos += len(data)
 
     def buffer(self, buf: pa.Buffer | None) -> list[int] | None:
@@ -148,7 +149,7 @@ def write_frame(df: pl.DataFrame, data_path: Path, meta_path: Path) -> None:
             cols.append(
                 {"name": name, "type": typ, "array": _describe(arr, w), **({"enum": True} if enum else {})}
             )
-        data_size, data_crc = w.pos, w.crc
+        data_size, data_hash = w.pos, w.hash.hexdigest()
     held.clear()
     meta = {
         "version": FORMAT_VERSION,
@@ -156,7 +157,7 @@ def write_frame(df: pl.DataFrame, data_path: Path, meta_path: Path) -> None:
         "schema": {k: str(v) for k, v in df.schema.items()},
         "columns": cols,
         "data_size": data_size,
-        "data_crc32": data_crc,
+        "data_xxh3": data_hash,
     }
     meta_path.write_bytes(seal(meta))
 
@@ -252,12 +253,14 @@ def check_frame(data_path: Path, meta_path: Path) -> CheckedFrame:
     except (KeyError, TypeError, ValueError, Unsupported, pa.ArrowException) as exc:
         raise Corrupt(f"{meta_path.name}: bad description ({exc})") from None
     if not size:
-        if meta.get("data_crc32") != zlib.crc32(b""):
+        if meta.get("data_xxh3") != xxhash.xxh3_64_hexdigest(b""):
             raise Corrupt(f"{data_path.name}: checksum mismatch")
         return CheckedFrame(meta, types, None)
     with pa.memory_map(str(data_path)) as src:
         mm = src.read_buffer()  # zero-copy: the mapping lives while a buffer refers to it
-    if zlib.crc32(mm) != meta.get("data_crc32"):  # also brings in the pages the analysis reads anyway
+    # the whole file is hashed (XXH3, ~25 GB/s here; CRC-32 ran at ~3.5 GB/s): this also brings in
+    # the pages the analysis reads anyway
+    if xxhash.xxh3_64_hexdigest(mm) != meta.get("data_xxh3"):
         raise Corrupt(f"{data_path.name}: checksum mismatch")
     return CheckedFrame(meta, types, mm)
 

@@ -19,7 +19,7 @@ device, inode, size, modification and change times in ns): any write to the file
 its change time, which users cannot set back.
 
 Nothing read from the cache is trusted: ``meta.json`` and each table description carry
-their own CRC-32, each data file its size and CRC-32, and every buffer is bounds-checked
+their own CRC-32, each data file its size and XXH3-64 hash, and every buffer is bounds-checked
 (``_colcache.py``). An entry that fails is deleted, a one-line note goes to stderr, and
 the input is converted again. The cache never makes a read fail: a missing, unwritable or
 corrupt cache only means converting the file. It is capped at
@@ -42,7 +42,7 @@ from typing import Any
 
 from charllm_trace.model import MODEL_VERSION, Trace, TraceMeta
 
-CACHE_FORMAT = "5"
+CACHE_FORMAT = "6"
 #: kinds of entries: directory name -> what they hold
 KINDS = {
     "et": "decoded Chakra ET files",
