@@ -238,6 +238,7 @@ def test_cli_save_and_redraw(tmp_path: Path) -> None:
     h3 = tmp_path / "3.html"
     assert _cli("report", s2, "-o", str(h3)).exit_code == 0
     assert h3.read_bytes() == h2.read_bytes()
+    assert h1.read_bytes() == h2.read_bytes()  # analyze --per-step analyses as report does
     assert "cpu-2rank-gloo" in h1.read_text()  # the default title names the analysed input
 
 
