@@ -364,9 +364,9 @@ class Columns:
             vals = np.concatenate([v for v, _ in parts])
             valid = np.concatenate([m for _, m in parts])
             parts.clear()
-            s = pl.Series(vals, dtype=pl.Int64)
-            del vals
-            return s if valid.all() else s.scatter(np.flatnonzero(~valid), None)
+            if valid.all():
+                return pl.Series(vals, dtype=pl.Int64)
+            return pl.Series(np.ma.masked_array(vals, mask=~valid), dtype=pl.Int64)  # masked: null
 
         cat_all = self.cats.decode(self.cat_parts)
         n = cat_all.len()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -63,6 +64,7 @@ class Vocab:
         self.codes: dict[str, int] = {}  # value -> code
         self.values: list[str] = []  # code -> value
         self.pattern = pattern
+        self.regex = re.compile(pattern) if pattern is not None else None
         self.lower = lower
         self.flags = np.zeros(0, dtype=bool)
 
@@ -80,11 +82,15 @@ class Vocab:
             raw = ["" if v is None else str(v) for v in raw]
             new = {v for v in set(raw) if v not in self.index}
         keys = sorted(new, key=lambda v: (v is not None, v or ""))
-        norm = pl.Series(["" if v is None else v for v in keys], dtype=pl.String)
+        norm = ["" if v is None else v for v in keys]
         if self.lower:
-            norm = norm.str.to_lowercase()
+            # ASCII lower-cases the same in Python and polars; anything else as polars does
+            if all(v.isascii() for v in norm):
+                norm = [v.lower() for v in norm]
+            else:
+                norm = pl.Series(norm, dtype=pl.String).str.to_lowercase().to_list()
         added = []
-        for k, v in zip(keys, norm.to_list(), strict=True):
+        for k, v in zip(keys, norm, strict=True):
             c = self.codes.get(v)
             if c is None:
                 c = self.codes[v] = len(self.values)
@@ -92,7 +98,10 @@ class Vocab:
                 added.append(v)
             self.index[k] = c
         if self.pattern is not None and added:
-            hit = pl.Series(added, dtype=pl.String).str.contains(self.pattern).to_numpy()
+            # Python's re on the few new values (polars' regex costs a few ms a call); the flags
+            # only choose the rows the exact test (comm_hits, in polars) looks at, and re's
+            # case-insensitive match of these ASCII literals takes every spelling polars' does
+            hit = np.array([self.regex.search(v) is not None for v in added], dtype=bool)
             self.flags = np.concatenate([self.flags, hit])
         return np.fromiter(map(self.index.__getitem__, raw), dtype=np.uint32, count=len(raw))
 
