@@ -79,6 +79,13 @@ def load(path: str | os.PathLike[str], *, cache: bool | None = None) -> Run:
         raise InputError(p, "file is not readable (permission denied)")
     if p.stat().st_size == 0:
         raise InputError(p, "file is empty")
+    with open(p, "rb") as f:
+        if f.read(4) == b"PK\x03\x04":  # a zip: what `analyze --save` writes (results_store.py)
+            raise InputError(
+                p,
+                "a zip file, not a trace: charllm-trace results (analyze --save) are read by "
+                "'analyze' and 'report'; the other commands need the trace itself",
+            )
     if is_json_name(p):
         from charllm_trace.converters.run_dir import convert_file
 

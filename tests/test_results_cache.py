@@ -74,6 +74,15 @@ def test_hit_prints_the_same_without_loading(
     assert second == fresh
 
 
+def test_what_if_hit(cache_dir: Path, no_load) -> None:
+    args = ["analyze", str(GLOO), "--format", "json", "--what-if", "comm=0.5,launch=0"]
+    _, fresh, _ = cli(*args, "--no-cache")
+    assert cli(*args)[1] == fresh
+    no_load()
+    code, hit, _ = cli(*args)
+    assert code == 0 and hit == fresh and '"predicted": true' in hit
+
+
 def test_report_hit(cache_dir: Path, tmp_path: Path, no_load) -> None:
     h1, h2, h0 = tmp_path / "1.html", tmp_path / "2.html", tmp_path / "0.html"
     assert cli("report", str(GLOO), "-o", str(h0), "--no-cache")[0] == 0

@@ -269,3 +269,14 @@ def test_cli_bad_results_file(saved: Path, tmp_path: Path) -> None:
 def test_cli_save_refuses_existing_before_analysing(saved: Path) -> None:
     r = CliRunner().invoke(main, ["analyze", str(GLOO), "--save", str(saved), "--no-cache"])
     assert r.exit_code == 2 and "already exists" in r.output
+
+
+def test_other_commands_name_a_results_file(saved: Path, tmp_path: Path) -> None:
+    for args in (
+        ["info", str(saved)],
+        ["baseline", str(saved), "-o", str(tmp_path / "b.json")],
+        ["export", "perfetto", str(saved), "-o", str(tmp_path / "p.json")],
+    ):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2 and r.output.count("\n") == 1, (args, r.output)
+        assert str(saved) in r.output and "'analyze' and 'report'" in r.output
