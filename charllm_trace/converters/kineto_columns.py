@@ -201,8 +201,8 @@ class Columns:
         self.path = path
         self.dec = msgspec.json.Decoder(list[_Event])
         self.fast = msgspec.json.Decoder(list[_FAST_EVENT])
-        self.comm_dec = msgspec.json.Decoder(_CommValues)
-        self.sync_dec = msgspec.json.Decoder(_SyncValues)
+        self.comm_list_dec = msgspec.json.Decoder(list[_CommValues])
+        self.sync_list_dec = msgspec.json.Decoder(list[_SyncValues])
         self.comm_pairs: dict[int, bool] = {}  # (name code << 32 | category code) -> may be comm
         self.name_parts: list[np.ndarray] = []  # vocabulary codes
         self.cat_parts: list[np.ndarray] = []
@@ -263,22 +263,27 @@ class Columns:
         self.ts_parts.append(ts)
         self.dur_parts.append(dur)
         with memoryview(data) as view:
-            for i in self._comm_rows(name_codes, cat_codes).tolist():
-                off = int(aoff[i])
+
+            def spans(rows: list[int]) -> bytes:
+                """The args objects of ``rows`` as one JSON list ({} for a row without args)."""
+                parts = [
+                    b"{}" if (o := int(aoff[i])) < 0 else bytes(view[o : o + int(alen[i])]) for i in rows
+                ]
+                return b"[" + b",".join(parts) + b"]"
+
+            rows = self._comm_rows(name_codes, cat_codes).tolist()
+            if rows:
                 # the comm args present, in COMM_ARG_KEYS order (the struct's fields), as values
-                self.comm_args[self.row0 + i] = (
-                    {}
-                    if off < 0
-                    else msgspec.to_builtins(self.comm_dec.decode(view[off : off + int(alen[i])]))
-                )
+                found = msgspec.to_builtins(self.comm_list_dec.decode(spans(rows)))
+                for i, d in zip(rows, found, strict=True):
+                    self.comm_args[self.row0 + i] = d
             sync_code = self.cats.codes.get(SYNC_CATEGORY)
             if sync_code is not None:
-                for i in np.flatnonzero(cat_codes == sync_code).tolist():
-                    off = int(aoff[i])
-                    if off >= 0:
-                        d = _sync_dict(self.sync_dec.decode(view[off : off + int(alen[i])]))
-                        if d:
-                            self.comm_args[self.row0 + i] = d
+                rows = [i for i in np.flatnonzero(cat_codes == sync_code).tolist() if aoff[i] >= 0]
+                for i, a in zip(rows, self.sync_list_dec.decode(spans(rows)) if rows else (), strict=True):
+                    d = _sync_dict(a)
+                    if d:
+                        self.comm_args[self.row0 + i] = d
         self.row0 += len(name_codes)
 
     def _comm_rows(self, name_codes: np.ndarray, cat_codes: np.ndarray) -> np.ndarray:
@@ -368,8 +373,13 @@ class Columns:
                 return pl.Series(vals, dtype=pl.Int64)
             return pl.Series(np.ma.masked_array(vals, mask=~valid), dtype=pl.Int64)  # masked: null
 
-        cat_all = self.cats.decode(self.cat_parts)
-        n = cat_all.len()
+        cat_codes = np.concatenate(self.cat_parts) if self.cat_parts else np.zeros(0, np.uint32)
+        self.cat_parts.clear()
+        n = len(cat_codes)
+        codes = pl.Series(cat_codes, dtype=pl.UInt32)
+        del cat_codes
+        # kind and on_gpu once per distinct category, gathered by row
+        kind_gpu = [CATEGORY_KIND.get(v, ("other", False)) for v in self.cats.values]
         ts = np.concatenate(self.ts_parts) if self.ts_parts else np.zeros(0, dtype=np.int64)
         dur = np.concatenate(self.dur_parts) if self.dur_parts else np.zeros(0, dtype=np.int64)
         self.ts_parts = self.dur_parts = []
@@ -377,19 +387,9 @@ class Columns:
             {
                 "row": pl.Series(np.arange(n, dtype=np.int64)),
                 "name": self.names.decode(self.name_parts),
-                "cat": cat_all,
-                "kind": cat_all.replace_strict(
-                    list(CATEGORY_KIND),
-                    [k for k, _ in CATEGORY_KIND.values()],
-                    default="other",
-                    return_dtype=pl.String,
-                ),
-                "on_gpu": cat_all.replace_strict(
-                    list(CATEGORY_KIND),
-                    [g for _, g in CATEGORY_KIND.values()],
-                    default=False,
-                    return_dtype=pl.Boolean,
-                ),
+                "cat": pl.Series(self.cats.values, dtype=pl.String).gather(codes),
+                "kind": pl.Series([k for k, _ in kind_gpu], dtype=pl.String).gather(codes),
+                "on_gpu": pl.Series([g for _, g in kind_gpu], dtype=pl.Boolean).gather(codes),
                 "pid": int_col("pid"),
                 "tid": int_col("tid"),
                 "device": int_col("device").cast(pl.Int32),
