@@ -39,9 +39,14 @@ from pathlib import Path
 TIME = "/usr/bin/time"
 
 
+#: the directory the commands run in (the package snapshot's: ``python -m`` puts the current
+#: directory first on sys.path, before PYTHONPATH)
+CWD: str | None = None
+
+
 def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, bytes]:
     """(wall s, peak RSS MiB, stdout) of ``cmd`` under /usr/bin/time -v."""
-    p = subprocess.run([TIME, "-v", *cmd], capture_output=True, env=env)
+    p = subprocess.run([TIME, "-v", *cmd], capture_output=True, env=env, cwd=CWD)
     err = p.stderr.decode(errors="replace")
     if p.returncode != 0:
         sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{err[-2000:]}")
@@ -55,7 +60,7 @@ def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, bytes]:
 
 def _import_s(cmd: list[str], env: dict[str, str]) -> tuple[float, list[tuple[float, str]]]:
     """Total top-level import time of ``cmd`` (python -X importtime), and the largest five."""
-    p = subprocess.run([sys.executable, "-X", "importtime", *cmd[1:]], capture_output=True, env=env)
+    p = subprocess.run([sys.executable, "-X", "importtime", *cmd[1:]], capture_output=True, env=env, cwd=CWD)
     top = []
     for line in p.stderr.decode(errors="replace").splitlines():
         m = re.match(r"import time:\s+\d+ \|\s+(\d+) \| (\S.*)$", line)
@@ -78,10 +83,21 @@ def main() -> None:
         "--option-sets", default="default,--no-critical-path", help="comma-separated; 'default' = no options"
     )
     args = ap.parse_args()
+    global CWD
     exe = [sys.executable, "-m", "charllm_trace.cli"]
+    args.inputs = [str(Path(p).resolve()) for p in args.inputs]  # the commands run elsewhere
     snapshot = Path(tempfile.mkdtemp(prefix="bench-cache-code-"))
     shutil.copytree(Path(__file__).resolve().parent.parent / "charllm_trace", snapshot / "charllm_trace")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(snapshot), *filter(None, [os.environ.get("PYTHONPATH")])])
+    CWD = str(snapshot)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import charllm_trace; print(charllm_trace.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=CWD,
+    )
+    if not probe.stdout.startswith(str(snapshot)):
+        sys.exit(f"the commands would not run the snapshot: {probe.stdout.strip()} {probe.stderr[-500:]}")
     try:
         _bench(args, exe)
     finally:
