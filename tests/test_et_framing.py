@@ -157,7 +157,7 @@ def test_the_reader_reports_a_cut_first_length(tmp_path: Path) -> None:
 
 #: What hand-written varint code looks like: masking or setting the continuation bit, shifting
 #: by 7 bits, or protobuf's private varint helpers. (The vectorised numpy decoder in
-#: et/fastdecode.py works on arrays with named numpy constants and is not matched.)
+#: et/oracle.py works on arrays with named numpy constants and is not matched.)
 VARINT_CODE = re.compile(
     r"google\.protobuf\.internal\.(?:en|de)coder|_DecodeVarint|_VarintBytes|_EncodeVarint"
     r"|&\s*0x7[fF]\b|\|\s*0x80\b|0x80\s*\||>>=?\s*7\b|<<\s*7\b|<<\s*shift\b"

@@ -2,8 +2,8 @@
  *
  * setuptools builds this file when the package is installed (setup.py), as the
  * extension module charllm_trace.et._etscan, and charllm-trace calls its
- * functions through ctypes (et/_native.py); when the module is missing the same
- * work is done, after a warning, by numpy code in fastdecode.py. It only finds
+ * functions through ctypes (et/_native.py, et/nodescan.py); it is required (a
+ * missing module is an error), and numpy code in et/oracle.py is its test oracle. It only finds
  * where things are (offsets, lengths, varint values): every string stays in the
  * file buffer and all interpretation happens in Python/polars. Python's headers
  * serve only the module stub at the end.

@@ -7,9 +7,9 @@ recognised by their magic bytes, whatever their name.
 
 This is the one Python module that encodes and decodes ET varints and message
 frames (the reader, the writer, ``sanitize`` and the ASTRA-sim export use it).
-The other decoders are the compiled scanner (``et/_etscan.c``, the fast path) and
-the vectorised numpy decoder in ``et/fastdecode.py`` (the fallback and test oracle
-for the scanner), which decode whole arrays of varints at once.
+The other decoders are the compiled scanner (``et/_etscan.c``, the only path for
+reading) and the vectorised numpy decoder in ``et/oracle.py`` (the scanner's test
+oracle), which decode whole arrays of varints at once.
 """
 
 from __future__ import annotations
