@@ -45,6 +45,16 @@ def refuse_analysis_options(ctx: click.Context, path: str, allowed: tuple[str, .
         )
 
 
+def refuse_existing(path: str, force: bool) -> None:
+    """Refuse to replace an existing output file unless ``--force``."""
+    import os
+
+    from charllm_trace.errors import InputError
+
+    if os.path.lexists(path) and not force:
+        raise InputError(path, "already exists; pass --force to overwrite it")
+
+
 def refuse_existing_save(save: str | None, force: bool) -> None:
     """Refuse an existing ``--save`` target before the analysis, not after it."""
     import os

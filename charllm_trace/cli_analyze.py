@@ -1,0 +1,228 @@
+"""``charllm-trace analyze`` and ``report``: the commands that analyse a run (through the results
+cache, ``results_cache.py``) or draw saved results again (``results_store.py``). Registered on the
+``charllm-trace`` group by ``cli.py``."""
+
+from __future__ import annotations
+
+import click
+
+from charllm_trace.cli_cache import no_cache_option
+from charllm_trace.cli_results import (
+    refuse_analysis_options,
+    refuse_existing,
+    refuse_existing_save,
+    save_option,
+    wrote,
+)
+
+# --- analyze (issue 5) -----------------------------------------------------
+
+
+def _parse_ranks_option(text: str | None) -> list[int] | None:
+    from charllm_trace.errors import UsageError
+
+    if not text:
+        return None
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        a, sep, b = part.partition("-")
+        try:
+            lo, hi = int(a), int(b) if sep else int(a)
+        except ValueError:
+            raise UsageError(f"--ranks: expected a list like 0,1,4-7, got {text!r}") from None
+        out.extend(range(lo, hi + 1))
+    return out
+
+
+WHAT_IF_HELP = (
+    "Predict step times with durations scaled by class, e.g. comm=0.5,gemm=0.8,launch=0 "
+    "(classes: gemm, attention, kernel, comm, memcpy, launch, cpu, idle; aliases: gpu/compute = "
+    "gemm+attention+kernel, network = comm, cpu_all = cpu+launch). Figures labelled PREDICTED."
+)
+
+
+def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
+    """``--what-if`` text -> {class: factor}; bad text is a UsageError (one line, exit 2)."""
+    if text is None:
+        return None
+    from charllm_trace.analysis.whatif import parse_what_if
+
+    return parse_what_if(text)
+
+
+@click.command("analyze")
+@click.argument("path", type=click.Path())
+@click.option("--per-step", is_flag=True, help="Also split every figure by ProfilerStep.")
+@click.option("--ranks", default=None, help="Ranks to analyse, e.g. 0,1 or 0-3 (default: all).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "parquet"]), default="table",
+              show_default=True, help="Output format.")  # fmt: skip
+@click.option("-o", "--output", type=click.Path(), default=None,
+              help="Output file (json) or path stem (csv/parquet: one file per table).")  # fmt: skip
+@click.option("--force", is_flag=True, help="Overwrite existing output files.")
+@click.option("--hta-compat", is_flag=True,
+              help="Holistic Trace Analysis' convention: drop kernels launched after the last ProfilerStep begins; µs rounding.")  # fmt: skip
+@click.option(
+    "--hta-keep-last-step",
+    is_flag=True,
+    help="With --hta-compat: keep the last step (HTA include_last_profiler_step).",
+)
+@click.option("--peak-gbps", type=float, default=None, help="Link peak (GB/s per direction) for utilisation.")
+@click.option(
+    "--parallel",
+    default=None,
+    help="Layout naming groups by dimension, e.g. tp=8,pp=4,dp=2,ep=1 (Megatron order).",
+)
+@click.option(
+    "--simulate",
+    is_flag=True,
+    help="Rebuild a timeline for ETs without timestamps (figures labelled simulated).",
+)
+@click.option("--energy-method", type=click.Choice(["trapezoid", "step"]), default="trapezoid", show_default=True,
+              help="Power integration between telemetry samples.")  # fmt: skip
+@click.option("--what-if", "what_if", default=None, metavar="CLASS=FACTOR,...", help=WHAT_IF_HELP)
+@click.option("--no-critical-path", is_flag=True, help="Skip the critical path through the execution graph.")
+@save_option
+@no_cache_option
+@click.pass_context
+def analyze_cmd(
+    ctx: click.Context,
+    path: str,
+    per_step: bool,
+    ranks: str | None,
+    fmt: str,
+    output: str | None,
+    force: bool,
+    hta_compat: bool,
+    hta_keep_last_step: bool,
+    peak_gbps: float | None,
+    parallel: str | None,
+    simulate: bool,
+    energy_method: str,
+    what_if: str | None,
+    no_critical_path: bool,
+    save: str | None,
+) -> None:
+    """Overlap, bandwidth per collective, energy per operator, power per step and the critical
+    path of PATH (a .et, a directory of per-rank ETs, a collected run directory or a Kineto
+    profile); with --what-if, predicted step times with durations scaled by class. PATH may also
+    be a results file written by --save: its results are printed again, without the trace.
+
+    A second analysis of the same input with the same options prints the results stored by the
+    first (the results cache, docs/cache.md); --no-cache analyses again."""
+    from charllm_trace.errors import UsageError
+    from charllm_trace.results_store import is_results_file
+
+    if fmt == "parquet" and output is None:
+        raise UsageError("--format parquet needs -o FILE")
+    if fmt == "table" and output is not None:
+        raise UsageError("-o needs --format json, csv or parquet")
+    if is_results_file(path):
+        from charllm_trace.results_store import load_results
+
+        refuse_analysis_options(ctx, path, ("path", "fmt", "output", "force"))
+        res = load_results(path)
+    else:
+        from charllm_trace.analysis.parallel import parse_parallel
+        from charllm_trace.analysis.results import AnalyzeOptions
+        from charllm_trace.results_cache import analyze_path
+
+        if peak_gbps is not None and not peak_gbps > 0:
+            raise UsageError("--peak-gbps must be > 0")
+        opts = AnalyzeOptions(
+            per_step=per_step,
+            hta_compat=hta_compat or hta_keep_last_step,
+            hta_keep_last_step=hta_keep_last_step,
+            peak_gbps=peak_gbps,
+            parallel=parse_parallel(parallel) if parallel else None,
+            simulate=simulate,
+            energy_method=energy_method,
+            critical_path=not no_critical_path,
+            what_if=_parse_what_if_option(what_if),
+        )
+        wanted = _parse_ranks_option(ranks)
+        refuse_existing_save(save, force)
+        got = analyze_path(path, opts, wanted, views=save is not None)
+        res = got.analysis
+        if save is not None:
+            from charllm_trace.results_store import save_results
+
+            wrote(save_results(res, save, views=got.views, force=force))
+    if fmt == "table":
+        from charllm_trace.render.tables import render_analysis
+
+        render_analysis(res)
+        return
+    from charllm_trace.render import export
+
+    if output is None:
+        click.echo(export.render_stdout(res, fmt), nl=False)
+        return
+    for p in export.write(res, fmt, output, force=force):
+        click.echo(f"wrote {p}", err=True)
+
+
+@click.command("report")
+@click.argument("run", type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(), help="The HTML file to write.")
+@click.option("--peak-gbps", type=float, default=None, help="Override the link peak (GB/s per direction).")
+@click.option("--title", default=None, help="Title of the page.")
+@click.option(
+    "--simulate",
+    is_flag=True,
+    help="Rebuild a timeline for ETs without timestamps (figures labelled simulated).",
+)
+@click.option("--what-if", "what_if", default=None, metavar="CLASS=FACTOR,...", help=WHAT_IF_HELP)
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT (and the --save file) if it exists.")
+@save_option
+@no_cache_option
+@click.pass_context
+def report_cmd(
+    ctx: click.Context, run: str, output: str, peak_gbps: float | None, title: str | None, simulate: bool,
+    what_if: str | None, force: bool, save: str | None,
+) -> None:  # fmt: skip
+    """Write one self-contained HTML page (opens offline) with the run's timeline and power,
+    overlap per step, bus bandwidth vs message size, energy by operator, power /
+    temperature / SM clock with throttle periods, the critical path per step, and (with
+    --what-if) the predicted step times. RUN may also be a results file written by --save (of
+    report or analyze): the page is drawn again without the trace."""
+    from pathlib import Path
+
+    from charllm_trace.errors import UsageError
+    from charllm_trace.render.tables import cli_hint
+    from charllm_trace.report import render_report, report_data_from
+    from charllm_trace.results_store import is_results_file, read_results
+
+    refuse_existing(output, force)
+    if is_results_file(run):
+        refuse_analysis_options(ctx, run, ("run", "output", "title", "force"))
+        saved = read_results(run)
+        an, views = saved.analysis, saved.views()
+    else:
+        from charllm_trace.analysis.results import AnalyzeOptions
+        from charllm_trace.results_cache import analyze_path
+
+        if peak_gbps is not None and not peak_gbps > 0:
+            raise UsageError("--peak-gbps must be > 0")
+        factors = _parse_what_if_option(what_if)
+        refuse_existing_save(save, force)
+        opts = AnalyzeOptions(per_step=True, peak_gbps=peak_gbps, simulate=simulate, what_if=factors)
+        got = analyze_path(run, opts, views=True)
+        an, views = got.analysis, got.views
+        assert views is not None
+        if save is not None:
+            from charllm_trace.results_store import save_results
+
+            wrote(save_results(an, save, views=views, force=force))
+    name = Path(views.source).name if views.source else Path(run).name
+    data = report_data_from(views, an, title=title or f"charllm-trace report: {name}")
+    # the page is the CLI's output: its notes name the CLI's flags where one helps
+    data.skipped = {k: cli_hint(v) for k, v in data.skipped.items()}
+    data.notes = [cli_hint(n) for n in data.notes]
+    data.critical_notes = [cli_hint(n) for n in data.critical_notes]
+    data.what_if_notes = [cli_hint(n) for n in data.what_if_notes]
+    Path(output).write_text(render_report(data), encoding="utf-8")
+    skipped = "; ".join(f"{k}: {v}" for k, v in data.skipped.items())
+    click.echo(f"wrote {output}" + (f" (not drawn: {skipped})" if skipped else ""))
