@@ -374,14 +374,7 @@ def decode_et(buf: np.ndarray, size: int, path: Any = None) -> tuple[Trace, dict
     meta, telemetry, manifest, ours = _meta_from_global(gm, path)
     try:
         cols = decode_nodes(buf, pos + length, size, ours=ours, path=path)
-    except (Corrupt, SystemError) as err:
-        # A Corrupt raised while polars frees zero-copy columns can surface as a SystemError
-        # (ctypes runs our buffer-release callback with the exception pending): unwrap it.
-        exc: BaseException | None = err
-        while exc is not None and not isinstance(exc, Corrupt):
-            exc = exc.__cause__ or exc.__context__
-        if not isinstance(exc, Corrupt):
-            raise
+    except Corrupt as exc:
         where = f"message {exc.where}" if exc.where >= 0 else ""
         if exc.problem.startswith(("truncated", "not a Chakra ET")):
             raise InputError(path, f"{exc.problem} ({where})" if where else exc.problem) from exc
