@@ -32,7 +32,7 @@ import polars as pl
 import pyarrow as pa
 import xxhash
 
-from charllm_trace.et._arrow import enum_from_physical
+from charllm_trace.et._arrow import enum_from_physical, to_series
 
 FORMAT_VERSION = 4
 ALIGN = 64
@@ -218,7 +218,7 @@ class CheckedFrame:
         for c, typ in zip(meta["columns"], self.types, strict=True):
             arr = _build(typ, c["array"], self.mm)
             arr.validate()  # sizes and offsets against the buffers (cheap; not every value)
-            s = pl.Series(c["name"], arr).alias(c["name"])
+            s = to_series(c["name"], arr)
             if c.get("enum"):
                 s = enum_from_physical(s, _dtype(meta["schema"][c["name"]]))
             if str(s.dtype) != meta["schema"][c["name"]]:
