@@ -1,18 +1,19 @@
 """The compiled C helpers that are called through ctypes, found where the package was installed.
 
-The ET scanner (``charllm_trace.et._etscan``, from ``et/_etscan.c``) and the JSON framer
-(``charllm_trace.converters._jsonframe``, from ``converters/_jsonframe.c``) are built by
-setuptools when the package is built or installed (``setup.py``), as extension modules: the
-import system names and places them (``_etscan.cpython-311-x86_64-linux-gnu.so`` beside
+The ET scanner (``charllm_trace.et._etscan``, from ``et/_etscan.c``) and the JSON framer and
+event decoder (``charllm_trace.converters._jsonframe``, from ``converters/_jsonframe.c``) are
+built by setuptools when the package is built or installed (``setup.py``), as extension modules:
+the import system names and places them (``_etscan.cpython-311-x86_64-linux-gnu.so`` beside
 ``et/_native.py``). Their functions are plain C and are called with ctypes (which releases the
 GIL during each call); the module's ``PyInit`` function is only a stub. See docs/native.md.
 
 Nothing is compiled at run time and nothing is loaded from a cache directory: :func:`load`
 opens only the file the import system finds for the module (an extension module inside the
-package). When that is missing or cannot be loaded, it warns once per process, naming the
-module and the fix, and returns None; the caller then uses its numpy code (same results,
-~15x slower). ``CHARLLM_TRACE_NATIVE=0`` selects the numpy code on purpose, without a warning
-(the tests use it as the oracle).
+package). Both helpers are required: when one is missing, cannot be loaded or is out of date,
+:meth:`Library.lib` raises :class:`NativeModuleMissing` (one line naming the module, why, and the
+fix), every time it is asked; there is no slow path. ``CHARLLM_TRACE_NATIVE=0`` makes it return
+None instead: the tests' switch to the numpy oracles they compare the C code with
+(``et/oracle.py``, ``converters/jsonframe_oracle.py``).
 """
 
 from __future__ import annotations
@@ -21,20 +22,15 @@ import ctypes
 import importlib.machinery
 import importlib.util
 import os
-import warnings
 from collections.abc import Callable
 
 
-class NativeModuleWarning(RuntimeWarning):
-    """A compiled helper is missing or broken: the slower numpy code is used instead."""
-
-
-# modules already warned about in this process (a test's reset() must not warn again)
-_WARNED: set[str] = set()
+class NativeModuleMissing(RuntimeError):
+    """A compiled helper is not built, cannot be loaded or is out of date (a broken install)."""
 
 
 def disabled() -> bool:
-    """True when ``CHARLLM_TRACE_NATIVE=0`` asks for the numpy code paths."""
+    """True when ``CHARLLM_TRACE_NATIVE=0`` asks for the numpy oracles (tests)."""
     return os.environ.get("CHARLLM_TRACE_NATIVE", "1") == "0"
 
 
@@ -50,65 +46,58 @@ def module_path(module: str) -> str | None:
     return spec.origin
 
 
-def warn_unusable(module: str, why: str) -> None:
-    """Warn, once per process and module, that ``module`` cannot be used and why."""
-    if module in _WARNED:
-        return
-    _WARNED.add(module)
-    warnings.warn(
-        f"charllm-trace: the compiled module {module} {why}; using the numpy fallback, which is "
-        "about 15x slower. Fix: reinstall charllm-trace where a C compiler is available "
-        "(in a checkout: pip install -e .). CHARLLM_TRACE_NATIVE=0 selects the numpy code "
-        "without this warning.",
-        NativeModuleWarning,
-        stacklevel=3,
+def missing(module: str, why: str) -> NativeModuleMissing:
+    """The error for ``module`` that cannot be used (``why``: "is not built", ...)."""
+    return NativeModuleMissing(
+        f"the compiled module {module} {why}: charllm-trace cannot read traces without it; "
+        "reinstall charllm-trace where a C compiler is available (in a checkout: pip install -e .)"
     )
 
 
-def load(module: str) -> ctypes.CDLL | None:
-    """The compiled helper ``module`` (e.g. ``"charllm_trace.et._etscan"``) opened with ctypes, or
-    None (after one warning) when it is missing or cannot be loaded, or (silently) when
-    ``CHARLLM_TRACE_NATIVE=0``."""
-    if disabled():
-        return None
+def load(module: str) -> ctypes.CDLL:
+    """The compiled helper ``module`` (e.g. ``"charllm_trace.et._etscan"``) opened with ctypes.
+
+    Raises :class:`NativeModuleMissing` when it is missing or cannot be loaded."""
     path = module_path(module)
     if path is None:
-        warn_unusable(module, "is not built")
-        return None
+        raise missing(module, "is not built")
     try:
         return ctypes.CDLL(path)
     except OSError as exc:
-        warn_unusable(module, f"cannot be loaded ({exc})")
-        return None
+        raise missing(module, f"cannot be loaded ({' '.join(str(exc).split())})") from None
 
 
 class Library:
     """One compiled helper, opened once per process: ``lib()`` loads ``module`` and declares its
-    functions with ``declare(so)`` the first time (None when it is missing, disabled, or built
-    from other sources: a function ``declare`` names is absent); ``reset()`` forgets it (tests
-    switch between the C and numpy paths)."""
+    functions with ``declare(so)`` the first time; it returns None only when disabled
+    (``CHARLLM_TRACE_NATIVE=0``) and raises :class:`NativeModuleMissing`, the same each time, when
+    the module is missing, broken, or built from other sources (a function ``declare`` names is
+    absent); ``reset()`` forgets it (tests switch between the C code and the oracles)."""
 
     def __init__(self, module: str, declare: Callable[[ctypes.CDLL], None]) -> None:
         self.module = module
         self._declare = declare
         self._lib: ctypes.CDLL | None = None
-        self._tried = False
+        self._error: NativeModuleMissing | None = None
 
     def lib(self) -> ctypes.CDLL | None:
-        if self._tried:
+        if disabled():
+            return None
+        if self._lib is not None:
             return self._lib
-        self._tried = True
-        so = load(self.module)
-        if so is None:
-            return None
-        try:
-            self._declare(so)
-        except AttributeError as exc:  # a build from other sources (an old checkout's)
-            warn_unusable(self.module, f"is out of date ({exc})")
-            return None
-        self._lib = so
-        return so
+        if self._error is None:
+            try:
+                so = load(self.module)
+                self._declare(so)
+            except NativeModuleMissing as exc:
+                self._error = exc
+            except AttributeError as exc:  # a build from other sources (an old checkout's)
+                self._error = missing(self.module, f"is out of date ({exc})")
+            else:
+                self._lib = so
+                return so
+        raise type(self._error)(*self._error.args)  # a fresh one: no traceback of the first try
 
     def reset(self) -> None:
         self._lib = None
-        self._tried = False
+        self._error = None

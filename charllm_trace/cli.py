@@ -3,7 +3,8 @@
 Commands parse options, call one library function, and hand the result to a
 renderer. Exit codes: 0 success, 1 a ``check`` found a regression, 2 bad input
 (one line on stderr naming the file and the problem; ``--debug`` adds the
-traceback), 3 an internal error.
+traceback), 3 an internal error or a broken install (a compiled helper missing: one line naming
+it and the fix).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import click
 
+from charllm_trace._native_libs import NativeModuleMissing
 from charllm_trace.cli_analyze import analyze_cmd, report_cmd
 from charllm_trace.cli_cache import cache_group, no_cache_option
 from charllm_trace.cli_results import refuse_existing
@@ -42,6 +44,11 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
+        except NativeModuleMissing as exc:  # a broken install, not the user's input
+            if debug:
+                traceback.print_exc()
+            click.echo(f"error: {' '.join(str(exc).split())}", err=True)
+            ctx.exit(EXIT_INTERNAL)
         except Exception as exc:  # a bug: still one line unless --debug
             if debug:
                 traceback.print_exc()

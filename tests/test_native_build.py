@@ -3,9 +3,9 @@
 ``charllm_trace.et._etscan`` (the ET scanner) and ``charllm_trace.converters._jsonframe`` (the
 Kineto JSON framer) are extension modules built by setuptools (``setup.py``) and called through
 ctypes (docs/native.md). Reading a trace runs no compiler, writes nothing executable and loads
-nothing from a cache directory. A missing JSON framer gets one warning per process and its numpy
-code (same results); a missing ET scanner is one error (there is no slow path; its numpy oracle,
-``CHARLLM_TRACE_NATIVE=0``, is the tests' switch).
+nothing from a cache directory. A missing helper is one error naming it and the fix, every time
+a trace is read (there is no slow path; the numpy oracles, ``CHARLLM_TRACE_NATIVE=0``, are the
+tests' switch).
 """
 
 from __future__ import annotations
@@ -186,34 +186,26 @@ def test_no_compiler_and_no_writable_cache_change_nothing(
             _same_as_oracle(out, name, oracle[name])
 
 
-# The unbuilt package reads a Kineto profile (one warning: the JSON framer has a numpy path) and
-# fails on an ET with one error (the ET scanner is required: no slow path).
+# The unbuilt package fails on an ET and on a Kineto profile with one error each (both helpers
+# are required: no slow path), and warns nothing.
 UNBUILT_PROBE = r"""
 import json, sys, warnings
-from pathlib import Path
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import charllm_trace as ct
-    from charllm_trace.et import _native
-    out = Path(sys.argv[3])
-    for _ in range(2):
-        (tr,) = ct.load(sys.argv[2]).traces.values()
-    for table in ("nodes", "deps", "telemetry"):
-        getattr(tr, table).write_ipc(out / f"kineto.{table}.arrow")
-    (out / "kineto.meta.json").write_text(json.dumps(tr.meta.to_dict(), default=str))
-    errors = []
-    for _ in range(2):
-        try:
-            ct.load(sys.argv[1], cache=False)
-        except _native.ScannerMissing as exc:
-            errors.append(str(exc))
+    from charllm_trace import _native_libs
+    errors = {"et": [], "kineto": []}
+    for name, path in (("et", sys.argv[1]), ("kineto", sys.argv[2])):
+        for _ in range(2):
+            try:
+                ct.load(path, cache=False)
+            except _native_libs.NativeModuleMissing as exc:
+                errors[name].append(str(exc))
 print("PROBE " + json.dumps({"errors": errors, "warnings": [f"{w.category.__name__}: {w.message}" for w in caught]}))
 """
 
 
-def test_missing_modules_an_et_is_one_error_a_kineto_profile_one_warning(
-    tmp_path: Path, et_file: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_missing_modules_are_one_error_each(tmp_path: Path, et_file: Path) -> None:
     # The package as a checkout that was never built: its Python files, no compiled modules.
     site = tmp_path / "unbuilt"
     shutil.copytree(
@@ -223,25 +215,31 @@ def test_missing_modules_an_et_is_one_error_a_kineto_profile_one_warning(
     out.mkdir()
     env = {**_clean_env(CHARLLM_TRACE_CACHE_DIR=str(tmp_path / "cache")), "PYTHONPATH": str(site)}
     r = subprocess.run(
-        [sys.executable, "-c", UNBUILT_PROBE, str(et_file), str(KINETO), str(out)],
+        [sys.executable, "-c", UNBUILT_PROBE, str(et_file), str(KINETO)],
         env=env, cwd=out, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     ev = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("PROBE "))[len("PROBE ") :])
-    (w,) = ev["warnings"]  # the JSON framer's, once; the ET scanner warns nothing, it fails
-    assert w.startswith("NativeModuleWarning: ") and "charllm_trace.converters._jsonframe is not built" in w
-    assert len(ev["errors"]) == 2  # every ET read fails the same way
-    for e in ev["errors"]:
-        assert "charllm_trace.et._etscan is not built" in e and "pip install -e ." in e and "\n" not in e
-    _same_as_oracle(out, "kineto", _oracle(KINETO, monkeypatch))
-    # the command line: one line, no traceback
-    cli = subprocess.run(
-        [sys.executable, "-m", "charllm_trace.cli", "info", str(et_file)],
-        env=env, cwd=out, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert cli.returncode == 3, cli.stderr
-    (line,) = cli.stderr.strip().splitlines()
-    assert "ScannerMissing: the compiled module charllm_trace.et._etscan is not built" in line
+    assert ev["warnings"] == []
+    for name, module in (
+        ("et", "charllm_trace.et._etscan"),
+        ("kineto", "charllm_trace.converters._jsonframe"),
+    ):
+        assert len(ev["errors"][name]) == 2, ev  # every read fails the same way
+        for e in ev["errors"][name]:
+            assert f"{module} is not built" in e and "pip install -e ." in e and "\n" not in e
+    # the command line: one line, no traceback, exit 3 (a broken install, not bad input)
+    for path, module in (
+        (et_file, "charllm_trace.et._etscan"),
+        (KINETO, "charllm_trace.converters._jsonframe"),
+    ):
+        cli = subprocess.run(
+            [sys.executable, "-m", "charllm_trace.cli", "analyze", "--no-cache", str(path)],
+            env=env, cwd=out, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert cli.returncode == 3, cli.stderr
+        (line,) = cli.stderr.strip().splitlines()
+        assert line.startswith(f"error: the compiled module {module} is not built"), line
 
 
 def test_a_broken_module_is_one_error(
@@ -250,23 +248,27 @@ def test_a_broken_module_is_one_error(
     bad = tmp_path / "_etscan.cpython-bad.so"
     bad.write_bytes(b"not a shared library")
     monkeypatch.setattr(_native_libs, "module_path", lambda module: str(bad))
-    monkeypatch.setattr(_native_libs, "_WARNED", set())
     monkeypatch.delenv("CHARLLM_TRACE_NATIVE", raising=False)
     _native.reset()
+    jsonframe.reset()
     try:
-        for _ in range(2):  # asked again: the same error, still no warning
+        for _ in range(2):  # asked again: the same error, no warning
             with pytest.raises(_native.ScannerMissing, match="charllm_trace.et._etscan cannot be loaded"):
                 _native.lib()
+            with pytest.raises(
+                _native_libs.NativeModuleMissing, match="charllm_trace.converters._jsonframe cannot be loaded"
+            ):
+                jsonframe.lib()
     finally:
         _native.reset()
-    assert not [w for w in recwarn if issubclass(w.category, _native_libs.NativeModuleWarning)]
+        jsonframe.reset()
+    assert not recwarn.list
 
 
 def test_native_0_selects_numpy_without_a_warning(
     monkeypatch: pytest.MonkeyPatch, recwarn: pytest.WarningsRecorder
 ) -> None:
     monkeypatch.setenv("CHARLLM_TRACE_NATIVE", "0")
-    monkeypatch.setattr(_native_libs, "_WARNED", set())
     _native.reset()
     jsonframe.reset()
     try:
@@ -274,7 +276,7 @@ def test_native_0_selects_numpy_without_a_warning(
     finally:
         _native.reset()
         jsonframe.reset()
-    assert not [w for w in recwarn if issubclass(w.category, _native_libs.NativeModuleWarning)]
+    assert not recwarn.list
 
 
 def test_nothing_compiles_at_run_time() -> None:

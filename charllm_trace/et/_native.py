@@ -10,7 +10,6 @@ oracle (``et/oracle.py``) that they compare the scanner with.
 from __future__ import annotations
 
 import ctypes
-import warnings
 
 from charllm_trace import _native_libs
 
@@ -38,45 +37,18 @@ def _declare(so: ctypes.CDLL) -> None:
 
 
 _LIBRARY = _native_libs.Library(MODULE, _declare)
-# the loaded scanner, or why it could not be used, once known
-_LOADED: list[ctypes.CDLL] = []
-_WHY: list[str] = []
 
-
-class ScannerMissing(RuntimeError):
-    """The compiled ET scanner is not built, cannot be loaded or is out of date."""
+#: the scanner is missing, broken or out of date (kept by this name for callers and tests)
+ScannerMissing = _native_libs.NativeModuleMissing
 
 
 def lib() -> ctypes.CDLL | None:
     """The loaded scanner; None only with ``CHARLLM_TRACE_NATIVE=0`` (the tests' numpy oracle).
 
     Raises :class:`ScannerMissing` when the module is missing or broken."""
-    if _native_libs.disabled():
-        return None
-    if _LOADED:
-        return _LOADED[0]
-    if not _WHY:
-        # the loader's one warning becomes this error's reason (nothing else is printed)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", _native_libs.NativeModuleWarning)
-            so = _LIBRARY.lib()
-        if so is not None:
-            _LOADED.append(so)
-            return so
-        why = [
-            str(w.message).split(MODULE, 1)[1].split(";", 1)[0].strip()
-            for w in caught
-            if MODULE in str(w.message)
-        ]
-        _WHY.append(why[0] if why else "is not built")
-    raise ScannerMissing(
-        f"the compiled module {MODULE} {_WHY[0]}: charllm-trace cannot read Chakra ETs without it; "
-        "reinstall charllm-trace where a C compiler is available (in a checkout: pip install -e .)"
-    )
+    return _LIBRARY.lib()
 
 
 def reset() -> None:
     """Forget the loaded library (tests switch between the C and numpy paths)."""
-    _LOADED.clear()
-    _WHY.clear()
     _LIBRARY.reset()
