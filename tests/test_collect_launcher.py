@@ -61,7 +61,11 @@ def test_exit_code_propagates_and_manifest_written(tmp_path: Path) -> None:
     assert m["parallel"]["tp"] == 2 and m["parallel"]["product_tp_pp_dp_cp"] == 2
     assert m["command"][:2] == [sys.executable, "-c"]
     assert m["ranks_traced"] == []  # no optimizer ever stepped
-    assert "no process of the command ever called optimizer.step()" in p.stderr
+    assert m["failure"] == "the command exited with code 3" and m["run_id"]
+    assert "run failed: the command exited with code 3" in p.stderr
+    assert (
+        "no rank traced any step: the command failed before any rank recorded an optimizer step" in p.stderr
+    )
     assert (out / "node-{}.json".format(m["hostnames"][0])).exists() or list(out.glob("node-*.json"))
 
 

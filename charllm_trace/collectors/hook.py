@@ -38,6 +38,10 @@ import weakref
 from typing import Any
 
 ENV_CONFIG = "CHARLLM_TRACE_CONFIG"
+#: Set by a rank process for its children ("<pid>:<RANK>"): a child with the same RANK (a data
+#: loader worker, a compiler) is not the rank and does not announce itself.
+ENV_RANK_OWNER = "CHARLLM_TRACE_RANK_OWNER"
+PR_SET_PDEATHSIG = 1
 INFO_VERSION = 1
 STEP_NUMBERING = (
     "0-based; step N runs from the return of the N-th to the return of the (N+1)-th "
@@ -84,6 +88,28 @@ def _write_json_atomic(path: str, obj: Any) -> None:
         json.dump(obj, f, indent=1, sort_keys=True)
         f.write("\n")
     os.replace(tmp, path)
+
+
+def proc_start(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def set_parent_death_signal(sig: int = 15) -> bool:
+    """Ask Linux to send ``sig`` to this process when its parent dies (``PR_SET_PDEATHSIG``)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) == 0
+    except Exception:
+        return False
 
 
 def _versions_and_device() -> dict[str, Any]:
@@ -141,6 +167,7 @@ class StepTracer:
         record_shapes: bool = True,
         with_stack: bool = False,
         mode: str = "hook",
+        run_id: str | None = None,
     ) -> None:
         if first < 0 or last < first:
             raise ValueError(f"bad step range {first}-{last}")
@@ -151,6 +178,10 @@ class StepTracer:
         self.record_shapes = record_shapes
         self.with_stack = with_stack
         self.mode = mode
+        self.run_id = run_id
+        self.announced = False
+        self.ended: dict[str, Any] | None = None  # how this process ended, once it has
+        self.ended_ns: int | None = None
         self.completed = 0  # optimizer steps completed == number of the step now running
         self.state = "idle"  # idle -> tracing -> done | skipped
         self.rank: int | None = None
@@ -334,12 +365,51 @@ class StepTracer:
                     self._stop(complete=False)
                 except Exception as exc:
                     self._fail(exc)
-            elif self.state in ("done", "skipped") or self.step_end_ns:
+            elif self.state in ("done", "skipped") or self.step_end_ns or self.announced:
                 self.write_info()
 
     def _atexit(self) -> None:
         if os.getpid() == self._pid:
+            if self.ended is None:
+                self._ended({"how": "exit"})
             self.finish()
+
+    def _ended(self, how: dict[str, Any]) -> None:
+        self.ended = how
+        self.ended_ns = time.time_ns()
+
+    # -- the rank's life (launcher mode) ----------------------------------------
+    def announce(self) -> None:
+        """Write this rank's info file now (state ``idle``, ``ended`` null), record how the
+        process ends (an uncaught exception, SIGTERM/SIGHUP, or a normal exit; a process that
+        dies with none of these, e.g. by SIGKILL, leaves ``ended`` null), and die with its parent."""
+        self.announced = True
+        os.environ[ENV_RANK_OWNER] = f"{self._pid}:{os.environ.get('RANK')}"
+        set_parent_death_signal()
+        previous = sys.excepthook
+
+        def excepthook(tp: Any, value: Any, tb: Any) -> None:
+            if os.getpid() == self._pid and self.ended is None:
+                self._ended({"how": "exception", "error": f"{tp.__name__}: {value}"[:500]})
+            previous(tp, value, tb)
+
+        sys.excepthook = excepthook
+        import signal
+
+        def on_signal(signum: int, frame: Any) -> None:
+            if os.getpid() == self._pid:
+                self._ended({"how": "signal", "signal": signal.Signals(signum).name})
+                self.write_info()
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                if signal.getsignal(sig) == signal.SIG_DFL:
+                    signal.signal(sig, on_signal)
+            except (ValueError, OSError):  # not the main thread
+                pass
+        self.write_info()
 
     # -- per-rank record ------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -347,12 +417,16 @@ class StepTracer:
         rank = self.rank if self.rank is not None else env_rank()
         d: dict[str, Any] = {
             "info_version": INFO_VERSION,
+            "run_id": self.run_id,
             "rank": rank,
             "world_size": self.world_size,
             "local_rank": env_local_rank(),
             "local_world_size": _env_int("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"),
             "hostname": socket.gethostname(),
             "pid": self._pid,
+            "pid_start": proc_start(self._pid),
+            "ended": self.ended,
+            "ended_ns": self.ended_ns,
             "mode": self.mode,
             "state": self.state,
             "error": self.error,
@@ -483,7 +557,14 @@ def install_from_env() -> StepTracer | None:
         record_shapes=bool(cfg.get("record_shapes", True)),
         with_stack=bool(cfg.get("with_stack", False)),
         mode="hook",
+        run_id=cfg.get("run_id"),
     )
+    if cfg.get("launcher_pid") is not None and os.getppid() == cfg.get("launcher_pid"):
+        set_parent_death_signal()  # the command itself (torchrun, python): ends with its launcher
+    rank_env = os.environ.get("RANK")
+    owner = os.environ.get(ENV_RANK_OWNER, "")
+    if rank_env is not None and rank_env.strip().isdigit() and owner.split(":", 1)[-1] != rank_env:
+        _TRACER.announce()  # a rank process (torchrun and most launchers set RANK)
     mod = sys.modules.get(_PostImportFinder.target)
     if mod is not None:
         _register(mod)

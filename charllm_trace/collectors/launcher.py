@@ -2,19 +2,25 @@
 
 The launcher
 
-1. checks the run directory (never writes into a used one without ``force``);
-2. starts the node's telemetry sampler (a separate process);
+1. finds the run id (shared by every node, see :mod:`charllm_trace.collectors.runstate`) and
+   checks the run directory on every node: a used one (files of another run, or of this run
+   after it ended) is refused without ``force``;
+2. writes ``node-<host>.json`` (and on node 0 ``manifest.json``) as ``running``, starts the
+   warden (:mod:`charllm_trace.collectors.warden`, which finishes the manifest if the launcher is
+   killed) and the node's telemetry sampler (a separate process);
 3. runs the command with ``charllm_trace/collectors/_inject`` first on ``PYTHONPATH`` and the
    configuration in ``$CHARLLM_TRACE_CONFIG``, so every Python rank process hooks
    ``optimizer.step()`` and traces the chosen steps (see :mod:`charllm_trace.collectors.hook`);
-4. waits for it (forwarding SIGINT/SIGTERM), stops the sampler, writes ``manifest.json``;
+4. waits for it (forwarding SIGINT/SIGTERM), stops rank processes of this run the command left
+   running on this host, stops the sampler, writes ``manifest.json`` (``finished``, ``failed``
+   with which rank failed and how, or ``interrupted``);
 5. returns the command's exit code.
 
 Multi-node: run the same ``collect`` on every node (e.g. under ``srun``) with the same ``-o`` on a
-shared file system. Every node writes its own ``telemetry-<host>.*`` and ``node-<host>.json``;
-only node 0 (``NODE_RANK``/``GROUP_RANK``/``SLURM_NODEID``, or ``--node-rank`` of torchrun) checks
-the run directory and writes the manifest. A second launcher on the same host does not start a
-second sampler.
+shared file system. Every node checks the directory and writes its own ``telemetry-<host>.*``
+and ``node-<host>.json``; only node 0 (``NODE_RANK``/``GROUP_RANK``/``SLURM_NODEID``, or
+``--node-rank`` of torchrun) writes the manifest. A second launcher on the same host does not
+start a second sampler.
 """
 
 from __future__ import annotations
@@ -130,18 +136,35 @@ def node_rank(command: list[str]) -> int:
 # ---------------------------------------------------------------------------
 
 
-def prepare_run_dir(run_dir: Path, *, force: bool, check: bool = True) -> None:
-    """Create ``run_dir``; refuse one that holds anything unless ``force`` (then clear our files)."""
+def prepare_run_dir(run_dir: Path, *, force: bool, run_id: str) -> None:
+    """Create ``run_dir``; refuse a used one (anything but files of run ``run_id`` while it is
+    running) unless ``force``, which deletes the collector's own files of other runs (and keeps
+    everything else)."""
+    from charllm_trace.collectors.runstate import foreign_entries
+
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError(run_dir, "exists and is not a directory")
-    if check and run_dir.is_dir() and any(run_dir.iterdir()):
-        if not force:
+    if run_dir.is_dir():
+        foreign = foreign_entries(run_dir, run_id)
+        if foreign and not force:
+            name, why = foreign[0]
+            if why == "not a file of this run" and len(foreign) == len(os.listdir(run_dir)):
+                raise InputError(
+                    run_dir, "run directory exists and is not empty (use --force to replace its trace files)"
+                )
+            more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
             raise InputError(
-                run_dir, "run directory exists and is not empty (use --force to replace its trace files)"
+                run_dir,
+                f"used run directory: {name} is {why}{more} (use another directory, or --force to "
+                "replace the collector's files of other runs)",
             )
-        for pat in OWN_PATTERNS:
-            for p in glob.glob(str(run_dir / pat)):
-                os.remove(p)
+        own = {os.path.basename(p) for pat in OWN_PATTERNS for p in glob.glob(str(run_dir / pat))}
+        for name, _why in foreign:
+            if name in own:
+                try:
+                    os.remove(run_dir / name)
+                except FileNotFoundError:
+                    pass  # another node of this run removed it first
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -203,9 +226,19 @@ def collect(
         )
     if telemetry_hz < 0:
         raise UsageError("--telemetry-hz must be positive (0 turns telemetry off)")
+    from charllm_trace.collectors.runstate import adopt_run_id, new_run_id, shared_run_id, this_process
+    from charllm_trace.collectors.telemetry.format import host_tag
+    from charllm_trace.collectors.warden import dismiss, start_warden, tell
+
     rd = Path(run_dir if run_dir is not None else default_run_dir()).resolve()
     nrank = node_rank(command)
-    prepare_run_dir(rd, force=force, check=(nrank == 0))
+    if rd.exists() and not rd.is_dir():
+        raise InputError(rd, "exists and is not a directory")
+    run_id = shared_run_id(command)
+    if run_id is None:
+        run_id = new_run_id() if nrank == 0 else adopt_run_id(rd, nrank)
+    prepare_run_dir(rd, force=force, run_id=run_id)
+    launcher = this_process()
     started_ns = time.time_ns()
     manifest_args: dict[str, Any] = {
         "command": list(command),
@@ -216,8 +249,19 @@ def collect(
         "started_ns": started_ns,
         "node_rank": nrank,
     }
+    ids = {"run_id": run_id, "launcher": launcher}
+    write_node_info(rd, command=command, node_rank=nrank, status="running", **ids)
     if nrank == 0:
-        write_manifest(rd, **manifest_args, exit_code=None, finished_ns=None)
+        write_manifest(rd, **manifest_args, exit_code=None, finished_ns=None, **ids)
+    warden = start_warden(
+        {
+            "run_dir": str(rd),
+            "run_id": run_id,
+            "launcher": launcher,
+            "manifest_args": manifest_args,
+            "lock": str(rd / f"telemetry-{host_tag()}.lock") if telemetry_hz > 0 else None,
+        }
+    )
 
     lock = None
     sampler = None
@@ -233,19 +277,36 @@ def collect(
         "ranks": ranks,
         "record_shapes": record_shapes,
         "with_stack": with_stack,
+        "run_id": run_id,
+        "launcher_pid": os.getpid(),
     }
     env = dict(os.environ)
     env[ENV_CONFIG] = json.dumps(cfg)
     env["PYTHONPATH"] = INJECT_DIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     say(f"collect: {shlex.join(command)} -> {rd} (steps {steps[0]}-{steps[1]})")
+    from charllm_trace.collectors.runstate import set_subreaper
+
+    subreaper = set_subreaper(True)  # ranks whose parent dies become ours, to be stopped at the end
     try:
         proc = subprocess.Popen(command, env=env)
     except OSError as exc:
+        if subreaper:
+            set_subreaper(False)
         if sampler is not None:
             stop_sampler_process(sampler)
+        dismiss(warden)
+        _release(lock)
+        for p in rd.iterdir():  # nothing ran: leave the directory as it was
+            if (p.name == "manifest.json" and nrank == 0) or p.name == f"node-{host_tag()}.json":
+                p.unlink()
         raise InputError(command[0], f"cannot run the training command: {exc.strerror}") from None
+    from charllm_trace.collectors.runstate import proc_start
+
+    tell(warden, {"child": proc.pid, "start": proc_start(proc.pid)})
+    interrupted_by: list[str] = []
 
     def forward(signum: int, frame: Any) -> None:
+        interrupted_by.append(f"{signal.Signals(signum).name} to the launcher")
         if proc.poll() is None:
             proc.send_signal(signum)
 
@@ -256,31 +317,99 @@ def collect(
         for s, h in old.items():
             signal.signal(s, h)
     exit_code = rc if rc >= 0 else 128 - rc  # killed by a signal: shell convention
+    keep = {p.pid for p in (sampler, warden) if p is not None}
+    status, failure, left = _ending(rd, run_id, rc, interrupted_by, keep if subreaper else None)
+    if subreaper:
+        set_subreaper(False)
+    if left:
+        say(f"stopped {len(left)} rank process(es) the command left running: pid {', '.join(map(str, left))}")
     if sampler is not None:
         stop_sampler_process(sampler)
+    _release(lock)
+    finished_ns = time.time_ns()
+    write_node_info(rd, command=command, node_rank=nrank, status=status, exit_code=exit_code, **ids)
+    manifest: dict[str, Any] = {}
+    if nrank == 0:
+        manifest = write_manifest(
+            rd,
+            **manifest_args,
+            exit_code=exit_code,
+            finished_ns=finished_ns,
+            status=status,
+            failure=failure,
+            interrupted_by=interrupted_by[0] if interrupted_by else None,
+            **ids,
+        )
+    dismiss(warden)
+    if status == "interrupted":
+        say(f"run interrupted ({interrupted_by[0]})" + (f": {failure}" if failure else ""))
+    elif failure:
+        say(f"run failed: {failure}")
+    note = _telemetry_note(rd)
+    if note:
+        say(note)
+    if nrank == 0 and manifest and not manifest.get("ranks_traced"):
+        done = [i.get("steps_completed") for i in _rank_infos(rd)]
+        if done:
+            say(
+                f"no rank traced any step: the ranks completed {max(done)} optimizer steps, "
+                f"the window was {steps[0]}-{steps[1]}"
+            )
+        elif status == "finished":
+            say("no rank traced any step: no process of the command ever called optimizer.step()")
+        else:
+            say(f"no rank traced any step: the command {status} before any rank recorded an optimizer step")
+    return CollectResult(exit_code=exit_code, run_dir=rd, manifest=manifest, telemetry_note=note)
+
+
+def _release(lock: Any) -> None:
     if lock is not None:
         lock.close()
         try:
             os.remove(lock.name)
         except OSError:
             pass
-    finished_ns = time.time_ns()
-    write_node_info(rd, command=command, node_rank=nrank)
-    manifest: dict[str, Any] = {}
-    if nrank == 0:
-        manifest = write_manifest(rd, **manifest_args, exit_code=exit_code, finished_ns=finished_ns)
-    note = _telemetry_note(rd)
-    if note:
-        say(note)
-    if nrank == 0 and manifest and not manifest.get("ranks_traced"):
-        done = [i.get("steps_completed") for i in _rank_infos(rd)]
-        say(
-            f"no rank traced any step: the ranks completed {max(done)} optimizer steps, "
-            f"the window was {steps[0]}-{steps[1]}"
-            if done
-            else "no rank traced any step: no process of the command ever called optimizer.step()"
+
+
+def _ending(
+    rd: Path, run_id: str, rc: int, interrupted_by: list[str], keep: set[int] | None
+) -> tuple[str, str | None, list[int]]:
+    """(status, failure in words, pids of leftover processes stopped) once the command ended.
+
+    Leftovers: this run's rank processes on this host still alive, and (``keep`` not None: the
+    launcher is a subreaper) any orphaned descendant adopted by the launcher, except ``keep``."""
+    from charllm_trace.collectors.runstate import (
+        children_of_self,
+        orphan_ranks,
+        rank_failure,
+        rank_infos,
+        reap_children_except,
+        remove_rank_temporaries,
+        stop_processes,
+    )
+
+    procs = orphan_ranks(rank_infos(rd, run_id))
+    if keep is not None:
+        procs += [c for c in children_of_self(keep) if c not in procs]
+    left = stop_processes(procs)
+    if keep is not None:
+        reap_children_except(keep)
+    infos = rank_infos(rd, run_id)
+    remove_rank_temporaries(rd, infos)
+    if interrupted_by:
+        return "interrupted", rank_failure(infos), left
+    failure = rank_failure(infos)
+    if rc == 0:
+        if failure is None:
+            return "finished", None, left
+        return "failed", f"the command exited with code 0 but its ranks did not: {failure}", left
+    if failure is None:
+        failure = (
+            f"the command was killed by {signal.Signals(-rc).name}"
+            if rc < 0 and -rc in signal.valid_signals()
+            else f"the command exited with code {rc}"
         )
-    return CollectResult(exit_code=exit_code, run_dir=rd, manifest=manifest, telemetry_note=note)
+    return "failed", failure, left
 
 
 def _rank_infos(rd: Path) -> list[dict[str, Any]]:

@@ -1,6 +1,8 @@
 """``manifest.json``: what was run, where, on what, and what was collected.
 
-Written by the launcher at the start (``status: running``) and again when the command ends, from
+Written by the launcher at the start (``status: running``) and again when the command ends
+(``finished``, ``failed`` with the ``failure`` in words, or ``interrupted``; the launcher's
+warden process writes ``interrupted`` if the launcher itself is killed), from
 the per-rank info files (``rank-<N>.info.json``, written inside the ranks), the per-node files
 (``node-<host>.json``) and the telemetry metadata (``telemetry-<host>.meta.json``).
 """
@@ -61,11 +63,24 @@ def _rocm_version() -> str | None:
     return None
 
 
-def write_node_info(run_dir: Path, *, command: list[str], node_rank: int) -> dict[str, Any]:
+def write_node_info(
+    run_dir: Path,
+    *,
+    command: list[str],
+    node_rank: int,
+    run_id: str | None = None,
+    status: str = "finished",
+    exit_code: int | None = None,
+    launcher: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     from charllm_trace import __version__
     from charllm_trace.collectors.telemetry.format import host_tag
 
     d = {
+        "run_id": run_id,
+        "status": status,
+        "exit_code": exit_code,
+        "launcher": launcher,
         "host": socket.gethostname(),
         "node_rank": node_rank,
         "python": sys.version.split()[0],
@@ -97,6 +112,11 @@ def build_manifest(
     node_rank: int,
     exit_code: int | None,
     finished_ns: int | None,
+    run_id: str | None = None,
+    launcher: dict[str, Any] | None = None,
+    status: str | None = None,
+    failure: str | None = None,
+    interrupted_by: str | None = None,
 ) -> dict[str, Any]:
     from charllm_trace import __version__
 
@@ -166,18 +186,18 @@ def build_manifest(
             prod *= parallel.get(k, 1)
         par["product_tp_pp_dp_cp"] = prod
         par["matches_world_size"] = None if world is None else prod == world
-    if exit_code is None:
-        status = "running"
-    elif exit_code == 0:
-        status = "finished"
-    else:
-        status = "failed"
+    if status is None:
+        status = "running" if exit_code is None else "finished" if exit_code == 0 else "failed"
     hosts = sorted(set(per_node) | set(gpus) | {str(n.get("host")) for n in nodes})
     return {
         "manifest_version": MANIFEST_VERSION,
         "tool": f"charllm-trace {__version__}",
+        "run_id": run_id,
         "status": status,
         "exit_code": exit_code,
+        "failure": failure,
+        "interrupted_by": interrupted_by,
+        "launcher": launcher,
         "command": list(command),
         "command_line": shlex.join(command),
         "started_ns": started_ns,

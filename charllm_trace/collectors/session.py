@@ -33,6 +33,20 @@ def _launcher_active() -> bool:
     return mod is not None and getattr(mod, "_TRACER", None) is not None
 
 
+def _api_run_id() -> str | None:
+    """The run id of a Session: shared by the environment (``$CHARLLM_TRACE_RUN_ID``, Slurm,
+    torchrun's ``$TORCHELASTIC_RUN_ID``), or a fresh one for a single process; None for several
+    ranks with nothing to share (each rank could only make up its own)."""
+    from charllm_trace.collectors.runstate import new_run_id, shared_run_id
+
+    rid = shared_run_id([])
+    if rid is None and os.environ.get("TORCHELASTIC_RUN_ID", "").strip():
+        rid = shared_run_id(["--rdzv-id", os.environ["TORCHELASTIC_RUN_ID"].strip()])
+    if rid is None and os.environ.get("WORLD_SIZE", "1").strip() in ("", "1"):
+        rid = new_run_id()
+    return rid
+
+
 class Session:
     """Context manager that traces steps ``steps`` of the loop it wraps; call :meth:`step` per step."""
 
@@ -60,6 +74,7 @@ class Session:
         self.telemetry_hz = telemetry_hz
         self.telemetry_source = telemetry_source
         self.force = force
+        self.run_id = _api_run_id()
         self.tracer = StepTracer(
             str(self.run_dir),
             self.steps[0],
@@ -68,6 +83,7 @@ class Session:
             record_shapes=record_shapes,
             with_stack=with_stack,
             mode="api",
+            run_id=self.run_id,
         )
         self._sampler: Any = None
         self._lock: Any = None
@@ -128,7 +144,10 @@ class Session:
         if (self.tracer.rank if self.tracer.rank is not None else env_rank() or 0) == 0:
             from charllm_trace.collectors.manifest import write_manifest, write_node_info
 
-            write_node_info(self.run_dir, command=list(sys.argv), node_rank=0)
+            status = "finished" if exc_type is None else "failed"
+            write_node_info(
+                self.run_dir, command=list(sys.argv), node_rank=0, run_id=self.run_id, status=status
+            )
             write_manifest(
                 self.run_dir,
                 command=[sys.executable, *sys.argv],
@@ -140,6 +159,8 @@ class Session:
                 node_rank=0,
                 exit_code=1 if exc_type is not None else 0,
                 finished_ns=time.time_ns(),
+                run_id=self.run_id,
+                failure=None if exc_type is None else f"rank 0 raised {exc_type.__name__}: {exc}"[:500],
             )
 
 
