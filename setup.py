@@ -12,14 +12,16 @@ from setuptools import Extension, setup
 HERE = Path(__file__).resolve().parent
 
 
-def ctypes_helper(module: str, source: str) -> Extension:
+def ctypes_helper(module: str, sources: list[str], headers: tuple[str, ...] = ()) -> Extension:
     """A plain C library that charllm-trace calls through ctypes, built as an extension module
-    (it has a stub ``PyInit_<name>``) so that pip compiles it and the import system places it.
-    ``SOURCE_SHA256`` lets a test tell a build that is older than its source."""
-    digest = hashlib.sha256((HERE / source).read_bytes()).hexdigest()
+    (its first source has a stub ``PyInit_<name>``) so that pip compiles it and the import system
+    places it. ``SOURCE_SHA256`` (of the sources, then the headers, concatenated) lets a test
+    tell a build that is older than its sources."""
+    digest = hashlib.sha256(b"".join((HERE / f).read_bytes() for f in [*sources, *headers])).hexdigest()
     return Extension(
         module,
-        sources=[source],
+        sources=sources,
+        depends=list(headers),
         define_macros=[("CHARLLM_SOURCE_SHA256", f'"{digest}"')],
         extra_compile_args=["-O2"],
     )
@@ -32,8 +34,13 @@ setup(
             sources=["charllm_trace/graph/_dag.c"],
             extra_compile_args=["-O2"],
         ),
-        # the ET scanner (et/_native.py) and the Kineto JSON framer (converters/jsonframe.py)
-        ctypes_helper("charllm_trace.et._etscan", "charllm_trace/et/_etscan.c"),
-        ctypes_helper("charllm_trace.converters._jsonframe", "charllm_trace/converters/_jsonframe.c"),
+        # the ET scanner (et/_native.py); the Kineto JSON framer (converters/jsonframe.py) and
+        # event decoder (converters/kineto_native.py)
+        ctypes_helper("charllm_trace.et._etscan", ["charllm_trace/et/_etscan.c"]),
+        ctypes_helper(
+            "charllm_trace.converters._jsonframe",
+            ["charllm_trace/converters/_jsonframe.c", "charllm_trace/converters/_jsondecode.c"],
+            ("charllm_trace/converters/_swar.h",),
+        ),
     ]
 )

@@ -1,9 +1,9 @@
 """The compiled C helpers that are called through ctypes, found where the package was installed.
 
 The ET scanner (``charllm_trace.et._etscan``, from ``et/_etscan.c``) and the JSON framer and
-event decoder (``charllm_trace.converters._jsonframe``, from ``converters/_jsonframe.c``) are
-built by setuptools when the package is built or installed (``setup.py``), as extension modules:
-the import system names and places them (``_etscan.cpython-311-x86_64-linux-gnu.so`` beside
+event decoder (``charllm_trace.converters._jsonframe``, from ``converters/_jsonframe.c`` and
+``_jsondecode.c``) are built by setuptools when the package is built or installed (``setup.py``),
+as extension modules: the import system names and places them (``_etscan.cpython-311-x86_64-linux-gnu.so`` beside
 ``et/_native.py``). Their functions are plain C and are called with ctypes (which releases the
 GIL during each call); the module's ``PyInit`` function is only a stub. See docs/native.md.
 

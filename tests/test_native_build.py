@@ -33,9 +33,14 @@ from charllm_trace.loader import load
 ROOT = Path(__file__).resolve().parent.parent
 PKG = Path(charllm_trace.__file__).resolve().parent
 KINETO = ROOT / "tests" / "fixtures" / "traces" / "cpu-2rank-gloo" / "rank-0.kineto.json.gz"
+# each helper's sources then headers, in setup.py's order (its SOURCE_SHA256 covers them all)
 HELPERS = {
-    "charllm_trace.et._etscan": PKG / "et" / "_etscan.c",
-    "charllm_trace.converters._jsonframe": PKG / "converters" / "_jsonframe.c",
+    "charllm_trace.et._etscan": [PKG / "et" / "_etscan.c"],
+    "charllm_trace.converters._jsonframe": [
+        PKG / "converters" / "_jsonframe.c",
+        PKG / "converters" / "_jsondecode.c",
+        PKG / "converters" / "_swar.h",
+    ],
 }
 COMPILERS = {"cc", "gcc", "clang", "c++", "g++", "clang++", "tcc", "false"}
 
@@ -134,13 +139,15 @@ def et_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_helper_is_an_installed_extension_module_built_from_this_source(module: str) -> None:
     path = _native_libs.module_path(module)
     assert path is not None, f"{module} is not built: run pip install -e . (with a C compiler)"
-    assert Path(path).resolve().parent == HELPERS[module].parent  # inside the package, nowhere else
+    srcs = HELPERS[module]
+    assert Path(path).resolve().parent == srcs[0].parent  # inside the package, nowhere else
     mod = importlib.import_module(module)  # the stub PyInit works
     assert not [n for n in dir(mod) if not n.startswith("__") and n != "SOURCE_SHA256"]
-    src = HELPERS[module]
-    if src.exists():  # a checkout: the build must be from the source that is there now
-        assert mod.SOURCE_SHA256 == hashlib.sha256(src.read_bytes()).hexdigest(), (
-            f"{path} was built from another version of {src.name}: rebuild with pip install -e ."
+    if all(s.exists() for s in srcs):  # a checkout: the build must be from the sources there now
+        digest = hashlib.sha256(b"".join(s.read_bytes() for s in srcs)).hexdigest()
+        assert mod.SOURCE_SHA256 == digest, (
+            f"{path} was built from other versions of {', '.join(s.name for s in srcs)}: "
+            "rebuild with pip install -e ."
         )
 
 

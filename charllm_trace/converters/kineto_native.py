@@ -1,4 +1,4 @@
-"""Kineto events straight from JSON into column buffers, in C (``jd_decode`` in ``_jsonframe.c``).
+"""Kineto events straight from JSON into column buffers, in C (``jd_decode`` in ``_jsondecode.c``).
 
 One call per batch of framed events fills, for every complete event that is not the profiler's
 own span: name and category codes (raw spellings interned in C across batches), pid, tid, the

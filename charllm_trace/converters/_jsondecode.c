@@ -1,0 +1,703 @@
+/* The Kineto event decoder of charllm-trace, compiled by setup.py into the extension module
+ * charllm_trace.converters._jsonframe together with the scanner (_jsonframe.c), and called
+ * through ctypes (converters/kineto_native.py). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "_swar.h"
+
+/* ---- event decoder ----
+ *
+ * jd_decode turns one JSON list of Kineto events (a slice that jf_scan framed, "[" ... "]")
+ * straight into column buffers: for each complete event (ph "X") that is not the profiler's own
+ * "Trace" span, the codes of its name and category (raw spellings interned in hash tables that
+ * live across calls), pid, tid and the args device, stream, correlation, External id and
+ * Record function id (int64 + valid flag), ts and dur in nanoseconds (the float arithmetic of
+ * kineto.us_to_ns, bit for bit), and where its args object is (its few comm/sync args are
+ * decoded by msgspec later, for the rows that need them).
+ *
+ * It validates the whole slice as JSON and returns -1 ("decode this batch with msgspec") on
+ * anything it is not certain to read exactly as the msgspec reader does: any syntax error, an
+ * escape in a key, a surrogate escape, invalid UTF-8, a control character in a string, nesting
+ * deeper than JD_MAX_DEPTH, an exponent beyond +-300, a duplicate key that is read, an element
+ * that is not an object, a phase msgspec's fast path does not list, a non-string name or
+ * category, a pid/tid/args id that is not an integer of at most 18 digits or null, a ts/dur that
+ * is not a number or null, args that are neither an object nor null. Then nothing is kept (the
+ * names and categories interned by this call are forgotten). */
+#define JD_MAX_DEPTH 64
+#define JD_NINT 7 /* pid, tid, device, stream, correlation, External id, Record function id */
+
+typedef struct {
+    uint64_t hash;
+    int64_t off, len; /* key bytes in the arena */
+} jd_entry;
+
+typedef struct {
+    int64_t *slots; /* code + 1, 0 = empty; open addressing, power-of-two size */
+    int64_t nslots;
+    jd_entry *entries;
+    int64_t n, cap;
+    uint8_t *arena;
+    int64_t arena_len, arena_cap;
+} jd_table;
+
+typedef struct {
+    jd_table t[2]; /* names, categories */
+} jd_state;
+
+static uint64_t jd_hash(const uint8_t *p, int64_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (int64_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;
+    return h ^ (h >> 29);
+}
+
+static int jd_table_init(jd_table *t) {
+    memset(t, 0, sizeof(*t));
+    t->nslots = 1024;
+    t->slots = calloc((size_t)t->nslots, sizeof(int64_t));
+    t->cap = 512;
+    t->entries = malloc((size_t)t->cap * sizeof(jd_entry));
+    t->arena_cap = 1 << 16;
+    t->arena = malloc((size_t)t->arena_cap);
+    return t->slots && t->entries && t->arena;
+}
+
+static void jd_table_free(jd_table *t) {
+    free(t->slots);
+    free(t->entries);
+    free(t->arena);
+}
+
+static void jd_place(jd_table *t, int64_t code) {
+    int64_t mask = t->nslots - 1, i = (int64_t)(t->entries[code].hash & (uint64_t)mask);
+    while (t->slots[i]) i = (i + 1) & mask;
+    t->slots[i] = code + 1;
+}
+
+static int jd_rehash(jd_table *t, int64_t nslots) {
+    int64_t *s = calloc((size_t)nslots, sizeof(int64_t));
+    if (!s) return 0;
+    free(t->slots);
+    t->slots = s;
+    t->nslots = nslots;
+    for (int64_t c = 0; c < t->n; c++) jd_place(t, c);
+    return 1;
+}
+
+/* the code of key p[0..n), added when new (*added = 1); -1 when out of memory */
+static int64_t jd_intern(jd_table *t, const uint8_t *p, int64_t n, int *added) {
+    uint64_t h = jd_hash(p, n);
+    int64_t mask = t->nslots - 1, i = (int64_t)(h & (uint64_t)mask);
+    *added = 0;
+    while (t->slots[i]) {
+        jd_entry *e = &t->entries[t->slots[i] - 1];
+        if (e->hash == h && e->len == n && memcmp(t->arena + e->off, p, (size_t)n) == 0) return t->slots[i] - 1;
+        i = (i + 1) & mask;
+    }
+    if (t->n == t->cap) {
+        jd_entry *ne = realloc(t->entries, (size_t)t->cap * 2 * sizeof(jd_entry));
+        if (!ne) return -1;
+        t->entries = ne;
+        t->cap *= 2;
+    }
+    if (t->arena_len + n > t->arena_cap) {
+        int64_t c = t->arena_cap;
+        while (t->arena_len + n > c) c *= 2;
+        uint8_t *na = realloc(t->arena, (size_t)c);
+        if (!na) return -1;
+        t->arena = na;
+        t->arena_cap = c;
+    }
+    memcpy(t->arena + t->arena_len, p, (size_t)n);
+    int64_t code = t->n++;
+    t->entries[code] = (jd_entry){h, t->arena_len, n};
+    t->arena_len += n;
+    t->slots[i] = code + 1;
+    *added = 1;
+    if (t->n * 2 > t->nslots && !jd_rehash(t, t->nslots * 2)) return -1;
+    return code;
+}
+
+/* forget the entries from code n0 on */
+static void jd_truncate(jd_table *t, int64_t n0) {
+    if (t->n == n0) return;
+    t->n = n0;
+    t->arena_len = n0 ? t->entries[n0 - 1].off + t->entries[n0 - 1].len : 0;
+    memset(t->slots, 0, (size_t)t->nslots * sizeof(int64_t));
+    for (int64_t c = 0; c < n0; c++) jd_place(t, c);
+}
+
+void *jd_new(void) {
+    jd_state *st = calloc(1, sizeof(jd_state));
+    if (!st) return NULL;
+    if (!jd_table_init(&st->t[0]) || !jd_table_init(&st->t[1])) {
+        jd_table_free(&st->t[0]);
+        jd_table_free(&st->t[1]);
+        free(st);
+        return NULL;
+    }
+    return st;
+}
+
+void jd_free(void *p) {
+    jd_state *st = p;
+    if (!st) return;
+    jd_table_free(&st->t[0]);
+    jd_table_free(&st->t[1]);
+    free(st);
+}
+
+/* ---- the parser: each function returns the position after what it read, or -1 (fall back) */
+
+typedef struct {
+    const uint8_t *b;
+    int64_t n;
+} jd_in;
+
+static int64_t jd_ws(const jd_in *in, int64_t p) {
+    while (p < in->n) {
+        uint8_t c = in->b[p];
+        if (c != ' ' && c != '\n' && c != '\r' && c != '\t') break;
+        p++;
+    }
+    return p;
+}
+
+static int jd_hex(uint8_t c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* bytes that end the plain run of a string: quote, backslash, control, non-ASCII */
+static uint8_t jd_stop[256];
+
+static void jd_init_tables(void) {
+    if (jd_stop['"']) return;
+    for (int c = 0; c < 256; c++) jd_stop[c] = (c < 0x20 || c >= 0x80 || c == '"' || c == '\\');
+}
+
+/* p at the opening quote; *esc is set when the string has an escape */
+static int64_t jd_string(const jd_in *in, int64_t p, int *esc) {
+    const uint8_t *b = in->b;
+    int64_t n = in->n;
+    *esc = 0;
+    p++;
+    for (;;) {
+        for (; p + 8 <= n; p += 8) { /* 8 plain bytes at a time: no quote, backslash, control, non-ASCII */
+            uint64_t x = jf_load(b + p);
+            if ((x & JF_HIGH) || JF_HAS_LESS(x, 0x20) || jf_quote_or_bs(x)) break;
+        }
+        while (p < n && !jd_stop[b[p]]) p++;
+        if (p >= n) return -1;
+        uint8_t c = b[p];
+        if (c == '"') return p + 1;
+        if (c == '\\') {
+            *esc = 1;
+            if (p + 1 >= n) return -1;
+            uint8_t e = b[p + 1];
+            if (e == 'u') {
+                if (p + 5 >= n || !jd_hex(b[p + 2]) || !jd_hex(b[p + 3]) || !jd_hex(b[p + 4]) || !jd_hex(b[p + 5]))
+                    return -1;
+                int hi = (b[p + 2] | 0x20), hi2 = (b[p + 3] | 0x20);
+                if (hi == 'd' && hi2 >= '8' && hi2 != ':' && (hi2 <= '9' || (hi2 >= 'a' && hi2 <= 'f')))
+                    return -1; /* a surrogate: left to msgspec */
+                p += 6;
+            } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' ||
+                       e == 't') {
+                p += 2;
+            } else {
+                return -1;
+            }
+            continue;
+        }
+        if (c < 0x80) return -1; /* a control character */
+        /* UTF-8: well-formed sequences only (no overlongs, surrogates or > U+10FFFF) */
+        int len;
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        } else
+            return -1;
+        if (p + len > n) return -1;
+        if (b[p + 1] < lo || b[p + 1] > hi) return -1;
+        for (int k = 2; k < len; k++)
+            if (b[p + k] < 0x80 || b[p + k] > 0xBF) return -1;
+        p += len;
+    }
+}
+
+/* a JSON number at p. *is_int: no fraction or exponent; *ndig: its integer digits */
+static int64_t jd_number(const jd_in *in, int64_t p, int *is_int, int *ndig) {
+    const uint8_t *b = in->b;
+    int64_t n = in->n;
+    *is_int = 1;
+    if (p < n && b[p] == '-') p++;
+    if (p >= n) return -1;
+    int64_t d0 = p;
+    if (b[p] == '0') {
+        p++;
+    } else if (b[p] >= '1' && b[p] <= '9') {
+        while (p < n && b[p] >= '0' && b[p] <= '9') p++;
+    } else {
+        return -1;
+    }
+    *ndig = (int)(p - d0 > 1000 ? 1000 : p - d0);
+    if (p < n && b[p] == '.') {
+        *is_int = 0;
+        p++;
+        int64_t f0 = p;
+        while (p < n && b[p] >= '0' && b[p] <= '9') p++;
+        if (p == f0) return -1;
+    }
+    if (p < n && (b[p] == 'e' || b[p] == 'E')) {
+        *is_int = 0;
+        p++;
+        if (p < n && (b[p] == '+' || b[p] == '-')) p++;
+        int64_t e0 = p;
+        int ev = 0;
+        while (p < n && b[p] >= '0' && b[p] <= '9') {
+            if (ev < 100000) ev = ev * 10 + (b[p] - '0');
+            p++;
+        }
+        if (p == e0 || ev > 300) return -1; /* out of range for msgspec: left to it */
+    }
+    if (p < n && (b[p] == '-' || b[p] == '+' || b[p] == '.' || (b[p] >= '0' && b[p] <= '9'))) return -1;
+    return p;
+}
+
+static int64_t jd_value(const jd_in *in, int64_t p, int depth);
+
+static int64_t jd_literal(const jd_in *in, int64_t p, const char *lit) {
+    size_t k = strlen(lit);
+    if (p + (int64_t)k > in->n || memcmp(in->b + p, lit, k) != 0) return -1;
+    return p + (int64_t)k;
+}
+
+/* any JSON value, validated and skipped */
+static int64_t jd_value(const jd_in *in, int64_t p, int depth) {
+    if (p >= in->n) return -1;
+    uint8_t c = in->b[p];
+    int esc, is_int, nd;
+    switch (c) {
+    case '"':
+        return jd_string(in, p, &esc);
+    case '{':
+    case '[':
+        if (depth >= JD_MAX_DEPTH) return -1;
+        {
+            uint8_t close = c == '{' ? '}' : ']';
+            p = jd_ws(in, p + 1);
+            if (p < in->n && in->b[p] == close) return p + 1;
+            for (;;) {
+                if (c == '{') {
+                    if (p >= in->n || in->b[p] != '"') return -1;
+                    p = jd_string(in, p, &esc);
+                    if (p < 0) return -1;
+                    p = jd_ws(in, p);
+                    if (p >= in->n || in->b[p] != ':') return -1;
+                    p = jd_ws(in, p + 1);
+                }
+                p = jd_value(in, p, depth + 1);
+                if (p < 0) return -1;
+                p = jd_ws(in, p);
+                if (p >= in->n) return -1;
+                if (in->b[p] == ',') {
+                    p = jd_ws(in, p + 1);
+                    continue;
+                }
+                if (in->b[p] == close) return p + 1;
+                return -1;
+            }
+        }
+    case 't':
+        return jd_literal(in, p, "true");
+    case 'f':
+        return jd_literal(in, p, "false");
+    case 'n':
+        return jd_literal(in, p, "null");
+    default:
+        return jd_number(in, p, &is_int, &nd);
+    }
+}
+
+/* value of an integer field: *st = 1 an integer (*v), 0 null, 2 anything else (read as the
+ * msgspec reader would only with Python) */
+static int64_t jd_int_field(const jd_in *in, int64_t p, int64_t *v, int *st) {
+    int is_int, nd;
+    uint8_t c = in->b[p];
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        int64_t e = jd_number(in, p, &is_int, &nd);
+        if (e < 0) return -1;
+        if (!is_int || nd > 18) {
+            *st = 2;
+            return e;
+        }
+        int neg = c == '-';
+        int64_t x = 0;
+        for (int64_t i = p + neg; i < e; i++) x = x * 10 + (in->b[i] - '0');
+        *v = neg ? -x : x;
+        *st = 1;
+        return e;
+    }
+    if (c == 'n') {
+        *st = 0;
+        return jd_literal(in, p, "null");
+    }
+    *st = 2;
+    return jd_value(in, p, 1);
+}
+
+static const double jd_pow10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* the number b[p..e) as the nearest double (as msgspec and float() read it); 0 when unsure */
+static int jd_to_double(const uint8_t *b, int64_t p, int64_t e, double *out) {
+    uint64_t w = 0;
+    int nd = 0, frac = 0, seen_dot = 0, neg = 0, exp = 0, eneg = 0;
+    int64_t i = p;
+    if (b[i] == '-') {
+        neg = 1;
+        i++;
+    }
+    for (; i < e; i++) {
+        uint8_t c = b[i];
+        if (c >= '0' && c <= '9') {
+            if (w == 0 && c == '0') {
+                if (seen_dot) frac++;
+                continue; /* leading zeros carry no digit */
+            }
+            if (++nd > 19) break;
+            w = w * 10 + (uint64_t)(c - '0');
+            if (seen_dot) frac++;
+        } else if (c == '.') {
+            seen_dot = 1;
+        } else {
+            break;
+        }
+    }
+    if (i < e && (b[i] == 'e' || b[i] == 'E')) {
+        i++;
+        if (b[i] == '-' || b[i] == '+') eneg = b[i++] == '-';
+        for (; i < e; i++) exp = exp * 10 + (b[i] - '0');
+    }
+    if (i == e) {
+        int e10 = (eneg ? -exp : exp) - frac;
+        if (w <= (1ULL << 53) && e10 >= -22 && e10 <= 22) { /* exact operands, one rounding */
+            double x = (double)w;
+            x = e10 >= 0 ? x * jd_pow10[e10] : x / jd_pow10[-e10];
+            *out = neg ? -x : x;
+            return 1;
+        }
+    }
+    char tmp[80]; /* the general case: strtod (correctly rounded), on a copy */
+    if (e - p >= (int64_t)sizeof(tmp)) return 0;
+    memcpy(tmp, b + p, (size_t)(e - p));
+    tmp[e - p] = 0;
+    char *end;
+    double x = strtod(tmp, &end);
+    if (end != tmp + (e - p)) return 0; /* another locale's decimal point */
+    *out = x;
+    return 1;
+}
+
+/* value of ts/dur in ns: *st = 1 a number, 0 null, 2 anything else */
+static int64_t jd_time_field(const jd_in *in, int64_t p, int64_t *ns, int *st) {
+    int is_int, nd;
+    uint8_t c = in->b[p];
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        int64_t e = jd_number(in, p, &is_int, &nd);
+        double a;
+        if (e < 0) return -1;
+        if (!jd_to_double(in->b, p, e, &a) || !(fabs(a) < 9.0e15)) {
+            *st = 2;
+            return e;
+        }
+        double ip = floor(a); /* kineto.us_to_ns */
+        *ns = (int64_t)ip * 1000 + (int64_t)rint((a - ip) * 1000.0);
+        *st = 1;
+        return e;
+    }
+    if (c == 'n') {
+        *st = 0;
+        *ns = 0;
+        return jd_literal(in, p, "null");
+    }
+    *st = 2;
+    return jd_value(in, p, 1);
+}
+
+static int jd_key(const uint8_t *k, int64_t n, const char *s) {
+    return (int64_t)strlen(s) == n && memcmp(k, s, (size_t)n) == 0;
+}
+
+/* the phases msgspec's fast path lists (kineto._PHASES) */
+static int jd_listed_phase(uint8_t c) {
+    return c && strchr("BEiICbnestfPONDMRTpSFX", c) != NULL;
+}
+
+enum { F_PH, F_CAT, F_NAME, F_PID, F_TID, F_TS, F_DUR, F_ARGS, F_DEVICE, F_STREAM, F_CORR, F_EXT, F_RF };
+
+typedef struct {
+    int64_t ph_s, ph_e, cat_s, cat_e, name_s, name_e, args_s, args_e;
+    int cat_t, name_t, args_t; /* 0 missing, 1 null, 2 string / object, 3 anything else */
+    int64_t iv[JD_NINT];
+    int ist[JD_NINT]; /* 0 null or missing, 1 integer, 2 anything else */
+    int64_t ts, dur;
+    int tst, dst;
+    uint32_t seen;
+} jd_event;
+
+static int64_t jd_args(const jd_in *in, int64_t p, jd_event *ev) {
+    int esc;
+    p = jd_ws(in, p + 1);
+    if (p < in->n && in->b[p] == '}') return p + 1;
+    for (;;) {
+        if (p >= in->n || in->b[p] != '"') return -1;
+        int64_t ks = p + 1;
+        p = jd_string(in, p, &esc);
+        if (p < 0 || esc) return -1;
+        const uint8_t *k = in->b + ks;
+        int64_t kn = p - 1 - ks;
+        p = jd_ws(in, p);
+        if (p >= in->n || in->b[p] != ':') return -1;
+        p = jd_ws(in, p + 1);
+        if (p >= in->n) return -1;
+        int f = -1;
+        if (jd_key(k, kn, "device")) f = F_DEVICE;
+        else if (jd_key(k, kn, "stream")) f = F_STREAM;
+        else if (jd_key(k, kn, "correlation")) f = F_CORR;
+        else if (jd_key(k, kn, "External id")) f = F_EXT;
+        else if (jd_key(k, kn, "Record function id")) f = F_RF;
+        if (f >= 0) {
+            if (ev->seen & (1u << f)) return -1;
+            ev->seen |= 1u << f;
+            int j = f - F_DEVICE + 2;
+            p = jd_int_field(in, p, &ev->iv[j], &ev->ist[j]);
+        } else {
+            p = jd_value(in, p, 2);
+        }
+        if (p < 0) return -1;
+        p = jd_ws(in, p);
+        if (p >= in->n) return -1;
+        if (in->b[p] == ',') {
+            p = jd_ws(in, p + 1);
+            continue;
+        }
+        if (in->b[p] == '}') return p + 1;
+        return -1;
+    }
+}
+
+/* a string-or-null field: type 1 null, 2 string, 3 anything else */
+static int64_t jd_text_field(const jd_in *in, int64_t p, int64_t *s, int64_t *e, int *t) {
+    int esc;
+    *s = p;
+    if (in->b[p] == '"') {
+        *t = 2;
+        p = jd_string(in, p, &esc);
+    } else if (in->b[p] == 'n') {
+        *t = 1;
+        p = jd_literal(in, p, "null");
+    } else {
+        *t = 3;
+        p = jd_value(in, p, 1);
+    }
+    *e = p;
+    return p;
+}
+
+static int64_t jd_event_at(const jd_in *in, int64_t p, jd_event *ev) {
+    int esc;
+    memset(ev, 0, sizeof(*ev));
+    p = jd_ws(in, p + 1);
+    if (p < in->n && in->b[p] == '}') return p + 1;
+    for (;;) {
+        if (p >= in->n || in->b[p] != '"') return -1;
+        int64_t ks = p + 1;
+        p = jd_string(in, p, &esc);
+        if (p < 0 || esc) return -1;
+        const uint8_t *k = in->b + ks;
+        int64_t kn = p - 1 - ks;
+        p = jd_ws(in, p);
+        if (p >= in->n || in->b[p] != ':') return -1;
+        p = jd_ws(in, p + 1);
+        if (p >= in->n) return -1;
+        int f = -1;
+        switch (kn) {
+        case 2:
+            if (jd_key(k, kn, "ph")) f = F_PH;
+            else if (jd_key(k, kn, "ts")) f = F_TS;
+            break;
+        case 3:
+            if (jd_key(k, kn, "cat")) f = F_CAT;
+            else if (jd_key(k, kn, "pid")) f = F_PID;
+            else if (jd_key(k, kn, "tid")) f = F_TID;
+            else if (jd_key(k, kn, "dur")) f = F_DUR;
+            break;
+        case 4:
+            if (jd_key(k, kn, "name")) f = F_NAME;
+            else if (jd_key(k, kn, "args")) f = F_ARGS;
+            break;
+        default:
+            break;
+        }
+        if (f >= 0) {
+            if (ev->seen & (1u << f)) return -1;
+            ev->seen |= 1u << f;
+        }
+        switch (f) {
+        case F_PH:
+            ev->ph_s = p;
+            if (in->b[p] != '"') return -1; /* not a string: msgspec's general path */
+            p = jd_string(in, p, &esc);
+            if (p < 0 || esc) return -1;
+            ev->ph_e = p;
+            break;
+        case F_CAT:
+            p = jd_text_field(in, p, &ev->cat_s, &ev->cat_e, &ev->cat_t);
+            break;
+        case F_NAME:
+            p = jd_text_field(in, p, &ev->name_s, &ev->name_e, &ev->name_t);
+            break;
+        case F_PID:
+            p = jd_int_field(in, p, &ev->iv[0], &ev->ist[0]);
+            break;
+        case F_TID:
+            p = jd_int_field(in, p, &ev->iv[1], &ev->ist[1]);
+            break;
+        case F_TS:
+            p = jd_time_field(in, p, &ev->ts, &ev->tst);
+            break;
+        case F_DUR:
+            p = jd_time_field(in, p, &ev->dur, &ev->dst);
+            break;
+        case F_ARGS:
+            ev->args_s = p;
+            if (in->b[p] == '{') {
+                ev->args_t = 2;
+                p = jd_args(in, p, ev);
+            } else if (in->b[p] == 'n') {
+                ev->args_t = 1;
+                p = jd_literal(in, p, "null");
+            } else {
+                ev->args_t = 3;
+                p = jd_value(in, p, 1);
+            }
+            ev->args_e = p;
+            break;
+        default:
+            p = jd_value(in, p, 1);
+        }
+        if (p < 0) return -1;
+        p = jd_ws(in, p);
+        if (p >= in->n) return -1;
+        if (in->b[p] == ',') {
+            p = jd_ws(in, p + 1);
+            continue;
+        }
+        if (in->b[p] == '}') return p + 1;
+        return -1;
+    }
+}
+
+/* code of a name/category (the raw JSON text, quotes included; "null" when missing); new ones
+ * are reported in new_off/new_len/new_which. -1: out of memory or out of room */
+static int64_t jd_code(jd_state *st, int which, const jd_in *in, const jd_event *ev, int64_t *new_off,
+                       int64_t *new_len, uint8_t *new_which, int64_t new_cap, int64_t *n_new) {
+    int64_t s = which ? ev->cat_s : ev->name_s, e = which ? ev->cat_e : ev->name_e;
+    int t = which ? ev->cat_t : ev->name_t;
+    static const uint8_t null_text[] = "null";
+    const uint8_t *k = t == 0 ? null_text : in->b + s;
+    int64_t kn = t == 0 ? 4 : e - s;
+    int added;
+    int64_t code = jd_intern(&st->t[which], k, kn, &added);
+    if (code < 0) return -1;
+    if (added) {
+        if (*n_new >= new_cap) return -1;
+        new_off[*n_new] = t == 0 ? -1 : s;
+        new_len[*n_new] = kn;
+        new_which[*n_new] = (uint8_t)which;
+        (*n_new)++;
+    }
+    return code;
+}
+
+/* Decode the list b[0..n). Returns the number of rows written (at most cap), or -1 (fall back).
+ * info: [0] elements in the list, [1] new names and categories reported. */
+int64_t jd_decode(void *state, const uint8_t *b, int64_t n, int64_t cap, uint32_t *name, uint32_t *cat,
+                  int64_t *ints, uint8_t *valid, int64_t *ts, int64_t *dur, int64_t *args_off,
+                  int64_t *args_len, int64_t *new_off, int64_t *new_len, uint8_t *new_which, int64_t new_cap,
+                  int64_t *info) {
+    jd_state *st = state;
+    jd_in in = {b, n};
+    jd_event ev;
+    int64_t rows = 0, elems = 0, n_new = 0;
+    int64_t n0[2] = {st->t[0].n, st->t[1].n};
+    jd_init_tables();
+    int64_t p = jd_ws(&in, 0);
+    if (p >= n || b[p] != '[') goto fail;
+    p = jd_ws(&in, p + 1);
+    if (p < n && b[p] == ']') {
+        p++;
+        goto end;
+    }
+    for (;;) {
+        if (p >= n || b[p] != '{') goto fail;
+        p = jd_event_at(&in, p, &ev);
+        if (p < 0) goto fail;
+        elems++;
+        if (!(ev.seen & (1u << F_PH)) || ev.ph_e - ev.ph_s != 3 || !jd_listed_phase(b[ev.ph_s + 1])) goto fail;
+        if (b[ev.ph_s + 1] == 'X') {
+            if (ev.args_t == 3 || ev.cat_t == 3 || ev.name_t == 3) goto fail;
+            if (!(ev.cat_t == 2 && ev.cat_e - ev.cat_s == 7 &&
+                  (memcmp(b + ev.cat_s, "\"Trace\"", 7) == 0 || memcmp(b + ev.cat_s, "\"trace\"", 7) == 0))) {
+                if (rows >= cap) goto fail;
+                for (int j = 0; j < JD_NINT; j++) {
+                    if (ev.ist[j] == 2) goto fail;
+                    ints[(int64_t)j * cap + rows] = ev.ist[j] ? ev.iv[j] : 0;
+                    valid[(int64_t)j * cap + rows] = (uint8_t)ev.ist[j];
+                }
+                if (ev.tst == 2 || ev.dst == 2) goto fail;
+                ts[rows] = ev.tst ? ev.ts : 0;
+                dur[rows] = ev.dst ? ev.dur : 0;
+                args_off[rows] = ev.args_t == 2 ? ev.args_s : -1;
+                args_len[rows] = ev.args_t == 2 ? ev.args_e - ev.args_s : 0;
+                int64_t c = jd_code(st, 0, &in, &ev, new_off, new_len, new_which, new_cap, &n_new);
+                if (c < 0) goto fail;
+                name[rows] = (uint32_t)c;
+                c = jd_code(st, 1, &in, &ev, new_off, new_len, new_which, new_cap, &n_new);
+                if (c < 0) goto fail;
+                cat[rows] = (uint32_t)c;
+                rows++;
+            }
+        }
+        p = jd_ws(&in, p);
+        if (p >= n) goto fail;
+        if (b[p] == ',') {
+            p = jd_ws(&in, p + 1);
+            continue;
+        }
+        if (b[p] == ']') {
+            p++;
+            break;
+        }
+        goto fail;
+    }
+end:
+    if (jd_ws(&in, p) != n) goto fail;
+    info[0] = elems;
+    info[1] = n_new;
+    return rows;
+fail:
+    jd_truncate(&st->t[0], n0[0]);
+    jd_truncate(&st->t[1], n0[1]);
+    return -1;
+}
