@@ -380,3 +380,102 @@ def test_rank_children_do_not_announce_themselves(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     info = json.loads((run / "rank-0.info.json").read_text())
     assert info["ended"] == {"how": "exit"} and info["rank"] == 0
+
+
+# ---------------------------------------------------------------------------
+# Readers of run directories (converters/run_dir.py)
+# ---------------------------------------------------------------------------
+
+
+def _fixture_copy(tmp_path: Path) -> Path:
+    import shutil
+
+    from tests.conftest import FIXTURES
+
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "cpu-2rank-gloo", run)
+    return run
+
+
+def _convert(run: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "charllm_trace.cli",
+            "convert",
+            str(run),
+            "-o",
+            str(run.parent / "et"),
+            "--workers",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, CHARLLM_TRACE_NO_CACHE="1"),
+    )
+
+
+def _dead_pid() -> tuple[int, int | None]:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid, None
+
+
+def test_reader_says_a_run_was_interrupted_and_what_is_usable(tmp_path: Path) -> None:
+    run = _fixture_copy(tmp_path)
+    m = manifest(run)
+    pid, _ = _dead_pid()
+    # As a SIGKILL of everything leaves it: the manifest still running, its launcher gone, a
+    # rank's half-written Kineto file under its temporary name, the rank's own file missing.
+    m.update(
+        status="running",
+        exit_code=None,
+        finished_ns=None,
+        launcher={"host": socket.gethostname(), "pid": pid, "start": None},
+    )
+    (run / "manifest.json").write_text(json.dumps(m))
+    (run / "rank-1.kineto.json.gz").rename(run / f".tmp-{pid}-rank-1.kineto.json.gz")
+    (run / f".tmp-{pid}-rank-1.kineto.json.gz").write_bytes(b"\x1f\x8b half")
+    p = _convert(run)
+    assert p.returncode == 0, p.stderr
+    (note,) = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    assert note.startswith(f"note: {run}: this run was interrupted at ")
+    assert "its launcher died without finishing the manifest" in note
+    assert "usable: rank(s) 0 (host ET and Kineto profile), rank(s) 1 (one of the two)" in note
+    assert f"ignored 1 half-written file(s) (.tmp-{pid}-rank-1.kineto.json.gz)" in note
+    assert ".tmp-" not in "".join(ln for ln in p.stderr.splitlines() if ln.startswith("error"))
+
+
+def test_reader_names_an_interrupted_manifest(tmp_path: Path) -> None:
+    run = _fixture_copy(tmp_path)
+    m = manifest(run)
+    m.update(
+        status="interrupted",
+        finished_ns=1_700_000_000_000_000_000,
+        interrupted_by="the launcher (pid 7 on vm) was killed",
+    )
+    (run / "manifest.json").write_text(json.dumps(m))
+    p = _convert(run)
+    assert p.returncode == 0, p.stderr
+    assert (
+        f"note: {run}: this run was interrupted at 2023-11-14 22:13:20 UTC (the launcher (pid 7 on vm) was killed); "
+        "usable: rank(s) 0-1 (host ET and Kineto profile)"
+    ) in p.stderr
+
+
+def test_reader_refuses_files_of_two_runs(tmp_path: Path) -> None:
+    run = _fixture_copy(tmp_path)
+    m = manifest(run)
+    m["run_id"] = "run-a"
+    (run / "manifest.json").write_text(json.dumps(m))
+    info = json.loads((run / "rank-1.info.json").read_text())
+    info["run_id"] = "run-b"
+    (run / "rank-1.info.json").write_text(json.dumps(info))
+    p = _convert(run)
+    assert p.returncode == 2
+    assert (
+        p.stderr.strip()
+        == f"error: {run}: mixes two runs: manifest.json has run id 'run-a' but rank-1.info.json has 'run-b'"
+    )

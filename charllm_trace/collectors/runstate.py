@@ -434,3 +434,72 @@ def reap_children_except(keep: set[int]) -> None:
                 os.waitpid(int(e.name), os.WNOHANG)
             except ChildProcessError:
                 pass
+
+
+# ---------------------------------------------------------------------------
+# For readers of run directories (converters/run_dir.py)
+# ---------------------------------------------------------------------------
+
+
+def check_one_run(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """Raise InputError if the run's manifest, node files and rank info files carry different
+    run ids (files of two runs in one directory). Files without a run id (older collections,
+    other tools) are not judged."""
+    from charllm_trace.errors import InputError
+
+    seen: dict[str, str] = {}
+    if isinstance(manifest.get("run_id"), str):
+        seen[manifest["run_id"]] = "manifest.json"
+    for pat in ("node-*.json", "rank-*.info.json"):
+        for p in sorted(run_dir.glob(pat)):
+            d = _read_json(p)
+            rid = None if d is None else d.get("run_id")
+            if isinstance(rid, str) and rid not in seen:
+                seen[rid] = p.name
+    if len(seen) > 1:
+        (a, fa), (b, fb) = list(seen.items())[:2]
+        raise InputError(run_dir, f"mixes two runs: {fa} has run id {a!r} but {fb} has {b!r}")
+
+
+def hidden_temporaries(run_dir: Path) -> list[str]:
+    """Half-written files (``.tmp-…``, a writer stopped before renaming them): never read."""
+    return sorted(e.name for e in os.scandir(run_dir) if e.name.startswith(".") and ".tmp-" in e.name)
+
+
+def reader_note(
+    run_dir: Path, manifest: dict[str, Any], usable: list[int], partial: list[int] | None = None
+) -> str | None:
+    """One line for a reader of a run that did not end normally (or holds half-written files):
+    what happened and what is usable; None for a run that finished cleanly."""
+    what = interruption(run_dir, manifest) if manifest else None
+    temps = hidden_temporaries(run_dir)
+    if what is None and not temps:
+        return None
+    parts = [what] if what else []
+    expected = sorted(
+        {int(r) for r in (manifest.get("steps") or {}).get("traced", {}) if str(r).isdigit()}
+        | {i["rank"] for i in rank_infos(run_dir, None)}
+    )
+    missing = [r for r in expected if r not in usable]
+    half = [r for r in (partial or []) if r in usable]
+    whole = [r for r in usable if r not in half]
+    parts.append(
+        f"usable: rank(s) {_ranges(whole)} (host ET and Kineto profile)"
+        + (f", rank(s) {_ranges(half)} (one of the two)" if half else "")
+        + (f"; rank(s) {_ranges(missing)} left no trace" if missing else "")
+    )
+    if temps:
+        parts.append(
+            f"ignored {len(temps)} half-written file(s) ({temps[0]}{', ...' if len(temps) > 1 else ''})"
+        )
+    return "; ".join(parts)
+
+
+def _ranges(ranks: list[int]) -> str:
+    out: list[str] = []
+    for r in sorted(ranks):
+        if out and r == int(out[-1].split("-")[-1]) + 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{r}"
+        else:
+            out.append(str(r))
+    return ",".join(out) if out else "none"

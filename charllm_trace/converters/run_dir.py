@@ -14,6 +14,7 @@ import json
 import multiprocessing
 import os
 import re
+import sys
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -145,7 +146,10 @@ def pair_files(run_dir: str | os.PathLike[str]) -> list[RankFiles]:
     files = sorted(
         e
         for e in d.iterdir()
-        if e.is_file() and e.name.lower().endswith((".json", ".json.gz")) and not _NOT_TRACES.search(e.name)
+        if e.is_file()
+        and e.name.lower().endswith((".json", ".json.gz"))
+        and not _NOT_TRACES.search(e.name)
+        and not e.name.startswith(".")  # hidden: a half-written temporary, never a trace
     )
     by_rank: dict[int, RankFiles] = {}
     unranked: list[tuple[str, Path]] = []
@@ -228,6 +232,10 @@ def convert_run(
     d = Path(run_dir)
     if not d.is_dir():
         raise InputError(d, "is not a directory")
+    manifest = _read_manifest(d)
+    from charllm_trace.collectors.runstate import check_one_run, reader_note
+
+    check_one_run(d, manifest)  # files of two runs (by run id) are refused
     jobs = pair_files(d)
     n = len(jobs)
     if workers is None:
@@ -269,20 +277,28 @@ def convert_run(
         if trace.meta.rank in traces:
             raise InputError(d, f"two sets of files are rank {trace.meta.rank}")
         traces[trace.meta.rank if trace.meta.rank is not None else rank] = trace
-    manifest: dict[str, Any] = {}
-    mp = d / "manifest.json"
-    if mp.exists():
-        try:
-            manifest = json.loads(mp.read_text())
-        except (OSError, ValueError) as exc:
-            raise InputError(mp, f"manifest does not parse: {exc}") from None
-        if not isinstance(manifest, dict):
-            raise InputError(mp, "manifest is not a JSON object")
     _attach_run_facts(d, traces, manifest)
+    partial = [j.rank for j in jobs if j.kineto is None or j.host_et is None]
+    note = reader_note(d, manifest, sorted(traces), partial)
+    if note:  # an interrupted or failed run: say so, and what is usable
+        print(f"note: {d}: {note}", file=sys.stderr, flush=True)
     sizes = {t.meta.world_size for t in traces.values() if t.meta.world_size is not None}
     if len(sizes) > 1:
         raise InputError(d, f"ranks disagree on the world size ({sorted(sizes)}): files from different runs?")
     return Run(traces=traces, manifest=manifest, source=str(d))
+
+
+def _read_manifest(d: Path) -> dict[str, Any]:
+    mp = d / "manifest.json"
+    if not mp.exists():
+        return {}
+    try:
+        manifest = json.loads(mp.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(mp, f"manifest does not parse: {exc}") from None
+    if not isinstance(manifest, dict):
+        raise InputError(mp, "manifest is not a JSON object")
+    return manifest
 
 
 def convert_path(
