@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from charllm_trace.collectors.runstate import proc_alive
 from charllm_trace.collectors.telemetry import read_telemetry
 from tests.conftest import HAVE_TORCH, ROOT
 
@@ -49,7 +50,8 @@ def _start(run: Path, *extra: str) -> subprocess.Popen[str]:
 def _wait_for_traces(run: Path, proc: subprocess.Popen[str]) -> None:
     deadline = time.time() + 120
     while time.time() < deadline:
-        if all((run / f"rank-{r}.info.json").exists() for r in range(2)):
+        # (rank-<N>.info.json exists from the rank's start; the trace files once the window ends)
+        if all((run / f"rank-{r}.kineto.json.gz").exists() for r in range(2)):
             return
         if proc.poll() is not None:
             pytest.fail(f"collect ended early: {proc.stderr.read()[-2000:]}")
@@ -92,7 +94,8 @@ def test_interrupt_is_forwarded_and_files_stay_readable(tmp_path: Path) -> None:
         _kill_ranks(run)
     assert rc != 0
     m = json.loads((run / "manifest.json").read_text())
-    assert m["status"] == "failed" and m["exit_code"] == rc
+    assert m["status"] == "interrupted" and m["exit_code"] == rc
+    assert m["interrupted_by"] == "SIGINT to the launcher"
     assert m["steps"]["traced"] == {"0": [2, 3], "1": [2, 3]}
     _readable(run)
 
@@ -106,13 +109,23 @@ def test_sigkill_of_everything_leaves_readable_files(tmp_path: Path) -> None:
     _wait_for_traces(run, proc)
     time.sleep(1.0)
     t_kill = time.time_ns()
-    # The launcher and torchrun; torchrun starts each rank in a session of its own, so the ranks
-    # (which a SIGKILLed torchrun cannot stop) are killed by the pids they recorded.
+    infos = [json.loads((run / f"rank-{r}.info.json").read_text()) for r in range(2)]
+    # The launcher and torchrun; torchrun starts each rank in a session of its own, but the ranks
+    # die with torchrun (PR_SET_PDEATHSIG) and the launcher's warden stops what is left.
     os.killpg(proc.pid, signal.SIGKILL)
-    _kill_ranks(run)
     proc.wait(30)
-    m = json.loads((run / "manifest.json").read_text())
-    assert m["status"] == "running"  # the manifest written at the start survives
+    try:
+        deadline = time.time() + 30
+        while (
+            time.time() < deadline and json.loads((run / "manifest.json").read_text())["status"] == "running"
+        ):
+            time.sleep(0.2)
+        m = json.loads((run / "manifest.json").read_text())
+        assert m["status"] == "interrupted" and "the launcher (pid" in m["interrupted_by"]
+        for i in infos:
+            assert not proc_alive(i["pid"], i["pid_start"]), f"rank {i['rank']} still running"
+    finally:
+        _kill_ranks(run)
     _readable(run)
     # The sampler notices that its launcher is gone and finishes its file.
     metas = list(run.glob("telemetry-*.meta.json"))
