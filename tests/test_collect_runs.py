@@ -29,7 +29,8 @@ import os, signal, subprocess, sys, time
 n, rank_code = int(sys.argv[1]), sys.argv[2]
 procs = []
 for r in range(n):
-    env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r))
+    rank = r + int(os.environ.get("FAKE_RANK_BASE", "0"))
+    env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(r))
     procs.append(subprocess.Popen([sys.executable, "-c", rank_code], env=env, start_new_session=True))
 if os.environ.get("FAKE_EXIT_AT_ONCE"):  # leave the ranks behind once they have started
     while not all(os.path.exists(os.path.join(os.environ["RUN"], f"rank-{r}.info.json")) for r in range(n)):
@@ -211,6 +212,36 @@ def test_multi_node_run_shares_one_directory(tmp_path: Path) -> None:
     )
     assert n1.wait(60) == 0 and p0.returncode == 0, (n1.stderr.read(), p0.stderr)
     assert manifest(run2)["run_id"] == "job-42" and manifest(run2)["status"] == "finished"
+
+
+def test_launchers_sharing_a_host_leave_each_others_ranks_alone(tmp_path: Path) -> None:
+    # One run, two launchers on one host (srun with one task per GPU): the first to finish must
+    # not stop the other's ranks as leftovers.
+    run = tmp_path / "run"
+    slow = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "charllm_trace.cli",
+            "collect",
+            "-o",
+            str(run),
+            "--telemetry-hz",
+            "0",
+            "--",
+            *fake_torchrun(1, "import time; time.sleep(3)"),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(NODE_RANK="1", CHARLLM_TRACE_RUN_ID="job-7", FAKE_RANK_BASE="1"),
+    )
+    assert wait_for(lambda: (run / "rank-1.info.json").exists())
+    fast = collect(
+        run, *fake_torchrun(1, "pass"), extra_env={"NODE_RANK": "0", "CHARLLM_TRACE_RUN_ID": "job-7"}
+    )
+    assert fast.returncode == 0 and "stopped" not in fast.stderr, fast.stderr
+    assert slow.wait(60) == 0, slow.stderr.read()
+    assert json.loads((run / "rank-1.info.json").read_text())["ended"] == {"how": "exit"}
 
 
 def test_node_without_a_run_id_to_share(tmp_path: Path) -> None:

@@ -179,6 +179,7 @@ class StepTracer:
         self.with_stack = with_stack
         self.mode = mode
         self.run_id = run_id
+        self.launcher_pid: int | None = None  # the collect launcher this rank runs under
         self.announced = False
         self.ended: dict[str, Any] | None = None  # how this process ended, once it has
         self.ended_ns: int | None = None
@@ -425,6 +426,7 @@ class StepTracer:
             "hostname": socket.gethostname(),
             "pid": self._pid,
             "pid_start": proc_start(self._pid),
+            "launcher_pid": self.launcher_pid,
             "ended": self.ended,
             "ended_ns": self.ended_ns,
             "mode": self.mode,
@@ -559,6 +561,7 @@ def install_from_env() -> StepTracer | None:
         mode="hook",
         run_id=cfg.get("run_id"),
     )
+    _TRACER.launcher_pid = cfg.get("launcher_pid")
     if cfg.get("launcher_pid") is not None and os.getppid() == cfg.get("launcher_pid"):
         set_parent_death_signal()  # the command itself (torchrun, python): ends with its launcher
     rank_env = os.environ.get("RANK")

@@ -388,7 +388,7 @@ def _ending(
         stop_processes,
     )
 
-    procs = orphan_ranks(rank_infos(rd, run_id))
+    procs = orphan_ranks(rank_infos(rd, run_id), os.getpid())
     if keep is not None:
         procs += [c for c in children_of_self(keep) if c not in procs]
     left = stop_processes(procs)

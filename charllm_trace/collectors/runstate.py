@@ -351,13 +351,18 @@ def rank_failure(infos: list[dict[str, Any]]) -> str | None:
     return text + (f"; and {len(bad) - 4} more ranks" if len(bad) > 4 else "")
 
 
-def orphan_ranks(infos: list[dict[str, Any]]) -> list[tuple[int, int | None]]:
-    """(pid, start) of this host's rank processes that are still alive."""
+def orphan_ranks(
+    infos: list[dict[str, Any]], launcher_pid: int | None = None
+) -> list[tuple[int, int | None]]:
+    """(pid, start) of this host's rank processes that are still alive (of the launcher
+    ``launcher_pid`` only, if given: several launchers of one run may share a host)."""
     host = socket.gethostname()
     return [
         (i["pid"], i.get("pid_start"))
         for i in infos
-        if i.get("hostname") == host and proc_alive(i.get("pid"), i.get("pid_start"))
+        if i.get("hostname") == host
+        and (launcher_pid is None or i.get("launcher_pid") == launcher_pid)
+        and proc_alive(i.get("pid"), i.get("pid_start"))
     ]
 
 

@@ -9,8 +9,8 @@ once it has written the final manifest. If the pipe closes without ``done``, the
 1. stops what the command left running on this host: the command's own process (if still
    there) and every rank process of this run that announced itself in ``rank-<N>.info.json``
    (SIGTERM, then SIGKILL after a grace period; pids checked against their start times);
-2. deletes the half-written ``.tmp-<pid>-rank-*`` trace files of this host's dead ranks and the
-   host's telemetry lock file;
+2. deletes the half-written ``.tmp-<pid>-rank-*`` trace files of this host's dead ranks, the
+   launcher's own half-written files and the host's telemetry lock file;
 3. writes this node's ``node-<host>.json`` and, on node 0, ``manifest.json`` with
    ``status: interrupted`` and ``interrupted_by`` naming the launcher's death, plus the ranks'
    failures where they are known.
@@ -90,12 +90,17 @@ def finish_interrupted(setup: dict[str, Any], child: tuple[int, int | None] | No
     # The command and the ranks were asked to die with their parents (PR_SET_PDEATHSIG); give
     # them a moment, then stop what is left.
     deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline and orphan_ranks(rank_infos(rd, run_id)):
+    while time.monotonic() < deadline and orphan_ranks(rank_infos(rd, run_id), launcher["pid"]):
         time.sleep(0.05)
     infos = rank_infos(rd, run_id)
-    stop_processes(([child] if child else []) + orphan_ranks(infos), grace_s=GRACE_S)
+    stop_processes(([child] if child else []) + orphan_ranks(infos, launcher["pid"]), grace_s=GRACE_S)
     infos = rank_infos(rd, run_id)
     remove_rank_temporaries(rd, infos)
+    for p in (*rd.glob(f".tmp-{launcher['pid']}-*"), *rd.glob(f"*.tmp-{launcher['pid']}")):
+        try:  # the launcher's own half-written manifest/node file, if it died while writing one
+            p.unlink()
+        except OSError:
+            pass
     lock = setup.get("lock")
     if lock:  # removed only if no other launcher on this host holds it
         try:
