@@ -322,10 +322,14 @@ def rank_ending(info: dict[str, Any]) -> str | None:
         if ended.get("how") == "signal":
             return f"rank {info['rank']} ({where}) was stopped by {ended.get('signal')}{after}"
         if ended.get("how") == "exception":
-            return f"rank {info['rank']} ({where}) raised {ended.get('error')}{after}"
+            error = " ".join(str(ended.get("error")).split())
+            error = error if len(error) <= 200 else error[:199] + "…"
+            return f"rank {info['rank']} ({where}) raised {error}{after}"
         return None
     if info.get("hostname") == socket.gethostname() and proc_alive(info.get("pid"), info.get("pid_start")):
         return f"rank {info['rank']} ({where}) is still running"
+    # The info file was last written when the trace ended (or at start): a lower bound.
+    after = f" after at least {steps} optimizer steps" if isinstance(steps, int) and steps > 0 else ""
     return (
         f"rank {info['rank']} ({where}) died without exiting{after} "
         "(killed by SIGKILL, e.g. the OOM killer, or crashed)"
