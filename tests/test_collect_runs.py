@@ -392,7 +392,7 @@ def test_leftover_rank_processes_are_stopped(tmp_path: Path) -> None:
     rank_code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
     p = collect(run, *fake_torchrun(2, rank_code), extra_env={"FAKE_EXIT_AT_ONCE": "1", "RUN": str(run)})
     assert p.returncode == 0, p.stderr
-    assert "stopped 2 rank process(es) the command left running" in p.stderr
+    assert "stopped 2 process(es) the command left running" in p.stderr
     for r in range(2):
         info = json.loads((run / f"rank-{r}.info.json").read_text())
         assert not proc_alive(info["pid"], info["pid_start"])
@@ -510,3 +510,24 @@ def test_reader_refuses_files_of_two_runs(tmp_path: Path) -> None:
         p.stderr.strip()
         == f"error: {run}: mixes two runs: manifest.json has run id 'run-a' but rank-1.info.json has 'run-b'"
     )
+
+
+def test_orphaned_descendants_are_stopped(tmp_path: Path) -> None:
+    # Not a rank (no RANK): a background process the command starts and leaves behind. The
+    # launcher, a subreaper, adopts it when the command exits and stops it.
+    run = tmp_path / "run"
+    pid_file = tmp_path / "pid"
+    code = (
+        "import subprocess, sys\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+    )
+    p = collect(run, sys.executable, "-c", code)
+    assert p.returncode == 0, p.stderr
+    pid = int(pid_file.read_text())
+    assert (
+        f"stopped 1 process(es) the command left running (its ranks or their orphaned children): pid {pid}"
+        in p.stderr
+    )
+    assert not proc_alive(pid)
+    assert manifest(run)["status"] == "finished"

@@ -322,7 +322,9 @@ def collect(
     if subreaper:
         set_subreaper(False)
     if left:
-        say(f"stopped {len(left)} rank process(es) the command left running: pid {', '.join(map(str, left))}")
+        say(
+            f"stopped {len(left)} process(es) the command left running (its ranks or their orphaned children): pid {', '.join(map(str, left))}"
+        )
     if sampler is not None:
         stop_sampler_process(sampler)
     _release(lock)
