@@ -111,3 +111,25 @@ def test_launcher_rank_filter_and_run_ending_inside_window(tmp_path: Path) -> No
     assert info["steps_traced"] == [4, 5] and info["partial_step"] == 6 and info["trace_complete"] is False
     m = json.loads((run / "manifest.json").read_text())
     assert m["ranks_traced"] == [1] and m["ranks_requested"] == [1]
+
+
+def test_session_killed_inside_leaves_a_manifest_readers_call_interrupted(tmp_path: Path) -> None:
+    from charllm_trace.collectors.runstate import interruption
+
+    run = tmp_path / "run"
+    loop = LOOP.replace(
+        "        s.step()",
+        "        s.step()\n        if i == 3: import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", loop, str(run), "1-2", "0", "auto"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == -9
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "running" and m["run_id"] and m["launcher"]["pid"]
+    note = interruption(run, m)
+    assert note is not None and note.startswith("this run was interrupted at ")
+    assert "its launcher died without finishing the manifest" in note

@@ -13,7 +13,8 @@ Step numbering is the launcher's (0-based; ``s.step()`` ends a step, entering th
 begins step 0), so unlike the zero-code hook the API can trace step 0. Every rank runs the same
 code; each writes its own ``rank-<N>.*`` files. The process with local rank 0 starts the node's
 telemetry sampler (a separate process) unless ``telemetry_hz=0``; global rank 0 writes
-``manifest.json`` when it leaves the ``with``.
+``manifest.json`` as ``running`` when it enters the ``with`` and with the outcome when it leaves
+it (a process killed inside leaves ``running`` with its pid: readers call the run interrupted).
 """
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ class Session:
             raise InputError(mine, "already exists (pass force=True to replace it)")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._started_ns = time.time_ns()
+        if rank == 0:
+            self._write_manifest("running", exit_code=None)
         if self.telemetry_hz > 0 and (env_local_rank() or 0) == 0:
             from charllm_trace.collectors.launcher import _host_lock
             from charllm_trace.collectors.telemetry.sampler import start_sampler_process
@@ -142,26 +145,39 @@ class Session:
                 pass
             self._lock = None
         if (self.tracer.rank if self.tracer.rank is not None else env_rank() or 0) == 0:
-            from charllm_trace.collectors.manifest import write_manifest, write_node_info
+            failed = exc_type is not None
+            self._write_manifest(
+                "failed" if failed else "finished",
+                exit_code=1 if failed else 0,
+                failure=f"rank 0 raised {exc_type.__name__}: {exc}"[:500] if failed else None,
+            )
 
-            status = "finished" if exc_type is None else "failed"
-            write_node_info(
-                self.run_dir, command=list(sys.argv), node_rank=0, run_id=self.run_id, status=status
-            )
-            write_manifest(
-                self.run_dir,
-                command=[sys.executable, *sys.argv],
-                steps=self.steps,
-                ranks=self.ranks,
-                telemetry_hz=self.telemetry_hz,
-                parallel=None,
-                started_ns=self._started_ns or time.time_ns(),
-                node_rank=0,
-                exit_code=1 if exc_type is not None else 0,
-                finished_ns=time.time_ns(),
-                run_id=self.run_id,
-                failure=None if exc_type is None else f"rank 0 raised {exc_type.__name__}: {exc}"[:500],
-            )
+    def _write_manifest(self, status: str, exit_code: int | None, failure: str | None = None) -> None:
+        """Rank 0's manifest and node file: ``running`` on entry (so that a process killed inside
+        the ``with`` leaves a manifest readers recognise as interrupted), the outcome on exit."""
+        from charllm_trace.collectors.manifest import write_manifest, write_node_info
+        from charllm_trace.collectors.runstate import this_process
+
+        me = this_process()
+        write_node_info(
+            self.run_dir, command=list(sys.argv), node_rank=0, run_id=self.run_id, status=status, launcher=me
+        )
+        write_manifest(
+            self.run_dir,
+            command=[sys.executable, *sys.argv],
+            steps=self.steps,
+            ranks=self.ranks,
+            telemetry_hz=self.telemetry_hz,
+            parallel=None,
+            started_ns=self._started_ns or time.time_ns(),
+            node_rank=0,
+            exit_code=exit_code,
+            finished_ns=None if status == "running" else time.time_ns(),
+            run_id=self.run_id,
+            launcher=me,
+            status=status,
+            failure=failure,
+        )
 
 
 def trace_steps(run_dir: str | os.PathLike[str], steps: str | tuple[int, int] = (1, 2), **kw: Any) -> Session:
