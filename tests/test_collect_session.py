@@ -114,7 +114,7 @@ def test_launcher_rank_filter_and_run_ending_inside_window(tmp_path: Path) -> No
 
 
 def test_session_killed_inside_leaves_a_manifest_readers_call_interrupted(tmp_path: Path) -> None:
-    from charllm_trace.collectors.runstate import interruption
+    from charllm_trace.collectors.outcome import interruption
 
     run = tmp_path / "run"
     loop = LOOP.replace(

@@ -380,15 +380,13 @@ def _ending(
 
     Leftovers: this run's rank processes on this host still alive, and (``keep`` not None: the
     launcher is a subreaper) any orphaned descendant adopted by the launcher, except ``keep``."""
-    from charllm_trace.collectors.runstate import (
-        children_of_self,
+    from charllm_trace.collectors.outcome import (
         orphan_ranks,
         rank_failure,
         rank_infos,
-        reap_children_except,
         remove_rank_temporaries,
-        stop_processes,
     )
+    from charllm_trace.collectors.runstate import children_of_self, reap_children_except, stop_processes
 
     procs = orphan_ranks(rank_infos(rd, run_id), os.getpid())
     if keep is not None:

@@ -75,13 +75,13 @@ def dismiss(proc: subprocess.Popen[bytes] | None) -> None:
 
 def finish_interrupted(setup: dict[str, Any], child: tuple[int, int | None] | None) -> None:
     from charllm_trace.collectors.manifest import write_manifest, write_node_info
-    from charllm_trace.collectors.runstate import (
+    from charllm_trace.collectors.outcome import (
         orphan_ranks,
         rank_failure,
         rank_infos,
         remove_rank_temporaries,
-        stop_processes,
     )
+    from charllm_trace.collectors.runstate import stop_processes
 
     rd = Path(setup["run_dir"])
     run_id = setup["run_id"]

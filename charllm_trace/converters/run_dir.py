@@ -233,7 +233,7 @@ def convert_run(
     if not d.is_dir():
         raise InputError(d, "is not a directory")
     manifest = _read_manifest(d)
-    from charllm_trace.collectors.runstate import check_one_run, reader_note
+    from charllm_trace.collectors.outcome import check_one_run, reader_note
 
     check_one_run(d, manifest)  # files of two runs (by run id) are refused
     jobs = pair_files(d)
