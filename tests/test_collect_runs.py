@@ -161,7 +161,9 @@ def test_force_replaces_only_the_collectors_files_of_other_runs(tmp_path: Path) 
 
 def test_multi_node_run_shares_one_directory(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    rank_code = "import time; time.sleep(1.5)"
+    go = tmp_path / "go"
+    # The first node's rank runs until the second node's launcher has ended (any load).
+    rank_code = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)"
     # Node 0 makes the run id; node 1 (started while node 0 runs) takes it from the manifest.
     n0 = subprocess.Popen(
         [
@@ -181,13 +183,16 @@ def test_multi_node_run_shares_one_directory(tmp_path: Path) -> None:
         env=env(NODE_RANK="0"),
     )
     assert wait_for(lambda: (run / "manifest.json").exists())
-    p1 = collect(run, *fake_torchrun(1, rank_code), extra_env={"NODE_RANK": "1"})
+    p1 = collect(run, *fake_torchrun(1, "pass"), extra_env={"NODE_RANK": "1", "FAKE_RANK_BASE": "1"})
+    go.touch()
     assert n0.wait(60) == 0 and p1.returncode == 0, (n0.stderr.read(), p1.stderr)
     m = manifest(run)
     (node,) = run.glob("node-*.json")  # one host here: both launchers write the same node file
     assert json.loads(node.read_text())["run_id"] == m["run_id"]
-    assert json.loads((run / "rank-0.info.json").read_text())["run_id"] == m["run_id"]
+    for r in range(2):
+        assert json.loads((run / f"rank-{r}.info.json").read_text())["run_id"] == m["run_id"]
     # With a shared run id, node 1 may start first.
+    go.unlink()
     run2 = tmp_path / "run2"
     n1 = subprocess.Popen(
         [
@@ -204,12 +209,13 @@ def test_multi_node_run_shares_one_directory(tmp_path: Path) -> None:
         ],
         stderr=subprocess.PIPE,
         text=True,
-        env=env(NODE_RANK="1", CHARLLM_TRACE_RUN_ID="job-42"),
+        env=env(NODE_RANK="1", CHARLLM_TRACE_RUN_ID="job-42", FAKE_RANK_BASE="1"),
     )
     assert wait_for(lambda: any(run2.glob("node-*.json")))
     p0 = collect(
-        run2, *fake_torchrun(1, rank_code), extra_env={"NODE_RANK": "0", "CHARLLM_TRACE_RUN_ID": "job-42"}
+        run2, *fake_torchrun(1, "pass"), extra_env={"NODE_RANK": "0", "CHARLLM_TRACE_RUN_ID": "job-42"}
     )
+    go.touch()
     assert n1.wait(60) == 0 and p0.returncode == 0, (n1.stderr.read(), p0.stderr)
     assert manifest(run2)["run_id"] == "job-42" and manifest(run2)["status"] == "finished"
 
@@ -229,7 +235,9 @@ def test_launchers_sharing_a_host_leave_each_others_ranks_alone(tmp_path: Path) 
             "--telemetry-hz",
             "0",
             "--",
-            *fake_torchrun(1, "import time; time.sleep(3)"),
+            *fake_torchrun(
+                1, f"import os, time\nwhile not os.path.exists({str(tmp_path / 'go')!r}): time.sleep(0.05)"
+            ),
         ],
         stderr=subprocess.PIPE,
         text=True,
@@ -240,6 +248,7 @@ def test_launchers_sharing_a_host_leave_each_others_ranks_alone(tmp_path: Path) 
         run, *fake_torchrun(1, "pass"), extra_env={"NODE_RANK": "0", "CHARLLM_TRACE_RUN_ID": "job-7"}
     )
     assert fast.returncode == 0 and "stopped" not in fast.stderr, fast.stderr
+    (tmp_path / "go").touch()
     assert slow.wait(60) == 0, slow.stderr.read()
     assert json.loads((run / "rank-1.info.json").read_text())["ended"] == {"how": "exit"}
 

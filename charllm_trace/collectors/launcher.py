@@ -329,7 +329,9 @@ def collect(
         stop_sampler_process(sampler)
     _release(lock)
     finished_ns = time.time_ns()
-    write_node_info(rd, command=command, node_rank=nrank, status=status, exit_code=exit_code, **ids)
+    write_node_info(
+        rd, command=command, node_rank=nrank, status=status, exit_code=exit_code, failure=failure, **ids
+    )
     manifest: dict[str, Any] = {}
     if nrank == 0:
         manifest = write_manifest(
@@ -382,6 +384,7 @@ def _ending(
     launcher is a subreaper) any orphaned descendant adopted by the launcher, except ``keep``."""
     from charllm_trace.collectors.outcome import (
         orphan_ranks,
+        own_ranks,
         rank_failure,
         rank_infos,
         remove_rank_temporaries,
@@ -396,9 +399,9 @@ def _ending(
         reap_children_except(keep)
     infos = rank_infos(rd, run_id)
     remove_rank_temporaries(rd, infos)
+    failure = rank_failure(own_ranks(infos, os.getpid()))
     if interrupted_by:
-        return "interrupted", rank_failure(infos), left
-    failure = rank_failure(infos)
+        return "interrupted", failure, left
     if rc == 0:
         if failure is None:
             return "finished", None, left

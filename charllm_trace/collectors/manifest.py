@@ -72,6 +72,7 @@ def write_node_info(
     status: str = "finished",
     exit_code: int | None = None,
     launcher: dict[str, Any] | None = None,
+    failure: str | None = None,
 ) -> dict[str, Any]:
     from charllm_trace import __version__
     from charllm_trace.collectors.telemetry.format import host_tag
@@ -80,6 +81,7 @@ def write_node_info(
         "run_id": run_id,
         "status": status,
         "exit_code": exit_code,
+        "failure": failure,
         "launcher": launcher,
         "host": socket.gethostname(),
         "node_rank": node_rank,

@@ -128,6 +128,13 @@ def rank_failure(infos: list[dict[str, Any]]) -> str | None:
     return text + (f"; and {len(bad) - 4} more ranks" if len(bad) > 4 else "")
 
 
+def own_ranks(infos: list[dict[str, Any]], launcher_pid: int) -> list[dict[str, Any]]:
+    """The infos of the ranks started under the launcher ``launcher_pid`` on this host: the only
+    ones a launcher judges (another node's ranks may still be writing their last info)."""
+    host = socket.gethostname()
+    return [i for i in infos if i.get("hostname") == host and i.get("launcher_pid") == launcher_pid]
+
+
 def orphan_ranks(
     infos: list[dict[str, Any]], launcher_pid: int | None = None
 ) -> list[tuple[int, int | None]]:

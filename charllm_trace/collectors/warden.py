@@ -77,6 +77,7 @@ def finish_interrupted(setup: dict[str, Any], child: tuple[int, int | None] | No
     from charllm_trace.collectors.manifest import write_manifest, write_node_info
     from charllm_trace.collectors.outcome import (
         orphan_ranks,
+        own_ranks,
         rank_failure,
         rank_infos,
         remove_rank_temporaries,
@@ -96,6 +97,7 @@ def finish_interrupted(setup: dict[str, Any], child: tuple[int, int | None] | No
     stop_processes(([child] if child else []) + orphan_ranks(infos, launcher["pid"]), grace_s=GRACE_S)
     infos = rank_infos(rd, run_id)
     remove_rank_temporaries(rd, infos)
+    failure = rank_failure(own_ranks(infos, launcher["pid"]))
     for p in (*rd.glob(f".tmp-{launcher['pid']}-*"), *rd.glob(f"*.tmp-{launcher['pid']}")):
         try:  # the launcher's own half-written manifest/node file, if it died while writing one
             p.unlink()
@@ -116,6 +118,7 @@ def finish_interrupted(setup: dict[str, Any], child: tuple[int, int | None] | No
         run_id=run_id,
         status="interrupted",
         launcher=launcher,
+        failure=failure,
     )
     if setup["manifest_args"]["node_rank"] == 0:
         write_manifest(
@@ -127,7 +130,7 @@ def finish_interrupted(setup: dict[str, Any], child: tuple[int, int | None] | No
             launcher=launcher,
             status="interrupted",
             interrupted_by=by,
-            failure=rank_failure(infos),
+            failure=failure,
         )
 
 
