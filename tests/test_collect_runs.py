@@ -100,6 +100,21 @@ def last_line(p: subprocess.CompletedProcess[str]) -> str:
     return p.stderr.strip().splitlines()[-1]
 
 
+@pytest.fixture
+def held(tmp_path: Path):
+    """Launchers a test starts in the background, their ranks held until ``tmp_path/go`` exists;
+    released and ended at teardown even when the test failed half-way."""
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    (tmp_path / "go").touch()
+    for p in procs:
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()  # the launcher's warden then stops its command and ranks
+            p.wait(30)
+
+
 def wait_for(cond, timeout: float = 30.0) -> bool:
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -159,7 +174,7 @@ def test_force_replaces_only_the_collectors_files_of_other_runs(tmp_path: Path) 
     assert old != "new"
 
 
-def test_multi_node_run_shares_one_directory(tmp_path: Path) -> None:
+def test_multi_node_run_shares_one_directory(tmp_path: Path, held: list) -> None:
     run = tmp_path / "run"
     go = tmp_path / "go"
     # The first node's rank runs until the second node's launcher has ended (any load).
@@ -182,6 +197,7 @@ def test_multi_node_run_shares_one_directory(tmp_path: Path) -> None:
         text=True,
         env=env(NODE_RANK="0"),
     )
+    held.append(n0)
     assert wait_for(lambda: (run / "manifest.json").exists())
     p1 = collect(run, *fake_torchrun(1, "pass"), extra_env={"NODE_RANK": "1", "FAKE_RANK_BASE": "1"})
     go.touch()
@@ -211,6 +227,7 @@ def test_multi_node_run_shares_one_directory(tmp_path: Path) -> None:
         text=True,
         env=env(NODE_RANK="1", CHARLLM_TRACE_RUN_ID="job-42", FAKE_RANK_BASE="1"),
     )
+    held.append(n1)
     assert wait_for(lambda: any(run2.glob("node-*.json")))
     p0 = collect(
         run2, *fake_torchrun(1, "pass"), extra_env={"NODE_RANK": "0", "CHARLLM_TRACE_RUN_ID": "job-42"}
@@ -220,7 +237,7 @@ def test_multi_node_run_shares_one_directory(tmp_path: Path) -> None:
     assert manifest(run2)["run_id"] == "job-42" and manifest(run2)["status"] == "finished"
 
 
-def test_launchers_sharing_a_host_leave_each_others_ranks_alone(tmp_path: Path) -> None:
+def test_launchers_sharing_a_host_leave_each_others_ranks_alone(tmp_path: Path, held: list) -> None:
     # One run, two launchers on one host (srun with one task per GPU): the first to finish must
     # not stop the other's ranks as leftovers.
     run = tmp_path / "run"
@@ -243,6 +260,7 @@ def test_launchers_sharing_a_host_leave_each_others_ranks_alone(tmp_path: Path) 
         text=True,
         env=env(NODE_RANK="1", CHARLLM_TRACE_RUN_ID="job-7", FAKE_RANK_BASE="1"),
     )
+    held.append(slow)
     assert wait_for(lambda: (run / "rank-1.info.json").exists())
     fast = collect(
         run, *fake_torchrun(1, "pass"), extra_env={"NODE_RANK": "0", "CHARLLM_TRACE_RUN_ID": "job-7"}
@@ -297,7 +315,7 @@ def test_rank_exception_is_named(tmp_path: Path) -> None:
     assert json.loads((run / "rank-1.info.json").read_text())["ended"] == {"how": "exit"}
 
 
-def test_sigint_gives_interrupted(tmp_path: Path) -> None:
+def test_sigint_gives_interrupted(tmp_path: Path, held: list) -> None:
     run = tmp_path / "run"
     proc = subprocess.Popen(
         [
@@ -317,6 +335,7 @@ def test_sigint_gives_interrupted(tmp_path: Path) -> None:
         env=env(),
         start_new_session=True,
     )
+    held.append(proc)
     assert wait_for(lambda: (run / "rank-0.info.json").exists())
     proc.send_signal(signal.SIGINT)
     rc = proc.wait(60)
@@ -326,7 +345,7 @@ def test_sigint_gives_interrupted(tmp_path: Path) -> None:
     assert "run interrupted (SIGINT to the launcher)" in proc.stderr.read()
 
 
-def test_sigkill_of_the_launcher_leaves_a_true_manifest_and_no_ranks(tmp_path: Path) -> None:
+def test_sigkill_of_the_launcher_leaves_a_true_manifest_and_no_ranks(tmp_path: Path, held: list) -> None:
     stream = tmp_path / "stream.csv"  # SYNTHETIC telemetry: one device, a value every 20 ms
     stream.write_text("t_ns,device,power_w\n" + "".join(f"{k * 20_000_000},0,{k}\n" for k in range(30_000)))
     run = tmp_path / "run"
@@ -353,6 +372,7 @@ def test_sigkill_of_the_launcher_leaves_a_true_manifest_and_no_ranks(tmp_path: P
         env=env(RUN=str(run)),
         start_new_session=True,
     )
+    held.append(proc)
     assert wait_for(lambda: len(list(run.glob(".tmp-*-rank-*"))) == 2)
     infos = [json.loads((run / f"rank-{r}.info.json").read_text()) for r in range(2)]
     assert manifest(run)["status"] == "running"
