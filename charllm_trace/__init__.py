@@ -27,7 +27,16 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-__all__ = ["InputError", "ProcessGroup", "Run", "Trace", "TraceMeta", "load", "tune_polars_allocator", "__version__"]
+__all__ = [
+    "InputError",
+    "ProcessGroup",
+    "Run",
+    "Trace",
+    "TraceMeta",
+    "load",
+    "tune_polars_allocator",
+    "__version__",
+]
 
 # name -> module it comes from, imported on first use (PEP 562)
 _LAZY = {

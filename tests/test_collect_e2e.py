@@ -260,7 +260,11 @@ def test_graph_replay_reproduces_the_collected_steps(run_dir: Path) -> None:
     for row in steps.iter_rows(named=True):
         assert abs(row["predicted_ns"] - row["measured_ns"]) <= 0.02 * row["measured_ns"], row
     cp = critical_path(run)
-    cats = [c for c in cp.paths.columns if c.endswith("_ns") and c not in ("start_ns", "end_ns", "span_ns", "length_ns")]
+    cats = [
+        c
+        for c in cp.paths.columns
+        if c.endswith("_ns") and c not in ("start_ns", "end_ns", "span_ns", "length_ns")
+    ]
     for row in cp.paths.iter_rows(named=True):
         assert 0 < row["length_ns"] <= row["span_ns"], row
         assert sum(row[c] for c in cats) == row["length_ns"], row

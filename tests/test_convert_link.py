@@ -232,11 +232,15 @@ def test_parents_stay_on_their_thread_in_the_fixture() -> None:
     run = convert_run(FIXTURES / "cpu-2rank-gloo")
     for t in run:
         n = t.nodes
-        par = n.select(pl.col("id").alias("parent"), pl.col("tid").alias("ptid"), pl.col("name").alias("pname"))
+        par = n.select(
+            pl.col("id").alias("parent"), pl.col("tid").alias("ptid"), pl.col("name").alias("pname")
+        )
         cross = (
             n.filter(~pl.col("on_gpu"))
             .join(par, on="parent")
-            .filter((pl.col("ptid") != pl.col("tid")) & ~pl.col("pname").str.contains("execution_trace|process"))
+            .filter(
+                (pl.col("ptid") != pl.col("tid")) & ~pl.col("pname").str.contains("execution_trace|process")
+            )
         )
         assert cross.height == 0, cross.select("name", "tid", "pname", "ptid").head(5)
         # every gloo collective is an outermost communication node on its own thread

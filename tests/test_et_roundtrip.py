@@ -152,7 +152,9 @@ def test_chakra_protolib_reads_standard_fields(tmp_path: Path) -> None:
 
 
 # the jsonizer installed beside this interpreter (a venv used without activating it), else on PATH
-JSONIZER = shutil.which("chakra_jsonizer", path=str(Path(sys.executable).parent)) or shutil.which("chakra_jsonizer")
+JSONIZER = shutil.which("chakra_jsonizer", path=str(Path(sys.executable).parent)) or shutil.which(
+    "chakra_jsonizer"
+)
 
 
 @pytest.mark.skipif(JSONIZER is None, reason="chakra_jsonizer not installed")

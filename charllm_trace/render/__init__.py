@@ -1,2 +1,1 @@
 """Renderers: tables, machine formats, HTML, Perfetto. They format; they never compute."""
-
