@@ -11,7 +11,7 @@ Importing the package has no side effects: it does not change the environment or
 process-wide setting, and it does not even load polars until a name below is first used.
 Process-wide tuning is the program's choice: the ``charllm-trace`` command asks for it,
 library users may call :func:`charllm_trace.tune_polars_allocator` before polars is imported
-(see ``charllm_trace/_alloc.py``).
+and :func:`charllm_trace.trim_heap_after_reads` (see ``charllm_trace/_alloc.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from charllm_trace.errors import InputError
 
 if TYPE_CHECKING:
-    from charllm_trace._alloc import tune_polars_allocator
+    from charllm_trace._alloc import trim_heap_after_reads, tune_polars_allocator
     from charllm_trace.loader import load
     from charllm_trace.model import ProcessGroup, Run, Trace, TraceMeta
 
@@ -34,6 +34,7 @@ __all__ = [
     "Trace",
     "TraceMeta",
     "load",
+    "trim_heap_after_reads",
     "tune_polars_allocator",
     "__version__",
 ]
@@ -45,6 +46,7 @@ _LAZY = {
     "Run": "charllm_trace.model",
     "Trace": "charllm_trace.model",
     "TraceMeta": "charllm_trace.model",
+    "trim_heap_after_reads": "charllm_trace._alloc",
     "tune_polars_allocator": "charllm_trace._alloc",
 }
 

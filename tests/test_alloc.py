@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "traces" / "cpu-2rank-gloo" / "rank-0.kineto.json.gz"
 
@@ -107,3 +109,45 @@ def test_a_users_own_setting_or_opt_out_wins() -> None:
     assert off == ["False", "None"]
     late = _run("import polars, charllm_trace; print(charllm_trace.tune_polars_allocator())").stdout.split()
     assert late == ["False"]  # nothing to do once polars is in
+
+
+# Reading a Kineto profile calls malloc_trim only where the process opted in (the command does).
+TRIM_PROBE = r"""
+import ctypes, sys
+import charllm_trace as ct
+from charllm_trace import _alloc
+calls = []
+class Fake:
+    def __call__(self, pad):
+        calls.append(pad)
+        return 1
+_alloc._MALLOC_TRIM = Fake()
+if sys.argv[2] == "opt-in":
+    ct.trim_heap_after_reads()
+ct.load(sys.argv[1], cache=False)
+print("TRIMS", len(calls), _alloc.trim_heap_enabled())
+"""
+
+
+@pytest.mark.parametrize("mode", ["library", "opt-in"])
+def test_heap_trim_only_after_opt_in(mode: str) -> None:
+    kineto = ROOT / "tests" / "fixtures" / "traces" / "cpu-2rank-gloo" / "rank-0.kineto.json.gz"
+    r = subprocess.run(
+        [sys.executable, "-c", TRIM_PROBE, str(kineto), mode],
+        env=_env(), cwd=ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    (line,) = [x for x in r.stdout.splitlines() if x.startswith("TRIMS ")]
+    _, n, enabled = line.split()
+    if mode == "library":
+        assert (n, enabled) == ("0", "False")
+    else:
+        assert int(n) >= 2 and enabled == "True"  # after the read and after the build
+
+
+def test_the_command_opts_in_to_heap_trim() -> None:
+    code = (
+        "from click.testing import CliRunner; from charllm_trace import cli, _alloc; "
+        "r = CliRunner().invoke(cli.main, ['cache', '--help']); "
+        "print(r.exit_code, _alloc.trim_heap_enabled())"
+    )
+    assert _run(code).stdout.split() == ["0", "True"]

@@ -19,6 +19,7 @@ from typing import Any
 
 import polars as pl
 
+from charllm_trace._alloc import trim_heap
 from charllm_trace.converters.annotate import annotate_collectives
 from charllm_trace.converters.build_steps import (
     attrs_column,
@@ -28,7 +29,7 @@ from charllm_trace.converters.build_steps import (
     meta_from_profile,
     node_types,
 )
-from charllm_trace.converters.kineto_profile import KinetoProfile, trim_heap
+from charllm_trace.converters.kineto_profile import KinetoProfile
 from charllm_trace.model import Trace
 
 

@@ -19,7 +19,6 @@ from charllm_trace.converters.kineto_profile import (
     KinetoProfile,
     may_be_comm,
     parse_kineto,
-    trim_heap,
     us_to_ns,
 )
 from charllm_trace.converters.kineto_stream import read_kineto
@@ -34,6 +33,5 @@ __all__ = [
     "may_be_comm",
     "parse_kineto",
     "read_kineto",
-    "trim_heap",
     "us_to_ns",
 ]

@@ -257,30 +257,3 @@ def make_profile(
         trace_name=doc.get("traceName") if isinstance(doc.get("traceName"), str) else None,
         n_raw_events=n_raw,
     )
-
-
-def trim_heap() -> None:
-    """Return the C heap's free pages to the system (glibc's ``malloc_trim``; a few ms).
-
-    Decoding a million events makes and frees millions of small Python objects; glibc keeps the
-    freed pages (tens of MiB at 1 M events) unless asked. Elsewhere (no glibc) this does nothing."""
-    global _MALLOC_TRIM
-    if _MALLOC_TRIM is None:
-        _MALLOC_TRIM = False
-        try:
-            import ctypes
-
-            # the C library already loaded into this process (find_library would run ldconfig or a
-            # compiler at run time)
-            fn = getattr(ctypes.CDLL(None), "malloc_trim", None)
-            if fn is not None:
-                fn.argtypes = [ctypes.c_size_t]
-                fn.restype = ctypes.c_int
-                _MALLOC_TRIM = fn
-        except (OSError, AttributeError):
-            pass
-    if _MALLOC_TRIM:
-        _MALLOC_TRIM(0)
-
-
-_MALLOC_TRIM: Any = None

@@ -18,8 +18,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from charllm_trace._alloc import trim_heap
 from charllm_trace.converters.kineto_columns import Columns, decode_top
-from charllm_trace.converters.kineto_profile import KinetoProfile, trim_heap
+from charllm_trace.converters.kineto_profile import KinetoProfile
 from charllm_trace.errors import InputError
 
 #: events decoded at a time
