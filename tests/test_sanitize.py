@@ -210,6 +210,7 @@ def test_nothing_removed_remains_anywhere(made) -> None:
         "telemetry-host0.csv",
         "telemetry-host0.meta.json",
         "chakra/rank-0.et",
+        ".charllm-trace-sanitized",  # the marker that lets --force replace it (issue 15 item 3)
     }
     assert report.left_out == ["latest.json", "notes.bin"]
     for p in files:
@@ -359,9 +360,14 @@ def test_refuses_existing_output_and_bad_places(tmp_path: Path) -> None:
         sanitize_run(tmp_path / "nope", tmp_path / "x")
     r = CliRunner().invoke(main, ["sanitize", str(run), "-o", str(out)])
     assert r.exit_code == 2 and r.output.startswith("error: ") and "already exists" in r.output
+    # --force never replaces a directory sanitize did not write (issue 15 item 3)
+    r = CliRunner().invoke(main, ["sanitize", str(run), "-o", str(out), "--force"])
+    assert r.exit_code == 2 and "not written by sanitize" in r.output
+    assert (out / "keep.txt").read_text() == "mine"
+    out = tmp_path / "clean2"
+    assert CliRunner().invoke(main, ["sanitize", str(run), "-o", str(out)]).exit_code == 0
     r = CliRunner().invoke(main, ["sanitize", str(run), "-o", str(out), "--force", "--redact", "3e-4"])
     assert r.exit_code == 0, r.output
-    assert not (out / "keep.txt").exists()
     assert "3e-4" not in (out / "manifest.json").read_text()
     assert "left out" in r.output and "notes.bin" in r.output
 

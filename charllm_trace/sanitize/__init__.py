@@ -78,13 +78,34 @@ __all__ = [
 ]
 
 _BIG = 64 << 20  # bytes: JSON files at least this big are parsed once only
+#: Written into every sanitized directory: ``--force`` replaces only a directory holding it.
+MARKER = ".charllm-trace-sanitized"
+_MARKER_TEXT = b"written by charllm-trace sanitize; --force may replace this directory\n"
 
 
 def _files(src: Path) -> list[Path]:
     if src.is_file():
         return [src]
     # symbolic links are listed too, and left out: their target may lie outside the run
-    return sorted(p for p in src.rglob("*") if p.is_symlink() or p.is_file())
+    return sorted(
+        p
+        for p in src.rglob("*")
+        if (p.is_symlink() or p.is_file()) and not (p.name == MARKER and p.parent == src)
+    )
+
+
+def _check_replaceable(s: Path, d: Path) -> None:
+    """``--force`` replaces only what sanitize itself wrote: a directory with its marker file
+    (for a directory input) or a regular file of the same kind (for a file input)."""
+    if d.is_symlink():
+        raise InputError(d, "is a symbolic link; --force replaces only an output sanitize wrote itself")
+    if s.is_dir():
+        if not d.is_dir() or not (d / MARKER).is_file() or (d / MARKER).read_bytes() != _MARKER_TEXT:
+            raise InputError(
+                d, f"exists and was not written by sanitize (no {MARKER} marker); --force does not replace it"
+            )
+    elif not d.is_file() or formats.kind_of(d.name) != formats.kind_of(s.name):
+        raise InputError(d, "exists and is not a file of the same kind; --force does not replace it")
 
 
 def sanitize_run(
@@ -109,6 +130,7 @@ def sanitize_run(
     if d.exists() or d.is_symlink():
         if not force:
             raise InputError(d, "already exists; pass --force to replace it")
+        _check_replaceable(s, d)
     files = _files(s)
     if not files:
         raise InputError(s, "directory is empty")
@@ -168,10 +190,13 @@ def sanitize_run(
                         f"sanitize self-check failed: {p.relative_to(tmp)} still holds {len(left)} removed strings"
                     )
         if d.exists() or d.is_symlink():
-            if d.is_dir() and not d.is_symlink():
+            _check_replaceable(s, d)  # again: it may have changed while we worked
+            if d.is_dir():
                 shutil.rmtree(d)
             else:
                 d.unlink()
+        if s.is_dir():
+            (tmp / MARKER).write_bytes(_MARKER_TEXT)
         if s.is_file():
             (tmp / "out").rename(d)
             tmp.rmdir()

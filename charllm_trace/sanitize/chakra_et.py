@@ -81,6 +81,7 @@ def clean(sc: Scrubber, path: Path, data: bytes) -> bytes:
     from charllm_trace.et.schema import GlobalMetadata, Node
 
     out = io.BytesIO()
+    i = -1
     for i, raw in enumerate(iter_messages(data, path)):
         msg = GlobalMetadata() if i == 0 else Node()
         try:
@@ -96,4 +97,6 @@ def clean(sc: Scrubber, path: Path, data: bytes) -> bytes:
         _clean_attr_list(sc, msg.attr)
         body = msg.SerializeToString()
         out.write(frame(body))
+    if i < 0:
+        raise InputError(path, "empty: not a Chakra ET (no GlobalMetadata message)")
     return out.getvalue()

@@ -278,7 +278,9 @@ class Scrubber:
     def leftovers(self, data: bytes) -> list[str]:
         """Removed strings still present in ``data`` (case-insensitive for names)."""
         low = data.lower()
-        names = [*self.hosts, *(u.lower() for u in self.users)]
+        # a name that is also a replacement (sanitizing a sanitized run: host0, user) is no leak
+        tokens = {*self.hosts.values(), USER_TOKEN}
+        names = [n for n in [*self.hosts, *(u.lower() for u in self.users)] if n not in tokens]
         found = [
             n for n in names if re.search(rb"(?<![a-z0-9_])" + re.escape(n.encode()) + rb"(?![a-z0-9_])", low)
         ]

@@ -1,0 +1,68 @@
+"""sanitize on untrusted input and outputs (issue 15 items 3 and 6): ``--force`` replaces only
+what sanitize wrote, empty Chakra ET files are refused. Each case failed before its fix."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from charllm_trace.cli import main
+
+FIX = Path(__file__).parent / "fixtures" / "traces" / "cpu-2rank-gloo"
+
+
+def _run(*args: str):
+    return CliRunner().invoke(main, ["sanitize", *args])
+
+
+def test_force_never_deletes_a_foreign_directory(tmp_path: Path) -> None:
+    thesis = tmp_path / "thesis"
+    (thesis / "chapter1").mkdir(parents=True)
+    (thesis / "thesis.tex").write_text("years of work")
+    (thesis / "chapter1" / "intro.tex").write_text("more work")
+    r = _run(str(FIX), "-o", str(thesis), "--force")
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith("error: ") and len(r.output.strip().splitlines()) == 1
+    assert (thesis / "thesis.tex").read_text() == "years of work"
+    assert (thesis / "chapter1" / "intro.tex").read_text() == "more work"
+    # an empty foreign directory and a foreign file are not replaced either
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _run(str(FIX), "-o", str(empty), "--force").exit_code == 2
+    note = tmp_path / "notes.txt"
+    note.write_text("mine")
+    assert _run(str(FIX), "-o", str(note), "--force").exit_code == 2
+    assert note.read_text() == "mine"
+
+
+def test_force_replaces_its_own_output(tmp_path: Path) -> None:
+    out = tmp_path / "clean"
+    assert _run(str(FIX), "-o", str(out)).exit_code == 0
+    (out / "stale.json").write_text("{}")
+    r = _run(str(FIX), "-o", str(out), "--force")
+    assert r.exit_code == 0, r.output
+    assert not (out / "stale.json").exists() and (out / "manifest.json").is_file()
+    # sanitizing the sanitized copy does not copy the marker as data
+    again = tmp_path / "again"
+    r = _run(str(out), "-o", str(again))
+    assert r.exit_code == 0, r.output
+    assert "left out" not in r.output
+    # a single file: --force replaces a file of the same kind it may have written, not a directory
+    one = tmp_path / "one.json"
+    assert _run(str(FIX / "rank-0.info.json"), "-o", str(one)).exit_code == 0
+    assert _run(str(FIX / "rank-0.info.json"), "-o", str(one), "--force").exit_code == 0
+    assert _run(str(FIX / "rank-0.info.json"), "-o", str(tmp_path / "again"), "--force").exit_code == 2
+
+
+def test_empty_chakra_et_is_refused(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(FIX, run)
+    (run / "rank-0.et").write_bytes(b"")
+    r = _run(str(run), "-o", str(tmp_path / "o"))
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith("error: ") and "rank-0.et" in r.output and "empty" in r.output
+    assert not (tmp_path / "o").exists()
+    r = _run(str(run / "rank-0.et"), "-o", str(tmp_path / "o.et"))
+    assert r.exit_code == 2 and "empty" in r.output
