@@ -411,8 +411,9 @@ def sanitize_cmd(run: str, output: str, redact: tuple[str, ...], force: bool) ->
     r = sanitize_run(run, output, force=force, redact=redact)
     click.echo(
         f"wrote {output}: {len(r.written)} files; {r.hosts} host names pseudonymised, {r.users} user names, "
-        f"{r.paths_replaced} paths, {r.env_dropped} environment blocks, {r.python_events_dropped} Python "
-        f"stack events and {r.keys_dropped} other private fields removed"
+        f"{r.paths_replaced} paths, {r.env_dropped} environment blocks and {r.keys_dropped} other private "
+        f"fields removed; {r.ids} process/thread ids remapped; {r.python_frames_cleaned} Python stack "
+        "events kept without their file paths"
     )
     if r.left_out:
         click.echo(f"left out (unknown file type, not copied): {', '.join(r.left_out)}")

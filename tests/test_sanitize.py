@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from charllm_trace.cli import main
 from charllm_trace.errors import InputError
 from charllm_trace.sanitize import sanitize_run
+from charllm_trace.sanitize.rules import ID_BASE
 from tests.conftest import shared_trace
 
 HOST_A = "gpu-node-17.cluster.example.org"
@@ -34,7 +35,6 @@ REMOVED = [
     "train_llm.py",
     "tmpu3g3sevh",  # the A100 profile's own traceName (/tmp/tmpu3g3sevh.json)
     "module.py(1501)",
-    "python_function",
     "Python id",
     "Call stack",
     "Enabling GPU tracing",  # Kineto INFO log line
@@ -231,7 +231,7 @@ def test_nothing_removed_remains_anywhere(made) -> None:
     assert meta["host"] == "host0" and meta["devices"][0]["model"] == "NVIDIA A100-PG509-200"
     het = json.loads(_read_all(out / "rank-1.host_et.json.gz"))
     assert het["hostname"] == "host1"
-    assert report.python_events_dropped == 50
+    assert report.python_frames_cleaned == 50
     # two nodes plus MASTER_ADDR; the environment of the manifest and of the ET metadata
     assert report.hosts == 3 and report.users == 1 and report.env_dropped == 2 and report.renamed == 2
 
@@ -240,27 +240,46 @@ def test_measurements_are_kept_exactly(made) -> None:
     run, out, _ = made
     # telemetry numbers: byte for byte
     assert (out / "telemetry-host0.csv").read_bytes() == (run / f"telemetry-{HOST_A}.csv").read_bytes()
-    # Kineto: every non-Python event the same but for the dropped stack args
+    # Kineto: every event the same but for the dropped stack args, the Python frames' paths and
+    # the process/thread ids (remapped in order, issue 15 item 6)
     a = json.loads(_read_all(run / "rank-0.kineto.json.gz"))
     b = json.loads(_read_all(out / "rank-0.kineto.json.gz"))
+    to: dict[int, int] = {}  # original id -> its pseudonym, learnt below: must be one map, in order
     assert a["deviceProperties"] == b["deviceProperties"]
     assert a["distributedInfo"] == b["distributedInfo"]
     assert a["baseTimeNanoseconds"] == b["baseTimeNanoseconds"]
     assert "traceName" not in b and "INFO" not in b
     ea = [e for e in a["traceEvents"] if e.get("cat") != "python_function"]
-    eb = b["traceEvents"]
+    eb = [e for e in b["traceEvents"] if e.get("cat") != "python_function"]
     assert len(ea) == len(eb) == len(a["traceEvents"]) - 50
+    pa = [e for e in a["traceEvents"] if e.get("cat") == "python_function"]
+    pb = [e for e in b["traceEvents"] if e.get("cat") == "python_function"]
+    assert [(e["ts"], e["dur"]) for e in pa] == [(e["ts"], e["dur"]) for e in pb]
+    assert pb[0]["name"] == "<path>(40): main"
     changed = 0
     for x, y in zip(ea, eb, strict=True):
+        for k in ("pid", "tid"):
+            if (
+                type(x.get(k)) is int
+                and x[k] >= 100
+                and x.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset")
+            ):
+                assert to.setdefault(x[k], y[k]) == y[k] >= ID_BASE
+        x = {k: (to.get(v, v) if k in ("pid", "tid") else v) for k, v in x.items()}
         x_args = {k: v for k, v in (x.get("args") or {}).items() if k != "Call stack"}
+        if "sort_index" in x_args:  # process/thread sort index: the pid or tid itself
+            x_args["sort_index"] = to.get(x_args["sort_index"], x_args["sort_index"])
+        if x.get("name") == "thread_name" and isinstance(x_args.get("name"), str):
+            x_args["name"] = re.sub(r"\d{3,}", lambda m: str(to.get(int(m[0]), m[0])), x_args["name"])
         if x.get("name") == "process_labels" and "on" in str(x_args.get("labels")):
             x_args["labels"] = x_args["labels"].replace(HOST_A, "host0")
         changed += x != y
         assert {k: v for k, v in x.items() if k != "args"} == {k: v for k, v in y.items() if k != "args"}
         assert x_args == (y.get("args") or {}), x
-    assert changed == 51  # the 50 events with a call stack and the process label
+    assert changed >= 51  # the 50 events with a call stack, the process label, all CPU events' ids
+    assert to and sorted(to) == sorted(to, key=to.__getitem__) and len(set(to.values())) == len(to)
     # kernels (what the analyses read) are identical, with their collective args
-    ka = [e for e in ea if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    ka = [e for e in ea if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]  # pid: GPU index
     assert ka == [e for e in eb if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     assert sum(1 for e in ka if "Collective name" in e.get("args", {})) == 21
     # host ET nodes unchanged
@@ -270,7 +289,14 @@ def test_measurements_are_kept_exactly(made) -> None:
     # the untouched Kineto file keeps every event
     ka1 = json.loads(_read_all(run / "rank-1.kineto.json.gz"))
     kb1 = json.loads(_read_all(out / "rank-1.kineto.json.gz"))
-    assert ka1["traceEvents"] == kb1["traceEvents"]
+    ids = ("pid", "tid")
+    assert len(ka1["traceEvents"]) == len(kb1["traceEvents"])
+    for x, y in zip(ka1["traceEvents"], kb1["traceEvents"], strict=True):  # all but the process/thread ids
+        if x.get("ph") != "M":  # metadata events hold the ids in their args (sort index, thread name)
+            assert {k: v for k, v in x.items() if k not in ids} == {
+                k: v for k, v in y.items() if k not in ids
+            }
+        assert all(not (100 <= y[k] < ID_BASE) for k in ids if type(y.get(k)) is int), y
     # Chakra ET: same nodes, times and numbers; stack attrs gone, paths replaced
     na, nb = _et_nodes(run / "chakra" / "rank-0.et"), _et_nodes(out / "chakra" / "rank-0.et")
     assert [(n.id, n.name, n.type, n.start_time_micros, n.duration_micros, n.inputs.values) for n in na] == [
@@ -391,10 +417,12 @@ def test_single_kineto_file_with_python_frames(tmp_path: Path) -> None:
     b = json.loads(_read_all(out))
     n_py = sum(1 for e in a["traceEvents"] if e.get("cat") == "python_function")
     assert n_py > 1000
-    assert len(b["traceEvents"]) == len(a["traceEvents"]) - n_py
+    # the Python frames are kept (dropping them changes CPU leaf ops), without their file paths
+    assert len(b["traceEvents"]) == len(a["traceEvents"])
+    assert sum(1 for e in b["traceEvents"] if e.get("cat") == "python_function") == n_py
     data = _read_all(out)
     host = a["metadata"]["system"]["uname"]["node"].encode()  # the profiled container's host name
-    assert host not in data and b"python_function" not in data and b"Python id" not in data
+    assert host not in data and b"Python id" not in data and b".py(" not in data
     assert b["metadata"]["system"]["uname"]["node"] == "host0"
     assert b["metadata"]["started_by"] == "user"
     assert b["deviceProperties"] == a["deviceProperties"]

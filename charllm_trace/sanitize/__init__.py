@@ -50,6 +50,8 @@ from charllm_trace.sanitize.rules import (
     DROP_KEYS,
     HOST_ENV,
     HOST_KEYS,
+    HW_KEYS,
+    ID_KEYS,
     KINETO_DROP,
     PATH_TOKEN,
     PY_CATS,
@@ -66,6 +68,8 @@ __all__ = [
     "DROP_KEYS",
     "HOST_ENV",
     "HOST_KEYS",
+    "HW_KEYS",
+    "ID_KEYS",
     "KINETO_DROP",
     "PATH_TOKEN",
     "PY_CATS",
@@ -173,10 +177,10 @@ def sanitize_run(
     d.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
     try:
-        known = (len(sc.hosts), len(sc.users))
+        known = (len(sc.hosts), len(sc.users), len(sc.ids))
         write_all(tmp, keep=True)
-        if (len(sc.hosts), len(sc.users)) != known:
-            # a big file named a host or user that files written before it may hold: once more
+        if (len(sc.hosts), len(sc.users), len(sc.ids)) != known:
+            # a big file named a host, user or process id that files written before it may hold: once more
             shutil.rmtree(tmp)
             tmp.mkdir()
             write_all(tmp, keep=False)
@@ -209,5 +213,6 @@ def sanitize_run(
     r.hosts = len(set(sc.hosts.values()))
     r.users = len(sc.users)
     r.paths_replaced = len(sc.paths)
+    r.ids = len(sc.ids)
     r.host_map = {v: v for v in sorted(set(sc.hosts.values()))}
     return r

@@ -16,7 +16,15 @@ import orjson
 
 from charllm_trace.errors import InputError
 from charllm_trace.et.framing import frame, iter_messages
-from charllm_trace.sanitize.rules import DROP_KEYS, HOST_KEYS, USER_KEYS, USER_TOKEN, Scrubber, collect_json
+from charllm_trace.sanitize.rules import (
+    DROP_KEYS,
+    HOST_KEYS,
+    ID_KEYS,
+    USER_KEYS,
+    USER_TOKEN,
+    Scrubber,
+    collect_json,
+)
 
 
 def _clean_attr_list(sc: Scrubber, attrs: Any, collect_only: bool = False) -> None:
@@ -52,6 +60,10 @@ def _clean_attr_list(sc: Scrubber, attrs: Any, collect_only: bool = False) -> No
                     a.string_val = sc.text(s)
             else:
                 a.string_val = sc.text(s)
+        elif nl in ID_KEYS and which in ("int64_val", "uint64_val", "int32_val", "uint32_val"):
+            v = getattr(a, which)
+            sc.add_id(v)  # learnt here too: a new id makes sanitize_run write every file again
+            setattr(a, which, sc.id_of(v))
         elif which == "string_list":
             vals = [sc.text(v) for v in a.string_list.values]
             del a.string_list.values[:]

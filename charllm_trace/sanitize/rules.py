@@ -54,8 +54,36 @@ HOST_KEYS = frozenset(
         "master_address",
         "ip",
         "ip_address",
+        "rdzv_endpoint",
+        "rendezvous_endpoint",
+        "endpoint",
+        "init_method",
+        "dist_url",
     }
 )
+#: Keys whose value names hardware (GPU models, device properties): kept verbatim, never
+#: rewritten, even where a host name is a word of it (a host ``a100``, a GPU "NVIDIA A100-...").
+HW_KEYS = frozenset(
+    {
+        "deviceproperties",
+        "device_properties",
+        "devices",
+        "gpus",
+        "rank_devices",
+        "gpu_name",
+        "device_name",
+        "gpu_model",
+    }
+)
+#: Keys whose integer value is an operating-system process or thread id: remapped (see ``Scrubber.ids``).
+ID_KEYS = frozenset({"pid", "tid", "ppid", "launcher_pid", "sort_index", "system_tid"})
+#: Kineto categories of GPU events (their ``pid`` is a device index, their ``tid`` a stream).
+GPU_CATS = frozenset(
+    {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "memcpy", "memset", "mtia_ccp_events"}
+)
+ID_BASE = 10_000_000  # above any Linux pid_max (2**22): ids map in order to ID_BASE, ID_BASE + 1, ...
+_MIN_ID = 100  # smaller numbers (device indices, stream ids, pid 1) identify nothing and are kept
+_ID_TEXT_RE = re.compile(r"\b((?:pid|tid|thread|process|proc)\s*[ =:#]?\s*)(\d{3,})\b", re.IGNORECASE)
 #: Keys whose value names a user (compared lower-case).
 USER_KEYS = frozenset({"user", "username", "user_name", "started_by", "owner", "login", "logname"})
 #: Environment variables that name a user or a host (their values are collected before env is dropped).
@@ -76,17 +104,36 @@ _FILE_EXT = (
     r"py|pyc|pyx|ipynb|json|jsonl|ndjson|gz|zst|pt|pth|et|log|txt|yaml|yml|toml|cfg|ini|sh|csv|parquet|"
     r"arrow|so|cu|cuh|cpp|cc|c|h|hpp|bin|ckpt|safetensors|npz|npy|pkl|out|err"
 )
+_PCS = rf"{_PC}+(?: {_PC}+)*"  # a directory: words with single spaces (/home/John Smith/)
+_W = r"[^\\/\s\"'<>|*?]+"  # characters of a Windows path component
+_WS = rf"{_W}(?: {_W})*"
+_SRC_EXT = r"py|pyx|pyi|ipynb|sh|cu|cuh|cpp|cc|hpp|yaml|yml|log|ckpt|pt|pth|safetensors"
 _PATH_RE = re.compile(
     "|".join(
         [
-            r"file://\S+",
-            r"[A-Za-z]:\\(?:[^\\\s\"']+\\)*[^\\\s\"']*",  # C:\Users\x
-            rf"(?:~|\.\.?)/(?:{_PC}+/?)*",  # ~/x ./x ../x
-            rf"(?<![\w.:/-])/(?:{_PC}+/)*{_PC}+/?",  # /abs/path
-            rf"(?<![\w.:/-])(?:{_PC}+/)+{_PC}*\.(?:{_FILE_EXT})\b",  # rel/dir/file.py
+            r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+",  # file:// s3:// gs:// hdfs:// https:// tcp://
+            rf"[A-Za-z]:[\\/](?:{_WS}[\\/])*(?:{_W})?",  # C:\Users\John Smith\x, C:/x
+            rf"\\\\{_W}(?:\\{_WS}(?=\\))*(?:\\{_W})?",  # \\server\share\x (UNC)
+            rf"(?:~|\.\.?)/(?:{_PCS}/)*(?:{_PC}+/?)?",  # ~/x ./x ../x
+            rf"(?<![\w.:/\\-])/(?:{_PCS}/)*{_PC}+/?",  # /abs/path
+            rf"(?<![\w.:/\\-])(?:{_PCS}/)+{_PC}*\.(?:{_FILE_EXT})\b",  # rel/dir/file.py
+            rf"(?<![\w./\\-])[\w-]+(?:\.[\w-]+)*\.(?:{_SRC_EXT})(?![\w.])",  # model.py(42): forward
         ]
     )
 )
+#: the user directory in a path (/home/NAME/, /Users/NAME/, C:\Users\NAME\): NAME is a user name
+_HOME_RE = re.compile(r"(?:^|[/\\])(?:home|Users|users)[/\\]([^/\\\"'<>|]+?)(?=[/\\]|$)")
+_IPV4 = r"(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)"
+_IPV4_RE = re.compile(rf"(?<![\w.]){_IPV4}(?![\w.])")
+#: a rendezvous option of a command line and its value (the host is learnt; the port is kept)
+_ENDPOINT_OPT = (
+    r"--(?:master[_-]addr(?:ess)?|rdzv[_-]endpoint|rendezvous[_-]endpoint|dist[_-]url|init[_-]method)"
+)
+_ENDPOINT_RE = re.compile(
+    rf"(?:{_ENDPOINT_OPT}|\b(?:MASTER_ADDR|RDZV_ENDPOINT|PET_MASTER_ADDR|PET_RDZV_ENDPOINT))(?:=|\s+)['\"]?([^\s'\",]+)",
+    re.IGNORECASE,
+)
+_ENDPOINT_FLAG = re.compile(rf"{_ENDPOINT_OPT}", re.IGNORECASE)
 
 
 @dataclass
@@ -99,9 +146,10 @@ class SanitizeReport:
     users: int = 0  # distinct user names replaced
     env_dropped: int = 0  # environment mappings dropped
     keys_dropped: int = 0  # other private keys dropped (stacks, cwd, traceName, INFO ...)
-    python_events_dropped: int = 0  # Kineto python_function events
+    python_frames_cleaned: int = 0  # Kineto python_function events (kept, file paths removed)
     paths_replaced: int = 0  # distinct path strings replaced
     renamed: int = 0  # files whose name held a host or user name
+    ids: int = 0  # distinct process/thread ids remapped
 
 
 class Scrubber:
@@ -112,6 +160,11 @@ class Scrubber:
         self.users: set[str] = set()
         self.redact = {w for w in redact if w}
         self.paths: set[str] = set()
+        self.hardware: set[str] = set()  # hardware names, kept verbatim (see HW_KEYS)
+        # process and thread ids, mapped in order to ID_BASE + i (so sorting and grouping by them,
+        # and which thread is which, are unchanged)
+        self.ids: set[int] = set()
+        self._id_map: dict[int, int] | None = None
         self.report = SanitizeReport()
         self._memo: dict[str, str] = {}
         self._keys: dict[Any, tuple[int, str]] = {}  # key -> (action, clean key), see _key
@@ -122,12 +175,23 @@ class Scrubber:
         if not isinstance(name, str):
             return
         for part in re.split(r"[\s,]+", name.strip()):
+            part = re.sub(r"^[A-Za-z][\w+.-]*://", "", part).split("/", 1)[0]  # tcp://h:29500/x -> h
+            if part.startswith("[") and "]" in part:  # [v6]:port
+                part = part[1 : part.index("]")]
+            elif part.count(":") == 1:  # host:port
+                part = part.split(":", 1)[0]
             low = part.lower()
             if low in _NOT_NAMES or len(low) < 2 or low in self.hosts or low.isdigit():
                 continue
             self.hosts[low] = f"host{len(set(self.hosts.values()))}"
             short = low.split(".", 1)[0]
-            if short != low and len(short) >= 2 and short not in self.hosts and not short.isdigit():
+            if (
+                short != low
+                and len(short) >= 2
+                and short not in self.hosts
+                and not short.isdigit()
+                and not _IPV4_RE.fullmatch(low)
+            ):
                 self.hosts[short] = self.hosts[low]
             self._re = None
             self._memo.clear()
@@ -141,9 +205,70 @@ class Scrubber:
                 self._memo.clear()
                 self._keys.clear()
 
+    def add_id(self, v: Any) -> None:
+        if type(v) is int and v >= _MIN_ID and v not in self.ids and not ID_BASE <= v < ID_BASE + 10_000_000:
+            self.ids.add(v)
+            self._id_map = None
+            self._memo.clear()
+
+    def id_of(self, v: Any) -> Any:
+        """The pseudonymous id of a learnt process/thread id; anything else unchanged."""
+        if type(v) is not int or v not in self.ids:
+            return v
+        if self._id_map is None:
+            self._id_map = {x: ID_BASE + i for i, x in enumerate(sorted(self.ids))}
+        return self._id_map[v]
+
+    def collect_events(self, events: Any) -> None:
+        """Learn the process and thread ids of a Kineto profile's CPU events (not GPU devices/streams)."""
+        if not isinstance(events, list):
+            return
+        for e in events:
+            if type(e) is not dict or e.get("ph") == "M":
+                continue
+            cat = e.get("cat")
+            if (isinstance(cat, str) and cat.lower() in GPU_CATS) or (cat == "ac2g" and e.get("ph") == "f"):
+                continue
+            self.add_id(e.get("pid"))
+            self.add_id(e.get("tid"))
+
+    def _id_text(self, m: re.Match[str]) -> str:
+        v = int(m.group(2))
+        return m.group(1) + str(self.id_of(v)) if v in self.ids else m.group(0)
+
+    def learn_text(self, s: str) -> None:
+        """Host names in rendezvous options and IP addresses, user names in home directories."""
+        if "-" in s or "=" in s or "_" in s:
+            for m in _ENDPOINT_RE.finditer(s):
+                self.add_host(m.group(1))
+        if "." in s:
+            for m in _IPV4_RE.finditer(s):
+                self.add_host(m.group(0))
+        if "/" in s or "\\" in s:
+            for m in _HOME_RE.finditer(s):
+                self.add_user(m.group(1))
+        for m in _ID_TEXT_RE.finditer(s):  # "pid 4242" in a failure message
+            self.add_id(int(m.group(2)))
+
+    def _learn_hw(self, obj: Any) -> None:
+        if isinstance(obj, dict):
+            for v in obj.values():
+                self._learn_hw(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                self._learn_hw(v)
+        elif isinstance(obj, str) and len(obj) >= 3:
+            self.hardware.add(obj)
+
     def collect(self, obj: Any, key: str = "") -> None:
         """Find host and user names in a JSON tree (keys and environment variables)."""
         kl = key.lower()
+        if kl in HW_KEYS:
+            self._learn_hw(obj)
+            if isinstance(obj, dict):  # keyed by host (manifest gpus): the keys are not hardware
+                for k in obj:
+                    self.learn_text(str(k))
+            return
         if isinstance(obj, dict):
             if kl in ("env", "environ", "environment", "env_vars", "envvars", "environment_variables"):
                 for k, v in obj.items():
@@ -165,13 +290,20 @@ class Scrubber:
                 for v in obj:
                     self.collect(v, key)
             elif len(obj) < 10_000:  # event lists hold no host/user keys worth a walk
-                for v in obj:
+                for i, v in enumerate(obj):
+                    if isinstance(v, str) and i + 1 < len(obj) and _ENDPOINT_FLAG.fullmatch(v):
+                        self.add_host(obj[i + 1])  # ["--master_addr", "node7"]
                     self.collect(v, "")
+        elif type(obj) is int:
+            if kl in ID_KEYS:
+                self.add_id(obj)
         elif isinstance(obj, str):
             if kl in HOST_KEYS and kl != "node":
                 self.add_host(obj)
             elif kl in USER_KEYS:
                 self.add_user(obj)
+            else:
+                self.learn_text(obj)
 
     # ---- rewriting --------------------------------------------------------
     def _pattern(self) -> re.Pattern[str] | None:
@@ -192,6 +324,14 @@ class Scrubber:
         self.paths.add(m.group(0))
         return PATH_TOKEN
 
+    def _ip(self, m: re.Match[str]) -> str:
+        ip = m.group(0)
+        if ip in _NOT_NAMES or ip.startswith("127."):
+            return ip
+        if ip.lower() not in self.hosts:
+            self.add_host(ip)
+        return self.hosts.get(ip.lower(), ip)
+
     def text(self, s: str) -> str:
         out = self._memo.get(s)
         if out is not None:
@@ -201,10 +341,18 @@ class Scrubber:
             if w in out:
                 out = out.replace(w, REDACT_TOKEN)
         if "/" in out or "\\" in out:
+            for h in _HOME_RE.finditer(out):
+                if h.group(1).strip().lower() not in _NOT_NAMES and h.group(1) not in self.users:
+                    self.add_user(h.group(1))
+        if "/" in out or "\\" in out or "." in out:
             out = _PATH_RE.sub(self._path, out)
+        if "." in out:
+            out = _IPV4_RE.sub(self._ip, out)
         pat = self._pattern()
         if pat is not None:
             out = pat.sub(self._word, out)
+        if self.ids:
+            out = _ID_TEXT_RE.sub(self._id_text, out)
         if len(self._memo) < 2_000_000:
             self._memo[s] = out
         return out
@@ -231,9 +379,26 @@ class Scrubber:
             act = 3
         elif kl in USER_KEYS:
             act = 4
+        elif kl in HW_KEYS:
+            act = 5
+        elif kl in ID_KEYS:
+            act = 6
         else:
             act = 0
         return act, self.text(str(k))
+
+    def hw_value(self, v: Any) -> Any:
+        """A hardware value: strings kept verbatim; keys (host names in ``gpus``) cleaned."""
+        if isinstance(v, dict):
+            return {
+                self.text(str(k)): (self.host_value(x) if str(k).lower() in HOST_KEYS else self.hw_value(x))
+                for k, x in v.items()
+            }
+        if isinstance(v, list):
+            return [self.hw_value(x) for x in v]
+        if isinstance(v, str) and len(v) >= 3:
+            self.hardware.add(v)
+        return v
 
     def clean(self, obj: Any, key: str = "") -> Any:
         t = type(obj)
@@ -262,6 +427,10 @@ class Scrubber:
                     res[ck] = self.host_value(v)
                 elif act == 4 and tv is str:
                     res[ck] = USER_TOKEN
+                elif act == 5:
+                    res[ck] = self.hw_value(v)
+                elif act == 6 and tv is int:
+                    res[ck] = self.id_of(v)
                 else:
                     res[ck] = self.clean(v, k)
             return res
@@ -269,8 +438,8 @@ class Scrubber:
             out_l = []
             for x in obj:
                 if type(x) is dict and x.get("cat") in PY_CATS:
-                    self.report.python_events_dropped += 1
-                    continue
+                    # kept (dropping them changes which CPU ops are leaves): paths in the name go
+                    self.report.python_frames_cleaned += 1
                 out_l.append(self.clean(x, key))
             return out_l
         return obj
@@ -278,6 +447,9 @@ class Scrubber:
     def leftovers(self, data: bytes) -> list[str]:
         """Removed strings still present in ``data`` (case-insensitive for names)."""
         low = data.lower()
+        for hw in self.hardware:  # hardware names are kept on purpose (a host "a100", an "A100" GPU)
+            if hw.lower() not in self.hosts and hw not in self.users:
+                low = low.replace(hw.lower().encode(), b" ")
         # a name that is also a replacement (sanitizing a sanitized run: host0, user) is no leak
         tokens = {*self.hosts.values(), USER_TOKEN}
         names = [n for n in [*self.hosts, *(u.lower() for u in self.users)] if n not in tokens]
@@ -288,6 +460,14 @@ class Scrubber:
         found += [p for p in self.paths if len(p) > 3 and p.encode() in data]
         return found
 
+    def leaked_ids(self, doc: Any, key: str = "") -> list[int]:
+        """Learnt process/thread ids still held under an id key of a JSON tree."""
+        if type(doc) is dict:
+            return [x for k, v in doc.items() for x in self.leaked_ids(v, str(k))]
+        if type(doc) is list:
+            return [x for v in doc for x in self.leaked_ids(v, key)]
+        return [doc] if type(doc) is int and key.lower() in ID_KEYS and doc in self.ids else []
+
 
 def collect_json(sc: Scrubber, doc: Any) -> None:
     if not isinstance(doc, dict):
@@ -295,6 +475,8 @@ def collect_json(sc: Scrubber, doc: Any) -> None:
     else:
         for k, v in doc.items():
             if k in ("traceEvents", "nodes") and isinstance(v, list):
+                if k == "traceEvents":
+                    sc.collect_events(v)
                 continue  # the event lists: host/user keys live in the headers
             sc.collect(v, str(k))
 
