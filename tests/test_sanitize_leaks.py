@@ -22,9 +22,9 @@ from click.testing import CliRunner
 
 from charllm_trace.cli import main
 from charllm_trace.sanitize.rules import ID_BASE
+from tests.conftest import shared_trace
 
 FIX = Path(__file__).parent / "fixtures" / "traces" / "cpu-2rank-gloo"
-SHARED = Path("/work/shared/traces")
 IP = "10.20.30.40"
 RDZV = "gpu-node-17.lab.example"
 PRIVATE = [
@@ -200,9 +200,7 @@ def test_hardware_names_are_never_rewritten(tmp_path: Path) -> None:
 )
 def test_with_stack_profiles_analyse_the_same(tmp_path: Path, name: str) -> None:
     """Profiles recorded with ``with_stack`` (python_function events): same analysis after sanitize."""
-    src = SHARED / "tracelens" / name
-    if not src.exists():
-        pytest.skip("shared traces not here")
+    src = shared_trace(f"tracelens/{name}")
     out = tmp_path / name
     assert CliRunner().invoke(main, ["sanitize", str(src), "-o", str(out)]).exit_code == 0
 
@@ -215,3 +213,45 @@ def test_with_stack_profiles_analyse_the_same(tmp_path: Path, name: str) -> None
 
     assert analyze(src) == analyze(out)
     assert b".py(" not in _read(out)
+
+
+SHARED_RUNS = [
+    "hta/trace_filter_2ranks",
+    "hta/a100_ddp_nccl_rank0.json.gz",
+    "hta/mi250_minitoy_kineto.json.gz",
+    "hta/simple_add_kineto.json.gz",
+    "param/resnet_kineto.json.gz",
+    "param/dlrm_8ranks_v100",
+    "chakra/feeder_tests_chakra.0.et",
+]
+
+
+@pytest.mark.parametrize("rel", SHARED_RUNS)
+def test_shared_traces_same_analysis_no_ids_left(tmp_path: Path, rel: str) -> None:
+    """Every shared trace sanitize applies to: the same ``analyze --format json`` before and
+    after, and no CPU process/thread id of the input left in any event."""
+    src = shared_trace(rel)
+    out = tmp_path / src.name
+    r = CliRunner().invoke(main, ["sanitize", str(src), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+
+    def analyze(p: Path) -> dict:
+        r = CliRunner().invoke(main, ["analyze", str(p), "--format", "json"])
+        assert r.exit_code == 0, r.output
+        doc = json.loads(r.output)
+        doc.pop("source")
+        return doc
+
+    assert analyze(src) == analyze(out)
+    gpu = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "ac2g")
+    outs = (
+        [out] if out.is_file() else sorted(out.rglob("*kineto*.json.gz")) + sorted(out.glob("rank-*.json.gz"))
+    )
+    for p in outs:
+        if ".json" not in p.name:
+            continue
+        doc = _jload(p)
+        for e in doc.get("traceEvents", []) if isinstance(doc, dict) else []:
+            if e.get("cat") not in gpu and e.get("ph") != "M":
+                for k in ("pid", "tid"):
+                    assert not (type(e.get(k)) is int and 100 <= e[k] < ID_BASE), (p.name, e)
