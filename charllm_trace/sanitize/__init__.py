@@ -15,9 +15,14 @@ and never touches the input. What it does to every file (see ``docs/sharing.md``
 - **file paths**: absolute paths, ``~/``, ``./`` and ``../`` paths, ``file://`` URIs,
   Windows paths and relative paths ending in a source/data file name become ``<path>``;
   Kineto's ``traceName`` (the profile's own path) and ``INFO`` log lines are dropped;
-- **Python stack frames**: Kineto ``python_function`` events, the ``Call stack``,
-  ``Python id``, ``Python parent id``, ``Python module id`` args, and stack attributes
-  of Chakra ET nodes are dropped;
+- **network endpoints**: rendezvous options (``--master_addr``, ``--rdzv_endpoint`` ...)
+  and IPv4 addresses become host pseudonyms (ports kept);
+- **process and thread ids** (``pid``, ``tid``, ``launcher_pid`` ..., ``thread N`` in
+  strings) are remapped in order to ``ID_BASE + i``, one map for the run;
+- **Python stack frames**: the ``Call stack``, ``Python id``, ``Python parent id``,
+  ``Python module id`` args and stack attributes of Chakra ET nodes are dropped; Kineto
+  ``python_function`` events are kept (they decide which CPU ops are leaves) without paths;
+- **hardware names** (``deviceProperties``, ``devices``, ``gpus`` ...) are never rewritten;
 - extra words given with ``redact=`` are replaced by ``<redacted>`` everywhere.
 
 Everything else (timestamps, ids, names of operators and kernels, collective args,
@@ -121,8 +126,9 @@ def sanitize_run(
 ) -> SanitizeReport:
     """Write a sanitized copy of run directory (or file) ``src`` to ``dst``.
 
-    ``dst`` must not exist unless ``force`` (then it is replaced whole, after the new
-    copy was written). ``src`` is only read. Raises :class:`InputError` for bad input.
+    ``dst`` must not exist unless ``force``: then it is replaced whole, after the new copy
+    was written, but only if sanitize wrote it (a directory with the :data:`MARKER` file, or
+    a file of the same kind for a file input); anything else is refused. ``src`` is only read. Raises :class:`InputError` for bad input.
     """
     s = Path(src)
     d = Path(dst)
