@@ -66,3 +66,18 @@ def test_empty_chakra_et_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "o").exists()
     r = _run(str(run / "rank-0.et"), "-o", str(tmp_path / "o.et"))
     assert r.exit_code == 2 and "empty" in r.output
+
+
+def test_special_files_are_never_opened(tmp_path: Path) -> None:
+    """A FIFO in a run is left out and named (reading it would block); a FIFO as the input is refused."""
+    import os
+
+    run = tmp_path / "run"
+    shutil.copytree(FIX, run)
+    os.mkfifo(run / "rank-2.kineto.json")
+    r = _run(str(run), "-o", str(tmp_path / "o"))
+    assert r.exit_code == 0, r.output
+    assert "left out" in r.output and "rank-2.kineto.json" in r.output
+    assert not (tmp_path / "o" / "rank-2.kineto.json").exists()
+    r = _run(str(run / "rank-2.kineto.json"), "-o", str(tmp_path / "x.json"))
+    assert r.exit_code == 2 and r.output.startswith("error: ") and "FIFO" in r.output

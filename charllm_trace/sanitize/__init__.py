@@ -95,11 +95,12 @@ _MARKER_TEXT = b"written by charllm-trace sanitize; --force may replace this dir
 def _files(src: Path) -> list[Path]:
     if src.is_file():
         return [src]
-    # symbolic links are listed too, and left out: their target may lie outside the run
+    # symbolic links are listed too, and left out: their target may lie outside the run; so are
+    # FIFOs, sockets and devices (never opened: reading a FIFO blocks)
     return sorted(
         p
         for p in src.rglob("*")
-        if (p.is_symlink() or p.is_file()) and not (p.name == MARKER and p.parent == src)
+        if (p.is_symlink() or not p.is_dir()) and not (p.name == MARKER and p.parent == src)
     )
 
 
@@ -134,6 +135,8 @@ def sanitize_run(
     d = Path(dst)
     if not s.exists():
         raise InputError(s, "no such file or directory")
+    if not s.is_file() and not s.is_dir():
+        raise InputError(s, "not a regular file or directory (a FIFO, socket or device is never read)")
     rs, rd = s.resolve(), d.resolve()
     if rs == rd or rd in rs.parents or (s.is_dir() and rs in rd.parents):
         raise InputError(d, "output must be outside the input (the input is never modified)")
@@ -145,7 +148,7 @@ def sanitize_run(
     if not files:
         raise InputError(s, "directory is empty")
     sc = Scrubber(redact)
-    kinds = {f: (None if f.is_symlink() else formats.kind_of(f.name)) for f in files}
+    kinds = {f: (formats.kind_of(f.name) if f.is_file() and not f.is_symlink() else None) for f in files}
     datas: dict[Path, bytes] = {}
 
     # pass 1: learn the host and user names from every file's headers. Big JSON files (profiles)
