@@ -81,3 +81,28 @@ def test_special_files_are_never_opened(tmp_path: Path) -> None:
     assert not (tmp_path / "o" / "rank-2.kineto.json").exists()
     r = _run(str(run / "rank-2.kineto.json"), "-o", str(tmp_path / "x.json"))
     assert r.exit_code == 2 and r.output.startswith("error: ") and "FIFO" in r.output
+
+
+def test_gzip_bomb_is_refused_before_it_expands(tmp_path: Path) -> None:
+    """A small ``.et.gz`` of zeros is refused at a bounded size, and a ``.json.gz`` whose
+    decompressed start is not JSON is refused from its first bytes (not after expanding whole)."""
+    import gzip
+    import resource
+
+    run = tmp_path / "run"
+    shutil.copytree(FIX, run)
+    bomb = run / "rank-0.et.gz"
+    with gzip.open(bomb, "wb", compresslevel=9) as f:
+        for _ in range(64):
+            f.write(bytes(16 << 20))  # 1 GiB of zeros, about 1 MB compressed
+    assert bomb.stat().st_size < 2 << 20
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    r = _run(str(run), "-o", str(tmp_path / "o"))
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith("error: ") and "gzip bomb" in r.output and "rank-0.et.gz" in r.output
+    assert grown_mb < 700  # the limit (256 MiB here) bounds what was held, not the 1 GiB
+    bomb.unlink()
+    (run / "rank-0.kineto.json.gz").write_bytes(gzip.compress(b"\0" * (8 << 20)))
+    r = _run(str(run), "-o", str(tmp_path / "o"))
+    assert r.exit_code == 2 and "not JSON" in r.output and "rank-0.kineto.json.gz" in r.output
