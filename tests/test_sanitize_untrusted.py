@@ -106,3 +106,17 @@ def test_gzip_bomb_is_refused_before_it_expands(tmp_path: Path) -> None:
     (run / "rank-0.kineto.json.gz").write_bytes(gzip.compress(b"\0" * (8 << 20)))
     r = _run(str(run), "-o", str(tmp_path / "o"))
     assert r.exit_code == 2 and "not JSON" in r.output and "rank-0.kineto.json.gz" in r.output
+
+
+def test_deeply_nested_json_is_a_one_line_error(tmp_path: Path) -> None:
+    """1,000 nested arrays (within orjson's limit, past Python's recursion limit): exit 2, not 3."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text('{"a":' + "[" * 1000 + "]" * 1000 + "}")
+    r = _run(str(run), "-o", str(tmp_path / "o"))
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith("error: ") and "nested too deeply" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    (run / "manifest.json").write_text('{"a":' + "[" * 300 + "]" * 300 + "}")  # past orjson's writing limit
+    r = _run(str(run), "-o", str(tmp_path / "o"))
+    assert r.exit_code == 2 and r.output.startswith("error: ") and "manifest.json" in r.output, r.output

@@ -201,6 +201,23 @@ def text_clean(sc: Scrubber, data: bytes) -> bytes:
 
 def collect(sc: Scrubber, kind: str, path: Path, data: bytes) -> None:
     """Pass 1: learn host and user names from a file of ``kind`` (CSV teaches none)."""
+    try:
+        _collect(sc, kind, path, data)
+    except RecursionError:
+        raise InputError(path, "nested too deeply to sanitize (more than ~900 levels)") from None
+
+
+def clean(sc: Scrubber, kind: str, path: Path, data: bytes) -> bytes:
+    """Pass 2: the cleaned bytes of a file of ``kind`` (uncompressed)."""
+    try:
+        return _clean(sc, kind, path, data)
+    except RecursionError:
+        raise InputError(path, "nested too deeply to sanitize (more than ~900 levels)") from None
+    except orjson.JSONEncodeError as exc:  # orjson writes at most 254 levels
+        raise InputError(path, f"cannot be written back as JSON ({exc}): nested too deeply?") from None
+
+
+def _collect(sc: Scrubber, kind: str, path: Path, data: bytes) -> None:
     if kind == "json":
         collect_json(sc, load_json(path, data))
     elif kind == "jsonl":
@@ -213,8 +230,7 @@ def collect(sc: Scrubber, kind: str, path: Path, data: bytes) -> None:
         table_collect(sc, kind, data)
 
 
-def clean(sc: Scrubber, kind: str, path: Path, data: bytes) -> bytes:
-    """Pass 2: the cleaned bytes of a file of ``kind`` (uncompressed)."""
+def _clean(sc: Scrubber, kind: str, path: Path, data: bytes) -> bytes:
     if kind == "json":
         doc = load_json(path, data)
         collect_json(sc, doc)
