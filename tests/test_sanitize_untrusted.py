@@ -120,3 +120,16 @@ def test_deeply_nested_json_is_a_one_line_error(tmp_path: Path) -> None:
     (run / "manifest.json").write_text('{"a":' + "[" * 300 + "]" * 300 + "}")  # past orjson's writing limit
     r = _run(str(run), "-o", str(tmp_path / "o"))
     assert r.exit_code == 2 and r.output.startswith("error: ") and "manifest.json" in r.output, r.output
+
+
+def test_unwritable_output_places_are_one_line_errors(tmp_path: Path) -> None:
+    """An output under a file, or where no directory can be made: exit 2 before any input is read."""
+    afile = tmp_path / "afile.json"
+    afile.write_text("{}")
+    for out in (afile / "x", afile / "deeper" / "x"):
+        r = _run(str(FIX), "-o", str(out))
+        assert r.exit_code == 2, r.output
+        assert r.output.startswith("error: ") and "not a directory" in r.output
+        assert len(r.output.strip().splitlines()) == 1
+    r = _run(str(FIX), "-o", "/proc/charllm-sanitize-test")
+    assert r.exit_code == 2 and r.output.startswith("error: ") and "cannot write here" in r.output, r.output

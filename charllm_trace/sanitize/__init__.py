@@ -104,6 +104,20 @@ def _files(src: Path) -> list[Path]:
     )
 
 
+def _check_place(d: Path) -> None:
+    """The output's nearest existing ancestor must be a directory we may write in (checked
+    before any input is read)."""
+    p = d.parent
+    while not p.exists() and p != p.parent:
+        if p.is_symlink():
+            raise InputError(d, f"{p} is a dangling symbolic link")
+        p = p.parent
+    if not p.is_dir():
+        raise InputError(d, f"cannot write here: {p} is not a directory")
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise InputError(d, f"cannot write here: no permission to write in {p}")
+
+
 def _check_replaceable(s: Path, d: Path) -> None:
     """``--force`` replaces only what sanitize itself wrote: a directory with its marker file
     (for a directory input) or a regular file of the same kind (for a file input)."""
@@ -144,6 +158,7 @@ def sanitize_run(
         if not force:
             raise InputError(d, "already exists; pass --force to replace it")
         _check_replaceable(s, d)
+    _check_place(d)
     files = _files(s)
     if not files:
         raise InputError(s, "directory is empty")
@@ -183,8 +198,11 @@ def sanitize_run(
             formats.write(target, out, gz)
             sc.report.written.append(d.name if s.is_file() else new_rel)
 
-    d.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
+    try:
+        d.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
+    except OSError as exc:
+        raise InputError(d, f"cannot write here ({exc.strerror or exc})") from None
     try:
         known = (len(sc.hosts), len(sc.users), len(sc.ids))
         write_all(tmp, keep=True)
