@@ -133,3 +133,26 @@ def test_unwritable_output_places_are_one_line_errors(tmp_path: Path) -> None:
         assert len(r.output.strip().splitlines()) == 1
     r = _run(str(FIX), "-o", "/proc/charllm-sanitize-test")
     assert r.exit_code == 2 and r.output.startswith("error: ") and "cannot write here" in r.output, r.output
+
+
+def test_table_pid_columns_are_remapped(tmp_path: Path) -> None:
+    """Parquet/Arrow tables: integer pid/tid columns get the run's id pseudonyms (same as the JSON)."""
+    import json
+
+    import polars as pl
+
+    from charllm_trace.sanitize.rules import ID_BASE
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"launcher": {"pid": 31337}}))
+    pl.DataFrame({"pid": [31337, 4711, None], "tid": [31338, 31338, 5], "x": [1, 2, 3]}).write_parquet(
+        run / "events.parquet"
+    )
+    assert _run(str(run), "-o", str(tmp_path / "o")).exit_code == 0
+    df = pl.read_parquet(tmp_path / "o" / "events.parquet")
+    man = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert df["pid"][0] == man["launcher"]["pid"] >= ID_BASE
+    assert df["pid"][1] >= ID_BASE and df["pid"][2] is None
+    assert df["tid"].to_list()[2] == 5 and df["tid"][0] == df["tid"][1] >= ID_BASE  # below 100: kept
+    assert df["x"].to_list() == [1, 2, 3]

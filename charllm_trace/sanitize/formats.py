@@ -24,6 +24,7 @@ from charllm_trace.sanitize import chakra_et
 from charllm_trace.sanitize.rules import (
     DROP_KEYS,
     HOST_KEYS,
+    ID_KEYS,
     KINETO_DROP,
     USER_KEYS,
     USER_TOKEN,
@@ -155,7 +156,11 @@ def table_clean(sc: Scrubber, kind: str, path: Path, data: bytes) -> bytes:
         df = df.drop(drop)
     exprs = []
     for c, dt in df.schema.items():
-        if dt == pl.String:
+        if c.lower() in ID_KEYS and dt.is_integer():
+            for v in df[c].drop_nulls().unique().to_list():
+                sc.add_id(v)
+            exprs.append(pl.col(c).map_elements(sc.id_of, return_dtype=dt))
+        elif dt == pl.String:
             if c.lower() in HOST_KEYS:
                 for v in df[c].drop_nulls().unique().to_list():
                     sc.add_host(v)
@@ -186,6 +191,9 @@ def table_collect(sc: Scrubber, kind: str, data: bytes) -> None:
         if c.lower() in HOST_KEYS and df.schema[c] == pl.String:
             for v in df[c].drop_nulls().unique().to_list():
                 sc.add_host(v)
+        elif c.lower() in ID_KEYS and df.schema[c].is_integer():
+            for v in df[c].drop_nulls().unique().to_list():
+                sc.add_id(v)
 
 
 def text_clean(sc: Scrubber, data: bytes) -> bytes:
