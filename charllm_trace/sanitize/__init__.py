@@ -215,7 +215,15 @@ def sanitize_run(
         # read everything back: nothing removed may remain, in names or bytes
         for p in sorted(tmp.rglob("*")):
             if p.is_file():
-                left = sc.leftovers(formats.read(p)) + sc.leftovers(p.relative_to(tmp).as_posix().encode())
+                data = formats.read(p)
+                left = sc.leftovers(data) + sc.leftovers(p.relative_to(tmp).as_posix().encode())
+                if (
+                    sc.ids
+                    and len(data) < _BIG
+                    and formats.kind_of(d.name if s.is_file() else p.name) == "json"
+                ):
+                    left += [str(i) for i in sc.leaked_ids(formats.load_json(p, data))]  # ids under id keys
+                del data
                 if left:
                     raise RuntimeError(
                         f"sanitize self-check failed: {p.relative_to(tmp)} still holds {len(left)} removed strings"
