@@ -255,3 +255,37 @@ def test_shared_traces_same_analysis_no_ids_left(tmp_path: Path, rel: str) -> No
             if e.get("cat") not in gpu and e.get("ph") != "M":
                 for k in ("pid", "tid"):
                     assert not (type(e.get(k)) is int and 100 <= e[k] < ID_BASE), (p.name, e)
+
+
+def test_converted_chakra_ets_keep_no_host_or_pid(tmp_path: Path, gloo_ets: Path) -> None:
+    """Our converter's ETs name their attributes ``charllm.<key>``: ``charllm.hostname`` is a
+    host, ``charllm.pid`` and ``tid`` are ids. Sanitized: none of the run's hosts or ids, and
+    the same analysis."""
+    from charllm_trace.et.framing import iter_messages
+    from charllm_trace.et.schema import GlobalMetadata, Node
+
+    out = tmp_path / "ets"
+    r = CliRunner().invoke(main, ["sanitize", str(gloo_ets), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    real = {_jload(p)["pid"] for p in FIX.glob("rank-*.info.json")}
+    for p in sorted(out.glob("*.et")):
+        msgs = iter_messages(p.read_bytes(), p)
+        gm = GlobalMetadata()
+        gm.ParseFromString(next(msgs))
+        assert {a.name: a.string_val for a in gm.attr}["charllm.hostname"] == "host0"
+        held = set()
+        for m in msgs:
+            n = Node()
+            n.ParseFromString(m)
+            held |= {a.int64_val for a in n.attr if a.name in ("tid", "charllm.pid")}
+        assert held and not {v for v in held if 100 <= v < ID_BASE}, p.name
+        assert not held & real
+
+    def analyze(d: Path) -> dict:
+        r = CliRunner().invoke(main, ["analyze", str(d), "--format", "json"])
+        assert r.exit_code == 0, r.output
+        doc = json.loads(r.output)
+        doc.pop("source")
+        return doc
+
+    assert analyze(gloo_ets) == analyze(out)

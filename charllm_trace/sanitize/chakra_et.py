@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from charllm_trace.errors import InputError
+from charllm_trace.et.conventions import PREFIX
 from charllm_trace.et.framing import frame, iter_messages
 from charllm_trace.sanitize.rules import (
     DROP_KEYS,
@@ -30,7 +31,8 @@ from charllm_trace.sanitize.rules import (
 def _clean_attr_list(sc: Scrubber, attrs: Any, collect_only: bool = False) -> None:
     keep = []
     for a in attrs:
-        nl = a.name.lower()
+        # our converter's attributes are named charllm.<key> (charllm.hostname, charllm.pid)
+        nl = a.name.lower().removeprefix(PREFIX).removeprefix("json.")
         which = a.WhichOneof("value")
         if collect_only:
             if which == "string_val":
