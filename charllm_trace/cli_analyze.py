@@ -18,6 +18,10 @@ from charllm_trace.cli_results import (
 # --- analyze (issue 5) -----------------------------------------------------
 
 
+#: ranks are numbered below this (2**20: far beyond any job; bounds what --ranks can ask for)
+MAX_RANK = 1 << 20
+
+
 def _parse_ranks_option(text: str | None) -> list[int] | None:
     from charllm_trace.errors import UsageError
 
@@ -33,7 +37,15 @@ def _parse_ranks_option(text: str | None) -> list[int] | None:
             lo, hi = int(a), int(b) if sep else int(a)
         except ValueError:
             raise UsageError(f"--ranks: expected a list like 0,1,4-7, got {text!r}") from None
+        if hi < lo:
+            raise UsageError(f"--ranks: the range {part!r} runs backwards")
+        if hi >= MAX_RANK:
+            raise UsageError(
+                f"--ranks: rank {hi} is beyond the largest rank charllm-trace reads ({MAX_RANK - 1})"
+            )
         out.extend(range(lo, hi + 1))
+        if len(out) > MAX_RANK:  # overlapping ranges: still bounded
+            raise UsageError(f"--ranks: more than {MAX_RANK} ranks listed")
     return out
 
 
