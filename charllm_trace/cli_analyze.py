@@ -18,12 +18,9 @@ from charllm_trace.cli_results import (
 # --- analyze (issue 5) -----------------------------------------------------
 
 
-#: ranks are numbered below this (2**20: far beyond any job; bounds what --ranks can ask for)
-MAX_RANK = 1 << 20
-
-
 def _parse_ranks_option(text: str | None) -> list[int] | None:
     from charllm_trace.errors import UsageError
+    from charllm_trace.limits import MAX_RANK
 
     if not text:
         return None

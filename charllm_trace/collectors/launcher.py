@@ -41,6 +41,7 @@ from typing import Any
 
 from charllm_trace.collectors.hook import ENV_CONFIG
 from charllm_trace.errors import InputError, UsageError
+from charllm_trace.limits import MAX_RANK
 
 INJECT_DIR = str(Path(__file__).resolve().parent / "_inject")
 PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "sp", "vpp")
@@ -94,6 +95,10 @@ def parse_ranks(text: str) -> list[int] | None:
         b = int(m.group(2)) if m.group(2) is not None else a
         if b < a:
             raise UsageError(f"--ranks {text!r}: range {part} ends before it starts")
+        if b >= MAX_RANK:
+            raise UsageError(
+                f"--ranks {text!r}: rank {b} is beyond the largest rank charllm-trace reads ({MAX_RANK - 1})"
+            )
         out.update(range(a, b + 1))
     return sorted(out)
 
