@@ -46,23 +46,31 @@ def refuse_analysis_options(ctx: click.Context, path: str, allowed: tuple[str, .
 
 
 def refuse_existing(path: str, force: bool) -> None:
-    """Refuse to replace an existing output file unless ``--force``."""
+    """Check an output path before any work: an existing file is refused unless ``--force``; a
+    directory, a missing or non-directory parent, or one that cannot be written to are refused
+    (one line, exit 2) instead of failing after the whole analysis."""
     import os
 
     from charllm_trace.errors import InputError
 
-    if os.path.lexists(path) and not force:
-        raise InputError(path, "already exists; pass --force to overwrite it")
+    if os.path.lexists(path):
+        if os.path.isdir(path):
+            raise InputError(path, "is a directory; give a file name to write")
+        if not force:
+            raise InputError(path, "already exists; pass --force to overwrite it")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(parent):
+        raise InputError(path, f"cannot be written: the directory {parent} does not exist")
+    if not os.path.isdir(parent):
+        raise InputError(path, f"cannot be written: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(path, f"cannot be written: no permission to write in {parent}")
 
 
 def refuse_existing_save(save: str | None, force: bool) -> None:
-    """Refuse an existing ``--save`` target before the analysis, not after it."""
-    import os
-
-    from charllm_trace.errors import InputError
-
-    if save is not None and not force and os.path.lexists(save):
-        raise InputError(save, "already exists; pass --force to overwrite it")
+    """Check a ``--save`` target before the analysis, not after it."""
+    if save is not None:
+        refuse_existing(save, force)
 
 
 def wrote(path: Any) -> None:
