@@ -19,31 +19,9 @@ from charllm_trace.cli_results import (
 
 
 def _parse_ranks_option(text: str | None) -> list[int] | None:
-    from charllm_trace.errors import UsageError
-    from charllm_trace.limits import MAX_RANK
+    from charllm_trace.limits import parse_ranks
 
-    if not text:
-        return None
-    out: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        a, sep, b = part.partition("-")
-        try:
-            lo, hi = int(a), int(b) if sep else int(a)
-        except ValueError:
-            raise UsageError(f"--ranks: expected a list like 0,1,4-7, got {text!r}") from None
-        if hi < lo:
-            raise UsageError(f"--ranks: the range {part!r} runs backwards")
-        if hi >= MAX_RANK:
-            raise UsageError(
-                f"--ranks: rank {hi} is beyond the largest rank charllm-trace reads ({MAX_RANK - 1})"
-            )
-        out.extend(range(lo, hi + 1))
-        if len(out) > MAX_RANK:  # overlapping ranges: still bounded
-            raise UsageError(f"--ranks: more than {MAX_RANK} ranks listed")
-    return out
+    return parse_ranks(text)
 
 
 WHAT_IF_HELP = (

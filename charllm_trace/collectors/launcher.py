@@ -41,7 +41,7 @@ from typing import Any
 
 from charllm_trace.collectors.hook import ENV_CONFIG
 from charllm_trace.errors import InputError, UsageError
-from charllm_trace.limits import MAX_RANK
+from charllm_trace.limits import parse_ranks  # noqa: F401 - the launcher's --ranks (tests import it here)
 
 INJECT_DIR = str(Path(__file__).resolve().parent / "_inject")
 PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "sp", "vpp")
@@ -79,28 +79,6 @@ def parse_steps(text: str, *, allow_zero: bool = False) -> tuple[int, int]:
             "optimizer.step() the hook sees); start at 1, or use the Python API (charllm_trace.collectors.session)"
         )
     return a, b
-
-
-def parse_ranks(text: str) -> list[int] | None:
-    """``"all"`` -> None; ``"0,8,16-18"`` -> [0, 8, 16, 17, 18]."""
-    t = (text or "").strip().lower()
-    if t in ("", "all"):
-        return None
-    out: set[int] = set()
-    for part in t.split(","):
-        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
-        if not m:
-            raise UsageError(f"--ranks {text!r}: expected 'all' or a list like 0,8,16-18")
-        a = int(m.group(1))
-        b = int(m.group(2)) if m.group(2) is not None else a
-        if b < a:
-            raise UsageError(f"--ranks {text!r}: range {part} ends before it starts")
-        if b >= MAX_RANK:
-            raise UsageError(
-                f"--ranks {text!r}: rank {b} is beyond the largest rank charllm-trace reads ({MAX_RANK - 1})"
-            )
-        out.update(range(a, b + 1))
-    return sorted(out)
 
 
 def parse_parallel(text: str | None) -> dict[str, int] | None:
