@@ -42,3 +42,42 @@ def parse_ranks(text: str | None) -> list[int] | None:
             raise UsageError(f"--ranks {text!r}: more than {MAX_RANK} ranks listed")
         spans.append((lo, hi))
     return sorted({r for lo, hi in spans for r in range(lo, hi + 1)})
+
+
+def _env_int(name: str, default: int) -> int:
+    import os
+
+    from charllm_trace.errors import UsageError
+
+    raw = os.environ.get(name, "").strip().replace("_", "")
+    if not raw:
+        return default
+    try:
+        value = int(float(raw)) if "e" in raw.lower() else int(raw)
+    except ValueError:
+        raise UsageError(f"{name}={raw!r}: expected a whole number") from None
+    if value <= 0:
+        raise UsageError(f"{name}={raw!r}: expected a number above 0")
+    return value
+
+
+#: the most bytes one input may hold once decompressed (``CHARLLM_TRACE_MAX_INPUT_BYTES``);
+#: the largest real per-rank traces are a few GB of JSON
+MAX_INPUT_BYTES = 64 << 30
+
+#: the most a gzip input may expand, as a multiple of its compressed size
+#: (``CHARLLM_TRACE_MAX_GZIP_RATIO``). Real traces expand 5-25x (the shared ones: see
+#: docs/untrusted.md); gzip of repeated bytes reaches ~1,030x. Inputs under 64 MiB out are
+#: never refused by this ratio.
+MAX_GZIP_RATIO = 200
+_RATIO_FLOOR = 64 << 20
+
+
+def max_input_bytes() -> int:
+    return _env_int("CHARLLM_TRACE_MAX_INPUT_BYTES", MAX_INPUT_BYTES)
+
+
+def gzip_out_limit(compressed_size: int) -> int:
+    """The most bytes a gzip input of ``compressed_size`` bytes may decompress to."""
+    ratio = _env_int("CHARLLM_TRACE_MAX_GZIP_RATIO", MAX_GZIP_RATIO)
+    return min(max_input_bytes(), max(_RATIO_FLOOR, ratio * compressed_size))
