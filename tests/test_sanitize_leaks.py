@@ -27,8 +27,11 @@ from tests.conftest import shared_trace
 FIX = Path(__file__).parent / "fixtures" / "traces" / "cpu-2rank-gloo"
 IP = "10.20.30.40"
 RDZV = "gpu-node-17.lab.example"
+IP6 = "2001:db8:17::8a2e:370"  # only in free text, under no host key
 PRIVATE = [
     IP,
+    IP6,
+    "fd12:3456::9",
     RDZV,
     "gpu-node-17",
     "John Smith",
@@ -87,7 +90,10 @@ def _private_run(root: Path) -> Path:
     man["outputs"] = ["s3://lab-bucket/run7/", "gs://lab-gcs/run7/x.bin"]
     man["launcher"] = {"host": "vm", "pid": 4242, "start": 777}
     r1 = _jload(run / "rank-1.info.json")
-    man["failure"] = f"rank 1 (pid {r1['pid']}) exited with code 1 at model.py(42): forward"
+    man["failure"] = (
+        f"rank 1 (pid {r1['pid']}) exited with code 1 at model.py(42): forward; "
+        f"NCCL socket to [{IP6}]:41000 and fd12:3456::9 closed"
+    )
     _jdump(run / "manifest.json", man)
     node = _jload(run / "node-vm.json")
     node.update({"master_addr": IP, "rdzv_endpoint": f"{RDZV}:29400", "command": man["command"]})

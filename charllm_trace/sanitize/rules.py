@@ -125,6 +125,31 @@ _PATH_RE = re.compile(
 _HOME_RE = re.compile(r"(?:^|[/\\])(?:home|Users|users)[/\\]([^/\\\"'<>|]+?)(?=[/\\]|$)")
 _IPV4 = r"(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)"
 _IPV4_RE = re.compile(rf"(?<![\w.]){_IPV4}(?![\w.])")
+#: candidates for IPv6 addresses in free text (checked by :func:`_is_ipv6` before use)
+_IPV6_RE = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
+
+
+def _is_ipv6(s: str) -> bool:
+    """An IPv6 address worth hiding: valid, not loopback/unspecified, and not a C++ name such as
+    ``c10d::add`` (two short groups): compressed two-group forms count only with a routable or
+    private prefix (``2001::5``, ``fe80::1``, ``fd12::9``)."""
+    import ipaddress
+
+    try:
+        ip = ipaddress.IPv6Address(s)
+    except ValueError:
+        return False
+    if ip.is_loopback or ip.is_unspecified:
+        return False
+    groups = [g for g in s.split(":") if g]
+    if len(groups) >= 3:
+        return True
+    first = groups[0].lower() if groups and not s.startswith(":") else ""
+    return len(first) == 4 and (
+        first[0] in "23" or first.startswith(("fe8", "fe9", "fea", "feb", "fc", "fd"))
+    )
+
+
 #: a rendezvous option of a command line and its value (the host is learnt; the port is kept)
 _ENDPOINT_OPT = (
     r"--(?:master[_-]addr(?:ess)?|rdzv[_-]endpoint|rendezvous[_-]endpoint|dist[_-]url|init[_-]method)"
@@ -244,6 +269,10 @@ class Scrubber:
         if "." in s:
             for m in _IPV4_RE.finditer(s):
                 self.add_host(m.group(0))
+        if ":" in s:
+            for m in _IPV6_RE.finditer(s):
+                if _is_ipv6(m.group(0)):
+                    self.add_host(m.group(0))
         if "/" in s or "\\" in s:
             for m in _HOME_RE.finditer(s):
                 self.add_user(m.group(1))
@@ -332,6 +361,14 @@ class Scrubber:
             self.add_host(ip)
         return self.hosts.get(ip.lower(), ip)
 
+    def _ip6(self, m: re.Match[str]) -> str:
+        ip = m.group(0)
+        if not _is_ipv6(ip):
+            return ip
+        if ip.lower() not in self.hosts:
+            self.add_host(ip)
+        return self.hosts.get(ip.lower(), ip)
+
     def text(self, s: str) -> str:
         out = self._memo.get(s)
         if out is not None:
@@ -348,6 +385,8 @@ class Scrubber:
             out = _PATH_RE.sub(self._path, out)
         if "." in out:
             out = _IPV4_RE.sub(self._ip, out)
+        if "::" in out or out.count(":") >= 7:
+            out = _IPV6_RE.sub(self._ip6, out)
         pat = self._pattern()
         if pat is not None:
             out = pat.sub(self._word, out)
