@@ -13,6 +13,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from charllm_trace.sanitize.patterns import (
+    ENDPOINT_FLAG,
+    ENDPOINT_RE,
+    HOME_RE,
+    IPV4_RE,
+    IPV6_RE,
+    PATH_RE,
+    is_ipv6,
+)
+
 #: Keys whose whole value is removed (compared lower-case).
 DROP_KEYS = frozenset(
     {
@@ -99,67 +109,6 @@ USER_TOKEN = "user"
 REDACT_TOKEN = "<redacted>"
 _NOT_NAMES = frozenset({"", "localhost", "127.0.0.1", "::1", "0.0.0.0", "none", "null", "unknown"})
 
-_PC = r"[\w.@+~%-]"  # characters of a path component
-_FILE_EXT = (
-    r"py|pyc|pyx|ipynb|json|jsonl|ndjson|gz|zst|pt|pth|et|log|txt|yaml|yml|toml|cfg|ini|sh|csv|parquet|"
-    r"arrow|so|cu|cuh|cpp|cc|c|h|hpp|bin|ckpt|safetensors|npz|npy|pkl|out|err"
-)
-_PCS = rf"{_PC}+(?: {_PC}+)*"  # a directory: words with single spaces (/home/John Smith/)
-_W = r"[^\\/\s\"'<>|*?]+"  # characters of a Windows path component
-_WS = rf"{_W}(?: {_W})*"
-_SRC_EXT = r"py|pyx|pyi|ipynb|sh|cu|cuh|cpp|cc|hpp|yaml|yml|log|ckpt|pt|pth|safetensors"
-_PATH_RE = re.compile(
-    "|".join(
-        [
-            r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+",  # file:// s3:// gs:// hdfs:// https:// tcp://
-            rf"[A-Za-z]:[\\/](?:{_WS}[\\/])*(?:{_W})?",  # C:\Users\John Smith\x, C:/x
-            rf"\\\\{_W}(?:\\{_WS}(?=\\))*(?:\\{_W})?",  # \\server\share\x (UNC)
-            rf"(?:~|\.\.?)/(?:{_PCS}/)*(?:{_PC}+/?)?",  # ~/x ./x ../x
-            rf"(?<![\w.:/\\-])/(?:{_PCS}/)*{_PC}+/?",  # /abs/path
-            rf"(?<![\w.:/\\-])(?:{_PCS}/)+{_PC}*\.(?:{_FILE_EXT})\b",  # rel/dir/file.py
-            rf"(?<![\w./\\-])[\w-]+(?:\.[\w-]+)*\.(?:{_SRC_EXT})(?![\w.])",  # model.py(42): forward
-        ]
-    )
-)
-#: the user directory in a path (/home/NAME/, /Users/NAME/, C:\Users\NAME\): NAME is a user name
-_HOME_RE = re.compile(r"(?:^|[/\\])(?:home|Users|users)[/\\]([^/\\\"'<>|]+?)(?=[/\\]|$)")
-_IPV4 = r"(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)"
-_IPV4_RE = re.compile(rf"(?<![\w.]){_IPV4}(?![\w.])")
-#: candidates for IPv6 addresses in free text (checked by :func:`_is_ipv6` before use)
-_IPV6_RE = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
-
-
-def _is_ipv6(s: str) -> bool:
-    """An IPv6 address worth hiding: valid, not loopback/unspecified, and not a C++ name such as
-    ``c10d::add`` (two short groups): compressed two-group forms count only with a routable or
-    private prefix (``2001::5``, ``fe80::1``, ``fd12::9``)."""
-    import ipaddress
-
-    try:
-        ip = ipaddress.IPv6Address(s)
-    except ValueError:
-        return False
-    if ip.is_loopback or ip.is_unspecified:
-        return False
-    groups = [g for g in s.split(":") if g]
-    if len(groups) >= 3:
-        return True
-    first = groups[0].lower() if groups and not s.startswith(":") else ""
-    return len(first) == 4 and (
-        first[0] in "23" or first.startswith(("fe8", "fe9", "fea", "feb", "fc", "fd"))
-    )
-
-
-#: a rendezvous option of a command line and its value (the host is learnt; the port is kept)
-_ENDPOINT_OPT = (
-    r"--(?:master[_-]addr(?:ess)?|rdzv[_-]endpoint|rendezvous[_-]endpoint|dist[_-]url|init[_-]method)"
-)
-_ENDPOINT_RE = re.compile(
-    rf"(?:{_ENDPOINT_OPT}|\b(?:MASTER_ADDR|RDZV_ENDPOINT|PET_MASTER_ADDR|PET_RDZV_ENDPOINT))(?:=|\s+)['\"]?([^\s'\",]+)",
-    re.IGNORECASE,
-)
-_ENDPOINT_FLAG = re.compile(rf"{_ENDPOINT_OPT}", re.IGNORECASE)
-
 
 @dataclass
 class SanitizeReport:
@@ -215,7 +164,7 @@ class Scrubber:
                 and len(short) >= 2
                 and short not in self.hosts
                 and not short.isdigit()
-                and not _IPV4_RE.fullmatch(low)
+                and not IPV4_RE.fullmatch(low)
             ):
                 self.hosts[short] = self.hosts[low]
             self._re = None
@@ -264,17 +213,17 @@ class Scrubber:
     def learn_text(self, s: str) -> None:
         """Host names in rendezvous options and IP addresses, user names in home directories."""
         if "-" in s or "=" in s or "_" in s:
-            for m in _ENDPOINT_RE.finditer(s):
+            for m in ENDPOINT_RE.finditer(s):
                 self.add_host(m.group(1))
         if "." in s:
-            for m in _IPV4_RE.finditer(s):
+            for m in IPV4_RE.finditer(s):
                 self.add_host(m.group(0))
         if ":" in s:
-            for m in _IPV6_RE.finditer(s):
-                if _is_ipv6(m.group(0)):
+            for m in IPV6_RE.finditer(s):
+                if is_ipv6(m.group(0)):
                     self.add_host(m.group(0))
         if "/" in s or "\\" in s:
-            for m in _HOME_RE.finditer(s):
+            for m in HOME_RE.finditer(s):
                 self.add_user(m.group(1))
         for m in _ID_TEXT_RE.finditer(s):  # "pid 4242" in a failure message
             self.add_id(int(m.group(2)))
@@ -320,7 +269,7 @@ class Scrubber:
                     self.collect(v, key)
             elif len(obj) < 10_000:  # event lists hold no host/user keys worth a walk
                 for i, v in enumerate(obj):
-                    if isinstance(v, str) and i + 1 < len(obj) and _ENDPOINT_FLAG.fullmatch(v):
+                    if isinstance(v, str) and i + 1 < len(obj) and ENDPOINT_FLAG.fullmatch(v):
                         self.add_host(obj[i + 1])  # ["--master_addr", "node7"]
                     self.collect(v, "")
         elif type(obj) is int:
@@ -363,7 +312,7 @@ class Scrubber:
 
     def _ip6(self, m: re.Match[str]) -> str:
         ip = m.group(0)
-        if not _is_ipv6(ip):
+        if not is_ipv6(ip):
             return ip
         if ip.lower() not in self.hosts:
             self.add_host(ip)
@@ -378,15 +327,15 @@ class Scrubber:
             if w in out:
                 out = out.replace(w, REDACT_TOKEN)
         if "/" in out or "\\" in out:
-            for h in _HOME_RE.finditer(out):
+            for h in HOME_RE.finditer(out):
                 if h.group(1).strip().lower() not in _NOT_NAMES and h.group(1) not in self.users:
                     self.add_user(h.group(1))
         if "/" in out or "\\" in out or "." in out:
-            out = _PATH_RE.sub(self._path, out)
+            out = PATH_RE.sub(self._path, out)
         if "." in out:
-            out = _IPV4_RE.sub(self._ip, out)
+            out = IPV4_RE.sub(self._ip, out)
         if "::" in out or out.count(":") >= 7:
-            out = _IPV6_RE.sub(self._ip6, out)
+            out = IPV6_RE.sub(self._ip6, out)
         pat = self._pattern()
         if pat is not None:
             out = pat.sub(self._word, out)
