@@ -18,6 +18,7 @@ import errno
 import os
 import stat
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -125,14 +126,21 @@ def read_regular(path: str | os.PathLike[str], what: str = "a file") -> bytes:
 def too_big(path: str | os.PathLike[str], limit: int) -> InputError:
     return InputError(
         path,
-        f"decompresses to more than {limit:,} bytes, the limit for this input (a compression "
-        "bomb?; raise CHARLLM_TRACE_MAX_INPUT_BYTES or CHARLLM_TRACE_MAX_GZIP_RATIO if it is real)",
+        f"decompresses to more than {limit:,} bytes, the limit for this input: refused as a gzip "
+        "bomb (CHARLLM_TRACE_MAX_GZIP_RATIO or CHARLLM_TRACE_MAX_INPUT_BYTES raise it for a real trace)",
     )
 
 
-def gunzip(data: bytes, path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+def gunzip(
+    data: bytes,
+    path: str | os.PathLike[str],
+    limit: int | None = None,
+    check_head: Callable[[bytes], None] | None = None,
+) -> bytes:
     """``data`` (one or more gzip members) decompressed, refusing more than ``limit`` bytes out
-    (default :func:`~charllm_trace.limits.max_input_bytes`) before they are all in memory."""
+    (default :func:`~charllm_trace.limits.gzip_out_limit` of the compressed size) before they are
+    all in memory. ``check_head`` sees the first 4 KiB out (or all, if less) before the rest is
+    decompressed, and may raise ``InputError`` (a bomb of zeros is refused from its start)."""
     limit = gzip_out_limit(len(data)) if limit is None else limit
     out: list[bytes] = []
     total = 0
@@ -159,6 +167,12 @@ def gunzip(data: bytes, path: str | os.PathLike[str], limit: int | None = None) 
                 if total > limit:
                     raise too_big(path, limit)
                 out.append(piece)
+                if check_head is not None and (total >= 4096 or d.eof):
+                    check_head(b"".join(out)[:4096])
+                    check_head = None
+            if check_head is not None:
+                check_head(b"".join(out)[:4096])
+                check_head = None
             if not d.eof:
                 raise InputError(path, "gzip stream is truncated")
             rest = (d.unused_data + rest[pos:]).lstrip(b"\x00")  # zero padding may follow

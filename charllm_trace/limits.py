@@ -66,11 +66,11 @@ def _env_int(name: str, default: int) -> int:
 MAX_INPUT_BYTES = 64 << 30
 
 #: the most a gzip input may expand, as a multiple of its compressed size
-#: (``CHARLLM_TRACE_MAX_GZIP_RATIO``). Real traces expand 5-25x (the shared ones: see
-#: docs/untrusted.md); gzip of repeated bytes reaches ~1,030x. Inputs under 64 MiB out are
+#: (``CHARLLM_TRACE_MAX_GZIP_RATIO``). Real traces expand 9-29x (the shared ones: see
+#: docs/untrusted.md); gzip of repeated bytes reaches ~1,030x. Inputs under 256 MiB out are
 #: never refused by this ratio.
 MAX_GZIP_RATIO = 200
-_RATIO_FLOOR = 64 << 20
+_RATIO_FLOOR = 256 << 20
 
 
 def max_input_bytes() -> int:

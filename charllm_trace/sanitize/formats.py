@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
-import zlib
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from charllm_trace.errors import InputError
+from charllm_trace.inputs import GZIP_MAGIC, gunzip, read_regular
 from charllm_trace.sanitize import chakra_et
 from charllm_trace.sanitize.rules import (
     DROP_KEYS,
@@ -53,24 +52,6 @@ def kind_of(name: str) -> str | None:
     return None
 
 
-#: Most bytes a gzipped input may expand to: ``ratio`` times its compressed size (real traces
-#: compress 5-30x; a bomb of zeros 1000x), at least ``floor``; ``CHARLLM_TRACE_MAX_GUNZIP_MB``
-#: sets an absolute limit instead.
-GUNZIP_RATIO = 200
-GUNZIP_FLOOR = 256 << 20
-_CHUNK = 16 << 20
-
-
-def gunzip_limit(compressed: int) -> int:
-    env = os.environ.get("CHARLLM_TRACE_MAX_GUNZIP_MB")
-    if env:
-        try:
-            return int(float(env) * (1 << 20))
-        except ValueError:
-            raise InputError("CHARLLM_TRACE_MAX_GUNZIP_MB", f"not a number: {env!r}") from None
-    return max(GUNZIP_FLOOR, GUNZIP_RATIO * compressed)
-
-
 def _first_byte_ok(path: Path, head: bytes) -> None:
     """The decompressed start must be what the name says (JSON text, not zeros), checked before the rest."""
     kind = kind_of(path.name.removesuffix(".gz").removesuffix(".GZ"))
@@ -80,35 +61,12 @@ def _first_byte_ok(path: Path, head: bytes) -> None:
 
 
 def read(path: Path) -> bytes:
-    raw = path.read_bytes()
-    if raw[:2] != b"\x1f\x8b":
+    """The bytes of ``path`` (a regular file), gzip decompressed within
+    :func:`charllm_trace.limits.gzip_out_limit`; JSON names must start with JSON text."""
+    raw = read_regular(path)
+    if raw[:2] != GZIP_MAGIC:
         return raw
-    limit = gunzip_limit(len(raw))
-    d = zlib.decompressobj(wbits=31)  # one gzip member after another, as gzip.decompress reads them
-    out = bytearray()
-    buf = raw
-    try:
-        while buf:
-            out += d.decompress(buf, _CHUNK)
-            if len(out) > limit:
-                raise InputError(
-                    path,
-                    f"decompresses to more than {limit >> 20} MiB ({len(raw)} bytes compressed): refused as a "
-                    "gzip bomb (CHARLLM_TRACE_MAX_GUNZIP_MB raises the limit)",
-                )
-            if len(out) >= 4096 or d.eof:
-                _first_byte_ok(path, bytes(out[:4096]))
-            buf = d.unconsumed_tail
-            if not buf and d.eof and d.unused_data:  # a next gzip member
-                buf = d.unused_data
-                if buf[:2] != b"\x1f\x8b":
-                    break  # trailing garbage after a member: gzip ignores it too
-                d = zlib.decompressobj(wbits=31)
-        if not d.eof:
-            raise InputError(path, "corrupt gzip data (cut short)")
-    except zlib.error as exc:
-        raise InputError(path, f"corrupt gzip data ({exc})") from exc
-    return bytes(out)
+    return gunzip(raw, path, check_head=lambda head: _first_byte_ok(path, head))
 
 
 def write(path: Path, data: bytes, gz: bool) -> None:
