@@ -92,18 +92,41 @@ def test_unlisted_phases_fall_back_to_the_general_decode(
     assert fast.events.height == 2
 
 
-def test_missing_or_odd_times_match_the_plain_reader(tmp_path: Path) -> None:
-    evs = [
-        {"ph": "X", "cat": "cpu_op", "name": "no dur", "pid": 1, "tid": 1, "ts": 5.5},
-        {"ph": "X", "cat": "cpu_op", "name": "no ts", "pid": 1, "tid": 1, "dur": 2},
-        {"ph": "X", "cat": "cpu_op", "name": "null ts", "pid": 1, "tid": 1, "ts": None, "dur": 1},
-        {"ph": "X", "cat": "cpu_op", "name": "int", "pid": "7", "tid": "0x10", "ts": 3, "dur": 0},
-    ]
+def test_string_ids_match_the_plain_reader(tmp_path: Path) -> None:
+    evs = [{"ph": "X", "cat": "cpu_op", "name": "int", "pid": "7", "tid": "0x10", "ts": 3, "dur": 0}]
     p = tmp_path / "t.json"
     p.write_text(json.dumps({"traceEvents": evs}))
     fast = read_kineto(p)
     _same(fast, parse_kineto(load_json(p), p))
-    assert fast.events["dur_ns"].to_list() == [0, 2000, 1000, 0]
+    assert fast.events["pid"].to_list() == [7]
+
+
+@pytest.mark.parametrize(
+    ("event", "words"),
+    [
+        ({"ts": 5.5}, "'no dur': dur is missing"),
+        ({"dur": 2}, "'no dur': ts is missing"),
+        ({"ts": None, "dur": 1}, "ts is missing"),
+        ({"ts": True, "dur": 1}, "ts is True"),
+        ({"ts": 1, "dur": -1}, "dur is -1, expected a number of microseconds >= 0"),
+        ({"ts": 1e16, "dur": 1}, "ts is 1e+16"),
+        ({"ts": 1, "dur": "NaN"}, "dur is 'NaN'"),
+    ],
+)
+def test_missing_or_odd_times_are_named_by_both_readers(tmp_path: Path, event: dict, words: str) -> None:
+    """Complete events without a usable ts/dur were read as time 0 (issue 15); now both readers
+    refuse them, naming the event and the value."""
+    evs = [
+        {"ph": "X", "cat": "cpu_op", "name": "ok", "pid": 1, "tid": 1, "ts": 1, "dur": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "no dur", "pid": 1, "tid": 1, **event},
+    ]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": evs}))
+    for read in (read_kineto, lambda q: parse_kineto(load_json(q), q)):
+        with pytest.raises(InputError) as ei:
+            read(p)
+        msg = str(ei.value)
+        assert str(p) in msg and words.replace("'no dur': ", "") in msg, msg
 
 
 def test_comm_candidates_equal_may_be_comm_on_odd_names() -> None:

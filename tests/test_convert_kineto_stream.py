@@ -95,15 +95,22 @@ def test_gzip_is_decompressed_as_it_is_read(
     _same(read_kineto(p), parse_kineto(load_json(p), p))
 
 
+# complete events with their ts and dur: the syntax error is what must be named
 @pytest.mark.parametrize(
     ("data", "words"),
     [
-        (b'{"traceEvents": [{"ph": "X"},]}', "not valid JSON"),  # trailing comma
-        (b'{"traceEvents": [,{"ph": "X"}]}', "not valid JSON"),
-        (b'{"traceEvents": [{"ph": "X"}, , {"ph": "X"}]}', "not valid JSON"),
-        (b'{"traceEvents": [{"ph": "X"}, {"ph": "X"}', "not valid JSON"),  # truncated
+        (b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1},]}', "not valid JSON"),  # trailing comma
+        (b'{"traceEvents": [,{"ph": "X", "ts": 1, "dur": 1}]}', "not valid JSON"),
+        (
+            b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}, , {"ph": "X", "ts": 1, "dur": 1}]}',
+            "not valid JSON",
+        ),
+        (
+            b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}, {"ph": "X", "ts": 1, "dur": 1}',
+            "not valid JSON",
+        ),  # truncated
         (b'{"traceEvents": [{"ph": "X", "name": "a}', "not valid JSON"),
-        (b'{"traceEvents": [{"ph": "X"}}', "not valid JSON"),
+        (b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}}', "not valid JSON"),
         (b'{"traceEvents": [1, 2]}', "malformed Kineto event"),
         (b'{"traceEvents": [], "traceEvents": []}', "two traceEvents"),
         (b'{"traceEvents": {"a": 1}}', "Kineto profile"),

@@ -2,39 +2,34 @@
 
 from __future__ import annotations
 
-import gzip
 import os
-import zlib
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from charllm_trace.errors import InputError
+from charllm_trace.inputs import GZIP_MAGIC, gunzip, read_regular
 
 
 def read_bytes(path: str | os.PathLike[str]) -> bytes:
-    """The decompressed bytes of ``path`` (gzip is detected by its magic number, not the name)."""
+    """The decompressed bytes of ``path`` (gzip is detected by its magic number, not the name),
+    a regular file; gzip expansion bounded (:func:`charllm_trace.inputs.gunzip`)."""
     p = Path(path)
-    try:
-        with open(p, "rb") as fh:
-            raw = fh.read()
-    except FileNotFoundError:
-        raise InputError(p, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(p, "is a directory, expected a file") from None
-    except PermissionError:
-        raise InputError(p, "file is not readable (permission denied)") from None
+    raw = read_regular(p)
     if not raw:
         raise InputError(p, "file is empty")
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as exc:
-            raise InputError(p, f"corrupt or truncated gzip file ({exc})") from None
+    if raw[:2] == GZIP_MAGIC:
+        raw = gunzip(raw, p, check_head=lambda head: _json_head(p, head))
         if not raw:
             raise InputError(p, "gzip file holds no data")
     return raw
+
+
+def _json_head(p: Path, head: bytes) -> None:
+    first = head.lstrip()[:1]
+    if head.strip() and first not in (b"{", b"["):
+        raise InputError(p, f"not JSON (decompressed data starts with {head[:8]!r})")
 
 
 def load_json(path: str | os.PathLike[str]) -> dict[str, Any]:

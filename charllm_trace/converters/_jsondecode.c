@@ -24,7 +24,7 @@
  * deeper than JD_MAX_DEPTH, an exponent beyond +-300, a duplicate key that is read, an element
  * that is not an object, a phase msgspec's fast path does not list, a non-string name or
  * category, a pid/tid/args id that is not an integer of at most 18 digits or null, a ts/dur that
- * is not a number or null, args that are neither an object nor null. Then nothing is kept (the
+ * is missing, null or not a number, a negative dur, args that are neither an object nor null. Then nothing is kept (the
  * names and categories interned by this call are forgotten). */
 #define JD_MAX_DEPTH 64
 #define JD_NINT 7 /* pid, tid, device, stream, correlation, External id, Record function id */
@@ -665,9 +665,10 @@ int64_t jd_decode(void *state, const uint8_t *b, int64_t n, int64_t cap, uint32_
                     ints[(int64_t)j * cap + rows] = ev.ist[j] ? ev.iv[j] : 0;
                     valid[(int64_t)j * cap + rows] = (uint8_t)ev.ist[j];
                 }
-                if (ev.tst == 2 || ev.dst == 2) goto fail;
-                ts[rows] = ev.tst ? ev.ts : 0;
-                dur[rows] = ev.dst ? ev.dur : 0;
+                /* a missing/null/odd ts or dur, or a negative dur: msgspec's reader names it */
+                if (ev.tst != 1 || ev.dst != 1 || ev.dur < 0) goto fail;
+                ts[rows] = ev.ts;
+                dur[rows] = ev.dur;
                 args_off[rows] = ev.args_t == 2 ? ev.args_s : -1;
                 args_len[rows] = ev.args_t == 2 ? ev.args_e - ev.args_s : 0;
                 int64_t c = jd_code(st, 0, &in, &ev, new_off, new_len, new_which, new_cap, &n_new);

@@ -28,10 +28,12 @@ from charllm_trace.converters.kineto_profile import (
     SYNC_ARG_KEYS,
     SYNC_CATEGORY,
     KinetoProfile,
+    base_time_ns,
+    check_times,
     gpu_columns,
     int_or_none,
     make_profile,
-    us_to_ns,
+    strict_us_to_ns,
 )
 from charllm_trace.converters.kineto_vocab import COMM_HINT, Vocab, comm_hits
 from charllm_trace.errors import InputError
@@ -167,21 +169,21 @@ _get = {
 }
 
 
-def _us_col(xs: list[Any], key: str) -> np.ndarray:
-    """``us_to_ns`` of one attribute of every event, through a float array when all are numbers."""
-    try:
-        a = np.fromiter(map(_get[key], xs), dtype=np.float64, count=len(xs))
-    except (TypeError, ValueError):
-        a = None
-    if a is None or np.isnan(a).any():  # a missing value (None, read as NaN here) is 0 in us_to_ns
-        return us_to_ns([getattr(e, key) for e in xs])
-    ip = np.floor(a)
-    return ip.astype(np.int64) * 1000 + np.rint((a - ip) * 1000.0).astype(np.int64)
+_TEXT = (str, type(None))
+
+
+def _us_col(path: str | os.PathLike[str], xs: list[Any], key: str) -> np.ndarray:
+    """``strict_us_to_ns`` of one attribute of every complete event of a batch."""
+    return strict_us_to_ns(path, list(map(_get[key], xs)), key, lambda i: xs[i].name)
 
 
 def decode_top(raw: bytes, path: str | os.PathLike[str]) -> Top:
     try:
         return msgspec.json.decode(raw, type=Top)
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"invalid UTF-8 in the profile ({exc.reason})") from None
+    except RecursionError:
+        raise InputError(path, "JSON nested too deeply") from None
     except msgspec.ValidationError as exc:
         msg = str(exc).split("\n")[0]
         if "Expected `object`" in msg:
@@ -309,10 +311,21 @@ class Columns:
         try:
             evs = self.fast.decode(data)
             n_raw = len(evs)
-            xs = [e for e in evs if e.__class__ is _XEvent and e.cat not in _SKIP_SPELLINGS]
+            xs = [
+                e
+                for e in evs
+                if e.__class__ is _XEvent and not (type(e.cat) is str and e.cat in _SKIP_SPELLINGS)
+            ]
+        except UnicodeDecodeError as exc:
+            raise InputError(path, f"invalid UTF-8 in traceEvents ({exc.reason})") from None
+        except RecursionError:
+            raise InputError(path, "JSON nested too deeply in traceEvents") from None
         except (msgspec.ValidationError, msgspec.DecodeError):
             try:
                 evs = self.dec.decode(data)
+            except (UnicodeDecodeError, RecursionError) as exc:
+                why = "nested too deeply" if isinstance(exc, RecursionError) else "invalid UTF-8"
+                raise InputError(path, f"{why} in traceEvents") from None
             except msgspec.ValidationError as exc:
                 raise InputError(path, f"malformed Kineto event: {str(exc).splitlines()[0]}") from None
             except msgspec.DecodeError as exc:  # offsets in the message would be within the batch
@@ -321,8 +334,14 @@ class Columns:
                     path, f"not valid JSON (truncated or corrupt?): {msg} in traceEvents"
                 ) from None
             n_raw = len(evs)
-            xs = [e for e in evs if e.ph == "X" and e.cat not in _SKIP_SPELLINGS]
+            xs = [e for e in evs if e.ph == "X" and not (type(e.cat) is str and e.cat in _SKIP_SPELLINGS)]
         del evs
+        odd = next((e for e in xs if type(e.name) not in _TEXT or type(e.cat) not in _TEXT), None)
+        if odd is not None:
+            raise InputError(
+                path,
+                f"Kineto complete event with a name or cat that is not a string ({odd.name!r:.40}, {odd.cat!r:.40})",
+            )
         self.n_raw += n_raw
         name_codes = self.names.encode(list(map(_get["name"], xs)))
         cat_codes = self.cats.encode(list(map(_get["cat"], xs)))
@@ -337,13 +356,10 @@ class Columns:
             args = [_NO_ARGS if a is None else a for a in args]
         for key in INT_COLUMNS:
             owner = xs if key in ("pid", "tid") else args
-            s = _int_series(list(map(_get[key], owner)))
+            s = _int_series(list(map(_get[key], owner)), path, key)
             self.int_parts[key].append((s.fill_null(0).to_numpy(), s.is_not_null().to_numpy()))
-        try:
-            self.ts_parts.append(_us_col(xs, "ts"))
-            self.dur_parts.append(_us_col(xs, "dur"))
-        except (TypeError, ValueError) as exc:
-            raise InputError(path, f"Kineto event with a non-numeric ts/dur ({exc})") from None
+        self.ts_parts.append(_us_col(path, xs, "ts"))
+        self.dur_parts.append(_us_col(path, xs, "dur"))
         for i in self._comm_rows(name_codes, cat_codes).tolist():
             self.comm_args[self.row0 + i] = _comm_dict(args[i])
         sync_code = self.cats.codes.get(SYNC_CATEGORY)
@@ -357,8 +373,7 @@ class Columns:
         return n_raw
 
     def finish(self, top: Top) -> KinetoProfile:
-        base = top.baseTimeNanoseconds
-        base_ns = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 0
+        base_ns = base_time_ns(self.path, top.baseTimeNanoseconds)
         self.close()
 
         def int_col(key: str) -> pl.Series:
@@ -383,6 +398,7 @@ class Columns:
         ts = np.concatenate(self.ts_parts) if self.ts_parts else np.zeros(0, dtype=np.int64)
         dur = np.concatenate(self.dur_parts) if self.dur_parts else np.zeros(0, dtype=np.int64)
         self.ts_parts = self.dur_parts = []
+        check_times(self.path, ts, dur, base_ns)
         events = pl.DataFrame(
             {
                 "row": pl.Series(np.arange(n, dtype=np.int64)),
@@ -395,13 +411,13 @@ class Columns:
                 "device": int_col("device").cast(pl.Int32),
                 "stream": int_col("stream"),
                 "start_ns": pl.Series(ts + base_ns, dtype=pl.Int64),
-                "dur_ns": pl.Series(np.maximum(dur, 0), dtype=pl.Int64),
+                "dur_ns": pl.Series(dur, dtype=pl.Int64),
                 "correlation": int_col("correlation"),
                 "external_id": int_col("external_id"),
                 "rf_id": int_col("rf_id"),
             }
         )
-        events = gpu_columns(events)
+        events = gpu_columns(events, self.path)
         doc_meta = {
             "distributedInfo": top.distributedInfo,
             "deviceProperties": top.deviceProperties,
@@ -428,8 +444,12 @@ def _sync_dict(a: Any) -> dict[str, Any]:
     return {key: v for f, key in _SYNC_FIELDS.items() if (v := getattr(a, f)) is not None}
 
 
-def _int_series(values: list[Any]) -> pl.Series:
+def _int_series(values: list[Any], path: str | os.PathLike[str] = "", key: str = "") -> pl.Series:
     try:
         return pl.Series(values, dtype=pl.Int64, strict=True)
     except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
-        return pl.Series([int_or_none(v) for v in values], dtype=pl.Int64)
+        ints = [int_or_none(v) for v in values]
+        big = next((v for v in ints if v is not None and not -(2**63) <= v < 2**63), None)
+        if big is not None:
+            raise InputError(path, f"Kineto event {key} {big} is beyond a 64-bit integer") from None
+        return pl.Series(ints, dtype=pl.Int64)

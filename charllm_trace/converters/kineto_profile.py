@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +111,73 @@ def us_to_ns(values: list[Any]) -> np.ndarray:
     return ip.astype(np.int64) * 1000 + np.rint(frac * 1000.0).astype(np.int64)
 
 
+#: |ts| and dur of an event, in µs, below this (about 285 years): their nanoseconds, with any
+#: profile base time, fit in int64. The C decoder (_jsondecode.c) applies the same bound.
+MAX_US = 9.0e15
+
+
+def _show(v: Any) -> str:
+    s = repr(v)
+    return s if len(s) <= 40 else s[:37] + "..."
+
+
+def strict_us_to_ns(
+    path: str | os.PathLike[str], vals: list[Any], key: str, name_of: Callable[[int], Any]
+) -> np.ndarray:
+    """``us_to_ns`` of the ``ts`` or ``dur`` values of complete events; ``InputError`` naming the
+    first event whose value is missing, not a number (``true`` included), beyond :data:`MAX_US`,
+    or (dur) negative."""
+    for i, v in enumerate(vals):
+        if type(v) not in (int, float) or not (-MAX_US < v < MAX_US) or (key == "dur" and v < 0):
+            want = "a number of microseconds" + (" >= 0" if key == "dur" else "") + " below 9e15"
+            raise InputError(
+                path,
+                f"Kineto complete event {_show(name_of(i))}: {key} is "
+                f"{'missing' if v is None else _show(v)}, expected {want}",
+            )
+    return us_to_ns(vals)
+
+
+def base_time_ns(path: str | os.PathLike[str], base: Any) -> int:
+    """The profile's ``baseTimeNanoseconds`` (0 when absent); ``InputError`` when it is not an
+    integer number of nanoseconds since 1970 that int64 holds."""
+    if base is None:
+        return 0
+    if type(base) not in (int, float) or not (0 <= base < 2**62):
+        raise InputError(
+            path, f"baseTimeNanoseconds is {_show(base)}, expected nanoseconds since 1970 (an integer >= 0)"
+        )
+    return int(base)
+
+
+def check_times(path: str | os.PathLike[str], ts: np.ndarray, dur: np.ndarray, base_ns: int) -> None:
+    """Every event's start and end, base time added, fits int64 nanoseconds."""
+    if len(ts) and (int(ts.max()) + int(dur.max()) + base_ns >= 2**63 or int(ts.min()) + base_ns < -(2**63)):
+        raise InputError(path, "event times beyond the year 2262 (int64 nanoseconds); not a real profile")
+
+
+def checked_rank(path: str | os.PathLike[str], dist: dict[str, Any]) -> tuple[int | None, int | None]:
+    """``distributedInfo``'s rank and world size: JSON integers, 0 <= rank < world_size <= MAX_RANK."""
+    from charllm_trace.limits import MAX_RANK
+
+    out = []
+    for key, lo in (("rank", 0), ("world_size", 1)):
+        v = dist.get(key)
+        if v is None:
+            out.append(None)
+            continue
+        if type(v) is not int or not lo <= v <= MAX_RANK - (key == "rank"):
+            raise InputError(
+                path,
+                f"distributedInfo.{key} is {_show(v)}, expected an integer from {lo} to {MAX_RANK - (key == 'rank'):,}",
+            )
+        out.append(v)
+    rank, world = out
+    if rank is not None and world is not None and rank >= world:
+        raise InputError(path, f"distributedInfo.rank {rank} is not below its world_size {world}")
+    return rank, world
+
+
 def _device_properties(raw: Any) -> list[dict[str, Any]]:
     if isinstance(raw, list):
         return [d for d in raw if isinstance(d, dict)]
@@ -177,16 +245,17 @@ def parse_kineto(doc: dict[str, Any], path: str | os.PathLike[str]) -> KinetoPro
     args = [e.get("args") or {} for e in xs]
     if any(not isinstance(a, dict) for a in args):
         args = [a if isinstance(a, dict) else {} for a in args]
-    try:
-        ts = us_to_ns([e.get("ts") for e in xs])
-        dur = us_to_ns([e.get("dur") for e in xs])
-    except (TypeError, ValueError) as exc:
-        raise InputError(path, f"Kineto event with a non-numeric ts/dur ({exc})") from None
-    base = doc.get("baseTimeNanoseconds")
-    base_ns = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 0
+    ts = strict_us_to_ns(path, [e.get("ts") for e in xs], "ts", lambda i: xs[i].get("name"))
+    dur = strict_us_to_ns(path, [e.get("dur") for e in xs], "dur", lambda i: xs[i].get("name"))
+    base_ns = base_time_ns(path, doc.get("baseTimeNanoseconds"))
+    check_times(path, ts, dur, base_ns)
 
     def icol(values: list[Any]) -> pl.Series:
-        return pl.Series([int_or_none(v) for v in values], dtype=pl.Int64)
+        ints = [int_or_none(v) for v in values]
+        big = next((v for v in ints if v is not None and not -(2**63) <= v < 2**63), None)
+        if big is not None:
+            raise InputError(path, f"Kineto event id or index {big} is beyond a 64-bit integer")
+        return pl.Series(ints, dtype=pl.Int64)
 
     pids = icol([e.get("pid") for e in xs])
     tids = icol([e.get("tid") for e in xs])
@@ -202,13 +271,13 @@ def parse_kineto(doc: dict[str, Any], path: str | os.PathLike[str]) -> KinetoPro
             "device": icol([a.get("device") for a in args]).cast(pl.Int32),
             "stream": icol([a.get("stream") for a in args]),
             "start_ns": pl.Series(ts + base_ns, dtype=pl.Int64),
-            "dur_ns": pl.Series(np.maximum(dur, 0), dtype=pl.Int64),
+            "dur_ns": pl.Series(dur, dtype=pl.Int64),
             "correlation": icol([a.get("correlation") for a in args]),
             "external_id": icol([a.get("External id") for a in args]),
             "rf_id": icol([a.get("Record function id") for a in args]),
         }
     )
-    events = gpu_columns(events)
+    events = gpu_columns(events, path)
     comm_args: dict[int, dict[str, Any]] = {}
     for i, (nm, k) in enumerate(zip(names, kinds, strict=True)):
         if (k in ("kernel", "cpu_op", "annotation", "other")) and may_be_comm(nm, k):
@@ -221,10 +290,21 @@ def parse_kineto(doc: dict[str, Any], path: str | os.PathLike[str]) -> KinetoPro
     return make_profile(path, events, comm_args, base_ns, doc, len(raw_events))
 
 
-def gpu_columns(events: pl.DataFrame) -> pl.DataFrame:
-    """GPU events: device from args, else the pid (Kineto writes the device as pid); stream from tid."""
+def gpu_columns(events: pl.DataFrame, path: str | os.PathLike[str] = "") -> pl.DataFrame:
+    """GPU events: device from args, else the pid (Kineto writes the device as pid); stream from tid.
+    ``InputError`` for a device index (args.device, or the pid of a GPU event without one) that
+    is not a 32-bit integer."""
+    bad = events.filter(
+        pl.col("on_gpu") & ~pl.coalesce("device", "pid").is_between(-(2**31), 2**31 - 1).fill_null(True)
+    )
+    if bad.height:
+        r = bad.row(0, named=True)
+        v = r["device"] if r["device"] is not None else r["pid"]
+        raise InputError(path, f"GPU event {_show(r['name'])} names device {v}, not a device index")
     return events.with_columns(
-        pl.when(pl.col("on_gpu")).then(pl.coalesce("device", pl.col("pid").cast(pl.Int32))).alias("device"),
+        pl.when(pl.col("on_gpu"))
+        .then(pl.coalesce("device", pl.col("pid").cast(pl.Int32, strict=False)))
+        .alias("device"),
         pl.when(pl.col("on_gpu")).then(pl.coalesce("stream", "tid")).alias("stream"),
         pl.when(pl.col("on_gpu")).then(None).otherwise(pl.col("tid")).alias("tid"),
     )
@@ -241,14 +321,15 @@ def make_profile(
     dist = doc.get("distributedInfo") or {}
     if not isinstance(dist, dict):
         dist = {}
+    rank, world_size = checked_rank(path, dist)
     pg_config = dist.get("pg_config") or []
     return KinetoProfile(
         path=os.fspath(path),
         events=events,
         comm_args=comm_args,
         base_ns=base_ns,
-        rank=int_or_none(dist.get("rank")),
-        world_size=int_or_none(dist.get("world_size")),
+        rank=rank,
+        world_size=world_size,
         backend=dist.get("backend") if isinstance(dist.get("backend"), str) else None,
         pg_config=[p for p in pg_config if isinstance(p, dict)] if isinstance(pg_config, list) else [],
         device_properties=_device_properties(doc.get("deviceProperties")),

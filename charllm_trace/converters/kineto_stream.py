@@ -35,23 +35,25 @@ def _open_stream(path: str | os.PathLike[str]) -> Any:
 
     from isal import igzip
 
+    from charllm_trace.inputs import BoundedGzip, open_regular
+
     p = Path(path)
-    try:
-        fh = open(p, "rb")  # noqa: SIM115 - closed by the caller (or below)
-    except FileNotFoundError:
-        raise InputError(p, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(p, "is a directory, expected a file") from None
-    except PermissionError:
-        raise InputError(p, "file is not readable (permission denied)") from None
+    fh = open_regular(p, "a Kineto profile file")  # closed by the caller (or below)
     head = fh.read(2)
     fh.seek(0)
     if not head:
         fh.close()
         raise InputError(p, "file is empty")
     if head == b"\x1f\x8b":
-        return igzip.IGzipFile(fileobj=fh, mode="rb"), fh
+        # bounded: a gzip bomb is refused once it has expanded past limits.gzip_out_limit
+        return BoundedGzip(igzip.IGzipFile(fileobj=fh, mode="rb"), p, _gzip_limit(fh)), fh
     return fh, fh
+
+
+def _gzip_limit(fh: Any) -> int:
+    from charllm_trace.limits import gzip_out_limit
+
+    return gzip_out_limit(os.fstat(fh.fileno()).st_size)
 
 
 #: bytes read (and, for gzip, decompressed) at a time; the events of a chunk are decoded
