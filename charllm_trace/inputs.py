@@ -85,6 +85,38 @@ def regular_file(path: str | os.PathLike[str], what: str = "a file") -> os.stat_
     return st
 
 
+def path_kind(path: str | os.PathLike[str]) -> str:
+    """``"dir"`` or ``"file"`` for an existing directory or regular file (links followed);
+    ``InputError`` for anything else (missing, dangling link, link loop, FIFO, device ...)."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except OSError as exc:
+        raise _os_error(p, exc) from None
+    except ValueError:
+        raise InputError(p, "the path holds a NUL byte") from None
+    if stat.S_ISDIR(st.st_mode):
+        return "dir"
+    why = _why_not_regular(st.st_mode, "a file")
+    if why:
+        raise InputError(p, why)
+    return "file"
+
+
+def trace_entries(d: str | os.PathLike[str], suffixes: tuple[str, ...]) -> list[Path]:
+    """The visible entries of directory ``d`` named ``*<suffix>`` (case-insensitive), sorted; each
+    must be a regular file (links followed): a FIFO, a dangling link, a loop or a directory with
+    such a name is an ``InputError`` naming it, never skipped (a run would silently lose a rank)."""
+    out = []
+    for e in sorted(Path(d).iterdir()):
+        if e.name.startswith(".") or not e.name.lower().endswith(suffixes):
+            continue
+        if path_kind(e) == "dir":
+            raise InputError(e, "is a directory named like a trace file")
+        out.append(e)
+    return out
+
+
 def open_regular(path: str | os.PathLike[str], what: str = "a file") -> BinaryIO:
     """``path`` opened for binary reading when it is a readable regular file.
 

@@ -51,6 +51,17 @@ def _cached_convert(kind: str, p: Path, convert: Callable[[Path], Run]) -> Run:
 
 
 def load(path: str | os.PathLike[str], *, cache: bool | None = None) -> Run:
+    """Load ``path`` into a :class:`Run`. Raises :class:`InputError` for bad input, and for a
+    directory whose run is incomplete unless partial runs are allowed (:mod:`run_checks`)."""
+    from charllm_trace.run_checks import label_partial
+
+    run = _load(path, cache=cache)
+    if os.path.isdir(path):
+        label_partial(run, path)
+    return run
+
+
+def _load(path: str | os.PathLike[str], *, cache: bool | None = None) -> Run:
     """Load ``path`` into a :class:`Run`. Raises :class:`InputError` for bad input.
 
     ``cache``: use the cache of decoded/converted inputs (default: unless turned off for the
@@ -59,28 +70,29 @@ def load(path: str | os.PathLike[str], *, cache: bool | None = None) -> Run:
         from charllm_trace.et.cache import enabled
 
         cache = enabled()
+    from charllm_trace.inputs import open_regular, path_kind
+
     p = Path(path)
-    if not p.exists():
-        raise InputError(p, "no such file or directory")
-    if p.is_dir():
+    if path_kind(p) == "dir":
         entries = [e for e in p.iterdir() if not e.name.startswith(".")]
         if not entries:
             raise InputError(p, "directory is empty")
-        if any(is_et_name(e) for e in entries if e.is_file()):
+        from charllm_trace.inputs import trace_entries
+
+        if trace_entries(p, ET_SUFFIXES):
             from charllm_trace.et.reader import read_et_dir
 
             return read_et_dir(p, cache=cache)
-        if any(is_json_name(e) for e in entries if e.is_file()):
+        if trace_entries(p, JSON_SUFFIXES):
             from charllm_trace.converters.run_dir import convert_run
 
             return _cached_convert("run", p, convert_run) if cache else convert_run(p)
         raise InputError(p, "no Chakra ET (.et) files, Kineto profiles or run directory found here")
-    if not os.access(p, os.R_OK):
-        raise InputError(p, "file is not readable (permission denied)")
-    if p.stat().st_size == 0:
-        raise InputError(p, "file is empty")
-    with open(p, "rb") as f:
-        if f.read(4) == b"PK\x03\x04":  # a zip: what `analyze --save` writes (results_store.py)
+    with open_regular(p, "a trace file or a directory") as f:
+        head = f.read(4)
+        if not head:
+            raise InputError(p, "file is empty")
+        if head == b"PK\x03\x04":  # a zip: what `analyze --save` writes (results_store.py)
             raise InputError(
                 p,
                 "a zip file, not a trace: charllm-trace results (analyze --save) are read by "

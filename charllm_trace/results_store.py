@@ -72,11 +72,12 @@ _ZIP_MAGIC = b"PK\x03\x04"
 def is_results_file(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a file that starts like a zip (the loader reads no zip: a results file,
     or a file to be refused with a clear message)."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == _ZIP_MAGIC
-    except OSError:
+    from charllm_trace.inputs import open_regular, path_kind
+
+    if path_kind(path) != "file":  # a FIFO, a dangling link, a loop ...: InputError naming it
         return False
+    with open_regular(path) as f:
+        return f.read(4) == _ZIP_MAGIC
 
 
 # ---------------------------------------------------------------------------

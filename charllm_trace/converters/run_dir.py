@@ -113,8 +113,10 @@ class RankFiles:
 
 
 def _peek(p: Path) -> bytes:
+    from charllm_trace.inputs import open_regular
+
     try:
-        with open(p, "rb") as fh:
+        with open_regular(p, "a trace file") as fh:
             head = fh.read(2)
             fh.seek(0)
             if head == b"\x1f\x8b":
@@ -142,15 +144,12 @@ def classify(p: Path) -> tuple[str, int | None]:
 
 def pair_files(run_dir: str | os.PathLike[str]) -> list[RankFiles]:
     """Pair the Kineto profiles and host ETs of a run directory by rank."""
+    from charllm_trace.inputs import trace_entries
+
     d = Path(run_dir)
-    files = sorted(
-        e
-        for e in d.iterdir()
-        if e.is_file()
-        and e.name.lower().endswith((".json", ".json.gz"))
-        and not _NOT_TRACES.search(e.name)
-        and not e.name.startswith(".")  # hidden: a half-written temporary, never a trace
-    )
+    # hidden entries (a half-written temporary) are never traces; every other *.json(.gz) must be
+    # a regular file: a FIFO, dangling link or directory named like a rank's file is refused
+    files = [e for e in trace_entries(d, (".json", ".json.gz")) if not _NOT_TRACES.search(e.name)]
     by_rank: dict[int, RankFiles] = {}
     unranked: list[tuple[str, Path]] = []
     for f in files:
@@ -229,8 +228,10 @@ def convert_run(
 ) -> Run:
     """Convert every rank of a run directory, in parallel worker processes (``workers``: default
     the number of CPUs, at most the number of ranks; 1 converts in this process)."""
+    from charllm_trace.inputs import path_kind
+
     d = Path(run_dir)
-    if not d.is_dir():
+    if path_kind(d) != "dir":
         raise InputError(d, "is not a directory")
     manifest = _read_manifest(d)
     from charllm_trace.collectors.outcome import check_one_run, reader_note
@@ -289,12 +290,14 @@ def convert_run(
 
 
 def _read_manifest(d: Path) -> dict[str, Any]:
+    from charllm_trace.inputs import read_regular
+
     mp = d / "manifest.json"
-    if not mp.exists():
+    if not os.path.lexists(mp):
         return {}
     try:
-        manifest = json.loads(mp.read_text())
-    except (OSError, ValueError) as exc:
+        manifest = json.loads(read_regular(mp, "a JSON manifest"))
+    except (RecursionError, ValueError) as exc:
         raise InputError(mp, f"manifest does not parse: {exc}") from None
     if not isinstance(manifest, dict):
         raise InputError(mp, "manifest is not a JSON object")
@@ -309,13 +312,19 @@ def convert_path(
     progress: Progress | None = None,
 ) -> Run:
     """Convert a run directory, one Kineto profile / host ET, or (with ``host_et``) one pair."""
+    from charllm_trace.inputs import path_kind, regular_file
+
     p = Path(path)
-    if not p.exists():
-        raise InputError(p, "no such file or directory")
-    if p.is_dir():
+    if host_et is not None:
+        regular_file(host_et, "a host execution trace file")
+    if path_kind(p) == "dir":
         if host_et is not None:
             raise InputError(p, "--host-et goes with a single Kineto file, not a directory")
-        return convert_run(p, workers=workers, progress=progress)
+        from charllm_trace.run_checks import label_partial
+
+        run = convert_run(p, workers=workers, progress=progress)
+        label_partial(run, p)
+        return run
     if host_et is None:
         run = convert_file(p)
     else:

@@ -110,6 +110,9 @@ def _index() -> Path:
 
 
 def _stat_raw(path: str | os.PathLike[str]) -> str:
+    from charllm_trace.inputs import path_kind
+
+    path_kind(path)  # a missing path, a dangling link or a loop: InputError naming it
     p = Path(path).resolve()
     st = p.stat()
     return f"{p}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{CACHE_FORMAT}"

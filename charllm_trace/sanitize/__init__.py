@@ -147,10 +147,9 @@ def sanitize_run(
     """
     s = Path(src)
     d = Path(dst)
-    if not s.exists():
-        raise InputError(s, "no such file or directory")
-    if not s.is_file() and not s.is_dir():
-        raise InputError(s, "not a regular file or directory (a FIFO, socket or device is never read)")
+    from charllm_trace.inputs import path_kind
+
+    path_kind(s)  # a regular file or a directory; anything else (FIFO, dangling link ...) refused
     rs, rd = s.resolve(), d.resolve()
     if rs == rd or rd in rs.parents or (s.is_dir() and rs in rd.parents):
         raise InputError(d, "output must be outside the input (the input is never modified)")
