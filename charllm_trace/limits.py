@@ -10,6 +10,10 @@ from __future__ import annotations
 #: (``analyze``, ``collect``) before anything is built from it
 MAX_RANK = 1 << 20
 
+#: telemetry rows one ET may declare (2**24: 20 Hz samples of 8 devices for 29 hours); the rows
+#: of an all-null column are made from this count, so it is bounded before anything is allocated
+MAX_TELEMETRY_ROWS = 1 << 24
+
 
 def parse_ranks(text: str | None) -> list[int] | None:
     """A ``--ranks`` value (``analyze``, ``collect``): ``"all"`` or nothing -> None;

@@ -177,7 +177,9 @@ def test_dependencies_packed_and_unpacked(tmp_path: Path, decoder: str) -> None:
     )
     m2 = _node(2) + _field(4, b"") + _field(5, _varint(1))
     neg = _node(3) + _field(4, _varint(2**64 - 1))  # -1 as an int64
-    p = _write(tmp_path / "deps.et", [m, m2, neg, _node(4)])
+    # every node named by a dependency is in the file (a dependency on an absent node is dropped)
+    others = [_node(i) for i in (4, 7, 8, 9, 2**40, 2**64 - 1)]
+    p = _write(tmp_path / "deps.et", [m, m2, neg, *others])
     t = read_et(p, cache=False)
     ref, _ = decode_et_reference(p.read_bytes(), p)
     assert t.equals(ref)

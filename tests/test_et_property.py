@@ -92,11 +92,22 @@ def traces(draw: st.DrawFn) -> Trace:
         schema_overrides={"in_split": pl.List(pl.Int64), "out_split": pl.List(pl.Int64)},
         strict=False,
     )
-    m = draw(st.integers(0, 8)) if n else 0
+    # dependencies between nodes of the trace, each on an earlier node (the reader refuses
+    # dependencies on absent nodes, on the node itself, and control cycles)
+    pairs = (
+        [
+            draw(st.tuples(st.integers(0, n - 2), st.integers(1, n - 1)))
+            for _ in range(draw(st.integers(0, 8)))
+        ]
+        if n > 1
+        else []
+    )
+    pairs = [(a, b) for a, b in pairs if a < b]
+    m = len(pairs)
     deps = pl.DataFrame(
         {
-            "node": [draw(st.sampled_from(ids)) for _ in range(m)],
-            "dep": [draw(I64) for _ in range(m)],
+            "node": [ids[b] for _, b in pairs],
+            "dep": [ids[a] for a, _ in pairs],
             "kind": [draw(st.sampled_from(["ctrl", "data"])) for _ in range(m)],
         },
         schema={"node": pl.Int64, "dep": pl.Int64, "kind": pl.String},

@@ -120,6 +120,7 @@ M_PROCESS_GROUPS = PREFIX + "process_groups"  # string: JSON [{"name","desc","ra
 M_EXTRA = PREFIX + "extra"  # string: JSON object (TraceMeta.extra)
 M_RUN = PREFIX + "run"  # string: JSON object, the run manifest (written by write_run)
 M_TELEMETRY_ROWS = PREFIX + "telemetry.rows"  # int64
+M_NODE_COUNT = PREFIX + "node_count"  # int64: the Node messages that follow (a cut file is found)
 M_TELEMETRY_COL = PREFIX + "telemetry."  # + column: int64_list / double_list, packed
 M_TELEMETRY_VALID = ".valid"  # + suffix: bool_list, only when the column has nulls
 

@@ -35,6 +35,8 @@ from charllm_trace.et.framing import (
     read_bytes,
     sniff_text,
 )
+from charllm_trace.et.validate import check_graph
+from charllm_trace.limits import MAX_TELEMETRY_ROWS
 from charllm_trace.model import (
     DEP_SCHEMA,
     NODE_SCHEMA,
@@ -112,7 +114,11 @@ def _meta_from_global(gm: pb.GlobalMetadata, path: Any) -> tuple[TraceMeta, pl.D
         process_groups=pgs,
         extra=extra,
     )
-    rows = int(attrs.get(cv.M_TELEMETRY_ROWS) or 0)
+    rows = attrs.get(cv.M_TELEMETRY_ROWS) or 0
+    if type(rows) is not int or not 0 <= rows <= MAX_TELEMETRY_ROWS:
+        raise InputError(
+            path, f"{cv.M_TELEMETRY_ROWS} is {rows!r}, expected a count from 0 to {MAX_TELEMETRY_ROWS:,}"
+        )
     cols: dict[str, Any] = {}
     for col, dtype in TELEMETRY_SCHEMA.items():
         vals = attrs.get(cv.M_TELEMETRY_COL + col)
@@ -296,12 +302,16 @@ def decode_et_reference(data: bytes, path: Any = None) -> tuple[Trace, dict | No
     Slow; kept as an independent implementation the tests compare the fast decoder with.
     """
     gm, nodes = parse_messages(data, path)
+    check_versions(gm, path)
     meta, telemetry, manifest, ours = _meta_from_global(gm, path)
     df, deps, has_ts = _nodes_frame(nodes, ours, meta.rank)
     if not ours:
         meta.has_timestamps = has_ts
         meta.clock = "unix_ns" if has_ts else "none"
-    return Trace(nodes=df, deps=deps, telemetry=telemetry, meta=meta), manifest
+    trace = Trace(nodes=df, deps=deps, telemetry=telemetry, meta=meta)
+    check_node_count(gm, trace.nodes.height, path)
+    check_graph(trace, path, ours)
+    return trace, manifest
 
 
 def load_buffer(path: str | os.PathLike[str]) -> tuple[np.ndarray, int]:
@@ -350,6 +360,38 @@ def load_buffer(path: str | os.PathLike[str]) -> tuple[np.ndarray, int]:
     return arr, got
 
 
+def check_versions(gm: pb.GlobalMetadata, path: Any) -> None:
+    """The Chakra ET version (``GlobalMetadata.version``) and, in our files, the charllm-trace model
+    version are ones this reader knows: Chakra 0.0.x, model 1.x."""
+    from charllm_trace.model import MODEL_VERSION
+
+    if gm.version and not re.fullmatch(r"0\.0\.\d+", gm.version):
+        raise InputError(
+            path,
+            f"Chakra ET version {gm.version!r} is not supported (this charllm-trace reads 0.0.x; it writes {cv.ET_VERSION})",
+        )
+    for a in gm.attr:
+        if a.name == cv.M_MODEL_VERSION:
+            v = attr_value(a)
+            major = MODEL_VERSION.split(".")[0]
+            if not isinstance(v, str) or v.split(".")[0] != major:
+                raise InputError(
+                    path,
+                    f"charllm-trace model version {v!r} is not supported (this charllm-trace reads {major}.x)",
+                )
+
+
+def check_node_count(gm: pb.GlobalMetadata, n: int, path: Any) -> None:
+    """Files we write record their node count: a file cut at a message boundary is found."""
+    for a in gm.attr:
+        if a.name == cv.M_NODE_COUNT:
+            want = attr_value(a)
+            if want != n:
+                raise InputError(
+                    path, f"truncated: the header says {want:,} nodes, the file holds {n:,} (cut short?)"
+                )
+
+
 def decode_et(buf: np.ndarray, size: int, path: Any = None) -> tuple[Trace, dict | None]:
     """A Trace (and the run manifest, if the file has one) from the first ``size`` bytes of ``buf``."""
     text = sniff_text(buf[: min(size, 4096)].tobytes())
@@ -371,6 +413,7 @@ def decode_et(buf: np.ndarray, size: int, path: Any = None) -> tuple[Trace, dict
         raise InputError(path, f"not a Chakra ET: the first message is not a GlobalMetadata ({exc})") from exc
     if (not gm.version and not len(gm.attr)) or len(UnknownFieldSet(gm)):
         raise InputError(path, "not a Chakra ET: the first message is not a Chakra GlobalMetadata")
+    check_versions(gm, path)
     meta, telemetry, manifest, ours = _meta_from_global(gm, path)
     try:
         cols = decode_nodes(buf, pos + length, size, ours=ours, path=path)
@@ -382,7 +425,10 @@ def decode_et(buf: np.ndarray, size: int, path: Any = None) -> tuple[Trace, dict
     if not ours:
         meta.has_timestamps = cols.any_start
         meta.clock = "unix_ns" if cols.any_start else "none"
-    return Trace(nodes=cols.frame, deps=cols.deps, telemetry=telemetry, meta=meta), manifest
+    trace = Trace(nodes=cols.frame, deps=cols.deps, telemetry=telemetry, meta=meta)
+    check_node_count(gm, trace.nodes.height, path)
+    check_graph(trace, path, ours)
+    return trace, manifest
 
 
 def read_et(path: str | os.PathLike[str], *, cache: bool = True) -> Trace:
@@ -424,11 +470,10 @@ def rank_from_name(name: str) -> int | None:
 
 
 def et_files(path: Path) -> list[Path]:
-    return sorted(
-        p
-        for p in path.iterdir()
-        if p.is_file() and not p.name.startswith(".") and p.name.lower().endswith((".et", ".et.gz"))
-    )
+    """The ``.et`` / ``.et.gz`` files of a directory (each a regular file, or ``InputError``)."""
+    from charllm_trace.inputs import trace_entries
+
+    return trace_entries(path, (".et", ".et.gz"))
 
 
 def read_et_dir(path: str | os.PathLike[str], *, cache: bool = True) -> Run:
@@ -439,10 +484,10 @@ def read_et_dir(path: str | os.PathLike[str], *, cache: bool = True) -> Run:
     do not belong to one run are refused: two files with the same rank,
     different world sizes or run ids, or a rank outside the world size.
     """
+    from charllm_trace.inputs import path_kind
+
     d = Path(path)
-    if not d.exists():
-        raise InputError(d, "no such file or directory")
-    if not d.is_dir():
+    if path_kind(d) != "dir":
         raise InputError(d, "is not a directory")
     files = et_files(d)
     if not files:
