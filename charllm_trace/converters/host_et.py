@@ -14,6 +14,7 @@ Kineto profile they are linked with.
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,13 +104,53 @@ def _attr_map(node: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+#: host-ET schemas read here: PyTorch's 1.0.x and the 1.1.x ones (``1.1.1-chakra.0.0.4``)
+SUPPORTED_SCHEMA = re.compile(r"1\.[01]\.\d+(?:-[\w.]+)?")
+
+
+def _check_ids(path: str | os.PathLike[str], raw: list[dict[str, Any]]) -> None:
+    """Node ids are unique 64-bit integers, checked before any join on them (a file whose ids are all
+    equal made the converter's joins grow without bound)."""
+    ids = [n["id"] for n in raw]
+    bad = next((i for i in ids if not 0 <= i < 2**63), None)
+    if bad is not None:
+        raise InputError(path, f"host ET node id {bad} is not a 64-bit id >= 0")
+    s = pl.Series(ids, dtype=pl.Int64)
+    dup = s.value_counts(sort=True).filter(pl.col("count") > 1)
+    if dup.height:
+        first, n = dup.row(0)
+        raise InputError(
+            path,
+            f"host ET node id {first} appears {n:,} times ({dup.height:,} ids repeated): node ids must be unique",
+        )
+
+
 def parse_host_et(doc: dict[str, Any], path: str | os.PathLike[str]) -> HostET:
+    """The host ET document ``doc`` (read from ``path``) as a :class:`HostET`; ``InputError`` for
+    anything malformed, odd values included (a node's fields of the wrong type or out of range)."""
+    try:
+        return _parse_host_et(doc, path)
+    except (TypeError, KeyError, AttributeError, ValueError, OverflowError, IndexError) as exc:
+        # the parser takes the document's shapes as PyTorch writes them: anything else here is
+        # a malformed file (the fuzz job in tests/bad_inputs/fuzz.py finds such values)
+        raise InputError(
+            path, f"malformed host ET ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})"
+        ) from None
+
+
+def _parse_host_et(doc: dict[str, Any], path: str | os.PathLike[str]) -> HostET:
     if not is_host_et(doc):
         if is_kineto(doc):
             raise InputError(path, "is a Kineto profile, not a host execution trace")
         raise InputError(path, "not a PyTorch host execution trace (no nodes list)")
     schema = doc.get("schema") if isinstance(doc.get("schema"), str) else None
-    raw = [n for n in doc["nodes"] if isinstance(n, dict) and isinstance(n.get("id"), int)]
+    if doc.get("schema") is not None and (schema is None or not SUPPORTED_SCHEMA.match(schema)):
+        raise InputError(
+            path,
+            f"host ET schema {doc.get('schema')!r} is not supported (charllm-trace reads 1.0.x and 1.1.x)",
+        )
+    raw = [n for n in doc["nodes"] if isinstance(n, dict) and type(n.get("id")) is int]
+    _check_ids(path, raw)
     ids, names, parents, rf_ids, tids, scopes = [], [], [], [], [], []
     in_j, out_j, attrs_j = [], [], []
     io: dict[int, tuple[Any, Any, Any]] = {}

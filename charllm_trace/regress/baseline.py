@@ -173,8 +173,8 @@ def baseline_from_dict(d: Any, path: str | os.PathLike[str] | None = None) -> Ba
             )
         except KeyError as exc:
             raise InputError(path, f"metric #{i} has no {exc.args[0]!r}") from None
-        except (ValueError, TypeError) as exc:
-            raise InputError(path, f"metric #{i} ({m.get('key')!r}): {exc}") from None
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise InputError(path, f"metric #{i} ({m.get('key')!r:.60}): {exc}") from None
         expected = METRIC_CLASSES[metric.cls].unit
         if metric.unit != expected:
             raise InputError(
@@ -182,28 +182,53 @@ def baseline_from_dict(d: Any, path: str | os.PathLike[str] | None = None) -> Ba
             )
         metrics.append(metric)
     inp = d.get("input", {})
+    if not isinstance(inp, dict):
+        raise InputError(
+            path, f'"input" is {type(inp).__name__ if inp is not None else "null"}, expected an object'
+        )
+    _check_options(inp.get("options"), path)
     try:
         return Baseline(
             metrics=metrics,
-            input=inp if isinstance(inp, dict) else {},
+            input=inp,
             tool_version=str(d.get("tool_version", "")),
             version=version,
         )
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
         raise InputError(path, str(exc)) from None
+
+
+#: the analysis options a baseline may record (``input.options``) and the values each may take
+_OPTION_VALUES: dict[str, tuple[Any, ...]] = {
+    "hta_compat": (True, False),
+    "simulate": (True, False),
+    "energy_method": ("trapezoid", "step"),
+}
+
+
+def _check_options(opts: Any, path: str | os.PathLike[str] | None) -> None:
+    if opts is None:
+        return
+    if not isinstance(opts, dict):
+        raise InputError(path, f'"input.options" is {type(opts).__name__}, expected an object')
+    for k, v in opts.items():
+        allowed = _OPTION_VALUES.get(k)
+        if allowed is None:
+            raise InputError(
+                path, f'"input.options" has an unknown option {k!r} (known: {", ".join(_OPTION_VALUES)})'
+            )
+        if not any(v is a or (type(v) is type(a) and v == a) for a in allowed):
+            raise InputError(
+                path, f'"input.options.{k}" is {v!r}; expected one of {", ".join(repr(a) for a in allowed)}'
+            )
 
 
 def read_baseline(path: str | os.PathLike[str]) -> Baseline:
     """Read and validate a baseline file. Raises :class:`InputError` for anything wrong with it."""
+    from charllm_trace.inputs import read_regular
+
     p = Path(path)
-    if not p.exists():
-        raise InputError(p, "no such file")
-    if p.is_dir():
-        raise InputError(p, "is a directory, expected a baseline JSON file")
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise InputError(p, f"cannot read: {exc.strerror}") from None
+    data = read_regular(p, "a baseline JSON file")
     if not data.strip():
         raise InputError(p, "file is empty")
     try:
