@@ -17,7 +17,7 @@ import click
 
 from charllm_trace._native_libs import NativeModuleMissing
 from charllm_trace.cli_analyze import analyze_cmd, report_cmd
-from charllm_trace.cli_cache import cache_group, no_cache_option
+from charllm_trace.cli_cache import allow_partial_option, cache_group, no_cache_option
 from charllm_trace.cli_results import refuse_existing
 from charllm_trace.errors import InputError
 
@@ -84,6 +84,7 @@ def main(debug: bool) -> None:
 @click.argument("path", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (times in ns, bytes in bytes).")
 @click.option("--no-cache", is_flag=True, help="Decode the files again instead of using the cache.")
+@allow_partial_option
 def info_cmd(path: str, as_json: bool, no_cache: bool) -> None:
     """Summarise an ET file or a directory of per-rank ETs (or any run charllm-trace reads):
     ranks, node counts by type, time span, collectives and bytes, process groups, devices, telemetry."""
@@ -117,6 +118,7 @@ def info_cmd(path: str, as_json: bool, no_cache: bool) -> None:
 )
 @click.option("--gz", is_flag=True, help="Write gzip-compressed rank-<N>.et.gz files.")
 @click.option("--force", is_flag=True, help="Replace existing rank-<N>.et files in the output directory.")
+@allow_partial_option
 def convert_cmd(
     path: str, output: str, host_et: str | None, workers: int | None, gz: bool, force: bool
 ) -> None:
@@ -240,6 +242,7 @@ def collect_cmd(
 @click.option("--simulate", is_flag=True, help="Rebuild a timeline for ETs without timestamps.")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 @no_cache_option
+@allow_partial_option
 def baseline_cmd(run: str, output: str, hta_compat: bool, simulate: bool, force: bool) -> None:
     """Record RUN's headline figures (overlap, exposed communication, bus bandwidth,
     energy, power, throttling) in a baseline file for `check`."""
@@ -277,6 +280,7 @@ def baseline_cmd(run: str, output: str, hta_compat: bool, simulate: bool, force:
 @click.option("--all", "show_all", is_flag=True, help="List every metric, not only the failures.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @no_cache_option
+@allow_partial_option
 def check_cmd(
     run: str, baseline_path: str, tolerance: str | None, allow_missing: bool, show_all: bool, fmt: str
 ) -> None:
@@ -308,6 +312,7 @@ def check_cmd(
 )
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @no_cache_option
+@allow_partial_option
 def diff_cmd(run_a: str, run_b: str, top: int, hta_compat: bool, fmt: str) -> None:
     """Show two runs side by side: per collective type, per operator, per step (and energy
     per phase), with absolute and relative change from RUN_A to RUN_B."""
@@ -338,7 +343,7 @@ def export_group() -> None:
 
 from charllm_trace.cli_astra import astra_sim_command  # noqa: E402
 
-export_group.add_command(no_cache_option(astra_sim_command))
+export_group.add_command(allow_partial_option(no_cache_option(astra_sim_command)))
 
 
 @export_group.command("perfetto")
@@ -355,6 +360,7 @@ export_group.add_command(no_cache_option(astra_sim_command))
 )
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 @no_cache_option
+@allow_partial_option
 def export_perfetto(
     run: str, output: str, no_flows: bool, simulate: bool, no_critical_path: bool, force: bool
 ) -> None:

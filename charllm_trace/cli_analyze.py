@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from charllm_trace.cli_cache import no_cache_option
+from charllm_trace.cli_cache import allow_partial_option, no_cache_option
 from charllm_trace.cli_results import (
     refuse_analysis_options,
     refuse_existing,
@@ -73,6 +73,7 @@ def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
 @click.option("--no-critical-path", is_flag=True, help="Skip the critical path through the execution graph.")
 @save_option
 @no_cache_option
+@allow_partial_option
 @click.pass_context
 def analyze_cmd(
     ctx: click.Context,
@@ -165,6 +166,7 @@ def analyze_cmd(
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT (and the --save file) if it exists.")
 @save_option
 @no_cache_option
+@allow_partial_option
 @click.pass_context
 def report_cmd(
     ctx: click.Context, run: str, output: str, peak_gbps: float | None, title: str | None, simulate: bool,

@@ -29,6 +29,27 @@ def no_cache_option(f: Any) -> Any:
     )(f)
 
 
+def allow_partial_option(f: Any) -> Any:
+    """``--allow-partial`` for a reading command: analyse the ranks a run holds when some are
+    missing (labelled), instead of refusing the run (see charllm_trace.run_checks)."""
+
+    def turn_on(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+        if value:
+            from charllm_trace.run_checks import set_allow_partial
+
+            set_allow_partial(True)
+            ctx.call_on_close(lambda: set_allow_partial(None))
+        return value
+
+    return click.option(
+        "--allow-partial",
+        is_flag=True,
+        expose_value=False,
+        callback=turn_on,
+        help="Analyse the ranks present when a run lacks some (labelled); by default such a run is refused.",
+    )(f)
+
+
 def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000 or unit == "GB":

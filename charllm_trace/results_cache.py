@@ -112,6 +112,12 @@ def options_text(options: AnalyzeOptions) -> str:
     return json.dumps(d, sort_keys=True)
 
 
+def allow_partial() -> bool:
+    from charllm_trace.run_checks import allow_partial as allowed
+
+    return allowed()
+
+
 def results_key(path: str | os.PathLike[str], options: AnalyzeOptions, ranks: list[int] | None = None) -> str:
     """The key of the results of analysing ``path`` (ranks ``ranks``, all when None) with ``options``."""
     raw = "\n".join(
@@ -120,6 +126,7 @@ def results_key(path: str | os.PathLike[str], options: AnalyzeOptions, ranks: li
             input_key(path),
             options_text(options),
             "all" if ranks is None else ",".join(map(str, ranks)),
+            "partial-allowed" if allow_partial() else "whole-only",
             code_fingerprint(),
         ]
     )

@@ -202,6 +202,11 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         options=options,
     )
     res.classified = classified
+    partial = run.manifest.get("partial") if isinstance(run.manifest, dict) else None
+    if isinstance(partial, str):  # --allow-partial: every result says it covers part of the run
+        for r in (ov, bw_res, en, pw):
+            if r is not None:
+                r.notes.insert(0, partial)
     return res
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,7 @@ def global_metadata(trace: Trace, manifest: Mapping[str, Any] | None = None) -> 
     gm = pb.GlobalMetadata(version=cv.ET_VERSION)
     a = gm.attr
     a.add(name=cv.M_MODEL_VERSION, string_val=m.model_version)
+    a.add(name=cv.M_NODE_COUNT, int64_val=trace.nodes.height)
     if m.rank is not None:
         a.add(name=cv.M_RANK, int64_val=m.rank)
     if m.world_size is not None:
@@ -353,6 +355,30 @@ def rank_file_name(rank: int, *, gz: bool = False) -> str:
     return f"rank-{rank}.et" + (".gz" if gz else "")
 
 
+#: the file ``write_run`` leaves in its output directory: the rank files it wrote there, so that a
+#: later ``--force`` replaces (and removes) those and never a file someone else put there
+RUN_MARKER = ".charllm-trace-convert"
+
+
+def _marked(out: Path) -> set[str]:
+    """The file names an earlier ``write_run`` wrote into ``out`` (empty: none, or no marker)."""
+    import orjson
+
+    m = out / RUN_MARKER
+    try:
+        doc = orjson.loads(m.read_bytes()) if m.is_file() and not m.is_symlink() else {}
+    except (OSError, orjson.JSONDecodeError):
+        return set()
+    files = doc.get("files") if isinstance(doc, dict) else None
+    return {f for f in files if isinstance(f, str) and "/" not in f} if isinstance(files, list) else set()
+
+
+def _rank_files(out: Path) -> list[Path]:
+    return sorted(
+        p for p in out.iterdir() if re.fullmatch(r"rank-\d+\.et(?:\.gz)?", p.name, flags=re.IGNORECASE)
+    )
+
+
 def write_run(
     run: Run,
     out_dir: str | os.PathLike[str],
@@ -362,20 +388,39 @@ def write_run(
 ) -> list[Path]:
     """Write one ``rank-<N>.et`` per rank of ``run`` into ``out_dir`` (created if needed).
 
-    Nothing is written if any target exists and ``overwrite`` is false.
+    The directory's rank files are always one run's: without ``overwrite`` nothing is written if
+    any ``rank-<N>.et(.gz)`` is already there; with it, the rank files an earlier ``write_run``
+    wrote (listed in :data:`RUN_MARKER`) are replaced or removed, and a rank file it did not
+    write is refused, never deleted.
     """
+    import orjson
+
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise InputError(out, "is not a directory")
     targets = [(rank, out / rank_file_name(rank, gz=gz)) for rank in run.ranks]
-    if not overwrite:
-        existing = [p for _, p in targets if p.exists()]
-        if existing:
-            raise InputError(existing[0], "already exists; refusing to overwrite it (use --force)")
+    present = _rank_files(out) if out.is_dir() else []
+    if present and not overwrite:
+        raise InputError(present[0], "already exists; refusing to overwrite it (use --force)")
+    ours = _marked(out) if present else set()
+    foreign = [p for p in present if p.name not in ours]
+    if foreign:
+        raise InputError(
+            foreign[0],
+            f"was not written by charllm-trace convert (not in {RUN_MARKER}); --force replaces only "
+            "the rank files convert wrote: move it away or choose another directory",
+        )
     out.mkdir(parents=True, exist_ok=True)
     manifest = dict(run.manifest)
     paths = []
     for rank, p in targets:
         write_et(run.traces[rank], p, overwrite=True, manifest=manifest)
         paths.append(p)
+    keep = {p.name for p in paths}
+    for p in present:  # an earlier run's rank files this run does not have (convert wrote them)
+        if p.name not in keep:
+            p.unlink()
+    tmp = out / f"{RUN_MARKER}.tmp"
+    tmp.write_bytes(orjson.dumps({"written_by": "charllm-trace convert", "files": sorted(keep)}))
+    os.replace(tmp, out / RUN_MARKER)
     return paths

@@ -1,0 +1,129 @@
+"""Is a run whole? Checks on the ranks a run directory (or a directory of ETs) holds against what
+its manifest (written by ``charllm-trace collect``) says was traced (issue 15: no silent
+acceptance). Directories without a manifest hold what someone chose to share (a few ranks of a big
+job are common) and are taken as they are.
+
+A run that finished but lacks ranks, or whose manifest cannot be trusted, is refused with one
+line; ``--allow-partial`` (``CHARLLM_TRACE_ALLOW_PARTIAL=1``) analyses the ranks present and
+labels the result. A run that was interrupted or failed is not refused here: its reader note
+(``collectors.outcome.reader_note``) already says what happened and what is usable.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from charllm_trace.errors import InputError
+from charllm_trace.limits import MAX_RANK
+
+ENV = "CHARLLM_TRACE_ALLOW_PARTIAL"
+
+
+def allow_partial() -> bool:
+    return os.environ.get(ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def set_allow_partial(on: bool | None) -> None:
+    """Turn ``--allow-partial`` on for this process (None: back to the environment's default)."""
+    if on:
+        os.environ[ENV] = "1"
+    else:
+        os.environ.pop(ENV, None)
+
+
+def ranges(ranks: Any) -> str:
+    out: list[list[int]] = []
+    for r in sorted(ranks):
+        if out and r == out[-1][1] + 1:
+            out[-1][1] = r
+        else:
+            out.append([r, r])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out) or "none"
+
+
+def _int_field(mp: Path, man: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
+    v = man.get(key)
+    if v is None:
+        return None
+    if type(v) is not int or not lo <= v <= hi:
+        raise InputError(mp, f"{key} is {v!r}, expected an integer from {lo} to {hi:,}")
+    return v
+
+
+def check_manifest(mp: Path, man: dict[str, Any]) -> tuple[int | None, list[int] | None]:
+    """The manifest's version is one this charllm-trace reads; its world size and traced ranks are
+    integers in range. Returns (world size, ranks traced), None where the manifest does not say."""
+    from charllm_trace.collectors.manifest import MANIFEST_VERSION
+
+    v = man.get("manifest_version")
+    if v is not None and (type(v) is not int or not 1 <= v <= MANIFEST_VERSION):
+        raise InputError(
+            mp, f"manifest_version {v!r} is not supported (this charllm-trace reads 1 to {MANIFEST_VERSION})"
+        )
+    world = _int_field(mp, man, "world_size", 1, MAX_RANK)
+    traced = man.get("ranks_traced")
+    if traced is not None and not isinstance(traced, list) and traced != "all":
+        raise InputError(mp, f"ranks_traced is {traced!r}, expected a list of ranks or 'all'")
+    ranks = None
+    if isinstance(traced, list):
+        hi = (world or MAX_RANK) - 1
+        bad = next((r for r in traced if type(r) is not int or not 0 <= r <= hi), None)
+        if bad is not None:
+            raise InputError(mp, f"ranks_traced holds {bad!r}, not a rank from 0 to {hi:,}")
+        ranks = sorted(set(traced))
+    if man.get("ranks_requested", "all") == "all" and world is not None and ranks is not None:
+        if ranks != list(range(world)):
+            raise InputError(
+                mp,
+                f"inconsistent: every rank was requested in a world of {world} but ranks_traced is "
+                f"{ranges(ranks)}",
+            )
+    return world, ranks
+
+
+def check_complete(
+    source: str | os.PathLike[str], manifest: dict[str, Any], present: list[int], worlds: set[int]
+) -> str | None:
+    """Refuse a finished run missing ranks (``InputError`` naming them) unless partial runs are
+    allowed; then return the label to show. ``worlds``: the world sizes the rank traces state."""
+    d = Path(source)
+    if not manifest:
+        # no record of what was traced: labs share a few ranks of a big job (the shared HTA set
+        # holds ranks 0-1 of a world of 128); those are what the user has, not an incomplete run
+        return None
+    world, traced = check_manifest(d / "manifest.json", manifest)
+    if world is None and len(worlds) == 1:
+        world = next(iter(worlds))
+    if world is not None:
+        outside = [r for r in present if r >= world]
+        if outside:
+            raise InputError(d, f"rank {outside[0]} is outside the run's world size {world}")
+    expected = set(traced) if traced is not None else set(range(world)) if world is not None else set(present)
+    missing = sorted(expected - set(present))
+    if not missing:
+        return None
+    status = manifest.get("status") if manifest else None
+    if status in ("interrupted", "failed", "running"):
+        return None  # the reader note says what happened and what is usable
+    what = f"rank(s) {ranges(missing)} of {ranges(expected)} have no trace" + (
+        f" (world size {world})" if world is not None else ""
+    )
+    if not allow_partial():
+        raise InputError(
+            d, f"an incomplete run: {what}; --allow-partial analyses the {len(present)} rank(s) present"
+        )
+    return f"partial run (--allow-partial): {what}; results cover rank(s) {ranges(present)} only"
+
+
+def label_partial(run: Any, path: str | os.PathLike[str]) -> None:
+    """Check that the run (a :class:`~charllm_trace.model.Run`) read from directory ``path`` is
+    whole; label it (a note, ``manifest["partial"]``) when partial runs are allowed and it is not."""
+    import sys
+
+    worlds = {t.meta.world_size for t in run.traces.values() if t.meta.world_size is not None}
+    note = check_complete(path, run.manifest, run.ranks, worlds)
+    if note:
+        print(f"note: {path}: {note}", file=sys.stderr, flush=True)
+        run.manifest = {**run.manifest, "partial": note}
