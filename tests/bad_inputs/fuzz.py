@@ -1,0 +1,193 @@
+"""A bounded fuzz job over every reader of untrusted input (issue 15).
+
+``python -m tests.bad_inputs.fuzz`` mutates small real inputs (a Kineto profile, a Chakra ET,
+a host ET, a run manifest, a baseline) byte by byte and value by value with hypothesis
+(derandomized: the same examples on every run) and feeds each mutant to its reader. Each must
+end in a result or an ``InputError``/``UsageError``; any other exception fails the job with the
+example, and a crash (a signal) fails the test that runs this module in a subprocess. The
+process's address space is capped (``FUZZ_MEMORY_CAP``, default 3 GiB) so a memory blow-up is a
+``MemoryError`` failure, not a machine taken down. ``FUZZ_EXAMPLES`` (default 60 per reader)
+sets the length of the run; raise it locally for a longer search.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from charllm_trace.errors import InputError
+from tests.bad_inputs import valid
+
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+
+NASTY = st.sampled_from(
+    [None, True, -1, 0, 2**63, 2**70, -(2**70), 1e308, -1e308, 1.5, "", "NaN", "x" * 300, [], {}, [[[[]]]],
+     {"a": {"b": {"c": 1}}}, "\u0000", "\ud7ff", [1, "2", None]]
+)  # fmt: skip
+
+
+def byte_mutants(seed: bytes) -> st.SearchStrategy[bytes]:
+    """``seed`` with a few byte edits: flips, cuts, insertions, deletions, repeats."""
+    n = len(seed)
+    edit = st.one_of(
+        st.tuples(st.just("flip"), st.integers(0, n - 1), st.integers(1, 255)),
+        st.tuples(st.just("cut"), st.integers(0, n - 1), st.just(0)),
+        st.tuples(st.just("insert"), st.integers(0, n), st.binary(min_size=1, max_size=16)),
+        st.tuples(st.just("delete"), st.integers(0, n - 1), st.integers(1, 64)),
+        st.tuples(st.just("repeat"), st.integers(0, n - 1), st.integers(1, 64)),
+    )
+
+    def apply(edits: list[tuple[str, int, Any]]) -> bytes:
+        b = bytearray(seed)
+        for op, i, v in edits:
+            i = min(i, len(b))
+            if op == "flip" and i < len(b):
+                b[i] ^= v
+            elif op == "cut":
+                del b[i:]
+            elif op == "insert":
+                b[i:i] = v
+            elif op == "delete":
+                del b[i : i + v]
+            elif op == "repeat":
+                b[i:i] = b[i : i + v] * 4
+        return bytes(b)
+
+    return st.lists(edit, min_size=1, max_size=4).map(apply)
+
+
+def _paths(doc: Any, prefix: tuple = (), out: list | None = None, limit: int = 400) -> list[tuple]:
+    out = [] if out is None else out
+    if len(out) >= limit:
+        return out
+    out.append(prefix)
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            _paths(v, (*prefix, k), out, limit)
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc[:20]):
+            _paths(v, (*prefix, i), out, limit)
+    return out
+
+
+def value_mutants(seed: Any) -> st.SearchStrategy[bytes]:
+    """The JSON document ``seed`` with a few values replaced by nasty ones (or keys deleted)."""
+    paths = [p for p in _paths(seed) if p]
+
+    def apply(edits: list[tuple[int, Any, bool]]) -> bytes:
+        doc = json.loads(json.dumps(seed))
+        for k, v, delete in edits:
+            path = paths[k % len(paths)]
+            parent = doc
+            try:
+                for p in path[:-1]:
+                    parent = parent[p]
+                if delete and isinstance(parent, dict):
+                    parent.pop(path[-1], None)
+                else:
+                    parent[path[-1]] = v
+            except (KeyError, IndexError, TypeError):
+                continue
+        return json.dumps(doc).encode()
+
+    return st.lists(st.tuples(st.integers(0, 10**6), NASTY, st.booleans()), min_size=1, max_size=3).map(apply)
+
+
+def _check(read: Callable[[Path], Any], data: bytes, name: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="fuzz-") as tmp:
+        p = Path(tmp) / name
+        p.write_bytes(data)
+        try:
+            read(p)
+        except InputError:
+            pass
+
+
+def _readers(tmp: Path) -> list[tuple[str, Callable[[Path], Any], str, st.SearchStrategy[bytes]]]:
+    from charllm_trace.converters import host_et as host_et_mod
+    from charllm_trace.converters._io import load_json
+    from charllm_trace.converters.kineto import read_kineto
+    from charllm_trace.converters.run_dir import _read_manifest
+    from charllm_trace.et.reader import read_et
+    from charllm_trace.regress.baseline import read_baseline
+    from charllm_trace.run_checks import check_manifest
+
+    kdoc = valid.kineto_doc()
+    kbytes = json.dumps(kdoc).encode()
+    et_bytes = valid.et(tmp, "seed.et").read_bytes()
+    host = valid.load(valid.FIXTURE_RUN / "rank-0.host_et.json.gz")
+    host["nodes"] = host["nodes"][:40]
+    man = json.loads((valid.FIXTURE_RUN / "manifest.json").read_text())
+    base = json.loads(valid.FIXTURE_BASELINE.read_text())
+    base["metrics"] = base["metrics"][:5]
+
+    def manifest(p: Path) -> Any:
+        d = p.parent
+        m = _read_manifest(d)
+        return check_manifest(d / "manifest.json", m)
+
+    return [
+        ("kineto-bytes", read_kineto, "rank-0.json", byte_mutants(kbytes)),
+        ("kineto-values", read_kineto, "rank-0.json", value_mutants(kdoc)),
+        ("et-bytes", lambda p: read_et(p, cache=False), "rank-0.et", byte_mutants(et_bytes)),
+        (
+            "host-et-values",
+            lambda p: host_et_mod.parse_host_et(load_json(p), p),
+            "h.json",
+            value_mutants(host),
+        ),
+        ("manifest-values", manifest, "manifest.json", value_mutants(man)),
+        ("baseline-values", read_baseline, "b.json", value_mutants(base)),
+        ("baseline-bytes", read_baseline, "b.json", byte_mutants(json.dumps(base).encode())),
+    ]
+
+
+def main() -> int:
+    cap = int(os.environ.get("FUZZ_MEMORY_CAP", str(3 << 30)))
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    only = sys.argv[1:]
+    failed = []
+    with tempfile.TemporaryDirectory(prefix="fuzz-seeds-") as tmp:
+        for name, read, fname, strategy in _readers(Path(tmp)):
+            if only and name not in only:
+                continue
+
+            def make(read: Callable[[Path], Any], fname: str, strategy: Any) -> Callable[[], None]:
+                @SETTINGS
+                @given(strategy)
+                def run(data: bytes) -> None:
+                    _check(read, data, fname)
+
+                return run
+
+            run = make(read, fname, strategy)
+            try:
+                run()
+                print(f"{name}: {EXAMPLES} examples, ok", flush=True)
+            except Exception as exc:  # the falsifying example is in hypothesis's report (stderr)
+                failed.append(name)
+                import traceback
+
+                print(f"{name}: FAILED: {type(exc).__name__}: {str(exc)[:500]}", flush=True)
+                print("".join(traceback.format_exception(exc)[-6:])[-3000:], file=sys.stderr, flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
