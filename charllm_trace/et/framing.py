@@ -14,9 +14,7 @@ oracle), which decode whole arrays of varints at once.
 
 from __future__ import annotations
 
-import gzip
 import os
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -100,28 +98,47 @@ def frame(body: bytes) -> bytes:
 
 
 def read_bytes(path: str | os.PathLike[str]) -> bytes:
-    """The uncompressed bytes of the ET at ``path``; ``InputError`` for unreadable/corrupt files."""
+    """The uncompressed bytes of the ET at ``path`` (a regular file); ``InputError`` for
+    unreadable/corrupt files. A gzip file's start is checked as an ET (a first message that can
+    be a GlobalMetadata) before the rest is decompressed, and its expansion is bounded
+    (:func:`charllm_trace.inputs.gunzip`)."""
+    from charllm_trace.inputs import gunzip, read_regular
+
     p = Path(path)
-    if not p.exists():
-        raise InputError(p, "no such file or directory")
-    if p.is_dir():
-        raise InputError(p, "is a directory, not a Chakra ET file")
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise InputError(p, f"cannot read the file ({exc.strerror or exc})") from exc
+    data = read_regular(p, "a Chakra ET file")
     if not data:
         raise InputError(p, "file is empty")
     if data[:2] == GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except EOFError as exc:
-            raise InputError(p, "gzip stream is truncated") from exc
-        except (OSError, zlib.error) as exc:
-            raise InputError(p, f"gzip stream is corrupt ({exc})") from exc
+        data = gunzip(data, p, check_head=lambda head: check_head(head, p))
         if not data:
             raise InputError(p, "file is empty (after gzip decompression)")
     return data
+
+
+def check_head(head: bytes, path: Any) -> None:
+    """The first bytes of an ET (up to 4 KiB) can begin one: not text, a first message that is not
+    empty and, when it lies within ``head``, parses as a GlobalMetadata."""
+    from google.protobuf.message import DecodeError
+
+    from charllm_trace.et import schema as pb
+
+    text = sniff_text(head)
+    if text:
+        raise InputError(path, text)
+    try:
+        length, pos = decode_varint(head, 0, len(head))
+    except FramingError:
+        raise InputError(path, "not a Chakra ET: malformed first message length") from None
+    if length == 0:
+        raise InputError(path, "not a Chakra ET: the first message is empty (not a GlobalMetadata)")
+    if pos + length <= len(head):
+        gm = pb.GlobalMetadata()
+        try:
+            gm.ParseFromString(head[pos : pos + length])
+        except DecodeError:
+            raise InputError(path, "not a Chakra ET: the first message is not a GlobalMetadata") from None
+        if not gm.version and not len(gm.attr):
+            raise InputError(path, "not a Chakra ET: the first message is not a Chakra GlobalMetadata")
 
 
 def sniff_text(data: bytes) -> str | None:

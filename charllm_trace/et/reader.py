@@ -324,13 +324,11 @@ def load_buffer(path: str | os.PathLike[str]) -> tuple[np.ndarray, int]:
     (gzip, or the numpy decoder, which reads a little past message ends) the bytes
     are copied into an array followed by ``PAD`` zero bytes.
     """
+    from charllm_trace.inputs import open_regular
+
     p = Path(path)
-    if not p.exists():
-        raise InputError(p, "no such file or directory")
-    if p.is_dir():
-        raise InputError(p, "is a directory, not a Chakra ET file")
     try:
-        with open(p, "rb") as f:
+        with open_regular(p, "a Chakra ET file") as f:
             size = os.fstat(f.fileno()).st_size
             head = f.read(2)
             if size == 0 or not head:
