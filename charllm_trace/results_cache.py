@@ -222,6 +222,9 @@ def analyze_path(
     if key is not None:
         hit = lookup(key, path, views=views)
         if hit is not None:
+            from charllm_trace.run_checks import note_on_results_hit
+
+            note_on_results_hit(path)
             return Analysed(hit.analysis, hit.views() if views else None, True)
     run, res = _analyze(path, options, ranks, cache=cache)
     vw = None

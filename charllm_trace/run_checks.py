@@ -119,11 +119,42 @@ def check_complete(
 
 def label_partial(run: Any, path: str | os.PathLike[str]) -> None:
     """Check that the run (a :class:`~charllm_trace.model.Run`) read from directory ``path`` is
-    whole; label it (a note, ``manifest["partial"]``) when partial runs are allowed and it is not."""
+    whole; label it (a note, ``manifest["partial"]``) when partial runs are allowed and it is not.
+    An interrupted run's reader note is printed here, on every read, cached or not."""
+
     import sys
 
+    said = run.manifest.get("reader_note") if isinstance(run.manifest, dict) else None
+    if isinstance(said, str):  # an interrupted or failed run (collectors.outcome.reader_note)
+        print(f"note: {path}: {said}", file=sys.stderr, flush=True)
     worlds = {t.meta.world_size for t in run.traces.values() if t.meta.world_size is not None}
     note = check_complete(path, run.manifest, run.ranks, worlds)
     if note:
         print(f"note: {path}: {note}", file=sys.stderr, flush=True)
         run.manifest = {**run.manifest, "partial": note}
+
+
+def note_on_results_hit(path: str | os.PathLike[str]) -> None:
+    """Results taken from the results cache skip reading the run: say again what a reader of an
+    interrupted or failed run directory would be told (``collectors.outcome.reader_note``)."""
+    import json
+    import sys
+
+    from charllm_trace.collectors.outcome import reader_note
+
+    d = Path(path)
+    if not d.is_dir():
+        return
+    try:
+        manifest = json.loads((d / "manifest.json").read_bytes())
+    except (OSError, ValueError):
+        return
+    if not isinstance(manifest, dict):
+        return
+    ranks = sorted({int(m.group(1)) for p in d.iterdir() if (m := _RANK_FILE.match(p.name))})
+    note = reader_note(d, manifest, ranks)
+    if note:
+        print(f"note: {d}: {note}", file=sys.stderr, flush=True)
+
+
+_RANK_FILE = __import__("re").compile(r"rank-(\d+)\.kineto\.json")

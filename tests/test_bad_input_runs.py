@@ -54,13 +54,19 @@ def test_convert_allow_partial_writes_the_ranks_present(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "ets").glob("rank-*")) == ["rank-1.et"]
 
 
-def test_interrupted_run_is_read_with_its_note_not_refused(tmp_path: Path) -> None:
+def test_interrupted_run_is_read_with_its_note_every_time(tmp_path: Path) -> None:
+    """Not refused though rank 0 is missing: the note says what happened and what is usable,
+    once per command, also when the conversion or the results come from the cache (the note was
+    lost on cache hits)."""
     run = _one_rank_run(tmp_path)
     man = json.loads((run / "manifest.json").read_text())
     man["status"] = "interrupted"
     (run / "manifest.json").write_text(json.dumps(man))
-    r = _cli("info", str(run))
-    assert r.exit_code == 0, r.output
+    for cmd in ("info", "info", "analyze", "analyze"):
+        r = _cli(cmd, str(run))
+        assert r.exit_code == 0, r.output
+        notes = [ln for ln in r.stderr.splitlines() if "this run was interrupted" in ln]
+        assert len(notes) == 1 and "usable: rank(s) 1" in notes[0], (cmd, r.stderr)
 
 
 def _ets(tmp_path: Path, ranks: list[int], name: str = "ets") -> Path:

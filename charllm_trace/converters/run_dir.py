@@ -14,7 +14,6 @@ import json
 import multiprocessing
 import os
 import re
-import sys
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -281,8 +280,9 @@ def convert_run(
     _attach_run_facts(d, traces, manifest)
     partial = [j.rank for j in jobs if j.kineto is None or j.host_et is None]
     note = reader_note(d, manifest, sorted(traces), partial)
-    if note:  # an interrupted or failed run: say so, and what is usable
-        print(f"note: {d}: {note}", file=sys.stderr, flush=True)
+    if note:  # an interrupted or failed run: what happened and what is usable, kept with the run
+        # (a cached conversion too): run_checks.label_partial prints it on every read
+        manifest = {**manifest, "reader_note": note}
     sizes = {t.meta.world_size for t in traces.values() if t.meta.world_size is not None}
     if len(sizes) > 1:
         raise InputError(d, f"ranks disagree on the world size ({sorted(sizes)}): files from different runs?")
