@@ -68,8 +68,8 @@ def traces(draw: st.DrawFn) -> Trace:
             "tid": col(opt(I64)),
             "device": col(opt(I32)),
             "stream": col(opt(I64)),
-            "start_ns": col(opt(I64)),
-            "dur_ns": col(opt(st.integers(-(2**40), 2**62))),
+            "start_ns": col(opt(st.integers(-(2**62), 2**62))),  # the reader refuses times beyond
+            "dur_ns": col(opt(st.integers(0, 2**61))),  # (et/validate.check_times) and negative durations
             "parent": col(opt(I64)),
             "launch_id": col(opt(I64)),
             "correlation": col(opt(I64)),

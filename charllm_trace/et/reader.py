@@ -35,7 +35,7 @@ from charllm_trace.et.framing import (
     read_bytes,
     sniff_text,
 )
-from charllm_trace.et.validate import check_graph
+from charllm_trace.et.validate import check_graph, check_times
 from charllm_trace.limits import MAX_TELEMETRY_ROWS
 from charllm_trace.model import (
     DEP_SCHEMA,
@@ -311,6 +311,7 @@ def decode_et_reference(data: bytes, path: Any = None) -> tuple[Trace, dict | No
     trace = Trace(nodes=df, deps=deps, telemetry=telemetry, meta=meta)
     check_node_count(gm, trace.nodes.height, path)
     check_graph(trace, path, ours)
+    check_times(trace, path)
     return trace, manifest
 
 
@@ -426,6 +427,7 @@ def decode_et(buf: np.ndarray, size: int, path: Any = None) -> tuple[Trace, dict
     trace = Trace(nodes=cols.frame, deps=cols.deps, telemetry=telemetry, meta=meta)
     check_node_count(gm, trace.nodes.height, path)
     check_graph(trace, path, ours)
+    check_times(trace, path)
     return trace, manifest
 
 

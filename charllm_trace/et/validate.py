@@ -83,3 +83,28 @@ def check_graph(trace: Any, path: str | os.PathLike[str] | None, ours: bool = Tr
     _, placed = topo_order(n, order[pdep[ctrl]], order[pnode[ctrl]], np.zeros(n, dtype=np.int64))
     if placed < n:
         raise InputError(path, f"the control dependencies form a cycle ({n - placed:,} nodes on or after it)")
+
+
+#: node start times (ns since 1970) and durations an ET may hold: |start| <= 2**62 (the year 2116)
+#: and 0 <= dur <= 2**61 (73 years), so that every end and difference fits int64
+MAX_ABS_START_NS = 1 << 62
+MAX_DUR_NS = 1 << 61
+
+
+def check_times(trace: Any, path: str | os.PathLike[str] | None) -> None:
+    """``InputError`` for a negative duration or times no real trace has (they would overflow
+    the int64 arithmetic of the analyses)."""
+    nodes = trace.nodes
+    bad = nodes.filter(
+        (pl.col("dur_ns") < 0)
+        | (pl.col("dur_ns") > MAX_DUR_NS)
+        | (pl.col("start_ns").abs() > MAX_ABS_START_NS)
+    )
+    if bad.height:
+        r = bad.row(0, named=True)
+        what = (
+            f"a negative duration ({r['dur_ns']} ns)"
+            if r["dur_ns"] is not None and r["dur_ns"] < 0
+            else f"start {r['start_ns']} ns and duration {r['dur_ns']} ns, beyond any real trace"
+        )
+        raise InputError(path, f"node {r['id']} ({r['name']!r:.60}) has {what} ({bad.height:,} such nodes)")

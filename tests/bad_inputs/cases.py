@@ -386,6 +386,28 @@ def et_every_node_twice(d: Path) -> Path:
     return et_edit.every_node_twice(valid.et(d))
 
 
+@bad_input("et", ("rank-0.et", "negative duration"), only=_GRAPH_CMDS)
+def et_negative_duration(d: Path) -> Path:
+    import polars as pl
+
+    def change(t: Any) -> Any:
+        t.nodes = t.nodes.with_columns(pl.Series("dur_ns", [-100_000, 2_000, 40_001, 499], dtype=pl.Int64))
+        return t
+
+    return _et_of(d, change)
+
+
+@bad_input("et", ("rank-0.et", "beyond any real trace"), only=_GRAPH_CMDS)
+def et_start_near_int64_max(d: Path) -> Path:
+    import polars as pl
+
+    def change(t: Any) -> Any:
+        t.nodes = t.nodes.with_columns(pl.Series("start_ns", [2**63 - 10, 2**63 - 5, 2**63 - 3, 2**63 - 2]))
+        return t
+
+    return _et_of(d, change)
+
+
 @bad_input("et", ("rank-0.et", "cycle"), only=_GRAPH_CMDS)
 def et_dependency_cycle(d: Path) -> Path:
     import polars as pl
