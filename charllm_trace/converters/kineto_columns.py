@@ -169,9 +169,6 @@ _get = {
 }
 
 
-_TEXT = (str, type(None))
-
-
 def _us_col(path: str | os.PathLike[str], xs: list[Any], key: str) -> np.ndarray:
     """``strict_us_to_ns`` of one attribute of every complete event of a batch."""
     return strict_us_to_ns(path, list(map(_get[key], xs)), key, lambda i: xs[i].name)
@@ -336,12 +333,6 @@ class Columns:
             n_raw = len(evs)
             xs = [e for e in evs if e.ph == "X" and not (type(e.cat) is str and e.cat in _SKIP_SPELLINGS)]
         del evs
-        odd = next((e for e in xs if type(e.name) not in _TEXT or type(e.cat) not in _TEXT), None)
-        if odd is not None:
-            raise InputError(
-                path,
-                f"Kineto complete event with a name or cat that is not a string ({odd.name!r:.40}, {odd.cat!r:.40})",
-            )
         self.n_raw += n_raw
         name_codes = self.names.encode(list(map(_get["name"], xs)))
         cat_codes = self.cats.encode(list(map(_get["cat"], xs)))

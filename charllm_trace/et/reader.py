@@ -35,7 +35,7 @@ from charllm_trace.et.framing import (
     read_bytes,
     sniff_text,
 )
-from charllm_trace.et.validate import check_graph, check_times
+from charllm_trace.et.validate import check_graph, check_node_count, check_times, check_versions
 from charllm_trace.limits import MAX_TELEMETRY_ROWS
 from charllm_trace.model import (
     DEP_SCHEMA,
@@ -357,38 +357,6 @@ def load_buffer(path: str | os.PathLike[str]) -> tuple[np.ndarray, int]:
     arr = arr[: got + PAD]
     arr[got:] = 0
     return arr, got
-
-
-def check_versions(gm: pb.GlobalMetadata, path: Any) -> None:
-    """The Chakra ET version (``GlobalMetadata.version``) and, in our files, the charllm-trace model
-    version are ones this reader knows: Chakra 0.0.x, model 1.x."""
-    from charllm_trace.model import MODEL_VERSION
-
-    if gm.version and not re.fullmatch(r"0\.0\.\d+", gm.version):
-        raise InputError(
-            path,
-            f"Chakra ET version {gm.version!r} is not supported (this charllm-trace reads 0.0.x; it writes {cv.ET_VERSION})",
-        )
-    for a in gm.attr:
-        if a.name == cv.M_MODEL_VERSION:
-            v = attr_value(a)
-            major = MODEL_VERSION.split(".")[0]
-            if not isinstance(v, str) or v.split(".")[0] != major:
-                raise InputError(
-                    path,
-                    f"charllm-trace model version {v!r} is not supported (this charllm-trace reads {major}.x)",
-                )
-
-
-def check_node_count(gm: pb.GlobalMetadata, n: int, path: Any) -> None:
-    """Files we write record their node count: a file cut at a message boundary is found."""
-    for a in gm.attr:
-        if a.name == cv.M_NODE_COUNT:
-            want = attr_value(a)
-            if want != n:
-                raise InputError(
-                    path, f"truncated: the header says {want:,} nodes, the file holds {n:,} (cut short?)"
-                )
 
 
 def decode_et(buf: np.ndarray, size: int, path: Any = None) -> tuple[Trace, dict | None]:

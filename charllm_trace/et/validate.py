@@ -8,12 +8,14 @@ found in C (``graph.engine.topo_order``, linear in nodes + edges).
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import numpy as np
 import polars as pl
 
 from charllm_trace.errors import InputError
+from charllm_trace.et import conventions as cv
 
 
 def check_graph(trace: Any, path: str | os.PathLike[str] | None, ours: bool = True) -> None:
@@ -108,3 +110,41 @@ def check_times(trace: Any, path: str | os.PathLike[str] | None) -> None:
             else f"start {r['start_ns']} ns and duration {r['dur_ns']} ns, beyond any real trace"
         )
         raise InputError(path, f"node {r['id']} ({r['name']!r:.60}) has {what} ({bad.height:,} such nodes)")
+
+
+def check_versions(gm: Any, path: Any) -> None:
+    """The Chakra ET version (``GlobalMetadata.version``) and, in our files, the charllm-trace model
+    version are ones this reader knows: Chakra 0.0.x, model 1.x."""
+    from charllm_trace.model import MODEL_VERSION
+
+    if gm.version and not re.fullmatch(r"0\.0\.\d+", gm.version):
+        raise InputError(
+            path,
+            f"Chakra ET version {gm.version!r} is not supported (this charllm-trace reads 0.0.x; it writes {cv.ET_VERSION})",
+        )
+    for a in gm.attr:
+        if a.name == cv.M_MODEL_VERSION:
+            v = _attr_value(a)
+            major = MODEL_VERSION.split(".")[0]
+            if not isinstance(v, str) or v.split(".")[0] != major:
+                raise InputError(
+                    path,
+                    f"charllm-trace model version {v!r} is not supported (this charllm-trace reads {major}.x)",
+                )
+
+
+def check_node_count(gm: Any, n: int, path: Any) -> None:
+    """Files we write record their node count: a file cut at a message boundary is found."""
+    for a in gm.attr:
+        if a.name == cv.M_NODE_COUNT:
+            want = _attr_value(a)
+            if want != n:
+                raise InputError(
+                    path, f"truncated: the header says {want:,} nodes, the file holds {n:,} (cut short?)"
+                )
+
+
+def _attr_value(a: Any) -> Any:
+    """A scalar attribute's value (a list attribute: its message, never equal to a scalar)."""
+    which = a.WhichOneof("value")
+    return None if which is None else getattr(a, which)
