@@ -418,7 +418,17 @@ def _read(data: bytes | None, path: Path) -> SavedResults:
     except zipfile.BadZipFile as exc:
         raise _Bad(f"not a zip file or truncated ({exc})") from None
     with zf:
+        from charllm_trace.limits import gzip_out_limit
+
         names = zf.namelist()
+        # zipfile reads no more than a member's declared size: bounding the declared sizes
+        # bounds the memory a zip bomb can take (the same limit as gzip inputs)
+        size = len(data) if data is not None else path.stat().st_size
+        total, limit = sum(i.file_size for i in zf.infolist()), gzip_out_limit(size)
+        _check(
+            total <= limit,
+            f"its members expand to {total:,} bytes, past the limit of {limit:,} for this file",
+        )
         _check(MANIFEST in names, f"a zip file without {MANIFEST}: not charllm-trace results")
         try:
             body = json.loads(zf.read(MANIFEST))

@@ -667,3 +667,34 @@ for _key, _value in [
     _case(f"baseline:{_key}_{str(_value).lower()}/check", ("base.json", _key))(
         lambda d, k=_key, v=_value: _baseline(d, _set_key(k, v))
     )
+
+
+# --- saved results (analyze --save): zip files ---------------------------------------------------
+
+
+def _results_zip(d: Path, members: dict[str, bytes]) -> Path:
+    import zipfile
+
+    p = d / "res.zip"
+    with zipfile.ZipFile(p, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return p
+
+
+for _name, _members, _needles in [
+    (
+        "zip_bomb",
+        {"charllm-results.json": b"{}", "frames/x.arrow": b"\0" * (300 << 20)},
+        ("res.zip", "past the limit"),
+    ),
+    ("zip_without_manifest", {"a.txt": b"hello"}, ("res.zip", "not charllm-trace results")),
+    ("zip_manifest_not_json", {"charllm-results.json": b"{oops"}, ("res.zip", "not JSON")),
+]:
+    for _cmd in ("analyze", "report"):
+
+        def _build(d: Path, m=_members, c=_cmd) -> list[str]:
+            p = _results_zip(d, m)
+            return [c, str(p)] + (["-o", str(d / "out.html")] if c == "report" else [])
+
+        CASES.append(Case(f"results:{_name}/{_cmd}", _build, _needles))

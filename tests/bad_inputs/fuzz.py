@@ -171,10 +171,10 @@ def main() -> int:
             def make(read: Callable[[Path], Any], fname: str, strategy: Any) -> Callable[[], None]:
                 @SETTINGS
                 @given(strategy)
-                def run(data: bytes) -> None:
+                def one(data: bytes) -> None:
                     _check(read, data, fname)
 
-                return run
+                return one
 
             run = make(read, fname, strategy)
             try:
