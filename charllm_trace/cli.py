@@ -246,15 +246,13 @@ def collect_cmd(
 def baseline_cmd(run: str, output: str, hta_compat: bool, simulate: bool, force: bool) -> None:
     """Record RUN's headline figures (overlap, exposed communication, bus bandwidth,
     energy, power, throttling) in a baseline file for `check`."""
-    import os
 
     from charllm_trace.analysis.results import AnalyzeOptions
     from charllm_trace.regress.api import baseline_run
     from charllm_trace.regress.baseline import write_baseline
     from charllm_trace.render.tables import cli_hint
 
-    if not force and os.path.lexists(output):  # refuse before the analysis, not after
-        raise InputError(output, "already exists; pass --force to overwrite it")
+    refuse_existing(output, force)  # before the analysis, not after it
     b = baseline_run(run, AnalyzeOptions(hta_compat=hta_compat, simulate=simulate))
     write_baseline(b, output, force=force)
     counts: dict[str, int] = {}

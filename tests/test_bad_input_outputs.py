@@ -25,8 +25,9 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         ["report", str(FIXTURE), "-o"],
         ["export", "perfetto", str(FIXTURE), "-o"],
         ["analyze", str(FIXTURE), "--save"],
+        ["baseline", str(FIXTURE), "-o"],
     ],
-    ids=["report", "export-perfetto", "analyze-save"],
+    ids=["report", "export-perfetto", "analyze-save", "baseline"],
 )
 @pytest.mark.parametrize("where", ["missing-dir", "under-a-file", "a-directory"])
 def test_bad_output_places_are_one_line_before_the_analysis(
