@@ -149,7 +149,7 @@ def test_cli_convert_writes_et_that_chakra_reads(tmp_path: Path) -> None:
     out = tmp_path / "et"
     r = CliRunner().invoke(main, ["convert", str(d), "-o", str(out), "--workers", "2"])
     assert r.exit_code == 0, r.output
-    assert sorted(p.name for p in out.iterdir()) == ["rank-0.et", "rank-1.et"]
+    assert sorted(p.name for p in out.iterdir()) == [".charllm-trace-convert", "rank-0.et", "rank-1.et"]
     for rank in (0, 1):
         kdoc = _json(d / f"rank-{rank}.json.gz")
         kx = [e for e in kdoc["traceEvents"] if e.get("ph") == "X" and e.get("cat") != "Trace"]

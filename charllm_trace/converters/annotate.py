@@ -16,6 +16,8 @@ import polars as pl
 
 from charllm_trace.converters import collectives as C
 from charllm_trace.converters.kineto_profile import KinetoProfile
+from charllm_trace.errors import InputError
+from charllm_trace.limits import MAX_RANK
 
 #: IO info of a node used for collective sizes: (shapes, types, values) lists.
 IO = tuple[Any, Any, Any]
@@ -169,6 +171,36 @@ def _gloo_launches(ev: pl.DataFrame, cand: pl.DataFrame, tree: _Tree) -> dict[in
                 break  # order no longer trustworthy: stop matching here
             gloo_c10d[gid] = cid
     return gloo_c10d
+
+
+#: the largest message size (bytes or elements) a collective may have: 2**50 (a pebibyte)
+MAX_MESSAGE = 1 << 50
+
+
+def _check_sizes(rows: list[dict[str, Any]], path: str, linked: bool) -> None:
+    """Sizes, split sizes and ranks of the collectives are numbers a real job has (they come from
+    the comm args or the host ET's input shapes: hostile values overflowed the int64 columns)."""
+    for rec in rows:
+        for key in ("comm_bytes", "num_elems"):
+            v = rec.get(key)
+            if v is not None and not 0 <= v <= MAX_MESSAGE:
+                src = (
+                    "the host ET's input shapes or the profile's comm args"
+                    if linked
+                    else "the profile's comm args"
+                )
+                raise InputError(
+                    path,
+                    f"collective {rec.get('coll_type') or '?'} (node {rec['id']}): {key} {v} is beyond any real message (from {src})",
+                )
+        for key in ("in_split", "out_split"):
+            v = rec.get(key)
+            if v and any(type(x) is not int or not 0 <= x <= MAX_MESSAGE for x in v):
+                raise InputError(path, f"collective (node {rec['id']}): {key} holds a size no message has")
+        for key in ("root", "peer"):
+            v = rec.get(key)
+            if v is not None and not 0 <= v < MAX_RANK:
+                raise InputError(path, f"collective (node {rec['id']}): {key} rank {v} is outside any job")
 
 
 def annotate_collectives(
@@ -362,6 +394,7 @@ def annotate_collectives(
     report: dict[str, Any] = {"comm_nodes": len(rows), "comm_unknown_type": unknown_type}
     if not rows:
         return ev, report, pgs
+    _check_sizes(rows, prof.path, bool(io))
     cf = pl.DataFrame(
         rows,
         schema={

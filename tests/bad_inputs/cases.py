@@ -555,6 +555,16 @@ def run_host_et_schema_9(r: Path) -> None:
     valid.dump(p, doc)
 
 
+def run_host_et_huge_input_dims(r: Path) -> None:
+    p = r / "rank-0.host_et.json.gz"
+    doc = valid.load(p)
+    for node in doc["nodes"]:
+        ins = node.get("inputs")
+        if isinstance(ins, dict) and ins.get("shapes"):
+            ins["shapes"] = [[10**12, 10**12] for _ in ins["shapes"]]
+    valid.dump(p, doc)
+
+
 def run_kineto_truncated(r: Path) -> None:
     p = r / "rank-1.kineto.json.gz"
     p.write_bytes(p.read_bytes()[:5000])
@@ -582,6 +592,7 @@ for _fn, _needles in [
     (run_manifest_version_99, ("manifest.json", "99")),
     (run_host_et_duplicate_ids, ("rank-0.host_et.json.gz", "id")),
     (run_host_et_schema_9, ("rank-0.host_et.json.gz", "9.9.9")),
+    (run_host_et_huge_input_dims, ("rank-0", "beyond any real message")),
     (run_kineto_truncated, ("rank-1.kineto.json.gz",)),
     (run_kineto_rank_says_0, ("rank",)),
 ]:
