@@ -73,6 +73,8 @@ def _lanes(trace: Trace, rank: int, cn: pl.DataFrame | None = None) -> RankLanes
     comm = iv.merge(s[np.isin(cls, comm_cls)], e[np.isin(cls, comm_cls)])
     comp = iv.merge(s[np.isin(cls, comp_cls)], e[np.isin(cls, comp_cls)])
     busy_s, busy_e = iv.merge(s, e)
+    if busy_s.size == 0:  # every activity lasts 0 ns (a trace of zero durations): nothing to draw
+        return None
     w0, w1 = int(busy_s[0]), int(busy_e[-1])
     idle = (busy_e[:-1].copy(), busy_s[1:].copy())  # the gaps between busy intervals
     return RankLanes(rank, mode, comp, comm, idle, (w0, w1))

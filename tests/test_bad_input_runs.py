@@ -108,3 +108,31 @@ def test_convert_into_a_directory_of_foreign_ets_is_refused(tmp_path: Path) -> N
     r = _cli("convert", str(valid.kineto(tmp_path)), "-o", str(out), "--force")
     assert r.exit_code == 2 and "not written by charllm-trace convert" in r.stderr
     assert (out / "rank-0.et").read_bytes() == b"their work"
+
+
+@pytest.mark.parametrize("case", ["no nodes", "null durations", "zero durations", "no start times"])
+def test_odd_but_valid_ets_go_through_every_command(tmp_path: Path, case: str) -> None:
+    """Valid ETs at the edges: every command gives a result (report on an ET of zero durations was
+    an IndexError, exit 3)."""
+    import polars as pl
+
+    from charllm_trace.et.writer import write_et
+    from tests.test_et_roundtrip import small_trace
+
+    t = small_trace()
+    if case == "no nodes":
+        t.nodes, t.deps = t.nodes.head(0), t.deps.head(0)
+    else:
+        col, value = {"null durations": ("dur_ns", None), "zero durations": ("dur_ns", 0), "no start times": ("start_ns", None)}[case]  # fmt: skip
+        t.nodes = t.nodes.with_columns(pl.lit(value, dtype=pl.Int64).alias(col))
+    p = tmp_path / "rank-0.et"
+    write_et(t, p)
+    for args in (
+        ["info", str(p)],
+        ["analyze", str(p)],
+        ["analyze", "--simulate", str(p)],
+        ["report", str(p), "-o", str(tmp_path / "r.html"), "--force"],
+        ["export", "perfetto", str(p), "-o", str(tmp_path / "p.json"), "--force"],
+    ):
+        r = _cli(*args)
+        assert r.exit_code == 0, (args, r.output, r.stderr)
