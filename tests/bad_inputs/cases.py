@@ -616,6 +616,22 @@ def _host_et_fifo(d: Path) -> list[str]:
     return ["convert", str(valid.kineto(d)), "--host-et", str(d / "h.json"), "-o", str(d / "o")]
 
 
+@_case("host-et:symlink_loop/convert", ("h.json", "loop of symbolic links"))
+def _host_et_loop(d: Path) -> list[str]:
+    (d / "h.json").symlink_to(d / "g.json")
+    (d / "g.json").symlink_to(d / "h.json")
+    return ["convert", str(valid.kineto(d)), "--host-et", str(d / "h.json"), "-o", str(d / "o")]
+
+
+@_case("host-et:duplicate_ids/convert", ("h.json", "appears"))
+def _host_et_duplicate_ids(d: Path) -> list[str]:
+    doc = valid.load(valid.FIXTURE_RUN / "rank-0.host_et.json.gz")
+    for n in doc["nodes"]:
+        n["id"] = 3
+    valid.dump(d / "h.json", doc)
+    return ["convert", str(valid.kineto(d)), "--host-et", str(d / "h.json"), "-o", str(d / "o")]
+
+
 @_case("host-et:kineto_given_as_host_et/convert", ("h.json",))
 def _host_et_is_kineto(d: Path) -> list[str]:
     return ["convert", str(valid.kineto(d)), "--host-et", str(valid.kineto(d, "h.json")), "-o", str(d / "o")]
