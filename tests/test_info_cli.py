@@ -97,3 +97,29 @@ def test_info_on_a_run_directory(tmp_path: Path) -> None:
     r = invoke("info", str(tmp_path / "run"))
     assert r.exit_code == 0
     assert "NVIDIA H100 80GB HBM3" in r.output and "all_reduce" in r.output and "4 samples" in r.output
+
+
+def test_info_says_which_dependencies_of_a_chakra_et_were_dropped(tmp_path, monkeypatch) -> None:
+    """Chakra's converter leaves dependencies on absent nodes and on the node itself; the reader
+    drops them (they cannot be walked) and info says how many, in text and JSON."""
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from charllm_trace.cli import main
+    from tests.conftest import shared_trace
+
+    monkeypatch.setenv("CHARLLM_TRACE_CACHE_DIR", str(tmp_path / "cache"))
+    src = shared_trace("chakra/feeder_tests_chakra.0.et")
+    r = CliRunner().invoke(main, ["info", str(src)])
+    assert r.exit_code == 0, r.output
+    assert (
+        "dependencies dropped when read: 1,277 on nodes not in the file, 383 of a node on itself"
+        in " ".join(r.output.split())
+    )
+    r = CliRunner().invoke(main, ["info", str(src), "--json"])
+    doc = _json.loads(r.output)
+    assert doc["per_rank"][0]["dropped_dependencies"] == {
+        "deps_on_absent_nodes": 1277,
+        "deps_on_themselves": 383,
+    }

@@ -72,6 +72,12 @@ def run_summary(run: Run) -> dict[str, Any]:
                 "hostname": t.meta.hostname,
                 "source": t.meta.source,
                 "telemetry_samples": tel.height,
+                # dependencies a foreign ET held that were dropped when read (et/validate.py)
+                "dropped_dependencies": {
+                    k: int(t.meta.extra[k])
+                    for k in ("deps_on_absent_nodes", "deps_on_themselves")
+                    if isinstance(t.meta.extra.get(k), int)
+                },
             }
         )
     collectives: list[dict[str, Any]] = []

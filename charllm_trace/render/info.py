@@ -93,6 +93,15 @@ def render_info(s: dict[str, Any], console: Console) -> None:
     else:
         console.print("Process groups: none recorded", style="bold")
 
+    for r in s["per_rank"]:
+        dropped = r.get("dropped_dependencies") or {}
+        if dropped:
+            what = {
+                "deps_on_absent_nodes": "on nodes not in the file",
+                "deps_on_themselves": "of a node on itself",
+            }
+            parts = [f"{n:,} {what[k]}" for k, n in dropped.items()]
+            console.print(f"note: rank {r['rank']}: dependencies dropped when read: {', '.join(parts)}")
     if len(s["per_rank"]) > 1:
         pr = _table(
             "Per rank",
