@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 READERS = ["kineto-bytes", "kineto-values", "et-bytes", "host-et-values", "manifest-values", "baseline-values",
-           "baseline-bytes"]  # fmt: skip
+           "baseline-bytes", "telemetry-meta-values", "telemetry-csv-bytes"]  # fmt: skip
 
 
 @pytest.mark.parametrize("reader", READERS)

@@ -140,10 +140,14 @@ def shared_run_id(command: list[str]) -> str | None:
 
 
 def read_json(p: Path) -> dict[str, Any] | None:
+    """The JSON object in ``p``, or None when it is missing, unreadable, not JSON or not a regular
+    file (a FIFO is never opened blocking: the readers that need the file name the problem)."""
+    from charllm_trace.errors import InputError
+    from charllm_trace.inputs import read_regular
+
     try:
-        with open(p) as f:
-            d = json.load(f)
-    except (OSError, ValueError):
+        d = json.loads(read_regular(p))
+    except (InputError, ValueError, RecursionError):
         return None
     return d if isinstance(d, dict) else None
 

@@ -565,6 +565,24 @@ def run_host_et_huge_input_dims(r: Path) -> None:
     valid.dump(p, doc)
 
 
+def run_rank_info_fifo(r: Path) -> None:
+    _fifo(r / "rank-0.info.json")
+
+
+def run_telemetry_meta_fifo(r: Path) -> None:
+    _fifo(r / "telemetry-vm.meta.json")
+
+
+def run_telemetry_file_outside_the_run(r: Path) -> None:
+    m = json.loads((r / "telemetry-vm.meta.json").read_text())
+    m["file"] = "../../../../etc/passwd"
+    (r / "telemetry-vm.meta.json").write_text(json.dumps(m))
+
+
+def run_telemetry_meta_not_json(r: Path) -> None:
+    (r / "telemetry-vm.meta.json").write_text('{"format": "charllm-telemetry-csv", ')
+
+
 def run_kineto_truncated(r: Path) -> None:
     p = r / "rank-1.kineto.json.gz"
     p.write_bytes(p.read_bytes()[:5000])
@@ -594,6 +612,10 @@ for _fn, _needles in [
     (run_host_et_schema_9, ("rank-0.host_et.json.gz", "9.9.9")),
     (run_host_et_huge_input_dims, ("rank-0", "beyond any real message")),
     (run_kineto_truncated, ("rank-1.kineto.json.gz",)),
+    (run_rank_info_fifo, ("rank-0.info.json", "FIFO")),
+    (run_telemetry_meta_fifo, ("telemetry-vm.meta.json", "FIFO")),
+    (run_telemetry_file_outside_the_run, ("telemetry-vm.meta.json", "must name a file in the run directory")),
+    (run_telemetry_meta_not_json, ("telemetry-vm.meta.json", "not valid JSON")),
     (run_kineto_rank_says_0, ("rank",)),
 ]:
     _run_case(_fn, _needles)

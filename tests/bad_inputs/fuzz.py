@@ -137,6 +137,25 @@ def _readers(tmp: Path) -> list[tuple[str, Callable[[Path], Any], str, st.Search
     base = json.loads(valid.FIXTURE_BASELINE.read_text())
     base["metrics"] = base["metrics"][:5]
 
+    from charllm_trace.collectors.telemetry.format import CSV_COLUMNS
+    from charllm_trace.collectors.telemetry.reader import rank_devices, read_telemetry
+
+    tmeta = json.loads((valid.FIXTURE_RUN / "telemetry-vm.meta.json").read_text())
+    tmeta.update(file="telemetry-vm.csv", devices=[{"index": 0, "uuid": "GPU-abc", "name": "NVIDIA H100"}])
+    rows = [
+        f"{valid.T0 * 1000 + i * 50_000_000},0,{300 + i}.5,{i * 15.0},61,70,1980,2619,99,700,0"
+        for i in range(4)
+    ]
+    tcsv = (",".join(CSV_COLUMNS) + "\n" + "\n".join(rows) + "\n").encode()
+
+    def telemetry_meta(p: Path) -> Any:
+        (p.parent / "telemetry-vm.csv").write_bytes(tcsv)
+        return read_telemetry(p.parent), rank_devices(p.parent)
+
+    def telemetry_csv(p: Path) -> Any:
+        (p.parent / "telemetry-vm.meta.json").write_text(json.dumps(tmeta))
+        return read_telemetry(p.parent)
+
     def manifest(p: Path) -> Any:
         d = p.parent
         m = _read_manifest(d)
@@ -154,6 +173,8 @@ def _readers(tmp: Path) -> list[tuple[str, Callable[[Path], Any], str, st.Search
         ),
         ("manifest-values", manifest, "manifest.json", value_mutants(man)),
         ("baseline-values", read_baseline, "b.json", value_mutants(base)),
+        ("telemetry-meta-values", telemetry_meta, "telemetry-vm.meta.json", value_mutants(tmeta)),
+        ("telemetry-csv-bytes", telemetry_csv, "telemetry-vm.csv", byte_mutants(tcsv)),
         ("baseline-bytes", read_baseline, "b.json", byte_mutants(json.dumps(base).encode())),
     ]
 

@@ -114,14 +114,24 @@ def write_meta(path: str, meta: dict[str, Any]) -> None:
 
 def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     from charllm_trace.errors import InputError
+    from charllm_trace.inputs import read_regular
 
     try:
-        with open(path) as f:
-            d = json.load(f)
-    except OSError as exc:
-        raise InputError(path, f"cannot read telemetry metadata: {exc.strerror}") from None
-    except ValueError as exc:
-        raise InputError(path, f"telemetry metadata is not valid JSON: {exc}") from None
+        d = json.loads(read_regular(path, "a telemetry metadata file"))
+    except (ValueError, RecursionError) as exc:
+        raise InputError(
+            path, f"telemetry metadata is not valid JSON: {' '.join(str(exc).split())[:120]}"
+        ) from None
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise InputError(path, f"not a charllm-trace telemetry metadata file (format != {FORMAT})")
+    f = d.get("file")
+    if f is not None and (not isinstance(f, str) or not f or os.path.basename(f) != f or f in (".", "..")):
+        # the samples live beside their metadata: a path elsewhere (../../x, /etc/x) is not read
+        raise InputError(path, f"'file' must name a file in the run directory, not {f!r:.80}")
+    devices = d.get("devices")
+    if devices is not None and (
+        not isinstance(devices, list)
+        or any(not isinstance(x, dict) or type(x.get("index")) is not int for x in devices)
+    ):
+        raise InputError(path, "'devices' must be a list of objects with an integer 'index'")
     return d

@@ -24,11 +24,10 @@ def read_samples(path: str | os.PathLike[str]) -> pl.DataFrame:
     A last line cut short (the sampler was killed mid-write) is dropped; anything else that does
     not parse is an :class:`InputError`.
     """
+    from charllm_trace.inputs import read_regular
+
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise InputError(p, f"cannot read telemetry: {exc.strerror}") from None
+    data = read_regular(p, "a telemetry CSV")
     header = ",".join(CSV_COLUMNS).encode()
     if not data.startswith(header):
         raise InputError(p, "not a charllm-trace telemetry CSV (unexpected header)")
@@ -63,8 +62,8 @@ def read_telemetry(run_dir: str | os.PathLike[str]) -> pl.DataFrame:
     for host, m in telemetry_metas(run_dir).items():
         if not m.get("file"):
             continue
-        csv = os.path.join(os.fspath(run_dir), m["file"])
-        if not os.path.exists(csv):
+        csv = os.path.join(os.fspath(run_dir), m["file"])  # a bare name (format.read_meta)
+        if not os.path.lexists(csv):
             raise InputError(csv, "telemetry file named by its metadata is missing")
         df = read_samples(csv)
         frames.append(df.with_columns(pl.lit(host, dtype=pl.String).alias(HOST_COLUMN)))
@@ -75,15 +74,20 @@ def read_telemetry(run_dir: str | os.PathLike[str]) -> pl.DataFrame:
 
 def _rank_infos(run_dir: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
     out: dict[int, dict[str, Any]] = {}
+    from charllm_trace.inputs import read_regular
+
     for p in glob.glob(os.path.join(os.fspath(run_dir), "rank-*.info.json")):
         try:
-            with open(p) as f:
-                d = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise InputError(p, f"rank info does not parse: {exc}") from None
+            d = json.loads(read_regular(p, "a rank info file"))
+        except (ValueError, RecursionError) as exc:
+            raise InputError(p, f"rank info does not parse: {' '.join(str(exc).split())[:120]}") from None
         if isinstance(d, dict) and isinstance(d.get("rank"), int):
             out[d["rank"]] = d
     return out
+
+
+def _text(v: Any) -> str:
+    return v if isinstance(v, str) else ""
 
 
 def rank_devices(run_dir: str | os.PathLike[str]) -> dict[int, tuple[str, int | None]]:
@@ -100,11 +104,11 @@ def rank_devices(run_dir: str | os.PathLike[str]) -> dict[int, tuple[str, int | 
         dev = info.get("device")
         idx: int | None = None
         if isinstance(dev, dict):
-            idx = dev.get("index")
+            idx = dev.get("index") if type(dev.get("index")) is int else None
             devices = (metas.get(host) or {}).get("devices") or []
-            uuid = (dev.get("uuid") or "").lower().removeprefix("gpu-")
+            uuid = _text(dev.get("uuid")).lower().removeprefix("gpu-")
             for d in devices:
-                du = (d.get("uuid") or "").lower().removeprefix("gpu-")
+                du = _text(d.get("uuid")).lower().removeprefix("gpu-")
                 if uuid and du and (du == uuid or du.endswith(uuid) or uuid.endswith(du)):
                     idx = d["index"]
                     break
