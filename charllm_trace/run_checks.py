@@ -69,9 +69,9 @@ def check_manifest(mp: Path, man: dict[str, Any]) -> tuple[int | None, list[int]
     ranks = None
     if isinstance(traced, list):
         hi = (world or MAX_RANK) - 1
-        bad = next((r for r in traced if type(r) is not int or not 0 <= r <= hi), None)
-        if bad is not None:
-            raise InputError(mp, f"ranks_traced holds {bad!r}, not a rank from 0 to {hi:,}")
+        bad = [r for r in traced if type(r) is not int or not 0 <= r <= hi]
+        if bad:
+            raise InputError(mp, f"ranks_traced holds {bad[0]!r}, not a rank from 0 to {hi:,}")
         ranks = sorted(set(traced))
     if man.get("ranks_requested", "all") == "all" and world is not None and ranks is not None:
         if ranks != list(range(world)):
