@@ -166,6 +166,17 @@ STEP_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """Ranks as ranges: [0, 1, 2, 5, 7, 8] -> "0-2,5,7-8" ("none" for no rank)."""
+    out: list[list[int]] = []
+    for r in sorted(set(ranks)):
+        if out and r == out[-1][1] + 1:
+            out[-1][1] = r
+        else:
+            out.append([r, r])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out) or "none"
+
+
 def empty_frame(schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
     return pl.DataFrame(schema=dict(schema))
 

@@ -34,13 +34,9 @@ def set_allow_partial(on: bool | None) -> None:
 
 
 def ranges(ranks: Any) -> str:
-    out: list[list[int]] = []
-    for r in sorted(ranks):
-        if out and r == out[-1][1] + 1:
-            out[-1][1] = r
-        else:
-            out.append([r, r])
-    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out) or "none"
+    from charllm_trace.model import rank_ranges
+
+    return rank_ranges(ranks)
 
 
 def _int_field(mp: Path, man: dict[str, Any], key: str, lo: int, hi: int) -> int | None:

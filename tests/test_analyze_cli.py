@@ -196,3 +196,19 @@ def test_analyze_run_dir_with_telemetry_prints_all_four(tmp_path):
     assert tot["counter_j"] == pytest.approx(energy - 5000.0, rel=1e-6)
     assert tot["operators_j"] + tot["idle_j"] == pytest.approx(tot["total_j"], rel=1e-9)
     assert abs(d["frames"]["overlap"][0]["overlap_pct"] - 15.61) < 0.01  # whole trace, exact ns
+
+
+def test_a_note_shared_by_every_rank_is_printed_once(tmp_path, monkeypatch) -> None:
+    """The 8-rank DLRM set printed the same note 8 times (issue 14: notes de-duplicated)."""
+    from click.testing import CliRunner
+
+    from charllm_trace.cli import main
+    from tests.conftest import shared_trace
+
+    monkeypatch.setenv("CHARLLM_TRACE_CACHE_DIR", str(tmp_path / "cache"))
+    r = CliRunner().invoke(main, ["analyze", str(shared_trace("param/dlrm_8ranks_v100"))])
+    assert r.exit_code == 0, r.output
+    notes = [ln.strip() for ln in r.output.splitlines() if "carry no process group" in ln]
+    assert notes == [
+        "note: ranks 0-7: communication kernels carry no process group: per-group overlap not computed"
+    ]

@@ -64,3 +64,10 @@ def test_run_select_and_order() -> None:
     assert run.ranks == [0, 1, 2]
     assert [t.rank for t in run] == [0, 1, 2]
     assert run.select([1, 5]).ranks == [1]
+
+
+def test_rank_ranges() -> None:
+    from charllm_trace.model import rank_ranges
+
+    assert rank_ranges([5, 0, 1, 2, 7, 8, 2]) == "0-2,5,7-8"
+    assert rank_ranges([3]) == "3" and rank_ranges([]) == "none"

@@ -30,7 +30,7 @@ from charllm_trace.analysis.results import (  # the notes' words live with the r
 from charllm_trace.analysis.whatif import simulate, what_if
 from charllm_trace.graph.engine import CycleError
 from charllm_trace.graph.run import build_run_graph
-from charllm_trace.model import ProcessGroup, Run, Trace
+from charllm_trace.model import ProcessGroup, Run, Trace, rank_ranges
 
 
 def _layout(run: Run, options: AnalyzeOptions) -> dict[str, int] | None:
@@ -62,13 +62,17 @@ def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
 
 
 def _merge_notes(per_rank: list[tuple[int, list[str]]], multi: bool) -> list[str]:
-    out: list[str] = []
+    """Each distinct note once, with the ranks it holds for (``ranks 0-7: ...``; on the 8-rank
+    DLRM set the same note was printed once per rank), in order of first appearance."""
+    ranks_of: dict[str, list[int]] = {}
     for r, notes in per_rank:
         for n in notes:
-            line = f"rank {r}: {n}" if multi else n
-            if line not in out:
-                out.append(line)
-    return out
+            rs = ranks_of.setdefault(n, [])
+            if r not in rs:
+                rs.append(r)
+    if not multi:
+        return list(ranks_of)
+    return [f"{'ranks' if len(rs) > 1 else 'rank'} {rank_ranges(rs)}: {n}" for n, rs in ranks_of.items()]
 
 
 def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
