@@ -231,9 +231,12 @@ class BoundedGzip:
         self._read = 0
 
     def read(self, n: int = -1) -> bytes:
+        if n == 0:
+            return b""
         if n is None or n < 0:
             n = self._limit + 1 - self._read
-        b = self._inner.read(max(0, min(n, self._limit + 1 - self._read)) or 1)
+        # never more than one byte past the limit, and at least one (to see whether more follows)
+        b = self._inner.read(max(1, min(n, self._limit + 1 - self._read)))
         self._read += len(b)
         if self._read > self._limit:
             raise too_big(self._path, self._limit)
