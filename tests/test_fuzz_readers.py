@@ -12,12 +12,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-READERS = ["kineto-bytes", "kineto-values", "et-bytes", "host-et-values", "manifest-values", "baseline-values",
+READERS = ["kineto-real-bytes", "kineto-real-values", "et-real-bytes", "kineto-bytes", "kineto-values", "et-bytes", "host-et-values", "manifest-values", "baseline-values",
            "baseline-bytes", "telemetry-meta-values", "telemetry-csv-bytes"]  # fmt: skip
 
 
 @pytest.mark.parametrize("reader", READERS)
 def test_reader_survives_mutants(reader: str, tmp_path: Path) -> None:
+    if "-real-" in reader:
+        from tests.conftest import SHARED_TRACES
+
+        if not SHARED_TRACES.is_dir():
+            pytest.skip("../shared (real traces to mutate) is absent")
     env = {**os.environ, "CHARLLM_TRACE_CACHE_DIR": str(tmp_path / "cache")}
     r = subprocess.run(
         [sys.executable, "-m", "tests.bad_inputs.fuzz", reader],

@@ -1,7 +1,8 @@
 """A bounded fuzz job over every reader of untrusted input (issue 15).
 
-``python -m tests.bad_inputs.fuzz`` mutates small real inputs (a Kineto profile, a Chakra ET,
-a host ET, a run manifest, a baseline) byte by byte and value by value with hypothesis
+``python -m tests.bad_inputs.fuzz`` mutates small inputs (real ones where ``../shared`` holds them:
+an A100 Kineto profile and a Chakra-made ET; the collected fixture run's host ET, manifest and
+telemetry; a baseline; a small Kineto profile and ET made here) byte by byte and value by value with hypothesis
 (derandomized: the same examples on every run) and feeds each mutant to its reader. Each must
 end in a result or an ``InputError``/``UsageError``; any other exception fails the job with the
 example, and a crash (a signal) fails the test that runs this module in a subprocess. The
@@ -28,6 +29,7 @@ from charllm_trace.errors import InputError
 from tests.bad_inputs import valid
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
 SETTINGS = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -161,7 +163,18 @@ def _readers(tmp: Path) -> list[tuple[str, Callable[[Path], Any], str, st.Search
         m = _read_manifest(d)
         return check_manifest(d / "manifest.json", m)
 
-    return [
+    real: list[tuple[str, Callable[[Path], Any], str, st.SearchStrategy[bytes]]] = []
+    if SHARED.is_dir():  # real traces others recorded (skipped where ../shared is absent)
+        import gzip
+
+        a100 = gzip.decompress((SHARED / "hta" / "simple_add_kineto.json.gz").read_bytes())
+        feeder = (SHARED / "chakra" / "feeder_tests_chakra.0.et").read_bytes()
+        real = [
+            ("kineto-real-bytes", read_kineto, "rank-0.json", byte_mutants(a100)),
+            ("kineto-real-values", read_kineto, "rank-0.json", value_mutants(json.loads(a100))),
+            ("et-real-bytes", lambda p: read_et(p, cache=False), "rank-0.et", byte_mutants(feeder)),
+        ]
+    return real + [
         ("kineto-bytes", read_kineto, "rank-0.json", byte_mutants(kbytes)),
         ("kineto-values", read_kineto, "rank-0.json", value_mutants(kdoc)),
         ("et-bytes", lambda p: read_et(p, cache=False), "rank-0.et", byte_mutants(et_bytes)),
