@@ -142,3 +142,30 @@ def test_hosts_from_manifest_decide_spanning():
     two = Run(traces=traces, manifest={"ranks_by_host": {"a": [0, 1], "b": [2, 3]}})
     assert bandwidth(one).peaks["0"].gbps == 450.0 and bandwidth(one).peaks["0"].spans_nodes is False
     assert bandwidth(two).peaks["0"].gbps == 50.0
+
+
+def test_collectives_without_sizes_aggregate_to_unknown_not_zero(tmp_path, monkeypatch) -> None:
+    """Issue 13: instances without a size were null, but their aggregate row said bytes 0,
+    busbw 0.00, util 0.0, and the table printed the size as 'None'."""
+    import json
+
+    from click.testing import CliRunner
+
+    from charllm_trace.cli import main
+    from tests.bad_inputs import valid
+
+    monkeypatch.setenv("CHARLLM_TRACE_CACHE_DIR", str(tmp_path / "cache"))
+    doc = valid.kineto_doc()
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and "nccl" in e["name"]:
+            for k in ("In msg nelems", "Out msg nelems", "dtype"):
+                e["args"].pop(k)
+    p = valid.dump(tmp_path / "rank-0.json", doc)
+    r = CliRunner().invoke(main, ["analyze", str(p), "--format", "json"])
+    (row,) = json.loads(r.stdout)["frames"]["bandwidth"]
+    assert row["count"] == 2 and row["dur_ns_total"] == 4_000_000
+    assert row["bytes_total"] is None and row["algbw_gbps"] is None
+    assert row["busbw_gbps"] is None and row["util_pct"] is None
+    text = CliRunner().invoke(main, ["analyze", str(p)]).stdout
+    line = next(ln for ln in text.splitlines() if "all_reduce" in ln and "│" in ln)
+    assert "None" not in line and "unknown" in line, line

@@ -232,9 +232,12 @@ def summarize(coll: pl.DataFrame) -> pl.DataFrame:
         .agg(
             pl.col("dim").first(),
             pl.len().alias("count"),
-            pl.col("bytes").sum().alias("bytes_total"),
+            # null, not 0, for a group whose sizes are unknown (their instances have no bytes)
+            pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()).alias("bytes_total"),
             pl.col("dur_ns").sum().alias("dur_ns_total"),
-            (pl.col("bytes") * pl.col("bus_factor")).sum().alias("_bus_bytes"),
+            pl.when(pl.col("bytes").is_not_null().any())
+            .then((pl.col("bytes") * pl.col("bus_factor")).sum())
+            .alias("_bus_bytes"),
             pl.col("bus_factor").is_null().any().alias("_nofac"),
             pl.col("busbw_gbps").max().alias("busbw_gbps_max"),
             pl.col("peak_gbps").first(),

@@ -118,7 +118,7 @@ def render_bandwidth(res: RunAnalysis, console: Console) -> None:
     )  # fmt: skip
     for r in bw.summary.iter_rows(named=True):
         t.add_row(
-            str(r["coll_type"]), r["pg_name"] or "-", r["dim"] or "-", str(r["size_bucket"]), str(r["count"]),
+            r["coll_type"] or "unknown", r["pg_name"] or "-", r["dim"] or "-", r["size_bucket"] or "unknown", str(r["count"]),
             _num(None if r["bytes_total"] is None else r["bytes_total"] / 1e6), _ms(r["dur_ns_total"]),
             _num(r["algbw_gbps"]), _num(r["busbw_gbps"]), _num(r["busbw_gbps_max"]),
             _num(r["peak_gbps"], "{:.0f}"), _num(r["util_pct"], "{:.1f}"),
@@ -143,7 +143,7 @@ def render_bandwidth(res: RunAnalysis, console: Console) -> None:
         )  # fmt: skip
         for r in m.iter_rows(named=True):
             mt.add_row(
-                r["pg_name"] or "-", str(r["coll_seq"]), str(r["coll_type"]),
+                r["pg_name"] or "-", "-" if r["coll_seq"] is None else str(r["coll_seq"]), r["coll_type"] or "unknown",
                 _num(None if r["bytes"] is None else r["bytes"] / 1e6), str(r["n_ranks"]),
                 _ms(r["dur_min_ns"]), _ms(r["dur_max_ns"]), _num(r["busbw_gbps"]), _ms(r["skew_ns"]),
                 str(r["late_rank"]),
