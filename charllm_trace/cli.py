@@ -17,7 +17,7 @@ import click
 
 from charllm_trace._native_libs import NativeModuleMissing
 from charllm_trace.cli_analyze import analyze_cmd, report_cmd
-from charllm_trace.cli_cache import allow_partial_option, cache_group, no_cache_option
+from charllm_trace.cli_cache import allow_partial_option, cache_group, json_flag, no_cache_option
 from charllm_trace.cli_results import refuse_existing
 from charllm_trace.errors import InputError
 
@@ -277,6 +277,7 @@ def baseline_cmd(run: str, output: str, hta_compat: bool, simulate: bool, force:
 @click.option("--allow-missing", is_flag=True, help="Do not fail on baseline metrics the run no longer has.")
 @click.option("--all", "show_all", is_flag=True, help="List every metric, not only the failures.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@json_flag
 @no_cache_option
 @allow_partial_option
 def check_cmd(
@@ -309,6 +310,7 @@ def check_cmd(
     "--hta-compat", is_flag=True, help="Drop kernels launched after the last ProfilerStep begins (HTA)."
 )
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@json_flag
 @no_cache_option
 @allow_partial_option
 def diff_cmd(run_a: str, run_b: str, top: int, hta_compat: bool, fmt: str) -> None:

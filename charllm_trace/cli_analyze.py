@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from charllm_trace.cli_cache import allow_partial_option, no_cache_option
+from charllm_trace.cli_cache import allow_partial_option, json_flag, no_cache_option
 from charllm_trace.cli_results import (
     refuse_analysis_options,
     refuse_existing,
@@ -46,6 +46,7 @@ def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
 @click.option("--ranks", default=None, help="Ranks to analyse, e.g. 0,1 or 0-3 (default: all).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "parquet"]), default="table",
               show_default=True, help="Output format.")  # fmt: skip
+@json_flag
 @click.option("-o", "--output", type=click.Path(), default=None,
               help="Output file (json) or path stem (csv/parquet: one file per table).")  # fmt: skip
 @click.option("--force", is_flag=True, help="Overwrite existing output files.")

@@ -50,6 +50,24 @@ def allow_partial_option(f: Any) -> Any:
     )(f)
 
 
+def json_flag(f: Any) -> Any:
+    """``--json``: the same as ``--format json`` (``info`` has had it; now every command with a
+    JSON format takes it). With another explicit ``--format`` it is a usage error."""
+    import functools
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, as_json: bool = False, **kw: Any) -> Any:
+        if as_json:
+            if kw.get("fmt") not in ("table", "json"):
+                from charllm_trace.errors import UsageError
+
+                raise UsageError(f"--json and --format {kw.get('fmt')} ask for two formats; give one")
+            kw["fmt"] = "json"
+        return f(*args, **kw)
+
+    return click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(wrapper)
+
+
 def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000 or unit == "GB":

@@ -212,3 +212,29 @@ def test_a_note_shared_by_every_rank_is_printed_once(tmp_path, monkeypatch) -> N
     assert notes == [
         "note: ranks 0-7: communication kernels carry no process group: per-group overlap not computed"
     ]
+
+
+def test_json_flag_on_every_command_with_a_json_format(tmp_path, monkeypatch) -> None:
+    """Issue 14: `info --json` existed, `analyze --json` did not. --json equals --format json."""
+    import json
+
+    from click.testing import CliRunner
+
+    from charllm_trace.cli import main
+
+    monkeypatch.setenv("CHARLLM_TRACE_CACHE_DIR", str(tmp_path / "cache"))
+    from pathlib import Path
+
+    run = Path(__file__).parent / "fixtures" / "traces" / "cpu-2rank-gloo"
+    base = run.parent / "cpu-2rank-gloo.baseline.json"
+    for args in (
+        ["analyze", str(run)],
+        ["check", str(run), "--baseline", str(base)],
+        ["diff", str(run), str(run)],
+    ):
+        a = CliRunner().invoke(main, [*args, "--json"])
+        b = CliRunner().invoke(main, [*args, "--format", "json"])
+        assert a.exit_code == b.exit_code == 0, (args, a.output, b.output)
+        assert json.loads(a.stdout) == json.loads(b.stdout)
+    r = CliRunner().invoke(main, ["analyze", str(run), "--json", "--format", "csv"])
+    assert r.exit_code == 2 and r.stderr.startswith("error: --json and --format csv")
