@@ -17,7 +17,7 @@ import click
 
 from charllm_trace._native_libs import NativeModuleMissing
 from charllm_trace.cli_analyze import analyze_cmd, report_cmd
-from charllm_trace.cli_cache import allow_partial_option, cache_group, json_flag, no_cache_option
+from charllm_trace.cli_cache import allow_partial_option, cache_group, json_flag, no_cache_option, wide_option
 from charllm_trace.cli_results import refuse_existing
 from charllm_trace.errors import InputError
 
@@ -85,7 +85,8 @@ def main(debug: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (times in ns, bytes in bytes).")
 @click.option("--no-cache", is_flag=True, help="Decode the files again instead of using the cache.")
 @allow_partial_option
-def info_cmd(path: str, as_json: bool, no_cache: bool) -> None:
+@wide_option
+def info_cmd(path: str, as_json: bool, no_cache: bool, wide: bool) -> None:
     """Summarise an ET file or a directory of per-rank ETs (or any run charllm-trace reads):
     ranks, node counts by type, time span, collectives and bytes, process groups, devices, telemetry."""
     from charllm_trace.et.summary import run_summary
@@ -97,11 +98,10 @@ def info_cmd(path: str, as_json: bool, no_cache: bool) -> None:
 
         click.echo(info_json(summary))
     else:
-        from rich.console import Console
-
+        from charllm_trace.render.fit import table_console
         from charllm_trace.render.info import render_info
 
-        render_info(summary, Console(soft_wrap=False))
+        render_info(summary, table_console(wide))
 
 
 # --- convert (issue 3) -----------------------------------------------------
@@ -280,9 +280,11 @@ def baseline_cmd(run: str, output: str, hta_compat: bool, simulate: bool, force:
 @json_flag
 @no_cache_option
 @allow_partial_option
+@wide_option
 def check_cmd(
-    run: str, baseline_path: str, tolerance: str | None, allow_missing: bool, show_all: bool, fmt: str
-) -> None:
+    run: str, baseline_path: str, tolerance: str | None, allow_missing: bool, show_all: bool, fmt: str,
+    wide: bool,
+) -> None:  # fmt: skip
     """Compare RUN with a baseline: exit 0 within tolerance, 1 when a metric regressed
     (or went missing), 2 for bad input."""
     from charllm_trace.regress.api import check_run
@@ -297,7 +299,7 @@ def check_cmd(
     else:
         from charllm_trace.render.regress import make_console, print_check
 
-        print_check(res.comparison, make_console(), show_all=show_all)
+        print_check(res.comparison, make_console(wide), show_all=show_all)
     if not res.comparison.ok:
         sys.exit(EXIT_REGRESSION)
 
@@ -313,7 +315,8 @@ def check_cmd(
 @json_flag
 @no_cache_option
 @allow_partial_option
-def diff_cmd(run_a: str, run_b: str, top: int, hta_compat: bool, fmt: str) -> None:
+@wide_option
+def diff_cmd(run_a: str, run_b: str, top: int, hta_compat: bool, fmt: str, wide: bool) -> None:
     """Show two runs side by side: per collective type, per operator, per step (and energy
     per phase), with absolute and relative change from RUN_A to RUN_B."""
     from charllm_trace.analysis.results import AnalyzeOptions
@@ -327,7 +330,7 @@ def diff_cmd(run_a: str, run_b: str, top: int, hta_compat: bool, fmt: str) -> No
         return
     from charllm_trace.render.regress import make_console, print_diff
 
-    print_diff(d, make_console(), label_a="A", label_b="B")
+    print_diff(d, make_console(wide), label_a="A", label_b="B")
     click.echo(f"A = {run_a}\nB = {run_b}")
 
 

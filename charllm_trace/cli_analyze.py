@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from charllm_trace.cli_cache import allow_partial_option, json_flag, no_cache_option
+from charllm_trace.cli_cache import allow_partial_option, json_flag, no_cache_option, wide_option
 from charllm_trace.cli_results import (
     refuse_analysis_options,
     refuse_existing,
@@ -72,6 +72,7 @@ def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
               help="Power integration between telemetry samples.")  # fmt: skip
 @click.option("--what-if", "what_if", default=None, metavar="CLASS=FACTOR,...", help=WHAT_IF_HELP)
 @click.option("--no-critical-path", is_flag=True, help="Skip the critical path through the execution graph.")
+@wide_option
 @save_option
 @no_cache_option
 @allow_partial_option
@@ -92,6 +93,7 @@ def analyze_cmd(
     energy_method: str,
     what_if: str | None,
     no_critical_path: bool,
+    wide: bool,
     save: str | None,
 ) -> None:
     """Overlap, bandwidth per collective, energy per operator, power per step and the critical
@@ -142,7 +144,7 @@ def analyze_cmd(
     if fmt == "table":
         from charllm_trace.render.tables import render_analysis
 
-        render_analysis(res)
+        render_analysis(res, wide=wide)
         return
     from charllm_trace.render import export
 

@@ -68,6 +68,14 @@ def json_flag(f: Any) -> Any:
     return click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(wrapper)
 
 
+def wide_option(f: Any) -> Any:
+    """``--wide``: print every table whole, however wide (by default a table wider than the
+    terminal, or than 80 columns when piped, is split into parts; no number is cut)."""
+    return click.option(
+        "--wide", is_flag=True, help="Print every table whole, however wide (default: fit the terminal)."
+    )(f)
+
+
 def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000 or unit == "GB":

@@ -206,7 +206,7 @@ def test_a_note_shared_by_every_rank_is_printed_once(tmp_path, monkeypatch) -> N
     from tests.conftest import shared_trace
 
     monkeypatch.setenv("CHARLLM_TRACE_CACHE_DIR", str(tmp_path / "cache"))
-    r = CliRunner().invoke(main, ["analyze", str(shared_trace("param/dlrm_8ranks_v100"))])
+    r = CliRunner().invoke(main, ["analyze", "--wide", str(shared_trace("param/dlrm_8ranks_v100"))])
     assert r.exit_code == 0, r.output
     notes = [ln.strip() for ln in r.output.splitlines() if "carry no process group" in ln]
     assert notes == [

@@ -8,7 +8,8 @@ from typing import Any
 
 import orjson
 from rich.console import Console
-from rich.table import Table
+
+from charllm_trace.render.fit import FitTable
 
 
 def info_json(summary: dict[str, Any]) -> str:
@@ -30,10 +31,10 @@ def _time(ns: int | None) -> str:
     return dt.datetime.fromtimestamp(ns / 1e9, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
 
 
-def _table(title: str, *cols: tuple[str, str]) -> Table:
-    t = Table(title=title, title_justify="left", title_style="bold", header_style="bold")
+def _table(title: str, *cols: tuple[str, str]) -> FitTable:
+    t = FitTable(title, keys=1)
     for name, just in cols:
-        t.add_column(name, justify=just)  # type: ignore[arg-type]
+        t.add_column(name, just, wrap=name in ("", "description", "ranks", "host"))
     return t
 
 

@@ -6,18 +6,19 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
+
+from charllm_trace.render.fit import FitTable, table_console
 
 if TYPE_CHECKING:
     from charllm_trace.regress.compare import Comparison, MetricChange
     from charllm_trace.regress.diff import RunDiff
 
 
-def make_console() -> Console:
-    """A console for check/diff output: at least 140 columns when not a terminal (CI logs)."""
-    c = Console()
-    return c if c.is_terminal else Console(width=max(c.width, 140))
+def make_console(wide: bool = False) -> Console:
+    """A console for check/diff output: the terminal's width (80 when piped), tables split into
+    parts rather than cut; ``wide``: every table whole."""
+    return table_console(wide)
 
 
 _STATUS_STYLE = {
@@ -50,18 +51,18 @@ def fmt_change(ch: MetricChange) -> str:
     return a if rel is None else f"{a} ({rel * 100:+.1f}%)"
 
 
-def check_table(cmp: Comparison, *, show_all: bool = False) -> Table:
+def check_table(cmp: Comparison, *, show_all: bool = False) -> FitTable:
     """The failing metrics (or every metric with ``show_all``): metric, old, new, change, tolerance."""
     rows = cmp.changes if show_all else cmp.failures
     title = "all metrics" if show_all else "regressions"
-    t = Table(title=title, title_justify="left", show_lines=False)
-    t.add_column("metric", no_wrap=True)
-    t.add_column("status", no_wrap=True)
-    t.add_column("baseline", justify="right", no_wrap=True)
-    t.add_column("now", justify="right", no_wrap=True)
-    t.add_column("change", justify="right", no_wrap=True)
-    t.add_column("unit", no_wrap=True)
-    t.add_column("tolerance", justify="right", no_wrap=True)
+    t = FitTable(title, keys=1)
+    t.add_column("metric", "left", shrink=True)
+    t.add_column("status", "left")
+    t.add_column("baseline")
+    t.add_column("now")
+    t.add_column("change")
+    t.add_column("unit", "left")
+    t.add_column("tolerance")
     for ch in rows:
         style = _STATUS_STYLE[ch.status]
         t.add_row(
@@ -126,19 +127,19 @@ def _change(d: float | None, rel: float | None, unit: str) -> str:
     return s
 
 
-def diff_tables(diff: RunDiff, *, label_a: str = "A", label_b: str = "B") -> list[Table]:
+def diff_tables(diff: RunDiff, *, label_a: str = "A", label_b: str = "B") -> list[FitTable]:
     """One table per section: keys, then for each value A, B and the change (absolute and relative)."""
     tables = []
     for sec in diff.sections:
-        t = Table(title=f"{sec.title}  ({label_a} → {label_b})", title_justify="left")
+        t = FitTable(f"{sec.title}  ({label_a} → {label_b})", keys=len(sec.keys))
         for k in sec.keys:
-            t.add_column(k, no_wrap=True, max_width=NAME_WIDTH)
-        for v in sec.values:
+            t.add_column(k, "left", shrink=True, max_width=NAME_WIDTH)
+        for n, v in enumerate(sec.values):
             unit = sec.units.get(v, "")
             head = f"{v} [{unit}]" if unit and unit not in ("count", "%") else v
-            t.add_column(Text(f"{head}\n{label_a}"), justify="right", no_wrap=True, min_width=len(head))
-            t.add_column(f"\n{label_b}", justify="right", no_wrap=True)
-            t.add_column("\nchange", justify="right", no_wrap=True)
+            t.add_column(Text(f"{head}\n{label_a}"), group=n)  # A, B and change stay together
+            t.add_column(f"\n{label_b}", group=n)
+            t.add_column("\nchange", group=n)
         for row in sec.frame.iter_rows(named=True):
             cells: list[Any] = [Text(_short("-" if row[k] is None else str(row[k]))) for k in sec.keys]
             for v in sec.values:

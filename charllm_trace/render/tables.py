@@ -8,11 +8,10 @@ from collections.abc import Iterable
 from typing import Any
 
 import polars as pl
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
 from charllm_trace.analysis.results import CAN_SIMULATE, CP_CATEGORIES, NO_PEAK, RunAnalysis
+from charllm_trace.render.fit import FitTable, table_console
 
 TOP = 10
 MAX_RANK_OPS = 4  # with more ranks, the top operators of the job's critical path only
@@ -47,15 +46,25 @@ def _step(v: Any) -> str:
     return "all" if v is None else str(v)
 
 
-def _table(title: str, cols: Iterable[tuple[str, str]]) -> Table:
-    t = Table(title=title, title_justify="left", title_style="bold", header_style="bold")
+def _table(title: str, cols: Iterable[tuple[str, str]], keys: int = 2) -> FitTable:
+    """A table that splits into parts (repeating its first ``keys`` columns) rather than cut a
+    number when the console is narrower than it (:mod:`charllm_trace.render.fit`)."""
+    t = FitTable(title, keys=keys)
     for name, just in cols:
-        t.add_column(name, justify=just)  # type: ignore[arg-type]
+        t.add_column(name, just, shrink=just == "left" and name in SHRINKABLE)
     return t
+
+
+#: Text columns that may be shortened with an ellipsis (names; never numbers or keys).
+SHRINKABLE = frozenset({"operator", "kernel", "launching CPU op", "process group", "key"})
 
 
 def _label(res: RunAnalysis) -> str:
     return " [SIMULATED]" if res.simulated else ""
+
+
+def _legend(console: Console, text: str) -> None:
+    console.print(f"  {text}", style="dim", markup=False, highlight=False)
 
 
 def _notes(console: Console, notes: list[str]) -> None:
@@ -74,8 +83,8 @@ def render_overlap(res: RunAnalysis, console: Console) -> None:
     t = _table(
         title,
         [("rank", "right"), ("step", "right"), ("span ms", "right"), ("compute ms", "right"),
-         ("comm ms", "right"), ("overlap %", "right"), ("exposed comm ms", "right"),
-         ("memcpy/set ms", "right"), ("idle ms", "right")],
+         ("comm ms", "right"), ("overlap %", "right"), ("exposed ms", "right"),
+         ("mem ms", "right"), ("idle ms", "right")],
     )  # fmt: skip
     for r in ov.per_rank.iter_rows(named=True):
         t.add_row(
@@ -89,7 +98,7 @@ def render_overlap(res: RunAnalysis, console: Console) -> None:
         g = _table(
             f"Overlap by {name}" + _label(res),
             [("rank", "right"), ("step", "right"), (name, "left"), ("dim", "left"), ("comm ms", "right"),
-             ("overlap %", "right"), ("exposed comm ms", "right"), ("n", "right")],
+             ("overlap %", "right"), ("exposed ms", "right"), ("n", "right")],
         )  # fmt: skip
         for r in df.iter_rows(named=True):
             label = (
@@ -104,6 +113,7 @@ def render_overlap(res: RunAnalysis, console: Console) -> None:
                 _num(r["overlap_pct"]), _ms(r["exposed_comm_ns"]), str(r["n_comm"]),
             )  # fmt: skip
         console.print(g)
+    _legend(console, "exposed = communication not overlapped with compute; mem = memcpy and memset")
     _notes(console, ov.notes)
 
 
@@ -111,10 +121,11 @@ def render_bandwidth(res: RunAnalysis, console: Console) -> None:
     bw = res.bandwidth
     assert bw is not None
     t = _table(
-        "Collective bandwidth by type, group and message size" + _label(res),
+        "Collective bandwidth (GB/s) by type, group and message size" + _label(res),
         [("type", "left"), ("group", "left"), ("dim", "left"), ("size", "left"), ("count", "right"),
-         ("MB", "right"), ("time ms", "right"), ("algbw GB/s", "right"), ("busbw GB/s", "right"),
-         ("max busbw", "right"), ("peak GB/s", "right"), ("util %", "right")],
+         ("MB", "right"), ("time ms", "right"), ("algbw", "right"), ("busbw", "right"),
+         ("max busbw", "right"), ("peak", "right"), ("util %", "right")],
+        keys=4,
     )  # fmt: skip
     for r in bw.summary.iter_rows(named=True):
         t.add_row(
@@ -138,8 +149,9 @@ def render_bandwidth(res: RunAnalysis, console: Console) -> None:
             + (f" (top {TOP} of {bw.matched.height})" if bw.matched.height > TOP else "")
             + _label(res),
             [("group", "left"), ("seq", "right"), ("type", "left"), ("MB", "right"), ("ranks", "right"),
-             ("min dur ms", "right"), ("max dur ms", "right"), ("busbw (min dur) GB/s", "right"),
+             ("min dur ms", "right"), ("max dur ms", "right"), ("busbw GB/s", "right"),
              ("skew ms", "right"), ("late rank", "right")],
+            keys=3,
         )  # fmt: skip
         for r in m.iter_rows(named=True):
             mt.add_row(
@@ -200,6 +212,7 @@ def render_power(res: RunAnalysis, console: Console) -> None:
         [("rank", "right"), ("dev", "right"), ("step", "right"), ("avg W", "right"), ("peak W", "right"),
          ("swing W", "right"), ("max dP/dt W/s", "right"), ("above limit ms", "right"), ("temp rise °C", "right"),
          ("SM clk/max", "right"), ("throttled ms", "right"), ("outlier", "left")],
+        keys=3,
     )  # fmt: skip
     for r in pw.per_step.iter_rows(named=True):
         t.add_row(
@@ -234,15 +247,9 @@ CP_SHORT = {
 assert tuple(CP_SHORT) == CP_CATEGORIES
 
 
-def _compact(title: str, cols: Iterable[tuple[str, str]]) -> Table:
-    """A table that fits 80 columns: no vertical borders, one space of padding."""
-    t = Table(
-        title=title, title_justify="left", title_style="bold", header_style="bold",
-        box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False,
-    )  # fmt: skip
-    for name, just in cols:
-        t.add_column(name, justify=just)  # type: ignore[arg-type]
-    return t
+def _compact(title: str, cols: Iterable[tuple[str, str]], keys: int = 2) -> FitTable:
+    """A table without vertical borders (the style of every table here)."""
+    return _table(title, cols, keys)
 
 
 def _steps_shown(res: RunAnalysis, df: pl.DataFrame) -> pl.DataFrame:
@@ -305,8 +312,7 @@ def render_critical_path(res: RunAnalysis, console: Console) -> None:
             [("rank", "right"), ("operator", "left"), ("what", "left"), ("ms", "right"), ("% path", "right"),
              ("n", "right")],
         )  # fmt: skip
-        o.columns[1].no_wrap = True
-        o.columns[1].overflow = "ellipsis"
+        o.columns[1].shrink = True
         o.columns[1].max_width = 44
         last = None
         for r in ops.iter_rows(named=True):
@@ -362,12 +368,11 @@ def render_what_if(res: RunAnalysis, console: Console, printed: list[str] | None
     _notes(console, [n for n in wi.notes if n not in (printed or [])])
 
 
-def render_analysis(res: RunAnalysis, console: Console | None = None) -> None:
-    """Print the four analyses, or one plain line saying why one was not computed."""
+def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool = False) -> None:
+    """Print the four analyses, or one plain line saying why one was not computed. Tables wider
+    than the console are split into parts, never cut (``wide``: every table whole)."""
     if console is None:
-        console = Console()
-        if not console.is_terminal:  # piped: do not squeeze the tables into 80 columns
-            console = Console(width=200)
+        console = table_console(wide)
     if res.simulated:
         console.print(
             "SIMULATED: this trace has no timestamps; the timeline was rebuilt from dependencies and "
