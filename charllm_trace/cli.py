@@ -295,7 +295,11 @@ def check_cmd(
     if fmt == "json":
         import orjson
 
-        click.echo(orjson.dumps(res.comparison.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        from charllm_trace.render.contract import stamp
+
+        click.echo(
+            orjson.dumps(stamp("check", res.comparison.to_dict()), option=orjson.OPT_INDENT_2).decode()
+        )
     else:
         from charllm_trace.render.regress import make_console, print_check
 
@@ -326,7 +330,9 @@ def diff_cmd(run_a: str, run_b: str, top: int, hta_compat: bool, fmt: str, wide:
     if fmt == "json":
         import orjson
 
-        click.echo(orjson.dumps(d.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        from charllm_trace.render.contract import stamp
+
+        click.echo(orjson.dumps(stamp("diff", d.to_dict()), option=orjson.OPT_INDENT_2).decode())
         return
     from charllm_trace.render.regress import make_console, print_diff
 

@@ -97,7 +97,7 @@ def test_bandwidth_instances_summary_and_matching():
     assert m["busbw_gbps"] == pytest.approx(4_000_000 * 1.5 / 1000)
     s = res.summary.filter(pl.col("coll_type") == "all_reduce").row(0, named=True)
     assert s["count"] == 4 and s["bytes_total"] == 16_000_000 and s["dur_ns_total"] == 10_000
-    assert s["busbw_gbps"] == pytest.approx(16_000_000 * 1.5 / 10_000)
+    assert s["busbw_time_weighted_gbps"] == pytest.approx(16_000_000 * 1.5 / 10_000)
     assert res.peaks["0"].spans_nodes is False
 
 
@@ -164,8 +164,8 @@ def test_collectives_without_sizes_aggregate_to_unknown_not_zero(tmp_path, monke
     r = CliRunner().invoke(main, ["analyze", str(p), "--format", "json"])
     (row,) = json.loads(r.stdout)["frames"]["bandwidth"]
     assert row["count"] == 2 and row["dur_ns_total"] == 4_000_000
-    assert row["bytes_total"] is None and row["algbw_gbps"] is None
-    assert row["busbw_gbps"] is None and row["util_pct"] is None
+    assert row["bytes_total"] is None and row["algbw_time_weighted_gbps"] is None
+    assert row["busbw_time_weighted_gbps"] is None and row["util_pct"] is None
     text = CliRunner().invoke(main, ["analyze", "--wide", str(p)]).stdout
     line = next(ln for ln in text.splitlines() if ln.startswith("all_reduce"))
     assert "None" not in line and "unknown" in line, line

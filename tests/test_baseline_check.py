@@ -112,7 +112,7 @@ def test_compare_statuses() -> None:
         _m("overlap_pct/rank=0/step=3", "overlap", 60.0),
         _m("energy_j/rank=0/phase=forward", "energy", 100.0),
         _m("energy_j/rank=0/phase=backward", "energy", 100.0),
-        _m("busbw_gbps/coll=all_reduce/pg=0/size=1MB-4MB", "busbw", 40.0),
+        _m("busbw_median_gbps/coll=all_reduce/pg=0/size=1MB-4MB", "busbw", 40.0),
         _m("power_peak_w/rank=0/device=0", "power", 300.0),
     ]
     new = [
@@ -132,7 +132,7 @@ def test_compare_statuses() -> None:
         "overlap_pct/rank=0/step=3": "improved",
         "energy_j/rank=0/phase=forward": "regressed",
         "energy_j/rank=0/phase=backward": "improved",
-        "busbw_gbps/coll=all_reduce/pg=0/size=1MB-4MB": "missing",
+        "busbw_median_gbps/coll=all_reduce/pg=0/size=1MB-4MB": "missing",
         "power_peak_w/rank=0/device=0": "within",
         "throttle_ms/rank=0/device=0": "new",
     }
@@ -141,15 +141,15 @@ def test_compare_statuses() -> None:
     assert {c.key for c in cmp.failures} == {
         "overlap_pct/rank=0/step=1",
         "energy_j/rank=0/phase=forward",
-        "busbw_gbps/coll=all_reduce/pg=0/size=1MB-4MB",
+        "busbw_median_gbps/coll=all_reduce/pg=0/size=1MB-4MB",
     }
     ch = next(c for c in cmp.changes if c.key == "energy_j/rank=0/phase=forward")
     assert ch.delta == pytest.approx(6.0) and ch.relative == pytest.approx(0.06)
 
 
 def test_missing_can_be_allowed_and_tolerance_overrides() -> None:
-    old = [_m("busbw_gbps/coll=all_reduce/pg=0/size=1MB-4MB", "busbw", 40.0), _m("x/energy", "energy", 1.0)]
-    new = [_m("busbw_gbps/coll=all_reduce/pg=0/size=1MB-4MB", "busbw", 37.0)]  # -7.5%
+    old = [_m("busbw_median_gbps/coll=all_reduce/pg=0/size=1MB-4MB", "busbw", 40.0), _m("x/energy", "energy", 1.0)]
+    new = [_m("busbw_median_gbps/coll=all_reduce/pg=0/size=1MB-4MB", "busbw", 37.0)]  # -7.5%
     assert not compare(old, new, allow_missing=True).ok
     loose = parse_tolerances("busbw=8%")
     assert compare(old, new, loose, allow_missing=True).ok
@@ -352,8 +352,8 @@ def test_headline_extracts_every_class() -> None:
         "exposed_comm_ms/rank=1/step=all": ("exposed_comm", 0.0),
         "exposed_comm_ms/rank=1/step=1": ("exposed_comm", 0.0),
         # median over instances of all ranks: all_reduce {10, 30, 20, 40} -> 25
-        "busbw_gbps/coll=all_reduce/pg=0/size=1MB-4MB": ("busbw", 25.0),
-        "busbw_gbps/coll=all_gather/pg=0/size=1MB-4MB": ("busbw", 7.0),
+        "busbw_median_gbps/coll=all_reduce/pg=0/size=1MB-4MB": ("busbw", 25.0),
+        "busbw_median_gbps/coll=all_gather/pg=0/size=1MB-4MB": ("busbw", 7.0),
         "energy_j/rank=0/phase=forward": ("energy", 120.0),
         "energy_j/rank=0/phase=backward": ("energy", 240.0),
         "energy_j/rank=0/device=0/total": ("energy", 500.0),
@@ -488,7 +488,7 @@ def test_check_real_trace_against_itself_and_a_slower_copy(tmp_path: Path) -> No
         for e in events
         if e.get("cat") == "kernel" and "Collective name" in e.get("args", {})
     }
-    assert {k.split("/")[1].removeprefix("coll=") for k in keys if k.startswith("busbw_gbps/")} == {
+    assert {k.split("/")[1].removeprefix("coll=") for k in keys if k.startswith("busbw_median_gbps/")} == {
         c.replace("allreduce", "all_reduce") for c in colls
     }
 
@@ -502,12 +502,12 @@ def test_check_real_trace_against_itself_and_a_slower_copy(tmp_path: Path) -> No
     assert bad.exit_code == 1, bad.output
     assert "regressions" in bad.output
     for k in keys:
-        if k.startswith("busbw_gbps/"):  # half the bandwidth: every bucket regressed
+        if k.startswith("busbw_median_gbps/"):  # half the bandwidth: every bucket regressed
             assert k in bad.output and "regressed" in bad.output
     cmp = json.loads(_cli("check", str(slow), "--baseline", str(base), "--format", "json").output)
     st = {c["key"]: c for c in cmp["changes"]}
     for k in keys:
-        if k.startswith("busbw_gbps/"):
+        if k.startswith("busbw_median_gbps/"):
             assert st[k]["status"] == "regressed"
             assert st[k]["relative"] == pytest.approx(-0.5, abs=0.01)
     assert st["exposed_comm_ms/rank=0/step=all"]["status"] == "regressed"
@@ -582,7 +582,7 @@ def test_fixture_perturbed_fails_check(fixture: Path, tmp_path: Path) -> None:
         r = _cli("check", str(tmp_path / "slow"), "--baseline", str(base), "--format", "json")
         assert r.exit_code == 1, r.output
         st = {c["key"]: c["status"] for c in json.loads(r.output)["changes"]}
-        busbw = [k for k in keys if k.startswith("busbw_gbps/")]
+        busbw = [k for k in keys if k.startswith("busbw_median_gbps/")]
         assert busbw and all(st[k] == "regressed" for k in busbw)
         exposed = [k for k in keys if k.startswith("exposed_comm_ms/") and k.endswith("step=all")]
         assert exposed and all(st[k] == "regressed" for k in exposed)
@@ -750,7 +750,7 @@ def test_communication_moved_out_of_compute_fails_on_overlap(tmp_path: Path) -> 
         assert ch[k]["new"] == pytest.approx(0.0, abs=1e-9)
         exposed = k.replace("overlap_pct/", "exposed_comm_ms/")
         assert ch[exposed]["status"] == "regressed", exposed
-    assert all(ch[k]["status"] == "within" for k in old if k.startswith("busbw_gbps/"))  # durations unchanged
+    assert all(ch[k]["status"] == "within" for k in old if k.startswith("busbw_median_gbps/"))  # durations unchanged
     table = _cli("check", str(moved), "--baseline", str(base))
     assert table.exit_code == 1
     assert "overlap_pct/rank=0/step=all" in table.output

@@ -102,8 +102,8 @@ def test_diff_runs_sections() -> None:
     assert coll["all_reduce"]["calls_a"] == 2 and coll["all_reduce"]["calls_b"] == 2
     assert coll["all_reduce"]["time_a"] == pytest.approx(4.0)
     assert coll["all_reduce"]["time_rel"] == pytest.approx(1.0)
-    assert coll["all_reduce"]["busbw_a"] == pytest.approx(5.0)
-    assert coll["all_reduce"]["busbw_b"] == pytest.approx(2.5)
+    assert coll["all_reduce"]["busbw_median_a"] == pytest.approx(5.0)
+    assert coll["all_reduce"]["busbw_median_b"] == pytest.approx(2.5)
     assert coll["broadcast"]["time_delta"] == pytest.approx(0.0)
     # operators: kernels by name, sorted by the larger time
     ops = d.section("operators").frame
@@ -177,7 +177,7 @@ def test_diff_cli_real_trace_and_slower_copy(tmp_path: Path) -> None:
     for row in colls.values():
         assert row["calls_delta"] == 0
         assert row["time_rel"] == pytest.approx(1.0, abs=1e-3)  # twice the time
-        assert row["busbw_rel"] == pytest.approx(-0.5, abs=1e-3)  # half the bandwidth
+        assert row["busbw_median_rel"] == pytest.approx(-0.5, abs=1e-3)  # half the bandwidth
     for row in secs["operators"]["rows"]:
         if row["name"].startswith("ncclKernel"):
             assert row["time_rel"] == pytest.approx(1.0, abs=1e-3)

@@ -81,7 +81,7 @@ def _numbers_of(doc: dict) -> list[str]:
             want.append(f"{r[k] / 1e6:.3f}")
         want.append(f"{r['overlap_pct']:.2f}")
     for r in doc["bandwidth"]:
-        for k in ("algbw_gbps", "busbw_gbps", "busbw_gbps_max"):
+        for k in ("algbw_time_weighted_gbps", "busbw_time_weighted_gbps", "busbw_max_gbps"):
             want.append(f"{r[k]:.2f}")
         want.append(f"{r['dur_ns_total'] / 1e6:.3f}")
     for r in doc["critical_path_ops"]:

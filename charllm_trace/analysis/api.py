@@ -75,6 +75,26 @@ def _merge_notes(per_rank: list[tuple[int, list[str]]], multi: bool) -> list[str
     return [f"{'ranks' if len(rs) > 1 else 'rank'} {rank_ranges(rs)}: {n}" for n, rs in ranks_of.items()]
 
 
+def duplicate_step_notes(trace: Trace) -> list[str]:
+    """A note per ``ProfilerStep#N`` number that more than one range carries (the steps table
+    keeps the first of them)."""
+    if not trace.meta.has_timestamps:
+        return []
+    n = (
+        trace.nodes.filter(~pl.col("on_gpu") & pl.col("name").str.starts_with("ProfilerStep#"))
+        .select(pl.col("name").str.extract(r"ProfilerStep#(\d+)", 1).cast(pl.Int64).alias("step"))
+        .drop_nulls()
+        .group_by("step")
+        .len()
+        .filter(pl.col("len") > 1)
+        .sort("step")
+    )
+    return [
+        f"ProfilerStep#{s} appears {k} times: per-step figures use the first (the others are in the whole-trace row)"
+        for s, k in n.iter_rows()
+    ]
+
+
 def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
     """Overlap, bandwidth, energy and power of every rank of ``run``.
 
@@ -206,6 +226,10 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         options=options,
     )
     res.classified = classified
+    dup = _merge_notes([(r, duplicate_step_notes(tr)) for r, tr in traces.items()], multi)
+    target = next((x for x in (ov, pw, bw_res, en) if x is not None), None)
+    if dup and target is not None:  # reported, not dropped silently (the first of each is used)
+        target.notes.extend(dup)
     partial = run.manifest.get("partial") if isinstance(run.manifest, dict) else None
     if isinstance(partial, str):  # --allow-partial: every result says it covers part of the run
         for r in (ov, bw_res, en, pw):

@@ -239,19 +239,19 @@ def summarize(coll: pl.DataFrame) -> pl.DataFrame:
             .then((pl.col("bytes") * pl.col("bus_factor")).sum())
             .alias("_bus_bytes"),
             pl.col("bus_factor").is_null().any().alias("_nofac"),
-            pl.col("busbw_gbps").max().alias("busbw_gbps_max"),
+            pl.col("busbw_gbps").max().alias("busbw_max_gbps"),
             pl.col("peak_gbps").first(),
             pl.col("bytes").min().alias("_minb"),
         )
         .with_columns(
-            algbw_gbps=pl.when(pl.col("dur_ns_total") > 0).then(
+            algbw_time_weighted_gbps=pl.when(pl.col("dur_ns_total") > 0).then(
                 pl.col("bytes_total") / pl.col("dur_ns_total")
             ),
-            busbw_gbps=pl.when((pl.col("dur_ns_total") > 0) & ~pl.col("_nofac")).then(
+            busbw_time_weighted_gbps=pl.when((pl.col("dur_ns_total") > 0) & ~pl.col("_nofac")).then(
                 pl.col("_bus_bytes") / pl.col("dur_ns_total")
             ),
         )
-        .with_columns(util_pct=100.0 * pl.col("busbw_gbps") / pl.col("peak_gbps"))
+        .with_columns(util_pct=100.0 * pl.col("busbw_time_weighted_gbps") / pl.col("peak_gbps"))
         .sort(["coll_type", "pg_name", "_minb"], nulls_last=True)
     )
     return frame(agg, BANDWIDTH_SUMMARY_SCHEMA)

@@ -146,11 +146,11 @@ BANDWIDTH_SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "count": pl.Int64,
     "bytes_total": pl.Int64,
     "dur_ns_total": pl.Int64,
-    "algbw_gbps": pl.Float64,  # bytes_total / dur_ns_total
-    "busbw_gbps": pl.Float64,  # time-weighted: sum(bytes*factor) / dur_ns_total
-    "busbw_gbps_max": pl.Float64,
+    "algbw_time_weighted_gbps": pl.Float64,  # bytes_total / dur_ns_total
+    "busbw_time_weighted_gbps": pl.Float64,  # sum(bytes*factor) / dur_ns_total
+    "busbw_max_gbps": pl.Float64,  # the fastest instance's busbw
     "peak_gbps": pl.Float64,
-    "util_pct": pl.Float64,
+    "util_pct": pl.Float64,  # 100 * busbw_time_weighted_gbps / peak_gbps
 }
 
 #: One row per collective matched across ranks by (pg_name, coll_seq).

@@ -149,6 +149,12 @@ def write_baseline(baseline: Baseline, path: str | os.PathLike[str], *, force: b
     return p
 
 
+#: The median bus bandwidth's key prefix (one name per statistic: ``analyze``'s aggregate is
+#: ``busbw_time_weighted_gbps``); baselines written before the rename said ``busbw_gbps/``.
+BUSBW_MEDIAN = "busbw_median_gbps/"
+LEGACY_BUSBW = "busbw_gbps/"
+
+
 def baseline_from_dict(d: Any, path: str | os.PathLike[str] | None = None) -> Baseline:
     """Validate a parsed baseline document; every problem is an :class:`InputError`."""
     if not isinstance(d, dict) or d.get("format") != FORMAT:
@@ -168,8 +174,11 @@ def baseline_from_dict(d: Any, path: str | os.PathLike[str] | None = None) -> Ba
         if not isinstance(m, dict):
             raise InputError(path, f"metric #{i} is not an object")
         try:
+            key = m["key"]
+            if isinstance(key, str) and key.startswith(LEGACY_BUSBW):  # written before the rename
+                key = BUSBW_MEDIAN + key[len(LEGACY_BUSBW) :]
             metric = Metric(
-                key=m["key"], cls=m["class"], unit=m["unit"], value=m["value"], direction=m["direction"]
+                key=key, cls=m["class"], unit=m["unit"], value=m["value"], direction=m["direction"]
             )
         except KeyError as exc:
             raise InputError(path, f"metric #{i} has no {exc.args[0]!r}") from None

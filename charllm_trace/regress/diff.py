@@ -6,8 +6,8 @@ Sections (each a polars frame: key columns, then for every value ``<v>_a``,
 - **collectives**, per collective type: calls, total time, median bus bandwidth
   (from the bandwidth analysis; sums over all ranks);
 - **operators**, per operator (GPU kernels / memcpys by name, or CPU operators by
-  name for CPU-only traces): calls and total time, sums over all ranks, the top
-  ``top`` by time in either run;
+  name for CPU-only traces, with their exclusive time so nested ops do not count twice):
+  calls and total time, sums over all ranks, the top ``top`` by time in either run;
 - **steps**, per ``ProfilerStep`` (and ``all``): step time (slowest rank),
   exposed communication (mean over ranks), overlap % (pooled over ranks), mean and
   peak power (when telemetry exists). Steps are matched by number; when the two
@@ -105,15 +105,16 @@ def collective_totals(an: RunAnalysis) -> pl.DataFrame | None:
         .agg(
             pl.len().alias("calls"),
             (pl.col("dur_ns").sum() / NS_PER_MS).alias("time"),
-            pl.col("busbw_gbps").filter(pl.col("busbw_gbps").is_finite()).median().alias("busbw"),
+            pl.col("busbw_gbps").filter(pl.col("busbw_gbps").is_finite()).median().alias("busbw_median"),
         )
         .with_columns(pl.col("coll_type").fill_null("unknown"))
     )
 
 
 def operator_totals(run: Run) -> pl.DataFrame:
-    """Calls and time per operator over all ranks: GPU activity by name, else CPU operators by name."""
-    frames = [t.nodes.select("name", "kind", "on_gpu", "dur_ns") for t in run]
+    """Calls and time per operator over all ranks: GPU activity by name, else CPU operators by
+    name with their exclusive time (``self_ns``: a nested op's time is not counted twice)."""
+    frames = [t.nodes.select("name", "kind", "on_gpu", "dur_ns", "self_ns") for t in run]
     if not frames:
         return pl.DataFrame(
             schema={"where": pl.String, "name": pl.String, "calls": pl.Int64, "time": pl.Float64}
@@ -123,7 +124,8 @@ def operator_totals(run: Run) -> pl.DataFrame:
     if gpu.height:
         sel, where = gpu, "gpu"
     else:
-        sel, where = nodes.filter(~pl.col("on_gpu") & (pl.col("kind") == "cpu_op")), "cpu"
+        cpu = nodes.filter(~pl.col("on_gpu") & (pl.col("kind") == "cpu_op"))
+        sel, where = cpu.with_columns(pl.col("self_ns").alias("dur_ns")), "cpu"
     return (
         sel.filter(pl.col("dur_ns").is_not_null())
         .group_by("name")
@@ -212,7 +214,7 @@ def diff_runs(run_a: Run, an_a: RunAnalysis, run_b: Run, an_b: RunAnalysis, *, t
 
     ca, cb = collective_totals(an_a), collective_totals(an_b)
     if ca is not None or cb is not None:
-        vals = ["calls", "time", "busbw"]
+        vals = ["calls", "time", "busbw_median"]
         f = side_by_side(ca, cb, ["coll_type"], vals).sort("coll_type")
         sections.append(
             DiffSection(
@@ -220,7 +222,7 @@ def diff_runs(run_a: Run, an_a: RunAnalysis, run_b: Run, an_b: RunAnalysis, *, t
                 "per collective type (all ranks)",
                 ["coll_type"],
                 vals,
-                {"calls": "count", "time": "ms", "busbw": "GB/s"},
+                {"calls": "count", "time": "ms", "busbw_median": "GB/s"},
                 f,
                 note=None if ca is not None and cb is not None else "bandwidth analysis missing in one run",
             )
@@ -245,7 +247,7 @@ def diff_runs(run_a: Run, an_a: RunAnalysis, run_b: Run, an_b: RunAnalysis, *, t
     sections.append(
         DiffSection(
             "operators",
-            "per operator (all ranks)",
+            "per operator (all ranks; CPU ops: exclusive time)",
             ["where", "name"],
             vals,
             {"calls": "count", "time": "ms"},

@@ -11,7 +11,7 @@ key                                                class         source
 =================================================  ============  ======================================
 ``overlap_pct/rank=R/step=S``                      overlap       OverlapResult.per_rank.overlap_pct
 ``exposed_comm_ms/rank=R/step=S``                  exposed_comm  OverlapResult.per_rank.exposed_comm_ns
-``busbw_gbps/coll=T/pg=G/size=B``                  busbw         median of BandwidthResult.collectives
+``busbw_median_gbps/coll=T/pg=G/size=B``           busbw         median of BandwidthResult.collectives
 ``energy_j/rank=R/phase=P``                        energy        EnergyResult.by, group "phase"
 ``energy_j/rank=R/device=D/total``                 energy        EnergyResult.totals.total_j
 ``power_peak_w/rank=R/device=D``                   power         PowerResult.per_step (whole window)
@@ -36,7 +36,7 @@ from charllm_trace.analysis.results import (
     PowerResult,
     RunAnalysis,
 )
-from charllm_trace.regress.baseline import Metric
+from charllm_trace.regress.baseline import BUSBW_MEDIAN, Metric
 
 NS_PER_MS = 1e6
 
@@ -78,7 +78,7 @@ def busbw_metrics(r: BandwidthResult) -> list[Metric]:
     )
     return [
         Metric.of(
-            f"busbw_gbps/coll={_tag(row['coll_type'], null='unknown')}/pg={_tag(row['pg_name'], null='none')}"
+            f"{BUSBW_MEDIAN}coll={_tag(row['coll_type'], null='unknown')}/pg={_tag(row['pg_name'], null='none')}"
             f"/size={_tag(row['size_bucket'], null='unknown')}",
             "busbw",
             row["median"],

@@ -1,7 +1,9 @@
 """Machine formats for analysis results: JSON, CSV and Parquet. Formatting only.
 
-- ``json``: one document ``{"source", "ranks", "simulated", "options", "skipped",
-  "notes", "frames": {name: [row, ...]}, "peaks": {...}, "what_if": {...}}``; frame names
+- ``json``: one document ``{"schema": "charllm-trace/analyze", "version", "source", "ranks",
+  "simulated", "options", "skipped", "notes", "frames": {name: [row, ...]}, "peaks": {...},
+  "what_if": {...}}`` (docs/schema/analyze.schema.json); every frame is always there, empty
+  when its analysis was not computed (``skipped`` says why); frame names
   are those of :meth:`RunAnalysis.frames` (``overlap``, ``overlap_by_group``,
   ``collectives``, ``bandwidth``, ``energy``, ``power``, ``critical_path``,
   ``critical_path_ops``, ``what_if``, ...). ``notes`` has the notes of every analysis
@@ -23,8 +25,10 @@ from typing import Any
 
 import orjson
 
+from charllm_trace.analysis.frame_schemas import FRAME_SCHEMAS, NOT_REQUESTED
 from charllm_trace.analysis.results import RunAnalysis
 from charllm_trace.errors import InputError
+from charllm_trace.render.contract import stamp
 
 FORMATS = ("json", "csv", "parquet")
 
@@ -42,15 +46,23 @@ def to_document(res: RunAnalysis) -> dict[str, Any]:
         r: Any = getattr(res, name)
         if r is not None and r.notes and name not in notes:
             notes[name] = list(r.notes)
+    have = res.frames()
+    skipped = dict(res.skipped)
+    frames: dict[str, list[dict[str, Any]]] = {}
+    for name, (field, _cols) in FRAME_SCHEMAS.items():  # every frame, always (the contract)
+        frames[name] = have[name].to_dicts() if name in have else []
+        if name not in have and field not in skipped:
+            skipped[field] = NOT_REQUESTED
+    frames.update({k: v.to_dicts() for k, v in have.items() if k not in frames})
     doc: dict[str, Any] = {
         "source": res.source,
         "ranks": res.ranks,
         "simulated": res.simulated,
         "options": opts,
-        "skipped": res.skipped,
+        "skipped": skipped,
         "notes": notes,
         "peaks": peaks,
-        "frames": {k: v.to_dicts() for k, v in res.frames().items()},
+        "frames": frames,
     }
     if res.what_if is not None:
         doc["what_if"] = {
@@ -59,7 +71,7 @@ def to_document(res: RunAnalysis) -> dict[str, Any]:
             "fixed_wait_pct": res.what_if.fixed_wait_pct,
             "simulated": res.what_if.simulated,
         }
-    return doc
+    return stamp("analyze", doc)
 
 
 def to_json(res: RunAnalysis) -> bytes:

@@ -9,11 +9,13 @@ from typing import Any
 import orjson
 from rich.console import Console
 
+from charllm_trace.render.contract import stamp
 from charllm_trace.render.fit import FitTable
 
 
 def info_json(summary: dict[str, Any]) -> str:
-    return orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode()
+    """The ``info --json`` document (docs/schema/info.schema.json)."""
+    return orjson.dumps(stamp("info", summary), option=orjson.OPT_INDENT_2).decode()
 
 
 def _bytes(n: int | None) -> str:

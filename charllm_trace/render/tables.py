@@ -131,7 +131,7 @@ def render_bandwidth(res: RunAnalysis, console: Console) -> None:
         t.add_row(
             r["coll_type"] or "unknown", r["pg_name"] or "-", r["dim"] or "-", r["size_bucket"] or "unknown", str(r["count"]),
             _num(None if r["bytes_total"] is None else r["bytes_total"] / 1e6), _ms(r["dur_ns_total"]),
-            _num(r["algbw_gbps"]), _num(r["busbw_gbps"]), _num(r["busbw_gbps_max"]),
+            _num(r["algbw_time_weighted_gbps"]), _num(r["busbw_time_weighted_gbps"]), _num(r["busbw_max_gbps"]),
             _num(r["peak_gbps"], "{:.0f}"), _num(r["util_pct"], "{:.1f}"),
         )  # fmt: skip
     console.print(t)

@@ -1,0 +1,45 @@
+"""The frames of an analysis' machine output, by their stable names, with their columns.
+
+``RunAnalysis.frames()`` gives the frames a result holds; this table names every frame the
+JSON document of ``analyze`` always carries (empty, with the reason in ``skipped``, when an
+analysis was not computed) and is the source of ``docs/schema/analyze.schema.json``
+(``charllm_trace.render.contract``)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from charllm_trace.analysis.results import (
+    BANDWIDTH_SUMMARY_SCHEMA,
+    COLLECTIVE_SCHEMA,
+    CRITICAL_OPS_SCHEMA,
+    CRITICAL_PATH_SCHEMA,
+    ENERGY_SCHEMA,
+    ENERGY_TOTAL_SCHEMA,
+    MATCHED_SCHEMA,
+    OVERLAP_GROUP_SCHEMA,
+    OVERLAP_SCHEMA,
+    POWER_SCHEMA,
+    THROTTLE_SCHEMA,
+    WHATIF_SCHEMA,
+)
+
+#: frame name -> (the RunAnalysis field whose result holds it, its columns)
+FRAME_SCHEMAS: dict[str, tuple[str, dict[str, pl.DataType]]] = {
+    "overlap": ("overlap", OVERLAP_SCHEMA),
+    "overlap_by_group": ("overlap", OVERLAP_GROUP_SCHEMA),
+    "overlap_by_dim": ("overlap", OVERLAP_GROUP_SCHEMA),
+    "collectives": ("bandwidth", COLLECTIVE_SCHEMA),
+    "bandwidth": ("bandwidth", BANDWIDTH_SUMMARY_SCHEMA),
+    "collectives_matched": ("bandwidth", MATCHED_SCHEMA),
+    "energy_totals": ("energy", ENERGY_TOTAL_SCHEMA),
+    "energy": ("energy", ENERGY_SCHEMA),
+    "power": ("power", POWER_SCHEMA),
+    "throttle": ("power", THROTTLE_SCHEMA),
+    "critical_path": ("critical_path", CRITICAL_PATH_SCHEMA),
+    "critical_path_ops": ("critical_path", CRITICAL_OPS_SCHEMA),
+    "what_if": ("what_if", WHATIF_SCHEMA),
+}
+
+#: Why a frame is empty when its analysis was not asked for (no entry in ``skipped``).
+NOT_REQUESTED = "not requested"
