@@ -158,6 +158,9 @@ TELEMETRY_SCHEMA: dict[str, pl.DataType] = {
     "throttle_reasons": pl.Int64,  # bit mask, see collectors/telemetry docs
 }
 
+#: Chakra node types of communication operations.
+COMM_NODE_TYPES = ("COMM_COLL", "COMM_SEND", "COMM_RECV")
+
 #: Rows of the steps table derived from ``ProfilerStep#N`` annotations.
 STEP_SCHEMA: dict[str, pl.DataType] = {
     "step": pl.Int64,

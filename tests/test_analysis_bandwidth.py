@@ -169,3 +169,12 @@ def test_collectives_without_sizes_aggregate_to_unknown_not_zero(tmp_path, monke
     text = CliRunner().invoke(main, ["analyze", "--wide", str(p)]).stdout
     line = next(ln for ln in text.splitlines() if ln.startswith("all_reduce"))
     assert "None" not in line and "unknown" in line, line
+
+
+def test_size_free_collectives_get_their_factor_without_a_group_size() -> None:
+    """broadcast's busbw stayed '-' ("group size unknown") though its factor is 1 for any size."""
+    from charllm_trace.analysis.bandwidth import bus_factor
+
+    assert bus_factor("broadcast", None) == 1.0 and bus_factor("send", 0) == 1.0
+    assert bus_factor("all_reduce", None) is None and bus_factor("all_reduce", 4) == 1.5
+    assert bus_factor(None, 8) is None and bus_factor("mystery", 8) is None

@@ -30,7 +30,7 @@ from charllm_trace.analysis.results import (  # the notes' words live with the r
 from charllm_trace.analysis.whatif import simulate, what_if
 from charllm_trace.graph.engine import CycleError
 from charllm_trace.graph.run import build_run_graph
-from charllm_trace.model import ProcessGroup, Run, Trace, rank_ranges
+from charllm_trace.model import COMM_NODE_TYPES, ProcessGroup, Run, Trace, rank_ranges
 
 
 def _layout(run: Run, options: AnalyzeOptions) -> dict[str, int] | None:
@@ -75,6 +75,18 @@ def _merge_notes(per_rank: list[tuple[int, list[str]]], multi: bool) -> list[str
     return [f"{'ranks' if len(rs) > 1 else 'rank'} {rank_ranges(rs)}: {n}" for n, rs in ranks_of.items()]
 
 
+#: Why a trace without timestamps or durations is not simulated.
+NO_DURATIONS = (
+    "this trace records neither times nor durations (a host execution trace alone): a simulated "
+    "timeline would be all zero; convert it together with its Kineto profile"
+)
+
+
+def _has_durations(trace: Trace) -> bool:
+    d = trace.nodes["dur_ns"]
+    return bool((d.fill_null(0) > 0).any())
+
+
 def duplicate_step_notes(trace: Trace) -> list[str]:
     """A note per ``ProfilerStep#N`` number that more than one range carries (the steps table
     keeps the first of them)."""
@@ -105,10 +117,14 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
     traces: dict[int, Trace] = {}
     simulated = False
     no_ts: list[int] = []
+    no_dur: list[int] = []
     for r in run.ranks:
         tr = run.traces[r]
         if not tr.meta.has_timestamps:
-            if options.simulate:
+            if options.simulate and not _has_durations(tr):
+                no_dur.append(r)  # nothing to simulate from: every time would be 0
+                no_ts.append(r)
+            elif options.simulate:
                 tr = simulate(tr)
                 simulated = True
             else:
@@ -159,12 +175,24 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         if simulated:
             ov.notes.insert(0, SIMULATED_NOTE)
     else:
-        skipped["overlap"] = NO_TIMESTAMPS if no_ts else "no trace to analyse"
+        skipped["overlap"] = (
+            NO_DURATIONS
+            if no_dur and len(no_dur) == len(no_ts)
+            else NO_TIMESTAMPS
+            if no_ts
+            else "no trace to analyse"
+        )
 
     # bandwidth (durations suffice: it runs without timestamps too)
     bw = bandwidth(work, peak_gbps=options.peak_gbps, group_dims=dims, classified=classified)
     if bw.collectives.height == 0:
-        skipped["bandwidth"] = "no collectives in this trace: bandwidth not computed"
+        n_comm = sum(int(tr.nodes["node_type"].is_in(COMM_NODE_TYPES).sum()) for tr in traces.values())
+        skipped["bandwidth"] = (
+            f"{n_comm:,} collectives, but none has a duration (a host execution trace alone records "
+            "none; convert it together with its Kineto profile): bandwidth not computed"
+            if n_comm
+            else "no collectives in this trace: bandwidth not computed"
+        )
         bw_res = None
     else:
         bw_res = bw
@@ -204,6 +232,17 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
             en.notes.append(f"ranks {missing}: no telemetry")
     else:
         reason = NO_TELEMETRY
+        n_tel = sum(tr.telemetry.height for tr in traces.values())
+        if n_tel:  # samples without power (a CPU-only run: temperatures or clocks only)
+            cols = sorted(
+                {c for tr in traces.values() for c in tr.telemetry.columns
+                 if c.endswith(("_w", "_c", "_mhz", "_pct")) and tr.telemetry[c].null_count() < tr.telemetry.height}
+            )  # fmt: skip
+            reason = (
+                f"{n_tel:,} telemetry samples, but none has a power reading"
+                + (f" (they hold {', '.join(cols)})" if cols else "")
+                + ": energy and power not computed"
+            )
         if simulated:
             reason = "simulated timeline: telemetry cannot be joined to it; energy and power not computed"
         skipped["energy"] = reason
@@ -212,6 +251,10 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
     cp, wi = _graph_analyses(
         run if simulated else work, options, recorded if simulated else classified, skipped, no_ts
     )
+    if no_dur and len(no_dur) == len(no_ts):
+        for k in ("critical_path", "what_if"):
+            if k in skipped:
+                skipped[k] = NO_DURATIONS
     res = RunAnalysis(
         overlap=ov,
         critical_path=cp,

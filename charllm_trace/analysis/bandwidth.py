@@ -101,9 +101,19 @@ def size_bucket_label(nbytes: int | None) -> str | None:
     return f"{_fmt_bytes(4**k)}-{_fmt_bytes(4 ** (k + 1))}"
 
 
+#: Collectives whose bus factor does not depend on the group size (1 for any n).
+SIZE_FREE = frozenset({"broadcast", "reduce", "gather", "scatter", "send", "recv"})
+
+
 def bus_factor(coll_type: str | None, n: int | None) -> float | None:
+    """nccl-tests' factor for ``coll_type`` in a group of ``n``; null when it cannot be known
+    (an unknown type, or an unknown size where the factor depends on it)."""
     f = BUS_FACTOR.get(coll_type or "")
-    if f is None or not n or n < 1:
+    if f is None:
+        return None
+    if coll_type in SIZE_FREE:
+        return 1.0
+    if not n or n < 1:
         return None
     return float(f(n))
 
@@ -331,8 +341,12 @@ def bandwidth(
         nb = coll["bytes"].is_null().sum()
         if nb:
             notes.append(f"{nb} collectives carry no message size: no bandwidth for them")
-        if coll["group_size"].is_null().any():
-            notes.append("group size unknown for some collectives: no bus bandwidth for them")
+        nofac = coll.filter(pl.col("bus_factor").is_null() & pl.col("coll_type").is_not_null())
+        if nofac.height:  # a factor that depends on the group size (broadcast's is 1 for any size)
+            kinds = ", ".join(sorted(set(nofac["coll_type"].to_list())))
+            notes.append(
+                f"group size unknown for {nofac.height} collectives ({kinds}): no bus bandwidth for them"
+            )
         if any(p.gbps is None for p in peaks.values()):
             notes.append(NO_PEAK)
         if coll["rank"].n_unique() >= 2 and coll["coll_seq"].is_null().all():

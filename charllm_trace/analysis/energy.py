@@ -31,12 +31,15 @@ from charllm_trace.analysis.overlap import launch_times
 from charllm_trace.analysis.results import (
     ENERGY_SCHEMA,
     ENERGY_TOTAL_SCHEMA,
+    WARNING,
     EnergyResult,
     frame,
 )
 from charllm_trace.model import Trace
 
 OPERATOR_CLASSES = ("compute", "comm", "memcpy", "memset")
+#: A counter correction beyond this fraction is a warning, not a note.
+LARGE_CORRECTION = 0.10
 IDLE = "(idle)"
 
 
@@ -208,6 +211,12 @@ def energy(
             if counter < 0:
                 notes.append(f"device {dev}: energy counter went backwards (reset?); not used")
                 counter, corr = None, 1.0
+            elif abs(corr - 1.0) > LARGE_CORRECTION:
+                notes.append(
+                    f"{WARNING}device {dev}: the power samples and the energy counter disagree: energy "
+                    f"scaled to the counter, correction x{corr:.4f} ({100 * (corr - 1):+.2f} %); the power "
+                    "readings (averaging window, units) or the samples' clock alignment may be wrong"
+                )
             else:
                 notes.append(
                     f"device {dev}: scaled to the energy counter, correction x{corr:.4f} "

@@ -45,6 +45,8 @@ SIMULATED_NOTE = (
     "(docs/analyses.md, analysis.simulate)"
 )
 NO_TELEMETRY = "no telemetry in this trace: energy and power not computed"
+#: The start of a note that says a figure is probably wrong (printed as a warning, not a note).
+WARNING = "WARNING: "
 #: The note of a device whose link peak is not known (the CLI names its own option for it).
 NO_PEAK = "device model unknown: no link peak, utilisation not computed (a peak can be given: peak_gbps)"
 

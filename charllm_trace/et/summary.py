@@ -6,10 +6,9 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace.model import NODE_TYPES, Run
+from charllm_trace.model import COMM_NODE_TYPES, NODE_TYPES, Run
 
 #: node types whose coll_type counts as a collective/point-to-point operation
-COMM_NODE_TYPES = ("COMM_COLL", "COMM_SEND", "COMM_RECV")
 
 
 def run_summary(run: Run) -> dict[str, Any]:

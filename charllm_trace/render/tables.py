@@ -10,7 +10,7 @@ from typing import Any
 import polars as pl
 from rich.console import Console
 
-from charllm_trace.analysis.results import CAN_SIMULATE, CP_CATEGORIES, NO_PEAK, RunAnalysis
+from charllm_trace.analysis.results import CAN_SIMULATE, CP_CATEGORIES, NO_PEAK, WARNING, RunAnalysis
 from charllm_trace.render.fit import FitTable, table_console
 
 TOP = 10
@@ -21,6 +21,10 @@ MAX_RANK_OPS = 4  # with more ranks, the top operators of the job's critical pat
 CLI_HINTS: tuple[tuple[str, str], ...] = (
     (CAN_SIMULATE, "rerun with --simulate"),
     (NO_PEAK, "give one with --peak-gbps"),
+    (
+        "convert it together with its Kineto profile",
+        "charllm-trace convert KINETO.json --host-et HOST_ET.json -o DIR",
+    ),
 )
 
 
@@ -69,7 +73,11 @@ def _legend(console: Console, text: str) -> None:
 
 def _notes(console: Console, notes: list[str]) -> None:
     for n in notes:
-        console.print(f"  note: {cli_hint(n)}", style="dim", markup=False, highlight=False)
+        if WARNING in n:  # a figure that is probably wrong: said loudly, not as a dim note
+            console.print(f"  warning: {cli_hint(n.replace(WARNING, ''))}", style="bold yellow", markup=False,
+                          highlight=False)  # fmt: skip
+        else:
+            console.print(f"  note: {cli_hint(n)}", style="dim", markup=False, highlight=False)
 
 
 def render_overlap(res: RunAnalysis, console: Console) -> None:
