@@ -128,29 +128,12 @@ def convert_cmd(
     charllm-trace convert RUN_DIR -o et/
     charllm-trace convert kineto.json.gz --host-et host_et.json.gz -o et/
     """
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from charllm_trace.cli_progress import input_progress
     from charllm_trace.converters.run_dir import convert_path, summary_lines
     from charllm_trace.et.writer import write_run
 
-    err = Console(stderr=True)
-    with Progress(
-        TextColumn("converting ranks"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        transient=True,
-        console=err,
-        disable=not err.is_terminal,
-    ) as bar:
-        task = bar.add_task("convert", total=None)
-        run = convert_path(
-            path,
-            host_et=host_et,
-            workers=workers,
-            progress=lambda done, total, _rank: bar.update(task, completed=done, total=total),
-        )
+    with input_progress("converting"):
+        run = convert_path(path, host_et=host_et, workers=workers)
     paths = write_run(run, output, overwrite=force, gz=gz)
     for line in summary_lines(run):
         click.echo(line)

@@ -135,7 +135,10 @@ def analyze_cmd(
         )
         wanted = _parse_ranks_option(ranks)
         refuse_existing_save(save, force)
-        got = analyze_path(path, opts, wanted, views=save is not None)
+        from charllm_trace.cli_progress import input_progress
+
+        with input_progress("reading"):
+            got = analyze_path(path, opts, wanted, views=save is not None)
         res = got.analysis
         if save is not None:
             from charllm_trace.results_store import save_results
@@ -201,7 +204,10 @@ def report_cmd(
         factors = _parse_what_if_option(what_if)
         refuse_existing_save(save, force)
         opts = AnalyzeOptions(per_step=True, peak_gbps=peak_gbps, simulate=simulate, what_if=factors)
-        got = analyze_path(run, opts, views=True)
+        from charllm_trace.cli_progress import input_progress
+
+        with input_progress("reading"):
+            got = analyze_path(run, opts, views=True)
         an, views = got.analysis, got.views
         assert views is not None
         if save is not None:

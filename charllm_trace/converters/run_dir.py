@@ -24,6 +24,7 @@ from typing import Any
 from charllm_trace.converters._io import kind_of, load_json
 from charllm_trace.errors import InputError
 from charllm_trace.model import Run, Trace
+from charllm_trace.progress import report
 
 PEEK_BYTES = 1 << 16
 #: compressed input size from which convert_run uses worker processes by default
@@ -58,6 +59,8 @@ def convert_doc(doc: dict[str, Any], path: str | os.PathLike[str]) -> tuple[Trac
 def convert_file(path: str | os.PathLike[str]) -> Run:
     """Convert one Kineto profile or host ET file (``.json`` / ``.json.gz``) into a one-rank Run."""
     p = Path(path)
+    size = _size(p)
+    report(p.name, 0, size)
     kind, _rank = classify(p)
     if kind == "kineto":
         trace, _report = convert_pair(None, p)
@@ -65,7 +68,15 @@ def convert_file(path: str | os.PathLike[str]) -> Run:
         trace, _report = convert_pair(p, None)
     else:
         trace, _report = convert_doc(load_json(p), p)  # raises the right one-line error
+    report(p.name, size, size)
     return Run.single(trace, source=str(p))
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0  # the reader words the error
 
 
 def convert_pair(
@@ -238,19 +249,25 @@ def convert_run(
     check_one_run(d, manifest)  # files of two runs (by run id) are refused
     jobs = pair_files(d)
     n = len(jobs)
+    job_bytes = {j.rank: sum(_size(f) for f in (j.kineto, j.host_et) if f is not None) for j in jobs}
+    total = sum(job_bytes.values())
+    done_bytes = 0
+    report(f"{n} ranks", 0, total)
     if workers is None:
         # Worker processes start with "spawn" (forking a process that already runs polars'
         # thread pool can deadlock), which costs about a second each: only worth it for big runs.
-        total = sum(f.stat().st_size for j in jobs for f in (j.kineto, j.host_et) if f is not None)
         workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_BYTES else 1
     nw = max(1, min(workers, n))
     results: dict[int, tuple[Trace, dict[str, Any]]] = {}
 
     def take(rank: int, res: tuple[str, Any, Any]) -> None:
+        nonlocal done_bytes
         status, a, b = res
         if status == "error":
             raise InputError(a, b)
         results[rank] = (a, b)
+        done_bytes += job_bytes.get(rank, 0)
+        report(f"rank {rank}", done_bytes, total)
         if progress is not None:
             progress(len(results), n, rank)
 
@@ -328,7 +345,10 @@ def convert_path(
     if host_et is None:
         run = convert_file(p)
     else:
+        size = _size(p) + _size(Path(host_et))
+        report(p.name, 0, size)
         trace, _ = convert_pair(host_et, p)
+        report(p.name, size, size)
         run = Run.single(trace, source=str(p))
     if progress is not None:
         progress(1, 1, run.ranks[0])
