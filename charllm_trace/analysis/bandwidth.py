@@ -313,19 +313,9 @@ def bandwidth(
     """Bandwidth of every collective of every rank of ``run``."""
     if isinstance(run, Trace):
         run = Run.single(run)
-    hosts: dict[int, str | None] = {}
-    by_host = run.manifest.get("ranks_by_host") if isinstance(run.manifest, dict) else None
-    if isinstance(by_host, dict):  # the collector's manifest knows every rank's host
-        for h, ranks in by_host.items():
-            for r in ranks if isinstance(ranks, list) else ():
-                if isinstance(r, int):
-                    hosts[r] = str(h)
-    for r, t in run.traces.items():
-        if t.meta.hostname is not None:
-            hosts[r] = t.meta.hostname
+    hosts = run_hosts(run)
     frames: list[pl.DataFrame] = []
     peaks: dict[str, LinkPeak] = {}
-    notes: list[str] = []
     simulated = False
     for r in run.ranks:
         tr = run.traces[r]
@@ -334,6 +324,35 @@ def bandwidth(
         c, p = collectives(tr, peak_gbps=peak_gbps, group_dims=group_dims, hosts=hosts, classified=cl)
         frames.append(c)
         peaks.update(p)
+    return bandwidth_from(frames, peaks, simulated=simulated)
+
+
+def run_hosts(run: Run) -> dict[int, str | None]:
+    """Each rank's host: the collector's manifest (``ranks_by_host``), then each trace's hostname."""
+    return hosts_of(run.manifest, {r: t.meta.hostname for r, t in run.traces.items()})
+
+
+def hosts_of(manifest: object, hostnames: Mapping[int, str | None]) -> dict[int, str | None]:
+    """:func:`run_hosts` from the manifest and each rank's hostname (what a worker sends back)."""
+    hosts: dict[int, str | None] = {}
+    by_host = manifest.get("ranks_by_host") if isinstance(manifest, dict) else None
+    if isinstance(by_host, dict):  # the collector's manifest knows every rank's host
+        for h, ranks in by_host.items():
+            for r in ranks if isinstance(ranks, list) else ():
+                if isinstance(r, int):
+                    hosts[r] = str(h)
+    for r, h in hostnames.items():
+        if h is not None:
+            hosts[r] = h
+    return hosts
+
+
+def bandwidth_from(
+    frames: list[pl.DataFrame], peaks: dict[str, LinkPeak], *, simulated: bool = False
+) -> BandwidthResult:
+    """The cross-rank part of :func:`bandwidth`: every rank's COLLECTIVE_SCHEMA rows (in rank
+    order) and link peaks -> notes, summary and the matching across ranks."""
+    notes: list[str] = []
     coll = pl.concat(frames) if frames else frame({}, COLLECTIVE_SCHEMA)
     if coll.height == 0:
         notes.append("no collectives in this trace")

@@ -1,0 +1,315 @@
+"""``analyze_run`` in two halves: what one rank gives alone (:func:`analyze_rank`, a
+:class:`RankPart`) and what needs every rank (:func:`merge_parts`: notes merged across ranks,
+bandwidth's matching and skew across ranks, the run's ``skipped`` reasons).
+
+The local path (``analysis/api.py``) computes every rank's part in this process; the Dask engine
+(``charllm_trace/engine``) computes each part on a worker and sends only the part (no node
+tables) to the driver, which merges them: both give the same ``RunAnalysis``. What a rank needs
+from the others (process-group dimensions, every rank's host) is small and passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from charllm_trace.analysis.bandwidth import bandwidth_from, collectives
+from charllm_trace.analysis.classify import classify, with_phase
+from charllm_trace.analysis.energy import energy
+from charllm_trace.analysis.overlap import overlap
+from charllm_trace.analysis.power import power
+from charllm_trace.analysis.results import (
+    NO_TELEMETRY,
+    NO_TIMESTAMPS,
+    SIMULATED_NOTE,
+    AnalyzeOptions,
+    BandwidthResult,
+    CriticalPathResult,
+    EnergyResult,
+    LinkPeak,
+    OverlapResult,
+    PowerResult,
+    RunAnalysis,
+    WhatIfResult,
+)
+from charllm_trace.analysis.whatif import simulate
+from charllm_trace.model import COMM_NODE_TYPES, Trace, rank_ranges
+
+#: Why a trace without timestamps or durations is not simulated.
+NO_DURATIONS = (
+    "this trace records neither times nor durations (a host execution trace alone): a simulated "
+    "timeline would be all zero; convert it together with its Kineto profile"
+)
+
+#: (skipped, no_ts ranks, simulated) -> (critical path, what-if): the graph analyses, which
+#: need every rank's graph at once
+GraphStep = Callable[[dict[str, str], list[int], bool], tuple[CriticalPathResult | None, WhatIfResult | None]]
+
+
+@dataclass
+class RankPart:
+    """What one rank contributes to a run's analysis (small: no node tables unless kept)."""
+
+    rank: int
+    no_ts: bool = False  # no timestamps (and not simulated)
+    no_dur: bool = False  # neither timestamps nor durations
+    simulated: bool = False  # this rank's timeline was rebuilt here
+    meta_simulated: bool = False  # the trace says it is simulated (bandwidth's flag)
+    overlap: OverlapResult | None = None
+    coll: pl.DataFrame | None = None  # COLLECTIVE_SCHEMA rows
+    peaks: dict[str, LinkPeak] = field(default_factory=dict)
+    n_comm: int = 0
+    energy: EnergyResult | None = None
+    power: PowerResult | None = None
+    tel_rows: int = 0
+    tel_cols: list[str] = field(default_factory=list)  # telemetry columns holding some value
+    dup_notes: list[str] = field(default_factory=list)
+    # kept by the local path only (the report's views and the execution graph need them)
+    trace: Trace | None = None
+    recorded: pl.DataFrame | None = None
+    classified: pl.DataFrame | None = None
+
+
+def has_durations(trace: Trace) -> bool:
+    d = trace.nodes["dur_ns"]
+    return bool((d.fill_null(0) > 0).any())
+
+
+def duplicate_step_notes(trace: Trace) -> list[str]:
+    """A note per ``ProfilerStep#N`` number that more than one range carries (the steps table
+    keeps the first of them)."""
+    if not trace.meta.has_timestamps:
+        return []
+    n = (
+        trace.nodes.filter(~pl.col("on_gpu") & pl.col("name").str.starts_with("ProfilerStep#"))
+        .select(pl.col("name").str.extract(r"ProfilerStep#(\d+)", 1).cast(pl.Int64).alias("step"))
+        .drop_nulls()
+        .group_by("step")
+        .len()
+        .filter(pl.col("len") > 1)
+        .sort("step")
+    )
+    return [
+        f"ProfilerStep#{s} appears {k} times: per-step figures use the first (the others are in the whole-trace row)"
+        for s, k in n.iter_rows()
+    ]
+
+
+def analyze_rank(
+    rank: int,
+    trace: Trace,
+    options: AnalyzeOptions,
+    dims: Mapping[str, str | None],
+    hosts: Mapping[int, str | None],
+    *,
+    keep: bool = False,
+) -> RankPart:
+    """One rank's part of ``analyze_run``. ``dims``: process group -> dimension (of the whole
+    run); ``hosts``: every rank's host. ``keep``: also keep the (simulated) trace and its
+    classified table (the local path's report views and execution graph use them)."""
+    part = RankPart(rank=rank)
+    tr = trace
+    if not tr.meta.has_timestamps:
+        if options.simulate and not has_durations(tr):
+            part.no_dur = part.no_ts = True  # nothing to simulate from: every time would be 0
+        elif options.simulate:
+            tr = simulate(tr)
+            part.simulated = True
+        else:
+            part.no_ts = True
+    # classified once (the classes do not depend on times: a simulated copy takes its original's)
+    recorded = classify(trace.nodes)
+    classified = recorded if tr is trace else tr.nodes.with_columns(recorded["cls"])
+    if not part.no_ts:
+        part.overlap = overlap(
+            tr,
+            per_step=options.per_step,
+            hta_compat=options.hta_compat,
+            hta_keep_last_step=options.hta_keep_last_step,
+            group_dims=dims,
+            classified=classified,
+        )
+    part.meta_simulated = bool(tr.meta.extra.get("simulated"))
+    part.coll, part.peaks = collectives(
+        tr, peak_gbps=options.peak_gbps, group_dims=dims, hosts=hosts, classified=classified
+    )
+    part.n_comm = int(tr.nodes["node_type"].is_in(COMM_NODE_TYPES).sum())
+    tel = tr.telemetry
+    part.tel_rows = tel.height
+    part.tel_cols = [
+        c
+        for c in tel.columns
+        if c.endswith(("_w", "_c", "_mhz", "_pct")) and tel[c].null_count() < tel.height
+    ]
+    if tel.height and not tel["power_w"].is_null().all():
+        classified = with_phase(classified)  # the phase column energy needs, added once
+        part.energy = energy(
+            tr, method=options.energy_method, per_step=options.per_step, classified=classified
+        )
+        part.power = power(tr, per_step=options.per_step)
+    part.dup_notes = duplicate_step_notes(tr)
+    if keep:
+        part.trace, part.recorded, part.classified = tr, recorded, classified
+    return part
+
+
+def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    return pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
+
+
+def merge_notes(per_rank: list[tuple[int, list[str]]], multi: bool) -> list[str]:
+    """Each distinct note once, with the ranks it holds for (``ranks 0-7: ...``; on the 8-rank
+    DLRM set the same note was printed once per rank), in order of first appearance."""
+    ranks_of: dict[str, list[int]] = {}
+    for r, notes in per_rank:
+        for n in notes:
+            rs = ranks_of.setdefault(n, [])
+            if r not in rs:
+                rs.append(r)
+    if not multi:
+        return list(ranks_of)
+    return [f"{'ranks' if len(rs) > 1 else 'rank'} {rank_ranges(rs)}: {n}" for n, rs in ranks_of.items()]
+
+
+def _merge_overlap(
+    parts: list[RankPart], options: AnalyzeOptions, simulated: bool, multi: bool
+) -> OverlapResult | None:
+    ov_parts = [p for p in parts if p.overlap is not None]
+    if not ov_parts:
+        return None
+    ovs = [p.overlap for p in ov_parts if p.overlap is not None]
+    ov = OverlapResult(
+        per_rank=_concat([o.per_rank for o in ovs]),
+        per_group=_concat([o.per_group for o in ovs]),
+        per_dim=_concat([o.per_dim for o in ovs]),
+        mode=ovs[0].mode if len({o.mode for o in ovs}) == 1 else "mixed",
+        hta_compat=options.hta_compat,
+        simulated=simulated,
+        notes=merge_notes([(p.rank, o.notes) for p, o in zip(ov_parts, ovs, strict=True)], multi),
+    )
+    no_ts = [p.rank for p in parts if p.no_ts]
+    if no_ts:
+        ov.notes.append(f"ranks {no_ts}: {NO_TIMESTAMPS}")
+    if simulated:
+        ov.notes.insert(0, SIMULATED_NOTE)
+    return ov
+
+
+def _merge_bandwidth(
+    parts: list[RankPart], simulated: bool, skipped: dict[str, str]
+) -> BandwidthResult | None:
+    peaks: dict[str, LinkPeak] = {}
+    for p in parts:
+        peaks.update(p.peaks)
+    frames = [p.coll for p in parts if p.coll is not None]
+    bw = bandwidth_from(frames, peaks, simulated=any(p.meta_simulated for p in parts))
+    if bw.collectives.height == 0:
+        n_comm = sum(p.n_comm for p in parts)
+        skipped["bandwidth"] = (
+            f"{n_comm:,} collectives, but none has a duration (a host execution trace alone records "
+            "none; convert it together with its Kineto profile): bandwidth not computed"
+            if n_comm
+            else "no collectives in this trace: bandwidth not computed"
+        )
+        return None
+    if simulated:
+        bw.notes.insert(0, "durations are recorded ones; start times (steps, skews) are simulated")
+    if any(p.no_ts for p in parts):
+        bw.notes.append("no timestamps: steps and cross-rank arrival skew not available")
+    return bw
+
+
+def _merge_energy(
+    parts: list[RankPart], options: AnalyzeOptions, simulated: bool, multi: bool, skipped: dict[str, str]
+) -> tuple[EnergyResult | None, PowerResult | None]:
+    en_parts = [p for p in parts if p.energy is not None and p.power is not None]
+    if en_parts:
+        en = EnergyResult(
+            totals=_concat([p.energy.totals for p in en_parts if p.energy is not None]),
+            by=_concat([p.energy.by for p in en_parts if p.energy is not None]),
+            method=options.energy_method,
+            simulated=simulated,
+            notes=merge_notes([(p.rank, p.energy.notes) for p in en_parts if p.energy is not None], multi),
+        )
+        pw = PowerResult(
+            per_step=_concat([p.power.per_step for p in en_parts if p.power is not None]),
+            throttle=_concat([p.power.throttle for p in en_parts if p.power is not None]),
+            simulated=simulated,
+            notes=merge_notes([(p.rank, p.power.notes) for p in en_parts if p.power is not None], multi),
+        )
+        missing = [p.rank for p in parts if p.energy is None]
+        if missing:
+            en.notes.append(f"ranks {missing}: no telemetry")
+        return en, pw
+    reason = NO_TELEMETRY
+    n_tel = sum(p.tel_rows for p in parts)
+    if n_tel:  # samples without power (a CPU-only run: temperatures or clocks only)
+        cols = sorted({c for p in parts for c in p.tel_cols})
+        reason = (
+            f"{n_tel:,} telemetry samples, but none has a power reading"
+            + (f" (they hold {', '.join(cols)})" if cols else "")
+            + ": energy and power not computed"
+        )
+    if simulated:
+        reason = "simulated timeline: telemetry cannot be joined to it; energy and power not computed"
+    skipped["energy"] = reason
+    skipped["power"] = reason
+    return None, None
+
+
+def merge_parts(
+    parts: list[RankPart],
+    options: AnalyzeOptions,
+    *,
+    manifest: object,
+    source: str | None,
+    graph_step: GraphStep,
+) -> RunAnalysis:
+    """The run's analysis from every rank's part (in rank order). ``graph_step`` adds the
+    critical path and what-if (or says in ``skipped`` why not)."""
+    skipped: dict[str, str] = {}
+    multi = len(parts) > 1
+    simulated = any(p.simulated for p in parts)
+    no_ts = [p.rank for p in parts if p.no_ts]
+    no_dur = [p.rank for p in parts if p.no_dur]
+    ov = _merge_overlap(parts, options, simulated, multi)
+    if ov is None:
+        skipped["overlap"] = (
+            NO_DURATIONS
+            if no_dur and len(no_dur) == len(no_ts)
+            else NO_TIMESTAMPS
+            if no_ts
+            else "no trace to analyse"
+        )
+    bw = _merge_bandwidth(parts, simulated, skipped)
+    en, pw = _merge_energy(parts, options, simulated, multi, skipped)
+    cp, wi = graph_step(skipped, no_ts, simulated)
+    if no_dur and len(no_dur) == len(no_ts):
+        for k in ("critical_path", "what_if"):
+            if k in skipped:
+                skipped[k] = NO_DURATIONS
+    res = RunAnalysis(
+        overlap=ov,
+        critical_path=cp,
+        what_if=wi,
+        bandwidth=bw,
+        energy=en,
+        power=pw,
+        skipped=skipped,
+        ranks=[p.rank for p in parts],
+        simulated=simulated,
+        source=source,
+        options=options,
+    )
+    dup = merge_notes([(p.rank, p.dup_notes) for p in parts], multi)
+    target = next((x for x in (ov, pw, bw, en) if x is not None), None)
+    if dup and target is not None:  # reported, not dropped silently (the first of each is used)
+        target.notes.extend(dup)
+    partial = manifest.get("partial") if isinstance(manifest, dict) else None
+    if isinstance(partial, str):  # --allow-partial: every result says it covers part of the run
+        for r in (ov, bw, en, pw):
+            if r is not None:
+                r.notes.insert(0, partial)
+    return res
