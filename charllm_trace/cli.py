@@ -19,6 +19,7 @@ from charllm_trace._native_libs import NativeModuleMissing
 from charllm_trace.cli_analyze import analyze_cmd, report_cmd
 from charllm_trace.cli_cache import allow_partial_option, cache_group, json_flag, no_cache_option, wide_option
 from charllm_trace.cli_results import refuse_existing
+from charllm_trace.cli_scale import scheduler_option
 from charllm_trace.errors import InputError
 
 EXIT_OK = 0
@@ -86,13 +87,21 @@ def main(debug: bool) -> None:
 @click.option("--no-cache", is_flag=True, help="Decode the files again instead of using the cache.")
 @allow_partial_option
 @wide_option
+@scheduler_option("info")
 def info_cmd(path: str, as_json: bool, no_cache: bool, wide: bool) -> None:
     """Summarise an ET file or a directory of per-rank ETs (or any run charllm-trace reads):
     ranks, node counts by type, time span, collectives and bytes, process groups, devices, telemetry."""
-    from charllm_trace.et.summary import run_summary
-    from charllm_trace.loader import load
+    from charllm_trace import engine
 
-    summary = run_summary(load(path, cache=not no_cache))
+    if engine.scheduler():  # each rank summarised on a worker (docs/scale.md)
+        from charllm_trace.engine.driver import info_distributed
+
+        summary = info_distributed(path, cache=not no_cache)
+    else:
+        from charllm_trace.et.summary import run_summary
+        from charllm_trace.loader import load
+
+        summary = run_summary(load(path, cache=not no_cache))
     if as_json:
         from charllm_trace.render.info import info_json
 
@@ -119,6 +128,7 @@ def info_cmd(path: str, as_json: bool, no_cache: bool, wide: bool) -> None:
 @click.option("--gz", is_flag=True, help="Write gzip-compressed rank-<N>.et.gz files.")
 @click.option("--force", is_flag=True, help="Replace existing rank-<N>.et files in the output directory.")
 @allow_partial_option
+@scheduler_option("convert")
 def convert_cmd(
     path: str, output: str, host_et: str | None, workers: int | None, gz: bool, force: bool
 ) -> None:
@@ -128,13 +138,30 @@ def convert_cmd(
     charllm-trace convert RUN_DIR -o et/
     charllm-trace convert kineto.json.gz --host-et host_et.json.gz -o et/
     """
+    from charllm_trace import engine
+
+    if engine.scheduler() and host_et is None:  # each rank converted and written by a worker
+        from charllm_trace.engine.driver import convert_distributed
+
+        lines, paths = convert_distributed(path, output, gz=gz, force=force)
+        for line in lines:
+            click.echo(line)
+        click.echo(f"wrote {len(paths)} Chakra ET file(s) to {output}")
+        return
     from charllm_trace.cli_progress import input_progress
     from charllm_trace.converters.run_dir import convert_path, summary_lines
+    from charllm_trace.engine.localize import localize_input, url_errors, url_output
     from charllm_trace.et.writer import write_run
 
     with input_progress("converting"):
-        run = convert_path(path, host_et=host_et, workers=workers)
-    paths = write_run(run, output, overwrite=force, gz=gz)
+        if engine.is_url(path):
+            local = localize_input(path)
+            with url_errors(path, local):
+                run = convert_path(local, host_et=host_et, workers=workers)
+        else:
+            run = convert_path(path, host_et=host_et, workers=workers)
+    with url_output(output) as out:
+        paths = write_run(run, out, overwrite=force, gz=gz)
     for line in summary_lines(run):
         click.echo(line)
     click.echo(f"wrote {len(paths)} Chakra ET file(s) to {output}")
@@ -226,6 +253,7 @@ def collect_cmd(
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 @no_cache_option
 @allow_partial_option
+@scheduler_option("baseline")
 def baseline_cmd(run: str, output: str, hta_compat: bool, simulate: bool, force: bool) -> None:
     """Record RUN's headline figures (overlap, exposed communication, bus bandwidth,
     energy, power, throttling) in a baseline file for `check`."""
@@ -264,6 +292,7 @@ def baseline_cmd(run: str, output: str, hta_compat: bool, simulate: bool, force:
 @no_cache_option
 @allow_partial_option
 @wide_option
+@scheduler_option("check")
 def check_cmd(
     run: str, baseline_path: str, tolerance: str | None, allow_missing: bool, show_all: bool, fmt: str,
     wide: bool,
@@ -303,6 +332,7 @@ def check_cmd(
 @no_cache_option
 @allow_partial_option
 @wide_option
+@scheduler_option("diff")
 def diff_cmd(run_a: str, run_b: str, top: int, hta_compat: bool, fmt: str, wide: bool) -> None:
     """Show two runs side by side: per collective type, per operator, per step (and energy
     per phase), with absolute and relative change from RUN_A to RUN_B."""
@@ -335,7 +365,9 @@ def export_group() -> None:
 
 from charllm_trace.cli_astra import astra_sim_command  # noqa: E402
 
-export_group.add_command(allow_partial_option(no_cache_option(astra_sim_command)))
+export_group.add_command(
+    scheduler_option("astra-sim")(allow_partial_option(no_cache_option(astra_sim_command)))
+)
 
 
 @export_group.command("perfetto")
@@ -353,6 +385,7 @@ export_group.add_command(allow_partial_option(no_cache_option(astra_sim_command)
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 @no_cache_option
 @allow_partial_option
+@scheduler_option("perfetto")
 def export_perfetto(
     run: str, output: str, no_flows: bool, simulate: bool, no_critical_path: bool, force: bool
 ) -> None:

@@ -14,6 +14,7 @@ from charllm_trace.cli_results import (
     save_option,
     wrote,
 )
+from charllm_trace.cli_scale import scheduler_option
 
 # --- analyze (issue 5) -----------------------------------------------------
 
@@ -76,6 +77,7 @@ def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
 @save_option
 @no_cache_option
 @allow_partial_option
+@scheduler_option("analyze")
 @click.pass_context
 def analyze_cmd(
     ctx: click.Context,
@@ -135,10 +137,11 @@ def analyze_cmd(
         )
         wanted = _parse_ranks_option(ranks)
         refuse_existing_save(save, force)
+        from charllm_trace import engine
         from charllm_trace.cli_progress import input_progress
 
-        with input_progress("reading"):
-            got = analyze_path(path, opts, wanted, views=save is not None)
+        with input_progress("reading"):  # with a scheduler, --save keeps no report views (docs/scale.md)
+            got = analyze_path(path, opts, wanted, views=save is not None and not engine.scheduler())
         res = got.analysis
         if save is not None:
             from charllm_trace.results_store import save_results
@@ -154,8 +157,15 @@ def analyze_cmd(
     if output is None:
         click.echo(export.render_stdout(res, fmt), nl=False)
         return
-    for p in export.write(res, fmt, output, force=force):
-        click.echo(f"wrote {p}", err=True)
+    from pathlib import Path
+
+    from charllm_trace.engine.localize import url_output
+
+    with url_output(output) as out:  # an fsspec URL: written here, uploaded whole
+        written = export.write(res, fmt, out, force=force)
+    for p in written:
+        shown = output.rstrip("/").rsplit("/", 1)[0] + "/" + Path(p).name if out != output else p
+        click.echo(f"wrote {shown}", err=True)
 
 
 @click.command("report")
@@ -173,6 +183,7 @@ def analyze_cmd(
 @save_option
 @no_cache_option
 @allow_partial_option
+@scheduler_option("report")
 @click.pass_context
 def report_cmd(
     ctx: click.Context, run: str, output: str, peak_gbps: float | None, title: str | None, simulate: bool,
@@ -221,6 +232,9 @@ def report_cmd(
     data.notes = [cli_hint(n) for n in data.notes]
     data.critical_notes = [cli_hint(n) for n in data.critical_notes]
     data.what_if_notes = [cli_hint(n) for n in data.what_if_notes]
-    Path(output).write_text(render_report(data), encoding="utf-8")
+    from charllm_trace.engine.localize import url_output
+
+    with url_output(output) as out:  # an fsspec URL: written here, uploaded whole
+        Path(out).write_text(render_report(data), encoding="utf-8")
     skipped = "; ".join(f"{k}: {v}" for k, v in data.skipped.items())
     click.echo(f"wrote {output}" + (f" (not drawn: {skipped})" if skipped else ""))

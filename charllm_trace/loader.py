@@ -53,8 +53,18 @@ def _cached_convert(kind: str, p: Path, convert: Callable[[Path], Run]) -> Run:
 def load(path: str | os.PathLike[str], *, cache: bool | None = None) -> Run:
     """Load ``path`` into a :class:`Run`. Raises :class:`InputError` for bad input, and for a
     directory whose run is incomplete unless partial runs are allowed (:mod:`run_checks`)."""
+    from charllm_trace.engine import is_url
     from charllm_trace.run_checks import label_partial
 
+    if is_url(path):  # read here from a local copy (with --scheduler, workers read URLs themselves)
+        from charllm_trace.engine.localize import localize_input, url_errors
+
+        url = str(path)
+        local = localize_input(url)
+        with url_errors(url, local):
+            run = load(local, cache=False)
+        run.source = url
+        return run
     run = _load(path, cache=cache)
     if os.path.isdir(path):
         label_partial(run, path)

@@ -213,6 +213,12 @@ def analyze_path(
     ``CHARLLM_TRACE_NO_CACHE=1``). Raises InputError for bad input."""
     if cache is None:
         cache = et_cache.enabled()
+    from charllm_trace import engine
+
+    if engine.scheduler() is not None and not views:  # on the Dask cluster (docs/scale.md)
+        from charllm_trace.engine.driver import analyze_distributed
+
+        return Analysed(analyze_distributed(os.fspath(path), options, ranks, cache=cache), None, False)
     key = None
     if cache:
         try:

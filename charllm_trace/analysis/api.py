@@ -30,10 +30,10 @@ from charllm_trace.graph.run import build_run_graph
 from charllm_trace.model import ProcessGroup, Run, Trace
 
 
-def _layout(run: Run, options: AnalyzeOptions) -> dict[str, int] | None:
+def _layout(manifest: object, options: AnalyzeOptions) -> dict[str, int] | None:
     if options.parallel:
         return dict(options.parallel)
-    lay = run.manifest.get("parallel") if isinstance(run.manifest, dict) else None
+    lay = manifest.get("parallel") if isinstance(manifest, dict) else None
     if isinstance(lay, dict):
         try:
             return {
@@ -46,17 +46,24 @@ def _layout(run: Run, options: AnalyzeOptions) -> dict[str, int] | None:
     return None
 
 
-def _all_groups(run: Run) -> list[ProcessGroup]:
+def _all_groups(groups_per_rank: list[list[ProcessGroup]]) -> list[ProcessGroup]:
     seen: dict[str, ProcessGroup] = {}
-    for tr in run:
-        for pg in tr.meta.process_groups:
+    for groups in groups_per_rank:
+        for pg in groups:
             seen.setdefault(pg.name, pg)
     return list(seen.values())
 
 
 def run_dims(run: Run, options: AnalyzeOptions) -> dict[str, str | None]:
     """Process group -> parallel dimension, from every rank's groups and the layout."""
-    return name_groups(_all_groups(run), _layout(run, options))
+    return dims_of([tr.meta.process_groups for tr in run], run.manifest, options)
+
+
+def dims_of(
+    groups_per_rank: list[list[ProcessGroup]], manifest: object, options: AnalyzeOptions
+) -> dict[str, str | None]:
+    """:func:`run_dims` from each rank's process groups (in rank order) and the run's manifest."""
+    return name_groups(_all_groups(groups_per_rank), _layout(manifest, options))
 
 
 def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:

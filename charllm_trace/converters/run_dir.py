@@ -139,8 +139,12 @@ def _peek(p: Path) -> bytes:
 
 def classify(p: Path) -> tuple[str, int | None]:
     """("kineto" | "host_et" | "other", rank or None) from the first bytes and the file name."""
-    head = _peek(p)
-    m = _RANK_IN_NAME.search(p.name)
+    return classify_head(_peek(p), p.name)
+
+
+def classify_head(head: bytes, name: str) -> tuple[str, int | None]:
+    """:func:`classify` of a file whose first (decompressed) bytes are ``head``."""
+    m = _RANK_IN_NAME.search(name)
     rank = int(m.group(1)) if m else None
     if b'"traceEvents"' in head:
         d = _DIST_RANK.search(head)
@@ -159,11 +163,21 @@ def pair_files(run_dir: str | os.PathLike[str]) -> list[RankFiles]:
     d = Path(run_dir)
     # hidden entries (a half-written temporary) are never traces; every other *.json(.gz) must be
     # a regular file: a FIFO, dangling link or directory named like a rank's file is refused
-    files = [e for e in trace_entries(d, (".json", ".json.gz")) if not _NOT_TRACES.search(e.name)]
+    files = [e for e in trace_entries(d, (".json", ".json.gz")) if not is_side_file(e.name)]
+    return pair_classified(d, [(f, *classify(f)) for f in files])
+
+
+def is_side_file(name: str) -> bool:
+    """A JSON file of a run directory that is not a trace (manifest, rank info, telemetry meta)."""
+    return bool(_NOT_TRACES.search(name))
+
+
+def pair_classified(d: Any, files: list[tuple[Any, str, int | None]]) -> list[RankFiles]:
+    """:func:`pair_files` of classified files ``(file, kind, rank)`` (a file: anything with a
+    ``name``; the Dask engine passes URLs)."""
     by_rank: dict[int, RankFiles] = {}
     unranked: list[tuple[str, Path]] = []
-    for f in files:
-        kind, rank = classify(f)
+    for f, kind, rank in files:
         if kind == "other":
             continue
         if rank is None:
@@ -210,7 +224,7 @@ def _convert_rank_job(rank: int, host_et: str | None, kineto: str | None) -> tup
     return "ok", trace, report
 
 
-def _attach_run_facts(run_dir: Path, traces: dict[int, Trace], manifest: dict[str, Any]) -> None:
+def attach_run_facts(run_dir: Path, traces: dict[int, Trace], manifest: dict[str, Any]) -> None:
     """Telemetry and host/device facts from a collected run (manifest, rank info, telemetry files)."""
     if manifest:
         ws = manifest.get("world_size")
@@ -243,7 +257,7 @@ def convert_run(
     d = Path(run_dir)
     if path_kind(d) != "dir":
         raise InputError(d, "is not a directory")
-    manifest = _read_manifest(d)
+    manifest = read_manifest(d)
     from charllm_trace.collectors.outcome import check_one_run, reader_note
 
     check_one_run(d, manifest)  # files of two runs (by run id) are refused
@@ -294,7 +308,7 @@ def convert_run(
         if trace.meta.rank in traces:
             raise InputError(d, f"two sets of files are rank {trace.meta.rank}")
         traces[trace.meta.rank if trace.meta.rank is not None else rank] = trace
-    _attach_run_facts(d, traces, manifest)
+    attach_run_facts(d, traces, manifest)
     partial = [j.rank for j in jobs if j.kineto is None or j.host_et is None]
     note = reader_note(d, manifest, sorted(traces), partial)
     if note:  # an interrupted or failed run: what happened and what is usable, kept with the run
@@ -306,7 +320,7 @@ def convert_run(
     return Run(traces=traces, manifest=manifest, source=str(d))
 
 
-def _read_manifest(d: Path) -> dict[str, Any]:
+def read_manifest(d: Path) -> dict[str, Any]:
     from charllm_trace.inputs import read_regular
 
     mp = d / "manifest.json"

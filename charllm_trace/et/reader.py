@@ -405,6 +405,11 @@ def read_et(path: str | os.PathLike[str], *, cache: bool = True) -> Trace:
     return trace
 
 
+def read_et_with_manifest(path: str | os.PathLike[str], *, cache: bool = True) -> tuple[Trace, dict | None]:
+    """:func:`read_et` and the run manifest its header carries (None without one)."""
+    return _read_with_manifest(path, cache=cache)
+
+
 def _read_with_manifest(path: str | os.PathLike[str], *, cache: bool) -> tuple[Trace, dict | None]:
     if cache:
         hit = et_cache.lookup(path)

@@ -6,7 +6,7 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace.model import COMM_NODE_TYPES, NODE_TYPES, Run
+from charllm_trace.model import COMM_NODE_TYPES, NODE_TYPES, Run, Trace
 
 #: node types whose coll_type counts as a collective/point-to-point operation
 
@@ -18,77 +18,96 @@ def run_summary(run: Run) -> dict[str, Any]:
     Collectives are the communication nodes (Chakra ``COMM_COLL``/``COMM_SEND``/``COMM_RECV``)
     by ``coll_type``; a ``coll_type`` of None counts those whose type the trace does not say.
     """
-    per_rank: list[dict[str, Any]] = []
+    return merge_rank_infos(run.source, [rank_info(r, run.traces[r]) for r in run.ranks])
+
+
+def rank_info(rank: int, t: Trace) -> dict[str, Any]:
+    """One rank's part of :func:`run_summary` (small: what a Dask worker sends to the driver)."""
+    n = t.nodes
+    counts = {k: int(v) for k, v in n.group_by("node_type").len().iter_rows()} if n.height else {}
+    span = None
+    if t.meta.has_timestamps and n.height:
+        s = n.select(
+            pl.col("start_ns").min().alias("start"),
+            (pl.col("start_ns") + pl.col("dur_ns")).max().alias("end"),
+        ).row(0)
+        if s[0] is not None:
+            span = (int(s[0]), int(s[1] if s[1] is not None else s[0]))
+    c = n.filter(pl.col("node_type").is_in(COMM_NODE_TYPES))
+    coll = (
+        c.group_by("coll_type").agg(
+            pl.len().alias("count"),
+            pl.col("comm_bytes").sum().alias("total_bytes"),
+            pl.col("comm_bytes").null_count().alias("unknown_bytes"),
+        )
+        if c.height
+        else None
+    )
+    tel = t.telemetry
+    row = {
+        "rank": rank,
+        "nodes": n.height,
+        "nodes_by_type": {k: int(counts[k]) for k in NODE_TYPES if k in counts},
+        "dependencies": t.deps.height,
+        "has_timestamps": bool(t.meta.has_timestamps),
+        "start_ns": span[0] if span else None,
+        "end_ns": span[1] if span else None,
+        "device_model": t.meta.device_model,
+        "device_index": t.meta.device_index,
+        "hostname": t.meta.hostname,
+        "source": t.meta.source,
+        "telemetry_samples": tel.height,
+        # dependencies a foreign ET held that were dropped when read (et/validate.py)
+        "dropped_dependencies": {
+            k: int(t.meta.extra[k])
+            for k in ("deps_on_absent_nodes", "deps_on_themselves")
+            if isinstance(t.meta.extra.get(k), int)
+        },
+    }
+    return {
+        "row": row,
+        "counts": counts,
+        "span": span,
+        "coll": coll,
+        "groups": [
+            {"name": pg.name, "desc": pg.desc, "ranks": list(pg.ranks)} for pg in t.meta.process_groups
+        ],
+        "world_size": t.meta.world_size,
+        "tel_cols": sorted(col for col in tel.columns if tel[col].null_count() < tel.height)
+        if tel.height
+        else [],
+    }
+
+
+def merge_rank_infos(source: str | None, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`run_summary` from every rank's :func:`rank_info` (in rank order)."""
     by_type: dict[str, int] = {}
-    coll_frames = []
     pgs: dict[str, dict[str, Any]] = {}
     devices: list[str] = []
     starts: list[int] = []
     ends: list[int] = []
-    all_timestamped = True
-    tel_samples = 0
     tel_cols: set[str] = set()
-    for rank in run.ranks:
-        t = run.traces[rank]
-        n = t.nodes
-        counts = dict(n.group_by("node_type").len().iter_rows()) if n.height else {}
-        for k, v in counts.items():
-            by_type[k] = by_type.get(k, 0) + int(v)
-        span = None
-        if t.meta.has_timestamps and n.height:
-            s = n.select(
-                pl.col("start_ns").min().alias("start"),
-                (pl.col("start_ns") + pl.col("dur_ns")).max().alias("end"),
-            ).row(0)
-            if s[0] is not None:
-                span = (int(s[0]), int(s[1] if s[1] is not None else s[0]))
-                starts.append(span[0])
-                ends.append(span[1])
-        if not t.meta.has_timestamps:
-            all_timestamped = False
-        c = n.filter(pl.col("node_type").is_in(COMM_NODE_TYPES))
-        if c.height:
-            coll_frames.append(c.select("coll_type", "comm_bytes"))
-        for pg in t.meta.process_groups:
-            pgs.setdefault(pg.name, {"name": pg.name, "desc": pg.desc, "ranks": list(pg.ranks)})
-        if t.meta.device_model and t.meta.device_model not in devices:
-            devices.append(t.meta.device_model)
-        tel = t.telemetry
-        tel_samples += tel.height
-        if tel.height:
-            tel_cols.update(col for col in tel.columns if tel[col].null_count() < tel.height)
-        per_rank.append(
-            {
-                "rank": rank,
-                "nodes": n.height,
-                "nodes_by_type": {k: int(counts[k]) for k in NODE_TYPES if k in counts},
-                "dependencies": t.deps.height,
-                "has_timestamps": bool(t.meta.has_timestamps),
-                "start_ns": span[0] if span else None,
-                "end_ns": span[1] if span else None,
-                "device_model": t.meta.device_model,
-                "device_index": t.meta.device_index,
-                "hostname": t.meta.hostname,
-                "source": t.meta.source,
-                "telemetry_samples": tel.height,
-                # dependencies a foreign ET held that were dropped when read (et/validate.py)
-                "dropped_dependencies": {
-                    k: int(t.meta.extra[k])
-                    for k in ("deps_on_absent_nodes", "deps_on_themselves")
-                    if isinstance(t.meta.extra.get(k), int)
-                },
-            }
-        )
+    for part in parts:
+        for k, v in part["counts"].items():
+            by_type[k] = by_type.get(k, 0) + v
+        if part["span"] is not None:
+            starts.append(part["span"][0])
+            ends.append(part["span"][1])
+        for pg in part["groups"]:
+            pgs.setdefault(pg["name"], pg)
+        dev = part["row"]["device_model"]
+        if dev and dev not in devices:
+            devices.append(dev)
+        tel_cols.update(part["tel_cols"])
+    per_rank = [p["row"] for p in parts]
+    all_timestamped = all(r["has_timestamps"] for r in per_rank)
     collectives: list[dict[str, Any]] = []
+    coll_frames = [p["coll"] for p in parts if p["coll"] is not None]
     if coll_frames:
         g = (
             pl.concat(coll_frames)
             .group_by("coll_type")
-            .agg(
-                pl.len().alias("count"),
-                pl.col("comm_bytes").sum().alias("total_bytes"),
-                pl.col("comm_bytes").null_count().alias("unknown_bytes"),
-            )
+            .agg(pl.col("count").sum(), pl.col("total_bytes").sum(), pl.col("unknown_bytes").sum())
             .sort("coll_type", nulls_last=True)
         )
         collectives = [
@@ -100,11 +119,12 @@ def run_summary(run: Run) -> dict[str, Any]:
             }
             for r in g.iter_rows(named=True)
         ]
-    world = {t.meta.world_size for t in run.traces.values() if t.meta.world_size is not None}
+    world = {p["world_size"] for p in parts if p["world_size"] is not None}
     has_ts = all_timestamped and bool(starts)
+    tel_samples = sum(r["telemetry_samples"] for r in per_rank)
     return {
-        "source": run.source,
-        "ranks": run.ranks,
+        "source": source,
+        "ranks": [r["rank"] for r in per_rank],
         "world_size": world.pop() if len(world) == 1 else None,
         "nodes": sum(r["nodes"] for r in per_rank),
         "nodes_by_type": {k: by_type[k] for k in NODE_TYPES if k in by_type},

@@ -90,11 +90,17 @@ def check_run(
     allow_missing: bool = False,
 ) -> CheckResult:
     """Compare the run at ``path`` against the baseline file, analysed with the baseline's options."""
+    from charllm_trace import engine
     from charllm_trace.loader import load
 
     b = read_baseline(baseline_path)  # bad baseline first: no point analysing the run
-    run = load(path)
-    an = analyze(run, options_from_baseline(b))
+    if engine.scheduler() is not None:  # on the Dask cluster: headline figures need no node table
+        from charllm_trace.engine.driver import analyze_distributed
+
+        opts = dataclasses.replace(options_from_baseline(b), per_step=True)
+        an = analyze_distributed(os.fspath(path), opts)
+    else:
+        an = analyze(load(path), options_from_baseline(b))
     cmp = compare(
         b.metrics,
         headline(an),

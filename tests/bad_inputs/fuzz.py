@@ -125,7 +125,7 @@ def _readers(tmp: Path) -> list[tuple[str, Callable[[Path], Any], str, st.Search
     from charllm_trace.converters import host_et as host_et_mod
     from charllm_trace.converters._io import load_json
     from charllm_trace.converters.kineto import read_kineto
-    from charllm_trace.converters.run_dir import _read_manifest
+    from charllm_trace.converters.run_dir import read_manifest
     from charllm_trace.et.reader import read_et
     from charllm_trace.regress.baseline import read_baseline
     from charllm_trace.run_checks import check_manifest
@@ -160,7 +160,7 @@ def _readers(tmp: Path) -> list[tuple[str, Callable[[Path], Any], str, st.Search
 
     def manifest(p: Path) -> Any:
         d = p.parent
-        m = _read_manifest(d)
+        m = read_manifest(d)
         return check_manifest(d / "manifest.json", m)
 
     real: list[tuple[str, Callable[[Path], Any], str, st.SearchStrategy[bytes]]] = []

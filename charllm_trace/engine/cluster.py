@@ -1,0 +1,86 @@
+"""The Dask client behind ``--scheduler`` (the only module that imports Dask).
+
+``ADDRESS`` is a scheduler's address (``tcp://host:8786``, as dask-jobqueue or dask-kubernetes
+print it), ``local:N`` (a ``LocalCluster`` of N process workers on this machine, one thread
+each) or ``local-threads:N`` (N workers in this process: what ``memory://`` URLs need, since that
+filesystem is per process). Tasks are retried ``RETRIES`` times when their worker dies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from charllm_trace.errors import InputError
+
+#: times Dask runs a task again when its worker died (or it raised something else than bad input)
+RETRIES = 2
+_LOCAL = re.compile(r"local(-threads)?:(\d+)")
+
+
+class DaskEngine:
+    """Maps a function over ranks on the cluster; results stay on workers until gathered."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def map(self, fn: Callable[..., Any], items: Sequence[Any], **kw: Any) -> list[Any]:
+        if not items:
+            return []
+        return self.client.map(fn, list(items), retries=RETRIES, pure=False, **kw)
+
+    def gather(self, handles: list[Any]) -> list[Any]:
+        return self.client.gather(handles) if handles else []
+
+    def release(self, handles: list[Any]) -> None:
+        for h in handles:
+            h.release()
+
+
+def connect_timeout() -> float:
+    try:
+        return float(os.environ.get("CHARLLM_TRACE_SCHEDULER_TIMEOUT", "10"))
+    except ValueError:
+        return 10.0
+
+
+@contextmanager
+def open_engine(address: str) -> Iterator[DaskEngine]:
+    """A :class:`DaskEngine` on the scheduler at ``address`` (see the module's docstring);
+    InputError when it cannot be reached."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise InputError(
+            None, f"--scheduler {address}: Dask is not installed (pip install 'charllm-trace[scale]')"
+        ) from None
+    m = _LOCAL.fullmatch(address.strip())
+    cluster = None
+    if m:
+        n = int(m.group(2))
+        if n < 1:
+            raise InputError(None, f"--scheduler {address}: needs at least one worker")
+        cluster = LocalCluster(
+            n_workers=n,
+            threads_per_worker=1,
+            processes=m.group(1) is None,
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        )
+        client = Client(cluster)
+    else:
+        try:
+            client = Client(address, timeout=connect_timeout())
+        except Exception as exc:  # noqa: BLE001 - OSError, TimeoutError, ValueError for a bad address
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+            raise InputError(None, f"cannot reach the Dask scheduler at {address} ({why})") from None
+    try:
+        yield DaskEngine(client)
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()

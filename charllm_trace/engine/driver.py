@@ -1,0 +1,249 @@
+"""The driver's side of ``--scheduler``: plan the ranks, have workers read and analyse them, and
+merge what comes back (``analysis/rank_parts.py``, ``et/summary.py``). Only per-rank summaries
+travel: never a node table (docs/scale.md lists them)."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from charllm_trace.engine import is_url, keep_going, scheduler
+from charllm_trace.engine.plan import Plan, plan
+from charllm_trace.engine.tasks import (
+    Failure,
+    RankMeta,
+    analyze_task,
+    convert_task,
+    info_task,
+    load_rank,
+    rank_meta,
+)
+from charllm_trace.errors import InputError
+
+#: why the execution-graph analyses are left out with a scheduler
+NOT_DISTRIBUTED_GRAPH = (
+    "not computed with --scheduler: the execution graph joins every rank's nodes in one process "
+    "(run without --scheduler, or on a few ranks with --ranks)"
+)
+
+
+def _note(text: str) -> None:
+    print(f"note: {text}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Gathered:
+    """The ranks read on workers: their handles (results on the workers) and metadata."""
+
+    plan: Plan
+    handles: list[Any]
+    metas: list[RankMeta]
+    failed: list[Failure]
+    manifest: dict[str, Any]
+
+
+def _read(eng: Any, path: str, ranks: list[int] | None, cache: bool) -> Gathered:
+    pl_ = plan(path)
+    specs = pl_.specs
+    if ranks is not None:  # a run directory's ranks are known before reading
+        specs = [s for s in specs if s.rank is None or s.rank in ranks]
+    handles = eng.map(load_rank, specs, cache=cache)
+    metas = eng.gather(eng.map(rank_meta, handles))
+    failed = [m for m in metas if isinstance(m, Failure)]
+    if failed and not keep_going():
+        f = failed[0]
+        more = f" (and {len(failed) - 1} other rank file(s) failed; --keep-going analyses the rest)"
+        raise InputError(
+            f.path, f.problem + (more if len(failed) > 1 else " (--keep-going analyses the other ranks)")
+        )
+    ok = [(m, h) for m, h in zip(metas, handles, strict=True) if isinstance(m, RankMeta)]
+    eng.release([h for m, h in zip(metas, handles, strict=True) if isinstance(m, Failure)])
+    seen: dict[int, str] = {}
+    for m, _ in ok:
+        if m.rank in seen:
+            raise InputError(
+                m.path, f"mixes two runs: rank {m.rank} again (also in {Path(seen[m.rank]).name})"
+            )
+        seen[m.rank] = m.path
+    worlds = {m.world_size for m, _ in ok if m.world_size is not None}
+    if len(worlds) > 1:
+        raise InputError(
+            pl_.source, f"ranks disagree on the world size ({sorted(worlds)}): files from different runs?"
+        )
+    ok.sort(key=lambda mh: mh[0].rank)
+    if ranks is not None:
+        missing = [r for r in ranks if r not in seen]
+        if missing:
+            raise InputError(path, f"no rank {missing} here (ranks present: {sorted(seen)})")
+        eng.release([h for m, h in ok if m.rank not in ranks])
+        ok = [(m, h) for m, h in ok if m.rank in ranks]
+    manifest = dict(pl_.manifest)
+    if not manifest:
+        manifest = next((dict(m.manifest) for m, _ in ok if m.manifest), {})
+    g = Gathered(pl_, [h for _, h in ok], [m for m, _ in ok], failed, manifest)
+    _label(g, worlds)
+    return g
+
+
+def _label(g: Gathered, worlds: set[int]) -> None:
+    """What the local reader says of a directory's run (``run_checks.label_partial``), and the
+    ranks left out by --keep-going: printed, and kept as the run's ``partial`` note."""
+    notes = []
+    if g.plan.kind in ("run_dir", "et_dir"):
+        from charllm_trace.run_checks import check_complete
+
+        if g.plan.kind == "run_dir" and not is_url(g.plan.source):
+            from charllm_trace.collectors.outcome import reader_note
+
+            partial = [s.rank for s in g.plan.specs if s.rank is not None and len(s.files) < 2]
+            said = reader_note(Path(g.plan.source), g.manifest, [m.rank for m in g.metas], partial)
+            if said:
+                _note(f"{g.plan.source}: {said}")
+        present = [m.rank for m in g.metas] + [r for r in _failed_ranks(g) if r is not None]
+        note = check_complete(g.plan.source, g.manifest, sorted(present), worlds)
+        if note:
+            notes.append(note)
+    if g.failed:
+        left = "; ".join(f"{f.path}: {f.problem}" for f in g.failed)
+        notes.append(
+            f"--keep-going: {len(g.failed)} rank file(s) could not be read and are left out ({left})"
+        )
+    for n in notes:
+        _note(f"{g.plan.source}: {n}")
+    if notes:
+        prev = g.manifest.get("partial")
+        g.manifest["partial"] = "; ".join(([prev] if isinstance(prev, str) else []) + notes)
+
+
+def _failed_ranks(g: Gathered) -> list[int | None]:
+    by_path = {s.path: s.rank for s in g.plan.specs}
+    return [by_path.get(f.path) for f in g.failed]
+
+
+def analyze_distributed(
+    path: str, options: Any, ranks: list[int] | None = None, *, cache: bool = True
+) -> Any:
+    """``analyze_run`` of the input at ``path`` on the scheduler's workers (see the module's docstring)."""
+    from charllm_trace.analysis.api import dims_of
+    from charllm_trace.analysis.bandwidth import hosts_of
+    from charllm_trace.analysis.rank_parts import merge_parts
+    from charllm_trace.engine.cluster import open_engine
+
+    address = scheduler()
+    assert address is not None
+    with open_engine(address) as eng:
+        g = _read(eng, path, ranks, cache)
+        dims = dims_of([m.groups for m in g.metas], g.manifest, options)
+        hosts = hosts_of(g.manifest, {m.rank: m.hostname for m in g.metas})
+        parts = eng.gather(eng.map(analyze_task, g.handles, options=options, dims=dims, hosts=hosts))
+        eng.release(g.handles)
+
+    def graph_step(skipped: dict[str, str], no_ts: list[int], simulated: bool) -> tuple[None, None]:
+        for key, on in (("critical_path", options.critical_path), ("what_if", bool(options.what_if))):
+            if on:
+                skipped[key] = NOT_DISTRIBUTED_GRAPH
+        return None, None
+
+    res = merge_parts(parts, options, manifest=g.manifest, source=g.plan.source, graph_step=graph_step)
+    res.classified = {}
+    return res
+
+
+def info_distributed(path: str, *, cache: bool = True) -> dict[str, Any]:
+    """``info``'s summary of the input at ``path``, each rank summarised on a worker."""
+    from charllm_trace.engine.cluster import open_engine
+    from charllm_trace.et.summary import merge_rank_infos
+
+    address = scheduler()
+    assert address is not None
+    with open_engine(address) as eng:
+        g = _read(eng, path, None, cache)
+        parts = eng.gather(eng.map(info_task, g.handles))
+        eng.release(g.handles)
+    return merge_rank_infos(g.plan.source, parts)
+
+
+def convert_distributed(
+    path: str, output: str, *, gz: bool = False, force: bool = False
+) -> tuple[list[str], list[str]]:
+    """``convert`` on workers: each writes its rank's ET under a temporary name in ``output``
+    (a directory or URL every worker reaches); once all are written, the driver renames them
+    into place (nothing is left half written). Returns (summary lines, files written)."""
+    from charllm_trace.engine import urls
+    from charllm_trace.engine.cluster import open_engine
+    from charllm_trace.et.writer import RUN_MARKER, rank_file_name
+
+    address = scheduler()
+    assert address is not None
+    existing = _existing_rank_files(output)
+    if existing and not force:
+        raise InputError(
+            f"{output.rstrip('/')}/{existing[0]}", "already exists; refusing to overwrite it (use --force)"
+        )
+    urls.makedirs(output) if is_url(output) else Path(output).mkdir(parents=True, exist_ok=True)
+    token = uuid.uuid4().hex[:12]
+    written: list[tuple[int, str, str]] = []
+    with open_engine(address) as eng:
+        g = _read(eng, path, None, cache=True)
+        futs = eng.map(convert_task, g.handles, out=output, gz=gz, manifest=g.manifest, token=token)
+        try:
+            written = eng.gather(futs)
+        except BaseException:
+            _remove_partials(output, token)
+            raise
+        eng.release(g.handles)
+    base = output.rstrip("/")
+    final = []
+    for rank, tmp, _line in written:
+        dst = f"{base}/{rank_file_name(rank, gz=gz)}"
+        urls.rename(f"{base}/{tmp}", dst) if is_url(output) else Path(f"{base}/{tmp}").replace(dst)
+        final.append(dst)
+    keep = {Path(p).name for p in final}
+    for name in existing:  # an earlier conversion's rank files this one does not have
+        if name not in keep:
+            urls.remove(f"{base}/{name}") if is_url(output) else Path(base, name).unlink(missing_ok=True)
+    import orjson
+
+    marker = orjson.dumps({"written_by": "charllm-trace convert", "files": sorted(keep)})
+    if is_url(output):
+        urls.write_bytes(f"{base}/{RUN_MARKER}", marker)
+    else:
+        tmpm = Path(base) / f"{RUN_MARKER}.tmp"
+        tmpm.write_bytes(marker)
+        tmpm.replace(Path(base) / RUN_MARKER)
+    return [line for _, _, line in written], final
+
+
+def _existing_rank_files(output: str) -> list[str]:
+    import re
+
+    pat = re.compile(r"^rank-\d+\.et(\.gz)?$")
+    if is_url(output):
+        from charllm_trace.engine import urls
+
+        try:
+            return [n for n, _, _ in urls.list_dir(output) if pat.match(n)]
+        except InputError:
+            return []
+    p = Path(output)
+    if p.exists() and not p.is_dir():
+        raise InputError(p, "is not a directory")
+    return sorted(e.name for e in p.iterdir() if pat.match(e.name)) if p.is_dir() else []
+
+
+def _remove_partials(output: str, token: str) -> None:
+    if is_url(output):
+        from charllm_trace.engine import urls
+
+        try:
+            for n, u, _ in urls.list_dir(output):
+                if n.endswith(f".partial-{token}"):
+                    urls.remove(u)
+        except InputError:
+            pass
+        return
+    for e in Path(output).glob(f".*.partial-{token}"):
+        e.unlink(missing_ok=True)
