@@ -15,6 +15,7 @@ from charllm_trace.cli_results import (
     wrote,
 )
 from charllm_trace.cli_scale import scheduler_option
+from charllm_trace.engine import is_url
 
 # --- analyze (issue 5) -----------------------------------------------------
 
@@ -112,7 +113,7 @@ def analyze_cmd(
         raise UsageError("--format parquet needs -o FILE")
     if fmt == "table" and output is not None:
         raise UsageError("-o needs --format json, csv or parquet")
-    if is_results_file(path):
+    if not is_url(path) and is_results_file(path):
         from charllm_trace.results_store import load_results
 
         refuse_analysis_options(ctx, path, ("path", "fmt", "output", "force"))
@@ -202,7 +203,7 @@ def report_cmd(
     from charllm_trace.results_store import is_results_file, read_results
 
     refuse_existing(output, force)
-    if is_results_file(run):
+    if not is_url(run) and is_results_file(run):
         refuse_analysis_options(ctx, run, ("run", "output", "title", "force"))
         saved = read_results(run)
         an, views = saved.analysis, saved.views()

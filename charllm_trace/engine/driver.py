@@ -77,7 +77,8 @@ def _read(eng: Any, path: str, ranks: list[int] | None, cache: bool) -> Gathered
     if ranks is not None:
         missing = [r for r in ranks if r not in seen]
         if missing:
-            raise InputError(path, f"no rank {missing} here (ranks present: {sorted(seen)})")
+            known = sorted(set(seen) | {s.rank for s in pl_.specs if s.rank is not None})
+            raise InputError(path, f"no rank {missing} here (ranks present: {known})")
         eng.release([h for m, h in ok if m.rank not in ranks])
         ok = [(m, h) for m, h in ok if m.rank in ranks]
     manifest = dict(pl_.manifest)
@@ -102,7 +103,8 @@ def _label(g: Gathered, worlds: set[int]) -> None:
             said = reader_note(Path(g.plan.source), g.manifest, [m.rank for m in g.metas], partial)
             if said:
                 _note(f"{g.plan.source}: {said}")
-        present = [m.rank for m in g.metas] + [r for r in _failed_ranks(g) if r is not None]
+        # every rank the input holds (before --ranks chose some), failed ones included (noted below)
+        present = {m.rank for m in g.metas} | {s.rank for s in g.plan.specs if s.rank is not None}
         note = check_complete(g.plan.source, g.manifest, sorted(present), worlds)
         if note:
             notes.append(note)
@@ -116,11 +118,6 @@ def _label(g: Gathered, worlds: set[int]) -> None:
     if notes:
         prev = g.manifest.get("partial")
         g.manifest["partial"] = "; ".join(([prev] if isinstance(prev, str) else []) + notes)
-
-
-def _failed_ranks(g: Gathered) -> list[int | None]:
-    by_path = {s.path: s.rank for s in g.plan.specs}
-    return [by_path.get(f.path) for f in g.failed]
 
 
 def analyze_distributed(

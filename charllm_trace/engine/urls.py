@@ -70,7 +70,7 @@ def peek(url: str, n: int) -> bytes:
     """The first ``n`` bytes of ``url``, decompressed when it is gzip."""
     fs, p = fs_of(url)
     try:
-        with fs.open(p, "rb") as fh:
+        with _io_of(fs, p) if _in_memory(fs) else fs.open(p, "rb") as fh:
             head = fh.read(2)
             fh.seek(0)
             if head == b"\x1f\x8b":
@@ -83,6 +83,12 @@ def peek(url: str, n: int) -> bytes:
         raise InputError(url, f"cannot read it ({_why(exc)})") from None
 
 
+def _io_of(fs: Any, path: str) -> Any:
+    import io
+
+    return io.BytesIO(fs.cat_file(path))  # a memory:// file: already in memory
+
+
 def fetch(url: str, dest: Path) -> Path:
     """Copy ``url`` to the local file ``dest`` (at most the input limit of stored bytes)."""
     from charllm_trace.inputs import too_big
@@ -92,7 +98,7 @@ def fetch(url: str, dest: Path) -> Path:
     fs, p = fs_of(url)
     n = 0
     try:
-        with fs.open(p, "rb") as src, open(dest, "wb") as out:
+        with _reader(fs, p) as src, open(dest, "wb") as out:
             while chunk := src.read(CHUNK):
                 n += len(chunk)
                 if n > limit:
@@ -103,6 +109,34 @@ def fetch(url: str, dest: Path) -> Path:
     except Exception as exc:  # noqa: BLE001
         raise InputError(url, f"cannot read it ({_why(exc)})") from None
     return dest
+
+
+class _Ranges:
+    """Reads by byte ranges (``cat_file``): fsspec's memory filesystem hands every opener the same
+    file object, so two threads reading one file through ``open`` would share its position."""
+
+    def __init__(self, fs: Any, path: str) -> None:
+        self.fs, self.path, self.pos = fs, path, 0
+
+    def read(self, n: int) -> bytes:
+        data = self.fs.cat_file(self.path, start=self.pos, end=self.pos + n)
+        self.pos += len(data)
+        return data
+
+    def __enter__(self) -> _Ranges:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _in_memory(fs: Any) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    return "memory" in protocols
+
+
+def _reader(fs: Any, path: str) -> Any:
+    return _Ranges(fs, path) if _in_memory(fs) else fs.open(path, "rb")
 
 
 def write_bytes(url: str, data: bytes) -> None:

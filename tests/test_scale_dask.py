@@ -1,0 +1,263 @@
+"""--scheduler: every rank read and analysed on a real Dask LocalCluster (2 process workers on
+loopback, one per test module), results equal to the local path's; failing ranks, an unreachable
+scheduler; fsspec ``file://`` URLs (read by the worker processes) and ``memory://`` URLs (per
+process: read through ``local-threads:2``, workers in the test's process, and without a scheduler)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from polars.testing import assert_frame_equal
+
+from charllm_trace import engine
+from charllm_trace.analysis.api import analyze_run
+from charllm_trace.analysis.results import AnalyzeOptions
+from charllm_trace.cli import main
+from charllm_trace.loader import load
+from conftest import FIXTURES, ROOT, shared_trace
+
+distributed = pytest.importorskip("distributed")
+
+GLOO = FIXTURES / "cpu-2rank-gloo"
+#: frames whose rows are one rank's figures: equal to the bit. The others aggregate float sums over
+#: ranks (the bandwidth summary), where the summation order may differ in the last bit.
+PER_RANK = ("overlap", "overlap_by_group", "overlap_by_dim", "collectives", "collectives_matched",
+            "energy_totals", "energy", "power", "throttle")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cluster_address():
+    """A LocalCluster of 2 worker processes on loopback; its workers import this checkout."""
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")] + ([old] if old else []))
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    )
+    try:
+        yield cluster.scheduler_address
+    finally:
+        cluster.close()
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+@pytest.fixture
+def scheduler(cluster_address, monkeypatch):
+    monkeypatch.setenv(engine.ENV, cluster_address)
+    yield cluster_address
+
+
+def _local(path: str | Path, options: AnalyzeOptions):
+    return analyze_run(load(path, cache=False), options)
+
+
+def _distributed(path: str, options: AnalyzeOptions, ranks=None):
+    from charllm_trace.engine.driver import analyze_distributed
+
+    return analyze_distributed(path, options, ranks, cache=False)
+
+
+def assert_same_analysis(local, dist) -> None:
+    """Every frame and note of ``local`` in ``dist``, except the execution-graph analyses."""
+    assert dist.ranks == local.ranks
+    assert dist.simulated == local.simulated
+    lf, df = local.frames(), dist.frames()
+    for k in ("critical_path", "critical_path_ops", "what_if"):
+        lf.pop(k, None)
+        df.pop(k, None)
+    assert set(lf) == set(df)
+    for name, f in lf.items():
+        if name in PER_RANK:
+            assert f.equals(df[name], null_equal=True), name
+        else:
+            assert_frame_equal(f, df[name], check_exact=False, rel_tol=1e-12, abs_tol=0.0)
+    assert dist.notes() == {k: v for k, v in local.notes().items() if k in dist.notes()}
+    assert {k: v for k, v in local.skipped.items() if k not in ("critical_path", "what_if")} == {
+        k: v for k, v in dist.skipped.items() if k not in ("critical_path", "what_if")
+    }
+    assert dist.bandwidth is not None and local.bandwidth is not None
+    assert dist.bandwidth.peaks == local.bandwidth.peaks
+
+
+def test_analyze_dlrm_8_ranks_equals_local(scheduler):
+    d = shared_trace("param/dlrm_8ranks_v100")
+    opts = AnalyzeOptions(per_step=True)
+    local, dist = _local(d, opts), _distributed(str(d), opts)
+    assert dist.ranks == list(range(8))
+    assert dist.bandwidth.matched.height > 0  # matched across ranks on the driver
+    assert_same_analysis(local, dist)
+    # the graph analyses need every rank's nodes in one process: said, not guessed
+    assert "--scheduler" in dist.skipped["critical_path"] and dist.critical_path is None
+
+
+def test_analyze_fixture_run_equals_local(scheduler):
+    opts = AnalyzeOptions(per_step=True)
+    local, dist = _local(GLOO, opts), _distributed(str(GLOO), opts)
+    assert dist.overlap is not None and dist.bandwidth.matched.height > 0
+    assert_same_analysis(local, dist)
+    one = _distributed(str(GLOO), opts, ranks=[1])
+    assert one.ranks == [1]
+    assert_same_analysis(analyze_run(load(GLOO, cache=False).select([1]), opts), one)
+
+
+def test_info_and_convert_equal_local(scheduler, tmp_path):
+    d = shared_trace("param/dlrm_8ranks_v100")
+    r = CliRunner()
+    for path in (str(d), str(GLOO)):
+        a = r.invoke(main, ["info", path, "--json", "--no-cache"], env={engine.ENV: ""})
+        b = r.invoke(main, ["info", path, "--json", "--no-cache"])
+        assert a.exit_code == 0 and b.exit_code == 0, a.output + b.output
+        assert json.loads(a.output) == json.loads(b.output)
+    out_l, out_d = tmp_path / "local", tmp_path / "dist"
+    assert (
+        r.invoke(
+            main, ["convert", str(GLOO), "-o", str(out_l), "--workers", "1"], env={engine.ENV: ""}
+        ).exit_code
+        == 0
+    )
+    res = r.invoke(main, ["convert", str(GLOO), "-o", str(out_d)])
+    assert res.exit_code == 0, res.output
+    names = sorted(p.name for p in out_l.glob("rank-*.et"))
+    assert names == ["rank-0.et", "rank-1.et"] == sorted(p.name for p in out_d.glob("rank-*.et"))
+    for n in names:
+        assert (out_l / n).read_bytes() == (out_d / n).read_bytes()
+    assert not [p for p in out_d.iterdir() if ".partial-" in p.name]  # nothing left half written
+    again = r.invoke(main, ["convert", str(GLOO), "-o", str(out_d)])
+    assert again.exit_code == 2 and "already exists" in again.output
+
+
+def _broken_copy(tmp_path: Path) -> tuple[Path, Path]:
+    d = shared_trace("param/dlrm_8ranks_v100")
+    run = tmp_path / "run"
+    shutil.copytree(d, run)
+    bad = run / "kineto_rank3.json.gz"
+    os.chmod(bad, 0o644)
+    doc = gzip.decompress(bad.read_bytes())
+    bad.write_bytes(gzip.compress(doc[: len(doc) // 2]))  # a profile cut in the middle: the worker fails
+    return run, bad
+
+
+def test_failing_rank_exit_2_or_keep_going(scheduler, tmp_path):
+    run, bad = _broken_copy(tmp_path)
+    r = CliRunner()
+    res = r.invoke(main, ["analyze", str(run), "--no-cache", "--format", "json"])
+    assert res.exit_code == 2
+    line = res.output.strip().splitlines()[-1]
+    assert line.startswith(f"error: {bad}:") and "--keep-going" in line
+    res = r.invoke(main, ["analyze", str(run), "--no-cache", "--format", "json", "--keep-going"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["ranks"] == [0, 1, 2, 4, 5, 6, 7]
+    said = " ".join(n for notes in doc["notes"].values() for n in notes)
+    assert "--keep-going" in said and str(bad) in said
+
+
+def test_unreachable_scheduler_is_one_line_exit_2(monkeypatch):
+    monkeypatch.setenv("CHARLLM_TRACE_SCHEDULER_TIMEOUT", "1")
+    res = CliRunner().invoke(main, ["info", str(GLOO), "--scheduler", "tcp://127.0.0.1:9"])
+    assert res.exit_code == 2
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: cannot reach the Dask scheduler at tcp://127.0.0.1:9"
+    )
+
+
+def test_file_urls_read_by_workers_and_written_whole(scheduler, tmp_path):
+    url = GLOO.resolve().as_uri()  # file:///...
+    opts = AnalyzeOptions(per_step=True)
+    assert_same_analysis(_local(GLOO, opts), _distributed(url, opts))
+    out = (tmp_path / "res.json").as_uri()
+    res = CliRunner().invoke(main, ["analyze", url, "--no-cache", "--format", "json", "-o", out])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "res.json").read_bytes())
+    assert doc["ranks"] == [0, 1] and doc["source"] == url
+    missing = CliRunner().invoke(main, ["info", url + "-nope", "--json"])
+    assert missing.exit_code == 2 and missing.output.startswith(f"error: {url}-nope: ")
+
+
+def test_memory_urls_in_process_and_on_thread_workers(monkeypatch):
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    for f in GLOO.iterdir():
+        fs.pipe(f"/gloo/{f.name}", f.read_bytes())
+    monkeypatch.delenv(engine.ENV, raising=False)
+    opts = AnalyzeOptions(per_step=True)
+    local = _local(GLOO, opts)
+    # no scheduler: the URL is copied here and read by the local path (graph analyses included)
+    plain = analyze_run(load("memory://gloo", cache=False), opts)
+    assert plain.critical_path is not None
+    assert local.frames()["critical_path"].equals(plain.frames()["critical_path"])
+    assert_same_analysis(local, plain)
+    # workers in this process (memory:// is per process), each reading its rank from the URL
+    monkeypatch.setenv(engine.ENV, "local-threads:2")
+    assert_same_analysis(local, _distributed("memory://gloo", opts))
+    res = CliRunner().invoke(main, ["info", "memory://gloo", "--json", "--no-cache"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["ranks"] == [0, 1]
+    res = CliRunner().invoke(main, ["convert", "memory://gloo", "-o", "memory://gloo-et"])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls("/gloo-et", detail=False)) == [
+        ".charllm-trace-convert", "rank-0.et", "rank-1.et"
+    ]  # fmt: skip
+    fs.rm("/gloo", recursive=True)
+    fs.rm("/gloo-et", recursive=True)
+
+
+def test_no_dask_import_without_a_scheduler(tmp_path):
+    """The local path stays as it was: analyze, info and convert import nothing of Dask or fsspec."""
+    code = f"""
+import sys
+from click.testing import CliRunner
+from charllm_trace.cli import main
+r = CliRunner()
+for args in (["analyze", {str(GLOO)!r}, "--no-cache"], ["info", {str(GLOO)!r}], ["convert", {str(GLOO)!r}, "-o", {str(tmp_path / "et")!r}]):
+    res = r.invoke(main, args)
+    assert res.exit_code == 0, res.output
+bad = sorted(m for m in sys.modules if m.split(".")[0] in ("dask", "distributed", "fsspec"))
+assert not bad, bad
+print("ok")
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop(engine.ENV, None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_check_through_the_scheduler(scheduler, tmp_path):
+    base = tmp_path / "b.json"
+    r = CliRunner()
+    res = r.invoke(main, ["baseline", str(GLOO), "-o", str(base)])
+    assert res.exit_code == 0, res.output
+    assert "baseline runs in this process" in res.output  # said, on stderr
+    res = r.invoke(main, ["check", str(GLOO), "--baseline", str(base)])
+    assert res.exit_code == 0, res.output
+
+
+def test_frames_cross_the_wire_without_node_tables(scheduler):
+    """What a worker sends back for a rank is its part: no node table."""
+    import pickle
+
+    from charllm_trace.analysis.api import dims_of
+    from charllm_trace.analysis.bandwidth import hosts_of
+    from charllm_trace.engine.plan import plan
+    from charllm_trace.engine.tasks import analyze_task, load_rank
+
+    spec = plan(str(GLOO)).specs[0]
+    loaded = load_rank(spec)
+    opts = AnalyzeOptions()
+    part = analyze_task(loaded, opts, dims_of([loaded.trace.meta.process_groups], {}, opts), hosts_of({}, {}))
+    assert part.trace is None and part.classified is None
+    assert isinstance(part.coll, pl.DataFrame)
+    assert len(pickle.dumps(part)) < len(pickle.dumps(loaded.trace)) / 5
