@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES, ROOT, shared_trace
 from polars.testing import assert_frame_equal
 
 from charllm_trace import engine
@@ -23,7 +24,6 @@ from charllm_trace.analysis.api import analyze_run
 from charllm_trace.analysis.results import AnalyzeOptions
 from charllm_trace.cli import main
 from charllm_trace.loader import load
-from conftest import FIXTURES, ROOT, shared_trace
 
 distributed = pytest.importorskip("distributed")
 
@@ -261,3 +261,26 @@ def test_frames_cross_the_wire_without_node_tables(scheduler):
     assert part.trace is None and part.classified is None
     assert isinstance(part.coll, pl.DataFrame)
     assert len(pickle.dumps(part)) < len(pickle.dumps(loaded.trace)) / 5
+
+
+def test_et_directory_equals_local(scheduler, gloo_ets):
+    """A directory of per-rank ETs: each worker reads one file (its rank from its header)."""
+    opts = AnalyzeOptions(per_step=True)
+    assert_same_analysis(_local(gloo_ets, opts), _distributed(str(gloo_ets), opts))
+
+
+def _die_once(marker: str) -> int:
+    """Kills its worker process the first time it runs (a worker that dies mid-job)."""
+    if not os.path.exists(marker):
+        Path(marker).write_text("died")
+        os._exit(1)
+    return 42
+
+
+def test_a_task_whose_worker_dies_is_run_again(cluster_address, tmp_path):
+    from charllm_trace.engine.cluster import open_engine
+
+    marker = tmp_path / "died"
+    with open_engine(cluster_address) as eng:
+        assert eng.gather(eng.map(_die_once, [str(marker)])) == [42]
+    assert marker.read_text() == "died"
