@@ -160,6 +160,13 @@ def convert_cmd(
                 run = convert_path(local, host_et=host_et, workers=workers)
         else:
             run = convert_path(path, host_et=host_et, workers=workers)
+    if engine.is_url(output) and not force:
+        from charllm_trace.engine.driver import existing_rank_files
+
+        if existing_rank_files(output):
+            raise InputError(
+                output, "already holds rank-<N>.et files; refusing to overwrite them (use --force)"
+            )
     with url_output(output) as out:
         paths = write_run(run, out, overwrite=force, gz=gz)
     for line in summary_lines(run):
@@ -264,8 +271,11 @@ def baseline_cmd(run: str, output: str, hta_compat: bool, simulate: bool, force:
     from charllm_trace.render.tables import cli_hint
 
     refuse_existing(output, force)  # before the analysis, not after it
+    from charllm_trace.engine.localize import url_output
+
     b = baseline_run(run, AnalyzeOptions(hta_compat=hta_compat, simulate=simulate))
-    write_baseline(b, output, force=force)
+    with url_output(output) as out:  # an fsspec URL: written here, uploaded whole
+        write_baseline(b, out, force=force)
     counts: dict[str, int] = {}
     for m in b.metrics:
         counts[m.cls] = counts.get(m.cls, 0) + 1
@@ -404,7 +414,10 @@ def export_perfetto(
         traces = {k: (t if t.meta.has_timestamps else sim(t)) for k, t in r.traces.items()}
         r = Run(traces=traces, manifest=r.manifest, source=r.source)
     cp, why = (None, None) if no_critical_path else _critical_path_for_export(r)
-    stats = write_chrome_trace(r, output, flows=not no_flows, critical_path=cp)
+    from charllm_trace.engine.localize import url_output
+
+    with url_output(output) as out:  # an fsspec URL: written here, uploaded whole
+        stats = write_chrome_trace(r, out, flows=not no_flows, critical_path=cp)
     click.echo(
         f"wrote {output}: {stats.ranks} ranks, {stats.tracks} tracks, {stats.slices} slices, "
         f"{stats.counter_samples} counter samples, {stats.flows} launch flows"

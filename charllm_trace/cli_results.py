@@ -51,8 +51,15 @@ def refuse_existing(path: str, force: bool) -> None:
     (one line, exit 2) instead of failing after the whole analysis."""
     import os
 
+    from charllm_trace.engine import is_url
     from charllm_trace.errors import InputError
 
+    if is_url(path):  # an fsspec URL (docs/scale.md): refused when it exists, unless --force
+        from charllm_trace.engine import urls
+
+        if urls.exists(path) and not force:
+            raise InputError(path, "already exists; pass --force to overwrite it")
+        return
     if os.path.lexists(path):
         if os.path.isdir(path):
             raise InputError(path, "is a directory; give a file name to write")

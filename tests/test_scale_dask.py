@@ -40,7 +40,7 @@ def cluster_address():
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")] + ([old] if old else []))
     cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=":0"
     )
     try:
         yield cluster.scheduler_address
@@ -211,8 +211,16 @@ def test_memory_urls_in_process_and_on_thread_workers(monkeypatch):
     assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls("/gloo-et", detail=False)) == [
         ".charllm-trace-convert", "rank-0.et", "rank-1.et"
     ]  # fmt: skip
-    fs.rm("/gloo", recursive=True)
-    fs.rm("/gloo-et", recursive=True)
+    # without a scheduler: the input copied here, the output uploaded whole; refused when it exists
+    monkeypatch.delenv(engine.ENV)
+    again = CliRunner().invoke(main, ["convert", "memory://gloo", "-o", "memory://gloo-et"])
+    assert again.exit_code == 2 and "refusing to overwrite" in again.output
+    for _ in range(2):
+        res = CliRunner().invoke(main, ["report", "memory://gloo", "-o", "memory://out/r.html", "--no-cache"])
+    assert res.exit_code == 2 and "already exists" in res.output
+    assert fs.cat_file("/out/r.html").startswith(b"<!DOCTYPE html>")
+    for d in ("/gloo", "/gloo-et", "/out"):
+        fs.rm(d, recursive=True)
 
 
 def test_no_dask_import_without_a_scheduler(tmp_path):

@@ -68,7 +68,7 @@ def open_engine(address: str) -> Iterator[DaskEngine]:
             n_workers=n,
             threads_per_worker=1,
             processes=m.group(1) is None,
-            dashboard_address=None,
+            dashboard_address=":0",  # a free port: never "8787 is already in use"
             silence_logs=logging.ERROR,
         )
         client = Client(cluster)

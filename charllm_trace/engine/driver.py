@@ -175,7 +175,7 @@ def convert_distributed(
 
     address = scheduler()
     assert address is not None
-    existing = _existing_rank_files(output)
+    existing = existing_rank_files(output)
     if existing and not force:
         raise InputError(
             f"{output.rstrip('/')}/{existing[0]}", "already exists; refusing to overwrite it (use --force)"
@@ -214,7 +214,8 @@ def convert_distributed(
     return [line for _, _, line in written], final
 
 
-def _existing_rank_files(output: str) -> list[str]:
+def existing_rank_files(output: str) -> list[str]:
+    """The ``rank-N.et(.gz)`` names in the output directory (local or URL)."""
     import re
 
     pat = re.compile(r"^rank-\d+\.et(\.gz)?$")
