@@ -135,7 +135,8 @@ def analyze_rank(
     part.coll, part.peaks = collectives(
         tr, peak_gbps=options.peak_gbps, group_dims=dims, hosts=hosts, classified=classified
     )
-    part.n_comm = int(tr.nodes["node_type"].is_in(COMM_NODE_TYPES).sum())
+    if part.coll.height == 0:  # only read when no rank has a timed collective (the skipped reason)
+        part.n_comm = int(tr.nodes["node_type"].is_in(COMM_NODE_TYPES).sum())
     tel = tr.telemetry
     part.tel_rows = tel.height
     part.tel_cols = [
