@@ -161,6 +161,13 @@ def test_failing_rank_exit_2_or_keep_going(scheduler, tmp_path):
     assert doc["ranks"] == [0, 1, 2, 4, 5, 6, 7]
     said = " ".join(n for notes in doc["notes"].values() for n in notes)
     assert "--keep-going" in said and str(bad) in said
+    out = tmp_path / "et"
+    res = r.invoke(main, ["convert", str(run), "-o", str(out)])
+    assert res.exit_code == 2 and str(bad) in res.output
+    assert not [p for p in out.iterdir() if p.name != ".charllm-trace-convert"]  # nothing written half
+    res = r.invoke(main, ["convert", str(run), "-o", str(out), "--keep-going"])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.glob("rank-*.et")) == [f"rank-{i}.et" for i in (0, 1, 2, 4, 5, 6, 7)]
 
 
 def test_unreachable_scheduler_is_one_line_exit_2(monkeypatch):
