@@ -18,8 +18,11 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.energy import IDLE
+from charllm_trace.analysis.findings import Finding, findings
 from charllm_trace.analysis.results import CP_CATEGORIES, RunAnalysis
 from charllm_trace.model import Run
+from charllm_trace.render.report_sections import findings_html, power_figures, stragglers_html
+from charllm_trace.render.svg import fmt_bytes
 from charllm_trace.report_views import (  # noqa: F401 - the views' names are part of this module's interface
     MAX_DEVICE_CHARTS,
     MAX_LANES,
@@ -72,6 +75,9 @@ class ReportData:
     simulated: bool = False
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)  # the sentences at the top
+    stragglers: pl.DataFrame | None = None  # STRAGGLER_SCHEMA rows
+    step_marks: list[tuple[int, int]] = field(default_factory=list)  # (step, first start ns over ranks)
 
 
 def report_data(
@@ -105,15 +111,24 @@ def report_data_from(views: ReportViews, an: RunAnalysis, title: str | None = No
     for name, notes in an.notes().items():
         data.notes += [f"{name}: {n}" for n in notes]
     data.notes += views.notes
+    data.findings = findings(an)
     if an.overlap is not None:
         pr = an.overlap.per_rank
+        marks = (
+            pr.filter(pl.col("step").is_not_null())
+            .group_by("step")
+            .agg(pl.col("start_ns").min())
+            .sort("step")
+        )
+        data.step_marks = [(int(a), int(b)) for a, b in marks.iter_rows() if b is not None]
         data.overlap_total = pr.filter(pl.col("step").is_null()).sort("rank")
         data.overlap_steps = (
             pr.filter(pl.col("step").is_not_null()).select("rank", "step", "overlap_pct").sort("step", "rank")
         )
     if an.bandwidth is not None:
+        data.stragglers = an.bandwidth.stragglers
         c = an.bandwidth.collectives
-        data.collectives = c.select("coll_type", "bytes", "busbw_gbps").filter(
+        data.collectives = c.select("coll_type", "bytes", "busbw_gbps", "rank", "pg_name", "dur_ns").filter(
             pl.col("bytes").is_not_null() & pl.col("busbw_gbps").is_not_null()
         )
         labels = {}
@@ -230,6 +245,7 @@ def render_report(data: ReportData) -> str:
             overlay=overlay,
             overlay_label="power (W)",
             note=note + ("" if overlay else "; no power samples to draw over it"),
+            marks=[(float(t - o), f"step {st}") for st, t in data.step_marks],
         )
     else:
         chart = H.empty("Per-rank timeline", data.skipped.get("overlap", "no timed activity in this run"))
@@ -294,25 +310,35 @@ def render_report(data: ReportData) -> str:
     # 3. bandwidth
     c = data.collectives
     if c is not None and c.height:
-        groups = [
-            H.Series(
-                str(ct),
-                c.filter(pl.col("coll_type") == ct)["bytes"].to_numpy(),
-                c.filter(pl.col("coll_type") == ct)["busbw_gbps"].to_numpy(),
-            )
-            for ct in c["coll_type"].unique().sort().to_list()
-        ]
+        groups = []
+        for ct in c["coll_type"].unique().sort().to_list():
+            g = c.filter(pl.col("coll_type") == ct)
+            tips = [
+                f"{ct} · {fmt_bytes(b)} · {bw:.3g} GB/s · rank {r} · group {pg or '-'} · {d / 1e6:,.3f} ms"
+                for b, bw, r, pg, d in g.select(
+                    "bytes", "busbw_gbps", "rank", "pg_name", "dur_ns"
+                ).iter_rows()
+            ]
+            groups.append(H.Series(str(ct), g["bytes"].to_numpy(), g["busbw_gbps"].to_numpy(), labels=tips))
         chart = H.scatter_chart(
             groups,
             title="Bus bandwidth vs message size, per collective type",
             x_label="message size (nccl-tests convention)",
             y_label="bus bandwidth (GB/s)",
+            log_y=True,
             hlines=[H.HLine(g, label) for g, label in data.peaks],
             note="" if data.peaks else "link peak unknown for this device: no peak line",
         )
     else:
         chart = H.empty("Bus bandwidth vs message size", data.skipped.get("bandwidth", "no collectives"))
     rep.add("Collective bandwidth", chart)
+    if data.stragglers is not None and data.stragglers.height:
+        rep.add(
+            "Stragglers",
+            stragglers_html(data.stragglers),
+            note="per process group and rank, over the collectives matched across ranks: how often the rank "
+            "started last, and how long after the group's first rank",
+        )
 
     # 4. energy
     e = data.energy_ops
@@ -328,27 +354,14 @@ def render_report(data: ReportData) -> str:
     rep.add("Energy", chart)
 
     # 5. power, temperature, SM clock
-    figs = []
-    for d in data.devices:
-        figs.append(
-            H.line_chart(
-                [
-                    H.Series("power (W)", d.t - o, d.power_w, color="#d62728"),
-                    H.Series("temperature (C)", d.t - o, d.temp_c, color="#ff7f0e"),
-                    H.Series("SM clock (MHz)", d.t - o, d.sm_clock_mhz, color="#1f77b4", axis="right"),
-                ],
-                title=f"rank {d.rank} · GPU {d.device}: power, temperature and SM clock",
-                y_label="W / °C",
-                y2_label="MHz",
-                spans=[H.Span(a - o, b - o, why) for a, b, why in d.throttle],
-                span_label="throttled (power / thermal / hardware slowdown)",
-            )
-        )
+    figs = power_figures(data.devices, data.lanes, data.step_marks, o)
     if not figs:
         figs.append(H.empty("Power, temperature and SM clock", data.skipped.get("power", "no telemetry")))
     rep.add("Power and thermal", *figs)
     if data.notes:
         rep.add("Notes", "<ul>" + "".join(f"<li>{H._esc(n)}</li>" for n in data.notes) + "</ul>")
+    present = {sid for sid, _, _ in rep.sections}
+    rep.sections.insert(0, ("findings", "Findings", findings_html(data.findings, present)))
     return rep.render()
 
 

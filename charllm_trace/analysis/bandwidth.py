@@ -38,6 +38,7 @@ from charllm_trace.analysis.results import (
     LinkPeak,
     frame,
 )
+from charllm_trace.analysis.stragglers import stragglers
 from charllm_trace.model import Run, Trace
 
 #: Element sizes in bytes by dtype name (torch / Kineto / Chakra spellings).
@@ -360,4 +361,5 @@ def bandwidth(
         peaks=peaks,
         simulated=simulated,
         notes=notes,
+        stragglers=stragglers(coll),
     )

@@ -20,6 +20,7 @@ from charllm_trace.analysis.results import (
     OVERLAP_GROUP_SCHEMA,
     OVERLAP_SCHEMA,
     POWER_SCHEMA,
+    STRAGGLER_SCHEMA,
     THROTTLE_SCHEMA,
     WHATIF_SCHEMA,
 )
@@ -32,6 +33,7 @@ FRAME_SCHEMAS: dict[str, tuple[str, dict[str, pl.DataType]]] = {
     "collectives": ("bandwidth", COLLECTIVE_SCHEMA),
     "bandwidth": ("bandwidth", BANDWIDTH_SUMMARY_SCHEMA),
     "collectives_matched": ("bandwidth", MATCHED_SCHEMA),
+    "stragglers": ("bandwidth", STRAGGLER_SCHEMA),
     "energy_totals": ("energy", ENERGY_TOTAL_SCHEMA),
     "energy": ("energy", ENERGY_SCHEMA),
     "power": ("power", POWER_SCHEMA),

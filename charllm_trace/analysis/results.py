@@ -183,6 +183,20 @@ class LinkPeak:
     spans_nodes: bool | None = None
 
 
+#: One row per (process group, rank) over the collectives matched across ranks: how often and
+#: how late the rank arrived (lateness = its start - the group's first start).
+STRAGGLER_SCHEMA: dict[str, pl.DataType] = {
+    "pg_name": pl.String,
+    "dim": pl.String,
+    "rank": pl.Int64,
+    "n_matched": pl.Int64,  # collectives of this group matched on this rank
+    "n_last": pl.Int64,  # of which the rank started last
+    "last_pct": pl.Float64,  # 100 * n_last / n_matched
+    "mean_late_ns": pl.Float64,  # mean lateness over its matched collectives
+    "max_late_ns": pl.Int64,  # worst lateness
+}
+
+
 @dataclass
 class BandwidthResult:
     collectives: pl.DataFrame  # COLLECTIVE_SCHEMA
@@ -191,6 +205,7 @@ class BandwidthResult:
     peaks: dict[str, LinkPeak] = field(default_factory=dict)  # pg_name -> peak used
     simulated: bool = False
     notes: list[str] = field(default_factory=list)
+    stragglers: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STRAGGLER_SCHEMA))
 
 
 # ---------------------------------------------------------------------------
@@ -435,6 +450,7 @@ class RunAnalysis:
             out["collectives"] = self.bandwidth.collectives
             out["bandwidth"] = self.bandwidth.summary
             out["collectives_matched"] = self.bandwidth.matched
+            out["stragglers"] = self.bandwidth.stragglers
         if self.energy is not None:
             out["energy_totals"] = self.energy.totals
             out["energy"] = self.energy.by

@@ -169,6 +169,21 @@ def render_bandwidth(res: RunAnalysis, console: Console) -> None:
                 str(r["late_rank"]),
             )  # fmt: skip
         console.print(mt)
+    if bw.stragglers.height:
+        sg = bw.stragglers.sort(["n_last", "mean_late_ns"], descending=True, nulls_last=True)
+        more = f" (top {TOP} of {sg.height})" if sg.height > TOP else ""
+        t = _table(
+            f"Stragglers: arrivals at collectives matched across ranks{more}" + _label(res),
+            [("group", "left"), ("dim", "left"), ("rank", "right"), ("matched", "right"), ("last", "right"),
+             ("last %", "right"), ("mean late ms", "right"), ("max late ms", "right")],
+            keys=3,
+        )  # fmt: skip
+        for r in sg.head(TOP).iter_rows(named=True):
+            t.add_row(
+                r["pg_name"] or "-", r["dim"] or "-", str(r["rank"]), str(r["n_matched"]), str(r["n_last"]),
+                _num(r["last_pct"], "{:.1f}"), _ms(r["mean_late_ns"]), _ms(r["max_late_ns"]),
+            )  # fmt: skip
+        console.print(t)
     _notes(console, bw.notes)
 
 
