@@ -18,7 +18,9 @@ def parse_clock_offset(text: str) -> int:
     """``250ms``, ``-1.5s``, ``1200us``, ``5000ns`` or a bare number of ms, as integer ns."""
     m = re.fullmatch(r"\s*([-+]?\d+(?:\.\d*)?)\s*(ns|us|ms|s)?\s*", text)
     if not m:
-        raise click.BadParameter(f"{text!r}: a number with a unit ns, us, ms or s (e.g. -250ms)")
+        raise click.BadParameter(
+            f"{text!r}: a number with a unit ns, us, ms or s (e.g. -250ms)", param_hint="--clock-offset"
+        )
     return round(float(m.group(1)) * _OFFSET_UNITS[m.group(2) or "ms"])
 
 
@@ -30,10 +32,12 @@ def parse_device_map(text: str | None) -> dict[int, int] | None:
     for part in text.split(","):
         m = re.fullmatch(r"\s*(\d+)\s*[=:]\s*(?:rank)?\s*(\d+)\s*", part)
         if not m:
-            raise click.BadParameter(f"{part!r}: write GPU=RANK pairs, e.g. 0=0,1=1 or 4=0,5=1")
+            raise click.BadParameter(
+                f"{part!r}: write GPU=RANK pairs, e.g. 0=0,1=1 or 4=0,5=1", param_hint="--device-map"
+            )
         gpu, rank = int(m.group(1)), int(m.group(2))
         if gpu in out or rank in out.values():
-            raise click.BadParameter(f"GPU {gpu} or rank {rank} is mapped twice")
+            raise click.BadParameter(f"GPU {gpu} or rank {rank} is mapped twice", param_hint="--device-map")
         out[gpu] = rank
     return out
 
