@@ -163,7 +163,8 @@ def zone_for(path: Path, opts: ParseOptions, log: ImportedLog, what: str) -> str
 
 def local_times_ns(path: Path, s: pl.Series, fmt: str, tz: str, what: str) -> pl.Series:
     """Zone-less local date-times (strings in ``fmt``) in ``tz`` as Unix-epoch ns (Int64)."""
-    s = s.str.strip_chars()
+    full = s.str.strip_chars()
+    s = full.unique().drop_nulls()  # GPUs of one poll share a time: each distinct time once
     dt = s.str.strptime(pl.Datetime("ns"), fmt, strict=False)
     bad = dt.is_null() & s.is_not_null()
     if bad.any():
@@ -178,7 +179,7 @@ def local_times_ns(path: Path, s: pl.Series, fmt: str, tz: str, what: str) -> pl
     if ns.null_count() > dt.null_count():
         first = s.filter(ns.is_null() & dt.is_not_null())[0]
         raise InputError(path, f"{what} {first!r:.60} does not exist in time zone {tz} (a DST gap)")
-    return ns.cast(pl.Int64)
+    return _by_value(full, pl.DataFrame({"c": s, "v": ns.cast(pl.Int64)}), "time_ns")
 
 
 def epoch_seconds_ns(path: Path, s: pl.Series, what: str) -> pl.Series:
@@ -208,6 +209,16 @@ def parse_start(path: Path, opts: ParseOptions, log: ImportedLog) -> int:
     return int(local_times_ns(path, pl.Series([txt.replace("T", " ")]), fmt, tz, "start time")[0])
 
 
+_NUM_UNIT = r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(\S*)$"
+
+
+def _by_value(s: pl.Series, parsed: pl.DataFrame, name: str) -> pl.Series:
+    """Map each cell of ``s`` to its parsed value (``parsed``: columns ``c`` and ``v``, one row per
+    distinct cell): logs repeat few distinct cells, each is parsed once."""
+    out = pl.DataFrame({"c": s}).join(parsed, on="c", how="left", maintain_order="left")["v"]
+    return out.alias(name)
+
+
 def numbers(path: Path, s: pl.Series, column: str, unit: str | None, what: str) -> pl.Series:
     """A column of cells (strings) as Float64 in the model's unit of ``column``.
 
@@ -215,15 +226,18 @@ def numbers(path: Path, s: pl.Series, column: str, unit: str | None, what: str) 
     a unit of the wrong kind (``MHz`` in a power column) refuses the log."""
     want = COLUMN_UNITS.get(column)
     s = s.cast(pl.String).str.strip_chars()
-    s = pl.Series(s.name, s).set(s.str.to_lowercase().is_in(list(NULL_WORDS)).fill_null(False), None)
-    parts = pl.DataFrame({"c": s}).select(
-        pl.col("c").str.extract(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(\S*)$", 1).alias("num"),
-        pl.col("c").str.extract(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(\S*)$", 2).alias("unit"),
-        pl.col("c"),
+    parts = (
+        pl.DataFrame({"c": s.unique().drop_nulls()})
+        .filter(~pl.col("c").str.to_lowercase().is_in(list(NULL_WORDS)))
+        .with_columns(
+            pl.col("c").str.extract(_NUM_UNIT, 1).alias("num"),
+            pl.col("c").str.extract(_NUM_UNIT, 2).fill_null("").str.to_lowercase().alias("unit"),
+        )
     )
-    bad = parts.filter(pl.col("c").is_not_null() & pl.col("num").is_null())
+    bad = parts.filter(pl.col("num").is_null())
     if bad.height:
-        raise InputError(path, f"{what}: {bad['c'][0]!r:.40} is not a number")
+        first = s.filter(s.is_in(bad["c"].implode()))[0]
+        raise InputError(path, f"{what}: {first!r:.40} is not a number")
     factors = UNIT_FACTORS.get(want or "", {})
     default = 1.0
     if unit is not None and want is not None:
@@ -231,27 +245,34 @@ def numbers(path: Path, s: pl.Series, column: str, unit: str | None, what: str) 
         if u not in factors:
             raise InputError(path, f"{what}: unit {unit!r:.20} is not a unit of {want}")
         default = factors[u]
-    units = parts["unit"].fill_null("").str.to_lowercase()
-    seen = set(units.unique().to_list()) - {""}
+    seen = set(parts["unit"].unique().to_list()) - {""}
     wrong = sorted(seen - set(factors)) if want else sorted(seen)
     if wrong:
         raise InputError(path, f"{what}: unit {wrong[0]!r:.20} is not a unit of {want or 'a plain number'}")
-    factor = units.replace_strict({"": default, **factors}, default=default, return_dtype=pl.Float64)
-    return (parts["num"].cast(pl.Float64) * factor).alias(column)
+    factor = pl.col("unit").replace_strict({"": default, **factors}, default=default, return_dtype=pl.Float64)
+    parsed = parts.select("c", (pl.col("num").cast(pl.Float64) * factor).alias("v"))
+    return _by_value(s, parsed, column)
 
 
 def hex_or_int(path: Path, s: pl.Series, what: str) -> pl.Series:
     """Bit masks written as ``0x0000000000000004`` or as decimal integers (Int64)."""
     s = s.cast(pl.String).str.strip_chars()
-    s = s.set(s.str.to_lowercase().is_in(list(NULL_WORDS)).fill_null(False), None)
-    is_hex = s.str.starts_with("0x") | s.str.starts_with("0X")
-    hx = s.str.slice(2).str.to_integer(base=16, strict=False)
-    dec = s.str.to_integer(base=10, strict=False)
-    out = pl.select(pl.when(is_hex).then(hx).otherwise(dec)).to_series()
-    bad = out.is_null() & s.is_not_null()
-    if bad.any():
-        raise InputError(path, f"{what}: {s.filter(bad)[0]!r:.40} is not a bit mask")
-    return out.cast(pl.Int64)
+    c = pl.col("c")
+    parts = (
+        pl.DataFrame({"c": s.unique().drop_nulls()})
+        .filter(~c.str.to_lowercase().is_in(list(NULL_WORDS)))
+        .with_columns(
+            pl.when(c.str.to_lowercase().str.starts_with("0x"))
+            .then(c.str.slice(2).str.to_integer(base=16, strict=False))
+            .otherwise(c.str.to_integer(base=10, strict=False))
+            .cast(pl.Int64)
+            .alias("v")
+        )
+    )
+    bad = parts.filter(pl.col("v").is_null())
+    if bad.height:
+        raise InputError(path, f"{what}: {bad['c'][0]!r:.40} is not a bit mask")
+    return _by_value(s, parts, "throttle_reasons")
 
 
 def finish(path: Path, log: ImportedLog, frame: pl.DataFrame, opts: ParseOptions) -> ImportedLog:
@@ -344,7 +365,7 @@ def csv_cells(path: Path, text: str, ncols: int, what: str) -> pl.DataFrame:
         return pl.DataFrame(schema={f"c{i}": pl.String for i in range(ncols)})
     try:
         df = pl.read_csv(
-            io.StringIO(text),
+            io.BytesIO(text.encode()),
             has_header=False,
             new_columns=[f"c{i}" for i in range(ncols)],
             schema_overrides={f"c{i}": pl.String for i in range(ncols)},
