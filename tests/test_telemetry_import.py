@@ -190,6 +190,10 @@ def test_attach_to_collected_run_gives_energy(gloo_run: Path) -> None:
         assert tot.filter(pl.col("rank") == rank)["n_samples"][0] == 8
     assert any("zeus log zeus-powermonitor.csv" in n and "19.9 Hz" in n for n in an.energy.notes)
     assert any("zeus log zeus-powermonitor.csv" in n for n in an.power.notes)
+    html = gloo_run.parent / "report.html"
+    rep = CliRunner().invoke(main, ["report", str(gloo_run), "-o", str(html)])
+    assert rep.exit_code == 0, rep.output
+    assert "samples imported from the zeus log zeus-powermonitor.csv, 19.9 Hz" in html.read_text()
     # a second import replaces only with --force, and only the import's own files
     again = run_cli(
         str(gloo_run), str(LOGS / "zeus-powermonitor.csv"), "--format", "zeus", "--device-map", "0=0,1=1"
