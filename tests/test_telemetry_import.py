@@ -381,3 +381,31 @@ def test_bad_options_are_usage_errors(gloo_run: Path) -> None:
         str(gloo_run), str(LOGS / "nvidia-smi-a100.csv"), "--format", "nvidia-smi", "--tz", "Mars/Olympus"
     )
     assert r.exit_code == 2 and "unknown time zone" in r.stderr
+
+
+def test_variants_of_the_real_formats(tmp_path: Path) -> None:
+    """nvidia-smi with ``nounits``, a log cut off mid-line (the tool was killed), dmon's header
+    printed again every 14 polls: the same samples."""
+    import re
+
+    full = read_log(LOGS / "nvidia-smi-a100.csv", "nvidia-smi", ParseOptions(tz=LA))
+    nounits = tmp_path / "nounits.csv"
+    nounits.write_text(
+        re.sub(r" (W|MHz|%)(?=,|$)", "", (LOGS / "nvidia-smi-a100.csv").read_text(), flags=re.M)
+    )
+    assert (
+        "250" not in nounits.read_text().split("\n")[1] and " W," not in nounits.read_text().split("\n", 1)[1]
+    )
+    assert read_log(nounits, "nvidia-smi", ParseOptions(tz=LA)).samples.equals(full.samples)
+    cut = tmp_path / "cut.csv"
+    text = (LOGS / "nvidia-smi-a100.csv").read_text()
+    cut.write_text(text[: len(text) - 30])  # the last line loses its end and its newline
+    got = read_log(cut, "nvidia-smi", ParseOptions(tz=LA)).samples
+    assert got.height == 23 and got.equals(
+        full.samples.filter((pl.col("time_ns") < full.samples["time_ns"].max()) | (pl.col("device") == 0))
+    )
+    dmon = (LOGS / "dcgmi-dmon-ts.log").read_text().split("\n")
+    again = dmon[:6] + [dmon[0], dmon[1]] + dmon[6:]  # the two header lines once more, mid-log
+    rep = tmp_path / "dmon.log"
+    rep.write_text("\n".join(again))
+    assert read_log(rep, "dcgm").samples.equals(read_log(LOGS / "dcgmi-dmon-ts.log", "dcgm").samples)
