@@ -43,8 +43,13 @@ class Attached:
 
 
 def source_facts(log: ImportedLog, log_path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The facts kept with the samples: ``ImportedLog.describe()`` plus who wrote them."""
-    return {**log.describe(), "written_by": WRITTEN_BY, "log_path": os.path.abspath(log_path)}
+    """The facts kept with the samples: ``ImportedLog.describe()``, the log's SHA-256 (its name
+    only, not its path: no user or directory names travel with a shared trace) and who wrote them."""
+    import hashlib
+
+    with open(log_path, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    return {**log.describe(), "log_sha256": digest, "written_by": WRITTEN_BY}
 
 
 def _check_gpus(log: ImportedLog, rank_gpus: dict[int, int], where: Path) -> None:

@@ -44,6 +44,8 @@ SHORT_NAMES = {
     "DVCCTR": "throttle_reasons",  # 112 DCGM_FI_DEV_CLOCKS_EVENT_REASONS
 }
 DEFAULT_INTERVAL_MS = 1000.0  # dmon's -d default
+#: units of fields whose unit is not the model's, for a log without its ``ID`` units line
+FIELD_UNITS = {"TOTEC": "mJ"}
 
 
 def _columns(header: str, units: str | None) -> list[tuple[str, str | None]]:
@@ -53,7 +55,7 @@ def _columns(header: str, units: str | None) -> list[tuple[str, str | None]]:
     for k, (start, name) in enumerate(spans):
         end = spans[k + 1][0] if k + 1 < len(spans) else None
         u = units[start:end].strip() if units is not None else ""
-        out.append((name, u or None))
+        out.append((name, u or (FIELD_UNITS.get(name) if units is None else None)))
     return out
 
 
