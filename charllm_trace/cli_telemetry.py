@@ -62,7 +62,7 @@ def telemetry_group() -> None:
               help="Logs whose rows carry no time (dcgmi dmon, rocm-smi): the first sample's time, "
                    "'YYYY-mm-dd HH:MM:SS.fff' (local, see --tz) or Unix seconds.")  # fmt: skip
 @click.option("--interval-ms", type=float, default=None,
-              help="With --start: the sampling interval (dcgmi dmon -d; default 1000).")  # fmt: skip
+              help="With --start: the sampling interval in ms (dcgmi dmon: its -d, default 1000; rocm-smi: required).")  # fmt: skip
 @click.option(
     "--host", default=None, help="Run directories of several nodes: the node the log was recorded on."
 )
@@ -109,6 +109,8 @@ def import_cmd(
             "Pass --tz ZONE if the log was recorded elsewhere.",
             err=True,
         )
+    if (start is not None or interval_ms is not None) and not imported.time_source.startswith("derived"):
+        click.echo(f"note: --start/--interval-ms not used: the rows of {log} carry their own times", err=True)
     rate = imported.rate_hz()
     click.echo(
         f"{imported.tool} log {os.path.basename(log)}: {imported.samples.height:,} samples of GPUs "
