@@ -19,6 +19,7 @@ from charllm_trace.analysis import analyze_run
 from charllm_trace.cli import main
 from charllm_trace.errors import InputError
 from charllm_trace.loader import load
+from charllm_trace.model import Run
 from charllm_trace.telemetry_import import read_log
 from charllm_trace.telemetry_import.common import ParseOptions
 from tests.conftest import shared_trace
@@ -409,3 +410,15 @@ def test_variants_of_the_real_formats(tmp_path: Path) -> None:
     rep = tmp_path / "dmon.log"
     rep.write_text("\n".join(again))
     assert read_log(rep, "dcgm").samples.equals(read_log(LOGS / "dcgmi-dmon-ts.log", "dcgm").samples)
+
+
+def test_clock_offset_option_shifts_the_written_samples(tmp_path: Path) -> None:
+    prof = shared_trace("hta/a100_ddp_nccl_rank0.json.gz")
+    out = tmp_path / "shifted.et"
+    args = [str(prof), str(LOGS / "nvidia-smi-a100.csv"), "--format", "nvidia-smi", "--tz", LA]
+    r = run_cli(*args, "--clock-offset", "100ms", "-o", str(out))
+    assert r.exit_code == 0, r.output
+    tr = load(out, cache=False).traces[0]
+    assert tr.telemetry["time_ns"].min() == 1_716_423_322_204_000_000 + 100_000_000
+    an = analyze_run(Run.single(tr))
+    assert any("clock offset +100.000 ms applied" in n for n in an.energy.notes)
