@@ -422,3 +422,10 @@ def test_clock_offset_option_shifts_the_written_samples(tmp_path: Path) -> None:
     assert tr.telemetry["time_ns"].min() == 1_716_423_322_204_000_000 + 100_000_000
     an = analyze_run(Run.single(tr))
     assert any("clock offset +100.000 ms applied" in n for n in an.energy.notes)
+
+
+def test_et_without_timestamps_is_refused(tmp_path: Path) -> None:
+    et = shared_trace("chakra/feeder_tests_chakra.0.et")  # Chakra's converter: every start time 0
+    r = run_cli(str(et), str(LOGS / "zeus-study.csv"), "--format", "zeus", "-o", str(tmp_path / "x.et"))
+    assert r.exit_code == 2 and "feeder_tests_chakra.0.et" in r.stderr and "no timestamps" in r.stderr
+    assert not (tmp_path / "x.et").exists()

@@ -262,6 +262,13 @@ def write_with_telemetry(
     out = Path(output) if output is not None else default_output(src, multi)
     if os.path.lexists(out) and os.path.lexists(src) and os.path.samefile(out, src):
         raise InputError(out, "is the input itself: write the ET with telemetry to a new file")
+    untimed = [r for r in run.ranks if not run.traces[r].meta.has_timestamps]
+    if untimed:
+        raise InputError(
+            src,
+            f"rank {untimed[0]} has no timestamps (start times all 0): samples cannot be placed on its "
+            "timeline (a simulated one has no wall clock either)",
+        )
     rank_gpus = _rank_gpus_of(run, log, device_map, Path(log_path))
     _check_gpus(log, rank_gpus, Path(log_path))
     facts = source_facts(log, log_path)
