@@ -297,10 +297,11 @@ def finish(path: Path, log: ImportedLog, frame: pl.DataFrame, opts: ParseOptions
 
 def split_prefix_times(path: Path, lines: pl.Series) -> tuple[pl.Series, pl.Series | None]:
     """Lines prefixed by Unix-epoch seconds (moreutils ``ts '%.s'``): (rest of line, times or None)."""
-    m = lines.str.extract(r"^(\d{9,11}\.\d+|\d{9,11})\s+(.*)$", 1)
+    pattern = r"^(\d{9,11}(?:\.\d+)?)(?:\s+(.*))?$"  # ts prints an empty line as "<time> "
+    m = lines.str.extract(pattern, 1)
     nonempty = lines.str.strip_chars() != ""
     if m.filter(nonempty).null_count() == 0 and m.filter(nonempty).len():
-        rest = lines.str.extract(r"^(?:\d{9,11}\.\d+|\d{9,11})\s+(.*)$", 1).fill_null("")
+        rest = lines.str.extract(pattern, 2).fill_null("")
         return rest, epoch_seconds_ns(path, m.fill_null("0"), "line time prefix")
     return lines, None
 
