@@ -429,3 +429,35 @@ def test_et_without_timestamps_is_refused(tmp_path: Path) -> None:
     r = run_cli(str(et), str(LOGS / "zeus-study.csv"), "--format", "zeus", "-o", str(tmp_path / "x.et"))
     assert r.exit_code == 2 and "feeder_tests_chakra.0.et" in r.stderr and "no timestamps" in r.stderr
     assert not (tmp_path / "x.et").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt", "extra"),
+    [
+        ("amd-smi-monitor.csv", "amd-smi", []),
+        ("amd-smi-monitor.txt", "amd-smi", []),
+        ("rocm-smi-ts.log", "rocm-smi", []),
+        ("zeus-powermonitor.csv", "zeus", []),
+    ],
+)
+def test_every_format_attaches_and_gives_energy(
+    gloo_run: Path, name: str, fmt: str, extra: list[str]
+) -> None:
+    r = run_cli(str(gloo_run), str(LOGS / name), "--format", fmt, "--device-map", "0=0,1=1", *extra)
+    assert r.exit_code == 0, r.output
+    an = analyze_run(load(gloo_run, cache=False))
+    assert an.energy is not None, an.skipped
+    assert (an.energy.totals["total_j"] > 0).all() and an.energy.totals.height == 2
+    assert any(f"{fmt} log {name}" in n for n in an.energy.notes)
+
+
+def test_dcgm_log_into_the_shared_profile(tmp_path: Path) -> None:
+    prof = shared_trace("hta/a100_ddp_nccl_rank0.json.gz")
+    out = tmp_path / "dcgm.et"
+    r = run_cli(str(prof), str(LOGS / "dcgmi-dmon-ts.log"), "--format", "dcgm", "-o", str(out))
+    assert r.exit_code == 0, r.output
+    an = analyze_run(load(out, cache=False))
+    assert an.energy is not None and an.energy.totals["n_samples"][0] == 5
+    # dmon's TOTEC counter (mJ) is there: the integral is scaled to it, as for the collector's NVML counter
+    assert an.energy.totals["counter_j"][0] == pytest.approx((1_843_297_716 - 1_843_210_553) / 1000)
+    assert any("dcgmi dmon log dcgmi-dmon-ts.log" in n for n in an.energy.notes)
