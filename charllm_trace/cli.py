@@ -19,6 +19,7 @@ from charllm_trace._native_libs import NativeModuleMissing
 from charllm_trace.cli_analyze import analyze_cmd, report_cmd
 from charllm_trace.cli_cache import allow_partial_option, cache_group, json_flag, no_cache_option, wide_option
 from charllm_trace.cli_results import refuse_existing
+from charllm_trace.cli_telemetry import telemetry_group
 from charllm_trace.errors import InputError
 
 EXIT_OK = 0
@@ -423,6 +424,7 @@ def sanitize_cmd(run: str, output: str, redact: tuple[str, ...], force: bool) ->
 main.add_command(analyze_cmd)
 main.add_command(report_cmd)
 main.add_command(cache_group)
+main.add_command(telemetry_group)
 
 
 if __name__ == "__main__":  # pragma: no cover

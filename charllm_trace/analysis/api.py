@@ -27,6 +27,7 @@ from charllm_trace.analysis.results import (  # the notes' words live with the r
     RunAnalysis,
     WhatIfResult,
 )
+from charllm_trace.analysis.telemetry_source import telemetry_source_note
 from charllm_trace.analysis.whatif import simulate, what_if
 from charllm_trace.graph.engine import CycleError
 from charllm_trace.graph.run import build_run_graph
@@ -212,6 +213,10 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
             (r, energy(tr, method=options.energy_method, per_step=options.per_step, classified=classified[r]))
         )
         pw_parts.append((r, power(tr, per_step=options.per_step)))
+        src = telemetry_source_note(tr)  # an imported log: its tool, file and rate
+        if src:
+            en_parts[-1][1].notes.insert(0, src)
+            pw_parts[-1][1].notes.insert(0, src)
     en = pw = None
     if en_parts:
         en = EnergyResult(
