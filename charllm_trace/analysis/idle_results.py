@@ -20,7 +20,7 @@ IDLE_TIME_SCHEMA: dict[str, pl.DataType] = {
     "device": pl.Int64,
     "stream": pl.Int64,
     "n_ops": pl.Int64,  # GPU ops (kernels, memcpys, memsets) on the stream
-    "span_ns": pl.Int64,  # first start to last end of those ops
+    "span_ns": pl.Int64,  # last end of those ops - the start of the first gap (or first op) counted
     "idle_ns": pl.Int64,  # sum of the gaps (= host_wait + kernel_wait + other)
     **{f"{c}_ns": pl.Int64 for c in IDLE_CATEGORIES},
     **{f"{c}_pct": pl.Float64 for c in IDLE_CATEGORIES},  # of idle_ns; null when idle_ns is 0

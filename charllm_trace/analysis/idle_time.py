@@ -37,7 +37,8 @@ def classify_gaps(
     ops: pl.DataFrame, *, kernel_wait_ns: int = KERNEL_WAIT_NS, hta_compat: bool = False
 ) -> pl.DataFrame:
     """``ops`` (``STREAM_OPS_SCHEMA``, sorted) with ``gap_ns`` (the idle time before each op; null
-    for a stream's first) and ``category`` (``IDLE_CATEGORIES``; null for a stream's first)."""
+    for a stream's first), ``category`` (``IDLE_CATEGORIES``; null for a stream's first) and
+    ``from_ns`` (where the gap begins: the end before the op, or its start when there is no gap)."""
     end = pl.col("end_ns")
     prev_end = (end.shift(1) if hta_compat else end.cum_max().shift(1)).over(_KEYS)
     gap = pl.col("start_ns") - pl.col("_prev_end")
@@ -54,7 +55,10 @@ def classify_gaps(
             .then(pl.lit("kernel_wait"))
             .otherwise(pl.lit("other")),
         )
-        .with_columns(pl.when(pl.col("_prev_end").is_not_null()).then(pl.col("gap_ns")).alias("gap_ns"))
+        .with_columns(
+            pl.when(pl.col("_prev_end").is_not_null()).then(pl.col("gap_ns")).alias("gap_ns"),
+            from_ns=pl.min_horizontal(pl.col("_prev_end").fill_null(pl.col("start_ns")), pl.col("start_ns")),
+        )
         .drop("_prev_end")
     )
 
@@ -64,7 +68,7 @@ def _aggregate(g: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     positive = gap.fill_null(0) > 0
     aggs = [
         pl.len().alias("n_ops"),
-        (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("span_ns"),
+        (pl.col("end_ns").max() - pl.col("from_ns").min()).alias("span_ns"),
         gap.sum().alias("idle_ns"),
         *[gap.filter(cat == c).sum().alias(f"{c}_ns") for c in IDLE_CATEGORIES],
         *[(positive & (cat == c)).sum().alias(f"n_{c}") for c in IDLE_CATEGORIES],

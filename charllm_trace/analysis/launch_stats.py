@@ -110,7 +110,10 @@ def launch_stats(
         _q0=pl.min_horizontal(pl.coalesce("call_start_ns", "start_ns"), pl.col("start_ns"))
     )
     keys = ["device", "stream"]
-    parts = [_delay_stats(got, keys), _delay_stats(got, []).with_columns(device=None, stream=None)]
+    parts = [
+        _delay_stats(got, keys).with_columns(step=None),
+        _delay_stats(got, []).with_columns(step=None, device=None, stream=None),
+    ]
     if per_step and got["step"].is_not_null().any():
         in_step = got.filter(pl.col("step").is_not_null())
         parts += [_delay_stats(in_step, ["step", *keys]), _delay_stats(in_step, ["step"])]

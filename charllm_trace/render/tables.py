@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from charllm_trace.analysis.results import CAN_SIMULATE, CP_CATEGORIES, NO_PEAK, RunAnalysis
+from charllm_trace.render.tables_streams import render_streams
 
 TOP = 10
 MAX_RANK_OPS = 4  # with more ranks, the top operators of the job's critical path only
@@ -397,3 +398,4 @@ def render_analysis(res: RunAnalysis, console: Console | None = None) -> None:
     elif "what_if" in res.skipped:
         console.print(f"what-if: {cli_hint(res.skipped['what_if'])}", markup=False, highlight=False)
         console.print()
+    render_streams(res, console)  # idle time per GPU stream, launch statistics
