@@ -216,10 +216,11 @@ def test_report_of_a_real_trace_in_chromium(tmp_path: Path) -> None:
     assert res.console_errors == [] and res.page_errors == []
     assert res.requests == [f.resolve().as_uri()]
     kinds = [x["kind"] for x in res.figures]
-    assert kinds == ["lanes", "bar", "scatter", "bar", "line"], kinds
+    assert kinds == ["lanes", "bar", "line", "scatter", "bar", "line"], kinds
     for fig in res.figures:
         assert fig["drawn"] == fig["marks"] > 0 and fig["svg_w"] > 900, fig
-    lanes, steps_bar, scatter, energy_bar, line = res.figures
+    lanes, steps_bar, queue, scatter, energy_bar, line = res.figures
+    assert queue["series"] == 2  # the launch queue of the rank: mean and maximum per bin
     n_steps, colls = _raw_counts(src)
     assert lanes["rows"] == 3 and lanes["series"] == 1  # compute, communication, idle rows + the power line
     assert steps_bar["marks"] == n_steps == 3  # one bar per ProfilerStep
