@@ -93,9 +93,11 @@ def launch_stats(
     classified: pl.DataFrame | None = None,
     ops: tuple[pl.DataFrame, list[str]] | None = None,
     bins: int = QUEUE_BINS,
+    steps: pl.DataFrame | None = None,
 ) -> LaunchResult:
     """Launch delays, short operators and queue lengths of one rank (module docstring). ``ops``
-    may pass ``stream_ops(trace, ...)`` made with the same ``hta_compat`` options."""
+    may pass ``stream_ops(trace, ...)`` made with the same ``hta_compat`` options, ``steps``
+    ``trace.steps()``."""
     rank = trace.meta.rank if trace.meta.rank is not None else 0
     simulated = bool(trace.meta.extra.get("simulated"))
     got, notes = ops or stream_ops(
@@ -105,7 +107,7 @@ def launch_stats(
     if got.height == 0:
         notes.append("no GPU operators with timestamps on streams")
         return LaunchResult(frame({}, LAUNCH_SCHEMA), frame({}, QUEUE_SCHEMA), hta_compat, simulated, notes)
-    steps = trace.steps() if per_step else pl.DataFrame()
+    steps = (trace.steps() if steps is None else steps) if per_step else pl.DataFrame()
     got = got.with_columns(
         _q0=pl.min_horizontal(pl.coalesce("call_start_ns", "start_ns"), pl.col("start_ns"))
     )

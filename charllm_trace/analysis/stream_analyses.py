@@ -45,12 +45,15 @@ def stream_analyses(
     launch: list[tuple[int, LaunchResult]] = []
     for r, tr in traces.items():
         kw = {"hta_compat": options.hta_compat}
-        ops = stream_ops(tr, classified=classified[r], keep_last_step=options.hta_keep_last_step, **kw)
+        steps = tr.steps()
+        ops = stream_ops(
+            tr, classified=classified[r], keep_last_step=options.hta_keep_last_step, steps=steps, **kw
+        )
         if ops[0].height == 0:
             continue
         common = {"per_step": options.per_step, "ops": ops, **kw}
         idle.append((r, idle_time(tr, **common)))
-        launch.append((r, launch_stats(tr, **common)))
+        launch.append((r, launch_stats(tr, steps=steps, **common)))
     if not idle:
         return None, None, NO_STREAM_OPS
     multi = len(traces) > 1

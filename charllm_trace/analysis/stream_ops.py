@@ -21,7 +21,6 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.classify import classify
-from charllm_trace.analysis.overlap import launch_times_of
 from charllm_trace.model import Trace
 
 #: The classes of GPU operators on streams.
@@ -84,21 +83,34 @@ def stream_ops(
     corrs = ops["correlation"].drop_nulls().unique().implode()
     calls = (
         df.lazy()
-        .filter(~gpu & pl.col("correlation").is_in(corrs) & pl.col("start_ns").is_not_null())
+        .filter(pl.col("correlation").is_in(corrs) & ~gpu & pl.col("start_ns").is_not_null())
         .group_by("correlation")
         .agg(
             pl.col("start_ns").min().alias("call_start_ns"),
             pl.col("dur_ns").sort_by("start_ns").first().alias("call_dur_ns"),
         )
     )
-    launch = launch_times_of(df, ops) if steps.height else pl.Series("launch_ns", [None] * ops.height)
-    ops = (
-        ops.lazy()
-        .with_columns(launch_ns=launch.cast(pl.Int64))
-        .join(calls, on="correlation", how="left", maintain_order="left")
-        .with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns"))
-        .collect()
-    )
+    ops = ops.lazy().join(calls, on="correlation", how="left", maintain_order="left").collect()
+    # the launch time that places an op in a step: its call, else its launch_id node (looked up
+    # only for the ops without a call: one pass over the CPU nodes is what this costs)
+    launch = ops["call_start_ns"]
+    orphans = ops.filter(pl.col("call_start_ns").is_null() & pl.col("launch_id").is_not_null())
+    if steps.height and orphans.height:
+        ids = orphans["launch_id"].unique().implode()
+        by_id = (
+            df.lazy()
+            .filter(pl.col("id").is_in(ids) & ~gpu)
+            .select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("_t_launch"))
+        )
+        launch = (
+            ops.lazy()
+            .select("launch_id", "call_start_ns")
+            .join(by_id, on="launch_id", how="left", maintain_order="left")
+            .select(pl.coalesce("call_start_ns", "_t_launch"))
+            .collect()
+            .to_series()
+        )
+    ops = ops.with_columns(launch_ns=launch.cast(pl.Int64), end_ns=pl.col("start_ns") + pl.col("dur_ns"))
     if hta_compat:
         if steps.height >= 2:
             t = pl.col("call_start_ns")
