@@ -155,9 +155,12 @@ def test_analyze_json_report_and_saved_results(tmp_path: Any) -> None:
 
 def test_cpu_only_run_says_why() -> None:
     tr = make_trace([cpu(1, "aten::mm", 0, 10), cpu(2, "gloo:all_reduce", 20, 10)])
-    res = analyze_run(Run.single(tr))
+    run = Run.single(tr)
+    res = analyze_run(run)
     assert res.idle_time is None and res.launch is None
     assert "no GPU kernels" in res.skipped["idle_time"]
+    html = render_report(report_data(run, res))
+    assert "GPU idle and launches" in html and "no GPU kernels, memcpys or memsets on streams" in html
 
 
 # ---------------------------------------------------------------------------

@@ -146,7 +146,8 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
     timed = {r: tr for r, tr in traces.items() if r not in no_ts}
     idle, launch, why = stream_analyses(timed, classified, options, simulated=simulated)
     if why is not None:
-        skipped["idle_time"] = skipped["launch"] = NO_TIMESTAMPS if not timed else why
+        no_ts_why = NO_TIMESTAMPS.replace("overlap needs them", "idle time per stream and launches need them")
+        skipped["idle_time"] = skipped["launch"] = no_ts_why if not timed else why
 
     # bandwidth (durations suffice: it runs without timestamps too)
     bw = bandwidth(work, peak_gbps=options.peak_gbps, group_dims=dims, classified=classified)

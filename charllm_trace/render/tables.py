@@ -398,4 +398,4 @@ def render_analysis(res: RunAnalysis, console: Console | None = None) -> None:
     elif "what_if" in res.skipped:
         console.print(f"what-if: {cli_hint(res.skipped['what_if'])}", markup=False, highlight=False)
         console.print()
-    render_streams(res, console)  # idle time per GPU stream, launch statistics
+    render_streams(res, console, cli_hint)  # idle time per GPU stream, launch statistics

@@ -4,7 +4,7 @@ categories, and the launch statistics. Formatting only: every number comes from
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import polars as pl
@@ -83,7 +83,7 @@ def render_launch(res: RunAnalysis, console: Console, printed: list[str] | None 
     assert ls is not None
     sim = " [SIMULATED]" if res.simulated else ""
     t = _t(
-        "Launch statistics: delay from launch call to GPU start (µs), queue" + sim,
+        "Launch statistics: launch call to GPU start (µs), queue" + sim,
         [("rank", "right"), ("step", "right"), ("stream", "right"), ("ops", "right"), ("p50", "right"),
          ("p90", "right"), ("p99", "right"), ("max", "right"), ("short %", "right"), ("q max", "right"),
          ("q mean", "right")],
@@ -103,8 +103,9 @@ def render_launch(res: RunAnalysis, console: Console, printed: list[str] | None 
     _notes(console, [n for n in ls.notes if n not in (printed or [])])
 
 
-def render_streams(res: RunAnalysis, console: Console) -> None:
-    """The two tables, or one line saying why they were not computed."""
+def render_streams(res: RunAnalysis, console: Console, hint: Callable[[str], str] = str) -> None:
+    """The two tables, or one line saying why they were not computed (``hint``: the CLI's words
+    added to a reason, ``render.tables.cli_hint``)."""
     if res.idle_time is not None:
         render_idle_time(res, console)
         console.print()
@@ -112,5 +113,6 @@ def render_streams(res: RunAnalysis, console: Console) -> None:
         render_launch(res, console, res.idle_time.notes if res.idle_time is not None else None)
         console.print()
     if res.idle_time is None and "idle_time" in res.skipped:
-        console.print(f"idle time and launches: {res.skipped['idle_time']}", markup=False, highlight=False)
+        why = hint(res.skipped["idle_time"])
+        console.print(f"idle time and launches: {why}", markup=False, highlight=False)
         console.print()
