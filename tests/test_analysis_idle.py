@@ -139,6 +139,29 @@ def test_queue_curve_ties_and_windows() -> None:
     assert mx.tolist() == [2, 2, 0, 0] and mean[:3].tolist() == [2.0, 2.0, 0.0] and np.isnan(mean[3])
 
 
+def test_queue_against_brute_force() -> None:
+    """Random ops and windows on a small integer clock: q(t) counted at every tick."""
+    rng = np.random.default_rng(13)
+    for _ in range(30):
+        n = int(rng.integers(1, 40))
+        launch = rng.integers(0, 200, n)
+        end = launch + rng.integers(0, 50, n)
+        t, q = queue_curve(launch, end)
+        ticks = np.arange(0, 260)
+        count = ((launch[:, None] <= ticks) & (ticks < end[:, None])).sum(axis=0)
+        a = rng.integers(-10, 250, 20)
+        b = a + rng.integers(0, 60, 20)
+        mx, mean = window_stats(t, q, a, b)
+        for k in range(a.size):
+            inside = count[max(a[k], 0) : max(b[k], 0)]
+            if b[k] <= a[k]:
+                assert mx[k] == 0 and np.isnan(mean[k])
+                continue
+            total = inside.sum()  # ticks before 0 count 0
+            assert mx[k] == (inside.max() if inside.size else 0)
+            assert mean[k] == pytest.approx(total / (b[k] - a[k]))
+
+
 def test_analyze_json_report_and_saved_results(tmp_path: Any) -> None:
     tr = built()
     run = Run.single(tr)

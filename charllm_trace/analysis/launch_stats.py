@@ -57,12 +57,15 @@ def window_stats(t: np.ndarray, q: np.ndarray, a: np.ndarray, b: np.ndarray) -> 
     width = (b - a).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.where(width > 0, (area_at(b) - area_at(a)) / width, np.nan)
-    lo = np.searchsorted(t, a, side="right") - 1  # the piece that holds a (-1: before the first event)
+    lo = np.maximum(np.searchsorted(t, a, side="right") - 1, 0)  # the piece that holds a (0: before t[0])
     hi = np.searchsorted(t, b, side="left") - 1  # the last piece that starts before b
-    mx = np.zeros(a.size, np.int64)
-    for k in range(a.size):  # a few windows per stream (steps, bins): not a loop over events
-        if hi[k] >= 0 and b[k] > a[k]:
-            mx[k] = int(q[max(lo[k], 0) : hi[k] + 1].max())
+    if a.size == 0:
+        return np.zeros(0, np.int64), mean
+    # max over q[lo:hi+1] for every window at once: reduceat over (lo, hi+1) pairs, a 0 appended
+    idx = np.empty(2 * a.size, np.int64)
+    idx[0::2], idx[1::2] = lo, np.maximum(hi + 1, lo)
+    red = np.maximum.reduceat(np.append(q, 0), idx)[0::2]
+    mx = np.where((hi >= 0) & (b > a), red, 0).astype(np.int64)
     return mx, mean
 
 
