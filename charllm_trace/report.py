@@ -19,6 +19,7 @@ import polars as pl
 
 from charllm_trace.analysis.energy import IDLE
 from charllm_trace.analysis.findings import Finding, findings
+from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.results import CP_CATEGORIES, RunAnalysis
 from charllm_trace.model import Run
 from charllm_trace.render.report_sections import findings_html, power_figures, stragglers_html
@@ -72,6 +73,8 @@ class ReportData:
     what_if_factors: dict[str, float] = field(default_factory=dict)
     what_if_fixed_wait_pct: float | None = None
     what_if_notes: list[str] = field(default_factory=list)
+    idle_time: IdleTimeResult | None = None  # GPU idle per stream (render/report_streams.py)
+    launch: LaunchResult | None = None
     simulated: bool = False
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -160,6 +163,7 @@ def report_data_from(views: ReportViews, an: RunAnalysis, title: str | None = No
         data.energy_ops = ops
         data.energy_totals = an.energy.totals
     data.simulated = an.simulated
+    data.idle_time, data.launch = an.idle_time, an.launch
     if an.critical_path is not None:
         cp = an.critical_path
         data.critical_paths = cp.paths
@@ -205,6 +209,7 @@ def _pct(v: float | None) -> str:
 def render_report(data: ReportData) -> str:
     """One self-contained HTML page of ``data``."""
     from charllm_trace.render import html as H
+    from charllm_trace.render.report_streams import stream_parts
 
     o = data.origin_ns or 0
     rep = H.HtmlReport(
@@ -306,6 +311,9 @@ def render_report(data: ReportData) -> str:
     rep.add("Critical path", *_critical_parts(data))
     if data.what_if is not None or "what_if" in data.skipped:
         rep.add("What-if (PREDICTED)", *_what_if_parts(data), sid="what-if")
+    rep.add(
+        "GPU idle and launches", *stream_parts(data.idle_time, data.launch, data.skipped, o, data.simulated)
+    )
 
     # 3. bandwidth
     c = data.collectives

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.results import (
     AnalyzeOptions,
     BandwidthResult,
@@ -65,6 +66,8 @@ RESULT_TYPES: dict[str, type] = {
     "power": PowerResult,
     "critical_path": CriticalPathResult,
     "what_if": WhatIfResult,
+    "idle_time": IdleTimeResult,
+    "launch": LaunchResult,
 }
 _ZIP_MAGIC = b"PK\x03\x04"
 

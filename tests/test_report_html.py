@@ -82,7 +82,9 @@ def _primitives_page() -> tuple[str, dict[str, int]]:
     groups = re.findall(r'<g class="points"[^>]*>(.*?)</g>', scatter)
     circles = sum(g.count("<title>") for g in groups)  # one marker (and tooltip) per drawn point
     assert 0 < circles <= 300  # points on the same pixel are drawn once
-    assert len(groups) == 2 and '<circle' in groups[0] and '<rect' in groups[1]  # a shape per group, the larger drawn first
+    assert (
+        len(groups) == 2 and "<circle" in groups[0] and "<rect" in groups[1]
+    )  # a shape per group, the larger drawn first
     expect = {
         "line": 3 + 2,
         "lanes_rows": 2 * 3,
@@ -218,13 +220,16 @@ def test_report_of_a_real_trace_in_chromium(tmp_path: Path) -> None:
     assert res.console_errors == [] and res.page_errors == []
     assert res.requests == [f.resolve().as_uri()]
     kinds = [x["kind"] for x in res.figures]
-    assert kinds == ["lanes", "bar", "scatter", "bar", "line", "line"], kinds
+    assert kinds == ["lanes", "bar", "line", "scatter", "bar", "line", "line"], kinds
     for fig in res.figures:
         assert fig["drawn"] == fig["marks"] > 0 and fig["svg_w"] > 900, fig
-    lanes, steps_bar, scatter, energy_bar, line, clock = res.figures
+    lanes, steps_bar, queue, scatter, energy_bar, line, clock = res.figures
+    assert queue["series"] == 2  # the launch queue of the rank: mean and maximum per bin
     n_steps, colls = _raw_counts(src)
     assert lanes["rows"] == 3 and lanes["series"] == 1  # compute, communication, idle rows + the power line
-    assert page.count('<line class="mark"') == 3 * n_steps  # step starts on the timeline and both power charts
+    assert (
+        page.count('<line class="mark"') == 3 * n_steps
+    )  # step starts on the timeline and both power charts
     assert steps_bar["marks"] == n_steps == 3  # one bar per ProfilerStep
     # one group per collective type, each point counted in the legend: as many as kernels in the input
     legend = re.findall(r"(all_reduce|broadcast) \((\d+)\)", page)

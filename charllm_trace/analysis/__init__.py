@@ -8,6 +8,8 @@
 - :func:`critical_path` — critical paths through the execution graph (``analysis.critical``)
 - :func:`what_if` — a what-if replay of the execution graph (``analysis.whatif``)
 - :func:`simulate` — a timeline for traces without timestamps (``analysis.whatif``)
+- :func:`idle_time` — GPU idle time per stream, HTA's breakdown (``analysis.idle_time``)
+- :func:`launch_stats` — launch delays, short kernels, launch queues (``analysis.launch_stats``)
 
 Result types are in :mod:`charllm_trace.analysis.results`; the formulas in
 ``docs/analyses.md``.
@@ -27,6 +29,8 @@ _WHERE = {
     "BandwidthResult": "results",
     "CriticalPathResult": "results",
     "EnergyResult": "results",
+    "IdleTimeResult": "idle_results",
+    "LaunchResult": "idle_results",
     "OverlapResult": "results",
     "PowerResult": "results",
     "RunAnalysis": "results",
@@ -36,6 +40,8 @@ _WHERE = {
     "bandwidth": "bandwidth",
     "critical_path": "critical",
     "energy": "energy",
+    "idle_time": "idle_time",
+    "launch_stats": "launch_stats",
     "overlap": "overlap",
     "power": "power",
     "simulate": "whatif",
@@ -49,7 +55,7 @@ __all__ = sorted(_WHERE)
 #: function; the package's class below ignores exactly those bindings, so
 #: ``charllm_trace.analysis.overlap`` is always the function, loaded on first use like the rest
 #: (importing ``analysis.results`` alone, e.g. to load saved results, loads no analysis and not numpy).
-_SAME_NAME = frozenset({"bandwidth", "energy", "overlap", "power"})
+_SAME_NAME = frozenset({"bandwidth", "energy", "idle_time", "launch_stats", "overlap", "power"})
 
 
 class _Package(types.ModuleType):

@@ -27,6 +27,7 @@ from charllm_trace.analysis.results import (  # the notes' words live with the r
     RunAnalysis,
     WhatIfResult,
 )
+from charllm_trace.analysis.stream_analyses import stream_analyses
 from charllm_trace.analysis.telemetry_source import telemetry_source_note
 from charllm_trace.analysis.whatif import simulate, what_if
 from charllm_trace.graph.engine import CycleError
@@ -184,6 +185,13 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
             else "no trace to analyse"
         )
 
+    # idle time per GPU stream and launch statistics (timed ranks)
+    timed = {r: tr for r, tr in traces.items() if r not in no_ts}
+    idle, launch, why = stream_analyses(timed, classified, options, simulated=simulated)
+    if why is not None:
+        no_ts_why = NO_TIMESTAMPS.replace("overlap needs them", "idle time per stream and launches need them")
+        skipped["idle_time"] = skipped["launch"] = no_ts_why if not timed else why
+
     # bandwidth (durations suffice: it runs without timestamps too)
     bw = bandwidth(work, peak_gbps=options.peak_gbps, group_dims=dims, classified=classified)
     if bw.collectives.height == 0:
@@ -264,6 +272,8 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         overlap=ov,
         critical_path=cp,
         what_if=wi,
+        idle_time=idle,
+        launch=launch,
         bandwidth=bw_res,
         energy=en,
         power=pw,
@@ -280,7 +290,7 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         target.notes.extend(dup)
     partial = run.manifest.get("partial") if isinstance(run.manifest, dict) else None
     if isinstance(partial, str):  # --allow-partial: every result says it covers part of the run
-        for r in (ov, bw_res, en, pw):
+        for r in (ov, bw_res, en, pw, idle, launch):
             if r is not None:
                 r.notes.insert(0, partial)
     return res

@@ -26,6 +26,8 @@ from typing import Any
 
 import polars as pl
 
+from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
+
 # ---------------------------------------------------------------------------
 # The words of notes and skip reasons the CLI recognises (render.tables.cli_hint adds its flags);
 # here, with the result types, so that drawing saved results imports no analysis
@@ -426,6 +428,8 @@ class RunAnalysis:
     power: PowerResult | None
     critical_path: CriticalPathResult | None = None
     what_if: WhatIfResult | None = None
+    idle_time: IdleTimeResult | None = None  # GPU idle per stream (analysis/idle_time.py)
+    launch: LaunchResult | None = None  # launch delays and queues (analysis/launch_stats.py)
     skipped: dict[str, str] = field(default_factory=dict)
     ranks: list[int] = field(default_factory=list)
     simulated: bool = False
@@ -462,11 +466,17 @@ class RunAnalysis:
             out["critical_path_ops"] = self.critical_path.top_ops
         if self.what_if is not None:
             out["what_if"] = self.what_if.steps
+        if self.idle_time is not None:
+            out["idle_time"] = self.idle_time.streams
+        if self.launch is not None:
+            out["launch_stats"] = self.launch.stats
+            out["launch_queue"] = self.launch.queue
         return out
 
     def notes(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
-        for name in ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if"):
+        analyses = ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if")
+        for name in (*analyses, "idle_time", "launch"):
             r: Any = getattr(self, name)
             if r is not None and r.notes:
                 out[name] = list(r.notes)

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from charllm_trace.analysis.results import CAN_SIMULATE, CP_CATEGORIES, NO_PEAK, WARNING, RunAnalysis
 from charllm_trace.render.fit import FitTable, table_console
+from charllm_trace.render.tables_streams import render_streams
 
 TOP = 10
 MAX_RANK_OPS = 4  # with more ranks, the top operators of the job's critical path only
@@ -425,3 +426,4 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
     elif "what_if" in res.skipped:
         console.print(f"what-if: {cli_hint(res.skipped['what_if'])}", markup=False, highlight=False)
         console.print()
+    render_streams(res, console, cli_hint)  # idle time per GPU stream, launch statistics
