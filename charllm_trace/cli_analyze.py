@@ -222,5 +222,8 @@ def report_cmd(
     data.critical_notes = [cli_hint(n) for n in data.critical_notes]
     data.what_if_notes = [cli_hint(n) for n in data.what_if_notes]
     Path(output).write_text(render_report(data), encoding="utf-8")
-    skipped = "; ".join(f"{k}: {v}" for k, v in data.skipped.items())
+    by_reason: dict[str, list[str]] = {}  # one reason, said once, for every section it holds for
+    for k, v in data.skipped.items():
+        by_reason.setdefault(v, []).append(k.replace("_", " "))
+    skipped = "; ".join(f"{', '.join(ks)}: {v}" for v, ks in by_reason.items())
     click.echo(f"wrote {output}" + (f" (not drawn: {skipped})" if skipped else ""))

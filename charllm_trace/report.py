@@ -338,7 +338,11 @@ def render_report(data: ReportData) -> str:
             note="" if data.peaks else "link peak unknown for this device: no peak line",
         )
     else:
-        chart = H.empty("Bus bandwidth vs message size", data.skipped.get("bandwidth", "no collectives"))
+        why = data.skipped.get("bandwidth") or (
+            "the collectives found have no bus bandwidth (a message size or the group size is unknown; "
+            "see the notes)"
+        )
+        chart = H.empty("Bus bandwidth vs message size", why)
     rep.add("Collective bandwidth", chart)
     if data.stragglers is not None and data.stragglers.height:
         rep.add(
