@@ -47,6 +47,7 @@ from charllm_trace.analysis.results import (
     OverlapResult,
     PowerResult,
     RunAnalysis,
+    RunConfig,
     WhatIfResult,
 )
 from charllm_trace.errors import InputError
@@ -65,6 +66,7 @@ RESULT_TYPES: dict[str, type] = {
     "power": PowerResult,
     "critical_path": CriticalPathResult,
     "what_if": WhatIfResult,
+    "config": RunConfig,
 }
 _ZIP_MAGIC = b"PK\x03\x04"
 

@@ -27,6 +27,7 @@ from charllm_trace.analysis.results import (  # the notes' words live with the r
     RunAnalysis,
     WhatIfResult,
 )
+from charllm_trace.analysis.runconfig import run_config
 from charllm_trace.analysis.whatif import simulate, what_if
 from charllm_trace.graph.engine import CycleError
 from charllm_trace.graph.run import build_run_graph
@@ -196,6 +197,7 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         overlap=ov,
         critical_path=cp,
         what_if=wi,
+        config=run_config(work, _layout(work, options)),
         bandwidth=bw_res,
         energy=en,
         power=pw,

@@ -383,6 +383,30 @@ class WhatIfResult:
     notes: list[str] = field(default_factory=list)
 
 
+#: The run's configuration, one row (``analysis/runconfig.py``): what ``compare`` lists per run.
+CONFIG_SCHEMA: dict[str, pl.DataType] = {
+    "run_id": pl.String,
+    "model": pl.String,  # the manifest's workload.model
+    "device": pl.String,  # the ranks' device models, e.g. "NVIDIA A100-SXM4-40GB"
+    "world_size": pl.Int64,
+    "nodes": pl.Int64,
+    "gpus": pl.Int64,
+    **{k: pl.Int64 for k in ("tp", "cp", "pp", "dp", "ep")},
+    "micro_batch": pl.Int64,
+    "global_batch": pl.Int64,
+    "seq_len": pl.Int64,
+    "tokens_per_step": pl.Int64,  # workload.tokens_per_step, else global_batch * seq_len
+}
+
+
+@dataclass
+class RunConfig:
+    """The run's configuration (manifest, layout option, trace metadata); null where unknown."""
+
+    table: pl.DataFrame  # CONFIG_SCHEMA, one row
+    notes: list[str] = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class AnalyzeOptions:
     """Options of ``analyze_run`` (the CLI's ``analyze`` flags)."""
@@ -409,6 +433,7 @@ class RunAnalysis:
     power: PowerResult | None
     critical_path: CriticalPathResult | None = None
     what_if: WhatIfResult | None = None
+    config: RunConfig | None = None
     skipped: dict[str, str] = field(default_factory=dict)
     ranks: list[int] = field(default_factory=list)
     simulated: bool = False
@@ -444,11 +469,13 @@ class RunAnalysis:
             out["critical_path_ops"] = self.critical_path.top_ops
         if self.what_if is not None:
             out["what_if"] = self.what_if.steps
+        if self.config is not None:
+            out["config"] = self.config.table
         return out
 
     def notes(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
-        for name in ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if"):
+        for name in ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if", "config"):
             r: Any = getattr(self, name)
             if r is not None and r.notes:
                 out[name] = list(r.notes)
