@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -94,12 +95,12 @@ def compare_cmd(
     if output is not None:
         refuse_existing(output, force)
     per_run = parse_labels(labels, len(runs))
-    analyses = [_analyse(path, lab) for path, lab in zip(runs, per_run, strict=True)]
+    rows = [_row(path, lab) for path, lab in zip(runs, per_run, strict=True)]
 
-    from charllm_trace.regress.sweep import sweep
+    from charllm_trace.regress.sweep import sweep_rows
 
     try:
-        sw = sweep(analyses, run_names(runs), per_run)
+        sw = sweep_rows(rows, run_names(runs), per_run)
     except ValueError as exc:
         raise UsageError(f"--label: {exc}") from None
     if sort is not None:
@@ -112,24 +113,26 @@ def compare_cmd(
     _emit(sw, fmt, output, wide, title)
 
 
-def _analyse(path: str, labels: dict[str, str]):  # noqa: ANN202 - a RunAnalysis
+def _row(path: str, labels: dict[str, str]) -> dict[str, Any]:
+    """The run's row of the table (``regress.sweep.run_row``), from the caches when they hold it."""
     from charllm_trace.errors import UsageError
     from charllm_trace.results_store import is_results_file
 
     layout = {k: labels[k] for k in LAYOUT_KEYS if k in labels}
     if is_results_file(path):
+        from charllm_trace.regress.sweep import run_row
         from charllm_trace.results_store import load_results
 
-        return load_results(path)  # its groups were named when it was analysed
+        return run_row(load_results(path))  # its groups were named when it was analysed
     from charllm_trace.analysis.results import AnalyzeOptions
-    from charllm_trace.results_cache import analyze_path
+    from charllm_trace.sweep_cache import summary_row
 
     parallel = None
     if layout:
         if not all(v.isdigit() and int(v) >= 1 for v in layout.values()):
             raise UsageError(f"--label for {path}: tp, cp, pp, dp and ep are whole numbers ≥ 1")
         parallel = {k: int(v) for k, v in layout.items()}
-    return analyze_path(path, AnalyzeOptions(per_step=True, parallel=parallel)).analysis
+    return summary_row(path, AnalyzeOptions(per_step=True, parallel=parallel))
 
 
 def _emit(sw, fmt: str, output: str | None, wide: bool, title: str | None) -> None:  # noqa: ANN001

@@ -292,10 +292,19 @@ def sweep(
     ``run`` column; a ``run`` label renames one). ``labels[i]`` are run i's ``key=value`` labels: a
     configuration column's name sets that column (an integer where the column is one; ValueError
     otherwise), any other key adds a column (numbers where every run's value is one)."""
-    labels = list(labels) if labels is not None else [{} for _ in analyses]
-    if len(labels) != len(analyses) or len(names) != len(analyses):
+    return sweep_rows([run_row(an) for an in analyses], names, labels)
+
+
+def sweep_rows(
+    run_rows: Sequence[Mapping[str, Any]],
+    names: Sequence[str],
+    labels: Sequence[Mapping[str, str]] | None = None,
+) -> Sweep:
+    """:func:`sweep` of the runs' rows (:func:`run_row`, e.g. cached)."""
+    labels = list(labels) if labels is not None else [{} for _ in run_rows]
+    if len(labels) != len(run_rows) or len(names) != len(run_rows):
         raise ValueError("one name and one set of labels per run")
-    rows = [run_row(an) for an in analyses]
+    rows = [dict(r) for r in run_rows]
     notes: list[str] = []
     extra: list[str] = []
     metric_names = {c.name for c in METRIC_COLUMNS}
@@ -330,10 +339,11 @@ def sweep(
         if all(p is None or not isinstance(p, str) for p in parsed):
             for r, p in zip(rows, parsed, strict=True):
                 r[k] = p
-    for an, row in zip(analyses, rows, strict=True):
+    for row in rows:
         if row["n_steps"] == 0:
-            why = "no per-step rows" if an.overlap is not None else "no overlap analysis"
-            notes.append(f"{row['run']}: {why}: step time, throughput and per-step figures unknown")
+            notes.append(
+                f"{row['run']}: no per-step overlap rows: step time, throughput and per-step figures unknown"
+            )
     buckets = sorted({k for r in rows for k in r if k.startswith("busbw_") and k not in metric_names},
                      key=lambda n: bucket_low(n[len("busbw_") : -len("_gbps")]))  # fmt: skip
     cols = [Col("run", "run", group="run")]

@@ -14,16 +14,17 @@ import io
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+import polars as pl
 
 from charllm_trace.errors import InputError
 from charllm_trace.regress.sweep import HIGHER, LOWER, Col, Sweep
+
+if TYPE_CHECKING:  # rich is imported where the tables are drawn (JSON/CSV output needs none of it)
+    from rich.console import Console
+    from rich.table import Table
 
 WIDTH = 80
 ARROW = {LOWER: "↓", HIGHER: "↑"}
@@ -97,6 +98,10 @@ def column_groups(cols: list[Col], text: dict[str, list[str]], width: int = WIDT
 
 
 def sweep_tables(sw: Sweep, *, wide: bool = False, width: int = WIDTH) -> list[Table]:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     cols, _ = shown_columns(sw)
     text = cells(sw, cols)
     groups = [cols] if wide else column_groups(cols, text, width)
@@ -108,7 +113,8 @@ def sweep_tables(sw: Sweep, *, wide: bool = False, width: int = WIDTH) -> list[T
             title=title, title_justify="left", title_style="bold", header_style="bold", box=box.SIMPLE_HEAD
         )
         for c in g:
-            t.add_column(header(c), justify="left" if c.name == "run" or c.group == "config" else "right")
+            left = sw.table[c.name].dtype == pl.String
+            t.add_column(header(c), justify="left" if left else "right")
         for i in range(sw.table.height):
             t.add_row(
                 *(Text(text[c.name][i], style="bold" if text[c.name][i].endswith("*") else "") for c in g)
@@ -121,6 +127,8 @@ def print_sweep(sw: Sweep, console: Console, *, wide: bool = False) -> None:
     width = console.width if wide else min(console.width, WIDTH)
     tables = sweep_tables(sw, wide=wide, width=width)
     if wide:  # as wide as it takes: rich would squeeze the table into the console's width
+        from rich.console import Console
+
         console = Console(width=max(console.width, 1000))
     for t in tables:
         console.print(t)
