@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -98,13 +99,17 @@ def _copies(src: Path, n: int, out: Path) -> list[Path]:
     return paths
 
 
-def _run(cmd: list[str], env: dict[str, str]) -> tuple[float, bytes]:
+def _run(cmd: list[str], env: dict[str, str]) -> tuple[str, bytes]:
+    """'wall s (CPU s)' of ``cmd`` (CPU: user + system of the process, from getrusage), and its stdout."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, env=env, cwd=ROOT)
     wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
         sys.exit(f"failed ({p.returncode}): {' '.join(cmd[:4])} ...\n{p.stderr.decode()[-2000:]}")
-    return wall, p.stdout
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return f"{wall:.2f} s (CPU {cpu:.2f} s)", p.stdout
 
 
 def main() -> None:
@@ -131,9 +136,7 @@ def main() -> None:
         table, _ = _run(cli, env)
         if out1 != out2:
             sys.exit("first and second compare differ")
-        print(
-            f"round {k + 1}: first {first:.2f} s, second {second:.2f} s, table {table:.2f} s (load {load:.1f})"
-        )
+        print(f"round {k + 1}: first {first}, second {second}, table {table} (load {load:.1f})")
         shutil.rmtree(cache, ignore_errors=True)
     if a.keep is None:
         shutil.rmtree(work, ignore_errors=True)

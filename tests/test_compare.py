@@ -341,3 +341,33 @@ def test_compare_rows_are_cached_and_never_trusted(runs: list[Path], cache_dir: 
     assert json.loads(entry.read_text()) == first
     info = _cli("cache", "info", "--json")
     assert info.exit_code == 0 and json.loads(info.output)["kinds"]["compare"]["entries"] == 1
+
+
+def test_results_saved_before_the_config_field_still_load(runs: list[Path], tmp_path: Path) -> None:
+    """A results file of version 1 written before ``RunAnalysis.config`` existed reads it as None."""
+    import io
+    import zipfile
+
+    from charllm_trace.results_store import MANIFEST, load_results
+
+    z = tmp_path / "new.zip"
+    assert _cli("analyze", str(runs[2]), "--per-step", "--save", str(z)).exit_code == 0
+    old = tmp_path / "old.zip"
+    buf = io.BytesIO()
+    with zipfile.ZipFile(z) as src, zipfile.ZipFile(buf, "w") as dst:
+        body = json.loads(src.read(MANIFEST))
+        assert body["analysis"].pop("config") is not None
+        gone = [m for m in body["members"] if m.startswith("frames/config.")]
+        for m in gone:
+            del body["members"][m]
+        dst.writestr(MANIFEST, json.dumps(body))
+        for m in body["members"]:
+            dst.writestr(m, src.read(m))
+    old.write_bytes(buf.getvalue())
+    res = load_results(old)
+    assert res.config is None and res.overlap is not None
+    r = _cli("compare", str(old), str(z), "--json")
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)["rows"]
+    assert rows[0]["world_size"] is None and rows[1]["world_size"] == 2
+    assert rows[0]["step_time_ms"] == rows[1]["step_time_ms"]
