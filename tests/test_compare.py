@@ -130,8 +130,11 @@ def test_table_values_equal_each_runs_analyze_json(runs: list[Path]) -> None:
     rows = {row["run"]: row for row in doc["rows"]}
     assert list(rows) == ["fast", "slow", "bare"]
     for p in runs:
-        want = _expected(_analyze_json(p))
+        doc_p = _analyze_json(p)
+        want = _expected(doc_p)
         got = rows[p.name]
+        (cfg,) = doc_p["frames"]["config"]  # the configuration columns are analyze's config frame
+        assert {k: got[k] for k in cfg} == cfg
         for k, v in want.items():
             assert _close(got[k], v), (p.name, k, got[k], v)
         assert got["n_steps"] == 2 and got["world_size"] == 2 and got["nodes"] == 1

@@ -321,7 +321,7 @@ def sweep_rows(
                     row[k] = int(v)
                 else:
                     row[k] = v
-            elif k in metric_names or k.startswith("busbw_") or k in ("n_steps", "source"):
+            elif k in metric_names or k.startswith("busbw_") or k == "n_steps":
                 raise ValueError(f"label {k}={v}: {k} is a measured column, not a label")
             else:
                 row[k] = v
