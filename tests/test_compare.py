@@ -374,3 +374,18 @@ def test_results_saved_before_the_config_field_still_load(runs: list[Path], tmp_
     rows = json.loads(r.output)["rows"]
     assert rows[0]["world_size"] is None and rows[1]["world_size"] == 2
     assert rows[0]["step_time_ms"] == rows[1]["step_time_ms"]
+
+
+def test_html_page_in_a_browser(runs: list[Path], tmp_path: Path) -> None:
+    """The page in headless Chromium: no errors, nothing fetched, one drawn point per run with power."""
+    from tests.browser import open_page, require_browser
+
+    require_browser()
+    out = tmp_path / "page.html"
+    assert _cli("compare", *map(str, runs), "--format", "html", "-o", str(out)).exit_code == 0
+    res = open_page(out, tmp_path / "page.png")
+    assert res.console_errors == [] and res.page_errors == []
+    assert all(u.startswith("file:") for u in res.requests)
+    figs = {f["kind"]: f for f in res.figures}
+    assert figs["scatter"]["drawn"] == 2  # fast and slow; bare has no power
+    assert figs["bar"]["drawn"] >= 3 and res.distinct_colors > 10
