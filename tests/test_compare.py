@@ -389,3 +389,26 @@ def test_html_page_in_a_browser(runs: list[Path], tmp_path: Path) -> None:
     figs = {f["kind"]: f for f in res.figures}
     assert figs["scatter"]["drawn"] == 2  # fast and slow; bare has no power
     assert figs["bar"]["drawn"] >= 3 and res.distinct_colors > 10
+
+
+def test_real_gpu_profiles_match_their_analyze_json() -> None:
+    """GPU traces: the A100 DDP profile (NCCL kernels; dp=2 by label) and the 2-rank filter set."""
+    from tests.conftest import shared_trace
+
+    a100 = shared_trace("hta/a100_ddp_nccl_rank0.json.gz")
+    two = shared_trace("hta/trace_filter_2ranks")
+    r = _cli("compare", str(a100), str(two), "--json", "--label", "1:dp=2")
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)["rows"]
+    want = _expected(
+        json.loads(_cli("analyze", str(a100), "--per-step", "--parallel", "dp=2", "--json").output)
+    )
+    for k, v in want.items():
+        assert _close(rows[0][k], v), (k, rows[0][k], v)
+    assert rows[0]["n_steps"] == 3 and rows[0]["device"].startswith("NVIDIA A100")
+    assert rows[0]["busbw_dp_gbps"] is not None and _close(rows[0]["busbw_dp_gbps"], rows[0]["busbw_gbps"])
+    want = _expected(_analyze_json(two))
+    for k, v in want.items():
+        assert _close(rows[1][k], v), (k, rows[1][k], v)
+    # two ranks of a 128-rank job (the profiles' distributedInfo): nodes and GPUs are not counted
+    assert (rows[1]["world_size"], rows[1]["nodes"], rows[1]["gpus"]) == (128, None, None)
