@@ -412,3 +412,12 @@ def test_real_gpu_profiles_match_their_analyze_json() -> None:
         assert _close(rows[1][k], v), (k, rows[1][k], v)
     # two ranks of a 128-rank job (the profiles' distributedInfo): nodes and GPUs are not counted
     assert (rows[1]["world_size"], rows[1]["nodes"], rows[1]["gpus"]) == (128, None, None)
+
+
+def test_no_cache_writes_nothing(runs: list[Path], cache_dir: Path) -> None:
+    r = _cli("compare", str(runs[0]), str(runs[2]), "--no-cache", "--json")
+    assert r.exit_code == 0, r.output
+    assert not cache_dir.exists()
+    r2 = _cli("compare", str(runs[0]), str(runs[2]), "--json")
+    assert json.loads(r2.output) == json.loads(r.output)
+    assert len(list((cache_dir / "compare").iterdir())) == 2 and (cache_dir / "results").is_dir()
