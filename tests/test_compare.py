@@ -212,6 +212,10 @@ def test_labels_in_run_order_and_by_number(runs: list[Path]) -> None:
     # a layout label names the groups by dimension, as analyze --parallel
     r = _cli("compare", a[2], a[2], "--json", "--label", "2:dp=2")
     rows = json.loads(r.output)["rows"]
+    assert (
+        "fast: tokens per step = global batch × sequence length"
+        in json.loads(_cli("compare", *a, "--json").output)["notes"]
+    )
     assert rows[0]["busbw_dp_gbps"] is None and rows[1]["busbw_dp_gbps"] is not None and rows[1]["dp"] == 2
     for bad, why in (
         (["--label", "4:tp=2"], "there is no run 4"),
@@ -314,6 +318,9 @@ def test_run_config_from_manifest_workload_and_layout() -> None:
     assert row["device"] == "NVIDIA H100"
     assert any("global batch × sequence length" in n for n in cfg.notes)
     # the layout the analysis used wins over the manifest's; a single rank of four: nodes/gpus unknown
+    assert run_config(Run(traces={0: t}, manifest={}), {"tp": 3, "pp": 1}).notes == [
+        "tp × pp = 3 does not divide the world size 4"
+    ]
     row = run_config(Run(traces={0: t}, manifest={}), {"tp": 4}).table.row(0, named=True)
     assert (row["tp"], row["world_size"], row["nodes"], row["gpus"], row["tokens_per_step"]) == (
         4,

@@ -121,11 +121,14 @@ def run_config(run: Run, layout: Mapping[str, int] | None = None) -> RunConfig:
         row["tokens_per_step"] = tokens_per_step(row["global_batch"], row["seq_len"])
         if row["tokens_per_step"] is not None:
             notes.append("tokens per step = global batch × sequence length")
-    sizes = [row[k] for k in ("tp", "cp", "pp", "dp")]
-    if world is not None and all(s is not None for s in sizes):
+    given = [k for k in ("tp", "cp", "pp", "dp") if row[k] is not None]
+    if world is not None and given:
         prod = 1
-        for s in sizes:
-            prod *= s
-        if prod != world:
-            notes.append(f"tp × cp × pp × dp = {prod}, not the world size {world}")
+        for k in given:
+            prod *= row[k]
+        what = " × ".join(given)
+        if len(given) == 4 and prod != world:
+            notes.append(f"{what} = {prod}, not the world size {world}")
+        elif world % prod:
+            notes.append(f"{what} = {prod} does not divide the world size {world}")
     return RunConfig(table=frame({k: [v] for k, v in row.items()}, CONFIG_SCHEMA), notes=notes)

@@ -38,6 +38,8 @@ from charllm_trace.analysis.runconfig import tokens_per_step
 from charllm_trace.regress.diff import step_totals
 
 LOWER, HIGHER = "lower", "higher"
+#: a row's notes on its configuration (one string: rows hold plain values), not a column
+NOTES = "_notes"
 DIMS = ("tp", "cp", "dp", "pp", "ep")
 
 
@@ -203,6 +205,7 @@ def run_row(an: RunAnalysis) -> dict[str, Any]:
     """Every figure of one run: configuration and metrics (null where unknown)."""
     cfg = an.config.table.row(0, named=True) if an.config is not None and an.config.table.height else {}
     row: dict[str, Any] = {c.name: cfg.get(c.name) for c in CONFIG_COLUMNS}
+    row[NOTES] = "; ".join(an.config.notes) if an.config is not None and an.config.notes else None
     row.update(step_figures(an))
     t = row["step_time_ms"]
     row["steps_per_s"] = 1e3 / t if t else None
@@ -340,6 +343,8 @@ def sweep_rows(
             for r, p in zip(rows, parsed, strict=True):
                 r[k] = p
     for row in rows:
+        if row.get(NOTES):
+            notes.append(f"{row['run']}: {row[NOTES]}")
         if row["n_steps"] == 0:
             notes.append(
                 f"{row['run']}: no per-step overlap rows: step time, throughput and per-step figures unknown"
