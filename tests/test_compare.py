@@ -93,16 +93,16 @@ def _expected(doc: dict[str, Any]) -> dict[str, Any]:
         "overlap_pct": 100 * whole["overlap_ns"].sum() / whole["comm_ns"].sum(),
     }
     out["steps_per_s"] = 1e3 / out["step_time_ms"]
-    bw = pl.DataFrame(doc["frames"]["bandwidth"]).filter(pl.col("busbw_gbps").is_not_null())
-    out["busbw_gbps"] = (bw["busbw_gbps"] * bw["dur_ns_total"]).sum() / bw["dur_ns_total"].sum()
+    bw = pl.DataFrame(doc["frames"]["collectives"]).filter(pl.col("busbw_gbps").is_not_null())
+
+    def weighted(x: pl.DataFrame) -> float | None:  # Σ bytes × factor / Σ duration
+        return (x["bytes"] * x["bus_factor"]).sum() / x["dur_ns"].sum() if x.height else None
+
+    out["busbw_gbps"] = weighted(bw)
     for b in bw["size_bucket"].unique().to_list():
-        x = bw.filter(pl.col("size_bucket") == b)
-        out[f"busbw_{b}_gbps"] = (x["busbw_gbps"] * x["dur_ns_total"]).sum() / x["dur_ns_total"].sum()
-    dp = bw.filter(pl.col("dim") == "dp")
-    out["busbw_dp_gbps"] = (
-        (dp["busbw_gbps"] * dp["dur_ns_total"]).sum() / dp["dur_ns_total"].sum() if dp.height else None
-    )
-    if "power" in doc["frames"]:
+        out[f"busbw_{b}_gbps"] = weighted(bw.filter(pl.col("size_bucket") == b))
+    out["busbw_dp_gbps"] = weighted(bw.filter(pl.col("dim") == "dp"))
+    if doc["frames"].get("power"):
         pw = pl.DataFrame(doc["frames"]["power"])
         w = pw.filter(pl.col("step").is_null())
         out["avg_power_w"] = w["avg_w"].mean()

@@ -13,9 +13,9 @@ Definitions (docs/analyses.md, "Comparing runs"):
   from the run's configuration, null when unknown);
 - **overlap %**: pooled over ranks, whole trace: 100 · Σ overlap / Σ communication;
 - **exposed communication per step**: per step the mean over ranks, then the mean over steps;
-- **busbw**: time-weighted over the bandwidth aggregates of a dimension (tp/cp/dp/pp/ep), of a
-  message-size bucket, or of all collectives: Σ(busbw × time) / Σ time, i.e. Σ(bytes × bus
-  factor) / Σ time of the collectives (null when no collective there has a size);
+- **busbw**: time-weighted over the collective instances of a dimension (tp/cp/dp/pp/ep), of a
+  message-size bucket, or all: Σ(busbw × duration) / Σ duration over the instances with a busbw,
+  i.e. Σ(bytes × bus factor) / Σ duration (null when no collective there has a size);
 - **TFLOP/s**: the FLOP/s result's ``achieved_tflops`` when the analysis has one, else null;
 - **power**: per GPU (each (rank, device) of the power analysis, whole telemetry window): average
   = mean of the devices' time-weighted averages, peak = the highest sample of any device;
@@ -141,14 +141,13 @@ def step_figures(an: RunAnalysis) -> dict[str, Any]:
 
 
 def busbw_by(an: RunAnalysis, key: str | None) -> dict[Any, float | None]:
-    """Time-weighted busbw (GB/s) of the bandwidth aggregates grouped by ``key`` (``dim``,
-    ``size_bucket``; None: all in one, under the key None)."""
+    """Time-weighted busbw (GB/s) of the collective instances grouped by ``key`` (``dim``,
+    ``size_bucket``; None: all in one, under the key None): Σ(busbw × duration) / Σ duration over
+    the instances with a busbw (a size and a bus factor), i.e. Σ(bytes × factor) / Σ duration."""
     if an.bandwidth is None:
         return {}
-    df = an.bandwidth.summary.filter(
-        pl.col("busbw_gbps").is_not_null()
-        & pl.col("dur_ns_total").is_not_null()
-        & (pl.col("dur_ns_total") > 0)
+    df = an.bandwidth.collectives.filter(
+        pl.col("busbw_gbps").is_not_null() & pl.col("busbw_gbps").is_finite() & (pl.col("dur_ns") > 0)
     )
     if df.height == 0:
         return {}
@@ -156,9 +155,7 @@ def busbw_by(an: RunAnalysis, key: str | None) -> dict[Any, float | None]:
     agg = (
         df.with_columns(k)
         .group_by("_k")
-        .agg(
-            ((pl.col("busbw_gbps") * pl.col("dur_ns_total")).sum() / pl.col("dur_ns_total").sum()).alias("bw")
-        )
+        .agg(((pl.col("busbw_gbps") * pl.col("dur_ns")).sum() / pl.col("dur_ns").sum()).alias("bw"))
     )
     return dict(zip(agg["_k"].to_list(), agg["bw"].to_list(), strict=True))
 
