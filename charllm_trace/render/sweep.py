@@ -151,8 +151,8 @@ def print_sweep(sw: Sweep, console: Console, *, wide: bool = False) -> None:
 
 
 def to_json(sw: Sweep) -> bytes:
-    """``{"columns": [{name, title, unit, better, group}], "rows": [...], "best": {column: [run]},
-    "notes": [...]}``."""
+    """``{"schema": "charllm-trace/compare", "version": 1, "columns": [{name, title, unit, better,
+    group}], "rows": [...], "best": {column: [run]}, "notes": [...]}`` (docs/schema/compare.schema.json)."""
     return orjson.dumps(sw.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
 
 
