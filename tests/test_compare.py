@@ -437,3 +437,29 @@ def test_no_cache_writes_nothing(runs: list[Path], cache_dir: Path) -> None:
     r2 = _cli("compare", str(runs[0]), str(runs[2]), "--json")
     assert json.loads(r2.output) == json.loads(r.output)
     assert len(list((cache_dir / "compare").iterdir())) == 2 and (cache_dir / "results").is_dir()
+
+
+def test_tflops_from_a_flops_result_when_there_is_one() -> None:
+    """TFLOP/s is read from a FLOP/s result's whole-trace "all" rows (Σ FLOP / Σ kernel time over
+    ranks) when the analysis carries one, and is null otherwise."""
+    from types import SimpleNamespace
+
+    from charllm_trace.analysis.results import RunAnalysis
+    from charllm_trace.regress.sweep import achieved_tflops
+
+    an = RunAnalysis(overlap=None, bandwidth=None, energy=None, power=None)
+    assert achieved_tflops(an) is None
+    per_step = pl.DataFrame(
+        {
+            "rank": [0, 0, 1, 0],
+            "step": [None, None, None, 3],
+            "op_class": ["all", "gemm", "all", "all"],
+            "flop": [4 * 10**12, 3 * 10**12, 2 * 10**12, 10**12],
+            "kernel_ns": [20_000_000, 15_000_000, 40_000_000, 5_000_000],
+        }
+    )
+    an.flops = SimpleNamespace(per_step=per_step)  # the FLOP/s result of issue 13 item 3
+    # (4e12 + 2e12) FLOP in 60 ms of kernels = 100 TFLOP/s
+    assert achieved_tflops(an) == pytest.approx(100.0, rel=1e-12)
+    an.flops = SimpleNamespace(per_step=per_step.filter(pl.col("op_class") == "gemm"))
+    assert achieved_tflops(an) is None

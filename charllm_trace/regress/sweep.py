@@ -16,7 +16,9 @@ Definitions (docs/analyses.md, "Comparing runs"):
 - **busbw**: time-weighted over the collective instances of a dimension (tp/cp/dp/pp/ep), of a
   message-size bucket, or all: Σ(busbw × duration) / Σ duration over the instances with a busbw,
   i.e. Σ(bytes × bus factor) / Σ duration (null when no collective there has a size);
-- **TFLOP/s**: the FLOP/s result's ``achieved_tflops`` when the analysis has one, else null;
+- **TFLOP/s**: when the analysis has a FLOP/s result (``flops``): Σ FLOP / Σ kernel time over
+  the ranks' whole-trace rows of every op class (achieved per GPU while its FLOP kernels run);
+  null otherwise;
 - **power**: per GPU (each (rank, device) of the power analysis, whole telemetry window): average
   = mean of the devices' time-weighted averages, peak = the highest sample of any device;
 - **energy per step**: per step Σ over devices of avg power × step window (∫P dt over the
@@ -163,11 +165,22 @@ def busbw_by(an: RunAnalysis, key: str | None) -> dict[Any, float | None]:
 
 
 def achieved_tflops(an: RunAnalysis) -> float | None:
-    """The run's achieved TFLOP/s when its analysis carries a FLOP/s result (``flops``) that
-    gives one (``achieved_tflops``); null otherwise."""
-    res = getattr(an, "flops", None)
-    v = getattr(res, "achieved_tflops", None) if res is not None else None
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    """Achieved TFLOP/s per GPU when the run's analysis has a FLOP/s result (``RunAnalysis.flops``,
+    issue 13 item 3: ``per_step`` rows per rank, step and op class): over the whole-trace rows of
+    every op class (step null, ``op_class`` "all") of all ranks, Σ FLOP / Σ time of the kernels
+    that ran them. Null without that result or without counted FLOPs."""
+    df = getattr(getattr(an, "flops", None), "per_step", None)
+    if not isinstance(df, pl.DataFrame) or not {"step", "op_class", "flop", "kernel_ns"} <= set(df.columns):
+        return None
+    w = df.filter(
+        pl.col("step").is_null()
+        & (pl.col("op_class") == "all")
+        & pl.col("flop").is_not_null()
+        & (pl.col("kernel_ns") > 0)
+    )
+    if w.height == 0:
+        return None
+    return float(w["flop"].sum()) / float(w["kernel_ns"].sum()) / 1e3  # FLOP/ns = 1e9 FLOP/s
 
 
 def power_figures(an: RunAnalysis) -> dict[str, Any]:
