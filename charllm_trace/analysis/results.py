@@ -26,6 +26,8 @@ from typing import Any
 
 import polars as pl
 
+from charllm_trace.analysis.config_results import CONFIG_SCHEMA, RunConfig  # noqa: F401 - re-exported
+
 # ---------------------------------------------------------------------------
 # The words of notes and skip reasons the CLI recognises (render.tables.cli_hint adds its flags);
 # here, with the result types, so that drawing saved results imports no analysis
@@ -380,30 +382,6 @@ class WhatIfResult:
     fixed_wait_pct: float | None = None  # % of the measured whole-trace critical paths that is waiting the
     # graph does not explain (kept as measured by the replay); null without timestamps
     simulated: bool = False
-    notes: list[str] = field(default_factory=list)
-
-
-#: The run's configuration, one row (``analysis/runconfig.py``): what ``compare`` lists per run.
-CONFIG_SCHEMA: dict[str, pl.DataType] = {
-    "run_id": pl.String,
-    "model": pl.String,  # the manifest's workload.model
-    "device": pl.String,  # the ranks' device models, e.g. "NVIDIA A100-SXM4-40GB"
-    "world_size": pl.Int64,
-    "nodes": pl.Int64,
-    "gpus": pl.Int64,
-    **{k: pl.Int64 for k in ("tp", "cp", "pp", "dp", "ep")},
-    "micro_batch": pl.Int64,
-    "global_batch": pl.Int64,
-    "seq_len": pl.Int64,
-    "tokens_per_step": pl.Int64,  # workload.tokens_per_step, else global_batch * seq_len
-}
-
-
-@dataclass
-class RunConfig:
-    """The run's configuration (manifest, layout option, trace metadata); null where unknown."""
-
-    table: pl.DataFrame  # CONFIG_SCHEMA, one row
     notes: list[str] = field(default_factory=list)
 
 
