@@ -18,6 +18,7 @@ import click
 from charllm_trace._native_libs import NativeModuleMissing
 from charllm_trace.cli_analyze import analyze_cmd, report_cmd
 from charllm_trace.cli_cache import allow_partial_option, cache_group, json_flag, no_cache_option, wide_option
+from charllm_trace.cli_compare import compare_cmd
 from charllm_trace.cli_results import refuse_existing
 from charllm_trace.cli_telemetry import telemetry_group
 from charllm_trace.errors import InputError
@@ -174,6 +175,8 @@ def convert_cmd(
     help="auto, nvml, amdsmi, none, or replay:PATH (a recorded stream).",
 )
 @click.option("--parallel", default=None, help="Parallel layout for the manifest, e.g. tp=8,pp=4,dp=2,ep=1.")
+@click.option("--workload", default=None,
+              help="What is trained, for the manifest (compare lists it), e.g. model=llama-7b,mbs=1,gbs=256,seq=4096.")  # fmt: skip
 @click.option("--with-stack", is_flag=True, help="Record Python stacks in the Kineto profile (larger files).")
 @click.option("--force", is_flag=True, help="Replace the trace files of an existing run directory.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
@@ -184,6 +187,7 @@ def collect_cmd(
     telemetry_hz: float,
     telemetry_source: str,
     parallel: str | None,
+    workload: str | None,
     with_stack: bool,
     force: bool,
     command: tuple[str, ...],
@@ -194,7 +198,13 @@ def collect_cmd(
     charllm-trace collect -o run --steps 10-12 -- torchrun --nproc_per_node 8 train.py ...
     Exits with the training command's exit code.
     """
-    from charllm_trace.collectors.launcher import collect, parse_parallel, parse_ranks, parse_steps
+    from charllm_trace.collectors.launcher import (
+        collect,
+        parse_parallel,
+        parse_ranks,
+        parse_steps,
+        parse_workload,
+    )
 
     result = collect(
         list(command),
@@ -204,6 +214,7 @@ def collect_cmd(
         telemetry_hz=telemetry_hz,
         telemetry_source=telemetry_source,
         parallel=parse_parallel(parallel),
+        workload=parse_workload(workload),
         force=force,
         with_stack=with_stack,
         log=lambda msg: click.echo(f"charllm-trace: {msg}", err=True),
@@ -425,6 +436,7 @@ main.add_command(analyze_cmd)
 main.add_command(report_cmd)
 main.add_command(cache_group)
 main.add_command(telemetry_group)
+main.add_command(compare_cmd)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -27,6 +27,7 @@ from charllm_trace.analysis.results import (  # the notes' words live with the r
     RunAnalysis,
     WhatIfResult,
 )
+from charllm_trace.analysis.runconfig import run_config
 from charllm_trace.analysis.stream_analyses import stream_analyses
 from charllm_trace.analysis.telemetry_source import telemetry_source_note
 from charllm_trace.analysis.whatif import simulate, what_if
@@ -274,6 +275,7 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         what_if=wi,
         idle_time=idle,
         launch=launch,
+        config=run_config(work, _layout(work, options)),
         bandwidth=bw_res,
         energy=en,
         power=pw,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from charllm_trace.analysis.config_results import CONFIG_SCHEMA
 from charllm_trace.analysis.idle_results import IDLE_TIME_SCHEMA, LAUNCH_SCHEMA, QUEUE_SCHEMA
 from charllm_trace.analysis.results import (
     BANDWIDTH_SUMMARY_SCHEMA,
@@ -45,10 +46,15 @@ FRAME_SCHEMAS: dict[str, tuple[str, dict[str, pl.DataType]]] = {
     "idle_time": ("idle_time", IDLE_TIME_SCHEMA),
     "launch_stats": ("launch", LAUNCH_SCHEMA),
     "launch_queue": ("launch", QUEUE_SCHEMA),
+    "config": ("config", CONFIG_SCHEMA),
 }
 
 #: The modules whose ``*_SCHEMA`` tables (with a comment beside each column) are imported above.
-DEFINED_IN = ("charllm_trace.analysis.results", "charllm_trace.analysis.idle_results")
+DEFINED_IN = (
+    "charllm_trace.analysis.results",
+    "charllm_trace.analysis.idle_results",
+    "charllm_trace.analysis.config_results",
+)
 
 #: Why a frame is empty when its analysis was not asked for (no entry in ``skipped``).
 NOT_REQUESTED = "not requested"

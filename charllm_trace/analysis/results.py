@@ -26,6 +26,7 @@ from typing import Any
 
 import polars as pl
 
+from charllm_trace.analysis.config_results import CONFIG_SCHEMA, RunConfig  # noqa: F401 - re-exported
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 
 # ---------------------------------------------------------------------------
@@ -430,6 +431,7 @@ class RunAnalysis:
     what_if: WhatIfResult | None = None
     idle_time: IdleTimeResult | None = None  # GPU idle per stream (analysis/idle_time.py)
     launch: LaunchResult | None = None  # launch delays and queues (analysis/launch_stats.py)
+    config: RunConfig | None = None
     skipped: dict[str, str] = field(default_factory=dict)
     ranks: list[int] = field(default_factory=list)
     simulated: bool = False
@@ -471,12 +473,14 @@ class RunAnalysis:
         if self.launch is not None:
             out["launch_stats"] = self.launch.stats
             out["launch_queue"] = self.launch.queue
+        if self.config is not None:
+            out["config"] = self.config.table
         return out
 
     def notes(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         analyses = ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if")
-        for name in (*analyses, "idle_time", "launch"):
+        for name in (*analyses, "idle_time", "launch", "config"):
             r: Any = getattr(self, name)
             if r is not None and r.notes:
                 out[name] = list(r.notes)

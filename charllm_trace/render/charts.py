@@ -383,6 +383,8 @@ def scatter_chart(
     x0, x1 = float(allx.min()), float(allx.max())
     if log_x:
         x0, x1 = x0 / 2, x1 * 2
+    else:  # linear: a margin, so no point sits on an axis
+        x0, x1 = value_range([allx], pad=0.06)
     href = np.asarray([h.y for h in hlines], dtype=np.float64)
     if log_y:
         ally = np.concatenate([y for _, y in pts] + [href[href > 0]])
