@@ -41,6 +41,7 @@ import polars as pl
 from charllm_trace.analysis.results import (
     AnalyzeOptions,
     BandwidthResult,
+    BreakdownResult,
     CriticalPathResult,
     EnergyResult,
     LinkPeak,
@@ -65,6 +66,7 @@ RESULT_TYPES: dict[str, type] = {
     "power": PowerResult,
     "critical_path": CriticalPathResult,
     "what_if": WhatIfResult,
+    "breakdown": BreakdownResult,
 }
 _ZIP_MAGIC = b"PK\x03\x04"
 

@@ -197,6 +197,51 @@ def launcher_positions(df: pl.DataFrame) -> np.ndarray:
     return np.where(lp >= 0, lp, cp)
 
 
+def launching_ops(df: pl.DataFrame, deps: pl.DataFrame | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """For each row, the row position of the CPU op that launched it and of the top-level op above
+    that (-1 where no launcher is in the trace).
+
+    The launching op is :func:`launcher_positions`' node, or, when that is a runtime call
+    (``cudaLaunchKernel``), the node enclosing the call (the call itself when nothing encloses it).
+    The top-level op is the outermost ``cpu_op`` among the launching op and its ancestors (e.g.
+    ``aten::conv2d`` above ``aten::cudnn_convolution``; annotations such as ``ProfilerStep#N`` are
+    not ops), the launching op itself when none is. Pointer doubling over the call tree.
+
+    ``deps`` (the trace's ``Trace.deps``): a GPU row without a launcher there takes the first CPU
+    node it has a ``ctrl`` dependency on (Chakra's converter records a GPU node's launching op so)."""
+    ids = df["id"].to_numpy()
+    kinds = df["kind"].fill_null("").to_numpy()
+    ppos = positions(ids, df["parent"].to_numpy())
+    pos = launcher_positions(df)
+    on_gpu = df["on_gpu"].fill_null(False).to_numpy()
+    if deps is not None and deps.height and (on_gpu & (pos < 0)).any():
+        ctrl = deps.filter(pl.col("kind") == "ctrl")
+        node, dep = positions(ids, ctrl["node"].to_numpy()), positions(ids, ctrl["dep"].to_numpy())
+        ok = (node >= 0) & (dep >= 0)
+        node, dep = node[ok], dep[ok]
+        ok = on_gpu[node] & ~on_gpu[dep]
+        by_dep = np.full(len(ids), -1, dtype=np.int64)
+        by_dep[node[ok][::-1]] = dep[ok][::-1]  # the first dependency listed wins
+        pos = np.where(on_gpu & (pos < 0), by_dep, pos)
+    safe = np.maximum(pos, 0)
+    is_rt = (pos >= 0) & (kinds[safe] == "runtime")
+    up = ppos[safe]
+    op = np.where(is_rt & (up >= 0), up, pos)
+    # top[r]: the outermost cpu_op on the path r, parent(r), ... anc[r] (exclusive), doubled each round
+    top = np.where(kinds == "cpu_op", np.arange(len(ids)), -1)
+    anc = ppos.copy()
+    for _ in range(64):
+        live = anc >= 0
+        if not live.any():
+            break
+        above = np.where(live, top[np.maximum(anc, 0)], -1)
+        top = np.where(above >= 0, above, top)
+        anc = np.where(live, anc[np.maximum(anc, 0)], -1)
+    op_safe = np.maximum(op, 0)
+    top_op = np.where(op >= 0, np.where(top[op_safe] >= 0, top[op_safe], op), -1)
+    return op, top_op
+
+
 def with_phase(nodes: pl.DataFrame) -> pl.DataFrame:
     """``classify`` plus a ``phase`` column for GPU nodes (null on CPU). ``nodes`` may be
     classified already (a ``cls`` column), or carry its phase already (returned as it is)."""

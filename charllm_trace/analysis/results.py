@@ -26,6 +26,8 @@ from typing import Any
 
 import polars as pl
 
+from charllm_trace.analysis.results_breakdown import BreakdownResult
+
 # ---------------------------------------------------------------------------
 # The words of notes and skip reasons the CLI recognises (render.tables.cli_hint adds its flags);
 # here, with the result types, so that drawing saved results imports no analysis
@@ -396,6 +398,7 @@ class AnalyzeOptions:
     energy_method: str = "trapezoid"  # or "step"
     critical_path: bool = True  # the critical path through the execution graph
     what_if: Mapping[str, float] | None = None  # class -> duration factor (a what-if replay)
+    breakdown_top: int | None = None  # time breakdown: keys kept per (rank, step, group); None: all
 
 
 @dataclass
@@ -409,6 +412,7 @@ class RunAnalysis:
     power: PowerResult | None
     critical_path: CriticalPathResult | None = None
     what_if: WhatIfResult | None = None
+    breakdown: BreakdownResult | None = None
     skipped: dict[str, str] = field(default_factory=dict)
     ranks: list[int] = field(default_factory=list)
     simulated: bool = False
@@ -444,11 +448,14 @@ class RunAnalysis:
             out["critical_path_ops"] = self.critical_path.top_ops
         if self.what_if is not None:
             out["what_if"] = self.what_if.steps
+        if self.breakdown is not None:
+            out["breakdown"] = self.breakdown.by
+            out["breakdown_totals"] = self.breakdown.totals
         return out
 
     def notes(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
-        for name in ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if"):
+        for name in ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if", "breakdown"):
             r: Any = getattr(self, name)
             if r is not None and r.notes:
                 out[name] = list(r.notes)

@@ -1,0 +1,226 @@
+"""Time breakdown: where the GPU time goes, by kernel category, kernel name, launching CPU op and
+top-level op, per rank and step (docs/analyses.md, "Time breakdown").
+
+- The operators are the GPU kernels, memcpys and memsets with a duration (classes ``compute``,
+  ``comm``, ``memcpy``, ``memset`` of :mod:`charllm_trace.analysis.classify`).
+- GPU time of a scope = the sum of its operators' durations (operators on concurrent streams both
+  count, as in HTA's kernel breakdown; the union is the overlap analysis' ``busy_ns``).
+- Per key: count, total, mean and maximum duration, and ``pct`` = 100 · total / GPU time.
+- Category: :mod:`charllm_trace.analysis.kernel_category`. Launching op and top-level op:
+  :func:`charllm_trace.analysis.classify.launching_ops`; null when the launcher is not in the trace.
+- A step holds the operators launched during its ``ProfilerStep#N`` (the launching call's start;
+  an operator without one: its own start), as the overlap and energy analyses assign them.
+- With several ranks, rows with a null rank add up every rank.
+- ``top_n``: per (rank, step, group), the N keys with the most time are kept and the rest summed
+  in one ``(K others)`` row, so that every group still adds up to the GPU time (categories: all).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import polars as pl
+
+from charllm_trace.analysis.classify import classify, launching_ops
+from charllm_trace.analysis.kernel_category import categorize
+from charllm_trace.analysis.overlap import launch_times_of
+from charllm_trace.analysis.results_breakdown import (
+    BREAKDOWN_GROUPS,
+    BREAKDOWN_SCHEMA,
+    BREAKDOWN_TOTAL_SCHEMA,
+    NO_GPU_OPS,
+    BreakdownResult,
+)
+from charllm_trace.model import Trace, rank_ranges
+
+#: the node classes whose operators the breakdown counts
+OPERATOR_CLASSES = ("compute", "comm", "memcpy", "memset")
+_KEY_COLUMN = {"category": "category", "kernel": "name", "op": "op", "top_op": "top_op"}
+
+
+def _operators(trace: Trace, df: pl.DataFrame, per_step: bool) -> tuple[pl.DataFrame, list[str]]:
+    """One row per GPU operator: step (null outside steps or without per_step), category, name,
+    op, top_op, dur_ns."""
+    notes: list[str] = []
+    cat = categorize(df)
+    mask = (
+        df["on_gpu"].fill_null(False)
+        & df["cls"].is_in(list(OPERATOR_CLASSES))
+        & df["dur_ns"].is_not_null()
+        & cat.is_not_null()
+    )
+    rows = mask.arg_true()
+    names = df["name"].to_numpy()
+    op_pos, top_pos = launching_ops(df, trace.deps)
+    r = rows.to_numpy()
+    op_r, top_r = op_pos[r], top_pos[r]
+    ops = pl.DataFrame(
+        {
+            "category": cat.gather(rows),
+            "name": df["name"].gather(rows),
+            "op": pl.Series(np.where(op_r >= 0, names[np.maximum(op_r, 0)], None).tolist(), dtype=pl.String),
+            "top_op": pl.Series(
+                np.where(top_r >= 0, names[np.maximum(top_r, 0)], None).tolist(), dtype=pl.String
+            ),
+            "dur_ns": df["dur_ns"].gather(rows).cast(pl.Int64),
+        }
+    )
+    step = pl.Series("step", [None] * ops.height, dtype=pl.Int64)
+    steps = trace.steps()
+    if per_step and steps.height and ops.height:
+        gpu_rows = df.select("correlation", "launch_id", "start_ns").gather(rows)
+        t = launch_times_of(df, gpu_rows).fill_null(gpu_rows["start_ns"]).to_numpy()
+        s0, s1 = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+        tf = np.nan_to_num(np.asarray(t, dtype=np.float64), nan=-np.inf)
+        idx = np.searchsorted(s0, tf, side="right") - 1
+        ok = (idx >= 0) & (tf < s1[np.maximum(idx, 0)])
+        sv = steps["step"].to_numpy()[np.maximum(idx, 0)]
+        step = pl.Series("step", np.where(ok, sv, 0), dtype=pl.Int64).scatter((~ok).nonzero()[0], None)
+    elif per_step and not trace.meta.has_timestamps:
+        notes.append("no timestamps: no breakdown per step")
+    missing = int(ops.filter(pl.col("op").is_null())["dur_ns"].sum()) if ops.height else 0
+    if missing:
+        n = int(ops["op"].null_count())
+        total = int(ops["dur_ns"].sum())
+        notes.append(
+            f"{n} GPU operators ({missing / 1e6:.3f} ms, {100.0 * missing / total:.1f} % of GPU time) have no "
+            "launching CPU op in the trace: their op and top-level op are unknown (null)"
+        )
+    return ops.with_columns(step), notes
+
+
+def _scoped(ops: pl.DataFrame) -> pl.DataFrame:
+    """Every operator once in the whole-trace scope (step null) and once more in its step."""
+    whole = ops.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
+    return pl.concat([whole, ops.filter(pl.col("step").is_not_null())], how="vertical")
+
+
+def _aggregate(scoped: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Unfolded rows of every group and the totals, per (rank, step)."""
+    keys = ["rank", "step"]
+    totals = scoped.group_by(keys).agg(
+        pl.len().cast(pl.Int64).alias("count"),
+        pl.col("dur_ns").sum().alias("gpu_time_ns"),
+        pl.col("dur_ns").filter(pl.col("op").is_null()).sum().alias("no_launcher_ns"),
+    )
+    parts = []
+    for group in BREAKDOWN_GROUPS:
+        col = _KEY_COLUMN[group]
+        agg = scoped.group_by([*keys, pl.col(col).alias("key")]).agg(
+            pl.len().cast(pl.Int64).alias("count"),
+            pl.col("dur_ns").sum().alias("total_ns"),
+            pl.col("dur_ns").max().alias("max_ns"),
+            (
+                pl.col("category").first() if group in ("category", "kernel") else pl.lit(None, pl.String)
+            ).alias("category"),
+        )
+        parts.append(agg.with_columns(pl.lit(group).alias("group")))
+    return pl.concat(parts, how="vertical_relaxed"), totals
+
+
+def _fold(by: pl.DataFrame, top_n: int | None) -> pl.DataFrame:
+    """Keep the ``top_n`` largest keys per (rank, step, group) other than categories; sum the rest."""
+    by = by.sort(["total_ns", "key"], descending=[True, False], nulls_last=True)
+    if top_n is None:
+        return by.with_columns(pl.lit(None, dtype=pl.Int64).alias("other_rows"))
+    within = pl.int_range(pl.len()).over("rank", "step", "group")
+    by = by.with_columns(within.alias("_i"))
+    keep = (pl.col("_i") < top_n) | (pl.col("group") == "category")
+    kept = by.filter(keep).with_columns(pl.lit(None, dtype=pl.Int64).alias("other_rows"))
+    rest = (
+        by.filter(~keep)
+        .group_by("rank", "step", "group")
+        .agg(
+            pl.len().cast(pl.Int64).alias("other_rows"),
+            pl.col("count").sum(),
+            pl.col("total_ns").sum(),
+            pl.col("max_ns").max(),
+        )
+        .with_columns(
+            pl.format("({} others)", pl.col("other_rows")).alias("key"),
+            pl.lit(None, pl.String).alias("category"),
+        )
+    )
+    return pl.concat([kept.drop("_i"), rest], how="diagonal_relaxed")
+
+
+def run_breakdown(
+    traces: Mapping[int, Trace],
+    *,
+    per_step: bool = True,
+    top_n: int | None = None,
+    classified: Mapping[int, pl.DataFrame] | None = None,
+) -> BreakdownResult | None:
+    """The time breakdown of every rank of ``traces`` ({rank: Trace}); None when no rank has a GPU
+    operator with a duration (the reason: ``results_breakdown.NO_GPU_OPS``). ``classified`` may
+    pass ``classify(trace.nodes)`` per rank when the caller has it."""
+    if top_n is not None and top_n < 1:
+        raise ValueError(f"top_n must be at least 1 (got {top_n})")
+    frames: list[pl.DataFrame] = []
+    notes_of: dict[str, list[int]] = {}
+    simulated = False
+    for r, tr in traces.items():
+        df = classified[r] if classified is not None and r in classified else classify(tr.nodes)
+        ops, notes = _operators(tr, df, per_step)
+        simulated |= bool(tr.meta.extra.get("simulated"))
+        for n in notes:
+            notes_of.setdefault(n, []).append(r)
+        if ops.height:
+            frames.append(ops.with_columns(pl.lit(r, dtype=pl.Int64).alias("rank")))
+    if not frames:
+        return None
+    scoped = _scoped(pl.concat(frames, how="vertical"))
+    if len(frames) > 1:  # all ranks together
+        scoped = pl.concat([scoped, scoped.with_columns(pl.lit(None, dtype=pl.Int64).alias("rank"))])
+    by, totals = _aggregate(scoped)
+    by = _fold(by, top_n).join(
+        totals.select("rank", "step", "gpu_time_ns"), on=["rank", "step"], how="left", nulls_equal=True
+    )
+    by = by.with_columns(
+        (pl.col("total_ns") / pl.col("count")).alias("mean_ns"),
+        pl.when(pl.col("gpu_time_ns") > 0)
+        .then(100.0 * pl.col("total_ns") / pl.col("gpu_time_ns"))
+        .alias("pct"),
+        pl.col("group").replace_strict({g: i for i, g in enumerate(BREAKDOWN_GROUPS)}).alias("_g"),
+        pl.col("other_rows").is_not_null().alias("_rest"),
+    ).sort(
+        ["rank", "step", "_g", "_rest", "total_ns", "key"],
+        descending=[False, False, False, False, True, False],
+        nulls_last=[True, False, False, False, False, True],
+    )
+    multi = len(traces) > 1
+    notes = [
+        n if not multi else f"rank{'s' if len(rs) > 1 else ''} {rank_ranges(rs)}: {n}"
+        for n, rs in notes_of.items()
+    ]
+    return BreakdownResult(
+        by=by.select(list(BREAKDOWN_SCHEMA)).cast(BREAKDOWN_SCHEMA),
+        totals=totals.sort(["rank", "step"], nulls_last=[True, False])
+        .select(list(BREAKDOWN_TOTAL_SCHEMA))
+        .cast(BREAKDOWN_TOTAL_SCHEMA),
+        top_n=top_n,
+        simulated=simulated,
+        notes=notes,
+    )
+
+
+def time_breakdown(
+    trace: Trace, *, per_step: bool = True, top_n: int | None = None, classified: pl.DataFrame | None = None
+) -> BreakdownResult:
+    """The time breakdown of one rank; an empty result with a note when it has no GPU operator."""
+    rank = trace.meta.rank if trace.meta.rank is not None else 0
+    res = run_breakdown(
+        {rank: trace},
+        per_step=per_step,
+        top_n=top_n,
+        classified=None if classified is None else {rank: classified},
+    )
+    if res is None:
+        return BreakdownResult(
+            pl.DataFrame(schema=BREAKDOWN_SCHEMA),
+            pl.DataFrame(schema=BREAKDOWN_TOTAL_SCHEMA),
+            top_n,
+            notes=[NO_GPU_OPS],
+        )
+    return res
