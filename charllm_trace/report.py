@@ -19,6 +19,7 @@ import polars as pl
 
 from charllm_trace.analysis.energy import IDLE
 from charllm_trace.analysis.results import CP_CATEGORIES, RunAnalysis
+from charllm_trace.analysis.results_breakdown import BreakdownResult
 from charllm_trace.model import Run
 from charllm_trace.report_views import (  # noqa: F401 - the views' names are part of this module's interface
     MAX_DEVICE_CHARTS,
@@ -69,6 +70,7 @@ class ReportData:
     what_if_factors: dict[str, float] = field(default_factory=dict)
     what_if_fixed_wait_pct: float | None = None
     what_if_notes: list[str] = field(default_factory=list)
+    breakdown: BreakdownResult | None = None  # the time breakdown (render/breakdown_html.py)
     simulated: bool = False
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -145,6 +147,7 @@ def report_data_from(views: ReportViews, an: RunAnalysis, title: str | None = No
         data.energy_ops = ops
         data.energy_totals = an.energy.totals
     data.simulated = an.simulated
+    data.breakdown = an.breakdown
     if an.critical_path is not None:
         cp = an.critical_path
         data.critical_paths = cp.paths
@@ -285,6 +288,9 @@ def render_report(data: ReportData) -> str:
     else:
         parts.append(H.empty("Overlap", data.skipped.get("overlap", "not computed")))
     rep.add("Overlap", *parts)
+    from charllm_trace.render.breakdown_html import breakdown_parts
+
+    rep.add("Time breakdown", *breakdown_parts(data.breakdown, data.skipped.get("breakdown")))
 
     # 2b. critical path and what-if (tables; their bars sit in the table cells)
     rep.add("Critical path", *_critical_parts(data))
