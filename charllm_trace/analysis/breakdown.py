@@ -12,7 +12,7 @@ top-level op, per rank and step (docs/analyses.md, "Time breakdown").
   an operator without one: its own start), as the overlap and energy analyses assign them.
 - With several ranks, rows with a null rank add up every rank.
 - ``top_n``: per (rank, step, group), the N keys with the most time are kept and the rest summed
-  in one ``(K others)`` row, so that every group still adds up to the GPU time (categories: all).
+  in one ``(K others)`` row (``(1 other)``), so that every group still adds up to the GPU time (categories: all).
 """
 
 from __future__ import annotations
@@ -138,7 +138,11 @@ def _fold(by: pl.DataFrame, top_n: int | None) -> pl.DataFrame:
             pl.col("max_ns").max(),
         )
         .with_columns(
-            pl.format("({} others)", pl.col("other_rows")).alias("key"),
+            pl.format(
+                "({} {})",
+                pl.col("other_rows"),
+                pl.when(pl.col("other_rows") == 1).then(pl.lit("other")).otherwise(pl.lit("others")),
+            ).alias("key"),
             pl.lit(None, pl.String).alias("category"),
         )
     )
