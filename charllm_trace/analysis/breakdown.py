@@ -43,26 +43,25 @@ def _operators(trace: Trace, df: pl.DataFrame, per_step: bool) -> tuple[pl.DataF
     """One row per GPU operator: step (null outside steps or without per_step), category, name,
     op, top_op, dur_ns."""
     notes: list[str] = []
-    cat = categorize(df)
     mask = (
-        df["on_gpu"].fill_null(False)
-        & df["cls"].is_in(list(OPERATOR_CLASSES))
-        & df["dur_ns"].is_not_null()
-        & cat.is_not_null()
+        df["on_gpu"].fill_null(False) & df["cls"].is_in(list(OPERATOR_CLASSES)) & df["dur_ns"].is_not_null()
     )
     rows = mask.arg_true()
-    names = df["name"].to_numpy()
+    cat = categorize(df.select("cls", "name").gather(rows))  # never null for these classes
     op_pos, top_pos = launching_ops(df, trace.deps)
     r = rows.to_numpy()
-    op_r, top_r = op_pos[r], top_pos[r]
+    names = df["name"]
+
+    def name_at(pos: np.ndarray) -> pl.Series:
+        got = names.gather(np.maximum(pos, 0))
+        return pl.select(pl.when(pl.Series(pos >= 0)).then(got)).to_series()
+
     ops = pl.DataFrame(
         {
-            "category": cat.gather(rows),
-            "name": df["name"].gather(rows),
-            "op": pl.Series(np.where(op_r >= 0, names[np.maximum(op_r, 0)], None).tolist(), dtype=pl.String),
-            "top_op": pl.Series(
-                np.where(top_r >= 0, names[np.maximum(top_r, 0)], None).tolist(), dtype=pl.String
-            ),
+            "category": cat,
+            "name": names.gather(rows),
+            "op": name_at(op_pos[r]),
+            "top_op": name_at(top_pos[r]),
             "dur_ns": df["dur_ns"].gather(rows).cast(pl.Int64),
         }
     )
@@ -90,31 +89,37 @@ def _operators(trace: Trace, df: pl.DataFrame, per_step: bool) -> tuple[pl.DataF
     return ops.with_columns(step), notes
 
 
-def _scoped(ops: pl.DataFrame) -> pl.DataFrame:
-    """Every operator once in the whole-trace scope (step null) and once more in its step."""
-    whole = ops.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
-    return pl.concat([whole, ops.filter(pl.col("step").is_not_null())], how="vertical")
-
-
-def _aggregate(scoped: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Unfolded rows of every group and the totals, per (rank, step)."""
+def _aggregate(ops: pl.DataFrame, all_ranks: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Unfolded rows of every group and the totals, per (rank, step): the operators are summed
+    once per distinct (rank, step, category, kernel, op, top-level op), a few hundred rows, and the
+    scopes and groups are sums of those."""
+    cols = ["category", "name", "op", "top_op"]
+    sums = [pl.col("count").sum(), pl.col("total_ns").sum(), pl.col("max_ns").max()]
+    fine = ops.group_by(["rank", "step", *cols]).agg(
+        pl.len().cast(pl.Int64).alias("count"),
+        pl.col("dur_ns").sum().alias("total_ns"),
+        pl.col("dur_ns").max().alias("max_ns"),
+    )
+    whole = fine.group_by(["rank", *cols]).agg(*sums).with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
+    scoped = pl.concat([whole, fine.filter(pl.col("step").is_not_null())], how="diagonal")
+    if all_ranks:
+        every = (
+            scoped.group_by(["step", *cols])
+            .agg(*sums)
+            .with_columns(pl.lit(None, dtype=pl.Int64).alias("rank"))
+        )
+        scoped = pl.concat([scoped, every], how="diagonal")
     keys = ["rank", "step"]
     totals = scoped.group_by(keys).agg(
-        pl.len().cast(pl.Int64).alias("count"),
-        pl.col("dur_ns").sum().alias("gpu_time_ns"),
-        pl.col("dur_ns").filter(pl.col("op").is_null()).sum().alias("no_launcher_ns"),
+        pl.col("count").sum(),
+        pl.col("total_ns").sum().alias("gpu_time_ns"),
+        pl.col("total_ns").filter(pl.col("op").is_null()).sum().alias("no_launcher_ns"),
     )
     parts = []
     for group in BREAKDOWN_GROUPS:
         col = _KEY_COLUMN[group]
-        agg = scoped.group_by([*keys, pl.col(col).alias("key")]).agg(
-            pl.len().cast(pl.Int64).alias("count"),
-            pl.col("dur_ns").sum().alias("total_ns"),
-            pl.col("dur_ns").max().alias("max_ns"),
-            (
-                pl.col("category").first() if group in ("category", "kernel") else pl.lit(None, pl.String)
-            ).alias("category"),
-        )
+        cat = pl.col("category").first() if group in ("category", "kernel") else pl.lit(None, pl.String)
+        agg = scoped.group_by([*keys, pl.col(col).alias("key")]).agg(*sums, cat.alias("category"))
         parts.append(agg.with_columns(pl.lit(group).alias("group")))
     return pl.concat(parts, how="vertical_relaxed"), totals
 
@@ -174,10 +179,7 @@ def run_breakdown(
             frames.append(ops.with_columns(pl.lit(r, dtype=pl.Int64).alias("rank")))
     if not frames:
         return None
-    scoped = _scoped(pl.concat(frames, how="vertical"))
-    if len(frames) > 1:  # all ranks together
-        scoped = pl.concat([scoped, scoped.with_columns(pl.lit(None, dtype=pl.Int64).alias("rank"))])
-    by, totals = _aggregate(scoped)
+    by, totals = _aggregate(pl.concat(frames, how="vertical"), len(frames) > 1)
     by = _fold(by, top_n).join(
         totals.select("rank", "step", "gpu_time_ns"), on=["rank", "step"], how="left", nulls_equal=True
     )

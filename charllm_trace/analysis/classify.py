@@ -173,27 +173,34 @@ def ancestor_any(
     return flag
 
 
+#: Levels of the call tree ``launching_ops`` walks up at most (real call trees are far shallower).
+MAX_DEPTH = 4096
+
+
 def launcher_positions(df: pl.DataFrame) -> np.ndarray:
     """Row position of the CPU node that launched each row (-1 if none): the ``launch_id``
-    node, else the CPU node with the same correlation id (the runtime launch call)."""
-    ids = df["id"].to_numpy()
-    lp = positions(ids, df["launch_id"].to_numpy())
-    cpu = df.filter(~pl.col("on_gpu").fill_null(False) & pl.col("correlation").is_not_null())
-    if cpu.height == 0:
+    node, else the first CPU node (in row order) with the same correlation id (the runtime launch
+    call). A sort of the CPU rows' correlation ids and a binary search, no join."""
+    lp = positions(df["id"].to_numpy(), df["launch_id"].to_numpy())
+    corr_s = df["correlation"]
+    if corr_s.null_count() == corr_s.len():
         return lp
-    first = cpu.group_by("correlation").agg(pl.col("id").first())
-    corr_map = dict(zip(first["correlation"].to_list(), first["id"].to_list(), strict=True))
-    gpu = df["on_gpu"].fill_null(False)
-    corr_ids = (
-        df.select(
-            pl.when(gpu).then(
-                pl.col("correlation").replace_strict(corr_map, default=None, return_dtype=pl.Int64)
-            )
-        )
-        .to_series()
-        .to_numpy()
-    )
-    cp = positions(ids, corr_ids)
+    gpu = df["on_gpu"].fill_null(False).to_numpy()
+    has = corr_s.is_not_null().to_numpy()
+    corr = corr_s.fill_null(0).to_numpy().astype(np.int64, copy=False)
+    cpu_rows = np.flatnonzero(has & ~gpu)
+    keys = corr[cpu_rows]
+    order = np.argsort(keys, kind="stable")  # equal ids keep row order: the first row comes first
+    keys, cpu_rows = keys[order], cpu_rows[order]
+    first = np.ones(keys.size, dtype=bool)
+    first[1:] = keys[1:] != keys[:-1]
+    keys, cpu_rows = keys[first], cpu_rows[first]
+    gpu_rows = np.flatnonzero(has & gpu)
+    cp = np.full(len(lp), -1, dtype=np.int64)
+    if keys.size and gpu_rows.size:
+        k = np.minimum(np.searchsorted(keys, corr[gpu_rows]), keys.size - 1)
+        found = keys[k] == corr[gpu_rows]
+        cp[gpu_rows[found]] = cpu_rows[k[found]]
     return np.where(lp >= 0, lp, cp)
 
 
@@ -205,13 +212,15 @@ def launching_ops(df: pl.DataFrame, deps: pl.DataFrame | None = None) -> tuple[n
     (``cudaLaunchKernel``), the node enclosing the call (the call itself when nothing encloses it).
     The top-level op is the outermost ``cpu_op`` among the launching op and its ancestors (e.g.
     ``aten::conv2d`` above ``aten::cudnn_convolution``; annotations such as ``ProfilerStep#N`` are
-    not ops), the launching op itself when none is. Pointer doubling over the call tree.
+    not ops), the launching op itself when none is. The walk up the call tree is vectorised over
+    the launched rows, one step per level, ``MAX_DEPTH`` levels at most.
 
     ``deps`` (the trace's ``Trace.deps``): a GPU row without a launcher there takes the first CPU
     node it has a ``ctrl`` dependency on (Chakra's converter records a GPU node's launching op so)."""
     ids = df["id"].to_numpy()
-    kinds = df["kind"].fill_null("").to_numpy()
     ppos = positions(ids, df["parent"].to_numpy())
+    is_rt = (df["kind"] == "runtime").fill_null(False).to_numpy()
+    is_op = (df["kind"] == "cpu_op").fill_null(False).to_numpy()
     pos = launcher_positions(df)
     on_gpu = df["on_gpu"].fill_null(False).to_numpy()
     if deps is not None and deps.height and (on_gpu & (pos < 0)).any():
@@ -223,23 +232,23 @@ def launching_ops(df: pl.DataFrame, deps: pl.DataFrame | None = None) -> tuple[n
         by_dep = np.full(len(ids), -1, dtype=np.int64)
         by_dep[node[ok][::-1]] = dep[ok][::-1]  # the first dependency listed wins
         pos = np.where(on_gpu & (pos < 0), by_dep, pos)
-    safe = np.maximum(pos, 0)
-    is_rt = (pos >= 0) & (kinds[safe] == "runtime")
-    up = ppos[safe]
-    op = np.where(is_rt & (up >= 0), up, pos)
-    # top[r]: the outermost cpu_op on the path r, parent(r), ... anc[r] (exclusive), doubled each round
-    top = np.where(kinds == "cpu_op", np.arange(len(ids)), -1)
-    anc = ppos.copy()
-    for _ in range(64):
-        live = anc >= 0
-        if not live.any():
+    op = pos.copy()
+    rt = (pos >= 0) & is_rt[np.maximum(pos, 0)]
+    up = ppos[np.maximum(pos, 0)]
+    op[rt & (up >= 0)] = up[rt & (up >= 0)]
+    top = np.where((op >= 0) & is_op[np.maximum(op, 0)], op, -1)
+    rows = np.flatnonzero(op >= 0)  # the rows still walking up, and where they are
+    cur = ppos[op[rows]]
+    for _ in range(MAX_DEPTH):  # one step per level (parent cycles end at the limit)
+        live = cur >= 0
+        rows, cur = rows[live], cur[live]
+        if rows.size == 0:
             break
-        above = np.where(live, top[np.maximum(anc, 0)], -1)
-        top = np.where(above >= 0, above, top)
-        anc = np.where(live, anc[np.maximum(anc, 0)], -1)
-    op_safe = np.maximum(op, 0)
-    top_op = np.where(op >= 0, np.where(top[op_safe] >= 0, top[op_safe], op), -1)
-    return op, top_op
+        hit = is_op[cur]
+        top[rows[hit]] = cur[hit]
+        cur = ppos[cur]
+    top = np.where((op >= 0) & (top < 0), op, top)
+    return op, top
 
 
 def with_phase(nodes: pl.DataFrame) -> pl.DataFrame:
