@@ -48,8 +48,8 @@ def _operators(trace: Trace, df: pl.DataFrame, per_step: bool) -> tuple[pl.DataF
     )
     rows = mask.arg_true()
     cat = categorize(df.select("cls", "name").gather(rows))  # never null for these classes
-    op_pos, top_pos = launching_ops(df, trace.deps)
     r = rows.to_numpy()
+    op_pos, top_pos = launching_ops(df, trace.deps, r)
     names = df["name"]
 
     def name_at(pos: np.ndarray) -> pl.Series:
@@ -60,22 +60,22 @@ def _operators(trace: Trace, df: pl.DataFrame, per_step: bool) -> tuple[pl.DataF
         {
             "category": cat,
             "name": names.gather(rows),
-            "op": name_at(op_pos[r]),
-            "top_op": name_at(top_pos[r]),
+            "op": name_at(op_pos),
+            "top_op": name_at(top_pos),
             "dur_ns": df["dur_ns"].gather(rows).cast(pl.Int64),
         }
     )
-    step = pl.Series("step", [None] * ops.height, dtype=pl.Int64)
+    step = pl.repeat(None, ops.height, dtype=pl.Int64, eager=True).alias("step")
     steps = trace.steps()
     if per_step and steps.height and ops.height:
         gpu_rows = df.select("correlation", "launch_id", "start_ns").gather(rows)
-        t = launch_times_of(df, gpu_rows).fill_null(gpu_rows["start_ns"]).to_numpy()
+        lt = launch_times_of(df, gpu_rows).fill_null(gpu_rows["start_ns"])
+        t = lt.fill_null(np.iinfo(np.int64).min).to_numpy()  # no time at all: before every step
         s0, s1 = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
-        tf = np.nan_to_num(np.asarray(t, dtype=np.float64), nan=-np.inf)
-        idx = np.searchsorted(s0, tf, side="right") - 1
-        ok = (idx >= 0) & (tf < s1[np.maximum(idx, 0)])
+        idx = np.searchsorted(s0, t, side="right") - 1
+        ok = (idx >= 0) & (t < s1[np.maximum(idx, 0)])
         sv = steps["step"].to_numpy()[np.maximum(idx, 0)]
-        step = pl.Series("step", np.where(ok, sv, 0), dtype=pl.Int64).scatter((~ok).nonzero()[0], None)
+        step = pl.select(pl.when(pl.Series(ok)).then(pl.Series(sv, dtype=pl.Int64))).to_series().alias("step")
     elif per_step and not trace.meta.has_timestamps:
         notes.append("no timestamps: no breakdown per step")
     missing = int(ops.filter(pl.col("op").is_null())["dur_ns"].sum()) if ops.height else 0

@@ -204,9 +204,11 @@ def launcher_positions(df: pl.DataFrame) -> np.ndarray:
     return np.where(lp >= 0, lp, cp)
 
 
-def launching_ops(df: pl.DataFrame, deps: pl.DataFrame | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """For each row, the row position of the CPU op that launched it and of the top-level op above
-    that (-1 where no launcher is in the trace).
+def launching_ops(
+    df: pl.DataFrame, deps: pl.DataFrame | None = None, rows: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each row (or each of ``rows``, positions in ``df``), the row position of the CPU op that
+    launched it and of the top-level op above that (-1 where no launcher is in the trace).
 
     The launching op is :func:`launcher_positions`' node, or, when that is a runtime call
     (``cudaLaunchKernel``), the node enclosing the call (the call itself when nothing encloses it).
@@ -218,12 +220,10 @@ def launching_ops(df: pl.DataFrame, deps: pl.DataFrame | None = None) -> tuple[n
     ``deps`` (the trace's ``Trace.deps``): a GPU row without a launcher there takes the first CPU
     node it has a ``ctrl`` dependency on (Chakra's converter records a GPU node's launching op so)."""
     ids = df["id"].to_numpy()
-    ppos = positions(ids, df["parent"].to_numpy())
-    is_rt = (df["kind"] == "runtime").fill_null(False).to_numpy()
-    is_op = (df["kind"] == "cpu_op").fill_null(False).to_numpy()
-    pos = launcher_positions(df)
+    rows = np.arange(len(ids)) if rows is None else np.asarray(rows, dtype=np.int64)
     on_gpu = df["on_gpu"].fill_null(False).to_numpy()
-    if deps is not None and deps.height and (on_gpu & (pos < 0)).any():
+    pos = launcher_positions(df)[rows]
+    if deps is not None and deps.height and (on_gpu[rows] & (pos < 0)).any():
         ctrl = deps.filter(pl.col("kind") == "ctrl")
         node, dep = positions(ids, ctrl["node"].to_numpy()), positions(ids, ctrl["dep"].to_numpy())
         ok = (node >= 0) & (dep >= 0)
@@ -231,21 +231,24 @@ def launching_ops(df: pl.DataFrame, deps: pl.DataFrame | None = None) -> tuple[n
         ok = on_gpu[node] & ~on_gpu[dep]
         by_dep = np.full(len(ids), -1, dtype=np.int64)
         by_dep[node[ok][::-1]] = dep[ok][::-1]  # the first dependency listed wins
-        pos = np.where(on_gpu & (pos < 0), by_dep, pos)
+        pos = np.where(on_gpu[rows] & (pos < 0), by_dep[rows], pos)
+    ppos = positions(ids, df["parent"].to_numpy())
+    is_rt = (df["kind"] == "runtime").fill_null(False).to_numpy()
+    is_op = (df["kind"] == "cpu_op").fill_null(False).to_numpy()
     op = pos.copy()
     rt = (pos >= 0) & is_rt[np.maximum(pos, 0)]
     up = ppos[np.maximum(pos, 0)]
     op[rt & (up >= 0)] = up[rt & (up >= 0)]
     top = np.where((op >= 0) & is_op[np.maximum(op, 0)], op, -1)
-    rows = np.flatnonzero(op >= 0)  # the rows still walking up, and where they are
-    cur = ppos[op[rows]]
+    walk = np.flatnonzero(op >= 0)  # the rows still walking up, and where they are
+    cur = ppos[op[walk]]
     for _ in range(MAX_DEPTH):  # one step per level (parent cycles end at the limit)
         live = cur >= 0
-        rows, cur = rows[live], cur[live]
-        if rows.size == 0:
+        walk, cur = walk[live], cur[live]
+        if walk.size == 0:
             break
         hit = is_op[cur]
-        top[rows[hit]] = cur[hit]
+        top[walk[hit]] = cur[hit]
         cur = ppos[cur]
     top = np.where((op >= 0) & (top < 0), op, top)
     return op, top
