@@ -103,7 +103,10 @@ def test_memory_operators_by_class() -> None:
 
 def test_categories_cover_the_list_and_fall_back_to_other() -> None:
     assert {c for c, _, _ in NVIDIA + AMD} | {"memcpy_memset"} == set(CATEGORIES) - set()
-    assert name_categories(pl.Series(["my_custom_kernel", None, "convert_fp8_kernel"])).to_list() == ["other"] * 3
+    assert (
+        name_categories(pl.Series(["my_custom_kernel", None, "convert_fp8_kernel"])).to_list()
+        == ["other"] * 3
+    )
     # CPU nodes and annotations on streams have no category
     tr = make_trace([cpu(1, "aten::mm", 0, 10), kernel(2, "gemm", 0, 5, kind="gpu_annotation")])
     assert categorize(classify(tr.nodes)).to_list() == [None, None]
@@ -201,7 +204,12 @@ def test_breakdown_numbers_by_hand() -> None:
     assert _pct(by, "category") == pytest.approx(
         {"communication": 600 / 14, "gemm": 600 / 14, "elementwise": 170 / 14, "memcpy_memset": 30 / 14}
     )
-    assert _rows(by, "kernel") == [(NCCL, 1, 600, 600), (GEMM, 2, 600, 400), (ADD, 3, 170, 100), (COPY, 1, 30, 30)]
+    assert _rows(by, "kernel") == [
+        (NCCL, 1, 600, 600),
+        (GEMM, 2, 600, 400),
+        (ADD, 3, 170, 100),
+        (COPY, 1, 30, 30),
+    ]
     kern = by.filter((pl.col("group") == "kernel") & pl.col("step").is_null())
     assert kern["category"].to_list() == ["communication", "gemm", "elementwise", "memcpy_memset"]
     assert kern["mean_ns"].to_list() == pytest.approx([600, 300, 170 / 3, 30])
@@ -221,10 +229,22 @@ def test_breakdown_numbers_by_hand() -> None:
         "aten::linear", "nccl:all_reduce", "aten::add_", "ProfilerStep#2", "aten::copy_", None
     ]  # fmt: skip
     # per step: by launch time (the add without a launch record by its own start: step 2)
-    assert _rows(by, "category", 1) == [("communication", 1, 600, 600), ("gemm", 1, 400, 400), ("elementwise", 1, 100, 100)]
-    assert _pct(by, "category", 1) == pytest.approx({"communication": 600 / 11, "gemm": 400 / 11, "elementwise": 100 / 11})
-    assert _rows(by, "category", 2) == [("gemm", 1, 200, 200), ("elementwise", 2, 70, 50), ("memcpy_memset", 1, 30, 30)]
-    assert _pct(by, "category", 2) == pytest.approx({"gemm": 200 / 3, "elementwise": 70 / 3, "memcpy_memset": 10.0})
+    assert _rows(by, "category", 1) == [
+        ("communication", 1, 600, 600),
+        ("gemm", 1, 400, 400),
+        ("elementwise", 1, 100, 100),
+    ]
+    assert _pct(by, "category", 1) == pytest.approx(
+        {"communication": 600 / 11, "gemm": 400 / 11, "elementwise": 100 / 11}
+    )
+    assert _rows(by, "category", 2) == [
+        ("gemm", 1, 200, 200),
+        ("elementwise", 2, 70, 50),
+        ("memcpy_memset", 1, 30, 30),
+    ]
+    assert _pct(by, "category", 2) == pytest.approx(
+        {"gemm": 200 / 3, "elementwise": 70 / 3, "memcpy_memset": 10.0}
+    )
     assert by["other_rows"].null_count() == by.height
     assert res.notes == [
         "1 GPU operators (0.000 ms, 1.4 % of GPU time) have no launching CPU op in the trace: their op "
@@ -236,7 +256,11 @@ def test_breakdown_top_n_sums_the_rest() -> None:
     by = time_breakdown(built(), top_n=2).by
     # ties (600 ns each) by name; the rest in one row that keeps every group adding up to 1400
     assert _rows(by, "kernel") == [(NCCL, 1, 600, 600), (GEMM, 2, 600, 400), ("(2 others)", 4, 200, 100)]
-    assert _rows(by, "op") == [("aten::addmm", 2, 600, 400), ("nccl:all_reduce", 1, 600, 600), ("(4 others)", 4, 200, 100)]
+    assert _rows(by, "op") == [
+        ("aten::addmm", 2, 600, 400),
+        ("nccl:all_reduce", 1, 600, 600),
+        ("(4 others)", 4, 200, 100),
+    ]
     rest = by.filter((pl.col("key") == "(4 others)") & (pl.col("group") == "op"))
     assert rest["other_rows"].to_list() == [4] and rest["pct"].item() == pytest.approx(200 / 14)
     assert len(_rows(by, "category")) == 4  # categories are never folded
@@ -248,7 +272,11 @@ def test_breakdown_top_n_sums_the_rest() -> None:
 def test_breakdown_all_ranks_and_no_per_step() -> None:
     res = run_breakdown({0: built(0), 1: built(1)}, per_step=False)
     assert res is not None
-    assert list(res.totals.iter_rows()) == [(0, None, 7, 1400, 20), (1, None, 7, 1400, 20), (None, None, 14, 2800, 40)]
+    assert list(res.totals.iter_rows()) == [
+        (0, None, 7, 1400, 20),
+        (1, None, 7, 1400, 20),
+        (None, None, 14, 2800, 40),
+    ]
     assert _rows(res.by, "category", rank=None)[1] == ("gemm", 4, 1200, 400)
     assert res.by["step"].null_count() == res.by.height
     assert res.notes[0].startswith("ranks 0-1: 1 GPU operators")
@@ -261,7 +289,9 @@ def test_launcher_from_ctrl_dependency_and_untimed() -> None:
         [
             node(1, "aten::conv2d", None, 90, on_gpu=False, kind="cpu_op", tid=1),
             node(2, "aten::cudnn_convolution", None, 80, on_gpu=False, kind="cpu_op", tid=1, parent=1),
-            node(3, "cudnn_volta_scudnn_128x64_relu_small_nn_v1", None, 70, on_gpu=True, kind="kernel", tid=7),
+            node(
+                3, "cudnn_volta_scudnn_128x64_relu_small_nn_v1", None, 70, on_gpu=True, kind="kernel", tid=7
+            ),
             node(4, "gemm_no_dep", None, 5, on_gpu=True, kind="kernel", tid=7),
         ]
     )
@@ -293,7 +323,13 @@ def test_json_tables_saved_results_and_report() -> None:
     assert {"breakdown", "breakdown_totals"} <= set(frames)
     cat = [r for r in frames["breakdown"] if r["group"] == "category" and r["step"] is None]
     assert [(r["key"], r["total_ns"]) for r in cat][:2] == [("communication", 600), ("gemm", 600)]
-    assert frames["breakdown_totals"][0] == {"rank": 0, "step": None, "count": 7, "gpu_time_ns": 1400, "no_launcher_ns": 20}
+    assert frames["breakdown_totals"][0] == {
+        "rank": 0,
+        "step": None,
+        "count": 7,
+        "gpu_time_ns": 1400,
+        "no_launcher_ns": 20,
+    }
     assert any(r["key"] is None for r in frames["breakdown"])  # the unknown op stays null in JSON
     # saved results give the same breakdown back
     top3 = analyze_trace(tr, per_step=True, breakdown_top=3)
@@ -378,10 +414,39 @@ def test_shared_a100_categories() -> None:
     run = ct.load(shared_trace("hta/a100_ddp_nccl_rank0.json.gz"))
     bd = time_breakdown(run.traces[0], per_step=False)
     pct = dict(bd.group("category").select("key", "pct").iter_rows())
-    assert set(pct) == {"communication", "convolution", "reduction_norm", "elementwise", "gemm", "memcpy_memset"}
+    assert set(pct) == {
+        "communication",
+        "convolution",
+        "reduction_norm",
+        "elementwise",
+        "gemm",
+        "memcpy_memset",
+    }
     assert pct["communication"] == pytest.approx(28.378, abs=0.001)
     assert pct["convolution"] == pytest.approx(22.198, abs=0.001)
     assert bd.totals["no_launcher_ns"].item() == 0
+
+
+def test_shared_a100_agrees_with_hta() -> None:
+    """With HTA's conventions (kernels launched after the last step begins dropped, durations
+    rounded inward to µs), every kernel's sum and maximum are HTA 0.5.0's
+    ``get_gpu_kernel_breakdown(duration_ratio=1.0, num_kernels=1000, include_memory_kernels=True)``
+    (its ``kernel_metrics_df``, read from HTA run on this file; 72 names, 100,462 µs in all)."""
+    run = ct.load(shared_trace("hta/a100_ddp_nccl_rank0.json.gz"))
+    bd = run_breakdown(run.traces, per_step=False, hta_compat=True)
+    assert bd is not None
+    assert bd.totals.select("count", "gpu_time_ns").row(0) == (2516, 100_462_000)
+    kernels = {k: (t, m) for k, t, m in bd.group("kernel").select("key", "total_ns", "max_ns").iter_rows()}
+    assert len(kernels) == 72
+    hta_us = {  # name: (sum µs, max µs) from HTA
+        "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)": (24204, 3306),
+        "Memcpy DtoD (Device -> Device)": (835, None),
+        "Memset (Device)": (180, None),
+    }
+    for name, (total, mx) in hta_us.items():
+        assert kernels[name][0] == total * 1000
+        assert mx is None or kernels[name][1] == mx * 1000
+    assert "1258 GPU operators launched after the last ProfilerStep began" in bd.notes[0]
 
 
 def test_cli_json_on_shared_profile(tmp_path: Path) -> None:

@@ -191,7 +191,14 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         skipped["energy"] = reason
         skipped["power"] = reason
     # time breakdown (durations suffice: without timestamps, the whole trace only)
-    bd = run_breakdown(traces, per_step=options.per_step, top_n=options.breakdown_top, classified=classified)
+    bd = run_breakdown(
+        traces,
+        per_step=options.per_step,
+        top_n=options.breakdown_top,
+        classified=classified,
+        hta_compat=options.hta_compat,
+        hta_keep_last_step=options.hta_keep_last_step,
+    )
     if bd is None:
         skipped["breakdown"] = NO_GPU_OPS
     # the graph of a simulated run is built from its recorded order (the engine that simulated it)

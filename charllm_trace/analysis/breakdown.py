@@ -23,8 +23,9 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.classify import classify, launching_ops
+from charllm_trace.analysis.intervals import round_inward_us
 from charllm_trace.analysis.kernel_category import categorize
-from charllm_trace.analysis.overlap import launch_times_of
+from charllm_trace.analysis.overlap import hta_filter, launch_times_of
 from charllm_trace.analysis.results_breakdown import (
     BREAKDOWN_GROUPS,
     BREAKDOWN_SCHEMA,
@@ -39,10 +40,26 @@ OPERATOR_CLASSES = ("compute", "comm", "memcpy", "memset")
 _KEY_COLUMN = {"category": "category", "kernel": "name", "op": "op", "top_op": "top_op"}
 
 
-def _operators(trace: Trace, df: pl.DataFrame, per_step: bool) -> tuple[pl.DataFrame, list[str]]:
+def _operators(
+    trace: Trace, df: pl.DataFrame, per_step: bool, hta: tuple[bool, bool]
+) -> tuple[pl.DataFrame, list[str]]:
     """One row per GPU operator: step (null outside steps or without per_step), category, name,
-    op, top_op, dur_ns."""
+    op, top_op, dur_ns. ``hta``: (hta_compat, hta_keep_last_step)."""
     notes: list[str] = []
+    steps = trace.steps()
+    is_op = pl.col("on_gpu").fill_null(False) & pl.col("cls").is_in(list(OPERATOR_CLASSES))
+    if hta[0] and steps.height >= 2:
+        before = df.select(is_op.sum()).item()
+        df = hta_filter(df, steps, hta[1])
+        which = "ended" if hta[1] else "began"
+        notes.append(
+            f"HTA convention: {before - df.select(is_op.sum()).item()} GPU operators launched after the last ProfilerStep {which} "
+            "(or never launched) dropped; durations rounded inward to whole µs"
+        )
+    elif hta[0]:
+        notes.append(
+            "HTA convention: durations rounded inward to whole µs (fewer than two ProfilerSteps: no kernel dropped)"
+        )
     mask = (
         df["on_gpu"].fill_null(False) & df["cls"].is_in(list(OPERATOR_CLASSES)) & df["dur_ns"].is_not_null()
     )
@@ -65,8 +82,11 @@ def _operators(trace: Trace, df: pl.DataFrame, per_step: bool) -> tuple[pl.DataF
             "dur_ns": df["dur_ns"].gather(rows).cast(pl.Int64),
         }
     )
+    if hta[0]:
+        start = df["start_ns"].gather(rows).to_numpy()
+        s0, s1 = round_inward_us(start, start + ops["dur_ns"].to_numpy())
+        ops = ops.with_columns(pl.Series("dur_ns", s1 - s0, dtype=pl.Int64))
     step = pl.repeat(None, ops.height, dtype=pl.Int64, eager=True).alias("step")
-    steps = trace.steps()
     if per_step and steps.height and ops.height:
         gpu_rows = df.select("correlation", "launch_id", "start_ns").gather(rows)
         lt = launch_times_of(df, gpu_rows).fill_null(gpu_rows["start_ns"])
@@ -160,10 +180,15 @@ def run_breakdown(
     per_step: bool = True,
     top_n: int | None = None,
     classified: Mapping[int, pl.DataFrame] | None = None,
+    hta_compat: bool = False,
+    hta_keep_last_step: bool = False,
 ) -> BreakdownResult | None:
     """The time breakdown of every rank of ``traces`` ({rank: Trace}); None when no rank has a GPU
     operator with a duration (the reason: ``results_breakdown.NO_GPU_OPS``). ``classified`` may
-    pass ``classify(trace.nodes)`` per rank when the caller has it."""
+    pass ``classify(trace.nodes)`` per rank when the caller has it. ``hta_compat``: Holistic Trace
+    Analysis' conventions, as the overlap analysis applies them (GPU operators launched after the
+    last ProfilerStep begins dropped, or after it ends with ``hta_keep_last_step``; durations
+    rounded inward to whole µs): the per-kernel sums of HTA's ``get_gpu_kernel_breakdown``."""
     if top_n is not None and top_n < 1:
         raise ValueError(f"top_n must be at least 1 (got {top_n})")
     frames: list[pl.DataFrame] = []
@@ -171,7 +196,7 @@ def run_breakdown(
     simulated = False
     for r, tr in traces.items():
         df = classified[r] if classified is not None and r in classified else classify(tr.nodes)
-        ops, notes = _operators(tr, df, per_step)
+        ops, notes = _operators(tr, df, per_step, (hta_compat, hta_keep_last_step))
         simulated |= bool(tr.meta.extra.get("simulated"))
         for n in notes:
             notes_of.setdefault(n, []).append(r)
