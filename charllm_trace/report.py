@@ -18,9 +18,9 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.energy import IDLE
-from charllm_trace.analysis.results import CP_CATEGORIES, RunAnalysis
-from charllm_trace.analysis.results_breakdown import BreakdownResult
+from charllm_trace.analysis.results import CP_CATEGORIES, BreakdownResult, RunAnalysis
 from charllm_trace.model import Run
+from charllm_trace.render.breakdown_html import breakdown_parts
 from charllm_trace.report_views import (  # noqa: F401 - the views' names are part of this module's interface
     MAX_DEVICE_CHARTS,
     MAX_LANES,
@@ -288,8 +288,6 @@ def render_report(data: ReportData) -> str:
     else:
         parts.append(H.empty("Overlap", data.skipped.get("overlap", "not computed")))
     rep.add("Overlap", *parts)
-    from charllm_trace.render.breakdown_html import breakdown_parts
-
     rep.add("Time breakdown", *breakdown_parts(data.breakdown, data.skipped.get("breakdown")))
 
     # 2b. critical path and what-if (tables; their bars sit in the table cells)
