@@ -54,11 +54,11 @@ def _operators(
         which = "ended" if hta[1] else "began"
         notes.append(
             f"HTA convention: {before - df.select(is_op.sum()).item()} GPU operators launched after the last ProfilerStep {which} "
-            "(or never launched) dropped; durations rounded inward to whole µs"
+            "(or never launched) dropped; timed durations rounded inward to whole µs"
         )
     elif hta[0]:
         notes.append(
-            "HTA convention: durations rounded inward to whole µs (fewer than two ProfilerSteps: no kernel dropped)"
+            "HTA convention: timed durations rounded inward to whole µs (fewer than two ProfilerSteps: no kernel dropped)"
         )
     mask = (
         df["on_gpu"].fill_null(False) & df["cls"].is_in(list(OPERATOR_CLASSES)) & df["dur_ns"].is_not_null()
@@ -82,10 +82,13 @@ def _operators(
             "dur_ns": df["dur_ns"].gather(rows).cast(pl.Int64),
         }
     )
-    if hta[0]:
-        start = df["start_ns"].gather(rows).to_numpy()
-        s0, s1 = round_inward_us(start, start + ops["dur_ns"].to_numpy())
-        ops = ops.with_columns(pl.Series("dur_ns", s1 - s0, dtype=pl.Int64))
+    if hta[0]:  # operators without a start (no timestamps) keep their duration
+        start = df["start_ns"].gather(rows)
+        timed = start.is_not_null().to_numpy()
+        t0 = start.fill_null(0).to_numpy()
+        s0, s1 = round_inward_us(t0, t0 + ops["dur_ns"].to_numpy())
+        dur = np.where(timed, s1 - s0, ops["dur_ns"].to_numpy())
+        ops = ops.with_columns(pl.Series("dur_ns", dur, dtype=pl.Int64))
     step = pl.repeat(None, ops.height, dtype=pl.Int64, eager=True).alias("step")
     if per_step and steps.height and ops.height:
         gpu_rows = df.select("correlation", "launch_id", "start_ns").gather(rows)
