@@ -447,6 +447,9 @@ def test_shared_a100_agrees_with_hta() -> None:
         assert kernels[name][0] == total * 1000
         assert mx is None or kernels[name][1] == mx * 1000
     assert "1258 GPU operators launched after the last ProfilerStep began" in bd.notes[0]
+    # analyze --hta-compat applies them to the breakdown too
+    res = analyze_trace(run.traces[0], hta_compat=True, critical_path=False)
+    assert res.breakdown is not None and res.breakdown.totals["gpu_time_ns"].item() == 100_462_000
 
 
 def test_cli_json_on_shared_profile(tmp_path: Path) -> None:
