@@ -73,6 +73,9 @@ def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
 @click.option("--what-if", "what_if", default=None, metavar="CLASS=FACTOR,...", help=WHAT_IF_HELP)
 @click.option("--no-critical-path", is_flag=True, help="Skip the critical path through the execution graph.")
 @wide_option
+@click.option("--breakdown-top", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Time breakdown: keep the N kernels / ops with the most GPU time per rank and step, "
+              "the rest summed in one row (default: all; tables show 10).")  # fmt: skip
 @save_option
 @no_cache_option
 @allow_partial_option
@@ -94,6 +97,7 @@ def analyze_cmd(
     what_if: str | None,
     no_critical_path: bool,
     wide: bool,
+    breakdown_top: int | None,
     save: str | None,
 ) -> None:
     """Overlap, bandwidth per collective, energy per operator, power per step and the critical
@@ -132,6 +136,7 @@ def analyze_cmd(
             energy_method=energy_method,
             critical_path=not no_critical_path,
             what_if=_parse_what_if_option(what_if),
+            breakdown_top=breakdown_top,
         )
         wanted = _parse_ranks_option(ranks)
         refuse_existing_save(save, force)

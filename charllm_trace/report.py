@@ -20,8 +20,9 @@ import polars as pl
 from charllm_trace.analysis.energy import IDLE
 from charllm_trace.analysis.findings import Finding, findings
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
-from charllm_trace.analysis.results import CP_CATEGORIES, RunAnalysis
+from charllm_trace.analysis.results import CP_CATEGORIES, BreakdownResult, RunAnalysis
 from charllm_trace.model import Run
+from charllm_trace.render.breakdown_html import breakdown_parts
 from charllm_trace.render.report_sections import findings_html, power_figures, stragglers_html
 from charllm_trace.render.svg import fmt_bytes
 from charllm_trace.report_views import (  # noqa: F401 - the views' names are part of this module's interface
@@ -75,6 +76,7 @@ class ReportData:
     what_if_notes: list[str] = field(default_factory=list)
     idle_time: IdleTimeResult | None = None  # GPU idle per stream (render/report_streams.py)
     launch: LaunchResult | None = None
+    breakdown: BreakdownResult | None = None  # the time breakdown (render/breakdown_html.py)
     simulated: bool = False
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -164,6 +166,7 @@ def report_data_from(views: ReportViews, an: RunAnalysis, title: str | None = No
         data.energy_totals = an.energy.totals
     data.simulated = an.simulated
     data.idle_time, data.launch = an.idle_time, an.launch
+    data.breakdown = an.breakdown
     if an.critical_path is not None:
         cp = an.critical_path
         data.critical_paths = cp.paths
@@ -306,6 +309,7 @@ def render_report(data: ReportData) -> str:
     else:
         parts.append(H.empty("Overlap", data.skipped.get("overlap", "not computed")))
     rep.add("Overlap", *parts)
+    rep.add("Time breakdown", *breakdown_parts(data.breakdown, data.skipped.get("breakdown")))
 
     # 2b. critical path and what-if (tables; their bars sit in the table cells)
     rep.add("Critical path", *_critical_parts(data))

@@ -42,6 +42,7 @@ from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.results import (
     AnalyzeOptions,
     BandwidthResult,
+    BreakdownResult,
     CriticalPathResult,
     EnergyResult,
     LinkPeak,
@@ -70,6 +71,7 @@ RESULT_TYPES: dict[str, type] = {
     "idle_time": IdleTimeResult,
     "launch": LaunchResult,
     "config": RunConfig,
+    "breakdown": BreakdownResult,
 }
 #: results added to version 1 after its first files were written: a file without them reads them as None
 ADDED_RESULTS = ("config",)

@@ -4,6 +4,7 @@
 - :func:`bandwidth` — bandwidth per collective (``analysis.bandwidth``)
 - :func:`energy` — energy per operator (``analysis.energy``)
 - :func:`power` — power and thermal per step (``analysis.power``)
+- :func:`time_breakdown` — GPU time by kernel category, kernel, launching op (``analysis.breakdown``)
 - :func:`analyze_run` — all four for a run (``analysis.api``)
 - :func:`critical_path` — critical paths through the execution graph (``analysis.critical``)
 - :func:`what_if` — a what-if replay of the execution graph (``analysis.whatif``)
@@ -27,6 +28,7 @@ from typing import Any
 _WHERE = {
     "AnalyzeOptions": "results",
     "BandwidthResult": "results",
+    "BreakdownResult": "results_breakdown",
     "CriticalPathResult": "results",
     "EnergyResult": "results",
     "IdleTimeResult": "idle_results",
@@ -38,6 +40,7 @@ _WHERE = {
     "analyze_run": "api",
     "analyze_trace": "api",
     "bandwidth": "bandwidth",
+    "time_breakdown": "breakdown",
     "critical_path": "critical",
     "energy": "energy",
     "idle_time": "idle_time",

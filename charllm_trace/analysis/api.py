@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from charllm_trace.analysis.bandwidth import bandwidth
+from charllm_trace.analysis.breakdown import run_breakdown
 from charllm_trace.analysis.classify import classify, with_phase
 from charllm_trace.analysis.critical import critical_path
 from charllm_trace.analysis.energy import energy
@@ -27,6 +28,7 @@ from charllm_trace.analysis.results import (  # the notes' words live with the r
     RunAnalysis,
     WhatIfResult,
 )
+from charllm_trace.analysis.results_breakdown import NO_GPU_OPS
 from charllm_trace.analysis.runconfig import run_config
 from charllm_trace.analysis.stream_analyses import stream_analyses
 from charllm_trace.analysis.telemetry_source import telemetry_source_note
@@ -261,6 +263,17 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
             reason = "simulated timeline: telemetry cannot be joined to it; energy and power not computed"
         skipped["energy"] = reason
         skipped["power"] = reason
+    # time breakdown (durations suffice: without timestamps, the whole trace only)
+    bd = run_breakdown(
+        traces,
+        per_step=options.per_step,
+        top_n=options.breakdown_top,
+        classified=classified,
+        hta_compat=options.hta_compat,
+        hta_keep_last_step=options.hta_keep_last_step,
+    )
+    if bd is None:
+        skipped["breakdown"] = NO_GPU_OPS
     # the graph of a simulated run is built from its recorded order (the engine that simulated it)
     cp, wi = _graph_analyses(
         run if simulated else work, options, recorded if simulated else classified, skipped, no_ts
@@ -276,6 +289,7 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         idle_time=idle,
         launch=launch,
         config=run_config(work, _layout(work, options)),
+        breakdown=bd,
         bandwidth=bw_res,
         energy=en,
         power=pw,
@@ -292,7 +306,7 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         target.notes.extend(dup)
     partial = run.manifest.get("partial") if isinstance(run.manifest, dict) else None
     if isinstance(partial, str):  # --allow-partial: every result says it covers part of the run
-        for r in (ov, bw_res, en, pw, idle, launch):
+        for r in (ov, bw_res, en, pw, idle, launch, bd):
             if r is not None:
                 r.notes.insert(0, partial)
     return res

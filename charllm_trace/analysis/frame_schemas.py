@@ -26,6 +26,7 @@ from charllm_trace.analysis.results import (
     THROTTLE_SCHEMA,
     WHATIF_SCHEMA,
 )
+from charllm_trace.analysis.results_breakdown import BREAKDOWN_SCHEMA, BREAKDOWN_TOTAL_SCHEMA
 
 #: frame name -> (the RunAnalysis field whose result holds it, its columns)
 FRAME_SCHEMAS: dict[str, tuple[str, dict[str, pl.DataType]]] = {
@@ -47,6 +48,8 @@ FRAME_SCHEMAS: dict[str, tuple[str, dict[str, pl.DataType]]] = {
     "launch_stats": ("launch", LAUNCH_SCHEMA),
     "launch_queue": ("launch", QUEUE_SCHEMA),
     "config": ("config", CONFIG_SCHEMA),
+    "breakdown": ("breakdown", BREAKDOWN_SCHEMA),
+    "breakdown_totals": ("breakdown", BREAKDOWN_TOTAL_SCHEMA),
 }
 
 #: The modules whose ``*_SCHEMA`` tables (with a comment beside each column) are imported above.
@@ -54,6 +57,7 @@ DEFINED_IN = (
     "charllm_trace.analysis.results",
     "charllm_trace.analysis.idle_results",
     "charllm_trace.analysis.config_results",
+    "charllm_trace.analysis.results_breakdown",
 )
 
 #: Why a frame is empty when its analysis was not asked for (no entry in ``skipped``).

@@ -28,6 +28,7 @@ import polars as pl
 
 from charllm_trace.analysis.config_results import CONFIG_SCHEMA, RunConfig  # noqa: F401 - re-exported
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
+from charllm_trace.analysis.results_breakdown import BreakdownResult
 
 # ---------------------------------------------------------------------------
 # The words of notes and skip reasons the CLI recognises (render.tables.cli_hint adds its flags);
@@ -416,6 +417,7 @@ class AnalyzeOptions:
     energy_method: str = "trapezoid"  # or "step"
     critical_path: bool = True  # the critical path through the execution graph
     what_if: Mapping[str, float] | None = None  # class -> duration factor (a what-if replay)
+    breakdown_top: int | None = None  # time breakdown: keys kept per (rank, step, group); None: all
 
 
 @dataclass
@@ -432,6 +434,7 @@ class RunAnalysis:
     idle_time: IdleTimeResult | None = None  # GPU idle per stream (analysis/idle_time.py)
     launch: LaunchResult | None = None  # launch delays and queues (analysis/launch_stats.py)
     config: RunConfig | None = None
+    breakdown: BreakdownResult | None = None
     skipped: dict[str, str] = field(default_factory=dict)
     ranks: list[int] = field(default_factory=list)
     simulated: bool = False
@@ -475,12 +478,15 @@ class RunAnalysis:
             out["launch_queue"] = self.launch.queue
         if self.config is not None:
             out["config"] = self.config.table
+        if self.breakdown is not None:
+            out["breakdown"] = self.breakdown.by
+            out["breakdown_totals"] = self.breakdown.totals
         return out
 
     def notes(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         analyses = ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if")
-        for name in (*analyses, "idle_time", "launch", "config"):
+        for name in (*analyses, "idle_time", "launch", "config", "breakdown"):
             r: Any = getattr(self, name)
             if r is not None and r.notes:
                 out[name] = list(r.notes)

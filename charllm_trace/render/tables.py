@@ -410,6 +410,14 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
         elif name in res.skipped and not (name == "power" and res.skipped.get("energy") == res.skipped[name]):
             console.print(f"{name}: {cli_hint(res.skipped[name])}", markup=False, highlight=False)
         console.print()
+    if res.breakdown is not None:
+        from charllm_trace.render.breakdown_table import render_breakdown
+
+        render_breakdown(res.breakdown, console, per_step=res.options.per_step, label=_label(res))
+        console.print()
+    elif "breakdown" in res.skipped:
+        console.print(f"time breakdown: {cli_hint(res.skipped['breakdown'])}", markup=False, highlight=False)
+        console.print()
     printed: list[str] = []
     if res.critical_path is not None:
         render_critical_path(res, console)
