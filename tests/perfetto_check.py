@@ -55,8 +55,9 @@ class Checked:
     tracks: int = 0  # (pid, tid) with slices
     processes: int = 0
     problems: list[str] = field(default_factory=list)
-    #: (start slice, end slice) of each flow, each slice a dict of ph/name/cat/ts/dur/args/pid/tid
-    flow_slices: list[tuple[dict, dict]] = field(default_factory=list)
+    #: (s time, the slice it binds to, f time, the slice it binds to) of each flow, in ns; a slice
+    #: is its event's dict plus _ts/_end (ns)
+    flow_slices: list[tuple[int, dict, int, dict]] = field(default_factory=list)
 
     def problem(self, msg: str) -> None:
         self.problems.append(msg)
@@ -243,7 +244,7 @@ def check(path_or_doc: str | Path | dict, *, launch_flows: bool = True) -> Check
     for fid in starts.keys() & ends.keys():
         (se, ss), (fe, fs) = starts[fid], ends[fid]
         out.flows += 1
-        out.flow_slices.append((ss, fs))
+        out.flow_slices.append((_ns(se["ts"]), ss, _ns(fe["ts"]), fs))
         if _ns(fe["ts"]) < _ns(se["ts"]) or fs["_ts"] < ss["_ts"]:
             out.problem(
                 f"flow {fid} runs backwards: from {ss['name']!r} at {ss['_ts']} ({_ns(se['ts'])}) "
