@@ -42,13 +42,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import orjson
 import polars as pl
 
 from charllm_trace.analysis.results import CriticalPathResult
 from charllm_trace.errors import InputError
 from charllm_trace.model import Run, Trace
-from charllm_trace.render.perfetto_layout import launch_flows, nest_lanes, overlap_label
+from charllm_trace.render.perfetto_layout import last_at_start, launch_flows, nest_lanes, overlap_label
 
 #: Name of the critical-path track of a rank (its thread name in the file).
 CRITICAL_TRACK = "critical path (rank {rank})"
@@ -150,16 +151,16 @@ def _tracks(nodes: pl.DataFrame) -> pl.DataFrame:
 
 def _place(timed: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     """The timed nodes of a rank in file order (start, longest first) with their track
-    (``out_tid``) and file position (``row``); the tracks (threads, streams and their overlap
-    lanes: out_tid, label); how many slices went to an overlap lane."""
-    base = _tracks(timed).rename({"out_tid": "base"})
+    (``out_tid``) and whether each is the last slice of its track to begin at its start time
+    (``_last``); the tracks (threads, streams and their overlap lanes: out_tid, label); how many
+    slices went to an overlap lane."""
+    base = _tracks(timed)
     timed = (
         timed.with_columns(
             pl.col("on_gpu").fill_null(False),
             pl.when(pl.col("on_gpu")).then(None).otherwise(pl.col("tid")).alias("_tid"),
             pl.when(pl.col("on_gpu")).then(pl.col("device")).otherwise(None).alias("_dev"),
             pl.when(pl.col("on_gpu")).then(pl.col("stream")).otherwise(None).alias("_str"),
-            pl.col("dur_ns").fill_null(0).clip(lower_bound=0).alias("_dur"),
         )
         .join(
             base.select(
@@ -167,39 +168,37 @@ def _place(timed: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
                 pl.col("tid").alias("_tid"),
                 pl.col("device").alias("_dev"),
                 pl.col("stream").alias("_str"),
-                "base",
+                "out_tid",
             ),
             on=["on_gpu", "_tid", "_dev", "_str"],
             how="left",
             nulls_equal=True,
         )
-        .sort(["start_ns", "_dur"], descending=[False, True], maintain_order=True)
+        .drop("_tid", "_dev", "_str")
+        .with_columns(pl.col("dur_ns").fill_null(0).clip(lower_bound=0).alias("_dur"))
+        .sort(["start_ns", "_dur"], descending=[False, True])
     )
     start = timed["start_ns"].to_numpy()
-    lane = nest_lanes(timed["base"].to_numpy(), start, start + timed["_dur"].to_numpy())
-    timed = timed.with_columns(pl.Series("lane", lane, dtype=pl.Int64))
-    tracks = (
-        timed.select("base", "lane")
-        .unique()
-        .sort("base", "lane")
-        .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("out_tid"))
-    )
-    labels = dict(zip(base["base"].to_list(), base["label"].to_list(), strict=True))
-    tracks = tracks.with_columns(  # one label per track: tens, not millions
-        pl.Series(
-            "label",
-            [
-                labels[b] if ln == 0 else overlap_label(labels[b], ln)
-                for b, ln in tracks.select("base", "lane").iter_rows()
-            ],
-            dtype=pl.String,
+    tid = timed["out_tid"].to_numpy()
+    lane = nest_lanes(tid, start, start + timed["_dur"].to_numpy())
+    moved = int(np.count_nonzero(lane))
+    tracks = base.select("out_tid", "label")
+    if moved:  # overlap lanes: a track each, after the track they belong to
+        key, inv = np.unique(tid * (int(lane.max()) + 1) + lane, return_inverse=True)
+        tid = inv.reshape(-1).astype(np.int64) + 1
+        labels = dict(zip(base["out_tid"].to_list(), base["label"].to_list(), strict=True))
+        width = int(lane.max()) + 1
+        rows = [(int(k) // width, int(k) % width) for k in key]  # one per track: tens, not millions
+        tracks = pl.DataFrame(
+            {
+                "out_tid": pl.Series(range(1, len(rows) + 1), dtype=pl.Int64),
+                "label": [labels[b] if ln == 0 else overlap_label(labels[b], ln) for b, ln in rows],
+            }
         )
+    timed = timed.with_columns(
+        pl.Series("out_tid", tid, dtype=pl.Int64), pl.Series("_last", last_at_start(tid, start))
     )
-    timed = timed.join(
-        tracks.select("base", "lane", "out_tid"), on=["base", "lane"], how="left", maintain_order="left"
-    )
-    timed = timed.with_row_index("row")
-    return timed, tracks, int((lane > 0).sum())
+    return timed, tracks, moved
 
 
 def _meta_lines(pid: int, trace: Trace, rank_label: str, tracks: pl.DataFrame) -> list[str]:

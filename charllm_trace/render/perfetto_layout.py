@@ -102,55 +102,64 @@ def nest_lanes(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
         rounds += 1
 
 
+def last_at_start(track: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Whether each slice (rows in file order) is the last one of its track to begin at its start
+    time: the innermost slice Perfetto finds there once it has read the complete events."""
+    n = len(start)
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    order = np.argsort(track, kind="stable")  # a track's slices stay in file order
+    tk, st = track[order], start[order]
+    last = np.empty(n, dtype=bool)
+    last[order] = np.r_[(tk[1:] != tk[:-1]) | (st[1:] != st[:-1]), True]
+    return last
+
+
 def launch_flows(nodes: pl.DataFrame) -> tuple[pl.DataFrame, int, int]:
     """Launch arrows of one rank's slices, as they are written (file order).
 
     ``nodes`` needs columns id, kind, on_gpu, correlation, launch_id, start_ns, out_tid (the
-    track written), row (file position) and orig (position in the trace's node table). Returns
-    (one row per arrow: s_ns, s_tid, f_ns, f_tid in file order of the ops; the number of arrows
-    left out because the op begins before its launch call; the number left out because another
-    slice begins with the call or the op on its track and would take the arrow)."""
-    base = nodes.select(
-        "id", "kind", "on_gpu", "correlation", "launch_id", "start_ns", "out_tid", "row", "orig"
-    )
-    cpu = base.filter(~pl.col("on_gpu"))
+    track written), ``_last`` (:func:`last_at_start`) and orig (position in the trace's node
+    table). Returns (one row per arrow: s_ns, s_tid, f_ns, f_tid, in file order of the GPU ops;
+    the number of arrows left out because the op begins before its launch call; the number left
+    out because another slice begins with the call or the op on its track and would take it)."""
+    cpu = nodes.filter(~pl.col("on_gpu"))
     runtime = (
         cpu.filter(
             (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null() & (pl.col("correlation") > 0)
         )
+        .select("correlation", "id", "orig")
         .sort("orig")
         .unique(subset="correlation", keep="first", maintain_order=True)
         .select("correlation", pl.col("id").alias("rt_id"))
     )
     ops = (
-        base.filter(pl.col("on_gpu") & pl.col("kind").is_in(GPU_OP_KINDS))
-        .join(runtime, on="correlation", how="left")
-        .with_columns(pl.coalesce("rt_id", "launch_id").alias("launcher"))
-        .filter(pl.col("launcher").is_not_null())
+        nodes.filter(pl.col("on_gpu") & pl.col("kind").is_in(GPU_OP_KINDS))
+        .select(
+            "correlation",
+            "launch_id",
+            pl.col("start_ns").alias("f_ns"),
+            pl.col("out_tid").alias("f_tid"),
+            pl.col("_last").alias("f_last"),
+        )
+        .join(runtime, on="correlation", how="left", maintain_order="left")
+        .select(pl.coalesce("rt_id", "launch_id").alias("launcher"), "f_ns", "f_tid", "f_last")
     )
-    # the slice Perfetto finds innermost at a (track, time) once the complete events there are in
-    last = base.group_by("out_tid", "start_ns").agg(pl.col("row").max().alias("last_row"))
-    pairs = ops.select(
-        "launcher", pl.col("start_ns").alias("f_ns"), pl.col("out_tid").alias("f_tid"), "row"
-    ).join(
+    pairs = ops.join(
         cpu.select(
             pl.col("id").alias("launcher"),
             pl.col("start_ns").alias("s_ns"),
             pl.col("out_tid").alias("s_tid"),
-            pl.col("row").alias("s_row"),
+            pl.col("_last").alias("s_last"),
         ),
         on="launcher",
         how="inner",
-    )
-    pairs = (
-        pairs.join(last, left_on=["f_tid", "f_ns"], right_on=["out_tid", "start_ns"], how="left")
-        .rename({"last_row": "f_last"})
-        .join(last, left_on=["s_tid", "s_ns"], right_on=["out_tid", "start_ns"], how="left")
-        .rename({"last_row": "s_last"})
+        maintain_order="left",
     )
     backwards = pl.col("f_ns") < pl.col("s_ns")
-    bound = (pl.col("row") == pl.col("f_last")) & (pl.col("s_row") == pl.col("s_last"))
-    n_back = int(pairs.select(backwards.sum()).item())
-    n_unbound = int(pairs.select((~backwards & ~bound).sum()).item())
-    keep = pairs.filter(~backwards & bound).sort("row").select("s_ns", "s_tid", "f_ns", "f_tid")
-    return keep, n_back, n_unbound
+    bound = pl.col("f_last") & pl.col("s_last")
+    n_back, n_unbound = pairs.select(backwards.sum().alias("b"), (~backwards & ~bound).sum().alias("u")).row(
+        0
+    )
+    keep = pairs.filter(~backwards & bound).select("s_ns", "s_tid", "f_ns", "f_tid")
+    return keep, int(n_back), int(n_unbound)
