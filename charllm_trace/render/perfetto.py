@@ -155,29 +155,31 @@ def _place(timed: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     (``_last``); the tracks (threads, streams and their overlap lanes: out_tid, label); how many
     slices went to an overlap lane."""
     base = _tracks(timed)
-    timed = (
-        timed.with_columns(
-            pl.col("on_gpu").fill_null(False),
-            pl.when(pl.col("on_gpu")).then(None).otherwise(pl.col("tid")).alias("_tid"),
-            pl.when(pl.col("on_gpu")).then(pl.col("device")).otherwise(None).alias("_dev"),
-            pl.when(pl.col("on_gpu")).then(pl.col("stream")).otherwise(None).alias("_str"),
-        )
-        .join(
-            base.select(
-                "on_gpu",
-                pl.col("tid").alias("_tid"),
-                pl.col("device").alias("_dev"),
-                pl.col("stream").alias("_str"),
-                "out_tid",
-            ),
-            on=["on_gpu", "_tid", "_dev", "_str"],
-            how="left",
-            nulls_equal=True,
-        )
-        .drop("_tid", "_dev", "_str")
-        .with_columns(pl.col("dur_ns").fill_null(0).clip(lower_bound=0).alias("_dur"))
-        .sort(["start_ns", "_dur"], descending=[False, True])
-    )
+    # each node's track, on the key columns only (the node table is wide: joining or sorting it
+    # copies every column), then one sort of the table
+    out_tid = timed.select(
+        pl.col("on_gpu").fill_null(False),
+        pl.when(pl.col("on_gpu")).then(None).otherwise(pl.col("tid")).alias("_tid"),
+        pl.when(pl.col("on_gpu")).then(pl.col("device")).otherwise(None).alias("_dev"),
+        pl.when(pl.col("on_gpu")).then(pl.col("stream")).otherwise(None).alias("_str"),
+    ).join(
+        base.select(
+            "on_gpu",
+            pl.col("tid").alias("_tid"),
+            pl.col("device").alias("_dev"),
+            pl.col("stream").alias("_str"),
+            "out_tid",
+        ),
+        on=["on_gpu", "_tid", "_dev", "_str"],
+        how="left",
+        nulls_equal=True,
+        maintain_order="left",
+    )["out_tid"]
+    timed = timed.with_columns(
+        pl.col("on_gpu").fill_null(False),
+        out_tid,
+        pl.col("dur_ns").fill_null(0).clip(lower_bound=0).alias("_dur"),
+    ).sort(["start_ns", "_dur"], descending=[False, True])
     start = timed["start_ns"].to_numpy()
     tid = timed["out_tid"].to_numpy()
     lane = nest_lanes(tid, start, start + timed["_dur"].to_numpy())

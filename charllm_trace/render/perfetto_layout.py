@@ -123,15 +123,18 @@ def launch_flows(nodes: pl.DataFrame) -> tuple[pl.DataFrame, int, int]:
     table). Returns (one row per arrow: s_ns, s_tid, f_ns, f_tid, in file order of the GPU ops;
     the number of arrows left out because the op begins before its launch call; the number left
     out because another slice begins with the call or the op on its track and would take it)."""
+    nodes = nodes.select(
+        "id", "kind", "on_gpu", "correlation", "launch_id", "start_ns", "out_tid", "_last", "orig"
+    )
     cpu = nodes.filter(~pl.col("on_gpu"))
+    at = [pl.col("start_ns").alias("s_ns"), pl.col("out_tid").alias("s_tid"), pl.col("_last").alias("s_last")]
     runtime = (
         cpu.filter(
             (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null() & (pl.col("correlation") > 0)
         )
-        .select("correlation", "id", "orig")
         .sort("orig")
         .unique(subset="correlation", keep="first", maintain_order=True)
-        .select("correlation", pl.col("id").alias("rt_id"))
+        .select("correlation", *at)
     )
     ops = (
         nodes.filter(pl.col("on_gpu") & pl.col("kind").is_in(GPU_OP_KINDS))
@@ -143,19 +146,18 @@ def launch_flows(nodes: pl.DataFrame) -> tuple[pl.DataFrame, int, int]:
             pl.col("_last").alias("f_last"),
         )
         .join(runtime, on="correlation", how="left", maintain_order="left")
-        .select(pl.coalesce("rt_id", "launch_id").alias("launcher"), "f_ns", "f_tid", "f_last")
     )
-    pairs = ops.join(
-        cpu.select(
-            pl.col("id").alias("launcher"),
-            pl.col("start_ns").alias("s_ns"),
-            pl.col("out_tid").alias("s_tid"),
-            pl.col("_last").alias("s_last"),
-        ),
-        on="launcher",
-        how="inner",
-        maintain_order="left",
-    )
+    # ops without a runtime call: from the CPU op named by their launch_id
+    pairs = ops.filter(pl.col("s_ns").is_not_null())
+    rest = ops.filter(pl.col("s_ns").is_null() & pl.col("launch_id").is_not_null())
+    if rest.height:
+        rest = rest.drop("s_ns", "s_tid", "s_last").join(
+            cpu.select(pl.col("id").alias("launch_id"), *at),
+            on="launch_id",
+            how="inner",
+            maintain_order="left",
+        )
+        pairs = pl.concat([pairs, rest.select(pairs.columns)])
     backwards = pl.col("f_ns") < pl.col("s_ns")
     bound = pl.col("f_last") & pl.col("s_last")
     n_back, n_unbound = pairs.select(backwards.sum().alias("b"), (~backwards & ~bound).sum().alias("u")).row(
