@@ -12,7 +12,9 @@ run, so that the load of other jobs falls on both alike:
 
     python benchmarks/bench_perfetto_export.py --repeat 30 --baseline /tmp/old_perfetto.py
 
-``--check`` also times the strict checker of the tests (tests/perfetto_check.py) on the file.
+``--big`` exports bench_share.py's run instead (the real ResNet profile repeated with shifted
+times to 1,057,658 nodes, no critical path, as in that benchmark). ``--check`` also times the
+strict checker of the tests (tests/perfetto_check.py) on the file.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def main() -> None:
     ap.add_argument("--trace", default=str(SHARED / "hta" / "a100_ddp_nccl_rank0.json.gz"))
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--baseline", help="another render/perfetto.py to alternate with")
+    ap.add_argument("--big", action="store_true", help="bench_share.py's 1M-node run")
     ap.add_argument("--check", action="store_true")
     a = ap.parse_args()
 
@@ -65,8 +68,16 @@ def main() -> None:
     writers = {"this": perfetto.write_chrome_trace}
     if a.baseline:
         writers["baseline"] = _module(a.baseline).write_chrome_trace
-    run = loader.load(a.trace)
-    cp = critical_path(run)
+    if a.big:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from bench_share import _big_run
+
+        run, _n = _big_run()
+        cp = None
+        a.trace = "bench_share.py: param/resnet_kineto.json.gz x 14"
+    else:
+        run = loader.load(a.trace)
+        cp = critical_path(run)
     wall: dict[str, list[float]] = {k: [] for k in writers}
     cpu: dict[str, list[float]] = {k: [] for k in writers}
     res: dict = {"trace": a.trace, "repeat": a.repeat}
