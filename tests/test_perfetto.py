@@ -27,6 +27,7 @@ from charllm_trace import loader
 from charllm_trace.cli import main
 from charllm_trace.model import ProcessGroup, Run, Trace, TraceMeta
 from charllm_trace.render.perfetto import COUNTERS, write_chrome_trace
+from tests import perfetto_check
 
 T0 = 1_763_700_000_123_456_789  # a Unix-epoch ns with every digit significant
 
@@ -173,6 +174,9 @@ def _expected_counters(run: Run) -> Counter:
 def test_offline_strict_reading_matches_the_model(run: Run, tmp_path: Path) -> None:
     out = tmp_path / "trace.json"
     stats = write_chrome_trace(run, out)
+    # the strict checker (nesting, flows bound launch call -> kernel, counter tracks) passes
+    checked = perfetto_check.assert_valid(out)
+    assert checked.counter_samples == stats.counter_samples > 0 and checked.flows == stats.flows
     doc = _load(out)
     events = doc["traceEvents"]
     origin = int(doc["otherData"]["origin_unix_ns"])

@@ -89,7 +89,7 @@ class ExportStats:
     slices: int  # complete events
     counter_samples: int  # counter events (one value each)
     flows: int  # launch arrows (pairs of s/f events)
-    tracks: int  # CPU threads + GPU streams
+    tracks: int  # CPU threads + GPU streams (+ their overlap tracks, + critical-path tracks)
     skipped_untimed: int  # nodes without a start time (not placeable)
     origin_unix_ns: int
     critical_path_segments: int = 0  # B/E pairs on the "critical path (rank N)" tracks
