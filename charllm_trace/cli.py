@@ -399,9 +399,10 @@ def export_perfetto(
             f"ranks {untimed} have no timestamps and are left out: --simulate draws them on a rebuilt timeline"
         )
     if stats.overlap_slices:
+        n = stats.overlap_slices
         click.echo(
-            f"{stats.overlap_slices} slices partially overlap another on their thread or stream: drawn, with "
-            "their exact times, on the '... (overlaps)' track beside it"
+            f"{n} {'slice partially overlaps another on its' if n == 1 else 'slices partially overlap others on their'}"
+            " thread or stream: drawn, with exact times, on the '... (overlaps)' track beside it"
         )
     if stats.flows_backwards or stats.flows_unbound:
         click.echo(

@@ -76,7 +76,7 @@ def test_checker_passes_on_the_collected_run(tmp_path: Path) -> None:
     n = _counts(output)
     assert res.slices == n["slices"] + n["critical-path segments"]
     # the container that straddled gloo:all_gather on rank 1 is on an overlap track, times exact
-    assert "1 slices partially overlap another" in output
+    assert "1 slice partially overlaps another on its thread or stream" in output
     doc = pc.load(out)
     events = doc["traceEvents"]
     origin = int(doc["otherData"]["origin_unix_ns"])
