@@ -377,6 +377,14 @@ def export_perfetto(
 
     refuse_existing(output, force)
     r = loader.load(run)
+    untimed = [k for k, t in r.traces.items() if not t.meta.has_timestamps]
+    if untimed and not simulate and len(untimed) == len(r.traces):
+        raise InputError(
+            r.source or run,
+            "no timestamps in any rank (a Chakra ET from Chakra's converter, or a host execution trace "
+            "alone): nothing to place on a timeline; rerun with --simulate to draw the timeline rebuilt "
+            "from the dependencies (simulated times, marked as such)",
+        )
     if simulate:
         from charllm_trace.analysis import simulate as sim
 
@@ -390,6 +398,22 @@ def export_perfetto(
         + (f", {stats.critical_path_segments} critical-path segments" if cp is not None else "")
         + (f" ({stats.skipped_untimed} nodes without a start time left out)" if stats.skipped_untimed else "")
     )
+    if untimed and not simulate:
+        click.echo(
+            f"ranks {untimed} have no timestamps and are left out: --simulate draws them on a rebuilt timeline"
+        )
+    if stats.overlap_slices:
+        n = stats.overlap_slices
+        click.echo(
+            f"{n} {'slice partially overlaps another on its' if n == 1 else 'slices partially overlap others on their'}"
+            " thread or stream: drawn, with exact times, on the '... (overlaps)' track beside it"
+        )
+    if stats.flows_backwards or stats.flows_unbound:
+        click.echo(
+            f"launch flows left out: {stats.flows_backwards} where the GPU op begins before its launch call "
+            f"(clocks disagree), {stats.flows_unbound} where another slice begins at the same time on the "
+            "call's or the op's track (Perfetto would bind the arrow to it)"
+        )
     if why:
         click.echo(f"critical path: not drawn: {why}")
 
