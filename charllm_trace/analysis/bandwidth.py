@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.classify import ancestor_any, classify, is_gpu_trace, positions
+from charllm_trace.analysis.group_size import Tally, tensor_group_notes, tensor_group_sizes
 from charllm_trace.analysis.hardware import link_peak, spans_nodes
 from charllm_trace.analysis.overlap import launch_times_of
 from charllm_trace.analysis.results import (
@@ -143,8 +144,10 @@ def collectives(
     group_dims: Mapping[str, str | None] | None = None,
     hosts: Mapping[int, str | None] | None = None,
     classified: pl.DataFrame | None = None,
+    tally: Tally | None = None,
 ) -> tuple[pl.DataFrame, dict[str, LinkPeak]]:
-    """COLLECTIVE_SCHEMA rows of one rank, and the link peak used per process group."""
+    """COLLECTIVE_SCHEMA rows of one rank, and the link peak used per process group. Group sizes
+    taken from the collectives' own tensors (:mod:`.group_size`) are counted in ``tally``."""
     rank = trace.meta.rank if trace.meta.rank is not None else 0
     inst = _instances(trace, classified).filter(pl.col("dur_ns").is_not_null())
     if inst.height == 0:
@@ -171,6 +174,7 @@ def collectives(
             pl.lit(trace.meta.world_size, dtype=pl.Int64),
         ),
     )
+    inst = tensor_group_sizes(inst, tally)
     # step of each instance, by launch time (as overlap)
     steps = trace.steps()
     t = inst["launch_ns"].fill_null(inst["start_ns"]).to_numpy()
@@ -316,12 +320,15 @@ def bandwidth(
     frames: list[pl.DataFrame] = []
     peaks: dict[str, LinkPeak] = {}
     notes: list[str] = []
+    tally: Tally = {}
     simulated = False
     for r in run.ranks:
         tr = run.traces[r]
         simulated |= bool(tr.meta.extra.get("simulated"))
         cl = classified.get(r) if classified else None
-        c, p = collectives(tr, peak_gbps=peak_gbps, group_dims=group_dims, hosts=hosts, classified=cl)
+        c, p = collectives(
+            tr, peak_gbps=peak_gbps, group_dims=group_dims, hosts=hosts, classified=cl, tally=tally
+        )
         frames.append(c)
         peaks.update(p)
     coll = pl.concat(frames) if frames else frame({}, COLLECTIVE_SCHEMA)
@@ -331,6 +338,7 @@ def bandwidth(
         nb = coll["bytes"].is_null().sum()
         if nb:
             notes.append(f"{nb} collectives carry no message size: no bandwidth for them")
+        notes.extend(tensor_group_notes(tally))
         if coll["group_size"].is_null().any():
             notes.append("group size unknown for some collectives: no bus bandwidth for them")
         if any(p.gbps is None for p in peaks.values()):

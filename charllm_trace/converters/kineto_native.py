@@ -43,6 +43,7 @@ class Batch:
     args_len: np.ndarray
     new_names: list[Any]  # decoded values of the names first seen in this batch (None: missing/null)
     new_cats: list[Any]
+    n_meta: int = 0  # metadata events (ph "M") in the batch
 
 
 def decoder() -> NativeDecoder | None:
@@ -83,7 +84,7 @@ class NativeDecoder:
         new_off = np.empty(2 * cap, np.int64)
         new_len = np.empty(2 * cap, np.int64)
         new_which = np.empty(2 * cap, np.uint8)
-        info = np.zeros(2, np.int64)
+        info = np.zeros(int(self.so.jd_info_len()), np.int64)
         rows = self.so.jd_decode(
             self.handle,
             arr.ctypes.data,
@@ -123,4 +124,5 @@ class NativeDecoder:
             args_len=alen[:rows],
             new_names=new[0],
             new_cats=new[1],
+            n_meta=int(info[2]),
         )

@@ -52,8 +52,14 @@ def run_summary(run: Run) -> dict[str, Any]:
             coll_frames.append(c.select("coll_type", "comm_bytes"))
         for pg in t.meta.process_groups:
             pgs.setdefault(pg.name, {"name": pg.name, "desc": pg.desc, "ranks": list(pg.ranks)})
-        if t.meta.device_model and t.meta.device_model not in devices:
-            devices.append(t.meta.device_model)
+        # the model, else the profile's label of the device (another accelerator's "NPU 0")
+        dev = t.meta.device_model or (
+            f"{t.meta.extra['device_label']} (model unknown)"
+            if isinstance(t.meta.extra.get("device_label"), str)
+            else None
+        )
+        if dev and dev not in devices:
+            devices.append(dev)
         tel = t.telemetry
         tel_samples += tel.height
         if tel.height:
