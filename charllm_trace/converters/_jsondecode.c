@@ -636,11 +636,12 @@ int64_t jd_info_len(void) { return 3; }
 
 /* Decode the list b[0..n). Returns the number of rows written (at most cap), or -1 (fall back).
  * info: [0] elements in the list, [1] new names and categories reported, [2] metadata events
- * (ph "M": process names and labels, read by the caller when there are any). */
+ * (ph "M": process names and labels, decoded by the caller), whose places are in meta_off and
+ * meta_len (at most cap). */
 int64_t jd_decode(void *state, const uint8_t *b, int64_t n, int64_t cap, uint32_t *name, uint32_t *cat,
                   int64_t *ints, uint8_t *valid, int64_t *ts, int64_t *dur, int64_t *args_off,
                   int64_t *args_len, int64_t *new_off, int64_t *new_len, uint8_t *new_which, int64_t new_cap,
-                  int64_t *info) {
+                  int64_t *meta_off, int64_t *meta_len, int64_t *info) {
     jd_state *st = state;
     jd_in in = {b, n};
     jd_event ev;
@@ -656,6 +657,7 @@ int64_t jd_decode(void *state, const uint8_t *b, int64_t n, int64_t cap, uint32_
     }
     for (;;) {
         if (p >= n || b[p] != '{') goto fail;
+        int64_t ev_start = p;
         p = jd_event_at(&in, p, &ev);
         if (p < 0) goto fail;
         elems++;
@@ -685,6 +687,9 @@ int64_t jd_decode(void *state, const uint8_t *b, int64_t n, int64_t cap, uint32_
                 rows++;
             }
         } else if (b[ev.ph_s + 1] == 'M') {
+            if (n_meta >= cap) goto fail;
+            meta_off[n_meta] = ev_start;
+            meta_len[n_meta] = p - ev_start;
             n_meta++;
         }
         p = jd_ws(&in, p);

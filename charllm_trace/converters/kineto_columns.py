@@ -235,8 +235,8 @@ class Columns:
             batch = self.native.decode(data, count)
             if batch is not None:
                 self.n_raw += batch.n_raw
-                if batch.n_meta:
-                    self.procs.add_batch(data)
+                if batch.meta is not None:
+                    self.procs.add_batch(batch.meta)
                 self._add_native(batch, data)
                 return batch.n_raw
         return self.add_msgspec(data)
