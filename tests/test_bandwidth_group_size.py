@@ -136,3 +136,61 @@ def test_no_note_when_tensors_and_group_agree(tmp_path: Path) -> None:
     bw = bandwidth(t)
     assert bw.collectives["group_size"].to_list() == [8, 8, 8]
     assert not [n for n in bw.notes if "own tensors" in n]
+
+
+# --- the link peak of a group larger than a node, hosts unknown (issue 13, item 5) ---------------
+
+A100 = [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}]
+
+
+def _pg_doc() -> dict:
+    """The profile above on an A100, its all_gather/reduce_scatter in group "1" (ranks not
+    recorded), its all_reduce in the world's group "0" (16 ranks)."""
+    d = doc(True)
+    for e in d["traceEvents"]:
+        if e["name"] == "record_param_comms":
+            e["args"]["Process Group Name"] = "0" if e["args"]["Collective name"] == "allreduce" else "1"
+    d["deviceProperties"] = A100
+    d["distributedInfo"]["pg_config"] = [
+        {"pg_name": "0", "pg_desc": "default_pg", "pg_size": 16, "ranks": []}
+    ]
+    return d
+
+
+def test_link_peak_of_a_group_larger_than_a_node_is_assumed_network(tmp_path: Path) -> None:
+    p = tmp_path / "rank0.json"
+    p.write_text(json.dumps(_pg_doc()))
+    t, _ = kineto_trace(read_kineto(p))
+    bw = bandwidth(t)
+    world, sub = bw.peaks["0"], bw.peaks["1"]
+    # 16 ranks, hosts unknown: more than a node holds; was NVLink 3 at 300 GB/s
+    assert (world.gbps, world.spans_nodes) == (50.0, None)
+    assert world.link == (
+        "InfiniBand NDR port (assumed: a group of 16 ranks spans nodes of 8 GPUs per node assumed; hosts unknown)"
+    )
+    # 8 ranks by its tensors: one node's worth, still an assumption
+    assert (sub.gbps, sub.link) == (300.0, "NVLink 3 (assumed single node: hosts unknown)")
+    util = dict(bw.collectives.select("coll_type", "util_pct").iter_rows())
+    busbw = dict(bw.collectives.select("coll_type", "busbw_gbps").iter_rows())
+    assert util["all_reduce"] == pytest.approx(100 * busbw["all_reduce"] / 50.0)
+
+
+def test_link_peak_with_the_run_s_ranks_per_node(tmp_path: Path) -> None:
+    from charllm_trace.model import Run
+
+    p = tmp_path / "rank0.json"
+    p.write_text(json.dumps(_pg_doc()))
+    t, _ = kineto_trace(read_kineto(p))
+    bw = bandwidth(Run(traces={0: t}, manifest={"ranks_per_node": 16}))
+    assert (bw.peaks["0"].gbps, bw.peaks["0"].link) == (
+        300.0,
+        "NVLink 3 (assumed single node: hosts unknown)",
+    )
+    # the manifest's hosts say where every rank is: the group spans two nodes, no assumption
+    by_host = {"a": list(range(8)), "b": list(range(8, 16))}
+    bw = bandwidth(Run(traces={0: t}, manifest={"ranks_by_host": by_host}))
+    assert (bw.peaks["0"].gbps, bw.peaks["0"].link, bw.peaks["0"].spans_nodes) == (
+        50.0,
+        "InfiniBand NDR port",
+        True,
+    )

@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.classify import ancestor_any, classify, is_gpu_trace, positions
-from charllm_trace.analysis.group_size import Tally, tensor_group_notes, tensor_group_sizes
+from charllm_trace.analysis.group_size import Tally, ranks_per_node, tensor_group_notes, tensor_group_sizes
 from charllm_trace.analysis.hardware import link_peak, spans_nodes
 from charllm_trace.analysis.overlap import launch_times_of
 from charllm_trace.analysis.results import (
@@ -65,14 +65,16 @@ BUS_FACTOR = {
     "recv": lambda n: 1.0,
 }
 
-#: Kernel-name fragments -> collective type, for comm kernels the converter left untyped.
-_NAME_TYPES = (
+#: Kernel-name fragments -> collective type, for comm kernels the converter left untyped. A
+#: ``SendRecv`` kernel says nothing of its type (NCCL runs all_to_all, and the point-to-point parts
+#: of other collectives, through it): without a launcher that says, its type stays unknown (null).
+_NAME_TYPES: tuple[tuple[str, str | None], ...] = (
     ("(?i)allreduce|all_reduce", "all_reduce"),
     ("(?i)allgather|all_gather", "all_gather"),
     ("(?i)reducescatter|reduce_scatter", "reduce_scatter"),
     ("(?i)alltoall|all_to_all", "all_to_all"),
     ("(?i)broadcast", "broadcast"),
-    ("(?i)sendrecv", "send"),
+    ("(?i)sendrecv", None),
     ("(?i)send", "send"),
     ("(?i)recv", "recv"),
     ("(?i)reduce", "reduce"),
@@ -133,7 +135,7 @@ def _instances(trace: Trace, classified: pl.DataFrame | None) -> pl.DataFrame:
 def _coll_type_expr() -> pl.Expr:
     e: pl.Expr = pl.lit(None, dtype=pl.String)
     for rx, ct in reversed(_NAME_TYPES):
-        e = pl.when(pl.col("name").str.contains(rx)).then(pl.lit(ct)).otherwise(e)
+        e = pl.when(pl.col("name").str.contains(rx)).then(pl.lit(ct, dtype=pl.String)).otherwise(e)
     return pl.coalesce(pl.col("coll_type"), e)
 
 
@@ -145,9 +147,11 @@ def collectives(
     hosts: Mapping[int, str | None] | None = None,
     classified: pl.DataFrame | None = None,
     tally: Tally | None = None,
+    node_gpus: int | None = None,
 ) -> tuple[pl.DataFrame, dict[str, LinkPeak]]:
     """COLLECTIVE_SCHEMA rows of one rank, and the link peak used per process group. Group sizes
-    taken from the collectives' own tensors (:mod:`.group_size`) are counted in ``tally``."""
+    taken from the collectives' own tensors (:mod:`.group_size`) are counted in ``tally``;
+    ``node_gpus``: the run's GPUs per node, when known (for the link peak)."""
     rank = trace.meta.rank if trace.meta.rank is not None else 0
     inst = _instances(trace, classified).filter(pl.col("dur_ns").is_not_null())
     if inst.height == 0:
@@ -193,10 +197,11 @@ def collectives(
     # link peak per process group
     peaks: dict[str, LinkPeak] = {}
     peak_of: dict[str | None, float | None] = {}
+    sizes = dict(inst.group_by("pg_name").agg(pl.col("group_size").max()).iter_rows())
     for pg_name in inst["pg_name"].unique().to_list():
         pg = pgs.get(pg_name) if pg_name is not None else None
         spans = spans_nodes(pg.ranks, hosts) if pg is not None and pg.ranks else None
-        lp = link_peak(trace.meta.device_model, spans, peak_gbps)
+        lp = link_peak(trace.meta.device_model, spans, peak_gbps, sizes.get(pg_name), node_gpus)
         peaks[str(pg_name)] = lp
         peak_of[pg_name] = lp.gbps
     peak_df = pl.DataFrame(
@@ -308,6 +313,7 @@ def bandwidth(
     if isinstance(run, Trace):
         run = Run.single(run)
     hosts: dict[int, str | None] = {}
+    node_gpus = ranks_per_node(run.manifest)
     by_host = run.manifest.get("ranks_by_host") if isinstance(run.manifest, dict) else None
     if isinstance(by_host, dict):  # the collector's manifest knows every rank's host
         for h, ranks in by_host.items():
@@ -327,7 +333,13 @@ def bandwidth(
         simulated |= bool(tr.meta.extra.get("simulated"))
         cl = classified.get(r) if classified else None
         c, p = collectives(
-            tr, peak_gbps=peak_gbps, group_dims=group_dims, hosts=hosts, classified=cl, tally=tally
+            tr,
+            peak_gbps=peak_gbps,
+            group_dims=group_dims,
+            hosts=hosts,
+            classified=cl,
+            tally=tally,
+            node_gpus=node_gpus,
         )
         frames.append(c)
         peaks.update(p)

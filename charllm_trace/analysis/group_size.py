@@ -11,6 +11,8 @@ collectives it changed.
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from charllm_trace.model import ATTR_TENSOR_GROUP
@@ -51,3 +53,19 @@ def tensor_group_notes(tally: Tally) -> list[str]:
             f"elements over one rank's part), not {other}; the bus factor uses {tn}"
         )
     return out
+
+
+def ranks_per_node(manifest: Any) -> int | None:
+    """The run's ranks (GPUs) per node by its manifest: ``ranks_per_node``, else the most ranks
+    of one host in ``ranks_by_host``; None when it does not say."""
+    if not isinstance(manifest, dict):
+        return None
+    n = manifest.get("ranks_per_node")
+    if type(n) is int and n > 0:
+        return n
+    by_host = manifest.get("ranks_by_host")
+    if isinstance(by_host, dict):
+        counts = [len(v) for v in by_host.values() if isinstance(v, list)]
+        if counts and max(counts) > 0:
+            return max(counts)
+    return None
