@@ -6,7 +6,8 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace.model import NODE_TYPES, Run
+from charllm_trace.analysis.launch_gap import lost_device_activity
+from charllm_trace.model import NODE_TYPES, Run, rank_ranges
 
 #: node types whose coll_type counts as a collective/point-to-point operation
 COMM_NODE_TYPES = ("COMM_COLL", "COMM_SEND", "COMM_RECV")
@@ -29,6 +30,7 @@ def run_summary(run: Run) -> dict[str, Any]:
     all_timestamped = True
     tel_samples = 0
     tel_cols: set[str] = set()
+    warnings: dict[str, list[int]] = {}  # warning -> the ranks it holds for
     for rank in run.ranks:
         t = run.traces[rank]
         n = t.nodes
@@ -47,6 +49,9 @@ def run_summary(run: Run) -> dict[str, Any]:
                 ends.append(span[1])
         if not t.meta.has_timestamps:
             all_timestamped = False
+        lost = lost_device_activity(n)
+        if lost is not None:
+            warnings.setdefault(lost, []).append(rank)
         c = n.filter(pl.col("node_type").is_in(COMM_NODE_TYPES))
         if c.height:
             coll_frames.append(c.select("coll_type", "comm_bytes"))
@@ -124,4 +129,8 @@ def run_summary(run: Run) -> dict[str, Any]:
         "devices": devices,
         "telemetry": {"present": tel_samples > 0, "samples": tel_samples, "columns": sorted(tel_cols)},
         "per_rank": per_rank,
+        "notes": [
+            n if len(run.ranks) == 1 else f"{'ranks' if len(rs) > 1 else 'rank'} {rank_ranges(rs)}: {n}"
+            for n, rs in warnings.items()
+        ],
     }
