@@ -166,7 +166,7 @@ def test_link_peak_of_a_group_larger_than_a_node_is_assumed_network(tmp_path: Pa
     # 16 ranks, hosts unknown: more than a node holds; was NVLink 3 at 300 GB/s
     assert (world.gbps, world.spans_nodes) == (50.0, None)
     assert world.link == (
-        "InfiniBand NDR port (assumed: a group of 16 ranks spans nodes of 8 GPUs per node assumed; hosts unknown)"
+        "InfiniBand NDR port (assumed: a group of 16 ranks spans nodes of 8 GPUs, the default; the group's hosts unknown)"
     )
     # 8 ranks by its tensors: one node's worth, still an assumption
     assert (sub.gbps, sub.link) == (300.0, "NVLink 3 (assumed single node: hosts unknown)")
@@ -185,6 +185,12 @@ def test_link_peak_with_the_run_s_ranks_per_node(tmp_path: Path) -> None:
     assert (bw.peaks["0"].gbps, bw.peaks["0"].link) == (
         300.0,
         "NVLink 3 (assumed single node: hosts unknown)",
+    )
+    bw = bandwidth(Run(traces={0: t}, manifest={"ranks_per_node": 4}))
+    assert (bw.peaks["1"].gbps, bw.peaks["1"].link) == (
+        50.0,
+        "InfiniBand NDR port (assumed: a group of 8 ranks spans nodes of 4 GPUs by the run's manifest; "
+        "the group's hosts unknown)",
     )
     # the manifest's hosts say where every rank is: the group spans two nodes, no assumption
     by_host = {"a": list(range(8)), "b": list(range(8, 16))}

@@ -87,10 +87,11 @@ def link_peak(
         return LinkPeak(gbps=IB_NDR_PORT, link="InfiniBand NDR port", source="table", spans_nodes=True)
     node = node_gpus or NODE_GPUS
     if spans is None and group_size is not None and group_size > node:
-        per_node = f"{node} GPUs per node" + ("" if node_gpus else " assumed")
+        per_node = f"{node} GPUs" + (" by the run's manifest" if node_gpus else ", the default")
         return LinkPeak(
             gbps=IB_NDR_PORT,
-            link=f"InfiniBand NDR port (assumed: a group of {group_size} ranks spans nodes of {per_node}; hosts unknown)",
+            link=f"InfiniBand NDR port (assumed: a group of {group_size} ranks spans nodes of {per_node}; "
+            "the group's hosts unknown)",
             source="table",
             spans_nodes=None,
         )
