@@ -79,6 +79,7 @@ def _trace(tmp_path: Path, doc: dict):
         ("cuLaunchKernel", "cuda_driver"),
         ("hipLaunchKernel", "cuda_runtime"),
         ("hipExtModuleLaunchKernel", "cuda_runtime"),
+        ("urEnqueueKernelLaunch", "xpu_runtime"),
     ],
 )
 def test_lost_device_activity_is_said_in_analyze_and_info(tmp_path: Path, launch: str, runtime: str) -> None:

@@ -1,7 +1,8 @@
 """Profiles that lost their device activity: many kernel launches, few kernels.
 
 Every kernel-launch runtime call (``cudaLaunchKernel``, ``cudaLaunchKernelExC``, ``cuLaunchKernel``,
-``hipLaunchKernel``, ``hipExtModuleLaunchKernel``, ``hipModuleLaunchKernel`` ...) starts one
+``hipLaunchKernel``, ``hipExtModuleLaunchKernel``, ``hipModuleLaunchKernel``, XPU's
+``zeCommandListAppendLaunchKernel`` / ``urEnqueueKernelLaunch`` ...) starts one
 kernel. When the calls outnumber the recorded kernels many times over (a profile with 546 launch
 calls held 2 kernels: CUPTI's activity buffers were dropped or the device tracing was off), the
 GPU time any analysis reports covers only the few kernels that were recorded, and the figures look
@@ -13,8 +14,9 @@ from __future__ import annotations
 
 import polars as pl
 
-#: kernel-launch runtime calls (CUDA runtime and driver, HIP), matched on the call's name
-LAUNCH_CALL_RE = r"^(?:cuda|cu|hip)\w*Launch\w*Kernel"
+#: kernel-launch runtime calls (CUDA runtime and driver, HIP; Level Zero, PI and UR on XPU),
+#: matched on the call's name
+LAUNCH_CALL_RE = r"^(?:(?:cuda|cu|hip|ze)\w*Launch\w*Kernel|(?:pi|ur)EnqueueKernelLaunch)"
 #: launch calls below this never warn (a short profile's few launches say little)
 MIN_LAUNCHES = 50
 #: warn when the launch calls exceed the kernels this many times over
