@@ -102,7 +102,8 @@ def mark_device_activity(events: pl.DataFrame, device_pids: dict[int, str]) -> p
     """Events of unknown categories (kind ``other``) that are device activity by the module's
     rule become GPU rows (``on_gpu``), typed ``kernel``, ``memcpy`` or ``memset``. Run before
     ``gpu_columns`` (which takes their device from the pid and their stream from args or tid)."""
-    on_device = pl.col("device").is_not_null()
+    # a device index (not anything an odd profile writes there: the rule adds no new refusals)
+    on_device = pl.col("device").is_between(-(2**31), 2**31 - 1).fill_null(False)
     if device_pids:
         on_device = on_device | pl.col("pid").is_in(list(device_pids))
     hit = (pl.col("kind") == "other") & pl.col("stream").is_not_null() & on_device
