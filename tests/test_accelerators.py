@@ -72,6 +72,8 @@ def npu_doc(with_metadata: bool = True, device_arg: bool = False) -> dict:
         _x("aclnnAdd", rt, 507, 5, tid=2, correlation=4),
         k("Add_AIV_kernel", 530, 40, 5, 4),
         _x("hccl:all_to_all", "cpu_op", 700, 50),
+        _x("aclrtMemcpyAsync", rt, 760, 5, correlation=5),
+        k("MemcpyAsync_HtoD", 770, 10, 5, 5),
         # an unknown category on the host process, with a stream: not device activity
         _x("host_queue_event", "npu_queue", 800, 5, stream=5),
     ]
@@ -105,6 +107,7 @@ DEVICE_NAMES = [
     "hcclAllGather_Ring_kernel",
     "hcclAllReduce_AIV_kernel",
     "Add_AIV_kernel",
+    "MemcpyAsync_HtoD",
 ]
 
 
@@ -115,11 +118,11 @@ def test_device_events_of_an_unknown_category_are_device_kernels(reader, tmp_pat
     ev = prof.events.sort("start_ns")
     dev = ev.filter(pl.col("cat") == "npu_op")
     assert dev["name"].to_list() == DEVICE_NAMES
-    assert dev["kind"].to_list() == ["kernel"] * 4  # was "other"
-    assert dev["on_gpu"].to_list() == [True] * 4
-    assert dev["device"].to_list() == ([DEV] * 4 if shape == "metadata" else [0] * 4)
-    assert dev["stream"].to_list() == [5, 9, 9, 5]
-    assert dev["tid"].null_count() == 4
+    assert dev["kind"].to_list() == ["kernel"] * 4 + ["memcpy"]  # was "other"
+    assert dev["on_gpu"].to_list() == [True] * 5
+    assert dev["device"].to_list() == ([DEV] * 5 if shape == "metadata" else [0] * 5)
+    assert dev["stream"].to_list() == [5, 9, 9, 5, 5]
+    assert dev["tid"].null_count() == 5
     host = ev.filter(pl.col("cat") == "npu_queue")
     assert host["kind"].to_list() == ["other"] and host["on_gpu"].to_list() == [False]
     assert prof.device_labels == ({DEV: "NPU 0"} if shape == "metadata" else {})
@@ -165,6 +168,13 @@ def test_hccl_collectives_are_typed(tmp_path: Path) -> None:
     assert cls["hcclAllGather_Ring_kernel"] == cls["hcclAllReduce_AIV_kernel"] == "comm"
     assert cls["MatMul_AIC_kernel"] == cls["Add_AIV_kernel"] == "compute"
     assert cls["hccl:all_to_all"] == cls["hccl:allgather"] == "cpu_comm"
+    assert cls["MemcpyAsync_HtoD"] == "memcpy"
+    launcher = dict(n.select("id", "name").iter_rows())
+    copy = n.filter(pl.col("name") == "MemcpyAsync_HtoD").row(0, named=True)
+    # linked to its runtime call by correlation: launch_id is the op around that call
+    rt = n.filter(pl.col("correlation") == copy["correlation"]).filter(~pl.col("on_gpu"))
+    assert rt["name"].to_list() == ["aclrtMemcpyAsync"]
+    assert launcher[copy["launch_id"]] == "ProfilerStep#1"
 
 
 def test_overlap_in_gpu_mode_and_devices_listed(tmp_path: Path) -> None:
@@ -175,6 +185,7 @@ def test_overlap_in_gpu_mode_and_devices_listed(tmp_path: Path) -> None:
     assert row["compute_ns"] == (100 + 40) * 1000  # MatMul + Add (µs -> ns)
     assert row["comm_ns"] == (100 + 60) * 1000  # all_gather + all_reduce kernels
     assert row["overlap_ns"] == 40 * 1000  # the Add runs inside the all_reduce
+    assert row["memory_ns"] == 10 * 1000  # the copy
     assert res.bandwidth is not None
     assert sorted(res.bandwidth.collectives["coll_type"].to_list()) == ["all_gather", "all_reduce"]
     s = run_summary(Run.single(t))
