@@ -12,6 +12,7 @@ from charllm_trace.analysis.breakdown import run_breakdown
 from charllm_trace.analysis.classify import classify, with_phase
 from charllm_trace.analysis.critical import critical_path
 from charllm_trace.analysis.energy import energy
+from charllm_trace.analysis.launch_gap import lost_device_activity
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.parallel import name_groups
 from charllm_trace.analysis.power import power
@@ -282,6 +283,11 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         for k in ("critical_path", "what_if"):
             if k in skipped:
                 skipped[k] = NO_DURATIONS
+    # a profile that lost its device activity: said first, in the first result shown
+    lost = [(r, [n]) for r, tr in traces.items() if (n := lost_device_activity(tr.nodes)) is not None]
+    shown = next((x for x in (ov, bw_res) if x is not None), None)
+    if lost and shown is not None:
+        shown.notes[:0] = _merge_notes(lost, multi)
     res = RunAnalysis(
         overlap=ov,
         critical_path=cp,

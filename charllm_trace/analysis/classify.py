@@ -6,8 +6,8 @@ Activity class (column ``cls``):
 
 ============== ==============================================================
 ``comm``       a GPU collective / point-to-point kernel: NCCL and RCCL kernels
-               (RCCL names its kernels ``nccl…`` too), MSCCL(++) kernels, or any
-               GPU kernel the converter gave a ``coll_type``
+               (RCCL names its kernels ``nccl…`` too), MSCCL(++) and HCCL
+               (``hccl…``) kernels, or any GPU kernel the converter gave a ``coll_type``
 ``compute``    any other GPU kernel
 ``memcpy``     GPU memory copies (Kineto ``gpu_memcpy``; AMD ``__amd_rocclr_copy…``
                blit kernels; names ``Memcpy…`` / ``dma…``)
@@ -16,7 +16,7 @@ Activity class (column ``cls``):
                "Stream Wait Event" included; other GPU records named ``… Sync``)
 ``gpu_range``  ranges on GPU streams (``gpu_user_annotation``): not activity
 ``cpu_comm``   a CPU operator that performs or wraps a collective (it has a
-               ``coll_type``, or is named ``gloo:…``, ``nccl:…``, ``c10d::…``,
+               ``coll_type``, or is named ``gloo:…``, ``nccl:…``, ``hccl:…``, ``c10d::…``,
                ``record_param_comms``), and every CPU op nested inside one
 ``cpu_compute`` a CPU operator with no children (a leaf), not ``cpu_comm``
 ``cpu``        any other CPU node (annotations, runtime calls, inner CPU ops)
@@ -42,11 +42,11 @@ CLASSES = ("compute", "comm", "memcpy", "memset", "sync", "gpu_range", "cpu_comm
 PHASES = ("forward", "backward", "optimizer", "communication", "unknown")
 
 # Patterns (polars regex, applied to node names).
-COMM_KERNEL_RE = r"^(nccl|rccl|msccl|ncclDevKernel|ncclKernel)|^void (nccl|rccl)"
+COMM_KERNEL_RE = r"^(nccl|rccl|msccl|hccl|ncclDevKernel|ncclKernel)|^void (nccl|rccl)"
 MEMCPY_NAME_RE = r"^(Memcpy|memcpy|dma)|__amd_rocclr_copy"
 MEMSET_NAME_RE = r"^(Memset|memset)|__amd_rocclr_fill"
 SYNC_NAME_RE = r"(?i)\bsync\b|Sync$"
-CPU_COMM_NAME_RE = r"^(gloo:|nccl:|rccl:|c10d::|record_param_comms$|ProcessGroupGloo|ProcessGroupNCCL)"
+CPU_COMM_NAME_RE = r"^(gloo:|nccl:|rccl:|hccl:|c10d::|record_param_comms$|ProcessGroupGloo|ProcessGroupNCCL)"
 OPTIMIZER_RE = r"^Optimizer\.(step|zero_grad)|^[Oo]ptimizer|^##\s*optimizer"
 BACKWARD_RE = r"Backward|backward|^autograd::engine"
 

@@ -243,7 +243,7 @@ def energy(
             sv = steps["step"].to_numpy()
             step_key[ok] = [str(int(x)) for x in sv[idx[ok]]]
             step_key[~ok] = "(outside steps)"
-        base = ops.select("name", "op", "coll_type", "phase").with_columns(
+        base = ops.select("name", "op", "coll_type", "phase", "cls").with_columns(
             energy_j=pl.Series(en * corr),
             busy_ns=pl.Series(busy),
             short_ns=pl.Series(np.where(short, busy, 0)),
@@ -253,7 +253,9 @@ def energy(
         if per_step and steps.height:
             keys["step"] = "step"
         for group, col in keys.items():
-            sub = base if group != "coll_type" else base.filter(pl.col("coll_type").is_not_null())
+            # by collective type: every communication kernel, one of unknown type as "(unknown)"
+            comm = pl.col("coll_type").is_not_null() | (pl.col("cls") == "comm")
+            sub = base if group != "coll_type" else base.filter(comm)
             agg = (
                 sub.group_by(pl.col(col).fill_null("(unknown)").alias("key"))
                 .agg(

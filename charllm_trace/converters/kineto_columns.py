@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.converters import kineto_native
+from charllm_trace.converters.kineto_devices import ProcessNames, mark_device_activity
 from charllm_trace.converters.kineto_native import INT_COLUMNS
 from charllm_trace.converters.kineto_profile import (
     CATEGORY_KIND,
@@ -117,8 +118,11 @@ _XEvent = msgspec.defstruct(  # type: ignore[misc]
     tag="X",
 )
 _FAST_EVENT: Any = _XEvent
+_SKIP: dict[str, Any] = {}
 for _ph in _PHASES:
-    _FAST_EVENT = _FAST_EVENT | msgspec.defstruct(f"_Skip{ord(_ph)}", [], gc=False, tag_field="ph", tag=_ph)
+    _SKIP[_ph] = msgspec.defstruct(f"_Skip{ord(_ph)}", [], gc=False, tag_field="ph", tag=_ph)
+    _FAST_EVENT = _FAST_EVENT | _SKIP[_ph]
+_SKIP_META = _SKIP["M"]
 
 
 class Top(msgspec.Struct):
@@ -214,6 +218,7 @@ class Columns:
         self.names = Vocab(COMM_HINT)
         self.cats = Vocab(lower=True)
         self.native = kineto_native.decoder()
+        self.procs = ProcessNames(("X", *_PHASES))  # process names and labels (metadata events)
         # C codes -> vocabulary codes
         self.name_map = np.zeros(0, dtype=np.uint32)
         self.cat_map = np.zeros(0, dtype=np.uint32)
@@ -230,6 +235,8 @@ class Columns:
             batch = self.native.decode(data, count)
             if batch is not None:
                 self.n_raw += batch.n_raw
+                if batch.meta is not None:
+                    self.procs.add_batch(batch.meta)
                 self._add_native(batch, data)
                 return batch.n_raw
         return self.add_msgspec(data)
@@ -308,6 +315,8 @@ class Columns:
         try:
             evs = self.fast.decode(data)
             n_raw = len(evs)
+            if any(e.__class__ is _SKIP_META for e in evs):
+                self.procs.add_batch(data)
             xs = [
                 e
                 for e in evs
@@ -331,6 +340,8 @@ class Columns:
                     path, f"not valid JSON (truncated or corrupt?): {msg} in traceEvents"
                 ) from None
             n_raw = len(evs)
+            if any(e.ph == "M" for e in evs):
+                self.procs.add_batch(data)
             xs = [e for e in evs if e.ph == "X" and not (type(e.cat) is str and e.cat in _SKIP_SPELLINGS)]
         del evs
         self.n_raw += n_raw
@@ -408,7 +419,8 @@ class Columns:
                 "rf_id": int_col("rf_id"),
             }
         )
-        events = gpu_columns(events, self.path)
+        device_pids = self.procs.device_pids()
+        events = gpu_columns(mark_device_activity(events, device_pids), self.path)
         doc_meta = {
             "distributedInfo": top.distributedInfo,
             "deviceProperties": top.deviceProperties,
@@ -416,7 +428,9 @@ class Columns:
             "schemaVersion": top.schemaVersion,
             "traceName": top.traceName,
         }
-        return make_profile(self.path, events, self.comm_args, base_ns, doc_meta, self.n_raw)
+        prof = make_profile(self.path, events, self.comm_args, base_ns, doc_meta, self.n_raw)
+        prof.device_labels = device_pids
+        return prof
 
 
 def _comm_dict(a: Any) -> dict[str, Any]:

@@ -6,7 +6,8 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace.model import COMM_NODE_TYPES, NODE_TYPES, Run
+from charllm_trace.analysis.launch_gap import lost_device_activity
+from charllm_trace.model import COMM_NODE_TYPES, NODE_TYPES, Run, rank_ranges
 
 #: node types whose coll_type counts as a collective/point-to-point operation
 
@@ -28,6 +29,7 @@ def run_summary(run: Run) -> dict[str, Any]:
     all_timestamped = True
     tel_samples = 0
     tel_cols: set[str] = set()
+    warnings: dict[str, list[int]] = {}  # warning -> the ranks it holds for
     for rank in run.ranks:
         t = run.traces[rank]
         n = t.nodes
@@ -46,13 +48,22 @@ def run_summary(run: Run) -> dict[str, Any]:
                 ends.append(span[1])
         if not t.meta.has_timestamps:
             all_timestamped = False
+        lost = lost_device_activity(n)
+        if lost is not None:
+            warnings.setdefault(lost, []).append(rank)
         c = n.filter(pl.col("node_type").is_in(COMM_NODE_TYPES))
         if c.height:
             coll_frames.append(c.select("coll_type", "comm_bytes"))
         for pg in t.meta.process_groups:
             pgs.setdefault(pg.name, {"name": pg.name, "desc": pg.desc, "ranks": list(pg.ranks)})
-        if t.meta.device_model and t.meta.device_model not in devices:
-            devices.append(t.meta.device_model)
+        # the model, else the profile's label of the device (another accelerator's "NPU 0")
+        dev = t.meta.device_model or (
+            f"{t.meta.extra['device_label']} (model unknown)"
+            if isinstance(t.meta.extra.get("device_label"), str)
+            else None
+        )
+        if dev and dev not in devices:
+            devices.append(dev)
         tel = t.telemetry
         tel_samples += tel.height
         if tel.height:
@@ -117,4 +128,8 @@ def run_summary(run: Run) -> dict[str, Any]:
         "devices": devices,
         "telemetry": {"present": tel_samples > 0, "samples": tel_samples, "columns": sorted(tel_cols)},
         "per_rank": per_rank,
+        "notes": [
+            n if len(run.ranks) == 1 else f"{'ranks' if len(rs) > 1 else 'rank'} {rank_ranges(rs)}: {n}"
+            for n, rs in warnings.items()
+        ],
     }
