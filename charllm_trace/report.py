@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.energy import IDLE
+from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.results import CP_CATEGORIES, RunAnalysis
 from charllm_trace.model import Run
 from charllm_trace.report_views import (  # noqa: F401 - the views' names are part of this module's interface
@@ -69,6 +70,7 @@ class ReportData:
     what_if_factors: dict[str, float] = field(default_factory=dict)
     what_if_fixed_wait_pct: float | None = None
     what_if_notes: list[str] = field(default_factory=list)
+    flops: FlopsResult | None = None  # achieved FLOP/s and MFU (estimates)
     simulated: bool = False
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -145,6 +147,7 @@ def report_data_from(views: ReportViews, an: RunAnalysis, title: str | None = No
         data.energy_ops = ops
         data.energy_totals = an.energy.totals
     data.simulated = an.simulated
+    data.flops = an.flops
     if an.critical_path is not None:
         cp = an.critical_path
         data.critical_paths = cp.paths
@@ -313,6 +316,11 @@ def render_report(data: ReportData) -> str:
     else:
         chart = H.empty("Bus bandwidth vs message size", data.skipped.get("bandwidth", "no collectives"))
     rep.add("Collective bandwidth", chart)
+    from charllm_trace.render.flops_html import flops_parts
+
+    rep.add(
+        "FLOP/s and MFU", *flops_parts(data.flops, data.skipped.get("flops"), data.simulated), sid="flops"
+    )
 
     # 4. energy
     e = data.energy_ops

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.results import (
     AnalyzeOptions,
     BandwidthResult,
@@ -65,6 +66,7 @@ RESULT_TYPES: dict[str, type] = {
     "power": PowerResult,
     "critical_path": CriticalPathResult,
     "what_if": WhatIfResult,
+    "flops": FlopsResult,
 }
 _ZIP_MAGIC = b"PK\x03\x04"
 

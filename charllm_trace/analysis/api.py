@@ -11,6 +11,7 @@ from charllm_trace.analysis.bandwidth import bandwidth
 from charllm_trace.analysis.classify import classify, with_phase
 from charllm_trace.analysis.critical import critical_path
 from charllm_trace.analysis.energy import energy
+from charllm_trace.analysis.flops import run_flops
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.parallel import name_groups
 from charllm_trace.analysis.power import power
@@ -192,10 +193,16 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
     cp, wi = _graph_analyses(
         run if simulated else work, options, recorded if simulated else classified, skipped, no_ts
     )
+    fl, fl_notes = run_flops(
+        traces, classified, per_step=options.per_step, simulated=simulated, skipped=skipped
+    )
+    if fl is not None:
+        fl.notes = _merge_notes(fl_notes, multi)
     res = RunAnalysis(
         overlap=ov,
         critical_path=cp,
         what_if=wi,
+        flops=fl,
         bandwidth=bw_res,
         energy=en,
         power=pw,
@@ -208,7 +215,7 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
     res.classified = classified
     partial = run.manifest.get("partial") if isinstance(run.manifest, dict) else None
     if isinstance(partial, str):  # --allow-partial: every result says it covers part of the run
-        for r in (ov, bw_res, en, pw):
+        for r in (ov, bw_res, en, pw, fl):
             if r is not None:
                 r.notes.insert(0, partial)
     return res

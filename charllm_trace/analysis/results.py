@@ -26,6 +26,8 @@ from typing import Any
 
 import polars as pl
 
+from charllm_trace.analysis.flops_results import FlopsResult
+
 # ---------------------------------------------------------------------------
 # The words of notes and skip reasons the CLI recognises (render.tables.cli_hint adds its flags);
 # here, with the result types, so that drawing saved results imports no analysis
@@ -409,6 +411,7 @@ class RunAnalysis:
     power: PowerResult | None
     critical_path: CriticalPathResult | None = None
     what_if: WhatIfResult | None = None
+    flops: FlopsResult | None = None  # achieved FLOP/s and MFU (analysis.flops; estimates)
     skipped: dict[str, str] = field(default_factory=dict)
     ranks: list[int] = field(default_factory=list)
     simulated: bool = False
@@ -444,11 +447,15 @@ class RunAnalysis:
             out["critical_path_ops"] = self.critical_path.top_ops
         if self.what_if is not None:
             out["what_if"] = self.what_if.steps
+        if self.flops is not None:
+            out["flops"] = self.flops.per_step
+            out["flops_by_op"] = self.flops.by_op
+            out["flops_devices"] = self.flops.devices
         return out
 
     def notes(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
-        for name in ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if"):
+        for name in ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if", "flops"):
             r: Any = getattr(self, name)
             if r is not None and r.notes:
                 out[name] = list(r.notes)

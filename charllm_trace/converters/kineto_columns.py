@@ -24,6 +24,7 @@ from charllm_trace.converters.kineto_native import INT_COLUMNS
 from charllm_trace.converters.kineto_profile import (
     CATEGORY_KIND,
     COMM_ARG_KEYS,
+    SHAPE_OP_RE,
     SKIP_CATEGORIES,
     SYNC_ARG_KEYS,
     SYNC_CATEGORY,
@@ -212,6 +213,9 @@ class Columns:
         self.row0 = 0
         self.n_raw = 0
         self.names = Vocab(COMM_HINT)
+        self.shape_re = re.compile(SHAPE_OP_RE)
+        self.shape_flags = np.zeros(0, dtype=bool)  # name code -> SHAPE_OP_RE matches it
+        self.cpu_cats = np.zeros(0, dtype=bool)  # category code -> a cpu_op category
         self.cats = Vocab(lower=True)
         self.native = kineto_native.decoder()
         # C codes -> vocabulary codes
@@ -270,7 +274,9 @@ class Columns:
                 ]
                 return b"[" + b",".join(parts) + b"]"
 
-            rows = self._comm_rows(name_codes, cat_codes).tolist()
+            rows = np.union1d(
+                self._comm_rows(name_codes, cat_codes), self._shape_rows(name_codes, cat_codes)
+            ).tolist()
             if rows:
                 # the comm args present, in COMM_ARG_KEYS order (the struct's fields), as values
                 found = msgspec.to_builtins(self.comm_list_dec.decode(spans(rows)))
@@ -302,6 +308,22 @@ class Columns:
             self.comm_pairs.update(zip(new, hit.tolist(), strict=True))
         ok = np.array([self.comm_pairs[u] for u in uniq.tolist()], dtype=bool)
         return pre[ok[inverse]]
+
+    def _shape_rows(self, name_codes: np.ndarray, cat_codes: np.ndarray) -> np.ndarray:
+        """Rows (of a batch) that ``keeps_shapes`` accepts: the name pattern matched once per distinct
+        name, the category once per distinct category."""
+        names, cats = self.names.values, self.cats.values
+        if len(self.shape_flags) < len(names):
+            new = [self.shape_re.match(v) is not None for v in names[len(self.shape_flags) :]]
+            self.shape_flags = np.concatenate([self.shape_flags, np.array(new, dtype=bool)])
+        rows = np.flatnonzero(self.shape_flags[name_codes])
+        if not rows.size:
+            return rows
+        if len(self.cpu_cats) < len(cats):
+            self.cpu_cats = np.array(
+                [CATEGORY_KIND.get(c, ("other", False))[0] == "cpu_op" for c in cats], bool
+            )
+        return rows[self.cpu_cats[cat_codes[rows]]]
 
     def add_msgspec(self, data: Any) -> int:
         path = self.path
@@ -351,7 +373,9 @@ class Columns:
             self.int_parts[key].append((s.fill_null(0).to_numpy(), s.is_not_null().to_numpy()))
         self.ts_parts.append(_us_col(path, xs, "ts"))
         self.dur_parts.append(_us_col(path, xs, "dur"))
-        for i in self._comm_rows(name_codes, cat_codes).tolist():
+        for i in np.union1d(
+            self._comm_rows(name_codes, cat_codes), self._shape_rows(name_codes, cat_codes)
+        ).tolist():
             self.comm_args[self.row0 + i] = _comm_dict(args[i])
         sync_code = self.cats.codes.get(SYNC_CATEGORY)
         if sync_code is not None:

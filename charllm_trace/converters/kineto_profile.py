@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +81,17 @@ COMM_ARG_KEYS = (
 #: ``cudaEventRecord`` call that recorded it (read by :mod:`charllm_trace.graph.cuda_sync`).
 SYNC_ARG_KEYS = ("wait_on_stream", "wait_on_cuda_event_record_corr_id")
 SYNC_CATEGORY = "cuda_sync"
+
+#: CPU ops whose ``Input Dims`` / ``Input type`` / ``Concrete Inputs`` args (recorded with
+#: ``record_shapes=True``) are kept in ``attrs`` too: matrix products, attention and convolutions,
+#: whose FLOPs ``analysis.flops`` counts from them. A superset of the ops it counts.
+SHAPE_OP_RE = r"^aten::(\w*mm|matmul|linear|\w*attention\w*|\w*conv\w*)$"
+_SHAPE_OP = re.compile(SHAPE_OP_RE)
+
+
+def keeps_shapes(name: Any, kind: str) -> bool:
+    """Whether the args of a CPU op named ``name`` hold shapes worth keeping (``SHAPE_OP_RE``)."""
+    return kind == "cpu_op" and isinstance(name, str) and _SHAPE_OP.match(name) is not None
 
 
 @dataclass
@@ -280,7 +292,7 @@ def parse_kineto(doc: dict[str, Any], path: str | os.PathLike[str]) -> KinetoPro
     events = gpu_columns(events, path)
     comm_args: dict[int, dict[str, Any]] = {}
     for i, (nm, k) in enumerate(zip(names, kinds, strict=True)):
-        if (k in ("kernel", "cpu_op", "annotation", "other")) and may_be_comm(nm, k):
+        if ((k in ("kernel", "cpu_op", "annotation", "other")) and may_be_comm(nm, k)) or keeps_shapes(nm, k):
             a = args[i]
             comm_args[i] = {key: a[key] for key in COMM_ARG_KEYS if key in a}
         elif cats[i] == SYNC_CATEGORY:
