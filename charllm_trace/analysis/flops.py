@@ -41,7 +41,7 @@ from charllm_trace.analysis.flops_results import (
     FlopsResult,
 )
 from charllm_trace.analysis.peaks import device_peaks, peak_or_reason
-from charllm_trace.model import Trace
+from charllm_trace.model import STEP_SCHEMA, Trace, empty_frame
 
 _KINETO_IO = ("Input Dims", "Input type", "Concrete Inputs")
 
@@ -136,7 +136,7 @@ def flops(trace: Trace, *, per_step: bool = False, classified: pl.DataFrame | No
     names = df["name"].fill_null("")
     u = names.unique()
     hit = u.filter(u.str.contains(FLOP_OP_RE))
-    mask = (names.is_in(hit) & ~df["on_gpu"].fill_null(False)).to_numpy() if hit.len() else None
+    mask = (names.is_in(hit.implode()) & ~df["on_gpu"].fill_null(False)).to_numpy() if hit.len() else None
     if mask is None or not mask.any():
         return FlopsResult(pl.DataFrame(schema=FLOPS_SCHEMA), pl.DataFrame(schema=FLOPS_OP_SCHEMA), devices)
     pos = np.flatnonzero(mask)
@@ -174,10 +174,10 @@ def flops(trace: Trace, *, per_step: bool = False, classified: pl.DataFrame | No
     else:
         k_ns = cand["dur_ns"].fill_null(0).to_numpy()[counted].astype(np.int64)
 
-    steps = trace.steps() if per_step else pl.DataFrame(schema={"step": pl.Int64})
+    steps = trace.steps() if per_step else empty_frame(STEP_SCHEMA)
     starts = cand["start_ns"].fill_null(-1).to_numpy()
     sidx = _step_of(starts, steps) if per_step and steps.height else np.full(len(pos), -1)
-    step_no = steps["step"].to_numpy() if steps.height else np.zeros(0, np.int64)
+    step_no = steps["step"].to_numpy() if steps.height else np.zeros(1, np.int64)
     has_tf32 = bool(dp and dp.tflops.get("tf32"))
     peaks: dict[tuple[str, str | None], tuple[float | None, str | None]] = {}
     ops = cnt.filter(pl.Series(counted)).with_columns(
