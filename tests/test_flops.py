@@ -327,3 +327,54 @@ def test_dlrm_kineto_shapes_agree_with_the_host_et() -> None:
     b = kineto.total().filter(pl.col("op_class") == "all").row(0, named=True)
     assert a["flop"] == b["flop"] == 60_487_168 and a["n_ops"] == b["n_ops"] == 23
     assert a["peak_tflops"] == 15.7 and 0 < a["mfu_pct"] < 100
+
+
+def test_kineto_reader_keeps_the_shapes_of_flop_ops(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """The converter keeps ``Input Dims`` / ``Input type`` / ``Concrete Inputs`` of matrix, attention and
+    convolution ops (not of other ops) in ``attrs``, in all three readers (C, msgspec, plain)."""
+    import charllm_trace as ct
+    from charllm_trace.converters import kineto_native
+    from charllm_trace.converters.kineto import parse_kineto, read_kineto
+
+    def op(name: str, ts: int, ext: int, dims: list) -> dict:
+        args = {
+            "External id": ext,
+            "Input Dims": dims,
+            "Input type": ["float"] * len(dims),
+            "Concrete Inputs": [""] * len(dims),
+        }
+        return {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": name,
+            "pid": 1,
+            "tid": 1,
+            "ts": ts,
+            "dur": 5,
+            "args": args,
+        }
+
+    doc = {
+        "traceEvents": [
+            op("aten::mm", 10, 1, [[64, 128], [128, 32]]),
+            op("aten::add", 20, 2, [[64, 32], [64, 32], []]),
+            op("aten::cudnn_convolution", 30, 3, [[1, 3, 8, 8], [4, 3, 3, 3], [], [], [], [], [], [], []]),
+        ]
+    }
+    p = tmp_path / "shapes.json"
+    p.write_text(json.dumps(doc))
+    native = read_kineto(p)
+    with monkeypatch.context() as m:
+        m.setattr(kineto_native, "decoder", lambda: None)
+        plain_msgspec = read_kineto(p)
+    plain = parse_kineto(doc, p)
+    for prof in (native, plain_msgspec, plain):
+        assert prof.comm_args[0]["Input Dims"] == [[64, 128], [128, 32]]
+        assert prof.comm_args[2]["Input Dims"][1] == [4, 3, 3, 3]
+        assert 1 not in prof.comm_args
+    nodes = next(iter(ct.load(p))).nodes
+    attrs = dict(zip(nodes["name"], nodes["attrs"], strict=True))
+    assert json.loads(attrs["aten::mm"])["Input type"] == ["float", "float"]
+    assert "Input Dims" not in attrs["aten::add"]
+    r = op_flops("aten::mm", *(json.loads(attrs["aten::mm"])[k] for k in ("Input Dims", "Input type")))
+    assert r.flops == 524_288
