@@ -8,6 +8,7 @@
 - :func:`critical_path` — critical paths through the execution graph (``analysis.critical``)
 - :func:`what_if` — a what-if replay of the execution graph (``analysis.whatif``)
 - :func:`simulate` — a timeline for traces without timestamps (``analysis.whatif``)
+- :func:`flops` — achieved FLOP/s and MFU of GEMM, attention and convolution ops (``analysis.flops``)
 
 Result types are in :mod:`charllm_trace.analysis.results`; the formulas in
 ``docs/analyses.md``.
@@ -27,6 +28,7 @@ _WHERE = {
     "BandwidthResult": "results",
     "CriticalPathResult": "results",
     "EnergyResult": "results",
+    "FlopsResult": "flops_results",
     "OverlapResult": "results",
     "PowerResult": "results",
     "RunAnalysis": "results",
@@ -36,6 +38,7 @@ _WHERE = {
     "bandwidth": "bandwidth",
     "critical_path": "critical",
     "energy": "energy",
+    "flops": "flops",
     "overlap": "overlap",
     "power": "power",
     "simulate": "whatif",
@@ -49,7 +52,7 @@ __all__ = sorted(_WHERE)
 #: function; the package's class below ignores exactly those bindings, so
 #: ``charllm_trace.analysis.overlap`` is always the function, loaded on first use like the rest
 #: (importing ``analysis.results`` alone, e.g. to load saved results, loads no analysis and not numpy).
-_SAME_NAME = frozenset({"bandwidth", "energy", "overlap", "power"})
+_SAME_NAME = frozenset({"bandwidth", "energy", "flops", "overlap", "power"})
 
 
 class _Package(types.ModuleType):

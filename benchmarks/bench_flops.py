@@ -1,0 +1,64 @@
+"""What the FLOP/s and MFU analysis adds to ``analyze`` (issue 13 item 3: at most 20 %).
+
+Loads one Kineto profile (no cache) and times, ``--repeat`` times in this process:
+
+- ``load``: ``charllm_trace.load`` (the Kineto reader, which now keeps the shapes of FLOP ops);
+- ``analyze``: ``analyze_run`` with the ``analyze`` command's defaults (critical path on), which
+  includes the FLOP/s analysis when this checkout has it;
+- ``flops``: ``analysis.flops.run_flops`` alone on the same classified frames.
+
+Run it with ``PYTHONPATH`` set to another checkout (one without ``analysis/flops.py``) to time
+that checkout's ``load`` and ``analyze`` for comparison. Usage::
+
+    python benchmarks/bench_flops.py PROFILE.json [--repeat 3] [--per-step]
+
+A large profile with shapes: repeat the TraceLens H100 profile (``bench_analyze.make_trace`` with
+``source=../shared/traces/tracelens/h100_qwen1.5-0.5b_inference.json.gz``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("CHARLLM_TRACE_CACHE", "0")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("profile")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--per-step", action="store_true")
+    args = ap.parse_args()
+    import charllm_trace as ct
+    from charllm_trace.analysis import AnalyzeOptions, analyze_run
+
+    try:
+        from charllm_trace.analysis.flops import run_flops
+    except ImportError:
+        run_flops = None  # type: ignore[assignment]
+    opts = AnalyzeOptions(per_step=args.per_step)
+    for i in range(args.repeat):
+        t = time.perf_counter()
+        run = ct.load(args.profile, cache=False)
+        t_load = time.perf_counter() - t
+        t = time.perf_counter()
+        res = analyze_run(run, opts)
+        t_an = time.perf_counter() - t
+        line = (
+            f"rep {i}: nodes {sum(tr.nodes.height for tr in run):,} load {t_load:.3f} s analyze {t_an:.3f} s"
+        )
+        if run_flops is not None:
+            t = time.perf_counter()
+            fl, _ = run_flops(
+                dict(run.traces), res.classified, per_step=args.per_step, simulated=False, skipped={}
+            )
+            t_fl = time.perf_counter() - t
+            n = 0 if fl is None else int(fl.total().filter(fl.total()["op_class"] == "all")["n_ops"].sum())
+            line += f" flops {t_fl:.3f} s ({100 * t_fl / (t_load + t_an):.1f} % of load+analyze; {n:,} ops counted)"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
