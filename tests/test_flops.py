@@ -378,3 +378,22 @@ def test_kineto_reader_keeps_the_shapes_of_flop_ops(tmp_path, monkeypatch) -> No
     assert "Input Dims" not in attrs["aten::add"]
     r = op_flops("aten::mm", *(json.loads(attrs["aten::mm"])[k] for k in ("Input Dims", "Input type")))
     assert r.flops == 524_288
+
+
+def testkernel_launchers_match_classify() -> None:
+    """The kernel-only launcher lookup gives what ``classify.launcher_positions`` gives (Kineto and a
+    host-ET-linked trace)."""
+    import numpy as np
+
+    import charllm_trace as ct
+    from charllm_trace.analysis.classify import classify, launcher_positions
+    from charllm_trace.analysis.flops import kernel_launchers
+
+    for p in (
+        shared_trace("tracelens/h100_qwen1.5-0.5b_inference.json.gz"),
+        shared_trace("param/dlrm_8ranks_v100"),
+    ):
+        df = classify(next(iter(ct.load(p))).nodes)
+        kern = (df["on_gpu"].fill_null(False) & (df["cls"] == "compute")).to_numpy()
+        assert kern.sum() > 100
+        assert np.array_equal(kernel_launchers(df, kern), launcher_positions(df)[kern])

@@ -12,7 +12,7 @@ For one rank (docs/analyses.md, "FLOP/s and MFU"):
    at all are counted as *without shapes* (null FLOPs, a note says how many);
 3. the time of an op is the summed duration of the GPU compute kernels it launched, itself or
    through the ops nested in it (the launching CPU call, by correlation or ``launch_id``, and its
-   ancestors: ``classify.launcher_positions``); in CPU mode (no GPU kernels) the op's own duration;
+   ancestors, as ``classify.launcher_positions`` links them); in CPU mode (no GPU kernels) the op's own duration;
 4. **achieved TFLOP/s** = FLOPs / that time; **MFU** = (time the FLOPs would take at the device's
    dense peak for their data type, ``analysis.peaks``) / that time, so that ops of different data
    types add up; **wall MFU** = the same over the step's window (the whole trace: the span of GPU
@@ -31,7 +31,7 @@ import numpy as np
 import orjson
 import polars as pl
 
-from charllm_trace.analysis.classify import classify, is_gpu_trace, launcher_positions, positions
+from charllm_trace.analysis.classify import classify, is_gpu_trace, positions
 from charllm_trace.analysis.flops_formulas import FLOP_OP_RE, OP_CLASSES, op_flops
 from charllm_trace.analysis.flops_results import (
     FLOPS_DEVICE_SCHEMA,
@@ -47,20 +47,49 @@ _KINETO_IO = ("Input Dims", "Input type", "Concrete Inputs")
 
 
 def _propagate(ppos: np.ndarray, label: np.ndarray) -> np.ndarray:
-    """For each row, the label of its **outermost** ancestor-or-self that has one (-1: none).
-    Pointer doubling over the parent positions: log2(depth) vector steps; cycles are safe."""
+    """For each row, the label of its **outermost** ancestor-or-self that has one (-1: none). Pointer
+    doubling over the parent positions: log2(depth) vector steps, each over the rows whose jump has
+    not yet passed the root; cycles end after 64 steps."""
     lab, p = label.copy(), ppos.copy()
+    idx = np.flatnonzero(p >= 0)
     for _ in range(64):
-        ok = p >= 0
-        if not ok.any():
+        if not idx.size:
             break
-        up = np.where(ok, lab[np.maximum(p, 0)], -1)
-        lab = np.where(up >= 0, up, lab)
-        nxt = np.where(ok, p[np.maximum(p, 0)], -1)
-        if np.array_equal(nxt, p):
-            break
-        p = nxt
+        pp = p[idx]
+        up = lab[pp]
+        hit = up >= 0
+        lab[idx[hit]] = up[hit]
+        nxt = p[pp]
+        p[idx] = nxt
+        idx = idx[nxt >= 0]
     return lab
+
+
+def kernel_launchers(df: pl.DataFrame, kern: np.ndarray) -> np.ndarray:
+    """``classify.launcher_positions`` of the rows ``kern`` only: the ``launch_id`` node, else the first
+    CPU node with the kernel's correlation id (-1: none). Looks up only those correlations."""
+    k = df.filter(pl.Series(kern)).select("correlation", "launch_id")
+    lp = positions(df["id"].to_numpy(), k["launch_id"].to_numpy())
+    corr = (
+        df.lazy()
+        .select(pl.int_range(pl.len(), dtype=pl.Int64).alias("_c"), "correlation", "on_gpu")
+        .filter(
+            ~pl.col("on_gpu").fill_null(False)
+            & pl.col("correlation").is_in(k["correlation"].drop_nulls().implode())
+        )
+        .group_by("correlation")
+        .agg(pl.col("_c").min())
+    )
+    cp = (
+        k.lazy()
+        .select("correlation")
+        .join(corr, on="correlation", how="left", maintain_order="left")
+        .select(pl.col("_c").fill_null(-1))
+        .collect()
+        .to_series()
+        .to_numpy()
+    )
+    return np.where(lp >= 0, lp, cp)
 
 
 def _kineto_io(attrs: str | None) -> tuple[object, object, object]:
@@ -147,10 +176,9 @@ def flops(trace: Trace, *, per_step: bool = False, classified: pl.DataFrame | No
     known_c = cnt["flop"].is_not_null().to_numpy()
     label = np.full(n, -1, np.int64)
     label[pos[known_c]] = pos[known_c]
-    outer_known = _propagate(ppos, label)
-    label[:] = -1
+    outer_known = _propagate(ppos, label)  # the outermost op with known FLOPs: the counted one
     label[pos] = pos
-    outer_rec = _propagate(ppos, label)
+    outer_rec = _propagate(ppos, label)  # the outermost op of the classes counted
     counted = known_c & (outer_known[pos] == pos)
     covered = np.zeros(n, bool)
     covered[outer_rec[pos[known_c]]] = True
@@ -164,7 +192,7 @@ def flops(trace: Trace, *, per_step: bool = False, classified: pl.DataFrame | No
     k_n = np.zeros(len(cpos), np.int64)
     if gpu_mode:
         kern = (df["on_gpu"].fill_null(False) & (df["cls"] == "compute")).to_numpy()
-        lp = launcher_positions(df)[kern]
+        lp = kernel_launchers(df, kern)
         op = np.where(lp >= 0, outer_known[np.maximum(lp, 0)], -1)
         own = np.where(op >= 0, row_of[np.maximum(op, 0)], -1)
         dur = df["dur_ns"].fill_null(0).to_numpy()[kern]
