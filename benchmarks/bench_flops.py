@@ -30,6 +30,11 @@ def main() -> None:
     ap.add_argument("profile")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--per-step", action="store_true")
+    ap.add_argument(
+        "--alternate-shapes",
+        action="store_true",
+        help="time the load twice per rep: with the reader keeping the shapes of FLOP ops, and without",
+    )
     args = ap.parse_args()
     import charllm_trace as ct
     from charllm_trace.analysis import AnalyzeOptions, analyze_run
@@ -39,6 +44,9 @@ def main() -> None:
     except ImportError:
         run_flops = None  # type: ignore[assignment]
     opts = AnalyzeOptions(per_step=args.per_step)
+    if args.alternate_shapes:
+        _alternate(args.profile, args.repeat)
+        return
     for i in range(args.repeat):
         t = time.perf_counter()
         run = ct.load(args.profile, cache=False)
@@ -58,6 +66,23 @@ def main() -> None:
             n = 0 if fl is None else int(fl.total().filter(fl.total()["op_class"] == "all")["n_ops"].sum())
             line += f" flops {t_fl:.3f} s ({100 * t_fl / (t_load + t_an):.1f} % of load+analyze; {n:,} ops counted)"
         print(line, flush=True)
+
+
+def _alternate(profile: str, repeat: int) -> None:
+    """Load time with and without the shape rows (the reader's ``_shape_rows`` made empty), alternating."""
+    import numpy as np
+
+    import charllm_trace as ct
+    from charllm_trace.converters import kineto_columns
+
+    keep = kineto_columns.Columns._shape_rows
+    for i in range(repeat):
+        for label, fn in (("shapes kept", keep), ("no shapes", lambda self, n, c: np.zeros(0, np.int64))):
+            kineto_columns.Columns._shape_rows = fn  # type: ignore[method-assign]
+            t = time.perf_counter()
+            ct.load(profile, cache=False)
+            print(f"rep {i}: load ({label}) {time.perf_counter() - t:.3f} s", flush=True)
+    kineto_columns.Columns._shape_rows = keep  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

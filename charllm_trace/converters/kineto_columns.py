@@ -24,6 +24,7 @@ from charllm_trace.converters.kineto_native import INT_COLUMNS
 from charllm_trace.converters.kineto_profile import (
     CATEGORY_KIND,
     COMM_ARG_KEYS,
+    SHAPE_ARG_KEYS,
     SHAPE_OP_RE,
     SKIP_CATEGORIES,
     SYNC_ARG_KEYS,
@@ -41,6 +42,8 @@ from charllm_trace.errors import InputError
 
 _COMM_FIELDS = {f"c{i}": key for i, key in enumerate(COMM_ARG_KEYS)}
 _SYNC_FIELDS = {f"s{i}": key for i, key in enumerate(SYNC_ARG_KEYS)}
+#: the shape args among the comm args: the same raw fields of ``_Args`` (c<i>), by key
+_SHAPE_FIELDS = {f: key for f, key in _COMM_FIELDS.items() if key in SHAPE_ARG_KEYS}
 
 
 # the comm args as raw JSON fields c0..cN (declared dynamically: one per key in COMM_ARG_KEYS)
@@ -148,6 +151,13 @@ _CommValues = msgspec.defstruct(  # type: ignore[misc]
     gc=False,
     rename=_COMM_FIELDS,
 )
+#: The shape args of the rows ``keeps_shapes`` accepts, as raw JSON (decoded once per distinct text).
+_ShapeRaw = msgspec.defstruct(  # type: ignore[misc]
+    "_ShapeRaw",
+    [(f, msgspec.Raw, msgspec.Raw()) for f in _SHAPE_FIELDS],
+    gc=False,
+    rename=_SHAPE_FIELDS,
+)
 _SyncValues = msgspec.defstruct(  # type: ignore[misc]
     "_SyncValues", [(f, Any, None) for f in _SYNC_FIELDS], gc=False, rename=_SYNC_FIELDS
 )
@@ -202,6 +212,8 @@ class Columns:
         self.dec = msgspec.json.Decoder(list[_Event])
         self.fast = msgspec.json.Decoder(list[_FAST_EVENT])
         self.comm_list_dec = msgspec.json.Decoder(list[_CommValues])
+        self.shape_list_dec = msgspec.json.Decoder(list[_ShapeRaw])
+        self.shape_values: dict[bytes, Any] = {}  # raw JSON text of a shape arg -> its value
         self.sync_list_dec = msgspec.json.Decoder(list[_SyncValues])
         self.comm_pairs: dict[int, bool] = {}  # (name code << 32 | category code) -> may be comm
         self.name_parts: list[np.ndarray] = []  # vocabulary codes
@@ -274,14 +286,18 @@ class Columns:
                 ]
                 return b"[" + b",".join(parts) + b"]"
 
-            rows = np.union1d(
-                self._comm_rows(name_codes, cat_codes), self._shape_rows(name_codes, cat_codes)
-            ).tolist()
+            rows = self._comm_rows(name_codes, cat_codes).tolist()
             if rows:
                 # the comm args present, in COMM_ARG_KEYS order (the struct's fields), as values
                 found = msgspec.to_builtins(self.comm_list_dec.decode(spans(rows)))
                 for i, d in zip(rows, found, strict=True):
                     self.comm_args[self.row0 + i] = d
+            rows = self._shape_rows(name_codes, cat_codes).tolist()
+            if rows:  # their shape args as raw JSON, each distinct text decoded once
+                for i, a in zip(rows, self.shape_list_dec.decode(spans(rows)), strict=True):
+                    d = self._shape_dict(a)
+                    if d:
+                        self.comm_args[self.row0 + i] = d
             sync_code = self.cats.codes.get(SYNC_CATEGORY)
             if sync_code is not None:
                 rows = [i for i in np.flatnonzero(cat_codes == sync_code).tolist() if aoff[i] >= 0]
@@ -324,6 +340,22 @@ class Columns:
                 [CATEGORY_KIND.get(c, ("other", False))[0] == "cpu_op" for c in cats], bool
             )
         return rows[self.cpu_cats[cat_codes[rows]]]
+
+    def _shape_dict(self, a: Any) -> dict[str, Any]:
+        """The shape args (``SHAPE_ARG_KEYS``) of one decoded struct with their raw JSON (a ``_ShapeRaw``,
+        or an ``_Args`` of the msgspec reader), each distinct text decoded once: layers and steps
+        repeat the same shapes, and building their lists is most of the cost."""
+        d = {}
+        cache = self.shape_values
+        for f, key in _SHAPE_FIELDS.items():
+            raw = getattr(a, f)
+            if len(raw):
+                b = bytes(raw)
+                v = cache.get(b, cache)
+                if v is cache:
+                    v = cache[b] = msgspec.json.decode(b)
+                d[key] = v
+        return d
 
     def add_msgspec(self, data: Any) -> int:
         path = self.path
@@ -373,10 +405,13 @@ class Columns:
             self.int_parts[key].append((s.fill_null(0).to_numpy(), s.is_not_null().to_numpy()))
         self.ts_parts.append(_us_col(path, xs, "ts"))
         self.dur_parts.append(_us_col(path, xs, "dur"))
-        for i in np.union1d(
-            self._comm_rows(name_codes, cat_codes), self._shape_rows(name_codes, cat_codes)
-        ).tolist():
+        for i in self._comm_rows(name_codes, cat_codes).tolist():
             self.comm_args[self.row0 + i] = _comm_dict(args[i])
+        for i in self._shape_rows(name_codes, cat_codes).tolist():
+            a = args[i]
+            d = self._shape_dict(a) if a is not _NO_ARGS else {}
+            if d:
+                self.comm_args[self.row0 + i] = d
         sync_code = self.cats.codes.get(SYNC_CATEGORY)
         if sync_code is not None:
             for i in np.flatnonzero(cat_codes == sync_code).tolist():

@@ -86,6 +86,8 @@ SYNC_CATEGORY = "cuda_sync"
 #: ``record_shapes=True``) are kept in ``attrs`` too: matrix products, attention and convolutions,
 #: whose FLOPs ``analysis.flops`` counts from them. A superset of the ops it counts.
 SHAPE_OP_RE = r"^aten::(\w*mm|matmul|linear|\w*attention\w*|\w*conv\w*)$"
+#: The args kept for them (in ``attrs``), when recorded.
+SHAPE_ARG_KEYS = ("Input Dims", "Input type", "Concrete Inputs")
 _SHAPE_OP = re.compile(SHAPE_OP_RE)
 
 
@@ -292,9 +294,13 @@ def parse_kineto(doc: dict[str, Any], path: str | os.PathLike[str]) -> KinetoPro
     events = gpu_columns(events, path)
     comm_args: dict[int, dict[str, Any]] = {}
     for i, (nm, k) in enumerate(zip(names, kinds, strict=True)):
-        if ((k in ("kernel", "cpu_op", "annotation", "other")) and may_be_comm(nm, k)) or keeps_shapes(nm, k):
+        if (k in ("kernel", "cpu_op", "annotation", "other")) and may_be_comm(nm, k):
             a = args[i]
             comm_args[i] = {key: a[key] for key in COMM_ARG_KEYS if key in a}
+        elif keeps_shapes(nm, k):
+            d = {key: args[i][key] for key in SHAPE_ARG_KEYS if key in args[i]}
+            if d:
+                comm_args[i] = d
         elif cats[i] == SYNC_CATEGORY:
             d = {key: args[i][key] for key in SYNC_ARG_KEYS if args[i].get(key) is not None}
             if d:
