@@ -64,7 +64,10 @@ def main() -> None:
             )
             t_fl = time.perf_counter() - t
             n = 0 if fl is None else int(fl.total().filter(fl.total()["op_class"] == "all")["n_ops"].sum())
-            line += f" flops {t_fl:.3f} s ({100 * t_fl / (t_load + t_an):.1f} % of load+analyze; {n:,} ops counted)"
+            line += (
+                f" flops {t_fl:.3f} s ({c_fl:.3f} CPU; {100 * t_fl / (t_load + t_an):.1f} % of load+analyze wall, "
+                f"{100 * c_fl / (c_load + c_an):.1f} % CPU; {n:,} ops counted)"
+            )
         print(line, flush=True)
 
 
@@ -79,9 +82,12 @@ def _alternate(profile: str, repeat: int) -> None:
     for i in range(repeat):
         for label, fn in (("shapes kept", keep), ("no shapes", lambda self, n, c: np.zeros(0, np.int64))):
             kineto_columns.Columns._shape_rows = fn  # type: ignore[method-assign]
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             ct.load(profile, cache=False)
-            print(f"rep {i}: load ({label}) {time.perf_counter() - t:.3f} s", flush=True)
+            print(
+                f"rep {i}: load ({label}) {time.perf_counter() - t:.3f} s wall, {time.process_time() - c:.3f} s CPU",
+                flush=True,
+            )
     kineto_columns.Columns._shape_rows = keep  # type: ignore[method-assign]
 
 

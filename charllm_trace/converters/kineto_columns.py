@@ -213,7 +213,7 @@ class Columns:
         self.fast = msgspec.json.Decoder(list[_FAST_EVENT])
         self.comm_list_dec = msgspec.json.Decoder(list[_CommValues])
         self.shape_list_dec = msgspec.json.Decoder(list[_ShapeRaw])
-        self.shape_values: dict[bytes, Any] = {}  # raw JSON text of a shape arg -> its value
+        self.shape_values: dict[bytes, dict[str, Any]] = {}  # raw texts of a row's shape args -> their dict
         self.sync_list_dec = msgspec.json.Decoder(list[_SyncValues])
         self.comm_pairs: dict[int, bool] = {}  # (name code << 32 | category code) -> may be comm
         self.name_parts: list[np.ndarray] = []  # vocabulary codes
@@ -343,18 +343,15 @@ class Columns:
 
     def _shape_dict(self, a: Any) -> dict[str, Any]:
         """The shape args (``SHAPE_ARG_KEYS``) of one decoded struct with their raw JSON (a ``_ShapeRaw``,
-        or an ``_Args`` of the msgspec reader), each distinct text decoded once: layers and steps
-        repeat the same shapes, and building their lists is most of the cost."""
-        d = {}
-        cache = self.shape_values
-        for f, key in _SHAPE_FIELDS.items():
-            raw = getattr(a, f)
-            if len(raw):
-                b = bytes(raw)
-                v = cache.get(b, cache)
-                if v is cache:
-                    v = cache[b] = msgspec.json.decode(b)
-                d[key] = v
+        or an ``_Args`` of the msgspec reader). Layers and steps repeat the same shapes: each distinct
+        (dims, types, values) text is decoded once, and its rows share one dict (read only)."""
+        raws = [getattr(a, f) for f in _SHAPE_FIELDS]
+        key = b"\0".join(map(bytes, raws))
+        d = self.shape_values.get(key)
+        if d is None:
+            d = self.shape_values[key] = {
+                k: msgspec.json.decode(r) for k, r in zip(_SHAPE_FIELDS.values(), raws, strict=True) if len(r)
+            }
         return d
 
     def add_msgspec(self, data: Any) -> int:

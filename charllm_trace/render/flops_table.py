@@ -50,16 +50,17 @@ def render_flops(res: RunAnalysis, console: Console) -> None:
     for r in fl.per_step.iter_rows(named=True):
         t.add_row(
             _f(r["rank"], "{}"), "all" if r["step"] is None else str(r["step"]), SHORT.get(r["op_class"], r["op_class"]), r["dtype"] or "-",
-            str(r["n_ops"]), str(r["n_no_shapes"]), _f(None if r["flop"] is None else r["flop"] / 1e12, "{:.3f}"),
-            _f(None if r["kernel_ns"] is None else r["kernel_ns"] / 1e6, "{:.3f}"), _f(r["tflops"], "{:.1f}"),
+            str(r["n_ops"]), str(r["n_no_shapes"]), _f(None if r["flop"] is None else r["flop"] / 1e12, "{:.3g}"),
+            _f(None if r["kernel_ns"] is None else r["kernel_ns"] / 1e6, "{:.3f}"), _f(r["tflops"], "{:.3g}"),
             _f(r["mfu_pct"], "{:.1f}"), _f(r["wall_mfu_pct"], "{:.2f}"),
         )  # fmt: skip
     console.print(t)
     what = "GPU kernels the ops launched" if fl.mode != "cpu" else "the ops' own CPU time"
+    span = "GPU activity" if fl.mode != "cpu" else "the CPU ops"
     _dim(
         console,
         f"  unk = ops without a FLOP count (no shapes); ms = {what}; MFU% = time at the dense peak / "
-        "that time; wall% = the same over the step (whole trace: span of GPU activity)",
+        f"that time; wall% = the same over the step (whole trace: span of {span})",
     )
     peaks = [
         f"rank {_f(r['rank'], '{}')}: {r['peak_device']} ({r['peak_source']})"
@@ -82,7 +83,7 @@ def render_flops(res: RunAnalysis, console: Console) -> None:
         for r in ops.iter_rows(named=True):
             o.add_row(
                 _f(r["rank"], "{}"), str(r["name"]), r["dtype"] or "-", str(r["count"]),
-                _f(r["flop"] / 1e12, "{:.3f}"), _f(r["tflops"], "{:.1f}"), _f(r["mfu_pct"], "{:.1f}"),
+                _f(r["flop"] / 1e12, "{:.3g}"), _f(r["tflops"], "{:.3g}"), _f(r["mfu_pct"], "{:.1f}"),
             )  # fmt: skip
         console.print(o)
     for n in fl.notes:
