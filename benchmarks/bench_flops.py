@@ -48,21 +48,22 @@ def main() -> None:
         _alternate(args.profile, args.repeat)
         return
     for i in range(args.repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         run = ct.load(args.profile, cache=False)
-        t_load = time.perf_counter() - t
-        t = time.perf_counter()
+        t_load, c_load = time.perf_counter() - t, time.process_time() - c
+        t, c = time.perf_counter(), time.process_time()
         res = analyze_run(run, opts)
-        t_an = time.perf_counter() - t
+        t_an, c_an = time.perf_counter() - t, time.process_time() - c
         line = (
-            f"rep {i}: nodes {sum(tr.nodes.height for tr in run):,} load {t_load:.3f} s analyze {t_an:.3f} s"
+            f"rep {i}: nodes {sum(tr.nodes.height for tr in run):,} load {t_load:.3f} s ({c_load:.3f} CPU) "
+            f"analyze {t_an:.3f} s ({c_an:.3f} CPU)"
         )
         if run_flops is not None:
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             fl, _ = run_flops(
                 dict(run.traces), res.classified, per_step=args.per_step, simulated=False, skipped={}
             )
-            t_fl = time.perf_counter() - t
+            t_fl, c_fl = time.perf_counter() - t, time.process_time() - c
             n = 0 if fl is None else int(fl.total().filter(fl.total()["op_class"] == "all")["n_ops"].sum())
             line += (
                 f" flops {t_fl:.3f} s ({c_fl:.3f} CPU; {100 * t_fl / (t_load + t_an):.1f} % of load+analyze wall, "
