@@ -152,6 +152,8 @@ def test_peak_table() -> None:
     assert peak_or_reason("AMD Instinct MI300X VF", "bf16") == (1307.4, None)
     assert peak_or_reason("AMD Instinct MI250X / MI250", "fp16") == (383.0, None)
     assert peak_or_reason("NVIDIA B200", "bf16") == (2250.0, None)
+    assert peak_or_reason("NVIDIA B200", "tf32") == (1100.0, None)
+    assert peak_or_reason("NVIDIA GB200", "bf16") == (2500.0, None)
     assert peak_or_reason("Tesla V100-SXM2-32GB", "bf16") == (None, "V100 SXM2 has no dense bf16 peak")
     assert peak_or_reason("AMD Radeon Graphics", "fp32")[0] is None
     assert peak_or_reason(None, "bf16") == (None, "device model unknown")

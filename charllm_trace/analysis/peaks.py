@@ -9,7 +9,8 @@ bf16 or tf32, MI200 no tf32), and MFU is then null with that reason.
 ======================= ======= ====== ====== ====== ====== ====== ==========================================
 device                  fp64    fp32   tf32   fp16   bf16   fp8    source
 ======================= ======= ====== ====== ====== ====== ====== ==========================================
-B200 (HGX B200, 1 GPU)  37      75     1125   2250   2250   4500   NVIDIA HGX B200 datasheet (8 GPUs / 8)
+GB200 (NVL72, 1 GPU)    40      80     1250   2500   2500   5000   NVIDIA GB200 NVL72 datasheet (per GPU)
+B200 (HGX B200, 1 GPU)  37      75     1100   2250   2250   4500   NVIDIA HGX B200 datasheet (per GPU)
 H100 / H200 NVL         60      60     417.5  835.5  835.5  1670.5 NVIDIA H100 NVL / H200 NVL datasheets
 H100 PCIe               51      51     378    756.5  756.5  1513   NVIDIA H100 Tensor Core GPU datasheet
 H100 / H200 SXM         67      67     494.5  989.5  989.5  1979   NVIDIA H100 / H200 Tensor Core GPU datasheets
@@ -38,8 +39,10 @@ DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
 _N = None
 #: (pattern on the device model, device, (fp64, fp32, tf32, fp16, bf16, fp8), source); first match wins.
 PEAKS: tuple[tuple[str, str, tuple[float | None, ...], str], ...] = (
-    (r"(?i)\bB200\b", "B200", (37.0, 75.0, 1125.0, 2250.0, 2250.0, 4500.0),
-     "NVIDIA HGX B200 datasheet (8-GPU figures / 8, sparsity halved)"),
+    (r"(?i)\bGB200\b", "GB200", (40.0, 80.0, 1250.0, 2500.0, 2500.0, 5000.0),
+     "NVIDIA GB200 NVL72 datasheet, per-GPU figures (sparsity halved)"),
+    (r"(?i)\bB200\b", "B200", (37.0, 75.0, 1100.0, 2250.0, 2250.0, 4500.0),
+     "NVIDIA HGX B200 datasheet, per-GPU figures (sparsity halved)"),
     (r"(?i)\bH[12]00\b.*\bNVL\b", "H100/H200 NVL", (60.0, 60.0, 417.5, 835.5, 835.5, 1670.5),
      "NVIDIA H100 NVL / H200 NVL datasheets (sparsity halved)"),
     (r"(?i)\bH100\b.*PCIe", "H100 PCIe", (51.0, 51.0, 378.0, 756.5, 756.5, 1513.0),
