@@ -12,7 +12,7 @@ from analysis_helpers import cpu, kernel, make_trace
 from conftest import shared_trace
 from rich.console import Console
 
-from charllm_trace.analysis import AnalyzeOptions, analyze_trace
+from charllm_trace.analysis import AnalyzeOptions, analyze_run, analyze_trace
 from charllm_trace.analysis.flops import flops
 from charllm_trace.analysis.flops_formulas import dtype_of, op_flops
 from charllm_trace.analysis.peaks import peak_or_reason
@@ -323,12 +323,20 @@ def test_dlrm_kineto_shapes_agree_with_the_host_et() -> None:
     import charllm_trace as ct
 
     d = shared_trace("param/dlrm_8ranks_v100")
-    linked = flops(ct.load(d).traces[0])
+    run = ct.load(d)
+    linked = flops(run.traces[0])
     kineto = flops(next(iter(ct.load(d / "kineto_rank0.json.gz"))))
     a = linked.total().filter(pl.col("op_class") == "all").row(0, named=True)
     b = kineto.total().filter(pl.col("op_class") == "all").row(0, named=True)
     assert a["flop"] == b["flop"] == 60_487_168 and a["n_ops"] == b["n_ops"] == 23
     assert a["peak_tflops"] == 15.7 and 0 < a["mfu_pct"] < 100
+    # the whole run: every rank, per step, the shared notes once with the ranks they hold for
+    res = analyze_run(run, AnalyzeOptions(per_step=True, critical_path=False))
+    fl = res.flops
+    assert fl is not None and sorted(fl.per_step["rank"].unique().to_list()) == list(range(8))
+    assert fl.per_step.filter(pl.col("step").is_not_null())["step"].unique().to_list() == [10]
+    assert sorted(fl.devices["peak_device"].to_list()) == ["V100 SXM2"] * 8
+    assert fl.notes[0].startswith("ranks 0-7: FLOPs are estimates")
 
 
 def test_kineto_reader_keeps_the_shapes_of_flop_ops(tmp_path, monkeypatch) -> None:  # noqa: ANN001
