@@ -44,6 +44,7 @@ _COMM_FIELDS = {f"c{i}": key for i, key in enumerate(COMM_ARG_KEYS)}
 _SYNC_FIELDS = {f"s{i}": key for i, key in enumerate(SYNC_ARG_KEYS)}
 #: the shape args among the comm args: the same raw fields of ``_Args`` (c<i>), by key
 _SHAPE_FIELDS = {f: key for f, key in _COMM_FIELDS.items() if key in SHAPE_ARG_KEYS}
+_shape_raws = operator.attrgetter(*_SHAPE_FIELDS)  # a struct's raw shape args, as a tuple
 
 
 # the comm args as raw JSON fields c0..cN (declared dynamically: one per key in COMM_ARG_KEYS)
@@ -213,7 +214,9 @@ class Columns:
         self.fast = msgspec.json.Decoder(list[_FAST_EVENT])
         self.comm_list_dec = msgspec.json.Decoder(list[_CommValues])
         self.shape_list_dec = msgspec.json.Decoder(list[_ShapeRaw])
-        self.shape_values: dict[bytes, dict[str, Any]] = {}  # raw texts of a row's shape args -> their dict
+        self.shape_values: dict[
+            tuple[bytes, ...], dict[str, Any]
+        ] = {}  # a row's raw shape args -> their dict
         self.sync_list_dec = msgspec.json.Decoder(list[_SyncValues])
         self.comm_pairs: dict[int, bool] = {}  # (name code << 32 | category code) -> may be comm
         self.name_parts: list[np.ndarray] = []  # vocabulary codes
@@ -345,8 +348,8 @@ class Columns:
         """The shape args (``SHAPE_ARG_KEYS``) of one decoded struct with their raw JSON (a ``_ShapeRaw``,
         or an ``_Args`` of the msgspec reader). Layers and steps repeat the same shapes: each distinct
         (dims, types, values) text is decoded once, and its rows share one dict (read only)."""
-        raws = [getattr(a, f) for f in _SHAPE_FIELDS]
-        key = b"\0".join(map(bytes, raws))
+        raws = _shape_raws(a)
+        key = tuple(map(bytes, raws))
         d = self.shape_values.get(key)
         if d is None:
             d = self.shape_values[key] = {
