@@ -19,11 +19,16 @@ import polars as pl
 
 from charllm_trace.analysis.energy import IDLE
 from charllm_trace.analysis.findings import Finding, findings
+from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.results import CP_CATEGORIES, BreakdownResult, RunAnalysis
 from charllm_trace.model import Run
 from charllm_trace.render.breakdown_html import breakdown_parts
 from charllm_trace.render.report_sections import findings_html, power_figures, stragglers_html
+from charllm_trace.render.report_sections import ms as _ms
+from charllm_trace.render.report_sections import notes_list as _notes_list
+from charllm_trace.render.report_sections import pct as _pct
+from charllm_trace.render.report_sections import what_if_parts as _what_if_parts
 from charllm_trace.render.svg import fmt_bytes
 from charllm_trace.report_views import (  # noqa: F401 - the views' names are part of this module's interface
     MAX_DEVICE_CHARTS,
@@ -77,6 +82,7 @@ class ReportData:
     idle_time: IdleTimeResult | None = None  # GPU idle per stream (render/report_streams.py)
     launch: LaunchResult | None = None
     breakdown: BreakdownResult | None = None  # the time breakdown (render/breakdown_html.py)
+    flops: FlopsResult | None = None  # achieved FLOP/s and MFU (estimates)
     simulated: bool = False
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -167,6 +173,7 @@ def report_data_from(views: ReportViews, an: RunAnalysis, title: str | None = No
     data.simulated = an.simulated
     data.idle_time, data.launch = an.idle_time, an.launch
     data.breakdown = an.breakdown
+    data.flops = an.flops
     if an.critical_path is not None:
         cp = an.critical_path
         data.critical_paths = cp.paths
@@ -199,14 +206,6 @@ def _name(source: str | None) -> str:
     if not source:
         return "in memory"
     return source.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
-
-
-def _ms(ns: float | None) -> str:
-    return "" if ns is None else f"{ns / 1e6:,.3f}"
-
-
-def _pct(v: float | None) -> str:
-    return "" if v is None or v != v else f"{v:.2f}"
 
 
 def render_report(data: ReportData) -> str:
@@ -355,6 +354,11 @@ def render_report(data: ReportData) -> str:
             note="per process group and rank, over the collectives matched across ranks: how often the rank "
             "started last, and how long after the group's first rank",
         )
+    from charllm_trace.render.flops_html import flops_parts
+
+    rep.add(
+        "FLOP/s and MFU", *flops_parts(data.flops, data.skipped.get("flops"), data.simulated), sid="flops"
+    )
 
     # 4. energy
     e = data.energy_ops
@@ -383,14 +387,6 @@ def render_report(data: ReportData) -> str:
 
 def _who(scope: str, rank: int | None) -> str:
     return "job" if scope == "job" else f"rank {rank}"
-
-
-def _notes_list(notes: list[str]) -> str:
-    from charllm_trace.render import html as H
-
-    if not notes:
-        return ""
-    return '<ul class="notes">' + "".join(f"<li>{H._esc(n)}</li>" for n in notes) + "</ul>"
 
 
 def _critical_parts(data: ReportData) -> list[str]:
@@ -461,57 +457,4 @@ def _critical_parts(data: ReportData) -> list[str]:
             )
         )
     parts.append(_notes_list(data.critical_notes))
-    return parts
-
-
-def _what_if_parts(data: ReportData) -> list[str]:
-    from charllm_trace.render import html as H
-
-    w = data.what_if
-    if w is None:
-        return [f'<p class="empty">{H._esc(data.skipped.get("what_if", "not computed"))}</p>']
-    factors = ", ".join(f"{k} x {v:g}" for k, v in data.what_if_factors.items())
-    parts = [
-        f'<p class="predicted">PREDICTED, not measured: durations scaled by class ({H._esc(factors)}) '
-        "and the execution graph re-timed, every dependency honoured.</p>"
-    ]
-    rows = [
-        [
-            r["rank"],
-            "all" if r["step"] is None else r["step"],
-            _ms(r["measured_ns"]),
-            _ms(r["predicted_ns"]),
-            "" if r["change_pct"] is None else f"{r['change_pct']:+.2f}",
-            _ms(r["measured_exposed_comm_ns"]),
-            _ms(r["predicted_exposed_comm_ns"]),
-            _pct(r["measured_overlap_pct"]),
-            _pct(r["predicted_overlap_pct"]),
-        ]
-        for r in w.iter_rows(named=True)
-    ]
-    parts.append(
-        H.table(
-            [
-                "rank",
-                "step",
-                "measured (ms)",
-                "predicted (ms)",
-                "change %",
-                "measured exposed comm (ms)",
-                "predicted exposed comm (ms)",
-                "measured overlap %",
-                "predicted overlap %",
-            ],
-            rows,
-            scroll=True,
-        )
-    )
-    notes = list(data.what_if_notes)
-    if data.what_if_fixed_wait_pct is not None:
-        notes.insert(
-            0,
-            f"{data.what_if_fixed_wait_pct:.1f} % of the measured critical path is waiting the trace does not explain; "
-            "it is kept as measured in the prediction",
-        )
-    parts.append(_notes_list(notes))
     return parts

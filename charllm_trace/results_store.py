@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.results import (
     AnalyzeOptions,
@@ -72,6 +73,7 @@ RESULT_TYPES: dict[str, type] = {
     "launch": LaunchResult,
     "config": RunConfig,
     "breakdown": BreakdownResult,
+    "flops": FlopsResult,
 }
 #: results added to version 1 after its first files were written: a file without them reads them as None
 ADDED_RESULTS = ("config",)

@@ -114,6 +114,9 @@ def _expected(doc: dict[str, Any]) -> dict[str, Any]:
     else:
         for k in ("avg_power_w", "peak_power_w", "throttled_pct", "energy_per_step_j"):
             out[k] = None
+    fl = [r for r in doc["frames"].get("flops", []) if r["step"] is None and r["op_class"] == "all"]
+    fl = [r for r in fl if r["flop"] is not None and r["kernel_ns"]]
+    out["tflops"] = sum(r["flop"] for r in fl) / sum(r["kernel_ns"] for r in fl) / 1e3 if fl else None
     return out
 
 
@@ -155,7 +158,7 @@ def test_table_values_equal_each_runs_analyze_json(runs: list[Path]) -> None:
     assert math.isclose(fast["busbw_dp_gbps"] / slow["busbw_dp_gbps"], 1.5, rel_tol=1e-6)
     assert bare["busbw_dp_gbps"] is None  # no layout: its group has no dimension
     assert slow["avg_power_w"] > fast["avg_power_w"] > 0 and bare["avg_power_w"] is None
-    assert fast["tflops"] is None  # no FLOP/s result in these analyses
+    assert fast["tflops"] is not None and fast["tflops"] > 0  # the ops' FLOP/s (CPU mode: their own durations)
     # best per column, in its direction (ties all marked)
     best = doc["best"]
     assert set(best["step_time_ms"]) == {"fast", "bare"} and best["avg_power_w"] == ["fast"]

@@ -11,6 +11,7 @@
 - :func:`simulate` — a timeline for traces without timestamps (``analysis.whatif``)
 - :func:`idle_time` — GPU idle time per stream, HTA's breakdown (``analysis.idle_time``)
 - :func:`launch_stats` — launch delays, short kernels, launch queues (``analysis.launch_stats``)
+- :func:`flops` — achieved FLOP/s and MFU of GEMM, attention and convolution ops (``analysis.flops``)
 
 Result types are in :mod:`charllm_trace.analysis.results`; the formulas in
 ``docs/analyses.md``.
@@ -33,6 +34,7 @@ _WHERE = {
     "EnergyResult": "results",
     "IdleTimeResult": "idle_results",
     "LaunchResult": "idle_results",
+    "FlopsResult": "flops_results",
     "OverlapResult": "results",
     "PowerResult": "results",
     "RunAnalysis": "results",
@@ -45,6 +47,7 @@ _WHERE = {
     "energy": "energy",
     "idle_time": "idle_time",
     "launch_stats": "launch_stats",
+    "flops": "flops",
     "overlap": "overlap",
     "power": "power",
     "simulate": "whatif",
@@ -58,7 +61,7 @@ __all__ = sorted(_WHERE)
 #: function; the package's class below ignores exactly those bindings, so
 #: ``charllm_trace.analysis.overlap`` is always the function, loaded on first use like the rest
 #: (importing ``analysis.results`` alone, e.g. to load saved results, loads no analysis and not numpy).
-_SAME_NAME = frozenset({"bandwidth", "energy", "idle_time", "launch_stats", "overlap", "power"})
+_SAME_NAME = frozenset({"bandwidth", "energy", "flops", "idle_time", "launch_stats", "overlap", "power"})
 
 
 class _Package(types.ModuleType):

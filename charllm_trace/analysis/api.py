@@ -12,6 +12,7 @@ from charllm_trace.analysis.breakdown import run_breakdown
 from charllm_trace.analysis.classify import classify, with_phase
 from charllm_trace.analysis.critical import critical_path
 from charllm_trace.analysis.energy import energy
+from charllm_trace.analysis.flops import run_flops
 from charllm_trace.analysis.launch_gap import lost_device_activity
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.parallel import name_groups
@@ -279,6 +280,11 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
     cp, wi = _graph_analyses(
         run if simulated else work, options, recorded if simulated else classified, skipped, no_ts
     )
+    fl, fl_notes = run_flops(
+        traces, classified, per_step=options.per_step, simulated=simulated, skipped=skipped
+    )
+    if fl is not None:
+        fl.notes = _merge_notes(fl_notes, multi)
     if no_dur and len(no_dur) == len(no_ts):
         for k in ("critical_path", "what_if"):
             if k in skipped:
@@ -296,6 +302,7 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         launch=launch,
         config=run_config(work, _layout(work, options)),
         breakdown=bd,
+        flops=fl,
         bandwidth=bw_res,
         energy=en,
         power=pw,
@@ -312,7 +319,7 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         target.notes.extend(dup)
     partial = run.manifest.get("partial") if isinstance(run.manifest, dict) else None
     if isinstance(partial, str):  # --allow-partial: every result says it covers part of the run
-        for r in (ov, bw_res, en, pw, idle, launch, bd):
+        for r in (ov, bw_res, en, pw, idle, launch, bd, fl):
             if r is not None:
                 r.notes.insert(0, partial)
     return res

@@ -10,6 +10,7 @@ from __future__ import annotations
 import polars as pl
 
 from charllm_trace.analysis.config_results import CONFIG_SCHEMA
+from charllm_trace.analysis.flops_results import FLOPS_DEVICE_SCHEMA, FLOPS_OP_SCHEMA, FLOPS_SCHEMA
 from charllm_trace.analysis.idle_results import IDLE_TIME_SCHEMA, LAUNCH_SCHEMA, QUEUE_SCHEMA
 from charllm_trace.analysis.results import (
     BANDWIDTH_SUMMARY_SCHEMA,
@@ -50,6 +51,9 @@ FRAME_SCHEMAS: dict[str, tuple[str, dict[str, pl.DataType]]] = {
     "config": ("config", CONFIG_SCHEMA),
     "breakdown": ("breakdown", BREAKDOWN_SCHEMA),
     "breakdown_totals": ("breakdown", BREAKDOWN_TOTAL_SCHEMA),
+    "flops": ("flops", FLOPS_SCHEMA),
+    "flops_by_op": ("flops", FLOPS_OP_SCHEMA),
+    "flops_devices": ("flops", FLOPS_DEVICE_SCHEMA),
 }
 
 #: The modules whose ``*_SCHEMA`` tables (with a comment beside each column) are imported above.
@@ -58,6 +62,7 @@ DEFINED_IN = (
     "charllm_trace.analysis.idle_results",
     "charllm_trace.analysis.config_results",
     "charllm_trace.analysis.results_breakdown",
+    "charllm_trace.analysis.flops_results",
 )
 
 #: Why a frame is empty when its analysis was not asked for (no entry in ``skipped``).

@@ -27,6 +27,7 @@ from typing import Any
 import polars as pl
 
 from charllm_trace.analysis.config_results import CONFIG_SCHEMA, RunConfig  # noqa: F401 - re-exported
+from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.results_breakdown import BreakdownResult
 
@@ -435,6 +436,7 @@ class RunAnalysis:
     launch: LaunchResult | None = None  # launch delays and queues (analysis/launch_stats.py)
     config: RunConfig | None = None
     breakdown: BreakdownResult | None = None
+    flops: FlopsResult | None = None  # achieved FLOP/s and MFU (analysis.flops; estimates)
     skipped: dict[str, str] = field(default_factory=dict)
     ranks: list[int] = field(default_factory=list)
     simulated: bool = False
@@ -481,12 +483,16 @@ class RunAnalysis:
         if self.breakdown is not None:
             out["breakdown"] = self.breakdown.by
             out["breakdown_totals"] = self.breakdown.totals
+        if self.flops is not None:
+            out["flops"] = self.flops.per_step
+            out["flops_by_op"] = self.flops.by_op
+            out["flops_devices"] = self.flops.devices
         return out
 
     def notes(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         analyses = ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if")
-        for name in (*analyses, "idle_time", "launch", "config", "breakdown"):
+        for name in (*analyses, "idle_time", "launch", "config", "breakdown", "flops"):
             r: Any = getattr(self, name)
             if r is not None and r.notes:
                 out[name] = list(r.notes)

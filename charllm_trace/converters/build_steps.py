@@ -166,7 +166,14 @@ def attrs_column(ev: pl.DataFrame, comm_args: dict[int, dict[str, Any]]) -> pl.S
     )
     if hit.height == 0:
         return base
-    values = [
-        orjson.dumps({"cat": c, **comm_args[i]}).decode() for i, c in zip(hit["id"], hit["cat"], strict=True)
-    ]
+    texts: dict[
+        tuple[str, int], str
+    ] = {}  # rows that share one args dict (the reader's shape args) share the text
+    values = []
+    for i, c in zip(hit["id"], hit["cat"], strict=True):
+        d = comm_args[i]
+        t = texts.get((c, id(d)))
+        if t is None:
+            t = texts[(c, id(d))] = orjson.dumps({"cat": c, **d}).decode()
+        values.append(t)
     return base.scatter(hit["pos"], pl.Series(values, dtype=pl.String))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,6 +90,19 @@ COMM_ARG_KEYS = (
 #: ``cudaEventRecord`` call that recorded it (read by :mod:`charllm_trace.graph.cuda_sync`).
 SYNC_ARG_KEYS = ("wait_on_stream", "wait_on_cuda_event_record_corr_id")
 SYNC_CATEGORY = "cuda_sync"
+
+#: CPU ops whose ``Input Dims`` / ``Input type`` / ``Concrete Inputs`` args (recorded with
+#: ``record_shapes=True``) are kept in ``attrs`` too: matrix products, attention and convolutions,
+#: whose FLOPs ``analysis.flops`` counts from them. A superset of the ops it counts.
+SHAPE_OP_RE = r"^aten::(\w*mm|matmul|linear|\w*attention\w*|\w*conv\w*)$"
+#: The args kept for them (in ``attrs``), when recorded.
+SHAPE_ARG_KEYS = ("Input Dims", "Input type", "Concrete Inputs")
+_SHAPE_OP = re.compile(SHAPE_OP_RE)
+
+
+def keeps_shapes(name: Any, kind: str) -> bool:
+    """Whether the args of a CPU op named ``name`` hold shapes worth keeping (``SHAPE_OP_RE``)."""
+    return kind == "cpu_op" and isinstance(name, str) and _SHAPE_OP.match(name) is not None
 
 
 @dataclass
@@ -298,6 +312,10 @@ def parse_kineto(doc: dict[str, Any], path: str | os.PathLike[str]) -> KinetoPro
         if (k in ("kernel", "cpu_op", "annotation", "other")) and may_be_comm(nm, k):
             a = args[i]
             comm_args[i] = {key: a[key] for key in COMM_ARG_KEYS if key in a}
+        elif keeps_shapes(nm, k):
+            d = {key: args[i][key] for key in SHAPE_ARG_KEYS if key in args[i]}
+            if d:
+                comm_args[i] = d
         elif cats[i] == SYNC_CATEGORY:
             d = {key: args[i][key] for key in SYNC_ARG_KEYS if args[i].get(key) is not None}
             if d:

@@ -5,6 +5,7 @@ numbers from the analyses' frames."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import polars as pl
 
@@ -112,3 +113,72 @@ def power_figures(
             )
         )
     return figs
+
+
+def ms(ns: float | None) -> str:
+    return "" if ns is None else f"{ns / 1e6:,.3f}"
+
+
+def pct(v: float | None) -> str:
+    return "" if v is None or v != v else f"{v:.2f}"
+
+
+def notes_list(notes: list[str]) -> str:
+    from charllm_trace.render import html as H
+
+    if not notes:
+        return ""
+    return '<ul class="notes">' + "".join(f"<li>{H._esc(n)}</li>" for n in notes) + "</ul>"
+
+
+def what_if_parts(data: Any) -> list[str]:
+    from charllm_trace.render import html as H
+
+    w = data.what_if
+    if w is None:
+        return [f'<p class="empty">{esc(data.skipped.get("what_if", "not computed"))}</p>']
+    factors = ", ".join(f"{k} x {v:g}" for k, v in data.what_if_factors.items())
+    parts = [
+        f'<p class="predicted">PREDICTED, not measured: durations scaled by class ({esc(factors)}) '
+        "and the execution graph re-timed, every dependency honoured.</p>"
+    ]
+    rows = [
+        [
+            r["rank"],
+            "all" if r["step"] is None else r["step"],
+            ms(r["measured_ns"]),
+            ms(r["predicted_ns"]),
+            "" if r["change_pct"] is None else f"{r['change_pct']:+.2f}",
+            ms(r["measured_exposed_comm_ns"]),
+            ms(r["predicted_exposed_comm_ns"]),
+            pct(r["measured_overlap_pct"]),
+            pct(r["predicted_overlap_pct"]),
+        ]
+        for r in w.iter_rows(named=True)
+    ]
+    parts.append(
+        H.table(
+            [
+                "rank",
+                "step",
+                "measured (ms)",
+                "predicted (ms)",
+                "change %",
+                "measured exposed comm (ms)",
+                "predicted exposed comm (ms)",
+                "measured overlap %",
+                "predicted overlap %",
+            ],
+            rows,
+            scroll=True,
+        )
+    )
+    notes = list(data.what_if_notes)
+    if data.what_if_fixed_wait_pct is not None:
+        notes.insert(
+            0,
+            f"{data.what_if_fixed_wait_pct:.1f} % of the measured critical path is waiting the trace does not explain; "
+            "it is kept as measured in the prediction",
+        )
+    parts.append(notes_list(notes))
+    return parts

@@ -435,3 +435,11 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
         console.print(f"what-if: {cli_hint(res.skipped['what_if'])}", markup=False, highlight=False)
         console.print()
     render_streams(res, console, cli_hint)  # idle time per GPU stream, launch statistics
+    if res.flops is not None:
+        from charllm_trace.render.flops_table import render_flops
+
+        render_flops(res, console)
+        console.print()
+    elif "flops" in res.skipped:
+        console.print(f"FLOP/s: {res.skipped['flops']}", markup=False, highlight=False)
+        console.print()
