@@ -18,8 +18,10 @@ import click
 from charllm_trace._native_libs import NativeModuleMissing
 from charllm_trace.cli_analyze import analyze_cmd, report_cmd
 from charllm_trace.cli_cache import allow_partial_option, cache_group, json_flag, no_cache_option, wide_option
+from charllm_trace.cli_compare import compare_cmd
 from charllm_trace.cli_results import refuse_existing
 from charllm_trace.cli_scale import scheduler_option
+from charllm_trace.cli_telemetry import telemetry_group
 from charllm_trace.errors import InputError
 
 EXIT_OK = 0
@@ -207,6 +209,8 @@ def convert_cmd(
     help="auto, nvml, amdsmi, none, or replay:PATH (a recorded stream).",
 )
 @click.option("--parallel", default=None, help="Parallel layout for the manifest, e.g. tp=8,pp=4,dp=2,ep=1.")
+@click.option("--workload", default=None,
+              help="What is trained, for the manifest (compare lists it), e.g. model=llama-7b,mbs=1,gbs=256,seq=4096.")  # fmt: skip
 @click.option("--with-stack", is_flag=True, help="Record Python stacks in the Kineto profile (larger files).")
 @click.option("--force", is_flag=True, help="Replace the trace files of an existing run directory.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
@@ -217,6 +221,7 @@ def collect_cmd(
     telemetry_hz: float,
     telemetry_source: str,
     parallel: str | None,
+    workload: str | None,
     with_stack: bool,
     force: bool,
     command: tuple[str, ...],
@@ -227,7 +232,13 @@ def collect_cmd(
     charllm-trace collect -o run --steps 10-12 -- torchrun --nproc_per_node 8 train.py ...
     Exits with the training command's exit code.
     """
-    from charllm_trace.collectors.launcher import collect, parse_parallel, parse_ranks, parse_steps
+    from charllm_trace.collectors.launcher import (
+        collect,
+        parse_parallel,
+        parse_ranks,
+        parse_steps,
+        parse_workload,
+    )
 
     result = collect(
         list(command),
@@ -237,6 +248,7 @@ def collect_cmd(
         telemetry_hz=telemetry_hz,
         telemetry_source=telemetry_source,
         parallel=parse_parallel(parallel),
+        workload=parse_workload(workload),
         force=force,
         with_stack=with_stack,
         log=lambda msg: click.echo(f"charllm-trace: {msg}", err=True),
@@ -408,6 +420,14 @@ def export_perfetto(
 
     refuse_existing(output, force)
     r = loader.load(run)
+    untimed = [k for k, t in r.traces.items() if not t.meta.has_timestamps]
+    if untimed and not simulate and len(untimed) == len(r.traces):
+        raise InputError(
+            r.source or run,
+            "no timestamps in any rank (a Chakra ET from Chakra's converter, or a host execution trace "
+            "alone): nothing to place on a timeline; rerun with --simulate to draw the timeline rebuilt "
+            "from the dependencies (simulated times, marked as such)",
+        )
     if simulate:
         from charllm_trace.analysis import simulate as sim
 
@@ -424,6 +444,22 @@ def export_perfetto(
         + (f", {stats.critical_path_segments} critical-path segments" if cp is not None else "")
         + (f" ({stats.skipped_untimed} nodes without a start time left out)" if stats.skipped_untimed else "")
     )
+    if untimed and not simulate:
+        click.echo(
+            f"ranks {untimed} have no timestamps and are left out: --simulate draws them on a rebuilt timeline"
+        )
+    if stats.overlap_slices:
+        n = stats.overlap_slices
+        click.echo(
+            f"{n} {'slice partially overlaps another on its' if n == 1 else 'slices partially overlap others on their'}"
+            " thread or stream: drawn, with exact times, on the '... (overlaps)' track beside it"
+        )
+    if stats.flows_backwards or stats.flows_unbound:
+        click.echo(
+            f"launch flows left out: {stats.flows_backwards} where the GPU op begins before its launch call "
+            f"(clocks disagree), {stats.flows_unbound} where another slice begins at the same time on the "
+            "call's or the op's track (Perfetto would bind the arrow to it)"
+        )
     if why:
         click.echo(f"critical path: not drawn: {why}")
 
@@ -469,6 +505,8 @@ def sanitize_cmd(run: str, output: str, redact: tuple[str, ...], force: bool) ->
 main.add_command(analyze_cmd)
 main.add_command(report_cmd)
 main.add_command(cache_group)
+main.add_command(telemetry_group)
+main.add_command(compare_cmd)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -75,6 +75,9 @@ def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
 @click.option("--what-if", "what_if", default=None, metavar="CLASS=FACTOR,...", help=WHAT_IF_HELP)
 @click.option("--no-critical-path", is_flag=True, help="Skip the critical path through the execution graph.")
 @wide_option
+@click.option("--breakdown-top", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Time breakdown: keep the N kernels / ops with the most GPU time per rank and step, "
+              "the rest summed in one row (default: all; tables show 10).")  # fmt: skip
 @save_option
 @no_cache_option
 @allow_partial_option
@@ -97,6 +100,7 @@ def analyze_cmd(
     what_if: str | None,
     no_critical_path: bool,
     wide: bool,
+    breakdown_top: int | None,
     save: str | None,
 ) -> None:
     """Overlap, bandwidth per collective, energy per operator, power per step and the critical
@@ -135,6 +139,7 @@ def analyze_cmd(
             energy_method=energy_method,
             critical_path=not no_critical_path,
             what_if=_parse_what_if_option(what_if),
+            breakdown_top=breakdown_top,
         )
         wanted = _parse_ranks_option(ranks)
         refuse_existing_save(save, force)
@@ -237,5 +242,8 @@ def report_cmd(
 
     with url_output(output) as out:  # an fsspec URL: written here, uploaded whole
         Path(out).write_text(render_report(data), encoding="utf-8")
-    skipped = "; ".join(f"{k}: {v}" for k, v in data.skipped.items())
+    by_reason: dict[str, list[str]] = {}  # one reason, said once, for every section it holds for
+    for k, v in data.skipped.items():
+        by_reason.setdefault(v, []).append(k.replace("_", " "))
+    skipped = "; ".join(f"{', '.join(ks)}: {v}" for v, ks in by_reason.items())
     click.echo(f"wrote {output}" + (f" (not drawn: {skipped})" if skipped else ""))

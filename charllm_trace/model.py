@@ -106,6 +106,11 @@ NODE_SCHEMA: dict[str, pl.DataType] = {
     "attrs": pl.String,  # JSON object of attributes with no column (verbatim)
 }
 
+#: ``attrs`` key of the group size an all_gather's / reduce_scatter's own tensors imply (output /
+#: input elements), written by the converters where they know both counts; the bandwidth analysis
+#: prefers it to the process group's or world's size when they disagree.
+ATTR_TENSOR_GROUP = "tensor_group_size"
+
 #: Dependency kinds: control (parent, launching op, ordering) and data (producer of an input tensor).
 DEP_KINDS = ("ctrl", "data")
 

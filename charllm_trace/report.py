@@ -18,8 +18,18 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.energy import IDLE
-from charllm_trace.analysis.results import CP_CATEGORIES, RunAnalysis
+from charllm_trace.analysis.findings import Finding, findings
+from charllm_trace.analysis.flops_results import FlopsResult
+from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
+from charllm_trace.analysis.results import CP_CATEGORIES, BreakdownResult, RunAnalysis
 from charllm_trace.model import Run
+from charllm_trace.render.breakdown_html import breakdown_parts
+from charllm_trace.render.report_sections import findings_html, power_figures, stragglers_html
+from charllm_trace.render.report_sections import ms as _ms
+from charllm_trace.render.report_sections import notes_list as _notes_list
+from charllm_trace.render.report_sections import pct as _pct
+from charllm_trace.render.report_sections import what_if_parts as _what_if_parts
+from charllm_trace.render.svg import fmt_bytes
 from charllm_trace.report_views import (  # noqa: F401 - the views' names are part of this module's interface
     MAX_DEVICE_CHARTS,
     MAX_LANES,
@@ -69,9 +79,16 @@ class ReportData:
     what_if_factors: dict[str, float] = field(default_factory=dict)
     what_if_fixed_wait_pct: float | None = None
     what_if_notes: list[str] = field(default_factory=list)
+    idle_time: IdleTimeResult | None = None  # GPU idle per stream (render/report_streams.py)
+    launch: LaunchResult | None = None
+    breakdown: BreakdownResult | None = None  # the time breakdown (render/breakdown_html.py)
+    flops: FlopsResult | None = None  # achieved FLOP/s and MFU (estimates)
     simulated: bool = False
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)  # the sentences at the top
+    stragglers: pl.DataFrame | None = None  # STRAGGLER_SCHEMA rows
+    step_marks: list[tuple[int, int]] = field(default_factory=list)  # (step, first start ns over ranks)
 
 
 def report_data(
@@ -105,15 +122,24 @@ def report_data_from(views: ReportViews, an: RunAnalysis, title: str | None = No
     for name, notes in an.notes().items():
         data.notes += [f"{name}: {n}" for n in notes]
     data.notes += views.notes
+    data.findings = findings(an)
     if an.overlap is not None:
         pr = an.overlap.per_rank
+        marks = (
+            pr.filter(pl.col("step").is_not_null())
+            .group_by("step")
+            .agg(pl.col("start_ns").min())
+            .sort("step")
+        )
+        data.step_marks = [(int(a), int(b)) for a, b in marks.iter_rows() if b is not None]
         data.overlap_total = pr.filter(pl.col("step").is_null()).sort("rank")
         data.overlap_steps = (
             pr.filter(pl.col("step").is_not_null()).select("rank", "step", "overlap_pct").sort("step", "rank")
         )
     if an.bandwidth is not None:
+        data.stragglers = an.bandwidth.stragglers
         c = an.bandwidth.collectives
-        data.collectives = c.select("coll_type", "bytes", "busbw_gbps").filter(
+        data.collectives = c.select("coll_type", "bytes", "busbw_gbps", "rank", "pg_name", "dur_ns").filter(
             pl.col("bytes").is_not_null() & pl.col("busbw_gbps").is_not_null()
         )
         labels = {}
@@ -145,6 +171,9 @@ def report_data_from(views: ReportViews, an: RunAnalysis, title: str | None = No
         data.energy_ops = ops
         data.energy_totals = an.energy.totals
     data.simulated = an.simulated
+    data.idle_time, data.launch = an.idle_time, an.launch
+    data.breakdown = an.breakdown
+    data.flops = an.flops
     if an.critical_path is not None:
         cp = an.critical_path
         data.critical_paths = cp.paths
@@ -179,17 +208,10 @@ def _name(source: str | None) -> str:
     return source.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
 
 
-def _ms(ns: float | None) -> str:
-    return "" if ns is None else f"{ns / 1e6:,.3f}"
-
-
-def _pct(v: float | None) -> str:
-    return "" if v is None or v != v else f"{v:.2f}"
-
-
 def render_report(data: ReportData) -> str:
     """One self-contained HTML page of ``data``."""
     from charllm_trace.render import html as H
+    from charllm_trace.render.report_streams import stream_parts
 
     o = data.origin_ns or 0
     rep = H.HtmlReport(
@@ -230,6 +252,7 @@ def render_report(data: ReportData) -> str:
             overlay=overlay,
             overlay_label="power (W)",
             note=note + ("" if overlay else "; no power samples to draw over it"),
+            marks=[(float(t - o), f"step {st}") for st, t in data.step_marks],
         )
     else:
         chart = H.empty("Per-rank timeline", data.skipped.get("overlap", "no timed activity in this run"))
@@ -285,34 +308,57 @@ def render_report(data: ReportData) -> str:
     else:
         parts.append(H.empty("Overlap", data.skipped.get("overlap", "not computed")))
     rep.add("Overlap", *parts)
+    rep.add("Time breakdown", *breakdown_parts(data.breakdown, data.skipped.get("breakdown")))
 
     # 2b. critical path and what-if (tables; their bars sit in the table cells)
     rep.add("Critical path", *_critical_parts(data))
     if data.what_if is not None or "what_if" in data.skipped:
         rep.add("What-if (PREDICTED)", *_what_if_parts(data), sid="what-if")
+    rep.add(
+        "GPU idle and launches", *stream_parts(data.idle_time, data.launch, data.skipped, o, data.simulated)
+    )
 
     # 3. bandwidth
     c = data.collectives
     if c is not None and c.height:
-        groups = [
-            H.Series(
-                str(ct),
-                c.filter(pl.col("coll_type") == ct)["bytes"].to_numpy(),
-                c.filter(pl.col("coll_type") == ct)["busbw_gbps"].to_numpy(),
-            )
-            for ct in c["coll_type"].unique().sort().to_list()
-        ]
+        groups = []
+        for ct in c["coll_type"].unique().sort().to_list():
+            g = c.filter(pl.col("coll_type") == ct)
+            tips = [
+                f"{ct} · {fmt_bytes(b)} · {bw:.3g} GB/s · rank {r} · group {pg or '-'} · {d / 1e6:,.3f} ms"
+                for b, bw, r, pg, d in g.select(
+                    "bytes", "busbw_gbps", "rank", "pg_name", "dur_ns"
+                ).iter_rows()
+            ]
+            groups.append(H.Series(str(ct), g["bytes"].to_numpy(), g["busbw_gbps"].to_numpy(), labels=tips))
         chart = H.scatter_chart(
             groups,
             title="Bus bandwidth vs message size, per collective type",
             x_label="message size (nccl-tests convention)",
             y_label="bus bandwidth (GB/s)",
+            log_y=True,
             hlines=[H.HLine(g, label) for g, label in data.peaks],
             note="" if data.peaks else "link peak unknown for this device: no peak line",
         )
     else:
-        chart = H.empty("Bus bandwidth vs message size", data.skipped.get("bandwidth", "no collectives"))
+        why = data.skipped.get("bandwidth") or (
+            "the collectives found have no bus bandwidth (a message size or the group size is unknown; "
+            "see the notes)"
+        )
+        chart = H.empty("Bus bandwidth vs message size", why)
     rep.add("Collective bandwidth", chart)
+    if data.stragglers is not None and data.stragglers.height:
+        rep.add(
+            "Stragglers",
+            stragglers_html(data.stragglers),
+            note="per process group and rank, over the collectives matched across ranks: how often the rank "
+            "started last, and how long after the group's first rank",
+        )
+    from charllm_trace.render.flops_html import flops_parts
+
+    rep.add(
+        "FLOP/s and MFU", *flops_parts(data.flops, data.skipped.get("flops"), data.simulated), sid="flops"
+    )
 
     # 4. energy
     e = data.energy_ops
@@ -328,40 +374,19 @@ def render_report(data: ReportData) -> str:
     rep.add("Energy", chart)
 
     # 5. power, temperature, SM clock
-    figs = []
-    for d in data.devices:
-        figs.append(
-            H.line_chart(
-                [
-                    H.Series("power (W)", d.t - o, d.power_w, color="#d62728"),
-                    H.Series("temperature (C)", d.t - o, d.temp_c, color="#ff7f0e"),
-                    H.Series("SM clock (MHz)", d.t - o, d.sm_clock_mhz, color="#1f77b4", axis="right"),
-                ],
-                title=f"rank {d.rank} · GPU {d.device}: power, temperature and SM clock",
-                y_label="W / °C",
-                y2_label="MHz",
-                spans=[H.Span(a - o, b - o, why) for a, b, why in d.throttle],
-                span_label="throttled (power / thermal / hardware slowdown)",
-            )
-        )
+    figs = power_figures(data.devices, data.lanes, data.step_marks, o)
     if not figs:
         figs.append(H.empty("Power, temperature and SM clock", data.skipped.get("power", "no telemetry")))
     rep.add("Power and thermal", *figs)
     if data.notes:
         rep.add("Notes", "<ul>" + "".join(f"<li>{H._esc(n)}</li>" for n in data.notes) + "</ul>")
+    present = {sid for sid, _, _ in rep.sections}
+    rep.sections.insert(0, ("findings", "Findings", findings_html(data.findings, present)))
     return rep.render()
 
 
 def _who(scope: str, rank: int | None) -> str:
     return "job" if scope == "job" else f"rank {rank}"
-
-
-def _notes_list(notes: list[str]) -> str:
-    from charllm_trace.render import html as H
-
-    if not notes:
-        return ""
-    return '<ul class="notes">' + "".join(f"<li>{H._esc(n)}</li>" for n in notes) + "</ul>"
 
 
 def _critical_parts(data: ReportData) -> list[str]:
@@ -432,57 +457,4 @@ def _critical_parts(data: ReportData) -> list[str]:
             )
         )
     parts.append(_notes_list(data.critical_notes))
-    return parts
-
-
-def _what_if_parts(data: ReportData) -> list[str]:
-    from charllm_trace.render import html as H
-
-    w = data.what_if
-    if w is None:
-        return [f'<p class="empty">{H._esc(data.skipped.get("what_if", "not computed"))}</p>']
-    factors = ", ".join(f"{k} x {v:g}" for k, v in data.what_if_factors.items())
-    parts = [
-        f'<p class="predicted">PREDICTED, not measured: durations scaled by class ({H._esc(factors)}) '
-        "and the execution graph re-timed, every dependency honoured.</p>"
-    ]
-    rows = [
-        [
-            r["rank"],
-            "all" if r["step"] is None else r["step"],
-            _ms(r["measured_ns"]),
-            _ms(r["predicted_ns"]),
-            "" if r["change_pct"] is None else f"{r['change_pct']:+.2f}",
-            _ms(r["measured_exposed_comm_ns"]),
-            _ms(r["predicted_exposed_comm_ns"]),
-            _pct(r["measured_overlap_pct"]),
-            _pct(r["predicted_overlap_pct"]),
-        ]
-        for r in w.iter_rows(named=True)
-    ]
-    parts.append(
-        H.table(
-            [
-                "rank",
-                "step",
-                "measured (ms)",
-                "predicted (ms)",
-                "change %",
-                "measured exposed comm (ms)",
-                "predicted exposed comm (ms)",
-                "measured overlap %",
-                "predicted overlap %",
-            ],
-            rows,
-            scroll=True,
-        )
-    )
-    notes = list(data.what_if_notes)
-    if data.what_if_fixed_wait_pct is not None:
-        notes.insert(
-            0,
-            f"{data.what_if_fixed_wait_pct:.1f} % of the measured critical path is waiting the trace does not explain; "
-            "it is kept as measured in the prediction",
-        )
-    parts.append(_notes_list(notes))
     return parts

@@ -38,15 +38,19 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from charllm_trace.analysis.flops_results import FlopsResult
+from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.results import (
     AnalyzeOptions,
     BandwidthResult,
+    BreakdownResult,
     CriticalPathResult,
     EnergyResult,
     LinkPeak,
     OverlapResult,
     PowerResult,
     RunAnalysis,
+    RunConfig,
     WhatIfResult,
 )
 from charllm_trace.errors import InputError
@@ -65,7 +69,14 @@ RESULT_TYPES: dict[str, type] = {
     "power": PowerResult,
     "critical_path": CriticalPathResult,
     "what_if": WhatIfResult,
+    "idle_time": IdleTimeResult,
+    "launch": LaunchResult,
+    "config": RunConfig,
+    "breakdown": BreakdownResult,
+    "flops": FlopsResult,
 }
+#: results added to version 1 after its first files were written: a file without them reads them as None
+ADDED_RESULTS = ("config",)
 _ZIP_MAGIC = b"PK\x03\x04"
 
 
@@ -315,6 +326,7 @@ def _decode_result(cls: type, part: Any, members: dict[str, bytes], what: str) -
 def _decode_analysis(doc: Any, members: dict[str, bytes]) -> RunAnalysis:
     _check(isinstance(doc, dict), "analysis: malformed")
     fields = {f.name for f in dataclasses.fields(RunAnalysis)}
+    doc = {**{k: None for k in ADDED_RESULTS if k not in doc}, **doc}  # written before they existed
     _check(set(doc) == fields, "analysis: other fields (written by another version?)")
     opts = doc["options"]
     _check(isinstance(opts, dict), "options: malformed")

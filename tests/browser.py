@@ -47,6 +47,24 @@ _PROBE = """
 """
 
 
+# What the page shows besides its figures: sections in order, the findings (text, visible box,
+# where each links), and the scatter points' tooltips.
+_PAGE = """
+() => ({
+  sections: Array.from(document.querySelectorAll('main > section')).map(s => s.id),
+  findings: Array.from(document.querySelectorAll('ul.findings > li')).map(li => {
+    const b = li.getBoundingClientRect();
+    const a = li.querySelector('a');
+    return {text: li.textContent, visible: b.width > 0 && b.height > 0,
+            href: a ? a.getAttribute('href') : null,
+            target: a ? !!document.querySelector(a.getAttribute('href')) : false};
+  }),
+  point_tooltips: Array.from(document.querySelectorAll('g.points > * > title')).map(t => t.textContent),
+  marker_shapes: Array.from(document.querySelectorAll('g.points')).map(g => g.dataset.marker),
+})
+"""
+
+
 # Standard deviation of the luminance and number of distinct colours of an image.
 _PIXELS = """
 async (url) => {
@@ -77,6 +95,7 @@ class PageResult:
     page_errors: list[str] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)  # every URL the page asked for
     figures: list[dict] = field(default_factory=list)
+    page: dict = field(default_factory=dict)  # sections, findings, scatter tooltips (_PAGE)
     screenshot: Path | None = None
     pixel_std: float = 0.0
     distinct_colors: int = 0
@@ -122,6 +141,7 @@ def open_page(html_file: Path, screenshot: Path) -> PageResult:
                 page.goto(html_file.resolve().as_uri(), wait_until="load")
                 page.wait_for_timeout(300)
                 res.figures = page.evaluate(_PROBE)
+                res.page = page.evaluate(_PAGE)
                 png = page.screenshot(path=str(screenshot), full_page=True)
                 # decode the screenshot in the browser itself: pixel statistics with no imaging library
                 blank = ctx.new_page()

@@ -178,3 +178,26 @@ def test_size_free_collectives_get_their_factor_without_a_group_size() -> None:
     assert bus_factor("broadcast", None) == 1.0 and bus_factor("send", 0) == 1.0
     assert bus_factor("all_reduce", None) is None and bus_factor("all_reduce", 4) == 1.5
     assert bus_factor(None, 8) is None and bus_factor("mystery", 8) is None
+
+
+def test_stragglers_count_last_arrivals_and_lateness() -> None:
+    """Per (group, rank): how often the rank started last and how late it was (issue 11 item 3)."""
+    import polars as pl
+
+    from charllm_trace.analysis.stragglers import stragglers
+
+    # two collectives of group "0" on three ranks; rank 2 is last at both, rank 1 once second
+    coll = pl.DataFrame(
+        {
+            "rank": [0, 1, 2, 0, 1, 2],
+            "pg_name": ["0"] * 6,
+            "dim": ["dp"] * 6,
+            "coll_seq": [1, 1, 1, 2, 2, 2],
+            "start_ns": [100, 150, 400, 1000, 1000, 1300],
+        }
+    )
+    s = {r["rank"]: r for r in stragglers(coll).iter_rows(named=True)}
+    assert s[2]["n_last"] == 2 and s[2]["n_matched"] == 2 and s[2]["last_pct"] == 100.0
+    assert s[2]["mean_late_ns"] == (300 + 300) / 2 and s[2]["max_late_ns"] == 300
+    assert s[1]["n_last"] == 0 and s[1]["mean_late_ns"] == (50 + 0) / 2 and s[0]["max_late_ns"] == 0
+    assert stragglers(coll.filter(pl.col("rank") == 0)).height == 0  # one rank: nothing to compare

@@ -231,6 +231,7 @@ def test_json_flag_on_every_command_with_a_json_format(tmp_path, monkeypatch) ->
         ["analyze", str(run)],
         ["check", str(run), "--baseline", str(base)],
         ["diff", str(run), str(run)],
+        ["compare", str(run), str(run)],
     ):
         a = CliRunner().invoke(main, [*args, "--json"])
         b = CliRunner().invoke(main, [*args, "--format", "json"])

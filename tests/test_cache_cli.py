@@ -78,6 +78,7 @@ def test_no_cache_on_report_and_info(tmp_path: Path, cache_dir: Path) -> None:
         ["baseline"],
         ["check"],
         ["diff"],
+        ["compare"],
         ["export", "perfetto"],
         ["export", "astra-sim"],
     ],

@@ -40,6 +40,19 @@ def test_parse_ranks_and_parallel() -> None:
     for bad in ("tp=0", "zz=2", "tp8"):
         with pytest.raises(UsageError):
             parse_parallel(bad)
+    from charllm_trace.collectors.launcher import parse_workload
+
+    assert parse_workload("model=gpt-2,mbs=2,global_batch=64,seq_len=1024,tokens_per_step=65536") == {
+        "model": "gpt-2",
+        "micro_batch": 2,
+        "global_batch": 64,
+        "seq_len": 1024,
+        "tokens_per_step": 65536,
+    }
+    assert parse_workload(None) is None
+    for bad in ("gbs=0", "lr=0.1", "mbs=two", "model="):
+        with pytest.raises(UsageError):
+            parse_workload(bad)
 
 
 def test_exit_code_propagates_and_manifest_written(tmp_path: Path) -> None:
@@ -50,6 +63,8 @@ def test_exit_code_propagates_and_manifest_written(tmp_path: Path) -> None:
         str(out),
         "--parallel",
         "tp=2,dp=1",
+        "--workload",
+        "model=tiny,gbs=4,seq=8",
         "--",
         sys.executable,
         "-c",
@@ -59,6 +74,7 @@ def test_exit_code_propagates_and_manifest_written(tmp_path: Path) -> None:
     m = json.loads((out / "manifest.json").read_text())
     assert m["status"] == "failed" and m["exit_code"] == 3
     assert m["parallel"]["tp"] == 2 and m["parallel"]["product_tp_pp_dp_cp"] == 2
+    assert m["workload"] == {"model": "tiny", "global_batch": 4, "seq_len": 8}
     assert m["command"][:2] == [sys.executable, "-c"]
     assert m["ranks_traced"] == []  # no optimizer ever stepped
     assert m["failure"] == "the command exited with code 3" and m["run_id"]

@@ -79,8 +79,12 @@ def _primitives_page() -> tuple[str, dict[str, int]]:
     rep.add("bars", bars, grouped, H.table(["a", "b"], [["x", 1], ["y", 2]]))
     rep.add("scatter", scatter, nothing, note="a note")
     # marks the page must draw, from the inputs: series + spans, lane rows + overlays, bars, groups + line
-    circles = scatter.count("<circle")
+    groups = re.findall(r'<g class="points"[^>]*>(.*?)</g>', scatter)
+    circles = sum(g.count("<title>") for g in groups)  # one marker (and tooltip) per drawn point
     assert 0 < circles <= 300  # points on the same pixel are drawn once
+    assert (
+        len(groups) == 2 and "<circle" in groups[0] and "<rect" in groups[1]
+    )  # a shape per group, the larger drawn first
     expect = {
         "line": 3 + 2,
         "lanes_rows": 2 * 3,
@@ -216,12 +220,16 @@ def test_report_of_a_real_trace_in_chromium(tmp_path: Path) -> None:
     assert res.console_errors == [] and res.page_errors == []
     assert res.requests == [f.resolve().as_uri()]
     kinds = [x["kind"] for x in res.figures]
-    assert kinds == ["lanes", "bar", "scatter", "bar", "line"], kinds
+    assert kinds == ["lanes", "bar", "line", "scatter", "bar", "line", "line"], kinds
     for fig in res.figures:
         assert fig["drawn"] == fig["marks"] > 0 and fig["svg_w"] > 900, fig
-    lanes, steps_bar, scatter, energy_bar, line = res.figures
+    lanes, steps_bar, queue, scatter, energy_bar, line, clock = res.figures
+    assert queue["series"] == 2  # the launch queue of the rank: mean and maximum per bin
     n_steps, colls = _raw_counts(src)
     assert lanes["rows"] == 3 and lanes["series"] == 1  # compute, communication, idle rows + the power line
+    assert (
+        page.count('<line class="mark"') == 3 * n_steps
+    )  # step starts on the timeline and both power charts
     assert steps_bar["marks"] == n_steps == 3  # one bar per ProfilerStep
     # one group per collective type, each point counted in the legend: as many as kernels in the input
     legend = re.findall(r"(all_reduce|broadcast) \((\d+)\)", page)
@@ -231,7 +239,10 @@ def test_report_of_a_real_trace_in_chromium(tmp_path: Path) -> None:
     }
     assert "peak 300 GB/s" in page  # the A100's NVLink peak line is drawn
     assert energy_bar["marks"] >= 3
-    assert line["marks"] == 3 + periods  # power, temperature, SM clock + one shaded span per throttle period
+    # power (W) and temperature (°C, its own axis) + a span per throttle period + the traced window +
+    # a line per step start; the SM clock (MHz) in its own chart with the same spans and marks
+    assert line["marks"] == 2 + periods + 1 + n_steps and clock["marks"] == 1 + periods + 1 + n_steps
+    assert "temperature (°C)" in page and "W / °C" not in page and "traced window" in page
     assert res.pixel_std > 10 and res.distinct_colors > 20
 
 

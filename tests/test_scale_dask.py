@@ -31,7 +31,13 @@ GLOO = FIXTURES / "cpu-2rank-gloo"
 #: frames whose rows are one rank's figures: equal to the bit. The others aggregate float sums over
 #: ranks (the bandwidth summary), where the summation order may differ in the last bit.
 PER_RANK = ("overlap", "overlap_by_group", "overlap_by_dim", "collectives", "collectives_matched",
-            "energy_totals", "energy", "power", "throttle")  # fmt: skip
+            "energy_totals", "energy", "power", "throttle", "stragglers", "idle_time", "launch_stats",
+            "launch_queue", "config", "breakdown", "breakdown_totals", "flops", "flops_by_op",
+            "flops_devices")  # fmt: skip
+#: the frames of the analyses computed per rank on a worker and merged on the driver since the
+#: merge of main (idle time, launches, time breakdown, FLOP/s, stragglers, the run's configuration)
+MERGED = ("stragglers", "idle_time", "launch_stats", "launch_queue", "config", "breakdown",
+          "breakdown_totals", "flops", "flops_by_op", "flops_devices")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +102,9 @@ def test_analyze_dlrm_8_ranks_equals_local(scheduler):
     local, dist = _local(d, opts), _distributed(str(d), opts)
     assert dist.ranks == list(range(8))
     assert dist.bandwidth.matched.height > 0  # matched across ranks on the driver
+    frames = local.frames()
+    assert [k for k in MERGED if k not in frames or frames[k].height == 0] == []
+    assert dist.breakdown is not None and dist.breakdown.by["rank"].null_count() > 0  # all-ranks rows
     assert_same_analysis(local, dist)
     # the graph analyses need every rank's nodes in one process: said, not guessed
     assert "--scheduler" in dist.skipped["critical_path"] and dist.critical_path is None

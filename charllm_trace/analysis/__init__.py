@@ -4,10 +4,14 @@
 - :func:`bandwidth` — bandwidth per collective (``analysis.bandwidth``)
 - :func:`energy` — energy per operator (``analysis.energy``)
 - :func:`power` — power and thermal per step (``analysis.power``)
+- :func:`time_breakdown` — GPU time by kernel category, kernel, launching op (``analysis.breakdown``)
 - :func:`analyze_run` — all four for a run (``analysis.api``)
 - :func:`critical_path` — critical paths through the execution graph (``analysis.critical``)
 - :func:`what_if` — a what-if replay of the execution graph (``analysis.whatif``)
 - :func:`simulate` — a timeline for traces without timestamps (``analysis.whatif``)
+- :func:`idle_time` — GPU idle time per stream, HTA's breakdown (``analysis.idle_time``)
+- :func:`launch_stats` — launch delays, short kernels, launch queues (``analysis.launch_stats``)
+- :func:`flops` — achieved FLOP/s and MFU of GEMM, attention and convolution ops (``analysis.flops``)
 
 Result types are in :mod:`charllm_trace.analysis.results`; the formulas in
 ``docs/analyses.md``.
@@ -25,8 +29,12 @@ from typing import Any
 _WHERE = {
     "AnalyzeOptions": "results",
     "BandwidthResult": "results",
+    "BreakdownResult": "results_breakdown",
     "CriticalPathResult": "results",
     "EnergyResult": "results",
+    "IdleTimeResult": "idle_results",
+    "LaunchResult": "idle_results",
+    "FlopsResult": "flops_results",
     "OverlapResult": "results",
     "PowerResult": "results",
     "RunAnalysis": "results",
@@ -34,8 +42,12 @@ _WHERE = {
     "analyze_run": "api",
     "analyze_trace": "api",
     "bandwidth": "bandwidth",
+    "time_breakdown": "breakdown",
     "critical_path": "critical",
     "energy": "energy",
+    "idle_time": "idle_time",
+    "launch_stats": "launch_stats",
+    "flops": "flops",
     "overlap": "overlap",
     "power": "power",
     "simulate": "whatif",
@@ -49,7 +61,7 @@ __all__ = sorted(_WHERE)
 #: function; the package's class below ignores exactly those bindings, so
 #: ``charllm_trace.analysis.overlap`` is always the function, loaded on first use like the rest
 #: (importing ``analysis.results`` alone, e.g. to load saved results, loads no analysis and not numpy).
-_SAME_NAME = frozenset({"bandwidth", "energy", "overlap", "power"})
+_SAME_NAME = frozenset({"bandwidth", "energy", "flops", "idle_time", "launch_stats", "overlap", "power"})
 
 
 class _Package(types.ModuleType):

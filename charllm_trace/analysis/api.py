@@ -9,11 +9,13 @@ import polars as pl
 
 from charllm_trace.analysis.bandwidth import run_hosts
 from charllm_trace.analysis.critical import critical_path
+from charllm_trace.analysis.group_size import ranks_per_node
 from charllm_trace.analysis.parallel import name_groups
 from charllm_trace.analysis.rank_parts import (  # noqa: F401 - NO_DURATIONS, duplicate_step_notes: this module's interface
     NO_DURATIONS,
     analyze_rank,
     duplicate_step_notes,
+    layout_of,
     merge_parts,
 )
 from charllm_trace.analysis.results import (  # the notes' words live with the result types
@@ -28,22 +30,6 @@ from charllm_trace.analysis.whatif import what_if
 from charllm_trace.graph.engine import CycleError
 from charllm_trace.graph.run import build_run_graph
 from charllm_trace.model import ProcessGroup, Run, Trace
-
-
-def _layout(manifest: object, options: AnalyzeOptions) -> dict[str, int] | None:
-    if options.parallel:
-        return dict(options.parallel)
-    lay = manifest.get("parallel") if isinstance(manifest, dict) else None
-    if isinstance(lay, dict):
-        try:
-            return {
-                str(k).lower(): int(v)
-                for k, v in lay.items()
-                if str(k).lower() in ("tp", "pp", "dp", "ep", "cp")
-            }
-        except (TypeError, ValueError):
-            return None
-    return None
 
 
 def _all_groups(groups_per_rank: list[list[ProcessGroup]]) -> list[ProcessGroup]:
@@ -63,7 +49,7 @@ def dims_of(
     groups_per_rank: list[list[ProcessGroup]], manifest: object, options: AnalyzeOptions
 ) -> dict[str, str | None]:
     """:func:`run_dims` from each rank's process groups (in rank order) and the run's manifest."""
-    return name_groups(_all_groups(groups_per_rank), _layout(manifest, options))
+    return name_groups(_all_groups(groups_per_rank), layout_of(manifest, options))
 
 
 def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
@@ -76,7 +62,11 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
     options = options or AnalyzeOptions()
     dims = run_dims(run, options)
     hosts = run_hosts(run)
-    parts = [analyze_rank(r, run.traces[r], options, dims, hosts, keep=True) for r in run.ranks]
+    node_gpus = ranks_per_node(run.manifest)
+    parts = [
+        analyze_rank(r, run.traces[r], options, dims, hosts, node_gpus=node_gpus, keep=True)
+        for r in run.ranks
+    ]
     work = Run(
         traces={p.rank: p.trace for p in parts if p.trace is not None},
         manifest=run.manifest,

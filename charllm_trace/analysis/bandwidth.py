@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.classify import ancestor_any, classify, is_gpu_trace, positions
+from charllm_trace.analysis.group_size import Tally, ranks_per_node, tensor_group_notes, tensor_group_sizes
 from charllm_trace.analysis.hardware import link_peak, spans_nodes
 from charllm_trace.analysis.overlap import launch_times_of
 from charllm_trace.analysis.results import (
@@ -38,6 +39,7 @@ from charllm_trace.analysis.results import (
     LinkPeak,
     frame,
 )
+from charllm_trace.analysis.stragglers import stragglers
 from charllm_trace.model import Run, Trace
 
 #: Element sizes in bytes by dtype name (torch / Kineto / Chakra spellings).
@@ -64,14 +66,16 @@ BUS_FACTOR = {
     "recv": lambda n: 1.0,
 }
 
-#: Kernel-name fragments -> collective type, for comm kernels the converter left untyped.
-_NAME_TYPES = (
+#: Kernel-name fragments -> collective type, for comm kernels the converter left untyped. A
+#: ``SendRecv`` kernel says nothing of its type (NCCL runs all_to_all, and the point-to-point parts
+#: of other collectives, through it): without a launcher that says, its type stays unknown (null).
+_NAME_TYPES: tuple[tuple[str, str | None], ...] = (
     ("(?i)allreduce|all_reduce", "all_reduce"),
     ("(?i)allgather|all_gather", "all_gather"),
     ("(?i)reducescatter|reduce_scatter", "reduce_scatter"),
     ("(?i)alltoall|all_to_all", "all_to_all"),
     ("(?i)broadcast", "broadcast"),
-    ("(?i)sendrecv", "send"),
+    ("(?i)sendrecv", None),
     ("(?i)send", "send"),
     ("(?i)recv", "recv"),
     ("(?i)reduce", "reduce"),
@@ -142,7 +146,7 @@ def _instances(trace: Trace, classified: pl.DataFrame | None) -> pl.DataFrame:
 def _coll_type_expr() -> pl.Expr:
     e: pl.Expr = pl.lit(None, dtype=pl.String)
     for rx, ct in reversed(_NAME_TYPES):
-        e = pl.when(pl.col("name").str.contains(rx)).then(pl.lit(ct)).otherwise(e)
+        e = pl.when(pl.col("name").str.contains(rx)).then(pl.lit(ct, dtype=pl.String)).otherwise(e)
     return pl.coalesce(pl.col("coll_type"), e)
 
 
@@ -153,8 +157,12 @@ def collectives(
     group_dims: Mapping[str, str | None] | None = None,
     hosts: Mapping[int, str | None] | None = None,
     classified: pl.DataFrame | None = None,
+    tally: Tally | None = None,
+    node_gpus: int | None = None,
 ) -> tuple[pl.DataFrame, dict[str, LinkPeak]]:
-    """COLLECTIVE_SCHEMA rows of one rank, and the link peak used per process group."""
+    """COLLECTIVE_SCHEMA rows of one rank, and the link peak used per process group. Group sizes
+    taken from the collectives' own tensors (:mod:`.group_size`) are counted in ``tally``;
+    ``node_gpus``: the run's GPUs per node, when known (for the link peak)."""
     rank = trace.meta.rank if trace.meta.rank is not None else 0
     inst = _instances(trace, classified).filter(pl.col("dur_ns").is_not_null())
     if inst.height == 0:
@@ -181,6 +189,7 @@ def collectives(
             pl.lit(trace.meta.world_size, dtype=pl.Int64),
         ),
     )
+    inst = tensor_group_sizes(inst, tally)
     # step of each instance, by launch time (as overlap)
     steps = trace.steps()
     t = inst["launch_ns"].fill_null(inst["start_ns"]).to_numpy()
@@ -199,10 +208,11 @@ def collectives(
     # link peak per process group
     peaks: dict[str, LinkPeak] = {}
     peak_of: dict[str | None, float | None] = {}
+    sizes = dict(inst.group_by("pg_name").agg(pl.col("group_size").max()).iter_rows())
     for pg_name in inst["pg_name"].unique().to_list():
         pg = pgs.get(pg_name) if pg_name is not None else None
         spans = spans_nodes(pg.ranks, hosts) if pg is not None and pg.ranks else None
-        lp = link_peak(trace.meta.device_model, spans, peak_gbps)
+        lp = link_peak(trace.meta.device_model, spans, peak_gbps, sizes.get(pg_name), node_gpus)
         peaks[str(pg_name)] = lp
         peak_of[pg_name] = lp.gbps
     peak_df = pl.DataFrame(
@@ -314,17 +324,27 @@ def bandwidth(
     if isinstance(run, Trace):
         run = Run.single(run)
     hosts = run_hosts(run)
+    node_gpus = ranks_per_node(run.manifest)
     frames: list[pl.DataFrame] = []
     peaks: dict[str, LinkPeak] = {}
+    tally: Tally = {}
     simulated = False
     for r in run.ranks:
         tr = run.traces[r]
         simulated |= bool(tr.meta.extra.get("simulated"))
         cl = classified.get(r) if classified else None
-        c, p = collectives(tr, peak_gbps=peak_gbps, group_dims=group_dims, hosts=hosts, classified=cl)
+        c, p = collectives(
+            tr,
+            peak_gbps=peak_gbps,
+            group_dims=group_dims,
+            hosts=hosts,
+            classified=cl,
+            tally=tally,
+            node_gpus=node_gpus,
+        )
         frames.append(c)
         peaks.update(p)
-    return bandwidth_from(frames, peaks, simulated=simulated)
+    return bandwidth_from(frames, peaks, simulated=simulated, tally=tally)
 
 
 def run_hosts(run: Run) -> dict[int, str | None]:
@@ -348,10 +368,15 @@ def hosts_of(manifest: object, hostnames: Mapping[int, str | None]) -> dict[int,
 
 
 def bandwidth_from(
-    frames: list[pl.DataFrame], peaks: dict[str, LinkPeak], *, simulated: bool = False
+    frames: list[pl.DataFrame],
+    peaks: dict[str, LinkPeak],
+    *,
+    simulated: bool = False,
+    tally: Tally | None = None,
 ) -> BandwidthResult:
     """The cross-rank part of :func:`bandwidth`: every rank's COLLECTIVE_SCHEMA rows (in rank
-    order) and link peaks -> notes, summary and the matching across ranks."""
+    order), link peaks and tensor group-size tally (summed over ranks) -> notes, summary, the
+    matching across ranks and the stragglers."""
     notes: list[str] = []
     coll = pl.concat(frames) if frames else frame({}, COLLECTIVE_SCHEMA)
     if coll.height == 0:
@@ -360,6 +385,7 @@ def bandwidth_from(
         nb = coll["bytes"].is_null().sum()
         if nb:
             notes.append(f"{nb} collectives carry no message size: no bandwidth for them")
+        notes.extend(tensor_group_notes(tally or {}))
         nofac = coll.filter(pl.col("bus_factor").is_null() & pl.col("coll_type").is_not_null())
         if nofac.height:  # a factor that depends on the group size (broadcast's is 1 for any size)
             kinds = ", ".join(sorted(set(nofac["coll_type"].to_list())))
@@ -379,4 +405,5 @@ def bandwidth_from(
         peaks=peaks,
         simulated=simulated,
         notes=notes,
+        stragglers=stragglers(coll),
     )

@@ -6,8 +6,8 @@ Activity class (column ``cls``):
 
 ============== ==============================================================
 ``comm``       a GPU collective / point-to-point kernel: NCCL and RCCL kernels
-               (RCCL names its kernels ``nccl…`` too), MSCCL(++) kernels, or any
-               GPU kernel the converter gave a ``coll_type``
+               (RCCL names its kernels ``nccl…`` too), MSCCL(++) and HCCL
+               (``hccl…``) kernels, or any GPU kernel the converter gave a ``coll_type``
 ``compute``    any other GPU kernel
 ``memcpy``     GPU memory copies (Kineto ``gpu_memcpy``; AMD ``__amd_rocclr_copy…``
                blit kernels; names ``Memcpy…`` / ``dma…``)
@@ -16,7 +16,7 @@ Activity class (column ``cls``):
                "Stream Wait Event" included; other GPU records named ``… Sync``)
 ``gpu_range``  ranges on GPU streams (``gpu_user_annotation``): not activity
 ``cpu_comm``   a CPU operator that performs or wraps a collective (it has a
-               ``coll_type``, or is named ``gloo:…``, ``nccl:…``, ``c10d::…``,
+               ``coll_type``, or is named ``gloo:…``, ``nccl:…``, ``hccl:…``, ``c10d::…``,
                ``record_param_comms``), and every CPU op nested inside one
 ``cpu_compute`` a CPU operator with no children (a leaf), not ``cpu_comm``
 ``cpu``        any other CPU node (annotations, runtime calls, inner CPU ops)
@@ -42,11 +42,11 @@ CLASSES = ("compute", "comm", "memcpy", "memset", "sync", "gpu_range", "cpu_comm
 PHASES = ("forward", "backward", "optimizer", "communication", "unknown")
 
 # Patterns (polars regex, applied to node names).
-COMM_KERNEL_RE = r"^(nccl|rccl|msccl|ncclDevKernel|ncclKernel)|^void (nccl|rccl)"
+COMM_KERNEL_RE = r"^(nccl|rccl|msccl|hccl|ncclDevKernel|ncclKernel)|^void (nccl|rccl)"
 MEMCPY_NAME_RE = r"^(Memcpy|memcpy|dma)|__amd_rocclr_copy"
 MEMSET_NAME_RE = r"^(Memset|memset)|__amd_rocclr_fill"
 SYNC_NAME_RE = r"(?i)\bsync\b|Sync$"
-CPU_COMM_NAME_RE = r"^(gloo:|nccl:|rccl:|c10d::|record_param_comms$|ProcessGroupGloo|ProcessGroupNCCL)"
+CPU_COMM_NAME_RE = r"^(gloo:|nccl:|rccl:|hccl:|c10d::|record_param_comms$|ProcessGroupGloo|ProcessGroupNCCL)"
 OPTIMIZER_RE = r"^Optimizer\.(step|zero_grad)|^[Oo]ptimizer|^##\s*optimizer"
 BACKWARD_RE = r"Backward|backward|^autograd::engine"
 
@@ -173,28 +173,85 @@ def ancestor_any(
     return flag
 
 
+#: Levels of the call tree ``launching_ops`` walks up at most (real call trees are far shallower).
+MAX_DEPTH = 4096
+
+
 def launcher_positions(df: pl.DataFrame) -> np.ndarray:
     """Row position of the CPU node that launched each row (-1 if none): the ``launch_id``
-    node, else the CPU node with the same correlation id (the runtime launch call)."""
-    ids = df["id"].to_numpy()
-    lp = positions(ids, df["launch_id"].to_numpy())
-    cpu = df.filter(~pl.col("on_gpu").fill_null(False) & pl.col("correlation").is_not_null())
-    if cpu.height == 0:
+    node, else the first CPU node (in row order) with the same correlation id (the runtime launch
+    call). A sort of the CPU rows' correlation ids and a binary search, no join."""
+    lp = positions(df["id"].to_numpy(), df["launch_id"].to_numpy())
+    corr_s = df["correlation"]
+    if corr_s.null_count() == corr_s.len():
         return lp
-    first = cpu.group_by("correlation").agg(pl.col("id").first())
-    corr_map = dict(zip(first["correlation"].to_list(), first["id"].to_list(), strict=True))
-    gpu = df["on_gpu"].fill_null(False)
-    corr_ids = (
-        df.select(
-            pl.when(gpu).then(
-                pl.col("correlation").replace_strict(corr_map, default=None, return_dtype=pl.Int64)
-            )
-        )
-        .to_series()
-        .to_numpy()
-    )
-    cp = positions(ids, corr_ids)
+    gpu = df["on_gpu"].fill_null(False).to_numpy()
+    has = corr_s.is_not_null().to_numpy()
+    corr = corr_s.fill_null(0).to_numpy().astype(np.int64, copy=False)
+    cpu_rows = np.flatnonzero(has & ~gpu)
+    keys = corr[cpu_rows]
+    order = np.argsort(keys, kind="stable")  # equal ids keep row order: the first row comes first
+    keys, cpu_rows = keys[order], cpu_rows[order]
+    first = np.ones(keys.size, dtype=bool)
+    first[1:] = keys[1:] != keys[:-1]
+    keys, cpu_rows = keys[first], cpu_rows[first]
+    gpu_rows = np.flatnonzero(has & gpu)
+    cp = np.full(len(lp), -1, dtype=np.int64)
+    if keys.size and gpu_rows.size:
+        k = np.minimum(np.searchsorted(keys, corr[gpu_rows]), keys.size - 1)
+        found = keys[k] == corr[gpu_rows]
+        cp[gpu_rows[found]] = cpu_rows[k[found]]
     return np.where(lp >= 0, lp, cp)
+
+
+def launching_ops(
+    df: pl.DataFrame, deps: pl.DataFrame | None = None, rows: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each row (or each of ``rows``, positions in ``df``), the row position of the CPU op that
+    launched it and of the top-level op above that (-1 where no launcher is in the trace).
+
+    The launching op is :func:`launcher_positions`' node, or, when that is a runtime call
+    (``cudaLaunchKernel``), the node enclosing the call (the call itself when nothing encloses it).
+    The top-level op is the outermost ``cpu_op`` among the launching op and its ancestors (e.g.
+    ``aten::conv2d`` above ``aten::cudnn_convolution``; annotations such as ``ProfilerStep#N`` are
+    not ops), the launching op itself when none is. The walk up the call tree is vectorised over
+    the launched rows, one step per level, ``MAX_DEPTH`` levels at most.
+
+    ``deps`` (the trace's ``Trace.deps``): a GPU row without a launcher there takes the first CPU
+    node it has a ``ctrl`` dependency on (Chakra's converter records a GPU node's launching op so)."""
+    ids = df["id"].to_numpy()
+    rows = np.arange(len(ids)) if rows is None else np.asarray(rows, dtype=np.int64)
+    on_gpu = df["on_gpu"].fill_null(False).to_numpy()
+    pos = launcher_positions(df)[rows]
+    if deps is not None and deps.height and (on_gpu[rows] & (pos < 0)).any():
+        ctrl = deps.filter(pl.col("kind") == "ctrl")
+        node, dep = positions(ids, ctrl["node"].to_numpy()), positions(ids, ctrl["dep"].to_numpy())
+        ok = (node >= 0) & (dep >= 0)
+        node, dep = node[ok], dep[ok]
+        ok = on_gpu[node] & ~on_gpu[dep]
+        by_dep = np.full(len(ids), -1, dtype=np.int64)
+        by_dep[node[ok][::-1]] = dep[ok][::-1]  # the first dependency listed wins
+        pos = np.where(on_gpu[rows] & (pos < 0), by_dep[rows], pos)
+    ppos = positions(ids, df["parent"].to_numpy())
+    is_rt = (df["kind"] == "runtime").fill_null(False).to_numpy()
+    is_op = (df["kind"] == "cpu_op").fill_null(False).to_numpy()
+    op = pos.copy()
+    rt = (pos >= 0) & is_rt[np.maximum(pos, 0)]
+    up = ppos[np.maximum(pos, 0)]
+    op[rt & (up >= 0)] = up[rt & (up >= 0)]
+    top = np.where((op >= 0) & is_op[np.maximum(op, 0)], op, -1)
+    walk = np.flatnonzero(op >= 0)  # the rows still walking up, and where they are
+    cur = ppos[op[walk]]
+    for _ in range(MAX_DEPTH):  # one step per level (parent cycles end at the limit)
+        live = cur >= 0
+        walk, cur = walk[live], cur[live]
+        if walk.size == 0:
+            break
+        hit = is_op[cur]
+        top[walk[hit]] = cur[hit]
+        cur = ppos[cur]
+    top = np.where((op >= 0) & (top < 0), op, top)
+    return op, top
 
 
 def with_phase(nodes: pl.DataFrame) -> pl.DataFrame:

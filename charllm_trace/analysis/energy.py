@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.analysis import intervals as iv
-from charllm_trace.analysis.classify import launcher_positions, positions, with_phase
+from charllm_trace.analysis.classify import launching_ops, with_phase
 from charllm_trace.analysis.overlap import launch_times
 from charllm_trace.analysis.results import (
     ENERGY_SCHEMA,
@@ -138,18 +138,11 @@ def _split(
 
 
 def _launcher_names(df: pl.DataFrame) -> pl.Series:
-    """Name of the CPU op that launched each GPU node: the ``launch_id`` node, or the node
-    with the same correlation id; a runtime call (cudaLaunchKernel) is replaced by its
-    enclosing op."""
-    ids = df["id"].to_numpy()
+    """Name of the CPU op that launched each GPU node (``classify.launching_ops``: the
+    ``launch_id`` node or the node with the same correlation id, a runtime call replaced by its
+    enclosing op)."""
     names = df["name"].to_numpy()
-    kinds = df["kind"].fill_null("").to_numpy()
-    parents = df["parent"].to_numpy()
-    pos = launcher_positions(df)
-    ppos = positions(ids, parents)
-    is_rt = (pos >= 0) & (kinds[np.maximum(pos, 0)] == "runtime")
-    up = np.where(is_rt, ppos[np.maximum(pos, 0)], pos)
-    pos = np.where(is_rt & (up >= 0), up, pos)
+    pos = launching_ops(df)[0]
     out = np.where(pos >= 0, names[np.maximum(pos, 0)], None)
     return pl.Series("op", out.tolist(), dtype=pl.String)
 
@@ -250,7 +243,7 @@ def energy(
             sv = steps["step"].to_numpy()
             step_key[ok] = [str(int(x)) for x in sv[idx[ok]]]
             step_key[~ok] = "(outside steps)"
-        base = ops.select("name", "op", "coll_type", "phase").with_columns(
+        base = ops.select("name", "op", "coll_type", "phase", "cls").with_columns(
             energy_j=pl.Series(en * corr),
             busy_ns=pl.Series(busy),
             short_ns=pl.Series(np.where(short, busy, 0)),
@@ -260,7 +253,9 @@ def energy(
         if per_step and steps.height:
             keys["step"] = "step"
         for group, col in keys.items():
-            sub = base if group != "coll_type" else base.filter(pl.col("coll_type").is_not_null())
+            # by collective type: every communication kernel, one of unknown type as "(unknown)"
+            comm = pl.col("coll_type").is_not_null() | (pl.col("cls") == "comm")
+            sub = base if group != "coll_type" else base.filter(comm)
             agg = (
                 sub.group_by(pl.col(col).fill_null("(unknown)").alias("key"))
                 .agg(

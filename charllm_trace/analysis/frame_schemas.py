@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from charllm_trace.analysis.config_results import CONFIG_SCHEMA
+from charllm_trace.analysis.flops_results import FLOPS_DEVICE_SCHEMA, FLOPS_OP_SCHEMA, FLOPS_SCHEMA
+from charllm_trace.analysis.idle_results import IDLE_TIME_SCHEMA, LAUNCH_SCHEMA, QUEUE_SCHEMA
 from charllm_trace.analysis.results import (
     BANDWIDTH_SUMMARY_SCHEMA,
     COLLECTIVE_SCHEMA,
@@ -20,9 +23,11 @@ from charllm_trace.analysis.results import (
     OVERLAP_GROUP_SCHEMA,
     OVERLAP_SCHEMA,
     POWER_SCHEMA,
+    STRAGGLER_SCHEMA,
     THROTTLE_SCHEMA,
     WHATIF_SCHEMA,
 )
+from charllm_trace.analysis.results_breakdown import BREAKDOWN_SCHEMA, BREAKDOWN_TOTAL_SCHEMA
 
 #: frame name -> (the RunAnalysis field whose result holds it, its columns)
 FRAME_SCHEMAS: dict[str, tuple[str, dict[str, pl.DataType]]] = {
@@ -32,6 +37,7 @@ FRAME_SCHEMAS: dict[str, tuple[str, dict[str, pl.DataType]]] = {
     "collectives": ("bandwidth", COLLECTIVE_SCHEMA),
     "bandwidth": ("bandwidth", BANDWIDTH_SUMMARY_SCHEMA),
     "collectives_matched": ("bandwidth", MATCHED_SCHEMA),
+    "stragglers": ("bandwidth", STRAGGLER_SCHEMA),
     "energy_totals": ("energy", ENERGY_TOTAL_SCHEMA),
     "energy": ("energy", ENERGY_SCHEMA),
     "power": ("power", POWER_SCHEMA),
@@ -39,7 +45,25 @@ FRAME_SCHEMAS: dict[str, tuple[str, dict[str, pl.DataType]]] = {
     "critical_path": ("critical_path", CRITICAL_PATH_SCHEMA),
     "critical_path_ops": ("critical_path", CRITICAL_OPS_SCHEMA),
     "what_if": ("what_if", WHATIF_SCHEMA),
+    "idle_time": ("idle_time", IDLE_TIME_SCHEMA),
+    "launch_stats": ("launch", LAUNCH_SCHEMA),
+    "launch_queue": ("launch", QUEUE_SCHEMA),
+    "config": ("config", CONFIG_SCHEMA),
+    "breakdown": ("breakdown", BREAKDOWN_SCHEMA),
+    "breakdown_totals": ("breakdown", BREAKDOWN_TOTAL_SCHEMA),
+    "flops": ("flops", FLOPS_SCHEMA),
+    "flops_by_op": ("flops", FLOPS_OP_SCHEMA),
+    "flops_devices": ("flops", FLOPS_DEVICE_SCHEMA),
 }
+
+#: The modules whose ``*_SCHEMA`` tables (with a comment beside each column) are imported above.
+DEFINED_IN = (
+    "charllm_trace.analysis.results",
+    "charllm_trace.analysis.idle_results",
+    "charllm_trace.analysis.config_results",
+    "charllm_trace.analysis.results_breakdown",
+    "charllm_trace.analysis.flops_results",
+)
 
 #: Why a frame is empty when its analysis was not asked for (no entry in ``skipped``).
 NOT_REQUESTED = "not requested"

@@ -18,6 +18,11 @@ any "PCIe" card, gen5 parts              64       PCIe gen5 x16
 any "PCIe" card, otherwise               32       PCIe gen4 x16 (V100 PCIe / older: gen3, 16)
 group spanning nodes                     50       InfiniBand NDR, one 400 Gb/s port per GPU
 ====================================== ========= ===============================================
+
+Whether a group spans nodes comes from its ranks' hosts. When a host is unknown, the group is
+*assumed* to span nodes if it has more ranks than a node has GPUs (the run's ranks per node when
+the manifest says, else :data:`NODE_GPUS`), else to be on one node; either way the link's name
+says "assumed".
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ PCIE_GEN3 = 16.0
 PCIE_GEN4 = 32.0
 PCIE_GEN5 = 64.0
 IB_NDR_PORT = 50.0
+#: GPUs of a node when the run does not say (DGX/HGX and MI250/MI300 platforms have 8)
+NODE_GPUS = 8
 
 #: (regex on device model, GB/s per direction, link name); first match wins.
 SCALE_UP: tuple[tuple[str, float, str], ...] = (
@@ -64,12 +71,30 @@ def spans_nodes(group_ranks: Iterable[int], hosts: Mapping[int, str | None]) -> 
     return len(set(hs)) > 1
 
 
-def link_peak(device_model: str | None, spans: bool | None, override: float | None = None) -> LinkPeak:
-    """The peak used for utilisation (see the module table)."""
+def link_peak(
+    device_model: str | None,
+    spans: bool | None,
+    override: float | None = None,
+    group_size: int | None = None,
+    node_gpus: int | None = None,
+) -> LinkPeak:
+    """The peak used for utilisation (see the module table). ``group_size``: the group's ranks;
+    ``node_gpus``: GPUs per node when known (else :data:`NODE_GPUS`); they decide the link when
+    ``spans`` is unknown."""
     if override is not None:
         return LinkPeak(gbps=float(override), link="given peak", source="override", spans_nodes=spans)
     if spans:
         return LinkPeak(gbps=IB_NDR_PORT, link="InfiniBand NDR port", source="table", spans_nodes=True)
+    node = node_gpus or NODE_GPUS
+    if spans is None and group_size is not None and group_size > node:
+        per_node = f"{node} GPUs" + (" by the run's manifest" if node_gpus else ", the default")
+        return LinkPeak(
+            gbps=IB_NDR_PORT,
+            link=f"InfiniBand NDR port (assumed: a group of {group_size} ranks spans nodes of {per_node}; "
+            "the group's hosts unknown)",
+            source="table",
+            spans_nodes=None,
+        )
     hit = scale_up_peak(device_model)
     if hit is None:
         return LinkPeak(
@@ -78,4 +103,6 @@ def link_peak(device_model: str | None, spans: bool | None, override: float | No
     gbps, link = hit
     if spans is None:
         link += " (assumed single node: hosts unknown)"
+        if group_size is None:
+            link = link.replace("hosts unknown", "hosts and group size unknown")
     return LinkPeak(gbps=gbps, link=link, source="table", spans_nodes=spans)

@@ -112,3 +112,13 @@ def intersect(
     idx = np.flatnonzero(inside[:-1])
     s, e = t[idx], t[idx + 1]
     return merge(s, e)
+
+
+def round_inward_us(starts: object, ends: object) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals rounded inwards to whole microseconds (start up, end down; never negative), as
+    Holistic Trace Analysis rounds float timestamps (``hta_compat``, docs/analyses.md section 2)."""
+    s = _arr(starts)
+    e = _arr(ends)
+    s = -((-s) // 1000) * 1000
+    e = (e // 1000) * 1000
+    return s, np.maximum(e, s)

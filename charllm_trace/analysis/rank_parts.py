@@ -10,14 +10,20 @@ from the others (process-group dimensions, every rank's host) is small and passe
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import polars as pl
 
 from charllm_trace.analysis.bandwidth import bandwidth_from, collectives
+from charllm_trace.analysis.breakdown import RankBreakdown, breakdown_from, rank_breakdown
 from charllm_trace.analysis.classify import classify, with_phase
 from charllm_trace.analysis.energy import energy
+from charllm_trace.analysis.flops import flops_from, rank_flops
+from charllm_trace.analysis.flops_results import FlopsResult
+from charllm_trace.analysis.group_size import Tally
+from charllm_trace.analysis.launch_gap import lost_device_activity
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.power import power
 from charllm_trace.analysis.results import (
@@ -34,8 +40,12 @@ from charllm_trace.analysis.results import (
     RunAnalysis,
     WhatIfResult,
 )
+from charllm_trace.analysis.results_breakdown import NO_GPU_OPS
+from charllm_trace.analysis.runconfig import run_config_of
+from charllm_trace.analysis.stream_analyses import RankStreams, rank_stream_analyses, stream_analyses_from
+from charllm_trace.analysis.telemetry_source import telemetry_source_note
 from charllm_trace.analysis.whatif import simulate
-from charllm_trace.model import COMM_NODE_TYPES, Trace, rank_ranges
+from charllm_trace.model import COMM_NODE_TYPES, Trace, TraceMeta, rank_ranges
 
 #: Why a trace without timestamps or durations is not simulated.
 NO_DURATIONS = (
@@ -66,10 +76,33 @@ class RankPart:
     tel_rows: int = 0
     tel_cols: list[str] = field(default_factory=list)  # telemetry columns holding some value
     dup_notes: list[str] = field(default_factory=list)
+    tally: Tally = field(default_factory=dict)  # group sizes taken from the collectives' tensors
+    streams: RankStreams = None  # idle time per stream and launch statistics (timed ranks)
+    breakdown: RankBreakdown | None = None
+    flops: tuple[int, FlopsResult] | None = None
+    lost: str | None = None  # the profile lost its device activity
+    meta: TraceMeta | None = None  # the rank's metadata, without process groups or extras (run_config)
     # kept by the local path only (the report's views and the execution graph need them)
     trace: Trace | None = None
     recorded: pl.DataFrame | None = None
     classified: pl.DataFrame | None = None
+
+
+def layout_of(manifest: object, options: AnalyzeOptions) -> dict[str, int] | None:
+    """The parallel layout the analysis uses: ``options.parallel``, else the manifest's ``parallel``."""
+    if options.parallel:
+        return dict(options.parallel)
+    lay = manifest.get("parallel") if isinstance(manifest, dict) else None
+    if isinstance(lay, dict):
+        try:
+            return {
+                str(k).lower(): int(v)
+                for k, v in lay.items()
+                if str(k).lower() in ("tp", "pp", "dp", "ep", "cp")
+            }
+        except (TypeError, ValueError):
+            return None
+    return None
 
 
 def has_durations(trace: Trace) -> bool:
@@ -104,11 +137,13 @@ def analyze_rank(
     dims: Mapping[str, str | None],
     hosts: Mapping[int, str | None],
     *,
+    node_gpus: int | None = None,
     keep: bool = False,
 ) -> RankPart:
     """One rank's part of ``analyze_run``. ``dims``: process group -> dimension (of the whole
-    run); ``hosts``: every rank's host. ``keep``: also keep the (simulated) trace and its
-    classified table (the local path's report views and execution graph use them)."""
+    run); ``hosts``: every rank's host; ``node_gpus``: the run's GPUs per node, when known.
+    ``keep``: also keep the (simulated) trace and its classified table (the local path's report
+    views and execution graph use them)."""
     part = RankPart(rank=rank)
     tr = trace
     if not tr.meta.has_timestamps:
@@ -131,9 +166,16 @@ def analyze_rank(
             group_dims=dims,
             classified=classified,
         )
+        part.streams = rank_stream_analyses(tr, classified, options)
     part.meta_simulated = bool(tr.meta.extra.get("simulated"))
     part.coll, part.peaks = collectives(
-        tr, peak_gbps=options.peak_gbps, group_dims=dims, hosts=hosts, classified=classified
+        tr,
+        peak_gbps=options.peak_gbps,
+        group_dims=dims,
+        hosts=hosts,
+        classified=classified,
+        tally=part.tally,
+        node_gpus=node_gpus,
     )
     if part.coll.height == 0:  # only read when no rank has a timed collective (the skipped reason)
         part.n_comm = int(tr.nodes["node_type"].is_in(COMM_NODE_TYPES).sum())
@@ -150,6 +192,22 @@ def analyze_rank(
             tr, method=options.energy_method, per_step=options.per_step, classified=classified
         )
         part.power = power(tr, per_step=options.per_step)
+        src = telemetry_source_note(tr)  # an imported log: its tool, file and rate
+        if src:
+            part.energy.notes.insert(0, src)
+            part.power.notes.insert(0, src)
+    # time breakdown (durations suffice: without timestamps, the whole trace only)
+    part.breakdown = rank_breakdown(
+        rank,
+        tr,
+        classified,
+        per_step=options.per_step,
+        hta_compat=options.hta_compat,
+        hta_keep_last_step=options.hta_keep_last_step,
+    )
+    part.flops = rank_flops(rank, tr, classified, per_step=options.per_step)
+    part.lost = lost_device_activity(tr.nodes)
+    part.meta = dataclasses.replace(tr.meta, process_groups=(), extra={})
     part.dup_notes = duplicate_step_notes(tr)
     if keep:
         part.trace, part.recorded, part.classified = tr, recorded, classified
@@ -205,7 +263,11 @@ def _merge_bandwidth(
     for p in parts:
         peaks.update(p.peaks)
     frames = [p.coll for p in parts if p.coll is not None]
-    bw = bandwidth_from(frames, peaks, simulated=any(p.meta_simulated for p in parts))
+    tally: Tally = {}
+    for p in parts:  # summed over ranks
+        for k, v in p.tally.items():
+            tally[k] = tally.get(k, 0) + v
+    bw = bandwidth_from(frames, peaks, simulated=any(p.meta_simulated for p in parts), tally=tally)
     if bw.collectives.height == 0:
         n_comm = sum(p.n_comm for p in parts)
         skipped["bandwidth"] = (
@@ -284,17 +346,43 @@ def merge_parts(
             if no_ts
             else "no trace to analyse"
         )
+    # idle time per GPU stream and launch statistics (timed ranks)
+    timed = [(p.rank, p.streams) for p in parts if not p.no_ts]
+    idle, launch, why = stream_analyses_from(timed, options, simulated=simulated)
+    if why is not None:
+        no_ts_why = NO_TIMESTAMPS.replace("overlap needs them", "idle time per stream and launches need them")
+        skipped["idle_time"] = skipped["launch"] = no_ts_why if not timed else why
     bw = _merge_bandwidth(parts, simulated, skipped)
     en, pw = _merge_energy(parts, options, simulated, multi, skipped)
+    bd = breakdown_from([p.breakdown for p in parts if p.breakdown is not None], top_n=options.breakdown_top)
+    if bd is None:
+        skipped["breakdown"] = NO_GPU_OPS
     cp, wi = graph_step(skipped, no_ts, simulated)
+    fl, fl_notes = flops_from(
+        [p.flops for p in parts if p.flops is not None], simulated=simulated, skipped=skipped
+    )
+    if fl is not None:
+        fl.notes = merge_notes(fl_notes, multi)
     if no_dur and len(no_dur) == len(no_ts):
         for k in ("critical_path", "what_if"):
             if k in skipped:
                 skipped[k] = NO_DURATIONS
+    # a profile that lost its device activity: said first, in the first result shown
+    lost = [(p.rank, [p.lost]) for p in parts if p.lost is not None]
+    shown = next((x for x in (ov, bw) if x is not None), None)
+    if lost and shown is not None:
+        shown.notes[:0] = merge_notes(lost, multi)
     res = RunAnalysis(
         overlap=ov,
         critical_path=cp,
         what_if=wi,
+        idle_time=idle,
+        launch=launch,
+        config=run_config_of(
+            manifest, [p.meta for p in parts if p.meta is not None], layout_of(manifest, options)
+        ),
+        breakdown=bd,
+        flops=fl,
         bandwidth=bw,
         energy=en,
         power=pw,
@@ -310,7 +398,7 @@ def merge_parts(
         target.notes.extend(dup)
     partial = manifest.get("partial") if isinstance(manifest, dict) else None
     if isinstance(partial, str):  # --allow-partial: every result says it covers part of the run
-        for r in (ov, bw, en, pw):
+        for r in (ov, bw, en, pw, idle, launch, bd, fl):
             if r is not None:
                 r.notes.insert(0, partial)
     return res

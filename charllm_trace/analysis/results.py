@@ -26,6 +26,11 @@ from typing import Any
 
 import polars as pl
 
+from charllm_trace.analysis.config_results import CONFIG_SCHEMA, RunConfig  # noqa: F401 - re-exported
+from charllm_trace.analysis.flops_results import FlopsResult
+from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
+from charllm_trace.analysis.results_breakdown import BreakdownResult
+
 # ---------------------------------------------------------------------------
 # The words of notes and skip reasons the CLI recognises (render.tables.cli_hint adds its flags);
 # here, with the result types, so that drawing saved results imports no analysis
@@ -183,6 +188,20 @@ class LinkPeak:
     spans_nodes: bool | None = None
 
 
+#: One row per (process group, rank) over the collectives matched across ranks: how often and
+#: how late the rank arrived (lateness = its start - the group's first start).
+STRAGGLER_SCHEMA: dict[str, pl.DataType] = {
+    "pg_name": pl.String,
+    "dim": pl.String,
+    "rank": pl.Int64,
+    "n_matched": pl.Int64,  # collectives of this group matched on this rank
+    "n_last": pl.Int64,  # of which the rank started last
+    "last_pct": pl.Float64,  # 100 * n_last / n_matched
+    "mean_late_ns": pl.Float64,  # mean lateness over its matched collectives
+    "max_late_ns": pl.Int64,  # worst lateness
+}
+
+
 @dataclass
 class BandwidthResult:
     collectives: pl.DataFrame  # COLLECTIVE_SCHEMA
@@ -191,6 +210,7 @@ class BandwidthResult:
     peaks: dict[str, LinkPeak] = field(default_factory=dict)  # pg_name -> peak used
     simulated: bool = False
     notes: list[str] = field(default_factory=list)
+    stragglers: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STRAGGLER_SCHEMA))
 
 
 # ---------------------------------------------------------------------------
@@ -398,6 +418,7 @@ class AnalyzeOptions:
     energy_method: str = "trapezoid"  # or "step"
     critical_path: bool = True  # the critical path through the execution graph
     what_if: Mapping[str, float] | None = None  # class -> duration factor (a what-if replay)
+    breakdown_top: int | None = None  # time breakdown: keys kept per (rank, step, group); None: all
 
 
 @dataclass
@@ -411,6 +432,11 @@ class RunAnalysis:
     power: PowerResult | None
     critical_path: CriticalPathResult | None = None
     what_if: WhatIfResult | None = None
+    idle_time: IdleTimeResult | None = None  # GPU idle per stream (analysis/idle_time.py)
+    launch: LaunchResult | None = None  # launch delays and queues (analysis/launch_stats.py)
+    config: RunConfig | None = None
+    breakdown: BreakdownResult | None = None
+    flops: FlopsResult | None = None  # achieved FLOP/s and MFU (analysis.flops; estimates)
     skipped: dict[str, str] = field(default_factory=dict)
     ranks: list[int] = field(default_factory=list)
     simulated: bool = False
@@ -435,6 +461,7 @@ class RunAnalysis:
             out["collectives"] = self.bandwidth.collectives
             out["bandwidth"] = self.bandwidth.summary
             out["collectives_matched"] = self.bandwidth.matched
+            out["stragglers"] = self.bandwidth.stragglers
         if self.energy is not None:
             out["energy_totals"] = self.energy.totals
             out["energy"] = self.energy.by
@@ -446,11 +473,26 @@ class RunAnalysis:
             out["critical_path_ops"] = self.critical_path.top_ops
         if self.what_if is not None:
             out["what_if"] = self.what_if.steps
+        if self.idle_time is not None:
+            out["idle_time"] = self.idle_time.streams
+        if self.launch is not None:
+            out["launch_stats"] = self.launch.stats
+            out["launch_queue"] = self.launch.queue
+        if self.config is not None:
+            out["config"] = self.config.table
+        if self.breakdown is not None:
+            out["breakdown"] = self.breakdown.by
+            out["breakdown_totals"] = self.breakdown.totals
+        if self.flops is not None:
+            out["flops"] = self.flops.per_step
+            out["flops_by_op"] = self.flops.by_op
+            out["flops_devices"] = self.flops.devices
         return out
 
     def notes(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
-        for name in ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if"):
+        analyses = ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if")
+        for name in (*analyses, "idle_time", "launch", "config", "breakdown", "flops"):
             r: Any = getattr(self, name)
             if r is not None and r.notes:
                 out[name] = list(r.notes)

@@ -99,6 +99,42 @@ def parse_parallel(text: str | None) -> dict[str, int] | None:
     return out
 
 
+#: ``--workload`` keys (short and long) -> the manifest's ``workload`` field; all but model are counts
+WORKLOAD_KEYS = {
+    "model": "model",
+    "mbs": "micro_batch",
+    "micro_batch": "micro_batch",
+    "gbs": "global_batch",
+    "global_batch": "global_batch",
+    "seq": "seq_len",
+    "seq_len": "seq_len",
+    "tokens_per_step": "tokens_per_step",
+}
+
+
+def parse_workload(text: str | None) -> dict[str, str | int] | None:
+    """``"model=llama-7b,mbs=1,gbs=256,seq=4096"`` -> {"model": "llama-7b", "micro_batch": 1,
+    "global_batch": 256, "seq_len": 4096} (the manifest's ``workload``; ``compare`` lists it)."""
+    if not text:
+        return None
+    out: dict[str, str | int] = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        field = WORKLOAD_KEYS.get(key.strip().lower())
+        value = value.strip()
+        if field is None or not value:
+            raise UsageError(
+                f"--workload {text!r}: expected KEY=VALUE pairs with KEY in {', '.join(WORKLOAD_KEYS)}"
+            )
+        if field == "model":
+            out[field] = value
+        elif value.isdigit() and int(value) >= 1:
+            out[field] = int(value)
+        else:
+            raise UsageError(f"--workload {text!r}: {key.strip()} must be a whole number ≥ 1")
+    return out
+
+
 def node_rank(command: list[str]) -> int:
     """This node's rank from the environment or torchrun's ``--node-rank`` option (0 if unknown)."""
     for var in ("NODE_RANK", "GROUP_RANK", "SLURM_NODEID", "OMPI_COMM_WORLD_NODE_RANK"):
@@ -190,6 +226,7 @@ def collect(
     telemetry_hz: float = 100.0,
     telemetry_source: str = "auto",
     parallel: dict[str, int] | None = None,
+    workload: dict[str, str | int] | None = None,
     force: bool = False,
     record_shapes: bool = True,
     with_stack: bool = False,
@@ -229,6 +266,7 @@ def collect(
         "ranks": ranks,
         "telemetry_hz": telemetry_hz,
         "parallel": parallel,
+        "workload": workload,
         "started_ns": started_ns,
         "node_rank": nrank,
     }

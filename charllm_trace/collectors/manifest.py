@@ -119,6 +119,7 @@ def build_manifest(
     status: str | None = None,
     failure: str | None = None,
     interrupted_by: str | None = None,
+    workload: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     from charllm_trace import __version__
 
@@ -213,6 +214,7 @@ def build_manifest(
         "rank_devices": rank_devices,
         "versions": versions,
         "parallel": par,
+        "workload": workload,  # collect --workload: model, micro_batch, global_batch, seq_len, tokens_per_step
         "steps": {
             "requested": list(steps),
             "numbering": STEP_NUMBERING,

@@ -630,16 +630,22 @@ static int64_t jd_code(jd_state *st, int which, const jd_in *in, const jd_event 
     return code;
 }
 
+/* The length of jd_decode's info array (a build from older sources lacks this function, so the
+ * loader refuses it as out of date rather than read a shorter array). */
+int64_t jd_info_len(void) { return 3; }
+
 /* Decode the list b[0..n). Returns the number of rows written (at most cap), or -1 (fall back).
- * info: [0] elements in the list, [1] new names and categories reported. */
+ * info: [0] elements in the list, [1] new names and categories reported, [2] metadata events
+ * (ph "M": process names and labels, decoded by the caller), whose places are in meta_off and
+ * meta_len (at most cap). */
 int64_t jd_decode(void *state, const uint8_t *b, int64_t n, int64_t cap, uint32_t *name, uint32_t *cat,
                   int64_t *ints, uint8_t *valid, int64_t *ts, int64_t *dur, int64_t *args_off,
                   int64_t *args_len, int64_t *new_off, int64_t *new_len, uint8_t *new_which, int64_t new_cap,
-                  int64_t *info) {
+                  int64_t *meta_off, int64_t *meta_len, int64_t *info) {
     jd_state *st = state;
     jd_in in = {b, n};
     jd_event ev;
-    int64_t rows = 0, elems = 0, n_new = 0;
+    int64_t rows = 0, elems = 0, n_new = 0, n_meta = 0;
     int64_t n0[2] = {st->t[0].n, st->t[1].n};
     jd_init_tables();
     int64_t p = jd_ws(&in, 0);
@@ -651,6 +657,7 @@ int64_t jd_decode(void *state, const uint8_t *b, int64_t n, int64_t cap, uint32_
     }
     for (;;) {
         if (p >= n || b[p] != '{') goto fail;
+        int64_t ev_start = p;
         p = jd_event_at(&in, p, &ev);
         if (p < 0) goto fail;
         elems++;
@@ -679,6 +686,11 @@ int64_t jd_decode(void *state, const uint8_t *b, int64_t n, int64_t cap, uint32_
                 cat[rows] = (uint32_t)c;
                 rows++;
             }
+        } else if (b[ev.ph_s + 1] == 'M') {
+            if (n_meta >= cap) goto fail;
+            meta_off[n_meta] = ev_start;
+            meta_len[n_meta] = p - ev_start;
+            n_meta++;
         }
         p = jd_ws(&in, p);
         if (p >= n) goto fail;
@@ -696,6 +708,7 @@ end:
     if (jd_ws(&in, p) != n) goto fail;
     info[0] = elems;
     info[1] = n_new;
+    info[2] = n_meta;
     return rows;
 fail:
     jd_truncate(&st->t[0], n0[0]);

@@ -4,7 +4,10 @@ A communication node (an NCCL/RCCL kernel, a ``gloo:`` op) gets its type, messag
 process group, sequence number, root/peer and all-to-all splits from its own comm args, else from
 the enclosing ``record_param_comms`` (with args), ``c10d::`` op or ``nccl:`` annotation found among
 its ancestors (a kernel: the ancestors of its runtime launch); async gloo ops are matched to the
-``c10d::`` ops that enqueued them. Rules: docs/converters.md, "Collectives".
+``c10d::`` ops that enqueued them. An all_gather's or reduce_scatter's group size implied by its
+own tensors (output / input elements) is added to its ``attrs`` as ``tensor_group_size``. An
+``hccl:`` op is a collective itself unless a device kernel ran under it (then it is that kernel's
+annotation, as ``nccl:`` is). Rules: docs/converters.md, "Collectives".
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from charllm_trace.converters import collectives as C
 from charllm_trace.converters.kineto_profile import KinetoProfile
 from charllm_trace.errors import InputError
 from charllm_trace.limits import MAX_RANK
+from charllm_trace.model import ATTR_TENSOR_GROUP
 
 #: IO info of a node used for collective sizes: (shapes, types, values) lists.
 IO = tuple[Any, Any, Any]
@@ -95,7 +99,7 @@ def _pg_table(prof: KinetoProfile, extra_pgs: list[dict[str, Any]]) -> dict[str,
 
 def _context_flags(names: pl.Series, with_args: np.ndarray) -> Any:
     """A function of node ids giving three flags for each: a record_param_comms with collective
-    args (``with_args``, by id); an nccl:/rccl: annotation; a c10d:: op that names a collective.
+    args (``with_args``, by id); an nccl:/rccl:/hccl: annotation; a c10d:: op that names a collective.
     Only the ids the walk visits are looked at (a few per communication node)."""
 
     def flags(idx: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -105,7 +109,9 @@ def _context_flags(names: pl.Series, with_args: np.ndarray) -> Any:
             c10d[c10d] = [C.coll_type_of(n) is not None for n in nm.filter(pl.Series(c10d)).to_list()]
         return (
             (nm == "record_param_comms").to_numpy() & with_args[idx],
-            (nm.str.starts_with("nccl:") | nm.str.starts_with("rccl:")).to_numpy(),
+            (
+                nm.str.starts_with("nccl:") | nm.str.starts_with("rccl:") | nm.str.starts_with("hccl:")
+            ).to_numpy(),
             c10d,
         )
 
@@ -173,6 +179,24 @@ def _gloo_launches(ev: pl.DataFrame, cand: pl.DataFrame, tree: _Tree) -> dict[in
     return gloo_c10d
 
 
+def _tensor_group(
+    info: dict[str, Any], ctype: str | None, c10d_type: str | None, c10d_io: IO | None
+) -> int | None:
+    """The group size implied by the op's own element counts: the comm args' In/Out msg nelems,
+    else the input and output tensors of its c10d op (``c10d::_allgather_base_(output, input)``,
+    ``allgather_(outputs, inputs)``, ``_reduce_scatter_base_(output, input)``, ...)."""
+    if ctype not in ("all_gather", "reduce_scatter"):
+        return None
+    tg = C.group_from_counts(ctype, info.get("in_nelems"), info.get("out_nelems"))
+    if tg is None and c10d_io is not None and c10d_type == ctype and isinstance(c10d_io[0], list):
+        shapes, types, _ = c10d_io
+        types = types if isinstance(types, list) else []
+        out_n, _ = C.first_tensor(shapes[:1], types[:1])
+        in_n, _ = C.first_tensor(shapes[1:], types[1:])
+        tg = C.group_from_counts(ctype, in_n, out_n)
+    return tg
+
+
 #: the largest message size (bytes or elements) a collective may have: 2**50 (a pebibyte)
 MAX_MESSAGE = 1 << 50
 
@@ -223,8 +247,8 @@ def annotate_collectives(
     kinds = ev["kind"]
     name_s = ev["name"]
     cand = ev.select("id", "name", "kind", "on_gpu", "start_ns", "_rt_id", "tid").filter(
-        ((kinds == "kernel") & _contains(name_s, r"(?i)nccl|rccl|msccl"))
-        | (~pl.col("on_gpu") & name_s.str.starts_with("gloo:"))
+        ((kinds == "kernel") & _contains(name_s, r"(?i)nccl|rccl|msccl|hccl"))
+        | (~pl.col("on_gpu") & (name_s.str.starts_with("gloo:") | name_s.str.starts_with("hccl:")))
     )
 
     def node_io(i: int) -> IO:
@@ -240,6 +264,14 @@ def annotate_collectives(
     kernel = (cand["kind"] == "kernel").to_numpy()
     starts = np.where(kernel, cand["_rt_id"].fill_null(-1).to_numpy(), cand["id"].to_numpy())
     ctx_rpc, ctx_ann, ctx_c10d = _contexts(tree, starts, _context_flags(name_s, with_args))
+    # an hccl: op is the collective itself only when no device kernel ran under it (else it is
+    # that kernel's annotation, as nccl: is)
+    hccl = ~kernel & cand["name"].str.starts_with("hccl:").to_numpy()
+    if hccl.any():
+        keep = ~(hccl & np.isin(cand["id"].to_numpy(), ctx_ann[kernel]))
+        if not keep.all():
+            cand, kernel, starts = cand.filter(pl.Series(keep)), kernel[keep], starts[keep]
+            ctx_rpc, ctx_ann, ctx_c10d = ctx_rpc[keep], ctx_ann[keep], ctx_c10d[keep]
 
     c10d_ids = set(gloo_c10d.values())
     c10d_start = (
@@ -370,6 +402,9 @@ def annotate_collectives(
                         root = glob
                     else:
                         peer = glob
+        tg = _tensor_group(info, ctype, c10d_type, node_io(ctx["c10d"]) if "c10d" in ctx else None)
+        if tg is not None:  # the group size the op's own tensors imply, kept in its attrs
+            comm_args.setdefault(i, {})[ATTR_TENSOR_GROUP] = tg
         if ctype is None:
             unknown_type += 1
         rec.update(

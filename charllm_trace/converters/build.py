@@ -62,7 +62,7 @@ def kineto_trace(prof: KinetoProfile) -> tuple[Trace, dict[str, Any]]:
 
 
 #: Host-ET ops whose inputs feed the collective sizes (kept small: the io map is a dict).
-_COMM_IO_PREFIXES = ("c10d::", "gloo:", "nccl:", "rccl:", "record_param_comms")
+_COMM_IO_PREFIXES = ("c10d::", "gloo:", "nccl:", "rccl:", "hccl:", "record_param_comms")
 
 
 def _fill_times_from_descendants(nodes: pl.DataFrame, rounds: int = 16) -> pl.DataFrame:
@@ -124,6 +124,7 @@ def linked_trace(host: Any, prof: KinetoProfile) -> tuple[Trace, dict[str, Any]]
         | pl.col("name").str.starts_with("gloo:")
         | pl.col("name").str.starts_with("nccl:")
         | pl.col("name").str.starts_with("rccl:")
+        | pl.col("name").str.starts_with("hccl:")
         | (pl.col("name") == "record_param_comms")
     )
     comm_pairs = pairs.join(comm_like.select(pl.col("id").alias("host_id")), on="host_id")

@@ -103,6 +103,13 @@ def meta_from_profile(prof: KinetoProfile, ev: pl.DataFrame, pgs: dict[str, dict
         ProcessGroup(name=k, desc=v.get("desc"), ranks=tuple(int(x) for x in v.get("ranks") or ()))
         for k, v in sorted(pgs.items())
     )
+    extra: dict[str, Any] = {}
+    if model is None and prof.device_labels:
+        # no device properties: the profile's own label of the kernels' device process ("NPU 0")
+        pids = ev["pid"].filter(ev["kind"] == "kernel").drop_nulls()
+        label = prof.device_labels.get(int(pids.mode().sort()[0])) if pids.len() else None
+        if label is not None:
+            extra["device_label"] = label
     return TraceMeta(
         rank=prof.rank,
         world_size=prof.world_size,
@@ -116,7 +123,7 @@ def meta_from_profile(prof: KinetoProfile, ev: pl.DataFrame, pgs: dict[str, dict
         if prof.schema_version is not None
         else "kineto",
         process_groups=groups,
-        extra={},
+        extra=extra,
     )
 
 
@@ -159,7 +166,14 @@ def attrs_column(ev: pl.DataFrame, comm_args: dict[int, dict[str, Any]]) -> pl.S
     )
     if hit.height == 0:
         return base
-    values = [
-        orjson.dumps({"cat": c, **comm_args[i]}).decode() for i, c in zip(hit["id"], hit["cat"], strict=True)
-    ]
+    texts: dict[
+        tuple[str, int], str
+    ] = {}  # rows that share one args dict (the reader's shape args) share the text
+    values = []
+    for i, c in zip(hit["id"], hit["cat"], strict=True):
+        d = comm_args[i]
+        t = texts.get((c, id(d)))
+        if t is None:
+            t = texts[(c, id(d))] = orjson.dumps({"cat": c, **d}).decode()
+        values.append(t)
     return base.scatter(hit["pos"], pl.Series(values, dtype=pl.String))

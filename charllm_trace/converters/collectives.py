@@ -121,12 +121,13 @@ def coll_type_of(text: str | None) -> str | None:
     if not text:
         return None
     t = text.lower()
-    for prefix in ("c10d::", "nccl:", "gloo:", "rccl:", "mpi:", "ucc:"):
+    for prefix in ("c10d::", "nccl:", "gloo:", "rccl:", "hccl:", "mpi:", "ucc:"):
         if t.startswith(prefix):
             t = t[len(prefix) :]
             break
-    # kernel names: ncclKernel_AllReduce_..., ncclDevKernel_ReduceScatter_...
-    m = re.search(r"(?:nccl|rccl|msccl)\w*?kernel_([a-z]+)", t)
+    # kernel names: ncclKernel_AllReduce_..., ncclDevKernel_ReduceScatter_... (HCCL's hcclAllReduce...
+    # come through the fragments below)
+    m = re.search(r"(?:nccl|rccl|msccl|hccl)\w*?kernel_([a-z]+)", t)
     if m:
         t = m.group(1)
     t = t.replace("_", "").replace(" ", "")
@@ -172,6 +173,16 @@ def comm_nelems(coll_type: str | None, in_n: int | None, out_n: int | None) -> i
     if coll_type in ("reduce_scatter", "scatter", "all_to_all", "send"):
         return in_n
     return in_n if in_n is not None else out_n
+
+
+def group_from_counts(coll_type: str | None, in_n: int | None, out_n: int | None) -> int | None:
+    """The group size an all_gather's or reduce_scatter's own element counts imply: output /
+    input (all_gather), input / output (reduce_scatter); None when a count is unknown or the
+    ratio is not a whole number."""
+    whole, part = (out_n, in_n) if coll_type == "all_gather" else (in_n, out_n)
+    if coll_type not in ("all_gather", "reduce_scatter") or not whole or not part or whole % part:
+        return None
+    return whole // part
 
 
 def parse_list(v: Any) -> list[int] | None:

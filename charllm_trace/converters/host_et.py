@@ -297,7 +297,7 @@ def pg_groups(pgs: list[dict[str, Any]]) -> tuple[ProcessGroup, ...]:
 def host_et_trace(host: HostET) -> tuple[Trace, dict[str, Any]]:
     """A host ET alone: the op tree and data dependencies, without times (``has_timestamps`` False).
 
-    Collectives: with no GPU kernels to carry them, the ``gloo:`` / ``nccl:`` ops become the
+    Collectives: with no GPU kernels to carry them, the ``gloo:`` / ``nccl:`` / ``hccl:`` ops become the
     communication nodes (type and size from their inputs).
     """
     from charllm_trace.converters import collectives as C
@@ -308,7 +308,7 @@ def host_et_trace(host: HostET) -> tuple[Trace, dict[str, Any]]:
     seq: dict[str | None, int] = {}
     only_pg = pgs[0] if len(pgs) == 1 else None
     for nid, name in zip(n["id"].to_list(), n["name"].to_list(), strict=True):
-        if not name.startswith(("gloo:", "nccl:", "rccl:")):
+        if not name.startswith(("gloo:", "nccl:", "rccl:", "hccl:")):
             continue
         ct = C.coll_type_of(name)
         shapes, types, _ = host.io.get(nid, (None, None, None))

@@ -52,8 +52,10 @@ def _declare(so: ctypes.CDLL) -> None:
     so.jd_new.argtypes = []
     so.jd_free.restype = None
     so.jd_free.argtypes = [_p]
+    so.jd_info_len.restype = _i64
+    so.jd_info_len.argtypes = []
     so.jd_decode.restype = _i64
-    so.jd_decode.argtypes = [_p, _p, _i64, _i64] + [_p] * 11 + [_i64, _p]
+    so.jd_decode.argtypes = [_p, _p, _i64, _i64] + [_p] * 11 + [_i64, _p, _p, _p]
 
 
 _LIBRARY = _native_libs.Library(MODULE, _declare)

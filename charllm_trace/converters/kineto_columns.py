@@ -20,10 +20,13 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.converters import kineto_native
+from charllm_trace.converters.kineto_devices import ProcessNames, mark_device_activity
 from charllm_trace.converters.kineto_native import INT_COLUMNS
 from charllm_trace.converters.kineto_profile import (
     CATEGORY_KIND,
     COMM_ARG_KEYS,
+    SHAPE_ARG_KEYS,
+    SHAPE_OP_RE,
     SKIP_CATEGORIES,
     SYNC_ARG_KEYS,
     SYNC_CATEGORY,
@@ -40,6 +43,9 @@ from charllm_trace.errors import InputError
 
 _COMM_FIELDS = {f"c{i}": key for i, key in enumerate(COMM_ARG_KEYS)}
 _SYNC_FIELDS = {f"s{i}": key for i, key in enumerate(SYNC_ARG_KEYS)}
+#: the shape args among the comm args: the same raw fields of ``_Args`` (c<i>), by key
+_SHAPE_FIELDS = {f: key for f, key in _COMM_FIELDS.items() if key in SHAPE_ARG_KEYS}
+_shape_raws = operator.attrgetter(*_SHAPE_FIELDS)  # a struct's raw shape args, as a tuple
 
 
 # the comm args as raw JSON fields c0..cN (declared dynamically: one per key in COMM_ARG_KEYS)
@@ -117,8 +123,11 @@ _XEvent = msgspec.defstruct(  # type: ignore[misc]
     tag="X",
 )
 _FAST_EVENT: Any = _XEvent
+_SKIP: dict[str, Any] = {}
 for _ph in _PHASES:
-    _FAST_EVENT = _FAST_EVENT | msgspec.defstruct(f"_Skip{ord(_ph)}", [], gc=False, tag_field="ph", tag=_ph)
+    _SKIP[_ph] = msgspec.defstruct(f"_Skip{ord(_ph)}", [], gc=False, tag_field="ph", tag=_ph)
+    _FAST_EVENT = _FAST_EVENT | _SKIP[_ph]
+_SKIP_META = _SKIP["M"]
 
 
 class Top(msgspec.Struct):
@@ -146,6 +155,13 @@ _CommValues = msgspec.defstruct(  # type: ignore[misc]
     [(f, Any, msgspec.UNSET) for f in _COMM_FIELDS],
     gc=False,
     rename=_COMM_FIELDS,
+)
+#: The shape args of the rows ``keeps_shapes`` accepts, as raw JSON (decoded once per distinct text).
+_ShapeRaw = msgspec.defstruct(  # type: ignore[misc]
+    "_ShapeRaw",
+    [(f, msgspec.Raw, msgspec.Raw()) for f in _SHAPE_FIELDS],
+    gc=False,
+    rename=_SHAPE_FIELDS,
 )
 _SyncValues = msgspec.defstruct(  # type: ignore[misc]
     "_SyncValues", [(f, Any, None) for f in _SYNC_FIELDS], gc=False, rename=_SYNC_FIELDS
@@ -201,6 +217,10 @@ class Columns:
         self.dec = msgspec.json.Decoder(list[_Event])
         self.fast = msgspec.json.Decoder(list[_FAST_EVENT])
         self.comm_list_dec = msgspec.json.Decoder(list[_CommValues])
+        self.shape_list_dec = msgspec.json.Decoder(list[_ShapeRaw])
+        self.shape_values: dict[
+            tuple[bytes, ...], dict[str, Any]
+        ] = {}  # a row's raw shape args -> their dict
         self.sync_list_dec = msgspec.json.Decoder(list[_SyncValues])
         self.comm_pairs: dict[int, bool] = {}  # (name code << 32 | category code) -> may be comm
         self.name_parts: list[np.ndarray] = []  # vocabulary codes
@@ -212,8 +232,12 @@ class Columns:
         self.row0 = 0
         self.n_raw = 0
         self.names = Vocab(COMM_HINT)
+        self.shape_re = re.compile(SHAPE_OP_RE)
+        self.shape_flags = np.zeros(0, dtype=bool)  # name code -> SHAPE_OP_RE matches it
+        self.cpu_cats = np.zeros(0, dtype=bool)  # category code -> a cpu_op category
         self.cats = Vocab(lower=True)
         self.native = kineto_native.decoder()
+        self.procs = ProcessNames(("X", *_PHASES))  # process names and labels (metadata events)
         # C codes -> vocabulary codes
         self.name_map = np.zeros(0, dtype=np.uint32)
         self.cat_map = np.zeros(0, dtype=np.uint32)
@@ -230,6 +254,8 @@ class Columns:
             batch = self.native.decode(data, count)
             if batch is not None:
                 self.n_raw += batch.n_raw
+                if batch.meta is not None:
+                    self.procs.add_batch(batch.meta)
                 self._add_native(batch, data)
                 return batch.n_raw
         return self.add_msgspec(data)
@@ -276,6 +302,12 @@ class Columns:
                 found = msgspec.to_builtins(self.comm_list_dec.decode(spans(rows)))
                 for i, d in zip(rows, found, strict=True):
                     self.comm_args[self.row0 + i] = d
+            rows = self._shape_rows(name_codes, cat_codes).tolist()
+            if rows:  # their shape args as raw JSON, each distinct text decoded once
+                for i, a in zip(rows, self.shape_list_dec.decode(spans(rows)), strict=True):
+                    d = self._shape_dict(a)
+                    if d:
+                        self.comm_args[self.row0 + i] = d
             sync_code = self.cats.codes.get(SYNC_CATEGORY)
             if sync_code is not None:
                 rows = [i for i in np.flatnonzero(cat_codes == sync_code).tolist() if aoff[i] >= 0]
@@ -303,11 +335,42 @@ class Columns:
         ok = np.array([self.comm_pairs[u] for u in uniq.tolist()], dtype=bool)
         return pre[ok[inverse]]
 
+    def _shape_rows(self, name_codes: np.ndarray, cat_codes: np.ndarray) -> np.ndarray:
+        """Rows (of a batch) that ``keeps_shapes`` accepts: the name pattern matched once per distinct
+        name, the category once per distinct category."""
+        names, cats = self.names.values, self.cats.values
+        if len(self.shape_flags) < len(names):
+            new = [self.shape_re.match(v) is not None for v in names[len(self.shape_flags) :]]
+            self.shape_flags = np.concatenate([self.shape_flags, np.array(new, dtype=bool)])
+        rows = np.flatnonzero(self.shape_flags[name_codes])
+        if not rows.size:
+            return rows
+        if len(self.cpu_cats) < len(cats):
+            self.cpu_cats = np.array(
+                [CATEGORY_KIND.get(c, ("other", False))[0] == "cpu_op" for c in cats], bool
+            )
+        return rows[self.cpu_cats[cat_codes[rows]]]
+
+    def _shape_dict(self, a: Any) -> dict[str, Any]:
+        """The shape args (``SHAPE_ARG_KEYS``) of one decoded struct with their raw JSON (a ``_ShapeRaw``,
+        or an ``_Args`` of the msgspec reader). Layers and steps repeat the same shapes: each distinct
+        (dims, types, values) text is decoded once, and its rows share one dict (read only)."""
+        raws = _shape_raws(a)
+        key = tuple(map(bytes, raws))
+        d = self.shape_values.get(key)
+        if d is None:
+            d = self.shape_values[key] = {
+                k: msgspec.json.decode(r) for k, r in zip(_SHAPE_FIELDS.values(), raws, strict=True) if len(r)
+            }
+        return d
+
     def add_msgspec(self, data: Any) -> int:
         path = self.path
         try:
             evs = self.fast.decode(data)
             n_raw = len(evs)
+            if any(e.__class__ is _SKIP_META for e in evs):
+                self.procs.add_batch(data)
             xs = [
                 e
                 for e in evs
@@ -331,6 +394,8 @@ class Columns:
                     path, f"not valid JSON (truncated or corrupt?): {msg} in traceEvents"
                 ) from None
             n_raw = len(evs)
+            if any(e.ph == "M" for e in evs):
+                self.procs.add_batch(data)
             xs = [e for e in evs if e.ph == "X" and not (type(e.cat) is str and e.cat in _SKIP_SPELLINGS)]
         del evs
         self.n_raw += n_raw
@@ -353,6 +418,11 @@ class Columns:
         self.dur_parts.append(_us_col(path, xs, "dur"))
         for i in self._comm_rows(name_codes, cat_codes).tolist():
             self.comm_args[self.row0 + i] = _comm_dict(args[i])
+        for i in self._shape_rows(name_codes, cat_codes).tolist():
+            a = args[i]
+            d = self._shape_dict(a) if a is not _NO_ARGS else {}
+            if d:
+                self.comm_args[self.row0 + i] = d
         sync_code = self.cats.codes.get(SYNC_CATEGORY)
         if sync_code is not None:
             for i in np.flatnonzero(cat_codes == sync_code).tolist():
@@ -408,7 +478,8 @@ class Columns:
                 "rf_id": int_col("rf_id"),
             }
         )
-        events = gpu_columns(events, self.path)
+        device_pids = self.procs.device_pids()
+        events = gpu_columns(mark_device_activity(events, device_pids), self.path)
         doc_meta = {
             "distributedInfo": top.distributedInfo,
             "deviceProperties": top.deviceProperties,
@@ -416,7 +487,9 @@ class Columns:
             "schemaVersion": top.schemaVersion,
             "traceName": top.traceName,
         }
-        return make_profile(self.path, events, self.comm_args, base_ns, doc_meta, self.n_raw)
+        prof = make_profile(self.path, events, self.comm_args, base_ns, doc_meta, self.n_raw)
+        prof.device_labels = device_pids
+        return prof
 
 
 def _comm_dict(a: Any) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 One call per batch of framed events fills, for every complete event that is not the profiler's
 own span: name and category codes (raw spellings interned in C across batches), pid, tid, the
 five id args (int64 + valid flag), ts and dur in nanoseconds, and where its args object is in
-the batch. Only what C cannot decide is done here, per distinct value or per few rows: the
+the batch; and where the batch's metadata events (``ph`` "M": process names and labels) are. Only what C cannot decide is done here, per distinct value or per few rows: the
 distinct names and categories are decoded by msgspec (escapes and all) into the reader's
 vocabularies, and the args of the rows that may be communication (or are ``cuda_sync``) are
 decoded by msgspec from their spans.
@@ -43,6 +43,7 @@ class Batch:
     args_len: np.ndarray
     new_names: list[Any]  # decoded values of the names first seen in this batch (None: missing/null)
     new_cats: list[Any]
+    meta: bytes | None = None  # the batch's metadata events (ph "M") as a JSON list, if any
 
 
 def decoder() -> NativeDecoder | None:
@@ -83,7 +84,9 @@ class NativeDecoder:
         new_off = np.empty(2 * cap, np.int64)
         new_len = np.empty(2 * cap, np.int64)
         new_which = np.empty(2 * cap, np.uint8)
-        info = np.zeros(2, np.int64)
+        meta_off = np.empty(cap, np.int64)
+        meta_len = np.empty(cap, np.int64)
+        info = np.zeros(int(self.so.jd_info_len()), np.int64)
         rows = self.so.jd_decode(
             self.handle,
             arr.ctypes.data,
@@ -101,11 +104,14 @@ class NativeDecoder:
             new_len.ctypes.data,
             new_which.ctypes.data,
             2 * cap,
+            meta_off.ctypes.data,
+            meta_len.ctypes.data,
             info.ctypes.data,
         )
         if rows < 0:
             return None
         n_new = int(info[1])
+        n_meta = int(info[2])
         new: tuple[list[Any], list[Any]] = ([], [])
         for off, ln, which in zip(
             new_off[:n_new].tolist(), new_len[:n_new].tolist(), new_which[:n_new].tolist(), strict=True
@@ -123,4 +129,11 @@ class NativeDecoder:
             args_len=alen[:rows],
             new_names=new[0],
             new_cats=new[1],
+            meta=_json_list(arr, meta_off[:n_meta], meta_len[:n_meta]) if n_meta else None,
         )
+
+
+def _json_list(arr: np.ndarray, off: np.ndarray, length: np.ndarray) -> bytes:
+    """The JSON values at ``off``/``length`` in ``arr`` as one JSON list."""
+    parts = [bytes(arr[o : o + n]) for o, n in zip(off.tolist(), length.tolist(), strict=True)]
+    return b"[" + b",".join(parts) + b"]"

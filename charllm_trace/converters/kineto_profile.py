@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,7 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.converters._io import is_host_et, is_kineto
+from charllm_trace.converters.kineto_devices import ProcessNames, mark_device_activity
 from charllm_trace.errors import InputError
 
 #: Kineto category (lower-cased) -> (kind, on_gpu). Categories not listed become kind "other" (CPU).
@@ -38,6 +40,13 @@ CATEGORY_KIND: dict[str, tuple[str, bool]] = {
     "cuda_driver": ("runtime", False),
     "runtime": ("runtime", False),  # old Kineto
     "hip_runtime": ("runtime", False),
+    # other accelerators' runtime calls (Kineto's XPU, MTIA and PrivateUse1 backends, Glow)
+    "xpu_runtime": ("runtime", False),
+    "xpu_driver": ("runtime", False),
+    "mtia_runtime": ("runtime", False),
+    "privateuse1_runtime": ("runtime", False),
+    "privateuse1_driver": ("runtime", False),
+    "glow_runtime": ("runtime", False),
     "kernel": ("kernel", True),
     "gpu_memcpy": ("memcpy", True),
     "memcpy": ("memcpy", True),
@@ -48,6 +57,7 @@ CATEGORY_KIND: dict[str, tuple[str, bool]] = {
     # context and event syncs), correlation (of the runtime call that synchronised)
     "cuda_sync": ("sync", True),
 }
+# Device activity under a category not listed here (an accelerator's own): see kineto_devices.
 #: Categories that are not trace content (the profiler's own span).
 SKIP_CATEGORIES = {"trace"}
 
@@ -81,6 +91,19 @@ COMM_ARG_KEYS = (
 SYNC_ARG_KEYS = ("wait_on_stream", "wait_on_cuda_event_record_corr_id")
 SYNC_CATEGORY = "cuda_sync"
 
+#: CPU ops whose ``Input Dims`` / ``Input type`` / ``Concrete Inputs`` args (recorded with
+#: ``record_shapes=True``) are kept in ``attrs`` too: matrix products, attention and convolutions,
+#: whose FLOPs ``analysis.flops`` counts from them. A superset of the ops it counts.
+SHAPE_OP_RE = r"^aten::(\w*mm|matmul|linear|\w*attention\w*|\w*conv\w*)$"
+#: The args kept for them (in ``attrs``), when recorded.
+SHAPE_ARG_KEYS = ("Input Dims", "Input type", "Concrete Inputs")
+_SHAPE_OP = re.compile(SHAPE_OP_RE)
+
+
+def keeps_shapes(name: Any, kind: str) -> bool:
+    """Whether the args of a CPU op named ``name`` hold shapes worth keeping (``SHAPE_OP_RE``)."""
+    return kind == "cpu_op" and isinstance(name, str) and _SHAPE_OP.match(name) is not None
+
 
 @dataclass
 class KinetoProfile:
@@ -101,6 +124,8 @@ class KinetoProfile:
     schema_version: Any = None
     trace_name: str | None = None
     n_raw_events: int = 0
+    # pid -> the process label/name that makes it a device (metadata records; kineto_devices)
+    device_labels: dict[int, str] = field(default_factory=dict)
 
 
 def us_to_ns(values: list[Any]) -> np.ndarray:
@@ -206,17 +231,16 @@ def int_or_none(v: Any) -> int | None:
 
 
 def may_be_comm(name: str, kind: str) -> bool:
+    """Whether an event's args may describe a collective (kept in ``comm_args``). ``kind`` is its
+    category's (``other`` for a category not listed: it may be an accelerator's device activity)."""
     n = name.lower()
+    library = "nccl" in n or "rccl" in n or "msccl" in n or "hccl" in n
     if kind == "kernel":
-        return "nccl" in n or "rccl" in n or "msccl" in n
+        return library
     return (
-        n == "record_param_comms"
-        or n.startswith("c10d::")
-        or n.startswith("nccl:")
-        or n.startswith("gloo:")
-        or n.startswith("rccl:")
-        or n.startswith("mpi:")
-        or n.startswith("ucc:")
+        (kind == "other" and library)
+        or n == "record_param_comms"
+        or n.startswith(("c10d::", "nccl:", "gloo:", "rccl:", "hccl:", "mpi:", "ucc:"))
     )
 
 
@@ -277,17 +301,28 @@ def parse_kineto(doc: dict[str, Any], path: str | os.PathLike[str]) -> KinetoPro
             "rf_id": icol([a.get("Record function id") for a in args]),
         }
     )
-    events = gpu_columns(events, path)
+    procs = ProcessNames()
+    for e in raw_events:
+        if isinstance(e, dict) and e.get("ph") == "M":
+            procs.add(e.get("name"), e.get("pid"), e.get("args"))
+    device_pids = procs.device_pids()
+    events = gpu_columns(mark_device_activity(events, device_pids), path)
     comm_args: dict[int, dict[str, Any]] = {}
     for i, (nm, k) in enumerate(zip(names, kinds, strict=True)):
         if (k in ("kernel", "cpu_op", "annotation", "other")) and may_be_comm(nm, k):
             a = args[i]
             comm_args[i] = {key: a[key] for key in COMM_ARG_KEYS if key in a}
+        elif keeps_shapes(nm, k):
+            d = {key: args[i][key] for key in SHAPE_ARG_KEYS if key in args[i]}
+            if d:
+                comm_args[i] = d
         elif cats[i] == SYNC_CATEGORY:
             d = {key: args[i][key] for key in SYNC_ARG_KEYS if args[i].get(key) is not None}
             if d:
                 comm_args[i] = d
-    return make_profile(path, events, comm_args, base_ns, doc, len(raw_events))
+    prof = make_profile(path, events, comm_args, base_ns, doc, len(raw_events))
+    prof.device_labels = device_pids
+    return prof
 
 
 def gpu_columns(events: pl.DataFrame, path: str | os.PathLike[str] = "") -> pl.DataFrame:

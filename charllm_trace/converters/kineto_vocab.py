@@ -14,7 +14,7 @@ _CPU_KINDS = [c for c, (k, _) in CATEGORY_KIND.items() if k in ("cpu_op", "annot
 
 #: Case-insensitive superset of what ``may_be_comm`` looks for (an ASCII letter in the lower-cased
 #: name comes from that letter in either case), so only these rows need the exact test.
-COMM_HINT = r"(?i)nccl|rccl|msccl|record_param_comms|c10d::|gloo:|mpi:|ucc:"
+COMM_HINT = r"(?i)nccl|rccl|msccl|hccl|record_param_comms|c10d::|gloo:|mpi:|ucc:"
 
 
 def comm_candidates(name_s: pl.Series, cat_s: pl.Series, hint: pl.Series | None = None) -> pl.Series:
@@ -42,9 +42,13 @@ def comm_hits(name_s: pl.Series, cat_s: pl.Series) -> pl.Series:
     known = cat_s.is_in(list(CATEGORY_KIND))
     kernel = cat_s == "kernel"
     cpu_like = cat_s.is_in(_CPU_KINDS) | ~known  # cpu_op, annotation, or an unknown category ("other")
-    hit = (kernel & lname.str.contains("nccl|rccl|msccl")) | (
+    # a category we do not list may be an accelerator's device activity (kineto_devices)
+    hit = ((kernel | ~known) & lname.str.contains("nccl|rccl|msccl|hccl")) | (
         cpu_like
-        & ((lname == "record_param_comms") | lname.str.contains(r"^(?:c10d::|nccl:|gloo:|rccl:|mpi:|ucc:)"))
+        & (
+            (lname == "record_param_comms")
+            | lname.str.contains(r"^(?:c10d::|nccl:|gloo:|rccl:|hccl:|mpi:|ucc:)")
+        )
     )
     return hit.arg_true()
 

@@ -233,10 +233,16 @@ def attach_run_facts(run_dir: Path, traces: dict[int, Trace], manifest: dict[str
                 t.meta.world_size = ws
     if not any(run_dir.glob("telemetry-*.meta.json")) and not any(run_dir.glob("rank-*.info.json")):
         return
-    from charllm_trace.collectors.telemetry.reader import rank_devices, read_telemetry, telemetry_for_rank
+    from charllm_trace.collectors.telemetry.reader import (
+        imported_sources,
+        rank_devices,
+        read_telemetry,
+        telemetry_for_rank,
+    )
 
     devices = rank_devices(run_dir)
     tel = read_telemetry(run_dir) if any(run_dir.glob("telemetry-*.meta.json")) else None
+    imported = imported_sources(run_dir) if tel is not None else {}
     for rank, t in traces.items():
         host, idx = devices.get(rank, (None, None))
         if host is not None and t.meta.hostname is None:
@@ -245,6 +251,8 @@ def attach_run_facts(run_dir: Path, traces: dict[int, Trace], manifest: dict[str
             t.meta.device_index = idx
         if tel is not None:
             t.telemetry = telemetry_for_rank(run_dir, rank, tel)
+            if host in imported and t.telemetry.height:  # where the samples came from, for the notes
+                t.meta.extra = {**t.meta.extra, "telemetry_source": imported[host]}
 
 
 def convert_run(

@@ -126,6 +126,7 @@ def analyze_distributed(
     """``analyze_run`` of the input at ``path`` on the scheduler's workers (see the module's docstring)."""
     from charllm_trace.analysis.api import dims_of
     from charllm_trace.analysis.bandwidth import hosts_of
+    from charllm_trace.analysis.group_size import ranks_per_node
     from charllm_trace.analysis.rank_parts import merge_parts
     from charllm_trace.engine.cluster import open_engine
 
@@ -135,7 +136,10 @@ def analyze_distributed(
         g = _read(eng, path, ranks, cache)
         dims = dims_of([m.groups for m in g.metas], g.manifest, options)
         hosts = hosts_of(g.manifest, {m.rank: m.hostname for m in g.metas})
-        parts = eng.gather(eng.map(analyze_task, g.handles, options=options, dims=dims, hosts=hosts))
+        node_gpus = ranks_per_node(g.manifest)
+        parts = eng.gather(
+            eng.map(analyze_task, g.handles, options=options, dims=dims, hosts=hosts, node_gpus=node_gpus)
+        )
         eng.release(g.handles)
 
     def graph_step(skipped: dict[str, str], no_ts: list[int], simulated: bool) -> tuple[None, None]:

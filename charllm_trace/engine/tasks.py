@@ -128,12 +128,16 @@ def rank_meta(loaded: Loaded | Failure) -> RankMeta | Failure:
 
 
 def analyze_task(
-    loaded: Loaded, options: Any, dims: Mapping[str, str | None], hosts: Mapping[int, str | None]
+    loaded: Loaded,
+    options: Any,
+    dims: Mapping[str, str | None],
+    hosts: Mapping[int, str | None],
+    node_gpus: int | None = None,
 ) -> Any:
     """One rank's part of the analysis (``analysis/rank_parts.py``), without node tables."""
     from charllm_trace.analysis.rank_parts import analyze_rank
 
-    return analyze_rank(loaded.rank, loaded.trace, options, dims, hosts)
+    return analyze_rank(loaded.rank, loaded.trace, options, dims, hosts, node_gpus=node_gpus)
 
 
 def info_task(loaded: Loaded) -> dict[str, Any]:

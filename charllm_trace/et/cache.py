@@ -50,6 +50,8 @@ KINDS = {
     "run": "converted run directories",
     # one file per entry, written and read by charllm_trace/results_cache.py (not by this module)
     "results": "saved analysis results (analyze, report)",
+    # one file per entry, written and read by charllm_trace/sweep_cache.py
+    "compare": "per-run summaries of compare",
 }
 INDEXES = ("et-index", "file-index")
 #: temporaries of interrupted stores older than this are removed

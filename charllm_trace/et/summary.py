@@ -6,7 +6,8 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace.model import COMM_NODE_TYPES, NODE_TYPES, Run, Trace
+from charllm_trace.analysis.launch_gap import lost_device_activity
+from charllm_trace.model import COMM_NODE_TYPES, NODE_TYPES, Run, Trace, rank_ranges
 
 #: node types whose coll_type counts as a collective/point-to-point operation
 
@@ -64,8 +65,16 @@ def rank_info(rank: int, t: Trace) -> dict[str, Any]:
             if isinstance(t.meta.extra.get(k), int)
         },
     }
+    # the model, else the profile's label of the device (another accelerator's "NPU 0")
+    dev = t.meta.device_model or (
+        f"{t.meta.extra['device_label']} (model unknown)"
+        if isinstance(t.meta.extra.get("device_label"), str)
+        else None
+    )
     return {
         "row": row,
+        "device": dev,
+        "lost": lost_device_activity(n),
         "counts": counts,
         "span": span,
         "coll": coll,
@@ -87,7 +96,10 @@ def merge_rank_infos(source: str | None, parts: list[dict[str, Any]]) -> dict[st
     starts: list[int] = []
     ends: list[int] = []
     tel_cols: set[str] = set()
+    warnings: dict[str, list[int]] = {}  # warning -> the ranks it holds for
     for part in parts:
+        if part["lost"] is not None:
+            warnings.setdefault(part["lost"], []).append(part["row"]["rank"])
         for k, v in part["counts"].items():
             by_type[k] = by_type.get(k, 0) + v
         if part["span"] is not None:
@@ -95,7 +107,7 @@ def merge_rank_infos(source: str | None, parts: list[dict[str, Any]]) -> dict[st
             ends.append(part["span"][1])
         for pg in part["groups"]:
             pgs.setdefault(pg["name"], pg)
-        dev = part["row"]["device_model"]
+        dev = part["device"]
         if dev and dev not in devices:
             devices.append(dev)
         tel_cols.update(part["tel_cols"])
@@ -137,4 +149,8 @@ def merge_rank_infos(source: str | None, parts: list[dict[str, Any]]) -> dict[st
         "devices": devices,
         "telemetry": {"present": tel_samples > 0, "samples": tel_samples, "columns": sorted(tel_cols)},
         "per_rank": per_rank,
+        "notes": [
+            n if len(parts) == 1 else f"{'ranks' if len(rs) > 1 else 'rank'} {rank_ranges(rs)}: {n}"
+            for n, rs in warnings.items()
+        ],
     }

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from charllm_trace.render.marks import MARKERS, marker, vlines
 from charllm_trace.render.svg import (
     MB,
     ML,
@@ -80,6 +81,7 @@ class Series:
     y: Sequence[float] | np.ndarray
     color: str | None = None
     axis: str = "left"  # "left" or "right"
+    labels: Sequence[str] | None = None  # a scatter's per-point tooltips
 
 
 @dataclass
@@ -133,8 +135,12 @@ def line_chart(
     x_range: tuple[float, float] | None = None,
     height: int = 240,
     note: str = "",
+    window: tuple[float, float, str] | None = None,
+    marks: Sequence[tuple[float, str]] = (),
 ) -> str:
-    """Lines on a left (and optional right) axis over shaded spans."""
+    """Lines on a left (and optional right) axis over shaded spans; ``window``: an x range drawn
+    as a band with its label (e.g. the traced window inside a longer telemetry record);
+    ``marks``: vertical lines with a label."""
     xs = [np.asarray(s.x, dtype=np.float64) for s in series]
     ys = [np.asarray(s.y, dtype=np.float64) for s in series]
     if not any(np.isfinite(y).any() for y in ys if y.size):
@@ -157,6 +163,15 @@ def line_chart(
         sr = Scale(yr[0], yr[1], bottom, top)
         parts += axis_y(sr, yr[0], yr[1], W - MR, y2_label or "", True, False)
     parts.append('<g class="plot">')
+    if window is not None:
+        a, b = float(sx(max(window[0], x0))), float(sx(min(window[1], x1)))
+        if b > a:
+            parts.append(
+                f'<rect class="window" x="{a:.1f}" y="{top}" width="{max(b - a, 1):.1f}" height="{bottom - top}" '
+                f'fill="#4c78a8" fill-opacity="0.10" stroke="#4c78a8" stroke-dasharray="3 3">'
+                f"<title>{esc(window[2])}</title></rect>"
+            )
+    parts += vlines(marks, sx, x0, x1, top, bottom)
     for sp in spans:
         a, b = float(sx(max(sp.start, x0))), float(sx(min(sp.end, x1)))
         if b > a:
@@ -180,6 +195,8 @@ def line_chart(
         legend.append((s.name + (" (right axis)" if s.axis == "right" and sr is not None else ""), color))
     if spans:
         legend.append((span_label or "shaded", "rgba(214,39,40,0.3)"))
+    if window is not None:
+        legend.append((window[2], "rgba(76,120,168,0.3)"))
     parts.append("</g></svg>")
     return figure("line", title, "".join(parts), swatches(legend), note)
 
@@ -193,8 +210,10 @@ def lanes_chart(
     overlay_label: str = "",
     x_label: str = "time",
     note: str = "",
+    marks: Sequence[tuple[float, str]] = (),
 ) -> str:
-    """Stacked lanes of intervals (one row per state) with series drawn over them on a right axis."""
+    """Stacked lanes of intervals (one row per state) with series drawn over them on a right axis;
+    ``marks``: vertical lines with a label (e.g. the start of each step)."""
     if not lanes:
         return empty(title, "no timed activity to draw")
     row_h, gap = (18, 12) if len(lanes) <= 4 else (12, 8)
@@ -248,6 +267,9 @@ def lanes_chart(
             y += row_h
         y += gap
     legend = [(s, STATE_COLORS.get(s, "#999")) for s in states_seen]
+    parts += vlines(marks, sx, x0, x1, top, bottom)
+    if marks:
+        legend.append(("step start", "#333"))
     if overlay:
         ys = [np.asarray(s.y, dtype=np.float64) for s in overlay]
         yr = value_range(ys, pad=0.05)
@@ -334,35 +356,50 @@ def scatter_chart(
     x_label: str,
     y_label: str,
     log_x: bool = True,
+    log_y: bool = False,
     hlines: Sequence[HLine] = (),
     height: int = 300,
     note: str = "",
 ) -> str:
-    """Points per group (x log-scaled by default, labelled as byte sizes) with reference lines."""
+    """Points per group (x log-scaled by default, labelled as byte sizes; y log-scaled with
+    ``log_y``) with reference lines. Each group has its own colour and marker shape, groups are
+    nudged apart by a pixel or two and the smaller ones drawn last, so none hides under another;
+    every drawn point has a tooltip (the group's ``labels``, or its values)."""
     xs = [np.asarray(g.x, dtype=np.float64) for g in groups]
     ys = [np.asarray(g.y, dtype=np.float64) for g in groups]
-    pts = [finite(x, y) for x, y in zip(xs, ys, strict=True)]
-    if log_x:
-        pts = [(x[x > 0], y[x > 0]) for x, y in pts]
+    labs = [list(g.labels) if g.labels is not None else None for g in groups]
+    pts, tips = [], []
+    for x, y, lab in zip(xs, ys, labs, strict=True):
+        keep = np.isfinite(x) & np.isfinite(y)
+        if log_x:
+            keep &= x > 0
+        if log_y:
+            keep &= y > 0
+        pts.append((x[keep], y[keep]))
+        tips.append([lab[k] for k in np.flatnonzero(keep).tolist()] if lab is not None else None)
     if not any(x.size for x, _ in pts):
         return empty(title, "no points to draw")
     allx = np.concatenate([x for x, _ in pts])
     x0, x1 = float(allx.min()), float(allx.max())
     if log_x:
         x0, x1 = x0 / 2, x1 * 2
-    ylo, yhi = value_range(
-        [y for _, y in pts] + [np.asarray([h.y for h in hlines], dtype=np.float64)], pad=0.08, zero=True
-    )
+    else:  # linear: a margin, so no point sits on an axis
+        x0, x1 = value_range([allx], pad=0.06)
+    href = np.asarray([h.y for h in hlines], dtype=np.float64)
+    if log_y:
+        ally = np.concatenate([y for _, y in pts] + [href[href > 0]])
+        ylo, yhi = float(ally.min()) / 1.5, float(ally.max()) * 1.5
+    else:
+        ylo, yhi = value_range([y for _, y in pts] + [href], pad=0.08, zero=True)
     top, bottom = MT, height - MB
     sx = Scale(x0, x1, ML, W - MR, log=log_x)
-    sy = Scale(ylo, yhi, bottom, top)
+    sy = Scale(ylo, yhi, bottom, top, log=log_y)
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" viewBox="0 0 {W} {height}">'
     ]
     parts += axis_x(sx, x0, x1, bottom, top, x_label, "log" if log_x else "num")
-    parts += axis_y(sy, ylo, yhi, ML, y_label, False, True)
+    parts += axis_y(sy, ylo, yhi, ML, y_label + (" (log scale)" if log_y else ""), False, True, log=log_y)
     parts.append('<g class="plot">')
-    legend = []
     for h in hlines:
         py = float(sy(h.y))
         parts.append(
@@ -370,23 +407,36 @@ def scatter_chart(
             f'stroke-width="1.5" stroke-dasharray="6 4"><title>{esc(h.label)}</title></line>'
             f'<text x="{W - MR - 4}" y="{py - 4:.1f}" text-anchor="end" fill="{h.color}">{esc(h.label)}</text>'
         )
-    for i, (g, (x, y)) in enumerate(zip(groups, pts, strict=True)):
+    n = len(groups)
+    order = sorted(range(n), key=lambda i: -pts[i][0].size)  # the biggest groups first, under the others
+    for i in order:
+        g, (x, y) = groups[i], pts[i]
         if x.size == 0:
             continue
         color = g.color or PALETTE[i % len(PALETTE)]
-        px, py = sx(x), sy(y)
-        # points that fall on the same pixel are drawn once
-        key = np.unique(
-            np.round(px).astype(np.int64) * 100_000 + np.round(py).astype(np.int64), return_index=True
-        )[1]
-        circles = "".join(
-            f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3"/>'
-            for a, b in zip(px[key].tolist(), py[key].tolist(), strict=True)
-        )
+        shape = MARKERS[i % len(MARKERS)]
+        px, py = sx(x) + (i - (n - 1) / 2) * 1.5, sy(y)
+        # points that fall on the same pixel are drawn once; the tooltip counts them
+        _, key, cnt = np.unique(
+            np.round(px).astype(np.int64) * 100_000 + np.round(py).astype(np.int64),
+            return_index=True, return_counts=True,
+        )  # fmt: skip
+        tip = tips[i]
+        marks = []
+        for k, c in zip(key.tolist(), cnt.tolist(), strict=True):
+            t = tip[k] if tip is not None else f"{g.name}: {fmt_num(float(x[k]))}, {fmt_num(float(y[k]))}"
+            if c > 1:
+                t += f" (+{c - 1} more at this point)"
+            marks.append(marker(shape, float(px[k]), float(py[k]), t))
         parts.append(
-            f'<g class="points" fill="{color}" fill-opacity="0.75"><title>{esc(g.name)}</title>{circles}</g>'
+            f'<g class="points" data-marker="{shape}" fill="{color}" color="{color}" fill-opacity="0.8">'
+            f"{''.join(marks)}</g>"
         )
-        legend.append((f"{g.name} ({x.size})", color))
+    legend = [
+        (f"{g.name} ({pts[i][0].size})", g.color or PALETTE[i % len(PALETTE)])
+        for i, g in enumerate(groups)
+        if pts[i][0].size
+    ]
     parts.append("</g></svg>")
     return figure("scatter", title, "".join(parts), swatches(legend), note)
 

@@ -14,6 +14,7 @@ at the top level; frames' columns are closed so the schema documents every one).
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 from typing import Any
@@ -43,11 +44,18 @@ def _json_type(dtype: pl.DataType) -> dict[str, Any]:
     return t
 
 
-def column_comments() -> dict[str, dict[str, str]]:
-    """``{SCHEMA_NAME: {column: comment}}`` from the source of the result types."""
+def column_comments(modules: list[Any] | None = None) -> dict[str, dict[str, str]]:
+    """``{SCHEMA_NAME: {column: comment}}`` from the source of the modules defining the frames'
+    column tables (default: the result types)."""
     from charllm_trace.analysis import results
 
-    src = inspect.getsource(results)
+    out: dict[str, dict[str, str]] = {}
+    for mod in modules or [results]:
+        out.update(_comments(inspect.getsource(mod)))
+    return out
+
+
+def _comments(src: str) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for m in re.finditer(r"^(\w+_SCHEMA): dict\[str, pl\.DataType\] = \{\n(.*?)^\}", src, re.S | re.M):
         cols: dict[str, str] = {}
@@ -83,14 +91,18 @@ def _frame_schema(columns: dict[str, pl.DataType], comments: dict[str, str]) -> 
 
 def analyze_schema() -> dict[str, Any]:
     """The JSON Schema of ``analyze --format json``."""
-    from charllm_trace.analysis import results
+    from charllm_trace.analysis import frame_schemas
     from charllm_trace.analysis.frame_schemas import FRAME_SCHEMAS
 
-    comments = column_comments()
-    names = {id(v): k for k, v in vars(results).items() if k.endswith("_SCHEMA") and isinstance(v, dict)}
-    names.update(
-        {id(cols): name for name, (_, cols) in FRAME_SCHEMAS.items() if id(cols) not in names}
-    )  # schemas defined beside their analysis (their comments are in that module)
+    # each column table by its name, and the modules that define them (their comments are there)
+    names: dict[int, str] = {}
+    modules = []
+    for k, v in vars(frame_schemas).items():
+        if k.endswith("_SCHEMA") and isinstance(v, dict):
+            names[id(v)] = k
+    for mod_name in frame_schemas.DEFINED_IN:
+        modules.append(importlib.import_module(mod_name))
+    comments = column_comments(modules)
     frames = {}
     for name, (_field, cols) in FRAME_SCHEMAS.items():
         frames[name] = _frame_schema(cols, comments.get(names.get(id(cols), ""), {}))

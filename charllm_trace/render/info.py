@@ -43,7 +43,7 @@ def _table(title: str, *cols: tuple[str, str]) -> FitTable:
 def render_info(s: dict[str, Any], console: Console) -> None:
     head = _table("Trace", ("", "left"), ("", "left"))
     head.show_header = False
-    head.add_row("source", str(s["source"]))
+    head.add_row("source", str(s["source"] or "-"))
     ranks = s["ranks"]
     head.add_row(
         "ranks", f"{len(ranks)} ({', '.join(map(str, ranks[:16]))}{' ...' if len(ranks) > 16 else ''})"
@@ -73,9 +73,7 @@ def render_info(s: dict[str, Any], console: Console) -> None:
         coll = _table("Collectives", ("type", "left"), ("count", "right"), ("total bytes", "right"))
         for c in s["collectives"]:
             note = f" ({c['ops_without_bytes']} without size)" if c["ops_without_bytes"] else ""
-            coll.add_row(
-                c["coll_type"] or "(type not recorded)", f"{c['count']:,}", _bytes(c["total_bytes"]) + note
-            )
+            coll.add_row(c["coll_type"] or "unknown", f"{c['count']:,}", _bytes(c["total_bytes"]) + note)
         console.print(coll)
     else:
         console.print("Collectives: none", style="bold")
@@ -96,6 +94,8 @@ def render_info(s: dict[str, Any], console: Console) -> None:
     else:
         console.print("Process groups: none recorded", style="bold")
 
+    for note in s.get("notes") or []:
+        console.print(f"warning: {note}", style="bold yellow", markup=False, highlight=False)
     for r in s["per_rank"]:
         dropped = r.get("dropped_dependencies") or {}
         if dropped:

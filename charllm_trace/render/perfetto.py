@@ -8,8 +8,13 @@ Layout of the file:
   track name (``CPU thread 4242``, ``GPU 0 stream 7``);
 - every timed node is a complete event (``"ph": "X"``); its args carry the node id and,
   where set, the collective fields and the linking keys;
-- a flow arrow (``"ph": "s"`` / ``"f"``, category ``launch``) from each GPU node's
-  launching CPU op to the GPU node;
+- slices nest on every track: a slice that partially overlaps another (Perfetto would drop it)
+  goes, with its exact times, to an overlap track beside its thread or stream,
+  ``CPU thread 4242 (overlaps)`` (the rule: :mod:`charllm_trace.render.perfetto_layout`);
+- a flow arrow (``"ph": "s"`` / ``"f"``, category ``launch``) from the begin of each GPU op's
+  launch call (its ``runtime`` call, else its launching CPU op) to the begin of the GPU op
+  (``kernel``, ``memcpy``, ``memset``), bound to those two slices; an arrow that would run
+  backwards or bind to another slice is left out and counted;
 - counter tracks (``"ph": "C"``) per GPU of the rank's telemetry: power (W),
   temperature (C), memory temperature (C), SM clock (MHz) and memory clock (MHz);
 - with a :class:`~charllm_trace.analysis.results.CriticalPathResult`, one more track per
@@ -37,12 +42,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import orjson
 import polars as pl
 
 from charllm_trace.analysis.results import CriticalPathResult
 from charllm_trace.errors import InputError
 from charllm_trace.model import Run, Trace
+from charllm_trace.render.perfetto_layout import last_at_start, launch_flows, nest_lanes, overlap_label
 
 #: Name of the critical-path track of a rank (its thread name in the file).
 CRITICAL_TRACK = "critical path (rank {rank})"
@@ -82,10 +89,13 @@ class ExportStats:
     slices: int  # complete events
     counter_samples: int  # counter events (one value each)
     flows: int  # launch arrows (pairs of s/f events)
-    tracks: int  # CPU threads + GPU streams
+    tracks: int  # CPU threads + GPU streams (+ their overlap tracks, + critical-path tracks)
     skipped_untimed: int  # nodes without a start time (not placeable)
     origin_unix_ns: int
     critical_path_segments: int = 0  # B/E pairs on the "critical path (rank N)" tracks
+    overlap_slices: int = 0  # slices moved to an overlap track (they partially overlap another)
+    flows_backwards: int = 0  # arrows left out: the GPU op begins before its launch call
+    flows_unbound: int = 0  # arrows left out: another slice begins with the call or the op
 
 
 def _us(col: pl.Expr) -> pl.Expr:
@@ -137,6 +147,60 @@ def _tracks(nodes: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.concat_str([pl.lit("CPU thread "), pl.col("tid").cast(pl.String).fill_null("?")]))
         .alias("label"),
     )
+
+
+def _place(timed: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """The timed nodes of a rank in file order (start, longest first) with their track
+    (``out_tid``) and whether each is the last slice of its track to begin at its start time
+    (``_last``); the tracks (threads, streams and their overlap lanes: out_tid, label); how many
+    slices went to an overlap lane."""
+    base = _tracks(timed)
+    # each node's track, on the key columns only (the node table is wide: joining or sorting it
+    # copies every column), then one sort of the table
+    out_tid = timed.select(
+        pl.col("on_gpu").fill_null(False),
+        pl.when(pl.col("on_gpu")).then(None).otherwise(pl.col("tid")).alias("_tid"),
+        pl.when(pl.col("on_gpu")).then(pl.col("device")).otherwise(None).alias("_dev"),
+        pl.when(pl.col("on_gpu")).then(pl.col("stream")).otherwise(None).alias("_str"),
+    ).join(
+        base.select(
+            "on_gpu",
+            pl.col("tid").alias("_tid"),
+            pl.col("device").alias("_dev"),
+            pl.col("stream").alias("_str"),
+            "out_tid",
+        ),
+        on=["on_gpu", "_tid", "_dev", "_str"],
+        how="left",
+        nulls_equal=True,
+        maintain_order="left",
+    )["out_tid"]
+    timed = timed.with_columns(
+        pl.col("on_gpu").fill_null(False),
+        out_tid,
+        pl.col("dur_ns").fill_null(0).clip(lower_bound=0).alias("_dur"),
+    ).sort(["start_ns", "_dur"], descending=[False, True])
+    start = timed["start_ns"].to_numpy()
+    tid = timed["out_tid"].to_numpy()
+    lane = nest_lanes(tid, start, start + timed["_dur"].to_numpy())
+    moved = int(np.count_nonzero(lane))
+    tracks = base.select("out_tid", "label")
+    if moved:  # overlap lanes: a track each, after the track they belong to
+        key, inv = np.unique(tid * (int(lane.max()) + 1) + lane, return_inverse=True)
+        tid = inv.reshape(-1).astype(np.int64) + 1
+        labels = dict(zip(base["out_tid"].to_list(), base["label"].to_list(), strict=True))
+        width = int(lane.max()) + 1
+        rows = [(int(k) // width, int(k) % width) for k in key]  # one per track: tens, not millions
+        tracks = pl.DataFrame(
+            {
+                "out_tid": pl.Series(range(1, len(rows) + 1), dtype=pl.Int64),
+                "label": [labels[b] if ln == 0 else overlap_label(labels[b], ln) for b, ln in rows],
+            }
+        )
+    timed = timed.with_columns(
+        pl.Series("out_tid", tid, dtype=pl.Int64), pl.Series("_last", last_at_start(tid, start))
+    )
+    return timed, tracks, moved
 
 
 def _meta_lines(pid: int, trace: Trace, rank_label: str, tracks: pl.DataFrame) -> list[str]:
@@ -195,20 +259,11 @@ def _slice_lines(nodes: pl.DataFrame, pid: int, origin: int) -> pl.Series:
     )["line"]
 
 
-def _flow_lines(nodes: pl.DataFrame, pid: int, origin: int, first_id: int) -> pl.Series:
-    """s/f pairs from each GPU node's launching CPU op to the GPU node."""
-    cpu = nodes.filter(~pl.col("on_gpu")).select(
-        pl.col("id").alias("launch_id"),
-        # the s event sits mid-way through the launching op so it binds to that op
-        (pl.col("start_ns") + pl.col("dur_ns").fill_null(0).clip(lower_bound=0) // 2).alias("s_ns"),
-        pl.col("out_tid").alias("s_tid"),
-    )
-    gpu = nodes.filter(pl.col("on_gpu") & pl.col("launch_id").is_not_null()).select(
-        "launch_id", pl.col("start_ns").alias("f_ns"), pl.col("out_tid").alias("f_tid")
-    )
-    pairs = gpu.join(cpu, on="launch_id", how="inner").with_row_index("k")
+def _flow_lines(pairs: pl.DataFrame, pid: int, origin: int, first_id: int) -> pl.Series:
+    """s/f pairs (bound to the enclosing slice) of the arrows of :func:`launch_flows`."""
     if pairs.is_empty():
         return pl.Series("line", [], dtype=pl.String)
+    pairs = pairs.with_row_index("k")
     fid = (pl.col("k").cast(pl.Int64) + first_id).cast(pl.String)
     s = pairs.select(
         pl.concat_str(
@@ -335,6 +390,7 @@ def write_chrome_trace(
     chunks: list[str] = []
     simulated: list[int] = []
     n_slices = n_counters = n_flows = n_tracks = n_skipped = n_segments = 0
+    n_moved = n_back = n_unbound = 0
     for idx, rank in enumerate(run.ranks):
         trace = run.traces[rank]
         pid = rank if rank is not None else idx
@@ -342,31 +398,11 @@ def write_chrome_trace(
         if not trace.meta.has_timestamps:
             n_skipped += nodes.height
             nodes = nodes.clear()
-        timed = nodes.filter(pl.col("start_ns").is_not_null())
+        timed = nodes.with_row_index("orig").filter(pl.col("start_ns").is_not_null())
         n_skipped += nodes.height - timed.height
-        tracks = _tracks(timed)
+        timed, tracks, moved = _place(timed)
         n_tracks += tracks.height
-        timed = (
-            timed.with_columns(
-                pl.col("on_gpu").fill_null(False),
-                pl.when(pl.col("on_gpu")).then(None).otherwise(pl.col("tid")).alias("_tid"),
-                pl.when(pl.col("on_gpu")).then(pl.col("device")).otherwise(None).alias("_dev"),
-                pl.when(pl.col("on_gpu")).then(pl.col("stream")).otherwise(None).alias("_str"),
-            )
-            .join(
-                tracks.select(
-                    "on_gpu",
-                    pl.col("tid").alias("_tid"),
-                    pl.col("device").alias("_dev"),
-                    pl.col("stream").alias("_str"),
-                    "out_tid",
-                ),
-                on=["on_gpu", "_tid", "_dev", "_str"],
-                how="left",
-                nulls_equal=True,
-            )
-            .sort(["start_ns", "dur_ns"], descending=[False, True], nulls_last=True)
-        )
+        n_moved += moved
         label = f"rank {pid}"
         if trace.meta.device_model:
             label += f" ({trace.meta.device_model})"
@@ -395,7 +431,10 @@ def write_chrome_trace(
             n_slices += sl.len()
             chunks.append(sl.str.join(",\n").item())
             if flows:
-                fl = _flow_lines(timed, pid, origin, first_id=n_flows + 1)
+                pairs, back, unbound = launch_flows(timed)
+                n_back += back
+                n_unbound += unbound
+                fl = _flow_lines(pairs, pid, origin, first_id=n_flows + 1)
                 if fl.len():
                     n_flows += fl.len() // 2
                     chunks.append(fl.str.join(",\n").item())
@@ -429,4 +468,7 @@ def write_chrome_trace(
         skipped_untimed=n_skipped,
         origin_unix_ns=origin,
         critical_path_segments=n_segments,
+        overlap_slices=n_moved,
+        flows_backwards=n_back,
+        flows_unbound=n_unbound,
     )

@@ -175,9 +175,19 @@ def axis_x(sx: Scale, lo: float, hi: float, y: float, top: float, label: str, ki
     return out
 
 
-def axis_y(sy: Scale, lo: float, hi: float, x: float, label: str, right: bool, grid: bool) -> list[str]:
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Ticks of a log axis: the decades in [lo, hi], with 2 and 5 between them when the axis
+    spans fewer than three decades."""
+    e0, e1 = math.floor(math.log10(max(lo, 1e-300))), math.ceil(math.log10(max(hi, 1e-300)))
+    mult = (1.0, 2.0, 5.0) if e1 - e0 < 3 else (1.0,)
+    return [m * 10.0**e for e in range(e0, e1 + 1) for m in mult if lo <= m * 10.0**e <= hi]
+
+
+def axis_y(
+    sy: Scale, lo: float, hi: float, x: float, label: str, right: bool, grid: bool, log: bool = False
+) -> list[str]:
     out = [f'<g class="axis y"><line x1="{x:.1f}" x2="{x:.1f}" y1="{sy.p1:.1f}" y2="{sy.p0:.1f}"/>']
-    for t in nice_ticks(lo, hi, 5):
+    for t in log_ticks(lo, hi) if log else nice_ticks(lo, hi, 5):
         if not lo <= t <= hi:
             continue
         py = float(sy(t))

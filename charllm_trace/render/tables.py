@@ -12,6 +12,7 @@ from rich.console import Console
 
 from charllm_trace.analysis.results import CAN_SIMULATE, CP_CATEGORIES, NO_PEAK, WARNING, RunAnalysis
 from charllm_trace.render.fit import FitTable, table_console
+from charllm_trace.render.tables_streams import render_streams
 
 TOP = 10
 MAX_RANK_OPS = 4  # with more ranks, the top operators of the job's critical path only
@@ -169,6 +170,21 @@ def render_bandwidth(res: RunAnalysis, console: Console) -> None:
                 str(r["late_rank"]),
             )  # fmt: skip
         console.print(mt)
+    if bw.stragglers.height:
+        sg = bw.stragglers.sort(["n_last", "mean_late_ns"], descending=True, nulls_last=True)
+        more = f" (top {TOP} of {sg.height})" if sg.height > TOP else ""
+        t = _table(
+            f"Stragglers: arrivals at collectives matched across ranks{more}" + _label(res),
+            [("group", "left"), ("dim", "left"), ("rank", "right"), ("matched", "right"), ("last", "right"),
+             ("last %", "right"), ("mean late ms", "right"), ("max late ms", "right")],
+            keys=3,
+        )  # fmt: skip
+        for r in sg.head(TOP).iter_rows(named=True):
+            t.add_row(
+                r["pg_name"] or "-", r["dim"] or "-", str(r["rank"]), str(r["n_matched"]), str(r["n_last"]),
+                _num(r["last_pct"], "{:.1f}"), _ms(r["mean_late_ns"]), _ms(r["max_late_ns"]),
+            )  # fmt: skip
+        console.print(t)
     _notes(console, bw.notes)
 
 
@@ -394,6 +410,14 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
         elif name in res.skipped and not (name == "power" and res.skipped.get("energy") == res.skipped[name]):
             console.print(f"{name}: {cli_hint(res.skipped[name])}", markup=False, highlight=False)
         console.print()
+    if res.breakdown is not None:
+        from charllm_trace.render.breakdown_table import render_breakdown
+
+        render_breakdown(res.breakdown, console, per_step=res.options.per_step, label=_label(res))
+        console.print()
+    elif "breakdown" in res.skipped:
+        console.print(f"time breakdown: {cli_hint(res.skipped['breakdown'])}", markup=False, highlight=False)
+        console.print()
     printed: list[str] = []
     if res.critical_path is not None:
         render_critical_path(res, console)
@@ -409,4 +433,13 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
         console.print()
     elif "what_if" in res.skipped:
         console.print(f"what-if: {cli_hint(res.skipped['what_if'])}", markup=False, highlight=False)
+        console.print()
+    render_streams(res, console, cli_hint)  # idle time per GPU stream, launch statistics
+    if res.flops is not None:
+        from charllm_trace.render.flops_table import render_flops
+
+        render_flops(res, console)
+        console.print()
+    elif "flops" in res.skipped:
+        console.print(f"FLOP/s: {res.skipped['flops']}", markup=False, highlight=False)
         console.print()

@@ -43,12 +43,25 @@ def read_samples(path: str | os.PathLike[str]) -> pl.DataFrame:
 
 
 def telemetry_metas(run_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
-    """The telemetry metadata of every node of the run, keyed by host."""
+    """The telemetry metadata of every node of the run, keyed by host. A log brought in by
+    ``charllm-trace telemetry import`` (metadata with ``imported``) replaces the sampler's
+    telemetry of its node."""
     out: dict[str, dict[str, Any]] = {}
     for mp in sorted(glob.glob(os.path.join(os.fspath(run_dir), "telemetry-*.meta.json"))):
         m = read_meta(mp)
-        out[str(m.get("host"))] = m
+        host = str(m.get("host"))
+        if host in out and out[host].get("imported") and not m.get("imported"):
+            continue
+        out[host] = m
     return out
+
+
+def imported_sources(run_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """What was imported per host (tool, log file, rate, time zone, offset): the ``imported``
+    entry of each node's metadata, for nodes whose telemetry came from an imported log."""
+    return {
+        h: m["imported"] for h, m in telemetry_metas(run_dir).items() if isinstance(m.get("imported"), dict)
+    }
 
 
 def read_telemetry(run_dir: str | os.PathLike[str]) -> pl.DataFrame:
@@ -112,6 +125,9 @@ def rank_devices(run_dir: str | os.PathLike[str]) -> dict[int, tuple[str, int | 
                 if uuid and du and (du == uuid or du.endswith(uuid) or uuid.endswith(du)):
                     idx = d["index"]
                     break
+        mapped = (metas.get(host) or {}).get("rank_devices")  # an import's device map
+        if isinstance(mapped, dict) and type(mapped.get(str(rank))) is int:
+            idx = mapped[str(rank)]
         out[rank] = (host, idx)
     return out
 

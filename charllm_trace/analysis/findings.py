@@ -1,0 +1,218 @@
+"""The few sentences that matter for a run, written from the numbers of its analyses.
+
+Ties are broken by the row's keys, so the same analysis always gives the same sentences.
+Each :class:`Finding` is one sentence for one report section, built only from values of the
+analyses' frames; every number in it is a :class:`Fact` that names the frame, the row and the
+column it comes from (what ``analyze --format json`` prints), so a test can check that the
+sentence says exactly what the JSON does. Pure: no I/O.
+
+Findings, in order (each only when its analysis was computed):
+
+1. where the time goes: the rank with the most GPU (or CPU-op) idle time, its span, compute and
+   idle time;
+2. exposed communication: that rank's communication time, the exposed part and the overlap;
+3. bus bandwidth against the link peak: the best aggregate (highest utilisation) and the
+   collective furthest below the peak (lowest utilisation, among groups of at least 1 MiB);
+4. stragglers: the rank that arrived last most often, and the largest arrival skew;
+5. power: the highest peak power and the throttled time of the whole window;
+6. energy: the total energy of the window and the mean per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from charllm_trace.analysis.results import RunAnalysis
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One number of a finding: ``frame[row where all of ``where`` hold][column]``."""
+
+    frame: str
+    where: tuple[tuple[str, Any], ...]
+    column: str
+    value: Any
+    text: str  # how the sentence writes it
+
+
+@dataclass
+class Finding:
+    section: str  # the report section it belongs to (its anchor)
+    text: str
+    facts: list[Fact] = field(default_factory=list)
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:,.1f} ms"
+
+
+def _fact(frame: str, row: dict[str, Any], keys: tuple[str, ...], column: str, text: str) -> Fact:
+    return Fact(frame, tuple((k, row[k]) for k in keys), column, row[column], text)
+
+
+def _time(an: RunAnalysis) -> list[Finding]:
+    if an.overlap is None:
+        return []
+    tot = an.overlap.per_rank.filter(pl.col("step").is_null() & (pl.col("span_ns") > 0))
+    if tot.height == 0:
+        return []
+    r = tot.sort(pl.col("idle_ns") / pl.col("span_ns"), "rank", descending=[True, False]).row(0, named=True)
+    keys = ("rank", "step")
+    what = "GPU" if an.overlap.mode == "gpu" else "CPU ops"
+    span, comp, idle, comm = (
+        _fact("overlap", r, keys, c, _ms(r[c])) for c in ("span_ns", "compute_ns", "idle_ns", "comm_ns")
+    )
+    who = f"rank {r['rank']}" if r["rank"] is not None else "the trace"
+    out = [
+        Finding(
+            "overlap",
+            f"On {who}{' (the most idle of ' + str(tot.height) + ' ranks)' if tot.height > 1 else ''}, "
+            f"the {what} computed for {comp.text} of {span.text} ({100 * r['compute_ns'] / r['span_ns']:.1f} %) "
+            f"and was idle for {idle.text} ({100 * r['idle_ns'] / r['span_ns']:.1f} %).",
+            [span, comp, idle],
+        )
+    ]
+    if r["comm_ns"]:
+        exp = _fact("overlap", r, keys, "exposed_comm_ns", _ms(r["exposed_comm_ns"]))
+        ovl = _fact("overlap", r, keys, "overlap_pct", f"{r['overlap_pct']:.1f} %")
+        out.append(
+            Finding(
+                "overlap",
+                f"Communication took {comm.text}; {exp.text} of it "
+                f"({100 * r['exposed_comm_ns'] / r['comm_ns']:.1f} %) was exposed, not overlapped with compute "
+                f"(overlap {ovl.text}).",
+                [comm, exp, ovl],
+            )
+        )
+    return out
+
+
+def _bandwidth(an: RunAnalysis) -> list[Finding]:
+    if an.bandwidth is None:
+        return []
+    s = an.bandwidth.summary.filter(pl.col("util_pct").is_not_null())
+    keys = ("coll_type", "pg_name", "size_bucket")
+    if s.height == 0:
+        b = an.bandwidth.summary.filter(pl.col("busbw_time_weighted_gbps").is_not_null())
+        if b.height == 0:
+            return []
+        r = b.sort(
+            ["busbw_time_weighted_gbps", *keys], descending=[True, False, False, False], nulls_last=True
+        ).row(0, named=True)
+        f = _fact(
+            "bandwidth", r, keys, "busbw_time_weighted_gbps", f"{r['busbw_time_weighted_gbps']:.2f} GB/s"
+        )
+        return [
+            Finding(
+                "collective-bandwidth",
+                f"The best bus bandwidth is {f.text} ({r['coll_type']}, {r['size_bucket']}); the link peak is "
+                "unknown for this device, so utilisation is not computed.",
+                [f],
+            )
+        ]
+    best = s.sort(["util_pct", *keys], descending=[True, False, False, False], nulls_last=True).row(
+        0, named=True
+    )
+    big = s.filter(pl.col("bytes_total") >= MIB * pl.col("count"))
+    worst = (big if big.height else s).sort(["util_pct", *keys], nulls_last=True).row(0, named=True)
+    fb = _fact(
+        "bandwidth", best, keys, "busbw_time_weighted_gbps", f"{best['busbw_time_weighted_gbps']:.2f} GB/s"
+    )
+    ub = _fact("bandwidth", best, keys, "util_pct", f"{best['util_pct']:.1f} %")
+    pk = _fact("bandwidth", best, keys, "peak_gbps", f"{best['peak_gbps']:g} GB/s")
+    link = an.bandwidth.peaks.get(str(best["pg_name"]))
+    text = (
+        f"Collectives reach at most {fb.text} of bus bandwidth ({best['coll_type']}, {best['size_bucket']}), "
+        f"{ub.text} of the {pk.text} peak of {link.link if link is not None else 'the link'}"
+    )
+    facts = [fb, ub, pk]
+    if worst != best:
+        fw = _fact(
+            "bandwidth",
+            worst,
+            keys,
+            "busbw_time_weighted_gbps",
+            f"{worst['busbw_time_weighted_gbps']:.2f} GB/s",
+        )
+        uw = _fact("bandwidth", worst, keys, "util_pct", f"{worst['util_pct']:.1f} %")
+        text += (
+            f"; furthest below it{' among messages of 1 MiB or more' if big.height else ''}: "
+            f"{worst['coll_type']} {worst['size_bucket']} at {fw.text} ({uw.text})"
+        )
+        facts += [fw, uw]
+    return [Finding("collective-bandwidth", text + ".", facts)]
+
+
+def _stragglers(an: RunAnalysis) -> list[Finding]:
+    if an.bandwidth is None or an.bandwidth.stragglers.height == 0:
+        return []
+    sg = an.bandwidth.stragglers
+    r = sg.sort(
+        ["n_last", "mean_late_ns", "pg_name", "rank"], descending=[True, True, False, False], nulls_last=True
+    ).row(0, named=True)
+    keys = ("pg_name", "rank")
+    nl = _fact("stragglers", r, keys, "n_last", str(r["n_last"]))
+    nm = _fact("stragglers", r, keys, "n_matched", str(r["n_matched"]))
+    ml = _fact("stragglers", r, keys, "mean_late_ns", f"{r['mean_late_ns'] / 1e6:,.3f} ms")
+    m = an.bandwidth.matched.sort(
+        ["skew_ns", "pg_name", "coll_seq"], descending=[True, False, False], nulls_last=True
+    ).row(0, named=True)
+    sk = _fact("collectives_matched", m, ("pg_name", "coll_seq"), "skew_ns", f"{m['skew_ns'] / 1e6:,.3f} ms")
+    group = f" of group {r['pg_name']}" if r["pg_name"] is not None else ""
+    return [
+        Finding(
+            "stragglers",
+            f"Rank {r['rank']} arrived last at {nl.text} of {nm.text} collectives{group} "
+            f"(on average {ml.text} after the first rank); the largest arrival skew is {sk.text} "
+            f"({m['coll_type'] or 'unknown type'} #{m['coll_seq']}, rank {m['late_rank']} last).",
+            [nl, nm, ml, sk],
+        )
+    ]
+
+
+def _power(an: RunAnalysis) -> list[Finding]:
+    if an.power is None:
+        return []
+    w = an.power.per_step.filter(pl.col("step").is_null() & pl.col("peak_w").is_not_null())
+    if w.height == 0:
+        return []
+    r = w.sort(["peak_w", "rank", "device"], descending=[True, False, False], nulls_last=True).row(
+        0, named=True
+    )
+    keys = ("rank", "device", "step")
+    pk = _fact("power", r, keys, "peak_w", f"{r['peak_w']:.0f} W")
+    av = _fact("power", r, keys, "avg_w", f"{r['avg_w']:.0f} W")
+    th = _fact("power", r, keys, "throttled_ns", _ms(r["throttled_ns"] or 0))
+    thr = f"it was throttled for {th.text}" if r["throttled_ns"] else "it was never throttled"
+    return [
+        Finding(
+            "power-and-thermal",
+            f"Power peaked at {pk.text} on rank {r['rank']} GPU {r['device']} (average {av.text}); {thr}.",
+            [pk, av, th],
+        )
+    ]
+
+
+def _energy(an: RunAnalysis) -> list[Finding]:
+    if an.energy is None or an.energy.totals.height == 0:
+        return []
+    t = an.energy.totals.sort(
+        ["total_j", "rank", "device"], descending=[True, False, False], nulls_last=True
+    ).row(0, named=True)
+    tot = _fact("energy_totals", t, ("rank", "device"), "total_j", f"{t['total_j']:,.1f} J")
+    steps = an.energy.by.filter((pl.col("group") == "step") & (pl.col("rank") == t["rank"]))
+    text = f"Rank {t['rank']} GPU {t['device']} used {tot.text} over the telemetry window"
+    if steps.height:
+        text += f", {steps['energy_j'].mean():,.1f} J per step on average over {steps.height} steps"
+    return [Finding("energy", text + ".", [tot])]
+
+
+def findings(an: RunAnalysis) -> list[Finding]:
+    """The findings of ``an``, in the order of the module docstring."""
+    return [*_time(an), *_bandwidth(an), *_stragglers(an), *_power(an), *_energy(an)]

@@ -1,0 +1,480 @@
+"""Achieved FLOP/s and MFU of GEMM, attention and convolution operators (estimates).
+
+For one rank (docs/analyses.md, "FLOP/s and MFU"):
+
+1. the CPU operators this analysis counts (``flops_formulas.FLOP_OP_RE``) get their FLOPs from
+   their recorded input shapes, types and values: the host execution trace's ``inputs`` (and
+   ``outputs``) where linked, else the Kineto ``Input Dims`` / ``Input type`` / ``Concrete Inputs``
+   args kept in ``attrs`` (profiles recorded with ``record_shapes=True``). One formula call per
+   distinct signature, not per event;
+2. nested counted ops are counted once, at the **outermost** op whose FLOPs are known
+   (``aten::linear`` rather than the ``aten::addmm`` inside it); ops of a nest with no known FLOPs
+   at all are counted as *without shapes* (null FLOPs, a note says how many);
+3. the time of an op is the summed duration of the GPU compute kernels it launched, itself or
+   through the ops nested in it (the launching CPU call, by correlation or ``launch_id``, and its
+   ancestors, as ``classify.launcher_positions`` links them); in CPU mode (no GPU kernels) the op's own duration;
+4. **achieved TFLOP/s** = FLOPs / that time; **MFU** = (time the FLOPs would take at the device's
+   dense peak for their data type, ``analysis.peaks``) / that time, so that ops of different data
+   types add up; **wall MFU** = the same over the step's window (the whole trace: the span of GPU
+   activity), the usual "model FLOPs utilisation". fp32 GEMMs and attention are compared with the
+   fp32 peak (PyTorch's default: no TF32 for matmuls), fp32 convolutions with the tf32 peak where
+   the device has one (cuDNN's default);
+5. per op class and for all classes, for the whole trace and (``per_step``) per ``ProfilerStep``,
+   an op belonging to the step in which it started (as its kernels' launches do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import orjson
+import polars as pl
+
+from charllm_trace.analysis.classify import classify, is_gpu_trace, positions
+from charllm_trace.analysis.flops_formulas import FLOP_OP_RE, OP_CLASSES, op_flops
+from charllm_trace.analysis.flops_results import (
+    FLOPS_DEVICE_SCHEMA,
+    FLOPS_OP_SCHEMA,
+    FLOPS_SCHEMA,
+    NO_FLOP_OPS,
+    FlopsResult,
+)
+from charllm_trace.analysis.peaks import device_peaks, peak_or_reason
+from charllm_trace.model import STEP_SCHEMA, Trace, empty_frame
+
+_KINETO_IO = ("Input Dims", "Input type", "Concrete Inputs")
+
+
+def _propagate(ppos: np.ndarray, label: np.ndarray) -> np.ndarray:
+    """For each row, the label of its **outermost** ancestor-or-self that has one (-1: none). Pointer
+    doubling over the parent positions: log2(depth) vector steps, each over the rows whose jump has
+    not yet passed the root; cycles end after 64 steps."""
+    lab, p = label.copy(), ppos.copy()
+    idx = np.flatnonzero(p >= 0)
+    for _ in range(64):
+        if not idx.size:
+            break
+        pp = p[idx]
+        up = lab[pp]
+        hit = up >= 0
+        lab[idx[hit]] = up[hit]
+        nxt = p[pp]
+        p[idx] = nxt
+        idx = idx[nxt >= 0]
+    return lab
+
+
+def kernel_launchers(df: pl.DataFrame, kern: np.ndarray) -> np.ndarray:
+    """``classify.launcher_positions`` of the rows ``kern`` only: the ``launch_id`` node, else the first
+    CPU node with the kernel's correlation id (-1: none). Looks up only those correlations."""
+    k = df.filter(pl.Series(kern)).select("correlation", "launch_id")
+    lp = positions(df["id"].to_numpy(), k["launch_id"].to_numpy())
+    corr = (
+        df.lazy()
+        .select(pl.int_range(pl.len(), dtype=pl.Int64).alias("_c"), "correlation", "on_gpu")
+        .filter(
+            ~pl.col("on_gpu").fill_null(False)
+            & pl.col("correlation").is_in(k["correlation"].drop_nulls().implode())
+        )
+        .group_by("correlation")
+        .agg(pl.col("_c").min())
+    )
+    cp = (
+        k.lazy()
+        .select("correlation")
+        .join(corr, on="correlation", how="left", maintain_order="left")
+        .select(pl.col("_c").fill_null(-1))
+        .collect()
+        .to_series()
+        .to_numpy()
+    )
+    return np.where(lp >= 0, lp, cp)
+
+
+def _kineto_io(attrs: str | None) -> tuple[object, object, object]:
+    if not attrs or '"Input Dims"' not in attrs:
+        return None, None, None
+    try:
+        d = orjson.loads(attrs)
+    except orjson.JSONDecodeError:
+        return None, None, None
+    return tuple(d.get(k) if isinstance(d, dict) else None for k in _KINETO_IO)  # type: ignore[return-value]
+
+
+def _count(cand: pl.DataFrame) -> pl.DataFrame:
+    """FLOPs, class, dtype and reason of each candidate row (one formula call per distinct signature)."""
+    ins, outs = pl.col("inputs"), pl.col("outputs")
+    gemm = pl.col("name").str.contains(r"mm$|matmul$|linear$|_addmm_activation$")
+    sig = cand.select(
+        "name",
+        _s=ins.struct.field("shapes"),
+        _t=ins.struct.field("types"),
+        # values only where a formula reads them: host-ET values hold per-instance tensor ids
+        _v=pl.when(gemm).then(None).otherwise(ins.struct.field("values")),
+        _o=pl.when(gemm).then(None).otherwise(outs.struct.field("shapes")),
+        _a=pl.when(ins.struct.field("shapes").is_null()).then(pl.col("attrs")),
+    )
+    keys = ["name", "_s", "_t", "_v", "_o", "_a"]
+    uniq = sig.unique(maintain_order=True)
+    out = []
+    for name, s, t, v, o, a in uniq.iter_rows():
+        if s is None:
+            s, t, v = _kineto_io(a)
+        out.append(op_flops(name, s, t, v, o))
+    counted = uniq.with_columns(
+        op_class=pl.Series([c.op_class for c in out], dtype=pl.String),
+        flop=pl.Series(
+            [c.flops if c.flops is None or c.flops < 2**63 else None for c in out], dtype=pl.Int64
+        ),
+        dtype=pl.Series([c.dtype for c in out], dtype=pl.String),
+        why=pl.Series([c.why for c in out], dtype=pl.String),
+        causal=pl.Series([c.causal for c in out], dtype=pl.Boolean),
+    )
+    return sig.join(counted, on=keys, how="left", nulls_equal=True, maintain_order="left").select(
+        "op_class", "flop", "dtype", "why", "causal"
+    )
+
+
+def _step_of(starts: np.ndarray, steps: pl.DataFrame) -> np.ndarray:
+    """Index into ``steps`` of the window each start falls in (-1: none)."""
+    if steps.height == 0 or len(starts) == 0:
+        return np.full(len(starts), -1)
+    s0, s1 = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    idx = np.searchsorted(s0, starts, side="right") - 1
+    ok = (idx >= 0) & (starts < s1[np.maximum(idx, 0)])
+    return np.where(ok, idx, -1)
+
+
+def _peak_dtype(cls: str, dtype: str | None, has_tf32: bool) -> str | None:
+    return "tf32" if (cls == "conv" and dtype == "fp32" and has_tf32) else dtype
+
+
+def flops(trace: Trace, *, per_step: bool = False, classified: pl.DataFrame | None = None) -> FlopsResult:
+    """Achieved FLOP/s and MFU of one rank (module docstring). Empty frames when the trace has
+    no op this analysis counts."""
+    df = classified if classified is not None else classify(trace.nodes)
+    rank = trace.meta.rank
+    model = trace.meta.device_model
+    dp = device_peaks(model)
+    devices = pl.DataFrame(
+        {"rank": [rank], "device_model": [model], "peak_device": [dp.device if dp else None],
+         "peak_source": [dp.source if dp else None]},
+        schema=FLOPS_DEVICE_SCHEMA,
+    )  # fmt: skip
+    names = df["name"].fill_null("")
+    u = names.unique()
+    hit = u.filter(u.str.contains(FLOP_OP_RE))
+    mask = (names.is_in(hit.implode()) & ~df["on_gpu"].fill_null(False)).to_numpy() if hit.len() else None
+    if mask is None or not mask.any():
+        return FlopsResult(pl.DataFrame(schema=FLOPS_SCHEMA), pl.DataFrame(schema=FLOPS_OP_SCHEMA), devices)
+    pos = np.flatnonzero(mask)
+    cand = df[pos].select("name", "inputs", "outputs", "attrs", "start_ns", "dur_ns")
+    cnt = _count(cand)
+    n = df.height
+    ppos = positions(df["id"].to_numpy(), df["parent"].to_numpy())
+    known_c = cnt["flop"].is_not_null().to_numpy()
+    label = np.full(n, -1, np.int64)
+    label[pos[known_c]] = pos[known_c]
+    outer_known = _propagate(ppos, label)  # the outermost op with known FLOPs: the counted one
+    label[pos] = pos
+    outer_rec = _propagate(ppos, label)  # the outermost op of the classes counted
+    counted = known_c & (outer_known[pos] == pos)
+    covered = np.zeros(n, bool)
+    covered[outer_rec[pos[known_c]]] = True
+    missing = ~known_c & (outer_rec[pos] == pos) & ~covered[pos]
+
+    gpu_mode = is_gpu_trace(df)
+    row_of = np.full(n, -1, np.int64)  # node position -> index among the counted ops
+    cpos = pos[counted]
+    row_of[cpos] = np.arange(len(cpos))
+    k_ns = np.zeros(len(cpos), np.int64)
+    k_n = np.zeros(len(cpos), np.int64)
+    if gpu_mode:
+        kern = (df["on_gpu"].fill_null(False) & (df["cls"] == "compute")).to_numpy()
+        lp = kernel_launchers(df, kern)
+        op = np.where(lp >= 0, outer_known[np.maximum(lp, 0)], -1)
+        own = np.where(op >= 0, row_of[np.maximum(op, 0)], -1)
+        dur = df["dur_ns"].fill_null(0).to_numpy()[kern]
+        ok = own >= 0
+        k_ns = np.bincount(own[ok], weights=dur[ok], minlength=len(cpos)).astype(np.int64)
+        k_n = np.bincount(own[ok], minlength=len(cpos)).astype(np.int64)
+    else:
+        k_ns = cand["dur_ns"].fill_null(0).to_numpy()[counted].astype(np.int64)
+
+    steps = trace.steps() if per_step else empty_frame(STEP_SCHEMA)
+    starts = cand["start_ns"].fill_null(-1).to_numpy()
+    sidx = _step_of(starts, steps) if per_step and steps.height else np.full(len(pos), -1)
+    step_no = steps["step"].to_numpy() if steps.height else np.zeros(1, np.int64)
+    has_tf32 = bool(dp and dp.tflops.get("tf32"))
+    peaks: dict[tuple[str, str | None], tuple[float | None, str | None]] = {}
+    ops = cnt.filter(pl.Series(counted)).with_columns(
+        name=cand["name"].filter(pl.Series(counted)),
+        kernel_ns=pl.Series(k_ns, dtype=pl.Int64),
+        n_kernels=pl.Series(k_n, dtype=pl.Int64) if gpu_mode else pl.lit(None, pl.Int64),
+        step=pl.Series(
+            np.where(sidx[counted] >= 0, step_no[np.maximum(sidx[counted], 0)], 0), dtype=pl.Int64
+        ),
+        _in_step=pl.Series(sidx[counted] >= 0),
+    )
+    pk = []
+    for c, d in ops.select("op_class", "dtype").iter_rows():
+        key = (c, d)
+        if key not in peaks:
+            peaks[key] = peak_or_reason(model, _peak_dtype(c, d, has_tf32))
+        pk.append(peaks[key])
+    ops = ops.with_columns(
+        peak=pl.Series([p for p, _ in pk], dtype=pl.Float64),
+        mfu_why=pl.Series([w for _, w in pk], dtype=pl.String),
+    ).with_columns(ideal_ns=pl.col("flop") / (pl.col("peak") * 1e3))
+    miss = pl.DataFrame(
+        {
+            "op_class": cnt["op_class"].filter(pl.Series(missing)),
+            "step": pl.Series(
+                np.where(sidx[missing] >= 0, step_no[np.maximum(sidx[missing], 0)], 0), dtype=pl.Int64
+            ),
+            "_in_step": pl.Series(sidx[missing] >= 0),
+        }
+    )
+    wall = _walls(df, steps, gpu_mode)
+    frames = [_aggregate(ops, miss, None, wall)]
+    if per_step and steps.height:
+        frames.append(_aggregate(ops.filter("_in_step"), miss.filter("_in_step"), "step", wall))
+    per = pl.concat(frames).with_columns(rank=pl.lit(rank, pl.Int64))
+    order = {c: i for i, c in enumerate((*OP_CLASSES, "all"))}
+    per = (
+        per.sort(
+            pl.col("step").is_null(), "step", pl.col("op_class").replace_strict(order, return_dtype=pl.Int64)
+        )
+        .select(list(FLOPS_SCHEMA))
+        .cast(FLOPS_SCHEMA)
+    )
+    by_op = (
+        ops.group_by("name", "op_class", "dtype")
+        .agg(
+            count=pl.len(),
+            flop=pl.col("flop").sum(),
+            n_kernels=pl.col("n_kernels").sum(),
+            kernel_ns=pl.col("kernel_ns").sum(),
+            ideal_ns=pl.col("ideal_ns").sum(),
+            peak=pl.col("peak").first(),
+            no_peak=pl.col("peak").is_null().any(),
+        )  # fmt: skip
+        .with_columns(
+            rank=pl.lit(rank, pl.Int64),
+            n_kernels=pl.col("n_kernels") if gpu_mode else pl.lit(None, pl.Int64),
+            tflops=_ratio(pl.col("flop"), pl.col("kernel_ns")) / 1e3,
+            peak_tflops=pl.col("peak"),
+            mfu_pct=pl.when(~pl.col("no_peak")).then(100.0 * _ratio(pl.col("ideal_ns"), pl.col("kernel_ns"))),
+        )
+        .sort("flop", "name", descending=[True, False])
+        .select(list(FLOPS_OP_SCHEMA))
+        .cast(FLOPS_OP_SCHEMA)
+    )
+    notes = _notes(cnt, counted, missing, ops, model, gpu_mode)
+    return FlopsResult(per, by_op, devices, mode="gpu" if gpu_mode else "cpu", notes=notes)
+
+
+def _ratio(a: pl.Expr, b: pl.Expr) -> pl.Expr:
+    return pl.when(b > 0).then(a / b)
+
+
+def _walls(df: pl.DataFrame, steps: pl.DataFrame, gpu_mode: bool) -> dict[int | None, int | None]:
+    """Wall time per step (its window) and for the whole trace (the span of GPU activity; of the
+    CPU ops in CPU mode); None without timestamps."""
+    out: dict[int | None, int | None] = {
+        int(s): int(b - a) for s, a, b in steps.select("step", "start_ns", "end_ns").iter_rows()
+    }
+    act = (
+        df.lazy().filter(
+            pl.col("on_gpu").fill_null(False) & pl.col("cls").is_in(["compute", "comm", "memcpy", "memset"])
+        )
+        if gpu_mode
+        else df.lazy().filter(~pl.col("on_gpu").fill_null(False))
+    )
+    span = (
+        act.select((pl.col("start_ns") + pl.col("dur_ns")).max() - pl.col("start_ns").min()).collect().item()
+    )
+    out[None] = None if span is None else int(span)
+    return out
+
+
+def _aggregate(
+    ops: pl.DataFrame, miss: pl.DataFrame, by: str | None, wall: dict[int | None, int | None]
+) -> pl.DataFrame:
+    """Rows per op class and for all classes, for the whole trace (``by`` None) or per step."""
+    keys = [by] if by else []
+    parts = []
+    for cls_key in (["op_class"], []):
+        k = keys + cls_key
+        a = (
+            ops.group_by(k).agg(
+                n_ops=pl.len(),
+                flop=pl.col("flop").sum(),
+                n_kernels=pl.col("n_kernels").sum(),
+                kernel_ns=pl.col("kernel_ns").sum(),
+                ideal_ns=pl.col("ideal_ns").sum(),
+                no_peak=pl.col("peak").is_null().any(),
+                dtypes=pl.col("dtype").drop_nulls().unique(),
+                peaks=pl.col("peak").drop_nulls().unique(),
+                mfu_why=pl.col("mfu_why").drop_nulls().first(),
+                nk_null=pl.col("n_kernels").is_null().all(),
+            )  # fmt: skip
+            if k
+            else ops.select(
+                n_ops=pl.len(),
+                flop=pl.col("flop").sum(),
+                n_kernels=pl.col("n_kernels").sum(),
+                kernel_ns=pl.col("kernel_ns").sum(),
+                ideal_ns=pl.col("ideal_ns").sum(),
+                no_peak=pl.col("peak").is_null().any(),
+                dtypes=pl.col("dtype").drop_nulls().unique().implode(),
+                peaks=pl.col("peak").drop_nulls().unique().implode(),
+                mfu_why=pl.col("mfu_why").drop_nulls().first(),
+                nk_null=pl.col("n_kernels").is_null().all(),
+            )  # fmt: skip
+        )
+        m = miss.group_by(k).agg(n_no_shapes=pl.len()) if k else miss.select(n_no_shapes=pl.len())
+        if not k:
+            a = a.filter(pl.col("n_ops") > 0)
+            m = m.filter(pl.col("n_no_shapes") > 0)
+            j = pl.concat([a, m], how="horizontal") if a.height and m.height else (a if a.height else m)
+        else:
+            j = a.join(m, on=k, how="full", coalesce=True)
+        if j.height == 0:
+            continue
+        if "op_class" not in j.columns:
+            j = j.with_columns(op_class=pl.lit("all"))
+        parts.append(j)
+    if not parts:
+        return pl.DataFrame(schema=FLOPS_SCHEMA)
+    cols = ["n_ops", "flop", "n_kernels", "kernel_ns", "ideal_ns", "no_peak", "dtypes", "peaks", "mfu_why",
+            "nk_null", "n_no_shapes"]  # fmt: skip
+    parts = [
+        p.select([c for c in [by, "op_class"] if c] + [c for c in cols if c in p.columns]) for p in parts
+    ]
+    j = pl.concat(parts, how="diagonal_relaxed")
+    step = pl.col(by) if by else pl.lit(None, pl.Int64)
+    wall_of = pl.DataFrame(
+        {"_k": [k for k in wall if k is not None] if by else [0], "wall_ns": [wall[k] for k in wall if k is not None] if by else [wall[None]]},
+        schema={"_k": pl.Int64, "wall_ns": pl.Int64},
+    )  # fmt: skip
+    j = j.with_columns(_k=pl.col(by) if by else pl.lit(0, pl.Int64)).join(wall_of, on="_k", how="left")
+    has = pl.col("n_ops").fill_null(0) > 0
+    mfu_ok = has & ~pl.col("no_peak").fill_null(True)
+    return j.select(
+        step.alias("step"),
+        "op_class",
+        dtype=pl.when(pl.col("dtypes").list.len() == 1).then(pl.col("dtypes").list.first())
+        .when(pl.col("dtypes").list.len() > 1).then(pl.lit("mixed")),
+        n_ops=pl.col("n_ops").fill_null(0),
+        n_no_shapes=pl.col("n_no_shapes").fill_null(0),
+        flop=pl.when(has).then(pl.col("flop")),
+        n_kernels=pl.when(has & ~pl.col("nk_null")).then(pl.col("n_kernels")),
+        kernel_ns=pl.when(has).then(pl.col("kernel_ns")),
+        tflops=pl.when(has).then(_ratio(pl.col("flop"), pl.col("kernel_ns")) / 1e3),
+        peak_tflops=pl.when(has & (pl.col("peaks").list.len() == 1) & (pl.col("dtypes").list.len() == 1))
+        .then(pl.col("peaks").list.first()),
+        mfu_pct=pl.when(mfu_ok).then(100.0 * _ratio(pl.col("ideal_ns"), pl.col("kernel_ns"))),
+        wall_ns="wall_ns",
+        wall_tflops=pl.when(has).then(_ratio(pl.col("flop"), pl.col("wall_ns")) / 1e3),
+        wall_mfu_pct=pl.when(mfu_ok).then(100.0 * _ratio(pl.col("ideal_ns"), pl.col("wall_ns"))),
+        mfu_why=pl.when(~mfu_ok & has).then(pl.col("mfu_why"))
+        .when(~has).then(pl.lit("no op with known FLOPs")),
+    )  # fmt: skip
+
+
+def _notes(
+    cnt: pl.DataFrame,
+    counted: np.ndarray,
+    missing: np.ndarray,
+    ops: pl.DataFrame,
+    model: str | None,
+    gpu: bool,
+) -> list[str]:
+    notes = [
+        "FLOPs are estimates from the ops' recorded shapes (GEMM 2·M·N·K; attention 4·B·H·S_q·S_k·D forward, "
+        "halved when causal, 2.5x backward; convolution 2·N·K·C·R·S·P·Q/groups, 2x backward): docs/analyses.md"
+    ]
+    n_miss = int(missing.sum())
+    if n_miss:
+        whys = cnt.filter(pl.Series(missing))["why"].value_counts(sort=True)
+        top = ", ".join(f"{w} ({c})" for w, c in whys.head(3).iter_rows())
+        notes.append(
+            f"{n_miss} of {n_miss + int(counted.sum())} GEMM/attention/convolution ops have no FLOP count "
+            f"(their FLOPs are null, not counted): {top}; record shapes (record_shapes=True) or link the host "
+            "execution trace"
+        )
+    att = cnt.filter(pl.Series(counted) & (pl.col("op_class") == "attention"))
+    if att.height and att["causal"].is_null().any():
+        notes.append(
+            f"{int(att['causal'].is_null().sum())} attention ops have no recorded causal flag: counted as not causal"
+        )
+    if gpu and ops.height and (ops["n_kernels"] == 0).any():
+        notes.append(
+            f"{int((ops['n_kernels'] == 0).sum())} counted ops launched no GPU compute kernel the trace "
+            "links to them: their FLOPs have no time"
+        )
+    if not gpu:
+        notes.append("CPU mode (no GPU kernels): an op's time is its own duration on the CPU")
+    whys = ops["mfu_why"].drop_nulls().unique(maintain_order=True).to_list()
+    if whys:
+        notes.append("MFU not computed where: " + "; ".join(whys))
+    if ops.height and (ops["dtype"] == "fp32").any():
+        notes.append(
+            "fp32 GEMM/attention is compared with the fp32 peak (TF32 use is not recorded; PyTorch's default is "
+            "no TF32 for matmuls), fp32 convolution with the tf32 peak where the device has one"
+        )
+    return notes
+
+
+def run_flops(
+    traces: Mapping[int, Trace],
+    classified: Mapping[int, pl.DataFrame],
+    *,
+    per_step: bool,
+    simulated: bool,
+    skipped: dict[str, str],
+) -> tuple[FlopsResult | None, list[tuple[int, list[str]]]]:
+    """``flops`` of every rank, stacked, and each rank's notes (for ``analyze_run`` to merge); None
+    with ``skipped["flops"]`` set when no rank has an op this analysis counts."""
+    parts = [rank_flops(r, tr, classified[r], per_step=per_step) for r, tr in traces.items()]
+    return flops_from(parts, simulated=simulated, skipped=skipped)
+
+
+def rank_flops(
+    rank: int, trace: Trace, classified: pl.DataFrame, *, per_step: bool
+) -> tuple[int, FlopsResult]:
+    """One rank's part of :func:`run_flops`: its ``flops``, every row's rank set to ``rank``."""
+    return rank, _ranked(flops(trace, per_step=per_step, classified=classified), rank)
+
+
+def flops_from(
+    parts: list[tuple[int, FlopsResult]], *, simulated: bool, skipped: dict[str, str]
+) -> tuple[FlopsResult | None, list[tuple[int, list[str]]]]:
+    """:func:`run_flops` from every rank's :func:`rank_flops` (in rank order)."""
+    have = [(r, f) for r, f in parts if f.per_step.height]
+    if not have:
+        skipped["flops"] = NO_FLOP_OPS
+        return None, []
+    modes = {f.mode for _, f in have}
+    res = FlopsResult(
+        per_step=pl.concat([f.per_step for _, f in have]),
+        by_op=pl.concat([f.by_op for _, f in have]),
+        devices=pl.concat([f.devices for _, f in parts]),
+        mode=modes.pop() if len(modes) == 1 else "mixed",
+        simulated=simulated,
+    )
+    notes = [(r, f.notes) for r, f in have]
+    if simulated:
+        notes.insert(0, (have[0][0], ["durations are recorded ones; steps are of the simulated timeline"]))
+    return res, notes
+
+
+def _ranked(res: FlopsResult, rank: int) -> FlopsResult:
+    """``res`` with every row's rank set to the run's key for the trace (a lone profile without one is 0)."""
+    r = pl.lit(rank, pl.Int64)
+    res.per_step, res.by_op, res.devices = (
+        df.with_columns(rank=r) for df in (res.per_step, res.by_op, res.devices)
+    )
+    return res

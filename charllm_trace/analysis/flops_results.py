@@ -1,0 +1,76 @@
+"""The result type of the FLOP/s and MFU analysis (``analysis.flops``): frames with fixed columns.
+
+Kept apart from ``analysis.results`` (which imports it) so that loading saved results imports no
+analysis. Every figure is an estimate: FLOPs come from the formulas in
+``analysis.flops_formulas``, peaks from ``analysis.peaks`` (docs/analyses.md, "FLOP/s and MFU").
+FLOPs are integers; times integer ns; TFLOP/s = 10^12 FLOP per second; percentages 0..100.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+#: The skip reason when no op of a kind this analysis counts is in the trace.
+NO_FLOP_OPS = "no GEMM, attention or convolution operators in this trace: FLOP/s and MFU not computed"
+
+#: One row per (rank, step, op class); step null: the whole trace; op_class "all": every class.
+FLOPS_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int64,
+    "step": pl.Int64,
+    "op_class": pl.String,  # "gemm" | "attention" | "conv" | "all"
+    "dtype": pl.String,  # the ops' data type ("bf16", "fp32" ...); "mixed"; null when unknown
+    "n_ops": pl.Int64,  # ops counted (FLOPs known)
+    "n_no_shapes": pl.Int64,  # ops of the class whose FLOPs could not be counted (no shapes ...)
+    "flop": pl.Int64,  # summed FLOPs of the counted ops
+    "n_kernels": pl.Int64,  # GPU compute kernels those ops launched
+    "kernel_ns": pl.Int64,  # their summed durations (in CPU mode: the ops' own durations)
+    "tflops": pl.Float64,  # achieved: flop / kernel_ns
+    "peak_tflops": pl.Float64,  # dense peak of the device for the dtype (null when mixed or unknown)
+    "mfu_pct": pl.Float64,  # 100 * (time the FLOPs take at peak) / kernel_ns
+    "wall_ns": pl.Int64,  # the step's window (whole trace: the span of GPU activity)
+    "wall_tflops": pl.Float64,  # flop / wall_ns
+    "wall_mfu_pct": pl.Float64,  # 100 * (time at peak) / wall_ns: MFU over wall-clock time
+    "mfu_why": pl.String,  # why mfu_pct is null (unknown device, no peak for the dtype ...)
+}
+
+#: One row per (rank, op name, op class, dtype) over the whole trace.
+FLOPS_OP_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int64,
+    "name": pl.String,
+    "op_class": pl.String,
+    "dtype": pl.String,
+    "count": pl.Int64,
+    "flop": pl.Int64,
+    "n_kernels": pl.Int64,
+    "kernel_ns": pl.Int64,
+    "tflops": pl.Float64,
+    "peak_tflops": pl.Float64,
+    "mfu_pct": pl.Float64,
+}
+
+#: One row per rank: the device and the peak table row used.
+FLOPS_DEVICE_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int64,
+    "device_model": pl.String,
+    "peak_device": pl.String,  # the table's name for it; null when not in the table
+    "peak_source": pl.String,  # the datasheet the figures come from
+}
+
+
+@dataclass
+class FlopsResult:
+    """Achieved FLOP/s and MFU per rank, step and op class; per op name; the peaks used. Estimates."""
+
+    per_step: pl.DataFrame  # FLOPS_SCHEMA
+    by_op: pl.DataFrame  # FLOPS_OP_SCHEMA
+    devices: pl.DataFrame  # FLOPS_DEVICE_SCHEMA
+    mode: str = "gpu"  # "gpu": time = kernels launched; "cpu": the ops' own durations
+    simulated: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def total(self, rank: int | None = None) -> pl.DataFrame:
+        """The whole-trace rows (step null), optionally of one rank."""
+        df = self.per_step.filter(pl.col("step").is_null())
+        return df if rank is None else df.filter(pl.col("rank") == rank)

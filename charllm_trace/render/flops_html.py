@@ -1,0 +1,96 @@
+"""The report's "FLOP/s and MFU" section (HTML parts). Formatting only: every number comes from
+:class:`charllm_trace.analysis.flops_results.FlopsResult`."""
+
+from __future__ import annotations
+
+from charllm_trace.analysis.flops_results import FlopsResult
+
+TOP_OPS = 15
+MAX_BAR_RANKS = 8
+
+
+def _n(v: float | None, fmt: str) -> str:
+    return "" if v is None or v != v else fmt.format(v)
+
+
+def flops_parts(fl: FlopsResult | None, skipped: str | None, simulated: bool = False) -> list[str]:
+    """The section's parts: an intro, MFU per op class (bars), the table per rank and step, the
+    top operators."""
+    from charllm_trace.render import html as H
+
+    if fl is None:
+        return [f'<p class="empty">{H.esc(skipped or "not computed")}</p>']
+    time = "the GPU compute kernels each op launched" if fl.mode != "cpu" else "the ops' own CPU time"
+    intro = (
+        "ESTIMATES. FLOPs of GEMM, attention and convolution operators from their recorded input shapes "
+        f"(formulas in docs/analyses.md), over {time}: achieved TFLOP/s, and MFU = the time the FLOPs "
+        "would take at the device's dense datasheet peak for their data type / that time. Wall MFU: "
+        "the same over the step's wall-clock window (whole trace: the span of GPU activity)."
+        + (" SIMULATED timeline." if simulated else "")
+    )
+    parts = [f'<p class="note">{H.esc(intro)}</p>']
+    whole = fl.per_step.filter(fl.per_step["step"].is_null())
+    classes = [c for c in ("gemm", "attention", "conv", "all") if c in set(whole["op_class"].to_list())]
+    ranks = sorted(set(whole["rank"].drop_nulls().to_list()))[:MAX_BAR_RANKS]
+    if whole["mfu_pct"].is_not_null().any():
+        values = {}
+        for r in ranks:
+            sub = {c: m for rr, c, m in whole.select("rank", "op_class", "mfu_pct").iter_rows() if rr == r}
+            values[f"rank {r}"] = [float("nan") if sub.get(c) is None else sub[c] for c in classes]
+        parts.append(
+            H.bar_chart(
+                classes, values, title="MFU per op class (whole trace)", x_label="MFU (%) over kernel time"
+            )
+        )
+    header = ["rank", "step", "op class", "dtype", "ops", "ops without FLOPs", "TFLOP", "time (ms)",
+              "TFLOP/s", "peak TFLOP/s", "MFU %", "wall TFLOP/s", "wall MFU %", "MFU not computed because"]  # fmt: skip
+    rows = [
+        [
+            "" if r["rank"] is None else r["rank"],
+            "all" if r["step"] is None else r["step"],
+            r["op_class"],
+            r["dtype"] or "",
+            r["n_ops"],
+            r["n_no_shapes"],
+            _n(None if r["flop"] is None else r["flop"] / 1e12, "{:,.3f}"),
+            _n(None if r["kernel_ns"] is None else r["kernel_ns"] / 1e6, "{:,.3f}"),
+            _n(r["tflops"], "{:,.1f}"),
+            _n(r["peak_tflops"], "{:,.1f}"),
+            _n(r["mfu_pct"], "{:.2f}"),
+            _n(r["wall_tflops"], "{:,.2f}"),
+            _n(r["wall_mfu_pct"], "{:.2f}"),
+            r["mfu_why"] or "",
+        ]  # fmt: skip
+        for r in fl.per_step.iter_rows(named=True)
+    ]
+    parts.append(H.table(header, rows, scroll=True))
+    ops = fl.by_op.sort("flop", "name", descending=[True, False], nulls_last=True).head(TOP_OPS)
+    if ops.height:
+        parts.append("<h3>Top operators by FLOPs (whole trace)</h3>")
+        parts.append(
+            H.table(
+                ["rank", "operator", "op class", "dtype", "count", "TFLOP", "time (ms)", "TFLOP/s", "MFU %"],
+                [
+                    [
+                        "" if r["rank"] is None else r["rank"],
+                        r["name"],
+                        r["op_class"],
+                        r["dtype"] or "",
+                        r["count"],
+                        _n(r["flop"] / 1e12, "{:,.3f}"),
+                        _n(None if r["kernel_ns"] is None else r["kernel_ns"] / 1e6, "{:,.3f}"),
+                        _n(r["tflops"], "{:,.1f}"),
+                        _n(r["mfu_pct"], "{:.2f}"),
+                    ]  # fmt: skip
+                    for r in ops.iter_rows(named=True)
+                ],
+            )
+        )
+    dev = [
+        f"rank {r['rank']}: {r['device_model'] or 'device unknown'}"
+        + (f" → {r['peak_device']} ({r['peak_source']})" if r["peak_device"] else " (not in the peak table)")
+        for r in fl.devices.iter_rows(named=True)
+    ]
+    if dev:
+        parts.append('<ul class="notes">' + "".join(f"<li>{H.esc(d)}</li>" for d in dev[:8]) + "</ul>")
+    return parts

@@ -1,0 +1,90 @@
+"""Terminal tables (rich) of the FLOP/s and MFU analysis, for ``charllm-trace analyze``. Formatting
+only: every number comes from :class:`charllm_trace.analysis.flops_results.FlopsResult`. Fits 80
+columns."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from charllm_trace.analysis.results import RunAnalysis
+
+TOP_OPS = 8
+SHORT = {"attention": "attn"}
+
+
+def _f(v: Any, fmt: str) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    return fmt.format(v)
+
+
+def _table(title: str, cols: list[tuple[str, str]]) -> Table:
+    t = Table(
+        title=title, title_justify="left", title_style="bold", header_style="bold",
+        box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False,
+    )  # fmt: skip
+    for name, just in cols:
+        t.add_column(name, justify=just)  # type: ignore[arg-type]
+    return t
+
+
+def _dim(console: Console, text: str) -> None:
+    console.print(text, style="dim", markup=False, highlight=False)
+
+
+def render_flops(res: RunAnalysis, console: Console) -> None:
+    fl = res.flops
+    assert fl is not None
+    sim = " [SIMULATED]" if res.simulated else ""
+    t = _table(
+        "Achieved FLOP/s and MFU (estimates)" + sim,
+        [("rank", "right"), ("step", "right"), ("class", "left"), ("dtype", "left"), ("ops", "right"),
+         ("unk", "right"), ("TFLOP", "right"), ("ms", "right"), ("TFLOP/s", "right"), ("MFU%", "right"),
+         ("wall%", "right")],
+    )  # fmt: skip
+    for r in fl.per_step.iter_rows(named=True):
+        t.add_row(
+            _f(r["rank"], "{}"), "all" if r["step"] is None else str(r["step"]), SHORT.get(r["op_class"], r["op_class"]), r["dtype"] or "-",
+            str(r["n_ops"]), str(r["n_no_shapes"]), _f(None if r["flop"] is None else r["flop"] / 1e12, "{:.3g}"),
+            _f(None if r["kernel_ns"] is None else r["kernel_ns"] / 1e6, "{:.3f}"), _f(r["tflops"], "{:.3g}"),
+            _f(r["mfu_pct"], "{:.1f}"), _f(r["wall_mfu_pct"], "{:.2f}"),
+        )  # fmt: skip
+    console.print(t)
+    what = "GPU kernels the ops launched" if fl.mode != "cpu" else "the ops' own CPU time"
+    span = "GPU activity" if fl.mode != "cpu" else "the CPU ops"
+    _dim(
+        console,
+        f"  unk = ops without a FLOP count (no shapes); ms = {what}; MFU% = time at the dense peak / "
+        f"that time; wall% = the same over the step (whole trace: span of {span})",
+    )
+    peaks = [
+        f"rank {_f(r['rank'], '{}')}: {r['peak_device']} ({r['peak_source']})"
+        for r in fl.devices.iter_rows(named=True)
+        if r["peak_device"]
+    ]
+    if peaks:
+        shown = peaks[:2] + ([f"... {len(peaks) - 2} more ranks"] if len(peaks) > 2 else [])
+        _dim(console, "  peaks: " + "; ".join(shown))
+    ops = fl.by_op.sort("flop", "name", descending=[True, False], nulls_last=True).head(TOP_OPS)
+    if ops.height:
+        o = _table(
+            "Top operators by FLOPs (whole trace)" + sim,
+            [("rank", "right"), ("operator", "left"), ("dtype", "left"), ("n", "right"), ("TFLOP", "right"),
+             ("TFLOP/s", "right"), ("MFU %", "right")],
+        )  # fmt: skip
+        o.columns[1].no_wrap = True
+        o.columns[1].overflow = "ellipsis"
+        o.columns[1].max_width = 36
+        for r in ops.iter_rows(named=True):
+            o.add_row(
+                _f(r["rank"], "{}"), str(r["name"]), r["dtype"] or "-", str(r["count"]),
+                _f(r["flop"] / 1e12, "{:.3g}"), _f(r["tflops"], "{:.3g}"), _f(r["mfu_pct"], "{:.1f}"),
+            )  # fmt: skip
+        console.print(o)
+    for n in fl.notes:
+        _dim(console, f"  note: {n}")
