@@ -3,7 +3,8 @@
 For each input (default: the shared 8-rank DLRM set and the 2-rank gloo fixture run) every rank
 is read and analysed in this process exactly as a worker does (``engine/tasks.py``), and the
 pickled size of what a worker sends back is measured: the rank's metadata (``RankMeta``), its
-analysis part (``RankPart``: overlap rows, the collective table, energy/power rows, notes) and
+analysis part (``RankPart``: overlap rows, the collective table, energy/power rows, idle-time,
+launch, breakdown and FLOP/s rows, notes) and
 its ``info`` part; next to the rank's input bytes and its pickled node tables (what would travel
 if the driver read the trace).
 
