@@ -293,6 +293,26 @@ def test_et_directory_equals_local(scheduler, gloo_ets):
     assert_same_analysis(_local(gloo_ets, opts), _distributed(str(gloo_ets), opts))
 
 
+def test_imported_telemetry_run_equals_local(scheduler, tmp_path):
+    """A run with an imported power log (``telemetry import``): energy and power on the workers,
+    each rank's note naming the log, equal to the local path's."""
+    run = tmp_path / "run"
+    shutil.copytree(GLOO, run)
+    logs = ROOT / "tests" / "fixtures" / "telemetry_logs"
+    r = CliRunner().invoke(
+        main,
+        ["telemetry", "import", str(run), str(logs / "zeus-powermonitor.csv"), "--format", "zeus",
+         "--device-map", "0=0,1=1"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    opts = AnalyzeOptions(per_step=True)
+    local, dist = _local(run, opts), _distributed(str(run), opts)
+    assert dist.energy is not None and dist.power is not None
+    assert dist.energy.totals["n_samples"].to_list() == [8, 8]
+    assert any("zeus log zeus-powermonitor.csv" in n for n in dist.energy.notes)
+    assert_same_analysis(local, dist)
+
+
 def _die_once(marker: str) -> int:
     """Kills its worker process the first time it runs (a worker that dies mid-job)."""
     if not os.path.exists(marker):
