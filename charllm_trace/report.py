@@ -22,6 +22,7 @@ from charllm_trace.analysis.findings import Finding, findings
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.results import CP_CATEGORIES, RunAnalysis
 from charllm_trace.model import Run
+from charllm_trace.render.report_ranks import rank_step_section
 from charllm_trace.render.report_sections import findings_html, power_figures, stragglers_html
 from charllm_trace.render.svg import fmt_bytes
 from charllm_trace.report_views import (  # noqa: F401 - the views' names are part of this module's interface
@@ -60,7 +61,7 @@ class ReportData:
     lanes: list[RankLanes] = field(default_factory=list)
     overlay: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # rank -> (t, W)
     overlap_total: pl.DataFrame | None = None
-    overlap_steps: pl.DataFrame | None = None  # rank, step, overlap_pct
+    overlap_steps: pl.DataFrame | None = None  # rank, step, overlap_pct, span_ns, exposed_comm_ns
     collectives: pl.DataFrame | None = None  # coll_type, bytes, busbw_gbps
     peaks: list[tuple[float, str]] = field(default_factory=list)
     energy_ops: pl.DataFrame | None = None  # key, energy_j (summed over ranks), sorted
@@ -126,7 +127,9 @@ def report_data_from(views: ReportViews, an: RunAnalysis, title: str | None = No
         data.step_marks = [(int(a), int(b)) for a, b in marks.iter_rows() if b is not None]
         data.overlap_total = pr.filter(pl.col("step").is_null()).sort("rank")
         data.overlap_steps = (
-            pr.filter(pl.col("step").is_not_null()).select("rank", "step", "overlap_pct").sort("step", "rank")
+            pr.filter(pl.col("step").is_not_null())
+            .select("rank", "step", "overlap_pct", "span_ns", "exposed_comm_ns")
+            .sort("step", "rank")
         )
     if an.bandwidth is not None:
         data.stragglers = an.bandwidth.stragglers
@@ -347,6 +350,8 @@ def render_report(data: ReportData) -> str:
             note="per process group and rank, over the collectives matched across ranks: how often the rank "
             "started last, and how long after the group's first rank",
         )
+    if (ranks_steps := rank_step_section(data.overlap_steps)) is not None:
+        rep.add(ranks_steps[0], *ranks_steps[1], note=ranks_steps[2], sid="ranks-steps")
 
     # 4. energy
     e = data.energy_ops
