@@ -57,7 +57,9 @@ def offsets_us(n: int, seed: int, jitter_us: float) -> list[float]:
 def kineto_for(src: dict, rank: int, world: int, shift_us: float) -> dict:
     dist = dict(src.get("distributedInfo") or {})
     dist.update(rank=rank, world_size=world)
-    dist["pg_config"] = [{"pg_name": "0", "pg_desc": "default_pg", "backend": "nccl", "pg_size": world, "ranks": []}]
+    dist["pg_config"] = [
+        {"pg_name": "0", "pg_desc": "default_pg", "backend": "nccl", "pg_size": world, "ranks": []}
+    ]
     events = []
     for e in src["traceEvents"]:
         if "ts" in e and e.get("ph") != "M":

@@ -85,7 +85,9 @@ def choose_ranks(present: list[int], ranks: list[int] | None, sample: int | None
         missing = [r for r in ranks if r not in have]
         if missing:
             more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
-            raise InputError(None, f"no rank {missing[:8]}{more} here (ranks present: {_ranges(sorted(have))})")
+            raise InputError(
+                None, f"no rank {missing[:8]}{more} here (ranks present: {_ranges(sorted(have))})"
+            )
     pool = sorted(have) if ranks is None else sorted(set(ranks))
     return sample_ranks(pool, sample) if sample is not None else pool
 

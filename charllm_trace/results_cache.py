@@ -119,7 +119,10 @@ def allow_partial() -> bool:
 
 
 def results_key(
-    path: str | os.PathLike[str], options: AnalyzeOptions, ranks: list[int] | None = None, sample: int | None = None
+    path: str | os.PathLike[str],
+    options: AnalyzeOptions,
+    ranks: list[int] | None = None,
+    sample: int | None = None,
 ) -> str:
     """The key of the results of analysing ``path`` (ranks ``ranks``, all when None; ``sample``: N
     of them, ``--sample``) with ``options``."""

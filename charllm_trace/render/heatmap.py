@@ -73,17 +73,23 @@ def heatmap(
     cell_h = max(4.0, min(18.0, 640.0 / len(rb)))
     top = MT + 14
     height = top + cell_h * len(rb) + MB + legend_h
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height:.0f}" viewBox="0 0 {W} {height:.0f}">']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height:.0f}" viewBox="0 0 {W} {height:.0f}">'
+    ]
 
     def show(x: float) -> str:
         return fmt.format(x / scale) + unit
 
-    out.append(f'<text x="{label_w - 6}" y="{MT + 8}" text-anchor="end">{esc(row_name)} \\ {esc(col_name)}</text>')
+    out.append(
+        f'<text x="{label_w - 6}" y="{MT + 8}" text-anchor="end">{esc(row_name)} \\ {esc(col_name)}</text>'
+    )
     every_c = max(1, math.ceil(len(cb) / 16))
     for j, (c0, c1) in enumerate(cb):
         if j % every_c == 0:
             x = label_w + (j + 0.5) * cell_w
-            out.append(f'<text x="{x:.1f}" y="{MT + 8}" text-anchor="middle">{esc(_label(col_labels, c0, c1))}</text>')
+            out.append(
+                f'<text x="{x:.1f}" y="{MT + 8}" text-anchor="middle">{esc(_label(col_labels, c0, c1))}</text>'
+            )
     every_r = max(1, math.ceil(len(rb) * 12 / (cell_h * len(rb))))
     out.append('<g class="plot">')
     for i, (r0, r1) in enumerate(rb):
@@ -97,7 +103,10 @@ def heatmap(
             block = v[r0:r1, c0:c1]
             x = label_w + j * cell_w
             if not np.isfinite(block).any():
-                fill, tip = NO_VALUE, f"{row_name} {_label(row_labels, r0, r1)} · {col_name} {_label(col_labels, c0, c1)}: no value"
+                fill, tip = (
+                    NO_VALUE,
+                    f"{row_name} {_label(row_labels, r0, r1)} · {col_name} {_label(col_labels, c0, c1)}: no value",
+                )
             else:
                 k = int(np.nanargmax(block))
                 wr, wc = r0 + k // block.shape[1], c0 + k % block.shape[1]
@@ -119,7 +128,9 @@ def heatmap(
     ly = top + cell_h * len(rb) + 16
     lx0, lx1 = label_w, label_w + 300
     gid = f"hm{abs(hash((title, lo, hi))) % 10**8}"
-    stops = "".join(f'<stop offset="{k / (len(STOPS) - 1):.2f}" stop-color="{c}"/>' for k, c in enumerate(STOPS))
+    stops = "".join(
+        f'<stop offset="{k / (len(STOPS) - 1):.2f}" stop-color="{c}"/>' for k, c in enumerate(STOPS)
+    )
     out.append(
         f'<g class="scale"><defs><linearGradient id="{gid}">{stops}</linearGradient></defs>'
         f'<rect x="{lx0}" y="{ly:.1f}" width="{lx1 - lx0}" height="10" fill="url(#{gid})"/>'

@@ -39,8 +39,15 @@ def rank_step_section(steps: pl.DataFrame | None) -> tuple[str, list[str], str] 
         grid, ranks, cols = _grid(steps, col)
         figs.append(
             heatmap(
-                grid, ranks, cols, title=f"{what[0].upper()}{what[1:]} per rank and step (ms)",
-                row_name="rank", col_name="step", value_name=what, scale=1e6, unit=" ms",
+                grid,
+                ranks,
+                cols,
+                title=f"{what[0].upper()}{what[1:]} per rank and step (ms)",
+                row_name="rank",
+                col_name="step",
+                value_name=what,
+                scale=1e6,
+                unit=" ms",
             )  # fmt: skip
         )
     return TITLE, figs, NOTE
