@@ -54,6 +54,7 @@ CODE = (
     "graph",
     "model.py",
     "loader.py",
+    "limits.py",  # which ranks --sample chooses (limits.sample_ranks)
     "report_views.py",
     "results_store.py",
     "results_cache.py",
