@@ -17,6 +17,7 @@ from charllm_trace.analysis.launch_gap import lost_device_activity
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.parallel import name_groups
 from charllm_trace.analysis.power import power
+from charllm_trace.analysis.rank_spread import rank_spread
 from charllm_trace.analysis.results import (  # the notes' words live with the result types
     CAN_SIMULATE,  # noqa: F401 - part of this module's interface
     NO_TELEMETRY,
@@ -177,6 +178,7 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
                 multi,
             ),
         )
+        ov.rank_spread = rank_spread(ov.per_rank, ov.per_dim)  # per dimension, over the ranks
         if no_ts:
             ov.notes.append(f"ranks {no_ts}: {NO_TIMESTAMPS}")
         if simulated:

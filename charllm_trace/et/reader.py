@@ -11,6 +11,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -444,13 +445,17 @@ def et_files(path: Path) -> list[Path]:
     return trace_entries(path, (".et", ".et.gz"))
 
 
-def read_et_dir(path: str | os.PathLike[str], *, cache: bool = True) -> Run:
+def read_et_dir(
+    path: str | os.PathLike[str], *, cache: bool = True, only: Collection[int] | None = None
+) -> Run:
     """Read a directory of per-rank Chakra ETs into a Run.
 
     The rank of a file is ``charllm.rank`` from its header; files without one
     (Chakra's own converter writes none) take it from the file name. Files that
     do not belong to one run are refused: two files with the same rank,
     different world sizes or run ids, or a rank outside the world size.
+    ``only``: read just the files of these ranks (``--ranks`` / ``--sample``), told by the rank
+    in the file name (a file without one is read, and kept when its header names a wanted rank).
     """
     from charllm_trace.inputs import path_kind
 
@@ -460,6 +465,9 @@ def read_et_dir(path: str | os.PathLike[str], *, cache: bool = True) -> Run:
     files = et_files(d)
     if not files:
         raise InputError(d, "no Chakra ET (.et) files in this directory")
+    if only is not None:
+        keep = set(only)
+        files = [f for f in files if rank_from_name(f.name) in keep or rank_from_name(f.name) is None]
     traces: dict[int, Trace] = {}
     origin: dict[int, Path] = {}
     manifest: dict | None = None
@@ -503,4 +511,6 @@ def read_et_dir(path: str | os.PathLike[str], *, cache: bool = True) -> Run:
         outside = [r for r in traces if r >= world]
         if outside:
             raise InputError(origin[outside[0]], f"rank {outside[0]} is outside the world size {world}")
+    if only is not None:
+        traces = {r: t for r, t in traces.items() if r in keep}
     return Run(traces=traces, manifest=manifest or {}, source=str(d))
