@@ -26,6 +26,12 @@ def _parse_ranks_option(text: str | None) -> list[int] | None:
     return parse_ranks(text)
 
 
+RANKS_HELP = "Ranks to analyse, e.g. 0-7,512,1016-1023 (default: all); only their files are read."
+SAMPLE_HELP = (
+    "Analyse N ranks evenly spaced over those present (with --ranks: over those), always the first "
+    "and the last; only their files are read."
+)
+
 WHAT_IF_HELP = (
     "Predict step times with durations scaled by class, e.g. comm=0.5,gemm=0.8,launch=0 "
     "(classes: gemm, attention, kernel, comm, memcpy, launch, cpu, idle; aliases: gpu/compute = "
@@ -45,7 +51,8 @@ def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
 @click.command("analyze")
 @click.argument("path", type=click.Path())
 @click.option("--per-step", is_flag=True, help="Also split every figure by ProfilerStep.")
-@click.option("--ranks", default=None, help="Ranks to analyse, e.g. 0,1 or 0-3 (default: all).")
+@click.option("--ranks", default=None, help=RANKS_HELP)
+@click.option("--sample", type=int, default=None, metavar="N", help=SAMPLE_HELP)
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "parquet"]), default="table",
               show_default=True, help="Output format.")  # fmt: skip
 @json_flag
@@ -88,6 +95,7 @@ def analyze_cmd(
     path: str,
     per_step: bool,
     ranks: str | None,
+    sample: int | None,
     fmt: str,
     output: str | None,
     force: bool,
@@ -141,13 +149,17 @@ def analyze_cmd(
             what_if=_parse_what_if_option(what_if),
             breakdown_top=breakdown_top,
         )
-        wanted = _parse_ranks_option(ranks)
+        from charllm_trace.limits import parse_sample
+
+        wanted, n_sample = _parse_ranks_option(ranks), parse_sample(sample)
         refuse_existing_save(save, force)
         from charllm_trace import engine
         from charllm_trace.cli_progress import input_progress
 
         with input_progress("reading"):  # with a scheduler, --save keeps no report views (docs/scale.md)
-            got = analyze_path(path, opts, wanted, views=save is not None and not engine.scheduler())
+            got = analyze_path(
+                path, opts, wanted, views=save is not None and not engine.scheduler(), sample=n_sample
+            )
         res = got.analysis
         if save is not None:
             from charllm_trace.results_store import save_results
@@ -185,6 +197,8 @@ def analyze_cmd(
     help="Rebuild a timeline for ETs without timestamps (figures labelled simulated).",
 )
 @click.option("--what-if", "what_if", default=None, metavar="CLASS=FACTOR,...", help=WHAT_IF_HELP)
+@click.option("--ranks", default=None, help=RANKS_HELP.replace("analyse", "draw"))
+@click.option("--sample", type=int, default=None, metavar="N", help=SAMPLE_HELP.replace("Analyse", "Draw"))
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT (and the --save file) if it exists.")
 @save_option
 @no_cache_option
@@ -193,7 +207,7 @@ def analyze_cmd(
 @click.pass_context
 def report_cmd(
     ctx: click.Context, run: str, output: str, peak_gbps: float | None, title: str | None, simulate: bool,
-    what_if: str | None, force: bool, save: str | None,
+    what_if: str | None, ranks: str | None, sample: int | None, force: bool, save: str | None,
 ) -> None:  # fmt: skip
     """Write one self-contained HTML page (opens offline) with the run's timeline and power,
     overlap per step, bus bandwidth vs message size, energy by operator, power /
@@ -218,13 +232,16 @@ def report_cmd(
 
         if peak_gbps is not None and not peak_gbps > 0:
             raise UsageError("--peak-gbps must be > 0")
+        from charllm_trace.limits import parse_sample
+
         factors = _parse_what_if_option(what_if)
+        wanted, n_sample = _parse_ranks_option(ranks), parse_sample(sample)
         refuse_existing_save(save, force)
         opts = AnalyzeOptions(per_step=True, peak_gbps=peak_gbps, simulate=simulate, what_if=factors)
         from charllm_trace.cli_progress import input_progress
 
         with input_progress("reading"):
-            got = analyze_path(run, opts, views=True)
+            got = analyze_path(run, opts, wanted, views=True, sample=n_sample)
         an, views = got.analysis, got.views
         assert views is not None
         if save is not None:

@@ -48,6 +48,61 @@ def parse_ranks(text: str | None) -> list[int] | None:
     return sorted({r for lo, hi in spans for r in range(lo, hi + 1)})
 
 
+def parse_sample(value: int | None) -> int | None:
+    """A ``--sample N`` value: None stays None; N must be at least 1 (``UsageError``, one line)."""
+    from charllm_trace.errors import UsageError
+
+    if value is None:
+        return None
+    if value < 1:
+        raise UsageError(f"--sample {value}: expected a number of ranks, at least 1")
+    return value
+
+
+def sample_ranks(present: list[int], n: int) -> list[int]:
+    """``--sample N``: N of the ``present`` ranks, evenly spaced over their sorted order and always
+    the first and the last (N == 1: the first). Position i of N takes the rank at index
+    ``round(i * (M - 1) / (N - 1))`` of the M present ranks, so the choice depends only on the
+    ranks present and N (deterministic, no random seed). All of them when N >= M."""
+    ranks = sorted(set(present))
+    m = len(ranks)
+    if n >= m:
+        return ranks
+    if n == 1:
+        return ranks[:1]
+    return sorted({ranks[(2 * i * (m - 1) + (n - 1)) // (2 * (n - 1))] for i in range(n)})
+
+
+def choose_ranks(present: list[int], ranks: list[int] | None, sample: int | None) -> list[int] | None:
+    """The ranks to read of those ``present``: ``ranks`` (``--ranks``; every one must be present,
+    else ``InputError`` naming them), then ``sample`` of those (``--sample``); None: all."""
+    if ranks is None and sample is None:
+        return None
+    from charllm_trace.errors import InputError
+
+    have = set(present)
+    if ranks is not None:
+        missing = [r for r in ranks if r not in have]
+        if missing:
+            more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+            raise InputError(
+                None, f"no rank {missing[:8]}{more} here (ranks present: {_ranges(sorted(have))})"
+            )
+    pool = sorted(have) if ranks is None else sorted(set(ranks))
+    return sample_ranks(pool, sample) if sample is not None else pool
+
+
+def _ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5" (the ``--ranks`` syntax)."""
+    out: list[str] = []
+    for r in ranks:
+        if out and r == int(out[-1].split("-")[-1]) + 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{r}"
+        else:
+            out.append(str(r))
+    return ",".join(out)
+
+
 def _env_int(name: str, default: int) -> int:
     import os
 

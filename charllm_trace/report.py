@@ -24,6 +24,7 @@ from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.results import CP_CATEGORIES, BreakdownResult, RunAnalysis
 from charllm_trace.model import Run
 from charllm_trace.render.breakdown_html import breakdown_parts
+from charllm_trace.render.report_ranks import rank_step_section
 from charllm_trace.render.report_sections import findings_html, power_figures, stragglers_html
 from charllm_trace.render.report_sections import ms as _ms
 from charllm_trace.render.report_sections import notes_list as _notes_list
@@ -66,7 +67,7 @@ class ReportData:
     lanes: list[RankLanes] = field(default_factory=list)
     overlay: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # rank -> (t, W)
     overlap_total: pl.DataFrame | None = None
-    overlap_steps: pl.DataFrame | None = None  # rank, step, overlap_pct
+    overlap_steps: pl.DataFrame | None = None  # rank, step, overlap_pct, span_ns, exposed_comm_ns
     collectives: pl.DataFrame | None = None  # coll_type, bytes, busbw_gbps
     peaks: list[tuple[float, str]] = field(default_factory=list)
     energy_ops: pl.DataFrame | None = None  # key, energy_j (summed over ranks), sorted
@@ -134,7 +135,9 @@ def report_data_from(views: ReportViews, an: RunAnalysis, title: str | None = No
         data.step_marks = [(int(a), int(b)) for a, b in marks.iter_rows() if b is not None]
         data.overlap_total = pr.filter(pl.col("step").is_null()).sort("rank")
         data.overlap_steps = (
-            pr.filter(pl.col("step").is_not_null()).select("rank", "step", "overlap_pct").sort("step", "rank")
+            pr.filter(pl.col("step").is_not_null())
+            .select("rank", "step", "overlap_pct", "span_ns", "exposed_comm_ns")
+            .sort("step", "rank")
         )
     if an.bandwidth is not None:
         data.stragglers = an.bandwidth.stragglers
@@ -359,6 +362,8 @@ def render_report(data: ReportData) -> str:
     rep.add(
         "FLOP/s and MFU", *flops_parts(data.flops, data.skipped.get("flops"), data.simulated), sid="flops"
     )
+    if (ranks_steps := rank_step_section(data.overlap_steps)) is not None:
+        rep.add(ranks_steps[0], *ranks_steps[1], note=ranks_steps[2], sid="ranks-steps")
 
     # 4. energy
     e = data.energy_ops

@@ -54,6 +54,7 @@ CODE = (
     "graph",
     "model.py",
     "loader.py",
+    "limits.py",  # which ranks --sample chooses (limits.sample_ranks)
     "report_views.py",
     "results_store.py",
     "results_cache.py",
@@ -118,14 +119,21 @@ def allow_partial() -> bool:
     return allowed()
 
 
-def results_key(path: str | os.PathLike[str], options: AnalyzeOptions, ranks: list[int] | None = None) -> str:
-    """The key of the results of analysing ``path`` (ranks ``ranks``, all when None) with ``options``."""
+def results_key(
+    path: str | os.PathLike[str],
+    options: AnalyzeOptions,
+    ranks: list[int] | None = None,
+    sample: int | None = None,
+) -> str:
+    """The key of the results of analysing ``path`` (ranks ``ranks``, all when None; ``sample``: N
+    of them, ``--sample``) with ``options``."""
     raw = "\n".join(
         [
             f"results|{VERSION}",
             input_key(path),
             options_text(options),
             "all" if ranks is None else ",".join(map(str, ranks)),
+            "" if sample is None else f"sample={sample}",
             "partial-allowed" if allow_partial() else "whole-only",
             code_fingerprint(),
         ]
@@ -206,6 +214,7 @@ def analyze_path(
     *,
     views: bool = False,
     cache: bool | None = None,
+    sample: int | None = None,
 ) -> Analysed:
     """``analyze_run`` of the input at ``path`` (only ``ranks`` when given), from the results cache
     when it holds them; ``views``: also the report's views of the trace (``report_views.report_views``).
@@ -218,11 +227,13 @@ def analyze_path(
     if engine.scheduler() is not None and not views:  # on the Dask cluster (docs/scale.md)
         from charllm_trace.engine.driver import analyze_distributed
 
-        return Analysed(analyze_distributed(os.fspath(path), options, ranks, cache=cache), None, False)
+        return Analysed(
+            analyze_distributed(os.fspath(path), options, ranks, cache=cache, sample=sample), None, False
+        )
     key = None
     if cache:
         try:
-            key = results_key(path, options, ranks)
+            key = results_key(path, options, ranks, sample)
         except OSError:
             key = None  # unreadable: loading words the error
     if key is not None:
@@ -232,7 +243,7 @@ def analyze_path(
 
             note_on_results_hit(path)
             return Analysed(hit.analysis, hit.views() if views else None, True)
-    run, res = _analyze(path, options, ranks, cache=cache)
+    run, res = _analyze(path, options, ranks, cache=cache, sample=sample)
     vw = None
     if views:
         from charllm_trace.report_views import drawn_run, report_views
@@ -244,16 +255,16 @@ def analyze_path(
 
 
 def _analyze(
-    path: str | os.PathLike[str], options: AnalyzeOptions, ranks: list[int] | None, *, cache: bool
+    path: str | os.PathLike[str],
+    options: AnalyzeOptions,
+    ranks: list[int] | None,
+    *,
+    cache: bool,
+    sample: int | None = None,
 ) -> tuple[Run, RunAnalysis]:
     from charllm_trace.analysis.api import analyze_run
-    from charllm_trace.errors import InputError
     from charllm_trace.loader import load
 
-    run = load(path, cache=cache)
-    if ranks is not None:
-        missing = [r for r in ranks if r not in run.traces]
-        if missing:
-            raise InputError(path, f"no rank {missing} here (ranks present: {run.ranks})")
-        run = run.select(ranks)
+    # the ranks are chosen before their files are read (loader.load)
+    run = load(path, cache=cache, ranks=ranks, sample=sample)
     return run, analyze_run(run, options)

@@ -113,10 +113,11 @@ def check_complete(
     return f"partial run (--allow-partial): {what}; results cover rank(s) {ranges(present)} only"
 
 
-def label_partial(run: Any, path: str | os.PathLike[str]) -> None:
+def label_partial(run: Any, path: str | os.PathLike[str], *, present: list[int] | None = None) -> None:
     """Check that the run (a :class:`~charllm_trace.model.Run`) read from directory ``path`` is
     whole; label it (a note, ``manifest["partial"]``) when partial runs are allowed and it is not.
-    An interrupted run's reader note is printed here, on every read, cached or not."""
+    An interrupted run's reader note is printed here, on every read, cached or not. ``present``:
+    the ranks the directory holds, when only some of them were read (``--ranks``/``--sample``)."""
 
     import sys
 
@@ -124,7 +125,7 @@ def label_partial(run: Any, path: str | os.PathLike[str]) -> None:
     if isinstance(said, str):  # an interrupted or failed run (collectors.outcome.reader_note)
         print(f"note: {path}: {said}", file=sys.stderr, flush=True)
     worlds = {t.meta.world_size for t in run.traces.values() if t.meta.world_size is not None}
-    note = check_complete(path, run.manifest, run.ranks, worlds)
+    note = check_complete(path, run.manifest, run.ranks if present is None else present, worlds)
     if note:
         print(f"note: {path}: {note}", file=sys.stderr, flush=True)
         run.manifest = {**run.manifest, "partial": note}

@@ -33,11 +33,11 @@ GLOO = FIXTURES / "cpu-2rank-gloo"
 PER_RANK = ("overlap", "overlap_by_group", "overlap_by_dim", "collectives", "collectives_matched",
             "energy_totals", "energy", "power", "throttle", "stragglers", "idle_time", "launch_stats",
             "launch_queue", "config", "breakdown", "breakdown_totals", "flops", "flops_by_op",
-            "flops_devices")  # fmt: skip
+            "flops_devices", "rank_spread")  # fmt: skip
 #: the frames of the analyses computed per rank on a worker and merged on the driver since the
 #: merge of main (idle time, launches, time breakdown, FLOP/s, stragglers, the run's configuration)
 MERGED = ("stragglers", "idle_time", "launch_stats", "launch_queue", "config", "breakdown",
-          "breakdown_totals", "flops", "flops_by_op", "flops_devices")  # fmt: skip
+          "breakdown_totals", "flops", "flops_by_op", "flops_devices", "rank_spread")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +68,10 @@ def _local(path: str | Path, options: AnalyzeOptions):
     return analyze_run(load(path, cache=False), options)
 
 
-def _distributed(path: str, options: AnalyzeOptions, ranks=None):
+def _distributed(path: str, options: AnalyzeOptions, ranks=None, sample=None):
     from charllm_trace.engine.driver import analyze_distributed
 
-    return analyze_distributed(path, options, ranks, cache=False)
+    return analyze_distributed(path, options, ranks, cache=False, sample=sample)
 
 
 def assert_same_analysis(local, dist) -> None:
@@ -291,6 +291,19 @@ def test_et_directory_equals_local(scheduler, gloo_ets):
     """A directory of per-rank ETs: each worker reads one file (its rank from its header)."""
     opts = AnalyzeOptions(per_step=True)
     assert_same_analysis(_local(gloo_ets, opts), _distributed(str(gloo_ets), opts))
+
+
+def test_ranks_and_sample_chosen_as_the_local_path(scheduler):
+    """--ranks and --sample choose the same ranks on the cluster as on the local path, the rank
+    spread over them equal too."""
+    d = shared_trace("param/dlrm_8ranks_v100")
+    opts = AnalyzeOptions(per_step=True)
+    for ranks, sample in ((None, 3), ([0, 2, 3, 4, 5, 7], 2)):
+        local = analyze_run(load(d, cache=False, ranks=ranks, sample=sample), opts)
+        dist = _distributed(str(d), opts, ranks, sample)
+        assert len(dist.ranks) == sample and dist.ranks == local.ranks
+        assert dist.overlap is not None and dist.overlap.rank_spread.height > 0
+        assert_same_analysis(local, dist)
 
 
 def test_imported_telemetry_run_equals_local(scheduler, tmp_path):

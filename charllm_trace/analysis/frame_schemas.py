@@ -28,12 +28,14 @@ from charllm_trace.analysis.results import (
     WHATIF_SCHEMA,
 )
 from charllm_trace.analysis.results_breakdown import BREAKDOWN_SCHEMA, BREAKDOWN_TOTAL_SCHEMA
+from charllm_trace.analysis.spread_results import RANK_SPREAD_SCHEMA
 
 #: frame name -> (the RunAnalysis field whose result holds it, its columns)
 FRAME_SCHEMAS: dict[str, tuple[str, dict[str, pl.DataType]]] = {
     "overlap": ("overlap", OVERLAP_SCHEMA),
     "overlap_by_group": ("overlap", OVERLAP_GROUP_SCHEMA),
     "overlap_by_dim": ("overlap", OVERLAP_GROUP_SCHEMA),
+    "rank_spread": ("overlap", RANK_SPREAD_SCHEMA),
     "collectives": ("bandwidth", COLLECTIVE_SCHEMA),
     "bandwidth": ("bandwidth", BANDWIDTH_SUMMARY_SCHEMA),
     "collectives_matched": ("bandwidth", MATCHED_SCHEMA),
@@ -63,6 +65,7 @@ DEFINED_IN = (
     "charllm_trace.analysis.config_results",
     "charllm_trace.analysis.results_breakdown",
     "charllm_trace.analysis.flops_results",
+    "charllm_trace.analysis.spread_results",
 )
 
 #: Why a frame is empty when its analysis was not asked for (no entry in ``skipped``).

@@ -26,6 +26,7 @@ from charllm_trace.analysis.group_size import Tally
 from charllm_trace.analysis.launch_gap import lost_device_activity
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.power import power
+from charllm_trace.analysis.rank_spread import rank_spread
 from charllm_trace.analysis.results import (
     NO_TELEMETRY,
     NO_TIMESTAMPS,
@@ -248,6 +249,7 @@ def _merge_overlap(
         simulated=simulated,
         notes=merge_notes([(p.rank, o.notes) for p, o in zip(ov_parts, ovs, strict=True)], multi),
     )
+    ov.rank_spread = rank_spread(ov.per_rank, ov.per_dim)  # per dimension, over the ranks
     no_ts = [p.rank for p in parts if p.no_ts]
     if no_ts:
         ov.notes.append(f"ranks {no_ts}: {NO_TIMESTAMPS}")

@@ -30,6 +30,7 @@ from charllm_trace.analysis.config_results import CONFIG_SCHEMA, RunConfig  # no
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.results_breakdown import BreakdownResult
+from charllm_trace.analysis.spread_results import empty_rank_spread
 
 # ---------------------------------------------------------------------------
 # The words of notes and skip reasons the CLI recognises (render.tables.cli_hint adds its flags);
@@ -110,6 +111,7 @@ class OverlapResult:
     hta_compat: bool = False
     simulated: bool = False
     notes: list[str] = field(default_factory=list)
+    rank_spread: pl.DataFrame = field(default_factory=empty_rank_spread)  # RANK_SPREAD_SCHEMA
 
     def total(self, rank: int | None = None) -> pl.DataFrame:
         """The whole-trace rows (step null), optionally of one rank."""
@@ -457,6 +459,7 @@ class RunAnalysis:
             out["overlap"] = self.overlap.per_rank
             out["overlap_by_group"] = self.overlap.per_group
             out["overlap_by_dim"] = self.overlap.per_dim
+            out["rank_spread"] = self.overlap.rank_spread
         if self.bandwidth is not None:
             out["collectives"] = self.bandwidth.collectives
             out["bandwidth"] = self.bandwidth.summary

@@ -15,7 +15,7 @@ import multiprocessing
 import os
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -256,10 +256,16 @@ def attach_run_facts(run_dir: Path, traces: dict[int, Trace], manifest: dict[str
 
 
 def convert_run(
-    run_dir: str | os.PathLike[str], *, workers: int | None = None, progress: Progress | None = None
+    run_dir: str | os.PathLike[str],
+    *,
+    workers: int | None = None,
+    progress: Progress | None = None,
+    only: Collection[int] | None = None,
 ) -> Run:
     """Convert every rank of a run directory, in parallel worker processes (``workers``: default
-    the number of CPUs, at most the number of ranks; 1 converts in this process)."""
+    the number of CPUs, at most the number of ranks; 1 converts in this process). ``only``: convert
+    just these ranks (``--ranks`` / ``--sample``); the other ranks' files are paired by their first
+    bytes and names but never read whole."""
     from charllm_trace.inputs import path_kind
 
     d = Path(run_dir)
@@ -270,6 +276,9 @@ def convert_run(
 
     check_one_run(d, manifest)  # files of two runs (by run id) are refused
     jobs = pair_files(d)
+    if only is not None:
+        keep = set(only)
+        jobs = [j for j in jobs if j.rank in keep]
     n = len(jobs)
     job_bytes = {j.rank: sum(_size(f) for f in (j.kineto, j.host_et) if f is not None) for j in jobs}
     total = sum(job_bytes.values())

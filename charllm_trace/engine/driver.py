@@ -45,9 +45,12 @@ class Gathered:
     manifest: dict[str, Any]
 
 
-def _read(eng: Any, path: str, ranks: list[int] | None, cache: bool) -> Gathered:
+def _read(eng: Any, path: str, ranks: list[int] | None, cache: bool, sample: int | None = None) -> Gathered:
     pl_ = plan(path)
     specs = pl_.specs
+    late = sample is not None and any(s.rank is None for s in specs)  # ranks told once read
+    if sample is not None and not late:  # --sample: chosen before reading, as loader.load does
+        ranks = _choose(path, sorted({s.rank for s in specs if s.rank is not None}), ranks, sample)
     if ranks is not None:  # a run directory's ranks are known before reading
         specs = [s for s in specs if s.rank is None or s.rank in ranks]
     handles = eng.map(load_rank, specs, cache=cache)
@@ -74,6 +77,8 @@ def _read(eng: Any, path: str, ranks: list[int] | None, cache: bool) -> Gathered
             pl_.source, f"ranks disagree on the world size ({sorted(worlds)}): files from different runs?"
         )
     ok.sort(key=lambda mh: mh[0].rank)
+    if late:
+        ranks = _choose(path, sorted(seen), ranks, sample)
     if ranks is not None:
         missing = [r for r in ranks if r not in seen]
         if missing:
@@ -87,6 +92,16 @@ def _read(eng: Any, path: str, ranks: list[int] | None, cache: bool) -> Gathered
     g = Gathered(pl_, [h for _, h in ok], [m for m, _ in ok], failed, manifest)
     _label(g, worlds)
     return g
+
+
+def _choose(path: str, present: list[int], ranks: list[int] | None, sample: int | None) -> list[int] | None:
+    """``limits.choose_ranks`` (``--ranks``, then ``--sample``), its error naming ``path``."""
+    from charllm_trace.limits import choose_ranks
+
+    try:
+        return choose_ranks(present, ranks, sample)
+    except InputError as exc:
+        raise InputError(path, exc.problem) from None
 
 
 def _label(g: Gathered, worlds: set[int]) -> None:
@@ -121,7 +136,7 @@ def _label(g: Gathered, worlds: set[int]) -> None:
 
 
 def analyze_distributed(
-    path: str, options: Any, ranks: list[int] | None = None, *, cache: bool = True
+    path: str, options: Any, ranks: list[int] | None = None, *, cache: bool = True, sample: int | None = None
 ) -> Any:
     """``analyze_run`` of the input at ``path`` on the scheduler's workers (see the module's docstring)."""
     from charllm_trace.analysis.api import dims_of
@@ -133,7 +148,7 @@ def analyze_distributed(
     address = scheduler()
     assert address is not None
     with open_engine(address) as eng:
-        g = _read(eng, path, ranks, cache)
+        g = _read(eng, path, ranks, cache, sample)
         dims = dims_of([m.groups for m in g.metas], g.manifest, options)
         hosts = hosts_of(g.manifest, {m.rank: m.hostname for m in g.metas})
         node_gpus = ranks_per_node(g.manifest)

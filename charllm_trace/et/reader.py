@@ -11,6 +11,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -401,16 +402,12 @@ def decode_et(buf: np.ndarray, size: int, path: Any = None) -> tuple[Trace, dict
 
 def read_et(path: str | os.PathLike[str], *, cache: bool = True) -> Trace:
     """Read one Chakra ET file (``.et`` or gzip-compressed) into a Trace."""
-    trace, _ = _read_with_manifest(path, cache=cache)
+    trace, _ = read_et_with_manifest(path, cache=cache)
     return trace
 
 
 def read_et_with_manifest(path: str | os.PathLike[str], *, cache: bool = True) -> tuple[Trace, dict | None]:
     """:func:`read_et` and the run manifest its header carries (None without one)."""
-    return _read_with_manifest(path, cache=cache)
-
-
-def _read_with_manifest(path: str | os.PathLike[str], *, cache: bool) -> tuple[Trace, dict | None]:
     if cache:
         hit = et_cache.lookup(path)
         if hit is not None:
@@ -449,13 +446,17 @@ def et_files(path: Path) -> list[Path]:
     return trace_entries(path, (".et", ".et.gz"))
 
 
-def read_et_dir(path: str | os.PathLike[str], *, cache: bool = True) -> Run:
+def read_et_dir(
+    path: str | os.PathLike[str], *, cache: bool = True, only: Collection[int] | None = None
+) -> Run:
     """Read a directory of per-rank Chakra ETs into a Run.
 
     The rank of a file is ``charllm.rank`` from its header; files without one
     (Chakra's own converter writes none) take it from the file name. Files that
     do not belong to one run are refused: two files with the same rank,
     different world sizes or run ids, or a rank outside the world size.
+    ``only``: read just the files of these ranks (``--ranks`` / ``--sample``), told by the rank
+    in the file name (a file without one is read, and kept when its header names a wanted rank).
     """
     from charllm_trace.inputs import path_kind
 
@@ -465,6 +466,9 @@ def read_et_dir(path: str | os.PathLike[str], *, cache: bool = True) -> Run:
     files = et_files(d)
     if not files:
         raise InputError(d, "no Chakra ET (.et) files in this directory")
+    if only is not None:
+        keep = set(only)
+        files = [f for f in files if rank_from_name(f.name) in keep or rank_from_name(f.name) is None]
     traces: dict[int, Trace] = {}
     origin: dict[int, Path] = {}
     manifest: dict | None = None
@@ -472,7 +476,7 @@ def read_et_dir(path: str | os.PathLike[str], *, cache: bool = True) -> Run:
     world: int | None = None
     world_from: Path | None = None
     for f in files:
-        trace, man = _read_with_manifest(f, cache=cache)
+        trace, man = read_et_with_manifest(f, cache=cache)
         rank = trace.meta.rank
         if rank is None:
             rank = rank_from_name(f.name)
@@ -508,4 +512,6 @@ def read_et_dir(path: str | os.PathLike[str], *, cache: bool = True) -> Run:
         outside = [r for r in traces if r >= world]
         if outside:
             raise InputError(origin[outside[0]], f"rank {outside[0]} is outside the world size {world}")
+    if only is not None:
+        traces = {r: t for r, t in traces.items() if r in keep}
     return Run(traces=traces, manifest=manifest or {}, source=str(d))

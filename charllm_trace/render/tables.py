@@ -12,6 +12,7 @@ from rich.console import Console
 
 from charllm_trace.analysis.results import CAN_SIMULATE, CP_CATEGORIES, NO_PEAK, WARNING, RunAnalysis
 from charllm_trace.render.fit import FitTable, table_console
+from charllm_trace.render.tables_spread import render_rank_spread
 from charllm_trace.render.tables_streams import render_streams
 
 TOP = 10
@@ -122,6 +123,7 @@ def render_overlap(res: RunAnalysis, console: Console) -> None:
                 _num(r["overlap_pct"]), _ms(r["exposed_comm_ns"]), str(r["n_comm"]),
             )  # fmt: skip
         console.print(g)
+    render_rank_spread(res, console)  # per dimension, over the ranks (issue 11)
     _legend(console, "exposed = communication not overlapped with compute; mem = memcpy and memset")
     _notes(console, ov.notes)
 
