@@ -1,0 +1,132 @@
+"""Benchmark: ``read_kineto`` alone (the Kineto reader: framing, the C decoder, the columns), old
+code against new, on the shared A100 profile and on a big profile with absolute-µs timestamps
+carrying three decimals (the form whose nanoseconds the float reader lost, issue 13).
+
+The big profile is the A100 DDP profile (``../shared/traces/hta/a100_ddp_nccl_rank0.json.gz``)
+repeated by ``bench_convert.make_big_profile``, then rewritten with each event's ``ts`` made
+absolute (``baseTimeNanoseconds`` added, the field dropped) and written as decimal text with three
+decimals, e.g. ``1711969104676522690.655`` ns -> ``"ts": 1711969104676522.690``.
+
+Each code version is a checkout (``--code NAME=DIR``: a worktree with its C extension built);
+every measurement is a fresh subprocess with ``PYTHONPATH=DIR`` that reads the file ``--inner``
+times and reports the fastest wall and CPU time of one read; versions are interleaved.
+
+    python benchmarks/bench_kineto_read.py --code before=/work/main --code after=. \
+        [--events 1000000] [--rounds 3] [--inner 1] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_convert import SHARED, make_big_profile  # noqa: E402
+
+A100 = SHARED / "hta" / "a100_ddp_nccl_rank0.json.gz"
+_SENTINEL = 7_770_000_000_000_000_001
+_TS_RE = re.compile(rb'"ts":(\d+(?:\.\d+)?)')
+
+CHILD = r"""
+import json, sys, time
+from charllm_trace.converters.kineto import read_kineto
+best_w = best_c = None
+for _ in range(int(sys.argv[2])):
+    t0 = time.perf_counter(); c0 = time.process_time()
+    prof = read_kineto(sys.argv[1])
+    w = time.perf_counter() - t0; c = time.process_time() - c0
+    best_w = w if best_w is None else min(best_w, w)
+    best_c = c if best_c is None else min(best_c, c)
+    n = prof.events.height
+    del prof
+print(json.dumps({"wall_s": best_w, "cpu_s": best_c, "events": n}))
+"""
+
+
+def make_absolute(src: Path, out: Path) -> int:
+    """Rewrite profile ``src`` (relative µs + baseTimeNanoseconds) with absolute-µs ``ts`` texts
+    of three decimals; returns the number of rewritten timestamps."""
+    doc = orjson.loads(src.read_bytes())
+    base = int(doc.pop("baseTimeNanoseconds"))
+    events = doc.pop("traceEvents")
+    n = 0
+    with open(out, "wb") as fh:
+        fh.write(orjson.dumps(doc)[:-1] + b',"traceEvents":[')
+        for i, e in enumerate(events):
+            ts = e.get("ts")
+            text = orjson.dumps(e)
+            if isinstance(ts, (int, float)):
+                ns = base + round(ts * 1000)
+                e = dict(e, ts=_SENTINEL)
+                text = orjson.dumps(e).replace(
+                    b'"ts":%d' % _SENTINEL, b'"ts":%d.%03d' % (ns // 1000, ns % 1000)
+                )
+                n += 1
+            fh.write((b"," if i else b"") + text)
+        fh.write(b"]}")
+    return n
+
+
+def run(code: Path, path: Path, inner: int) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(code))
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path), str(inner)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--code", action="append", required=True, help="NAME=DIR of a checkout to time")
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--inner", type=int, default=1, help="reads per subprocess (the fastest is kept)")
+    ap.add_argument("--small-inner", type=int, default=10, help="reads per subprocess for the A100 profile")
+    ap.add_argument("--workdir", default=None)
+    args = ap.parse_args()
+    codes = [(k, Path(v).resolve()) for k, v in (c.split("=", 1) for c in args.code)]
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_kread_"))
+    work.mkdir(parents=True, exist_ok=True)
+    rel, absolute = work / "big_rel.json", work / "big_abs.json"
+    if not absolute.exists():
+        total, size = make_big_profile(A100, args.events, rel)
+        n = make_absolute(rel, absolute)
+        print(f"made {absolute}: {total:,} events, {n:,} absolute ts, {absolute.stat().st_size / 1e6:.0f} MB")
+        rel.unlink()
+    files = [("a100", A100, args.small_inner), ("big_abs", absolute, args.inner)]
+    res: dict[tuple[str, str], list[dict]] = {}
+    for r in range(args.rounds):
+        for fname, path, inner in files:
+            for name, code in codes:
+                got = run(code, path, inner)
+                res.setdefault((fname, name), []).append(got)
+                print(
+                    f"round {r} {fname:8s} {name:8s} wall {got['wall_s']:.3f} s cpu {got['cpu_s']:.3f} s",
+                    flush=True,
+                )
+    print(f"load average: {os.getloadavg()}")
+    for fname, _path, _inner in files:
+        for name, _code in codes:
+            w = [g["wall_s"] for g in res[(fname, name)]]
+            c = [g["cpu_s"] for g in res[(fname, name)]]
+            print(
+                f"{fname:8s} {name:8s} wall min {min(w):.3f} median {statistics.median(w):.3f} s; "
+                f"cpu min {min(c):.3f} median {statistics.median(c):.3f} s; events {res[(fname, name)][0]['events']:,}"
+            )
+
+
+if __name__ == "__main__":
+    main()
