@@ -163,7 +163,7 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         en_parts.append(
             (r, energy(tr, method=options.energy_method, per_step=options.per_step, classified=classified[r]))
         )
-        pw_parts.append((r, power(tr, per_step=options.per_step)))
+        pw_parts.append((r, power(tr, per_step=options.per_step, classified=classified[r])))
     en = pw = None
     if en_parts:
         en = EnergyResult(

@@ -27,13 +27,13 @@ import polars as pl
 
 from charllm_trace.analysis import intervals as iv
 from charllm_trace.analysis.classify import launcher_positions, positions, with_phase
-from charllm_trace.analysis.overlap import launch_times
 from charllm_trace.analysis.results import (
     ENERGY_SCHEMA,
     ENERGY_TOTAL_SCHEMA,
     EnergyResult,
     frame,
 )
+from charllm_trace.analysis.step_windows import step_windows
 from charllm_trace.model import Trace
 
 OPERATOR_CLASSES = ("compute", "comm", "memcpy", "memset")
@@ -165,8 +165,9 @@ def energy(
         return EnergyResult(frame({}, ENERGY_TOTAL_SCHEMA), frame({}, ENERGY_SCHEMA), method, simulated,
                             ["no power telemetry in this trace"])  # fmt: skip
     df = with_phase(classified if classified is not None else trace.nodes)
-    df = df.with_columns(launch_ns=launch_times(df), op=_launcher_names(df)).select(
-        "name", "op", "coll_type", "phase", "cls", "on_gpu", "device", "start_ns", "dur_ns", "launch_ns"
+    win = step_windows(trace, df) if per_step else None
+    df = df.with_columns(op=_launcher_names(df)).select(
+        "name", "op", "coll_type", "phase", "cls", "on_gpu", "device", "start_ns", "dur_ns"
     )
     ops_all = df.filter(
         pl.col("on_gpu").fill_null(False)
@@ -174,7 +175,6 @@ def energy(
         & pl.col("start_ns").is_not_null()
         & pl.col("dur_ns").is_not_null()
     )
-    steps = trace.steps()
     totals: list[dict] = []
     parts: list[pl.DataFrame] = []
     single = len(devices) == 1
@@ -233,13 +233,10 @@ def energy(
                 "not separate measurements"
             )
         step_key = np.full(ops.height, None, dtype=object)
-        if per_step and steps.height:
-            lt = ops["launch_ns"].fill_null(ops["start_ns"]).to_numpy()
-            s0, s1 = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
-            idx = np.searchsorted(s0, lt, side="right") - 1
-            ok = (idx >= 0) & (lt < s1[np.maximum(idx, 0)])
-            sv = steps["step"].to_numpy()
-            step_key[ok] = [str(int(x)) for x in sv[idx[ok]]]
+        if win is not None and win.n:  # the step window holding the operator's start
+            idx = win.index_of(ks)
+            ok = idx >= 0
+            step_key[ok] = [str(int(x)) for x in win.step[idx[ok]]]
             step_key[~ok] = "(outside steps)"
         base = ops.select("name", "op", "coll_type", "phase").with_columns(
             energy_j=pl.Series(en * corr),
@@ -248,7 +245,7 @@ def energy(
             step=pl.Series(step_key.tolist(), dtype=pl.String),
         )
         keys = {"kernel": "name", "op": "op", "coll_type": "coll_type", "phase": "phase"}
-        if per_step and steps.height:
+        if win is not None and win.n:
             keys["step"] = "step"
         for group, col in keys.items():
             sub = base if group != "coll_type" else base.filter(pl.col("coll_type").is_not_null())
