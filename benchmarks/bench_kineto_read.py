@@ -9,7 +9,10 @@ decimals, e.g. ``1711969104676522690.655`` ns -> ``"ts": 1711969104676522.690``.
 
 Each code version is a checkout (``--code NAME=DIR``: a worktree with its C extension built);
 every measurement is a fresh subprocess with ``PYTHONPATH=DIR`` that reads the file ``--inner``
-times and reports the fastest wall and CPU time of one read; versions are interleaved.
+times and reports the fastest wall time, CPU time (``process_time``: all threads) and CPU time
+inside the C decoder (``thread_time`` around ``NativeDecoder.decode``) of one read; versions are
+interleaved. Files: the A100 profile, the big profile as made (relative µs + base), the big
+profile with absolute µs, and the A100 profile read by the msgspec reader alone.
 
     python benchmarks/bench_kineto_read.py --code before=/work/main --code after=. \
         [--events 1000000] [--rounds 3] [--inner 1] [--workdir DIR]
@@ -37,18 +40,31 @@ _SENTINEL = 7_770_000_000_000_000_001
 _TS_RE = re.compile(rb'"ts":(\d+(?:\.\d+)?)')
 
 CHILD = r"""
-import json, sys, time
+import json, os, sys, time
+from charllm_trace.converters import kineto_native
 from charllm_trace.converters.kineto import read_kineto
-best_w = best_c = None
+acc = [0.0]
+if os.environ.get("BENCH_MSGSPEC") == "1":  # the msgspec reader alone (the C decoder's oracle)
+    kineto_native.decoder = lambda: None
+else:
+    orig = kineto_native.NativeDecoder.decode
+    def decode(self, data, count):
+        t = time.thread_time()
+        try:
+            return orig(self, data, count)
+        finally:
+            acc[0] += time.thread_time() - t
+    kineto_native.NativeDecoder.decode = decode
+best = {}
 for _ in range(int(sys.argv[2])):
+    acc[0] = 0.0
     t0 = time.perf_counter(); c0 = time.process_time()
     prof = read_kineto(sys.argv[1])
-    w = time.perf_counter() - t0; c = time.process_time() - c0
-    best_w = w if best_w is None else min(best_w, w)
-    best_c = c if best_c is None else min(best_c, c)
+    got = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "decode_cpu_s": acc[0]}
+    best = {k: min(v, best.get(k, v)) for k, v in got.items()}
     n = prof.events.height
     del prof
-print(json.dumps({"wall_s": best_w, "cpu_s": best_c, "events": n}))
+print(json.dumps({**best, "events": n}))
 """
 
 
@@ -76,8 +92,8 @@ def make_absolute(src: Path, out: Path) -> int:
     return n
 
 
-def run(code: Path, path: Path, inner: int) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(code))
+def run(code: Path, path: Path, inner: int, msgspec_only: bool = False) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(code), BENCH_MSGSPEC="1" if msgspec_only else "0")
     out = subprocess.run(
         [sys.executable, "-c", CHILD, str(path), str(inner)],
         env=env,
@@ -104,27 +120,32 @@ def main() -> None:
     if not absolute.exists():
         total, size = make_big_profile(A100, args.events, rel)
         n = make_absolute(rel, absolute)
-        print(f"made {absolute}: {total:,} events, {n:,} absolute ts, {absolute.stat().st_size / 1e6:.0f} MB")
-        rel.unlink()
-    files = [("a100", A100, args.small_inner), ("big_abs", absolute, args.inner)]
+        print(
+            f"made {rel}: {total:,} events; {absolute}: {n:,} absolute ts, {absolute.stat().st_size / 1e6:.0f} MB"
+        )
+    files = [("a100", A100, args.small_inner, False), ("big_rel", rel, args.inner, False)]
+    files += [("big_abs", absolute, args.inner, False), ("a100 msgspec", A100, args.small_inner, True)]
     res: dict[tuple[str, str], list[dict]] = {}
     for r in range(args.rounds):
-        for fname, path, inner in files:
+        for fname, path, inner, ms in files:
             for name, code in codes:
-                got = run(code, path, inner)
+                got = run(code, path, inner, ms)
                 res.setdefault((fname, name), []).append(got)
                 print(
-                    f"round {r} {fname:8s} {name:8s} wall {got['wall_s']:.3f} s cpu {got['cpu_s']:.3f} s",
+                    f"round {r} {fname:12s} {name:8s} wall {got['wall_s']:.3f} s cpu {got['cpu_s']:.3f} s "
+                    f"decoder cpu {got['decode_cpu_s']:.3f} s",
                     flush=True,
                 )
     print(f"load average: {os.getloadavg()}")
-    for fname, _path, _inner in files:
+    for fname, _path, _inner, _ms in files:
         for name, _code in codes:
-            w = [g["wall_s"] for g in res[(fname, name)]]
-            c = [g["cpu_s"] for g in res[(fname, name)]]
+            g = res[(fname, name)]
             print(
-                f"{fname:8s} {name:8s} wall min {min(w):.3f} median {statistics.median(w):.3f} s; "
-                f"cpu min {min(c):.3f} median {statistics.median(c):.3f} s; events {res[(fname, name)][0]['events']:,}"
+                f"{fname:12s} {name:8s} events {g[0]['events']:,}: "
+                + "; ".join(
+                    f"{k} min {min(x[k] for x in g):.4f} median {statistics.median(x[k] for x in g):.4f}"
+                    for k in ("wall_s", "cpu_s", "decode_cpu_s")
+                )
             )
 
 

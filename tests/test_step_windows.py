@@ -155,3 +155,18 @@ def a100_trace():
 
     run = load(shared_trace("hta/a100_ddp_nccl_rank0.json.gz"), cache=False)
     return next(iter(run.traces.values()))
+
+
+def test_analyze_run_uses_one_window_definition():
+    from charllm_trace.analysis.api import AnalyzeOptions, analyze_run
+    from charllm_trace.model import Run
+
+    res = analyze_run(Run.single(_lagging_trace()), AnalyzeOptions(per_step=True, critical_path=False))
+    st = res.overlap.per_rank.filter(pl.col("step").is_not_null()).sort("step")
+    assert st["span_ns"].sum() == res.overlap.per_rank.filter(pl.col("step").is_null())["span_ns"].item()
+    assert st["n_comm"].to_list() == [1, 2, 2]
+    assert res.bandwidth.collectives.sort("start_ns")["step"].to_list() == [1, 2, 2, 3, 3]
+    pw = res.power.per_step.filter(pl.col("step").is_not_null()).sort("step")
+    assert (pw["start_ns"] - st["start_ns"]).to_list() == [0, 0, 0]
+    assert (pw["end_ns"] - st["end_ns"]).to_list() == [0, 0, 0]
+    assert any("no launching CPU call" in n for n in res.overlap.notes)

@@ -27,6 +27,7 @@ from charllm_trace.analysis.results import (  # the notes' words live with the r
     RunAnalysis,
     WhatIfResult,
 )
+from charllm_trace.analysis.step_windows import step_windows
 from charllm_trace.analysis.whatif import simulate, what_if
 from charllm_trace.graph.engine import CycleError
 from charllm_trace.graph.run import build_run_graph
@@ -105,6 +106,9 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         for r, tr in traces.items()
     }
 
+    # the step windows (GPU time, analysis/step_windows.py): one definition for every analysis
+    windows = {r: step_windows(tr, classified[r]) for r, tr in traces.items() if r not in no_ts}
+
     # overlap
     ov_parts: list[OverlapResult] = []
     for r, tr in traces.items():
@@ -118,6 +122,7 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
                 hta_keep_last_step=options.hta_keep_last_step,
                 group_dims=dims,
                 classified=classified[r],
+                windows=windows[r],
             )
         )
     ov: OverlapResult | None = None
@@ -142,7 +147,7 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         skipped["overlap"] = NO_TIMESTAMPS if no_ts else "no trace to analyse"
 
     # bandwidth (durations suffice: it runs without timestamps too)
-    bw = bandwidth(work, peak_gbps=options.peak_gbps, group_dims=dims, classified=classified)
+    bw = bandwidth(work, peak_gbps=options.peak_gbps, group_dims=dims, classified=classified, windows=windows)
     if bw.collectives.height == 0:
         skipped["bandwidth"] = "no collectives in this trace: bandwidth not computed"
         bw_res = None
@@ -161,9 +166,20 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
             continue
         classified[r] = with_phase(classified[r])  # the phase column energy needs, added once
         en_parts.append(
-            (r, energy(tr, method=options.energy_method, per_step=options.per_step, classified=classified[r]))
+            (
+                r,
+                energy(
+                    tr,
+                    method=options.energy_method,
+                    per_step=options.per_step,
+                    classified=classified[r],
+                    windows=windows.get(r),
+                ),
+            )
         )
-        pw_parts.append((r, power(tr, per_step=options.per_step, classified=classified[r])))
+        pw_parts.append(
+            (r, power(tr, per_step=options.per_step, classified=classified[r], windows=windows.get(r)))
+        )
     en = pw = None
     if en_parts:
         en = EnergyResult(

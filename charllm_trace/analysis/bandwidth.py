@@ -37,7 +37,7 @@ from charllm_trace.analysis.results import (
     LinkPeak,
     frame,
 )
-from charllm_trace.analysis.step_windows import step_windows
+from charllm_trace.analysis.step_windows import StepWindows, step_windows
 from charllm_trace.model import Run, Trace
 
 #: Element sizes in bytes by dtype name (torch / Kineto / Chakra spellings).
@@ -135,8 +135,10 @@ def collectives(
     group_dims: Mapping[str, str | None] | None = None,
     hosts: Mapping[int, str | None] | None = None,
     classified: pl.DataFrame | None = None,
+    windows: StepWindows | None = None,
 ) -> tuple[pl.DataFrame, dict[str, LinkPeak]]:
-    """COLLECTIVE_SCHEMA rows of one rank, and the link peak used per process group."""
+    """COLLECTIVE_SCHEMA rows of one rank, and the link peak used per process group.
+    ``windows`` may pass ``step_windows(trace, classified)``."""
     rank = trace.meta.rank if trace.meta.rank is not None else 0
     df = classified if classified is not None else classify(trace.nodes)
     inst = _instances(trace, df).filter(pl.col("dur_ns").is_not_null())
@@ -168,7 +170,7 @@ def collectives(
     step = np.full(inst.height, None, dtype=object)
     if inst["start_ns"].is_not_null().any():
         t = inst["start_ns"].fill_null(np.iinfo(np.int64).min).to_numpy()
-        step[:] = step_windows(trace, df).step_of(t)
+        step[:] = (windows if windows is not None else step_windows(trace, df)).step_of(t)
     # bus factor per (type, n): few distinct pairs
     pairs = inst.select("coll_type", "group_size").unique()
     fac = pairs.with_columns(
@@ -287,8 +289,10 @@ def bandwidth(
     peak_gbps: float | None = None,
     group_dims: Mapping[str, str | None] | None = None,
     classified: Mapping[int, pl.DataFrame] | None = None,
+    windows: Mapping[int, StepWindows] | None = None,
 ) -> BandwidthResult:
-    """Bandwidth of every collective of every rank of ``run``."""
+    """Bandwidth of every collective of every rank of ``run`` (``windows``: the ranks' step
+    windows, when the caller has them)."""
     if isinstance(run, Trace):
         run = Run.single(run)
     hosts: dict[int, str | None] = {}
@@ -309,7 +313,10 @@ def bandwidth(
         tr = run.traces[r]
         simulated |= bool(tr.meta.extra.get("simulated"))
         cl = classified.get(r) if classified else None
-        c, p = collectives(tr, peak_gbps=peak_gbps, group_dims=group_dims, hosts=hosts, classified=cl)
+        w = windows.get(r) if windows else None
+        c, p = collectives(
+            tr, peak_gbps=peak_gbps, group_dims=group_dims, hosts=hosts, classified=cl, windows=w
+        )
         frames.append(c)
         peaks.update(p)
     coll = pl.concat(frames) if frames else frame({}, COLLECTIVE_SCHEMA)

@@ -33,7 +33,7 @@ from charllm_trace.analysis.results import (
     EnergyResult,
     frame,
 )
-from charllm_trace.analysis.step_windows import step_windows
+from charllm_trace.analysis.step_windows import StepWindows, step_windows
 from charllm_trace.model import Trace
 
 OPERATOR_CLASSES = ("compute", "comm", "memcpy", "memset")
@@ -152,7 +152,12 @@ def _launcher_names(df: pl.DataFrame) -> pl.Series:
 
 
 def energy(
-    trace: Trace, *, method: str = "trapezoid", per_step: bool = True, classified: pl.DataFrame | None = None
+    trace: Trace,
+    *,
+    method: str = "trapezoid",
+    per_step: bool = True,
+    classified: pl.DataFrame | None = None,
+    windows: StepWindows | None = None,
 ) -> EnergyResult:
     """Energy per operator of one rank. Raises nothing for a trace without telemetry:
     the result is empty with a note. ``classified`` may pass ``classify(trace.nodes)`` (or
@@ -165,7 +170,7 @@ def energy(
         return EnergyResult(frame({}, ENERGY_TOTAL_SCHEMA), frame({}, ENERGY_SCHEMA), method, simulated,
                             ["no power telemetry in this trace"])  # fmt: skip
     df = with_phase(classified if classified is not None else trace.nodes)
-    win = step_windows(trace, df) if per_step else None
+    win = (windows if windows is not None else step_windows(trace, df)) if per_step else None
     df = df.with_columns(op=_launcher_names(df)).select(
         "name", "op", "coll_type", "phase", "cls", "on_gpu", "device", "start_ns", "dur_ns"
     )

@@ -42,6 +42,7 @@ from charllm_trace.analysis.results import (
     frame,
 )
 from charllm_trace.analysis.step_windows import (  # launch_times*: re-exported (energy, bandwidth)
+    StepWindows,
     launch_step_index,
     launch_times,
     launch_times_of,
@@ -134,6 +135,7 @@ def overlap(
     hta_keep_last_step: bool = False,
     group_dims: Mapping[str, str | None] | None = None,
     classified: pl.DataFrame | None = None,
+    windows: StepWindows | None = None,
 ) -> OverlapResult:
     """Overlap of one rank's trace. ``group_dims`` maps pg_name -> dimension (see
     :mod:`charllm_trace.analysis.parallel`). ``classified`` may pass ``classify(nodes)``."""
@@ -207,7 +209,7 @@ def overlap(
         slot_step += [int(x) for x in steps["step"].to_list()]
         nslots = 1 + steps.height
     elif rule == "gpu":
-        win = step_windows(trace, df)
+        win = windows if windows is not None else step_windows(trace, df)
         notes.extend(win.notes)
         src, kw, ps, pe = win.pieces(start, end)
         k, counted = kw + 1, win.index_of(start)[src] == kw  # the piece holding the start counts
