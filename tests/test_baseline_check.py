@@ -745,11 +745,18 @@ def test_communication_moved_out_of_compute_fails_on_overlap(tmp_path: Path) -> 
     ch = {c["key"]: c for c in json.loads(r.output)["changes"]}
     overlap = [k for k in old if k.startswith("overlap_pct/")]
     assert len(overlap) >= 2 and all(old[k] > 2.0 for k in overlap)  # the baseline had overlap to lose
-    for k in overlap:  # every step (kernels count in the step that launched them) and the whole trace
+    # steps are GPU-time windows (docs/analyses.md, "Steps"): every moved kernel runs in the last
+    # step's window, so that step and the whole trace lose their overlap, and the earlier steps
+    # have no communication left in theirs (no ratio: "missing")
+    steps = sorted(int(k.rsplit("=", 1)[1]) for k in overlap if not k.endswith("=all"))
+    assert len(steps) == 3
+    for k in ("overlap_pct/rank=0/step=all", f"overlap_pct/rank=0/step={steps[-1]}"):
         assert ch[k]["status"] == "regressed", k
         assert ch[k]["new"] == pytest.approx(0.0, abs=1e-9)
         exposed = k.replace("overlap_pct/", "exposed_comm_ms/")
         assert ch[exposed]["status"] == "regressed", exposed
+    for s in steps[:-1]:
+        assert ch[f"overlap_pct/rank=0/step={s}"]["status"] == "missing"
     assert all(ch[k]["status"] == "within" for k in old if k.startswith("busbw_gbps/"))  # durations unchanged
     table = _cli("check", str(moved), "--baseline", str(base))
     assert table.exit_code == 1
