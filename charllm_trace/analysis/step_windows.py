@@ -63,28 +63,33 @@ def launch_times(nodes: pl.DataFrame) -> pl.Series:
 
 def launch_times_of(nodes: pl.DataFrame, gpu_rows: pl.DataFrame) -> pl.Series:
     """``launch_times`` of ``gpu_rows`` (GPU nodes of ``nodes``, with their correlation and
-    launch_id), looked up in the CPU nodes of ``nodes`` without copying the whole table."""
-    # only the CPU rows these GPU rows refer to: a group-by over every CPU row would copy them
-    corrs = gpu_rows["correlation"].drop_nulls().unique().implode()
-    launchers = gpu_rows["launch_id"].drop_nulls().unique().implode()
-    cpu = nodes.lazy().filter(~pl.col("on_gpu").fill_null(False))
+    launch_id), looked up in the CPU nodes of ``nodes`` without copying the whole table: by
+    correlation (the CPU rows that carry one: runtime calls), then by ``launch_id`` for the few
+    rows left."""
+    cpu = nodes.lazy().filter(~pl.col("on_gpu").fill_null(False) & pl.col("start_ns").is_not_null())
     by_corr = (
-        cpu.filter(pl.col("correlation").is_in(corrs) & pl.col("start_ns").is_not_null())
+        cpu.filter(pl.col("correlation").is_not_null())
         .group_by("correlation")
         .agg(pl.col("start_ns").min().alias("_t_corr"))
     )
-    by_id = cpu.filter(pl.col("id").is_in(launchers)).select(
-        pl.col("id").alias("launch_id"), pl.col("start_ns").alias("_t_launch")
-    )
-    return (
+    got = (
         gpu_rows.lazy()
         .select("correlation", "launch_id")
         .join(by_corr, on="correlation", how="left", maintain_order="left")
-        .join(by_id, on="launch_id", how="left", maintain_order="left")
-        .select(pl.coalesce("_t_corr", "_t_launch").alias("launch_ns"))
         .collect()
-        .to_series()
     )
+    t = got["_t_corr"].alias("launch_ns")
+    miss = t.is_null() & got["launch_id"].is_not_null()
+    if not miss.any():
+        return t
+    launchers = got["launch_id"].filter(miss).unique().implode()
+    by_id = (
+        cpu.filter(pl.col("id").is_in(launchers))
+        .select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("_t_launch"))
+        .collect()
+    )
+    t2 = got.select("launch_id").join(by_id, on="launch_id", how="left", maintain_order="left")["_t_launch"]
+    return pl.select(pl.coalesce(t, t2).alias("launch_ns")).to_series()
 
 
 def launch_step_index(steps: pl.DataFrame, t: np.ndarray) -> np.ndarray:
