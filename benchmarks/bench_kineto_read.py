@@ -16,6 +16,13 @@ profile with absolute µs, and the A100 profile read by the msgspec reader alone
 
     python benchmarks/bench_kineto_read.py --code before=/work/main --code after=. \
         [--events 1000000] [--rounds 3] [--inner 1] [--workdir DIR]
+
+``--decoders`` instead times ``jd_decode`` alone, the builds named (copies of the
+``_jsonframe`` extension of each checkout) loaded side by side in one process and run in turn
+on the same captured batches (fastest of ``--rounds`` passes, ``thread_time``): the machine's
+load moves both alike.
+
+    python benchmarks/bench_kineto_read.py --decoders before=/tmp/old.so --decoders after=/tmp/new.so
 """
 
 from __future__ import annotations
@@ -104,9 +111,53 @@ def run(code: Path, path: Path, inner: int, msgspec_only: bool = False) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+MICRO = r"""
+import ctypes, json, sys, time
+from charllm_trace.converters import jsonframe, kineto_native
+from charllm_trace.converters.kineto import read_kineto
+batches = []
+orig = kineto_native.NativeDecoder.decode
+def capture(self, data, count):
+    batches.append((bytes(data), count))
+    return orig(self, data, count)
+kineto_native.NativeDecoder.decode = capture
+read_kineto(sys.argv[1])
+kineto_native.NativeDecoder.decode = orig
+libs = {}
+for spec in sys.argv[3:]:
+    name, path = spec.split("=", 1)
+    so = ctypes.CDLL(path)
+    jsonframe._declare(so)
+    libs[name] = so
+best = {k: None for k in libs}
+for _ in range(int(sys.argv[2])):
+    for name, so in libs.items():
+        d = kineto_native.NativeDecoder(so)
+        t = time.thread_time()
+        for data, count in batches:
+            assert d.decode(data, count) is not None
+        dt = time.thread_time() - t
+        best[name] = dt if best[name] is None else min(best[name], dt)
+        d.close()
+print(json.dumps({"batches": len(batches), **best}))
+"""
+
+
+def decoders(specs: list[str], files: list[tuple[str, Path]], rounds: int) -> None:
+    for fname, path in files:
+        out = subprocess.run(
+            [sys.executable, "-c", MICRO, str(path), str(rounds), *specs],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        print(f"{fname:8s} jd_decode {out.stdout.strip()}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--code", action="append", required=True, help="NAME=DIR of a checkout to time")
+    ap.add_argument("--code", action="append", default=[], help="NAME=DIR of a checkout to time")
+    ap.add_argument("--decoders", action="append", default=[], help="NAME=PATH of a _jsonframe build")
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--inner", type=int, default=1, help="reads per subprocess (the fastest is kept)")
@@ -123,6 +174,9 @@ def main() -> None:
         print(
             f"made {rel}: {total:,} events; {absolute}: {n:,} absolute ts, {absolute.stat().st_size / 1e6:.0f} MB"
         )
+    if args.decoders:
+        decoders(args.decoders, [("a100", A100), ("big_rel", rel), ("big_abs", absolute)], args.rounds)
+        return
     files = [("a100", A100, args.small_inner, False), ("big_rel", rel, args.inner, False)]
     files += [("big_abs", absolute, args.inner, False), ("a100 msgspec", A100, args.small_inner, True)]
     res: dict[tuple[str, str], list[dict]] = {}

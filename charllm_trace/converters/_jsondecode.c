@@ -387,6 +387,19 @@ static int jd_us_to_ns(const uint8_t *b, int64_t p, int64_t e, int64_t *ns, int 
         if (xneg) x = -x;
     }
     int64_t nint = i1 - i0, nd = nint + (f1 - f0);
+    if (f1 == e && f1 - f0 <= 3 && nint <= 16) {
+        /* the common case, Kineto's: no exponent, at most three decimals, at most 16 integer
+         * digits (more are beyond the bound): exact in uint64 without a check per digit */
+        static const uint64_t scale[4] = {1000, 100, 10, 1};
+        uint64_t q = 0;
+        for (int64_t k = i0; k < i1; k++) q = q * 10 + (uint64_t)(b[k] - '0');
+        for (int64_t k = f0; k < f1; k++) q = q * 10 + (uint64_t)(b[k] - '0');
+        q *= scale[f1 - f0];
+        if (q >= JD_NS_LIMIT) return 0;
+        *ns = neg ? -(int64_t)q : (int64_t)q;
+        *negative = neg && q;
+        return 1;
+    }
     int64_t s = x - (f1 - f0) + 3;   /* value in ns = digits * 10^s */
     int64_t keep = s < 0 ? nd + s : nd; /* digits at or above the nanosecond */
     uint64_t q = 0;
@@ -395,7 +408,7 @@ static int jd_us_to_ns(const uint8_t *b, int64_t p, int64_t e, int64_t *ns, int 
         int d = (k < nint ? b[i0 + k] : b[f0 + k - nint]) - '0';
         nonzero |= d;
         if (k < keep) {
-            if (q > (JD_NS_LIMIT - 1 - (uint64_t)d) / 10) return 0; /* q * 10 + d >= the bound */
+            if (q >= JD_NS_LIMIT / 10) return 0; /* q * 10 + d >= the bound (9e18 = 10 x 9e17) */
             q = q * 10 + (uint64_t)d;
         } else if (k == keep) {
             r = d;
@@ -404,7 +417,7 @@ static int jd_us_to_ns(const uint8_t *b, int64_t p, int64_t e, int64_t *ns, int 
         }
     }
     for (int64_t k = 0; q && k < s; k++) {
-        if (q > (JD_NS_LIMIT - 1) / 10) return 0;
+        if (q >= JD_NS_LIMIT / 10) return 0;
         q *= 10;
     }
     if (r > 5 || (r == 5 && (sticky || (q & 1)))) q++; /* at most 9e18: int64 holds it */
