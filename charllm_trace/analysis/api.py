@@ -33,6 +33,7 @@ from charllm_trace.analysis.results import (  # the notes' words live with the r
 )
 from charllm_trace.analysis.results_breakdown import NO_GPU_OPS
 from charllm_trace.analysis.runconfig import run_config
+from charllm_trace.analysis.step_windows import step_windows
 from charllm_trace.analysis.stream_analyses import stream_analyses
 from charllm_trace.analysis.telemetry_source import telemetry_source_note
 from charllm_trace.analysis.whatif import simulate, what_if
@@ -149,6 +150,9 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         for r, tr in traces.items()
     }
 
+    # the step windows (GPU time, analysis/step_windows.py): one definition for every analysis
+    windows = {r: step_windows(tr, classified[r]) for r, tr in traces.items() if r not in no_ts}
+
     # overlap
     ov_parts: list[OverlapResult] = []
     for r, tr in traces.items():
@@ -162,6 +166,7 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
                 hta_keep_last_step=options.hta_keep_last_step,
                 group_dims=dims,
                 classified=classified[r],
+                windows=windows[r],
             )
         )
     ov: OverlapResult | None = None
@@ -200,7 +205,7 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         skipped["idle_time"] = skipped["launch"] = no_ts_why if not timed else why
 
     # bandwidth (durations suffice: it runs without timestamps too)
-    bw = bandwidth(work, peak_gbps=options.peak_gbps, group_dims=dims, classified=classified)
+    bw = bandwidth(work, peak_gbps=options.peak_gbps, group_dims=dims, classified=classified, windows=windows)
     if bw.collectives.height == 0:
         n_comm = sum(int(tr.nodes["node_type"].is_in(COMM_NODE_TYPES).sum()) for tr in traces.values())
         skipped["bandwidth"] = (
@@ -225,9 +230,20 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
             continue
         classified[r] = with_phase(classified[r])  # the phase column energy needs, added once
         en_parts.append(
-            (r, energy(tr, method=options.energy_method, per_step=options.per_step, classified=classified[r]))
+            (
+                r,
+                energy(
+                    tr,
+                    method=options.energy_method,
+                    per_step=options.per_step,
+                    classified=classified[r],
+                    windows=windows.get(r),
+                ),
+            )
         )
-        pw_parts.append((r, power(tr, per_step=options.per_step)))
+        pw_parts.append(
+            (r, power(tr, per_step=options.per_step, classified=classified[r], windows=windows.get(r)))
+        )
         src = telemetry_source_note(tr)  # an imported log: its tool, file and rate
         if src:
             en_parts[-1][1].notes.insert(0, src)
