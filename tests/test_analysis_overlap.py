@@ -155,11 +155,21 @@ def test_overlap_per_step_by_launch_time():
         ),
         kernel(8, "gemm", 1250 * U, 100 * U, correlation=13),
     ]
+    # default: GPU windows. Step 1 launched gemm 6 (GPU start 1050), step 2 launched 7 and 8
+    # (first GPU start 1100): windows [1050,1100) and [1100,1350); gemm 6 is clipped to them
     r = overlap(make_trace(rows), per_step=True)
     s = {row["step"]: row for row in r.per_rank.iter_rows(named=True)}
-    assert s[1]["compute_ns"] == 100 * U and s[1]["comm_ns"] == 0 and s[1]["overlap_pct"] is None
-    assert s[2]["comm_ns"] == 200 * U and s[2]["overlap_ns"] == 50 * U  # [1250,1300)
+    assert (s[1]["start_ns"] - s[None]["start_ns"], s[1]["span_ns"]) == (0, 50 * U)
+    assert s[1]["compute_ns"] == 50 * U and s[1]["comm_ns"] == 0 and s[1]["overlap_pct"] is None
+    assert s[1]["n_compute"] == 1 and s[2]["n_compute"] == 1  # counted where it starts
+    assert s[2]["span_ns"] == 250 * U and s[2]["compute_ns"] == 150 * U and s[2]["idle_ns"] == 0
+    assert s[2]["comm_ns"] == 200 * U and s[2]["overlap_ns"] == 100 * U  # [1100,1150) + [1250,1300)
     assert s[None]["overlap_ns"] == (50 + 50) * U  # [1100,1150) + [1250,1300)
+    # HTA's rule (launch time) under --hta-compat: step 1 holds all of gemm 6
+    h = overlap(make_trace(rows), hta_compat=True, hta_keep_last_step=True, per_step=True)
+    hs = {row["step"]: row for row in h.per_rank.iter_rows(named=True)}
+    assert hs[1]["compute_ns"] == 100 * U and hs[1]["span_ns"] == 100 * U
+    assert hs[2]["comm_ns"] == 200 * U and hs[2]["overlap_ns"] == 50 * U  # [1250,1300)
     # HTA convention drops kernels launched after the last step began (corr 12, 13)
     h = overlap(make_trace(rows), hta_compat=True).total(0).row(0, named=True)
     assert h["comm_ns"] == 0 and h["compute_ns"] == 100 * U

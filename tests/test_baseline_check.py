@@ -148,7 +148,10 @@ def test_compare_statuses() -> None:
 
 
 def test_missing_can_be_allowed_and_tolerance_overrides() -> None:
-    old = [_m("busbw_median_gbps/coll=all_reduce/pg=0/size=1MB-4MB", "busbw", 40.0), _m("x/energy", "energy", 1.0)]
+    old = [
+        _m("busbw_median_gbps/coll=all_reduce/pg=0/size=1MB-4MB", "busbw", 40.0),
+        _m("x/energy", "energy", 1.0),
+    ]
     new = [_m("busbw_median_gbps/coll=all_reduce/pg=0/size=1MB-4MB", "busbw", 37.0)]  # -7.5%
     assert not compare(old, new, allow_missing=True).ok
     loose = parse_tolerances("busbw=8%")
@@ -745,12 +748,21 @@ def test_communication_moved_out_of_compute_fails_on_overlap(tmp_path: Path) -> 
     ch = {c["key"]: c for c in json.loads(r.output)["changes"]}
     overlap = [k for k in old if k.startswith("overlap_pct/")]
     assert len(overlap) >= 2 and all(old[k] > 2.0 for k in overlap)  # the baseline had overlap to lose
-    for k in overlap:  # every step (kernels count in the step that launched them) and the whole trace
+    # steps are GPU-time windows (docs/analyses.md, "Steps"): every moved kernel runs in the last
+    # step's window, so that step and the whole trace lose their overlap, and the earlier steps
+    # have no communication left in theirs (no ratio: "missing")
+    steps = sorted(int(k.rsplit("=", 1)[1]) for k in overlap if not k.endswith("=all"))
+    assert len(steps) == 3
+    for k in ("overlap_pct/rank=0/step=all", f"overlap_pct/rank=0/step={steps[-1]}"):
         assert ch[k]["status"] == "regressed", k
         assert ch[k]["new"] == pytest.approx(0.0, abs=1e-9)
         exposed = k.replace("overlap_pct/", "exposed_comm_ms/")
         assert ch[exposed]["status"] == "regressed", exposed
-    assert all(ch[k]["status"] == "within" for k in old if k.startswith("busbw_median_gbps/"))  # durations unchanged
+    for s in steps[:-1]:
+        assert ch[f"overlap_pct/rank=0/step={s}"]["status"] == "missing"
+    assert all(
+        ch[k]["status"] == "within" for k in old if k.startswith("busbw_median_gbps/")
+    )  # durations unchanged
     table = _cli("check", str(moved), "--baseline", str(base))
     assert table.exit_code == 1
     assert "overlap_pct/rank=0/step=all" in table.output

@@ -158,7 +158,9 @@ def test_table_values_equal_each_runs_analyze_json(runs: list[Path]) -> None:
     assert math.isclose(fast["busbw_dp_gbps"] / slow["busbw_dp_gbps"], 1.5, rel_tol=1e-6)
     assert bare["busbw_dp_gbps"] is None  # no layout: its group has no dimension
     assert slow["avg_power_w"] > fast["avg_power_w"] > 0 and bare["avg_power_w"] is None
-    assert fast["tflops"] is not None and fast["tflops"] > 0  # the ops' FLOP/s (CPU mode: their own durations)
+    assert (
+        fast["tflops"] is not None and fast["tflops"] > 0
+    )  # the ops' FLOP/s (CPU mode: their own durations)
     # best per column, in its direction (ties all marked)
     best = doc["best"]
     assert set(best["step_time_ms"]) == {"fast", "bare"} and best["avg_power_w"] == ["fast"]

@@ -63,7 +63,11 @@ def test_analyze_json_validates_on_the_collected_run(cache_dir, extra) -> None:
 
 
 def test_analyze_json_validates_on_shared_traces(cache_dir) -> None:
-    for rel in ("hta/a100_ddp_nccl_rank0.json.gz", "param/dlrm_8ranks_v100", "hta/mi250_minitoy_kineto.json.gz"):
+    for rel in (
+        "hta/a100_ddp_nccl_rank0.json.gz",
+        "param/dlrm_8ranks_v100",
+        "hta/mi250_minitoy_kineto.json.gz",
+    ):
         doc = _json("analyze", str(shared_trace(rel)), "--json")
         _validate("analyze", doc)
 
@@ -121,8 +125,12 @@ def test_diff_cpu_operator_time_is_exclusive(cache_dir) -> None:
     d = _json("diff", str(RUN), str(RUN), "--json")
     ops = next(s for s in d["sections"] if s["name"] == "operators")
     assert ops["rows"] and all(r["where"] == "cpu" for r in ops["rows"])
-    nodes = pl.concat([t.nodes.filter(~pl.col("on_gpu") & (pl.col("kind") == "cpu_op")) for t in load(str(RUN))])
-    per = nodes.group_by("name").agg(pl.col("self_ns").sum() / 1e6, pl.col("dur_ns").sum().alias("incl") / 1e6)
+    nodes = pl.concat(
+        [t.nodes.filter(~pl.col("on_gpu") & (pl.col("kind") == "cpu_op")) for t in load(str(RUN))]
+    )
+    per = nodes.group_by("name").agg(
+        pl.col("self_ns").sum() / 1e6, pl.col("dur_ns").sum().alias("incl") / 1e6
+    )
     per = {r["name"]: r for r in per.iter_rows(named=True)}
     nested = 0
     for r in ops["rows"]:

@@ -97,4 +97,3 @@ def test_the_notebook_copied_out_of_the_repository_says_what_to_do(tmp_path) -> 
     ok = subprocess.run([sys.executable, "-c", src + "\nprint(RUN)"], cwd=tmp_path, env=env, capture_output=True,
                         text=True)  # fmt: skip
     assert ok.returncode == 0 and ok.stdout.strip() == str(tmp_path), ok.stderr
-

@@ -29,7 +29,6 @@ import polars as pl
 from charllm_trace.analysis.classify import ancestor_any, classify, is_gpu_trace, positions
 from charllm_trace.analysis.group_size import Tally, ranks_per_node, tensor_group_notes, tensor_group_sizes
 from charllm_trace.analysis.hardware import link_peak, spans_nodes
-from charllm_trace.analysis.overlap import launch_times_of
 from charllm_trace.analysis.results import (
     BANDWIDTH_SUMMARY_SCHEMA,
     COLLECTIVE_SCHEMA,
@@ -39,6 +38,7 @@ from charllm_trace.analysis.results import (
     LinkPeak,
     frame,
 )
+from charllm_trace.analysis.step_windows import StepWindows, step_windows
 from charllm_trace.analysis.stragglers import stragglers
 from charllm_trace.model import Run, Trace
 
@@ -122,25 +122,17 @@ def bus_factor(coll_type: str | None, n: int | None) -> float | None:
     return float(f(n))
 
 
-def _instances(trace: Trace, classified: pl.DataFrame | None) -> pl.DataFrame:
-    df = classified if classified is not None else classify(trace.nodes)
+def _instances(trace: Trace, df: pl.DataFrame) -> pl.DataFrame:
     gpu_mode = is_gpu_trace(df)
     if gpu_mode:
-        inst = df.filter(pl.col("cls") == "comm")
-    else:
-        flag = df["coll_type"].is_not_null().to_numpy() & (df["cls"] == "cpu_comm").to_numpy()
-        ids, parents = df["id"].to_numpy(), df["parent"].to_numpy()
-        # outermost: flagged, and no strict ancestor flagged
-        ppos = positions(ids, parents)
-        anc = ancestor_any(ids, parents, flag, ppos)
-        strict = np.where(ppos >= 0, anc[np.maximum(ppos, 0)], False)
-        inst = df.filter(pl.Series(flag & ~strict))
-    if inst.height == 0:
-        return inst.with_columns(launch_ns=pl.lit(None, dtype=pl.Int64))
-    # launch times of these few rows only (launch_times of the whole table copies it twice over)
-    if gpu_mode:  # communication kernels: every row is on the GPU
-        return inst.with_columns(launch_ns=launch_times_of(df, inst))
-    return inst.with_columns(launch_ns=pl.col("start_ns"))  # CPU ops: their own start
+        return df.filter(pl.col("cls") == "comm")
+    flag = df["coll_type"].is_not_null().to_numpy() & (df["cls"] == "cpu_comm").to_numpy()
+    ids, parents = df["id"].to_numpy(), df["parent"].to_numpy()
+    # outermost: flagged, and no strict ancestor flagged
+    ppos = positions(ids, parents)
+    anc = ancestor_any(ids, parents, flag, ppos)
+    strict = np.where(ppos >= 0, anc[np.maximum(ppos, 0)], False)
+    return df.filter(pl.Series(flag & ~strict))
 
 
 def _coll_type_expr() -> pl.Expr:
@@ -159,12 +151,15 @@ def collectives(
     classified: pl.DataFrame | None = None,
     tally: Tally | None = None,
     node_gpus: int | None = None,
+    windows: StepWindows | None = None,
 ) -> tuple[pl.DataFrame, dict[str, LinkPeak]]:
     """COLLECTIVE_SCHEMA rows of one rank, and the link peak used per process group. Group sizes
     taken from the collectives' own tensors (:mod:`.group_size`) are counted in ``tally``;
-    ``node_gpus``: the run's GPUs per node, when known (for the link peak)."""
+    ``node_gpus``: the run's GPUs per node, when known (for the link peak); ``windows`` may pass
+    ``step_windows(trace, classified)``."""
     rank = trace.meta.rank if trace.meta.rank is not None else 0
-    inst = _instances(trace, classified).filter(pl.col("dur_ns").is_not_null())
+    df = classified if classified is not None else classify(trace.nodes)
+    inst = _instances(trace, df).filter(pl.col("dur_ns").is_not_null())
     if inst.height == 0:
         return frame({}, COLLECTIVE_SCHEMA), {}
     dims = dict(group_dims or {})
@@ -190,16 +185,11 @@ def collectives(
         ),
     )
     inst = tensor_group_sizes(inst, tally)
-    # step of each instance, by launch time (as overlap)
-    steps = trace.steps()
-    t = inst["launch_ns"].fill_null(inst["start_ns"]).to_numpy()
+    # step of each instance: the step window holding its start (analysis/step_windows.py)
     step = np.full(inst.height, None, dtype=object)
-    if steps.height:
-        s0, s1 = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
-        idx = np.searchsorted(s0, t, side="right") - 1
-        ok = (idx >= 0) & (t < s1[np.maximum(idx, 0)])
-        sv = steps["step"].to_numpy()
-        step[ok] = sv[idx[ok]]
+    if inst["start_ns"].is_not_null().any():
+        t = inst["start_ns"].fill_null(np.iinfo(np.int64).min).to_numpy()
+        step[:] = (windows if windows is not None else step_windows(trace, df)).step_of(t)
     # bus factor per (type, n): few distinct pairs
     pairs = inst.select("coll_type", "group_size").unique()
     fac = pairs.with_columns(
@@ -319,8 +309,10 @@ def bandwidth(
     peak_gbps: float | None = None,
     group_dims: Mapping[str, str | None] | None = None,
     classified: Mapping[int, pl.DataFrame] | None = None,
+    windows: Mapping[int, StepWindows] | None = None,
 ) -> BandwidthResult:
-    """Bandwidth of every collective of every rank of ``run``."""
+    """Bandwidth of every collective of every rank of ``run`` (``windows``: the ranks' step
+    windows, when the caller has them)."""
     if isinstance(run, Trace):
         run = Run.single(run)
     hosts = run_hosts(run)
@@ -333,6 +325,7 @@ def bandwidth(
         tr = run.traces[r]
         simulated |= bool(tr.meta.extra.get("simulated"))
         cl = classified.get(r) if classified else None
+        w = windows.get(r) if windows else None
         c, p = collectives(
             tr,
             peak_gbps=peak_gbps,
@@ -341,6 +334,7 @@ def bandwidth(
             classified=cl,
             tally=tally,
             node_gpus=node_gpus,
+            windows=w,
         )
         frames.append(c)
         peaks.update(p)

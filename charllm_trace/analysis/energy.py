@@ -27,7 +27,6 @@ import polars as pl
 
 from charllm_trace.analysis import intervals as iv
 from charllm_trace.analysis.classify import launching_ops, with_phase
-from charllm_trace.analysis.overlap import launch_times
 from charllm_trace.analysis.results import (
     ENERGY_SCHEMA,
     ENERGY_TOTAL_SCHEMA,
@@ -35,6 +34,7 @@ from charllm_trace.analysis.results import (
     EnergyResult,
     frame,
 )
+from charllm_trace.analysis.step_windows import StepWindows, step_windows
 from charllm_trace.model import Trace
 
 OPERATOR_CLASSES = ("compute", "comm", "memcpy", "memset")
@@ -148,7 +148,12 @@ def _launcher_names(df: pl.DataFrame) -> pl.Series:
 
 
 def energy(
-    trace: Trace, *, method: str = "trapezoid", per_step: bool = True, classified: pl.DataFrame | None = None
+    trace: Trace,
+    *,
+    method: str = "trapezoid",
+    per_step: bool = True,
+    classified: pl.DataFrame | None = None,
+    windows: StepWindows | None = None,
 ) -> EnergyResult:
     """Energy per operator of one rank. Raises nothing for a trace without telemetry:
     the result is empty with a note. ``classified`` may pass ``classify(trace.nodes)`` (or
@@ -161,8 +166,9 @@ def energy(
         return EnergyResult(frame({}, ENERGY_TOTAL_SCHEMA), frame({}, ENERGY_SCHEMA), method, simulated,
                             ["no power telemetry in this trace"])  # fmt: skip
     df = with_phase(classified if classified is not None else trace.nodes)
-    df = df.with_columns(launch_ns=launch_times(df), op=_launcher_names(df)).select(
-        "name", "op", "coll_type", "phase", "cls", "on_gpu", "device", "start_ns", "dur_ns", "launch_ns"
+    win = (windows if windows is not None else step_windows(trace, df)) if per_step else None
+    df = df.with_columns(op=_launcher_names(df)).select(
+        "name", "op", "coll_type", "phase", "cls", "on_gpu", "device", "start_ns", "dur_ns"
     )
     ops_all = df.filter(
         pl.col("on_gpu").fill_null(False)
@@ -170,7 +176,6 @@ def energy(
         & pl.col("start_ns").is_not_null()
         & pl.col("dur_ns").is_not_null()
     )
-    steps = trace.steps()
     totals: list[dict] = []
     parts: list[pl.DataFrame] = []
     single = len(devices) == 1
@@ -235,13 +240,10 @@ def energy(
                 "not separate measurements"
             )
         step_key = np.full(ops.height, None, dtype=object)
-        if per_step and steps.height:
-            lt = ops["launch_ns"].fill_null(ops["start_ns"]).to_numpy()
-            s0, s1 = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
-            idx = np.searchsorted(s0, lt, side="right") - 1
-            ok = (idx >= 0) & (lt < s1[np.maximum(idx, 0)])
-            sv = steps["step"].to_numpy()
-            step_key[ok] = [str(int(x)) for x in sv[idx[ok]]]
+        if win is not None and win.n:  # the step window holding the operator's start
+            idx = win.index_of(ks)
+            ok = idx >= 0
+            step_key[ok] = [str(int(x)) for x in win.step[idx[ok]]]
             step_key[~ok] = "(outside steps)"
         base = ops.select("name", "op", "coll_type", "phase", "cls").with_columns(
             energy_j=pl.Series(en * corr),
@@ -250,7 +252,7 @@ def energy(
             step=pl.Series(step_key.tolist(), dtype=pl.String),
         )
         keys = {"kernel": "name", "op": "op", "coll_type": "coll_type", "phase": "phase"}
-        if per_step and steps.height:
+        if win is not None and win.n:
             keys["step"] = "step"
         for group, col in keys.items():
             # by collective type: every communication kernel, one of unknown type as "(unknown)"

@@ -9,8 +9,12 @@ Definitions (docs/analyses.md has the full text):
 - busy = |compute ∪ comm ∪ memcpy ∪ memset|; idle = span − busy, span = first start to
   last end of that activity.
 
-A step's intervals are those of the GPU operators *launched* during the step (the
-launching CPU call began inside ``ProfilerStep#N``), as HTA assigns iterations.
+A step's figures are those of the GPU time inside its **GPU window**
+(:mod:`~charllm_trace.analysis.step_windows`: disjoint windows from the first GPU activity each
+step launched to the next step's; intervals clipped to the window, operators counted in the
+window holding their start). With ``hta_compat`` a step holds instead the GPU operators
+*launched* during it (the launching CPU call began inside ``ProfilerStep#N``), as HTA assigns
+iterations.
 
 CPU mode (a trace without GPU kernels, e.g. gloo): comm = CPU collective ops and the
 ops nested in them (``cpu_comm``), compute = leaf CPU ops (``cpu_compute``), busy =
@@ -37,7 +41,16 @@ from charllm_trace.analysis.results import (
     OverlapResult,
     frame,
 )
+from charllm_trace.analysis.step_windows import (  # launch_times*: re-exported (energy, bandwidth)
+    StepWindows,
+    launch_step_index,
+    launch_times,
+    launch_times_of,
+    step_windows,
+)
 from charllm_trace.model import Trace
+
+__all__ = ["GPU_BUSY", "OVERLAP_COLUMNS", "hta_filter", "launch_times", "launch_times_of", "overlap"]
 
 GPU_BUSY = ("compute", "comm", "memcpy", "memset")
 #: The node columns overlap reads (selected first: filtering a narrow frame is cheap).
@@ -53,31 +66,6 @@ OVERLAP_COLUMNS = (
     "pg_name",
     "cls",
 )
-
-
-def launch_times(nodes: pl.DataFrame) -> pl.Series:
-    """For each node, when the CPU call that launched it began (ns).
-
-    GPU nodes: the CPU node with the same correlation id (the runtime launch), else
-    the node named by ``launch_id``; CPU nodes: their own start.
-    """
-    base = nodes.select("id", "on_gpu", "correlation", "launch_id", "start_ns")
-    cpu = base.filter(~pl.col("on_gpu").fill_null(False))
-    by_corr = (
-        cpu.filter(pl.col("correlation").is_not_null() & pl.col("start_ns").is_not_null())
-        .group_by("correlation")
-        .agg(pl.col("start_ns").min().alias("_t_corr"))
-    )
-    by_id = cpu.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("_t_launch"))
-    df = base.join(by_corr, on="correlation", how="left", maintain_order="left").join(
-        by_id, on="launch_id", how="left", maintain_order="left"
-    )
-    t = (
-        pl.when(pl.col("on_gpu").fill_null(False))
-        .then(pl.coalesce("_t_corr", "_t_launch"))
-        .otherwise(pl.col("start_ns"))
-    )
-    return df.select(t.alias("launch_ns"))["launch_ns"]
 
 
 def hta_filter(nodes: pl.DataFrame, steps: pl.DataFrame, keep_last_step: bool = False) -> pl.DataFrame:
@@ -105,32 +93,6 @@ def _hta_kept_correlations(nodes: pl.DataFrame, steps: pl.DataFrame, keep_last_s
             & ((t <= last_end) if keep_last_step else (t < last_start))
         )
         .select(pl.col("correlation").unique().implode())
-        .collect()
-        .to_series()
-    )
-
-
-def launch_times_of(nodes: pl.DataFrame, gpu_rows: pl.DataFrame) -> pl.Series:
-    """``launch_times`` of ``gpu_rows`` (GPU nodes of ``nodes``, with their correlation and
-    launch_id), looked up in the CPU nodes of ``nodes`` without copying the whole table."""
-    # only the CPU rows these GPU rows refer to: a group-by over every CPU row would copy them
-    corrs = gpu_rows["correlation"].drop_nulls().unique().implode()
-    launchers = gpu_rows["launch_id"].drop_nulls().unique().implode()
-    cpu = nodes.lazy().filter(~pl.col("on_gpu").fill_null(False))
-    by_corr = (
-        cpu.filter(pl.col("correlation").is_in(corrs) & pl.col("start_ns").is_not_null())
-        .group_by("correlation")
-        .agg(pl.col("start_ns").min().alias("_t_corr"))
-    )
-    by_id = cpu.filter(pl.col("id").is_in(launchers)).select(
-        pl.col("id").alias("launch_id"), pl.col("start_ns").alias("_t_launch")
-    )
-    return (
-        gpu_rows.lazy()
-        .select("correlation", "launch_id")
-        .join(by_corr, on="correlation", how="left", maintain_order="left")
-        .join(by_id, on="launch_id", how="left", maintain_order="left")
-        .select(pl.coalesce("_t_corr", "_t_launch").alias("launch_ns"))
         .collect()
         .to_series()
     )
@@ -173,6 +135,7 @@ def overlap(
     hta_keep_last_step: bool = False,
     group_dims: Mapping[str, str | None] | None = None,
     classified: pl.DataFrame | None = None,
+    windows: StepWindows | None = None,
 ) -> OverlapResult:
     """Overlap of one rank's trace. ``group_dims`` maps pg_name -> dimension (see
     :mod:`charllm_trace.analysis.parallel`). ``classified`` may pass ``classify(nodes)``."""
@@ -219,7 +182,11 @@ def overlap(
         .select("start_ns", "dur_ns", "cls", "pg_name", "correlation", "launch_id", "on_gpu")
         .collect()
     )
-    if mode == "gpu" and per_step and steps.height:
+    # per-step rule: GPU windows; HTA's launch-time steps under hta_compat; CPU ops by their start
+    rule = None
+    if per_step and steps.height:
+        rule = "gpu" if mode == "gpu" and not hta_compat else "launch"
+    if rule == "launch" and mode == "gpu":
         act = act.with_columns(launch_ns=launch_times_of(df, act))
     start = act["start_ns"].to_numpy().astype(np.int64)
     end = start + act["dur_ns"].to_numpy().astype(np.int64)
@@ -228,32 +195,41 @@ def overlap(
         end = (end // 1000) * 1000  # floor to µs
         end = np.maximum(end, start)
     cls = act["cls"].to_numpy()
-    # slots: 0 = whole trace, 1 + i = step i
+    # slots: 0 = whole trace, 1 + i = step i; each interval in slot 0 and (as pieces) in steps
     slot_step: list[int | None] = [None]
     nslots = 1
-    step_slot = np.full(act.height, -1, dtype=np.int64)
-    if per_step and steps.height:
+    src = k = np.zeros(0, dtype=np.int64)
+    ps, pe, counted = start[:0], end[:0], np.zeros(0, dtype=bool)
+    win_lo = win_hi = None
+    if rule == "launch":
         t = act["launch_ns"].fill_null(act["start_ns"]).to_numpy() if mode == "gpu" else start
-        s0 = steps["start_ns"].to_numpy()
-        s1 = steps["end_ns"].to_numpy()
-        idx = np.searchsorted(s0, t, side="right") - 1
-        ok = (idx >= 0) & (t < s1[np.maximum(idx, 0)])
-        step_slot = np.where(ok, idx + 1, -1)
+        idx = launch_step_index(steps, t)
+        src = np.flatnonzero(idx >= 0)
+        k, ps, pe, counted = idx[src] + 1, start[src], end[src], np.ones(src.size, dtype=bool)
         slot_step += [int(x) for x in steps["step"].to_list()]
         nslots = 1 + steps.height
+    elif rule == "gpu":
+        win = windows if windows is not None else step_windows(trace, df)
+        notes.extend(win.notes)
+        src, kw, ps, pe = win.pieces(start, end)
+        k, counted = kw + 1, win.index_of(start)[src] == kw  # the piece holding the start counts
+        slot_step += [int(x) for x in win.step.tolist()]
+        nslots = 1 + win.n
+        win_lo, win_hi = win.start, win.end
     if act.height == 0:
         notes.append("no GPU activity with timestamps" if mode == "gpu" else "no CPU ops with timestamps")
         empty = frame({}, OVERLAP_GROUP_SCHEMA)
         return OverlapResult(frame({}, OVERLAP_SCHEMA), empty, empty, mode, hta_compat, simulated, notes)
     origin = int(start.min())
+    if win_lo is not None and win_lo.size:
+        origin = min(origin, int(win_lo.min()))
     rs, re_ = start - origin, end - origin
-    big = int(re_.max()) + 1
-    # duplicate every interval into slot 0 and its step slot
-    in_step = step_slot >= 0
-    s_all = np.concatenate([rs, rs[in_step]])
-    e_all = np.concatenate([re_, re_[in_step]])
-    k_all = np.concatenate([np.zeros(rs.size, np.int64), step_slot[in_step]])
-    c_all = np.concatenate([cls, cls[in_step]])
+    big = max(int(re_.max()), int(win_hi.max()) - origin if win_hi is not None and win_hi.size else 0) + 1
+    s_all = np.concatenate([rs, ps - origin])
+    e_all = np.concatenate([re_, pe - origin])
+    k_all = np.concatenate([np.zeros(rs.size, np.int64), k])
+    c_all = np.concatenate([cls, cls[src]])
+    cnt_all = np.concatenate([np.ones(rs.size, dtype=bool), counted])
     is_comm = np.isin(c_all, comm_cls)
     is_comp = np.isin(c_all, comp_cls)
     is_mem = np.isin(c_all, mem_cls) if mem_cls else np.zeros(c_all.size, bool)
@@ -270,9 +246,11 @@ def overlap(
     hi = np.full(nslots, -1, dtype=np.int64)
     np.minimum.at(lo, k_all, s_all)
     np.maximum.at(hi, k_all, e_all)
+    if win_lo is not None:  # a GPU window is the step's span: its idle is GPU idle in it
+        lo[1:], hi[1:] = win_lo - origin, win_hi - origin
     present = hi >= 0
-    n_comm = np.bincount(k_all[is_comm], minlength=nslots)
-    n_comp = np.bincount(k_all[is_comp], minlength=nslots)
+    n_comm = np.bincount(k_all[is_comm & cnt_all], minlength=nslots)
+    n_comp = np.bincount(k_all[is_comp & cnt_all], minlength=nslots)
     span = np.where(present, hi - lo, 0)
     rows = {
         "rank": [rank] * nslots,
@@ -296,7 +274,7 @@ def overlap(
     per_rank = frame(rows, OVERLAP_SCHEMA).filter(pl.Series(present))
 
     # per process group and per dimension: that group's comm against all compute
-    pg_all = np.concatenate([act["pg_name"].to_numpy(), act["pg_name"].to_numpy()[in_step]])
+    pg_all = np.concatenate([act["pg_name"].to_numpy(), act["pg_name"].to_numpy()[src]])
     group_args = (
         rank,
         slot_step,
@@ -307,6 +285,7 @@ def overlap(
         k_all,
         is_comm,
         is_comp,
+        cnt_all,
         pg_all,
         group_dims,
         trace,
@@ -328,6 +307,7 @@ def _group_rows(
     k_all: np.ndarray,
     is_comm: np.ndarray,
     is_comp: np.ndarray,
+    counted: np.ndarray,
     pg_all: np.ndarray,
     group_dims: Mapping[str, str | None] | None,
     trace: Trace,
@@ -354,8 +334,8 @@ def _group_rows(
     gg = np.tile(np.arange(ng), comp_idx.size)
     b = (s_all[rep], e_all[rep], k_all[rep] * ng + gg)
     comm_len, _, ov = _slot_measures(a, b, nslots * ng, big)
-    n_comm = np.bincount(a[2], minlength=nslots * ng)
-    present = n_comm > 0
+    n_comm = np.bincount(a[2][counted[comm_idx]], minlength=nslots * ng)
+    present = np.bincount(a[2], minlength=nslots * ng) > 0
     slots = np.flatnonzero(present)
     k, gi = slots // ng, slots % ng
     rows: dict[str, list] = {

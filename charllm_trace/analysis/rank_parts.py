@@ -43,6 +43,7 @@ from charllm_trace.analysis.results import (
 )
 from charllm_trace.analysis.results_breakdown import NO_GPU_OPS
 from charllm_trace.analysis.runconfig import run_config_of
+from charllm_trace.analysis.step_windows import step_windows
 from charllm_trace.analysis.stream_analyses import RankStreams, rank_stream_analyses, stream_analyses_from
 from charllm_trace.analysis.telemetry_source import telemetry_source_note
 from charllm_trace.analysis.whatif import simulate
@@ -158,6 +159,8 @@ def analyze_rank(
     # classified once (the classes do not depend on times: a simulated copy takes its original's)
     recorded = classify(trace.nodes)
     classified = recorded if tr is trace else tr.nodes.with_columns(recorded["cls"])
+    # the step windows (GPU time, analysis/step_windows.py): one definition for every analysis
+    windows = step_windows(tr, classified) if not part.no_ts else None
     if not part.no_ts:
         part.overlap = overlap(
             tr,
@@ -166,6 +169,7 @@ def analyze_rank(
             hta_keep_last_step=options.hta_keep_last_step,
             group_dims=dims,
             classified=classified,
+            windows=windows,
         )
         part.streams = rank_stream_analyses(tr, classified, options)
     part.meta_simulated = bool(tr.meta.extra.get("simulated"))
@@ -177,6 +181,7 @@ def analyze_rank(
         classified=classified,
         tally=part.tally,
         node_gpus=node_gpus,
+        windows=windows,
     )
     if part.coll.height == 0:  # only read when no rank has a timed collective (the skipped reason)
         part.n_comm = int(tr.nodes["node_type"].is_in(COMM_NODE_TYPES).sum())
@@ -190,9 +195,13 @@ def analyze_rank(
     if tel.height and not tel["power_w"].is_null().all():
         classified = with_phase(classified)  # the phase column energy needs, added once
         part.energy = energy(
-            tr, method=options.energy_method, per_step=options.per_step, classified=classified
+            tr,
+            method=options.energy_method,
+            per_step=options.per_step,
+            classified=classified,
+            windows=windows,
         )
-        part.power = power(tr, per_step=options.per_step)
+        part.power = power(tr, per_step=options.per_step, classified=classified, windows=windows)
         src = telemetry_source_note(tr)  # an imported log: its tool, file and rate
         if src:
             part.energy.notes.insert(0, src)

@@ -1,7 +1,6 @@
 /* The Kineto event decoder of charllm-trace, compiled by setup.py into the extension module
  * charllm_trace.converters._jsonframe together with the scanner (_jsonframe.c), and called
  * through ctypes (converters/kineto_native.py). */
-#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,9 +13,9 @@
  * straight into column buffers: for each complete event (ph "X") that is not the profiler's own
  * "Trace" span, the codes of its name and category (raw spellings interned in hash tables that
  * live across calls), pid, tid and the args device, stream, correlation, External id and
- * Record function id (int64 + valid flag), ts and dur in nanoseconds (the float arithmetic of
- * kineto.us_to_ns, bit for bit), and where its args object is (its few comm/sync args are
- * decoded by msgspec later, for the rows that need them).
+ * Record function id (int64 + valid flag), ts and dur in nanoseconds (exactly from the decimal
+ * text, as kineto_times.py reads it: no float), and where its args object is (its
+ * few comm/sync args are decoded by msgspec later, for the rows that need them).
  *
  * It validates the whole slice as JSON and returns -1 ("decode this batch with msgspec") on
  * anything it is not certain to read exactly as the msgspec reader does: any syntax error, an
@@ -24,8 +23,9 @@
  * deeper than JD_MAX_DEPTH, an exponent beyond +-300, a duplicate key that is read, an element
  * that is not an object, a phase msgspec's fast path does not list, a non-string name or
  * category, a pid/tid/args id that is not an integer of at most 18 digits or null, a ts/dur that
- * is missing, null or not a number, a negative dur, args that are neither an object nor null. Then nothing is kept (the
- * names and categories interned by this call are forgotten). */
+ * is missing, null, not a number or at least 9e15 µs in magnitude, a negative dur, args that are
+ * neither an object nor null. Then nothing is kept (the names and categories interned by this call
+ * are forgotten). */
 #define JD_MAX_DEPTH 64
 #define JD_NINT 7 /* pid, tid, device, stream, correlation, External id, Record function id */
 
@@ -355,74 +355,86 @@ static int64_t jd_int_field(const jd_in *in, int64_t p, int64_t *v, int *st) {
     return jd_value(in, p, 1);
 }
 
-static const double jd_pow10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
-                                    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+/* |value| < 9e15 µs (kineto_profile.MAX_US), in ns: the bound on ts and dur */
+#define JD_NS_LIMIT 9000000000000000000ULL
 
-/* the number b[p..e) as the nearest double (as msgspec and float() read it); 0 when unsure */
-static int jd_to_double(const uint8_t *b, int64_t p, int64_t e, double *out) {
-    uint64_t w = 0;
-    int nd = 0, frac = 0, seen_dot = 0, neg = 0, exp = 0, eneg = 0;
-    int64_t i = p;
-    if (b[i] == '-') {
+/* The JSON number b[p..e) (valid: jd_number read it) of microseconds as integer nanoseconds,
+ * exactly from its decimal text (kineto_times.py: the msgspec reader's twin): the
+ * decimal value times 1000, rounded to the nearest integer, ties to even. No float is involved, so
+ * absolute Unix microseconds with three decimals (1712195495519689.047) keep every nanosecond.
+ * Returns 0 when |value| >= 9e15 µs (the reader's bound); *negative: the value is below zero
+ * (-0 is not). */
+static int jd_us_to_ns(const uint8_t *b, int64_t p, int64_t e, int64_t *ns, int *negative) {
+    int neg = 0;
+    if (b[p] == '-') {
         neg = 1;
-        i++;
+        p++;
     }
-    for (; i < e; i++) {
-        uint8_t c = b[i];
-        if (c >= '0' && c <= '9') {
-            if (w == 0 && c == '0') {
-                if (seen_dot) frac++;
-                continue; /* leading zeros carry no digit */
-            }
-            if (++nd > 19) break;
-            w = w * 10 + (uint64_t)(c - '0');
-            if (seen_dot) frac++;
-        } else if (c == '.') {
-            seen_dot = 1;
+    int64_t i0 = p, i1 = p;
+    while (i1 < e && b[i1] >= '0' && b[i1] <= '9') i1++;
+    int64_t f0 = i1, f1 = i1;
+    if (f0 < e && b[f0] == '.') {
+        f0++;
+        f1 = f0;
+        while (f1 < e && b[f1] >= '0' && b[f1] <= '9') f1++;
+    }
+    int64_t x = 0; /* the exponent: jd_number bounds it to +-300 */
+    if (f1 < e) {
+        int64_t q = f1 + 1, xneg = 0;
+        if (b[q] == '-' || b[q] == '+') xneg = b[q++] == '-';
+        for (; q < e; q++)
+            if (x < 100000) x = x * 10 + (b[q] - '0');
+        if (xneg) x = -x;
+    }
+    int64_t nint = i1 - i0, nd = nint + (f1 - f0);
+    if (f1 == e && f1 - f0 <= 3 && nint <= 16) {
+        /* the common case, Kineto's: no exponent, at most three decimals, at most 16 integer
+         * digits (more are beyond the bound): exact in uint64 without a check per digit */
+        static const uint64_t scale[4] = {1000, 100, 10, 1};
+        uint64_t q = 0;
+        for (int64_t k = i0; k < i1; k++) q = q * 10 + (uint64_t)(b[k] - '0');
+        for (int64_t k = f0; k < f1; k++) q = q * 10 + (uint64_t)(b[k] - '0');
+        q *= scale[f1 - f0];
+        if (q >= JD_NS_LIMIT) return 0;
+        *ns = neg ? -(int64_t)q : (int64_t)q;
+        *negative = neg && q;
+        return 1;
+    }
+    int64_t s = x - (f1 - f0) + 3;   /* value in ns = digits * 10^s */
+    int64_t keep = s < 0 ? nd + s : nd; /* digits at or above the nanosecond */
+    uint64_t q = 0;
+    int r = 0, sticky = 0, nonzero = 0;
+    for (int64_t k = 0; k < nd; k++) {
+        int d = (k < nint ? b[i0 + k] : b[f0 + k - nint]) - '0';
+        nonzero |= d;
+        if (k < keep) {
+            if (q >= JD_NS_LIMIT / 10) return 0; /* q * 10 + d >= the bound (9e18 = 10 x 9e17) */
+            q = q * 10 + (uint64_t)d;
+        } else if (k == keep) {
+            r = d;
         } else {
-            break;
+            sticky |= d;
         }
     }
-    if (i < e && (b[i] == 'e' || b[i] == 'E')) {
-        i++;
-        if (b[i] == '-' || b[i] == '+') eneg = b[i++] == '-';
-        for (; i < e; i++) exp = exp * 10 + (b[i] - '0');
+    for (int64_t k = 0; q && k < s; k++) {
+        if (q >= JD_NS_LIMIT / 10) return 0;
+        q *= 10;
     }
-    if (i == e) {
-        int e10 = (eneg ? -exp : exp) - frac;
-        if (w <= (1ULL << 53) && e10 >= -22 && e10 <= 22) { /* exact operands, one rounding */
-            double x = (double)w;
-            x = e10 >= 0 ? x * jd_pow10[e10] : x / jd_pow10[-e10];
-            *out = neg ? -x : x;
-            return 1;
-        }
-    }
-    char tmp[80]; /* the general case: strtod (correctly rounded), on a copy */
-    if (e - p >= (int64_t)sizeof(tmp)) return 0;
-    memcpy(tmp, b + p, (size_t)(e - p));
-    tmp[e - p] = 0;
-    char *end;
-    double x = strtod(tmp, &end);
-    if (end != tmp + (e - p)) return 0; /* another locale's decimal point */
-    *out = x;
+    if (r > 5 || (r == 5 && (sticky || (q & 1)))) q++; /* at most 9e18: int64 holds it */
+    *ns = neg ? -(int64_t)q : (int64_t)q;
+    *negative = neg && nonzero;
     return 1;
 }
 
-/* value of ts/dur in ns: *st = 1 a number, 0 null, 2 anything else */
-static int64_t jd_time_field(const jd_in *in, int64_t p, int64_t *ns, int *st) {
+/* value of ts/dur in ns: *st = 1 a number, 0 null, 2 anything else (or beyond the bound);
+ * *negative: a number below zero */
+static int64_t jd_time_field(const jd_in *in, int64_t p, int64_t *ns, int *st, int *negative) {
     int is_int, nd;
     uint8_t c = in->b[p];
     if (c == '-' || (c >= '0' && c <= '9')) {
         int64_t e = jd_number(in, p, &is_int, &nd);
-        double a;
         if (e < 0) return -1;
-        if (!jd_to_double(in->b, p, e, &a) || !(fabs(a) < 9.0e15)) {
-            *st = 2;
-            return e;
-        }
-        double ip = floor(a); /* kineto.us_to_ns */
-        *ns = (int64_t)ip * 1000 + (int64_t)rint((a - ip) * 1000.0);
-        *st = 1;
+        *st = jd_us_to_ns(in->b, p, e, ns, negative) ? 1 : 2;
         return e;
     }
     if (c == 'n') {
@@ -451,7 +463,7 @@ typedef struct {
     int64_t iv[JD_NINT];
     int ist[JD_NINT]; /* 0 null or missing, 1 integer, 2 anything else */
     int64_t ts, dur;
-    int tst, dst;
+    int tst, dst, dneg;
     uint32_t seen;
 } jd_event;
 
@@ -515,7 +527,7 @@ static int64_t jd_text_field(const jd_in *in, int64_t p, int64_t *s, int64_t *e,
 }
 
 static int64_t jd_event_at(const jd_in *in, int64_t p, jd_event *ev) {
-    int esc;
+    int esc, negative;
     memset(ev, 0, sizeof(*ev));
     p = jd_ws(in, p + 1);
     if (p < in->n && in->b[p] == '}') return p + 1;
@@ -574,10 +586,10 @@ static int64_t jd_event_at(const jd_in *in, int64_t p, jd_event *ev) {
             p = jd_int_field(in, p, &ev->iv[1], &ev->ist[1]);
             break;
         case F_TS:
-            p = jd_time_field(in, p, &ev->ts, &ev->tst);
+            p = jd_time_field(in, p, &ev->ts, &ev->tst, &negative);
             break;
         case F_DUR:
-            p = jd_time_field(in, p, &ev->dur, &ev->dst);
+            p = jd_time_field(in, p, &ev->dur, &ev->dst, &ev->dneg);
             break;
         case F_ARGS:
             ev->args_s = p;
@@ -673,7 +685,7 @@ int64_t jd_decode(void *state, const uint8_t *b, int64_t n, int64_t cap, uint32_
                     valid[(int64_t)j * cap + rows] = (uint8_t)ev.ist[j];
                 }
                 /* a missing/null/odd ts or dur, or a negative dur: msgspec's reader names it */
-                if (ev.tst != 1 || ev.dst != 1 || ev.dur < 0) goto fail;
+                if (ev.tst != 1 || ev.dst != 1 || ev.dneg) goto fail;
                 ts[rows] = ev.ts;
                 dur[rows] = ev.dur;
                 args_off[rows] = ev.args_t == 2 ? ev.args_s : -1;

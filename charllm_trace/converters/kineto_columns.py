@@ -4,7 +4,8 @@ Each batch of framed events (a JSON list) is decoded in C straight into column b
 (:mod:`~charllm_trace.converters.kineto_native`) where C is certain of it, and by msgspec otherwise
 (or when the compiled module is missing): msgspec decodes the events into small typed structs
 holding only the fields used, and the comm-related args stay raw, decoded only for the few events
-that may be communication. Both paths give the same columns.
+that may be communication; ``ts`` and ``dur`` stay raw too and become nanoseconds exactly from their
+decimal text (:mod:`~charllm_trace.converters.kineto_times`). Both paths give the same columns.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ from charllm_trace.converters.kineto_profile import (
     gpu_columns,
     int_or_none,
     make_profile,
-    strict_us_to_ns,
 )
+from charllm_trace.converters.kineto_times import strict_text_us_to_ns
 from charllm_trace.converters.kineto_vocab import COMM_HINT, Vocab, comm_hits
 from charllm_trace.errors import InputError
 
@@ -73,8 +74,8 @@ _Event = msgspec.defstruct(  # type: ignore[misc]
         ("name", Any, None),
         ("pid", Any, None),
         ("tid", Any, None),
-        ("ts", Any, None),
-        ("dur", Any, None),
+        ("ts", msgspec.Raw, msgspec.Raw()),
+        ("dur", msgspec.Raw, msgspec.Raw()),
         ("args", _Args | None, None),
     ],
     gc=False,
@@ -114,8 +115,8 @@ _XEvent = msgspec.defstruct(  # type: ignore[misc]
         ("name", Any, None),
         ("pid", Any, None),
         ("tid", Any, None),
-        ("ts", Any, None),
-        ("dur", Any, None),
+        ("ts", msgspec.Raw, msgspec.Raw()),
+        ("dur", msgspec.Raw, msgspec.Raw()),
         ("args", _Args | None, None),
     ],
     gc=False,
@@ -186,8 +187,8 @@ _get = {
 
 
 def _us_col(path: str | os.PathLike[str], xs: list[Any], key: str) -> np.ndarray:
-    """``strict_us_to_ns`` of one attribute of every complete event of a batch."""
-    return strict_us_to_ns(path, list(map(_get[key], xs)), key, lambda i: xs[i].name)
+    """``ts`` or ``dur`` (raw JSON text) of every complete event of a batch as exact nanoseconds."""
+    return strict_text_us_to_ns(path, list(map(_get[key], xs)), key, lambda i: xs[i].name)
 
 
 def decode_top(raw: bytes, path: str | os.PathLike[str]) -> Top:

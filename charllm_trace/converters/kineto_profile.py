@@ -5,9 +5,14 @@ instant events, metadata (``M``) and the profiler's own ``Trace`` span are not
 nodes. Times: Kineto ``ts``/``dur`` are microseconds (floats with three decimals
 in recent profiles, i.e. nanosecond precision). ``ts`` is relative to
 ``baseTimeNanoseconds`` when the profile has that field, otherwise absolute Unix
-microseconds. We convert both to integer Unix-epoch nanoseconds without going
-through a float product (integer part x 1000 + rounded fraction), so the three
-decimals survive exactly.
+microseconds. Both become integer Unix-epoch nanoseconds. The file readers
+(:mod:`~charllm_trace.converters.kineto_stream`, in C and with msgspec) take them
+exactly from the decimal text (:mod:`~charllm_trace.converters.kineto_times`): a
+float64 cannot hold absolute microseconds with three decimals (at 1.7e15 µs its
+spacing is 0.25 µs, an error of up to ±125 ns). :func:`parse_kineto` receives a
+loaded document whose times are already floats: it keeps what they hold (integer
+part x 1000 + rounded fraction, exact for relative times and integer
+microseconds), not the nanoseconds of absolute times with decimals.
 
 :func:`parse_kineto` turns a whole loaded document (one dict per event) into a
 :class:`KinetoProfile`; the streaming reader (:mod:`~charllm_trace.converters.kineto_stream`)
@@ -129,7 +134,9 @@ class KinetoProfile:
 
 
 def us_to_ns(values: list[Any]) -> np.ndarray:
-    """Microseconds (ints or floats, None allowed -> 0) to int64 nanoseconds, keeping 3 decimals exactly."""
+    """Microseconds (ints or floats, None allowed -> 0) to int64 nanoseconds: integer part x 1000 +
+    rounded fraction. Exact for what the floats hold (three decimals of relative times survive;
+    those of absolute Unix microseconds are already lost in the float: see kineto_times)."""
     a = np.array([0.0 if v is None else v for v in values], dtype=np.float64)
     ip = np.floor(a)
     frac = a - ip  # exact (Sterbenz) for |a| >= 1
@@ -137,7 +144,8 @@ def us_to_ns(values: list[Any]) -> np.ndarray:
 
 
 #: |ts| and dur of an event, in µs, below this (about 285 years): their nanoseconds, with any
-#: profile base time, fit in int64. The C decoder (_jsondecode.c) applies the same bound.
+#: profile base time, fit in int64. The C decoder (_jsondecode.c) and kineto_times apply the same
+#: bound, on the exact decimal value.
 MAX_US = 9.0e15
 
 
@@ -146,20 +154,26 @@ def _show(v: Any) -> str:
     return s if len(s) <= 40 else s[:37] + "..."
 
 
+def time_error(path: str | os.PathLike[str], key: str, name: Any, v: Any) -> InputError:
+    """The error for a complete event whose ``ts`` or ``dur`` (``key``) is ``v``: missing (None),
+    not a number, beyond :data:`MAX_US` or (dur) negative."""
+    want = "a number of microseconds" + (" >= 0" if key == "dur" else "") + " below 9e15"
+    return InputError(
+        path,
+        f"Kineto complete event {_show(name)}: {key} is {'missing' if v is None else _show(v)}, expected {want}",
+    )
+
+
 def strict_us_to_ns(
     path: str | os.PathLike[str], vals: list[Any], key: str, name_of: Callable[[int], Any]
 ) -> np.ndarray:
-    """``us_to_ns`` of the ``ts`` or ``dur`` values of complete events; ``InputError`` naming the
-    first event whose value is missing, not a number (``true`` included), beyond :data:`MAX_US`,
-    or (dur) negative."""
+    """``us_to_ns`` of the ``ts`` or ``dur`` values (already numbers) of complete events;
+    ``InputError`` naming the first event whose value is missing, not a number (``true``
+    included), beyond :data:`MAX_US`, or (dur) negative. The file readers use the exact
+    ``kineto_times.strict_text_us_to_ns`` on the values' JSON text instead."""
     for i, v in enumerate(vals):
         if type(v) not in (int, float) or not (-MAX_US < v < MAX_US) or (key == "dur" and v < 0):
-            want = "a number of microseconds" + (" >= 0" if key == "dur" else "") + " below 9e15"
-            raise InputError(
-                path,
-                f"Kineto complete event {_show(name_of(i))}: {key} is "
-                f"{'missing' if v is None else _show(v)}, expected {want}",
-            )
+            raise time_error(path, key, name_of(i), v)
     return us_to_ns(vals)
 
 
