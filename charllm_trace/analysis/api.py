@@ -199,7 +199,7 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
 
     # idle time per GPU stream and launch statistics (timed ranks)
     timed = {r: tr for r, tr in traces.items() if r not in no_ts}
-    idle, launch, why = stream_analyses(timed, classified, options, simulated=simulated)
+    idle, launch, why = stream_analyses(timed, classified, options, simulated=simulated, windows=windows)
     if why is not None:
         no_ts_why = NO_TIMESTAMPS.replace("overlap needs them", "idle time per stream and launches need them")
         skipped["idle_time"] = skipped["launch"] = no_ts_why if not timed else why

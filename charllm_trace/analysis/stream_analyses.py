@@ -11,6 +11,7 @@ from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.idle_time import idle_time
 from charllm_trace.analysis.launch_stats import launch_stats
 from charllm_trace.analysis.results import SIMULATED_NOTE, AnalyzeOptions
+from charllm_trace.analysis.step_windows import StepWindows, step_windows
 from charllm_trace.analysis.stream_ops import stream_ops
 from charllm_trace.model import Trace, rank_ranges
 
@@ -38,17 +39,29 @@ def stream_analyses(
     options: AnalyzeOptions,
     *,
     simulated: bool = False,
+    windows: Mapping[int, StepWindows] | None = None,
 ) -> tuple[IdleTimeResult | None, LaunchResult | None, str | None]:
     """Idle time per stream and launch statistics of ``traces`` (timed ranks), or ``None`` and
-    ``None`` with the reason when no rank has GPU operators on streams."""
+    ``None`` with the reason when no rank has GPU operators on streams. ``windows``: each rank's
+    ``step_windows`` (the steps, except under ``hta_compat``: HTA's ProfilerSteps)."""
     idle: list[tuple[int, IdleTimeResult]] = []
     launch: list[tuple[int, LaunchResult]] = []
     for r, tr in traces.items():
         kw = {"hta_compat": options.hta_compat}
         steps = tr.steps()
+        win = windows.get(r) if windows is not None else None
+        if win is None and steps.height and not options.hta_compat:
+            win = step_windows(tr, classified[r])
         ops = stream_ops(
-            tr, classified=classified[r], keep_last_step=options.hta_keep_last_step, steps=steps, **kw
+            tr,
+            classified=classified[r],
+            keep_last_step=options.hta_keep_last_step,
+            steps=steps,
+            windows=win,
+            **kw,
         )
+        if win is not None and not options.hta_compat:  # queue figures over the same windows
+            steps = win.frame()
         if ops[0].height == 0:
             continue
         common = {"per_step": options.per_step, "ops": ops, **kw}
