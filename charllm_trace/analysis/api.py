@@ -291,6 +291,7 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         classified=classified,
         hta_compat=options.hta_compat,
         hta_keep_last_step=options.hta_keep_last_step,
+        windows=windows,
     )
     if bd is None:
         skipped["breakdown"] = NO_GPU_OPS
