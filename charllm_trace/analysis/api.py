@@ -300,7 +300,7 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
         run if simulated else work, options, recorded if simulated else classified, skipped, no_ts
     )
     fl, fl_notes = run_flops(
-        traces, classified, per_step=options.per_step, simulated=simulated, skipped=skipped
+        traces, classified, per_step=options.per_step, simulated=simulated, skipped=skipped, windows=windows
     )
     if fl is not None:
         fl.notes = _merge_notes(fl_notes, multi)
