@@ -251,7 +251,7 @@ def test_breakdown_numbers_by_hand() -> None:
         "1 GPU operators (0.000 ms) have no launching CPU call in the trace (orphans): each counts in the "
         "step window holding its GPU start",
         "1 GPU operators (0.000 ms, 1.4 % of GPU time) have no launching CPU op in the trace: their op "
-        "and top-level op are unknown (null)"
+        "and top-level op are unknown (null)",
     ]
 
 

@@ -29,7 +29,6 @@ from charllm_trace.analysis.classify import classify, launching_ops
 from charllm_trace.analysis.intervals import round_inward_us
 from charllm_trace.analysis.kernel_category import categorize
 from charllm_trace.analysis.overlap import hta_filter, launch_times_of
-from charllm_trace.analysis.step_windows import StepWindows, launch_step_index, step_windows
 from charllm_trace.analysis.results_breakdown import (
     BREAKDOWN_GROUPS,
     BREAKDOWN_SCHEMA,
@@ -37,6 +36,7 @@ from charllm_trace.analysis.results_breakdown import (
     NO_GPU_OPS,
     BreakdownResult,
 )
+from charllm_trace.analysis.step_windows import StepWindows, launch_step_index, step_windows
 from charllm_trace.model import Trace, rank_ranges
 
 #: the node classes whose operators the breakdown counts
@@ -107,9 +107,15 @@ def _operators(
             idx = np.where(t.is_null().to_numpy(), -1, win.index_of(t.fill_null(0).to_numpy()))
             sv = win.step
         ok = idx >= 0
-        step = pl.select(
-            pl.when(pl.Series(ok)).then(pl.Series(sv[np.maximum(idx, 0)] if sv.size else idx, dtype=pl.Int64))
-        ).to_series().alias("step")
+        step = (
+            pl.select(
+                pl.when(pl.Series(ok)).then(
+                    pl.Series(sv[np.maximum(idx, 0)] if sv.size else idx, dtype=pl.Int64)
+                )
+            )
+            .to_series()
+            .alias("step")
+        )
     elif per_step and not trace.meta.has_timestamps:
         notes.append("no timestamps: no breakdown per step")
     missing = int(ops.filter(pl.col("op").is_null())["dur_ns"].sum()) if ops.height else 0

@@ -23,9 +23,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from charllm_trace.analysis.classify import classify
 from charllm_trace.analysis.idle_results import LAUNCH_SCHEMA, QUEUE_SCHEMA, LaunchResult
 from charllm_trace.analysis.results import frame
-from charllm_trace.analysis.classify import classify
 from charllm_trace.analysis.step_windows import step_windows
 from charllm_trace.analysis.stream_ops import stream_ops
 from charllm_trace.model import Trace
@@ -115,7 +115,9 @@ def launch_stats(
     if steps is None and per_step:
         steps = trace.steps()
         if steps.height and not hta_compat:
-            steps = step_windows(trace, classified if classified is not None else classify(trace.nodes)).frame()
+            steps = step_windows(
+                trace, classified if classified is not None else classify(trace.nodes)
+            ).frame()
     steps = steps if per_step else pl.DataFrame()
     got = got.with_columns(
         _q0=pl.min_horizontal(pl.coalesce("call_start_ns", "start_ns"), pl.col("start_ns"))

@@ -150,6 +150,8 @@ def stream_ops(
         notes.extend(win.notes)
         idx = win.index_of(ops["start_ns"].to_numpy())
         step = pl.Series(np.where(idx >= 0, win.step[np.maximum(idx, 0)], -1), dtype=pl.Int64)
-    out = ops.with_columns(step=step).with_columns(pl.when(pl.col("step") >= 0).then(pl.col("step")).alias("step"))
+    out = ops.with_columns(step=step).with_columns(
+        pl.when(pl.col("step") >= 0).then(pl.col("step")).alias("step")
+    )
     out = out.with_row_index("_i").sort(["device", "stream", "start_ns", "end_ns", "_i"], nulls_last=True)
     return out.select([pl.col(c).cast(d) for c, d in STREAM_OPS_SCHEMA.items()]), notes
