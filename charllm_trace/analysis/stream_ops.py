@@ -100,7 +100,7 @@ def stream_ops(
     # only for the ops without a call: one pass over the CPU nodes is what this costs)
     launch = ops["call_start_ns"]
     orphans = ops.filter(pl.col("call_start_ns").is_null() & pl.col("launch_id").is_not_null())
-    if steps.height and orphans.height:
+    if hta_compat and steps.height and orphans.height:  # only HTA's launch-time steps need it
         ids = orphans["launch_id"].unique().implode()
         by_id = (
             df.lazy()
