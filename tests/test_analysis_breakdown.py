@@ -173,7 +173,7 @@ def built(rank: int = 0) -> Trace:
         kernel(23, GEMM, 1050, 200, correlation=103),
         kernel(24, COPY, 1320, 30, kind="memcpy", correlation=104),
         kernel(25, ADD, 1510, 50, correlation=105),
-        kernel(26, ADD, 1600, 20),
+        kernel(26, ADD, 1400, 20),
     ]
     return make_trace(rows, rank=rank)
 
@@ -228,7 +228,8 @@ def test_breakdown_numbers_by_hand() -> None:
     assert [k for k, *_ in _rows(by, "top_op")] == [
         "aten::linear", "nccl:all_reduce", "aten::add_", "ProfilerStep#2", "aten::copy_", None
     ]  # fmt: skip
-    # per step: by launch time (the add without a launch record by its own start: step 2)
+    # per step: the GPU-time windows [50, 1050) and [1050, 1560) ns (the first GPU start each step
+    # launched; the last end); the add without a launch record (an orphan) where it runs: step 2
     assert _rows(by, "category", 1) == [
         ("communication", 1, 600, 600),
         ("gemm", 1, 400, 400),
@@ -247,8 +248,10 @@ def test_breakdown_numbers_by_hand() -> None:
     )
     assert by["other_rows"].null_count() == by.height
     assert res.notes == [
+        "1 GPU operators (0.000 ms) have no launching CPU call in the trace (orphans): each counts in the "
+        "step window holding its GPU start",
         "1 GPU operators (0.000 ms, 1.4 % of GPU time) have no launching CPU op in the trace: their op "
-        "and top-level op are unknown (null)"
+        "and top-level op are unknown (null)",
     ]
 
 

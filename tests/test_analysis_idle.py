@@ -74,12 +74,14 @@ def test_idle_breakdown_by_hand() -> None:
     assert r["idle_ns"] == 137_000 and r["n_ops"] == 5 and r["span_ns"] == 171_000
     assert r["host_wait_pct"] == pytest.approx(100 * 20 / 137)
     assert (r["n_host_wait"], r["n_kernel_wait"], r["n_other"], r["n_unlaunched"]) == (1, 2, 1, 1)
-    # per step: a gap belongs to the step its closing kernel was launched in (k5, never
-    # launched, to the step its start falls in)
+    # per step: a gap belongs to the GPU-time step window holding its closing kernel's start
+    # (step_windows: #1 [0, 171) µs, #2 from k4's start, the first GPU start step 2 launched, to
+    # 173 µs, the last end of launched work); k5, never launched, starts after every window: in no step
     s1, s2 = _row(res.streams, 7, 1), _row(res.streams, 7, 2)
     assert (s1["host_wait_ns"], s1["kernel_wait_ns"], s1["other_ns"]) == (20_000, 10_000, 0)
-    assert (s2["host_wait_ns"], s2["kernel_wait_ns"], s2["other_ns"]) == (0, 7_000, 100_000)
-    assert s2["span_ns"] == 181_000 - 71_000  # from the end before its first gap
+    assert (s2["host_wait_ns"], s2["kernel_wait_ns"], s2["other_ns"]) == (0, 0, 100_000)
+    assert s2["span_ns"] == 173_000 - 71_000  # from the end before its first gap
+    assert any("1 outside every window" in n for n in res.notes)
     # stream 20: b inside a; c's gap is from a's end (the latest end before it): 10 µs, no idle in b
     r20 = _row(res.streams, 20)
     assert r20["idle_ns"] == 10_000 and r20["kernel_wait_ns"] == 10_000
@@ -113,11 +115,17 @@ def test_launch_stats_by_hand() -> None:
     assert r["queue_max"] == 2
     assert (r["window_start_ns"], r["window_end_ns"]) == (T0, T0 + 181_000)
     assert r["queue_mean"] == pytest.approx((30 + 44 + 11 + 108 + 1) / 181)
-    # step 2 window [62, 200) µs: every op of the stream counts, whatever its step: k3 [60, 71)
-    # (9 µs inside), k4 [65, 173), k5 [180, 181); two at once over [65, 71)
+    # step 2's GPU-time window [171, 173) µs: every op of the stream counts, whatever its step:
+    # only k4 [65, 173) is queued there; k5 (an orphan at 180 µs) is in no step
     s2 = _row(res.stats, 7, 2)
-    assert s2["queue_max"] == 2 and s2["queue_mean"] == pytest.approx((9 + 108 + 1) / 138)
-    assert (s2["n_ops"], s2["n_launched"]) == (2, 1)
+    assert s2["queue_max"] == 1 and s2["queue_mean"] == pytest.approx(1.0)
+    assert (s2["window_start_ns"], s2["window_end_ns"]) == (T0 + 171_000, T0 + 173_000)
+    assert (s2["n_ops"], s2["n_launched"]) == (1, 1)
+    # HTA's rule: the ProfilerStep window [62, 200) µs and the ops launched in it; k5 (never
+    # launched) dropped: k3 [60, 71) (9 µs inside), k4 [65, 173); two at once over [65, 71)
+    h2 = _row(launch_stats(built(), per_step=True, hta_compat=True, hta_keep_last_step=True).stats, 7, 2)
+    assert h2["queue_max"] == 2 and h2["queue_mean"] == pytest.approx((9 + 108) / 138)
+    assert (h2["n_ops"], h2["n_launched"]) == (1, 1)
     # the rank's row (all streams): 8 ops, 7 launched
     a = _row(res.stats.filter(pl.col("device").is_null()), None)
     assert (a["n_ops"], a["n_launched"]) == (8, 7) and a[

@@ -8,8 +8,11 @@ top-level op, per rank and step (docs/analyses.md, "Time breakdown").
 - Per key: count, total, mean and maximum duration, and ``pct`` = 100 · total / GPU time.
 - Category: :mod:`charllm_trace.analysis.kernel_category`. Launching op and top-level op:
   :func:`charllm_trace.analysis.classify.launching_ops`; null when the launcher is not in the trace.
-- A step holds the operators launched during its ``ProfilerStep#N`` (the launching call's start;
-  an operator without one: its own start), as the overlap and energy analyses assign them.
+- A step holds the operators whose GPU start falls in its GPU-time step window
+  (:mod:`~charllm_trace.analysis.step_windows`, as the overlap and energy analyses assign them;
+  an orphan without a launching call goes to the window holding it); under ``hta_compat``, HTA's
+  rule: the operators launched during its ``ProfilerStep#N`` (the launching call's start; an
+  operator without one: its own start).
 - With several ranks, rows with a null rank add up every rank.
 - ``top_n``: per (rank, step, group), the N keys with the most time are kept and the rest summed
   in one ``(K others)`` row (``(1 other)``), so that every group still adds up to the GPU time (categories: all).
@@ -33,6 +36,7 @@ from charllm_trace.analysis.results_breakdown import (
     NO_GPU_OPS,
     BreakdownResult,
 )
+from charllm_trace.analysis.step_windows import StepWindows, launch_step_index, step_windows
 from charllm_trace.model import Trace, rank_ranges
 
 #: the node classes whose operators the breakdown counts
@@ -41,7 +45,7 @@ _KEY_COLUMN = {"category": "category", "kernel": "name", "op": "op", "top_op": "
 
 
 def _operators(
-    trace: Trace, df: pl.DataFrame, per_step: bool, hta: tuple[bool, bool]
+    trace: Trace, df: pl.DataFrame, per_step: bool, hta: tuple[bool, bool], windows: StepWindows | None = None
 ) -> tuple[pl.DataFrame, list[str]]:
     """One row per GPU operator: step (null outside steps or without per_step), category, name,
     op, top_op, dur_ns. ``hta``: (hta_compat, hta_keep_last_step)."""
@@ -92,13 +96,26 @@ def _operators(
     step = pl.repeat(None, ops.height, dtype=pl.Int64, eager=True).alias("step")
     if per_step and steps.height and ops.height:
         gpu_rows = df.select("correlation", "launch_id", "start_ns").gather(rows)
-        lt = launch_times_of(df, gpu_rows).fill_null(gpu_rows["start_ns"])
-        t = lt.fill_null(np.iinfo(np.int64).min).to_numpy()  # no time at all: before every step
-        s0, s1 = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
-        idx = np.searchsorted(s0, t, side="right") - 1
-        ok = (idx >= 0) & (t < s1[np.maximum(idx, 0)])
-        sv = steps["step"].to_numpy()[np.maximum(idx, 0)]
-        step = pl.select(pl.when(pl.Series(ok)).then(pl.Series(sv, dtype=pl.Int64))).to_series().alias("step")
+        if hta[0]:  # HTA: the ProfilerStep of the launch
+            lt = launch_times_of(df, gpu_rows).fill_null(gpu_rows["start_ns"])
+            idx = launch_step_index(steps, lt.fill_null(np.iinfo(np.int64).min).to_numpy())
+            sv = steps["step"].to_numpy()
+        else:  # the GPU-time window holding the operator's start (none without a start)
+            win = windows if windows is not None else step_windows(trace, df)
+            notes.extend(win.notes)
+            t = gpu_rows["start_ns"]
+            idx = np.where(t.is_null().to_numpy(), -1, win.index_of(t.fill_null(0).to_numpy()))
+            sv = win.step
+        ok = idx >= 0
+        step = (
+            pl.select(
+                pl.when(pl.Series(ok)).then(
+                    pl.Series(sv[np.maximum(idx, 0)] if sv.size else idx, dtype=pl.Int64)
+                )
+            )
+            .to_series()
+            .alias("step")
+        )
     elif per_step and not trace.meta.has_timestamps:
         notes.append("no timestamps: no breakdown per step")
     missing = int(ops.filter(pl.col("op").is_null())["dur_ns"].sum()) if ops.height else 0
@@ -192,13 +209,15 @@ def run_breakdown(
     classified: Mapping[int, pl.DataFrame] | None = None,
     hta_compat: bool = False,
     hta_keep_last_step: bool = False,
+    windows: Mapping[int, StepWindows] | None = None,
 ) -> BreakdownResult | None:
     """The time breakdown of every rank of ``traces`` ({rank: Trace}); None when no rank has a GPU
     operator with a duration (the reason: ``results_breakdown.NO_GPU_OPS``). ``classified`` may
     pass ``classify(trace.nodes)`` per rank when the caller has it. ``hta_compat``: Holistic Trace
     Analysis' conventions, as the overlap analysis applies them (GPU operators launched after the
     last ProfilerStep begins dropped, or after it ends with ``hta_keep_last_step``; durations
-    rounded inward to whole µs): the per-kernel sums of HTA's ``get_gpu_kernel_breakdown``."""
+    rounded inward to whole µs): the per-kernel sums of HTA's ``get_gpu_kernel_breakdown``.
+    ``windows``: each rank's ``step_windows`` when the caller has them (computed otherwise)."""
     if top_n is not None and top_n < 1:
         raise ValueError(f"top_n must be at least 1 (got {top_n})")
     parts = [
@@ -209,6 +228,7 @@ def run_breakdown(
             per_step=per_step,
             hta_compat=hta_compat,
             hta_keep_last_step=hta_keep_last_step,
+            windows=windows.get(r) if windows is not None else None,
         )
         for r, tr in traces.items()
     ]
@@ -227,10 +247,12 @@ def rank_breakdown(
     per_step: bool = True,
     hta_compat: bool = False,
     hta_keep_last_step: bool = False,
+    windows: StepWindows | None = None,
 ) -> RankBreakdown:
-    """One rank's part of :func:`run_breakdown` (small: a few hundred rows; what a worker sends)."""
+    """One rank's part of :func:`run_breakdown` (small: a few hundred rows; what a worker sends).
+    ``windows``: the rank's ``step_windows`` when the caller has them (computed otherwise)."""
     df = classified if classified is not None else classify(trace.nodes)
-    ops, notes = _operators(trace, df, per_step, (hta_compat, hta_keep_last_step))
+    ops, notes = _operators(trace, df, per_step, (hta_compat, hta_keep_last_step), windows)
     fine = _fine(ops.with_columns(pl.lit(rank, dtype=pl.Int64).alias("rank"))) if ops.height else None
     return rank, fine, notes, bool(trace.meta.extra.get("simulated"))
 

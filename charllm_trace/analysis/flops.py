@@ -19,8 +19,12 @@ For one rank (docs/analyses.md, "FLOP/s and MFU"):
    activity), the usual "model FLOPs utilisation". fp32 GEMMs and attention are compared with the
    fp32 peak (PyTorch's default: no TF32 for matmuls), fp32 convolutions with the tf32 peak where
    the device has one (cuDNN's default);
-5. per op class and for all classes, for the whole trace and (``per_step``) per ``ProfilerStep``,
-   an op belonging to the step in which it started (as its kernels' launches do).
+5. per op class and for all classes, for the whole trace and (``per_step``) per step: the
+   GPU-time step windows of :mod:`~charllm_trace.analysis.step_windows` (the windows every
+   per-step figure uses), an op belonging to the window holding the GPU start of its first
+   kernel (an op that launched none: to no step, whole trace only); in CPU mode the windows are
+   the ``ProfilerStep`` ranges and an op belongs to the one holding its start. A step's wall time
+   is its window.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from charllm_trace.analysis.flops_results import (
     FlopsResult,
 )
 from charllm_trace.analysis.peaks import device_peaks, peak_or_reason
+from charllm_trace.analysis.step_windows import StepWindows, step_windows
 from charllm_trace.model import STEP_SCHEMA, Trace, empty_frame
 
 _KINETO_IO = ("Input Dims", "Input type", "Concrete Inputs")
@@ -136,23 +141,19 @@ def _count(cand: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _step_of(starts: np.ndarray, steps: pl.DataFrame) -> np.ndarray:
-    """Index into ``steps`` of the window each start falls in (-1: none)."""
-    if steps.height == 0 or len(starts) == 0:
-        return np.full(len(starts), -1)
-    s0, s1 = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
-    idx = np.searchsorted(s0, starts, side="right") - 1
-    ok = (idx >= 0) & (starts < s1[np.maximum(idx, 0)])
-    return np.where(ok, idx, -1)
-
-
 def _peak_dtype(cls: str, dtype: str | None, has_tf32: bool) -> str | None:
     return "tf32" if (cls == "conv" and dtype == "fp32" and has_tf32) else dtype
 
 
-def flops(trace: Trace, *, per_step: bool = False, classified: pl.DataFrame | None = None) -> FlopsResult:
+def flops(
+    trace: Trace,
+    *,
+    per_step: bool = False,
+    classified: pl.DataFrame | None = None,
+    windows: StepWindows | None = None,
+) -> FlopsResult:
     """Achieved FLOP/s and MFU of one rank (module docstring). Empty frames when the trace has
-    no op this analysis counts."""
+    no op this analysis counts. ``windows``: the rank's ``step_windows`` when the caller has them."""
     df = classified if classified is not None else classify(trace.nodes)
     rank = trace.meta.rank
     model = trace.meta.device_model
@@ -190,6 +191,7 @@ def flops(trace: Trace, *, per_step: bool = False, classified: pl.DataFrame | No
     row_of[cpos] = np.arange(len(cpos))
     k_ns = np.zeros(len(cpos), np.int64)
     k_n = np.zeros(len(cpos), np.int64)
+    t_op = cand["start_ns"].fill_null(-1).to_numpy()  # when an op runs: CPU mode, its start
     if gpu_mode:
         kern = (df["on_gpu"].fill_null(False) & (df["cls"] == "compute")).to_numpy()
         lp = kernel_launchers(df, kern)
@@ -199,12 +201,22 @@ def flops(trace: Trace, *, per_step: bool = False, classified: pl.DataFrame | No
         ok = own >= 0
         k_ns = np.bincount(own[ok], weights=dur[ok], minlength=len(cpos)).astype(np.int64)
         k_n = np.bincount(own[ok], minlength=len(cpos)).astype(np.int64)
+        # GPU mode: the GPU start of the op's first kernel (counted ops, and ops without FLOPs)
+        ks = df["start_ns"].filter(pl.Series(kern)).fill_null(np.iinfo(np.int64).max).to_numpy()
+        first = np.full(n, np.iinfo(np.int64).max, np.int64)
+        for a in (op, np.where(lp >= 0, outer_rec[np.maximum(lp, 0)], -1)):
+            np.minimum.at(first, a[a >= 0], ks[a >= 0].astype(np.int64))
+        f = first[pos]
+        t_op = np.where(f < np.iinfo(np.int64).max, f, -1)
     else:
         k_ns = cand["dur_ns"].fill_null(0).to_numpy()[counted].astype(np.int64)
 
-    steps = trace.steps() if per_step else empty_frame(STEP_SCHEMA)
-    starts = cand["start_ns"].fill_null(-1).to_numpy()
-    sidx = _step_of(starts, steps) if per_step and steps.height else np.full(len(pos), -1)
+    steps = empty_frame(STEP_SCHEMA)
+    sidx = np.full(len(pos), -1)
+    if per_step and trace.steps().height:
+        win = windows if windows is not None else step_windows(trace, df)
+        steps = win.frame()
+        sidx = np.where(t_op >= 0, win.index_of(t_op), -1)
     step_no = steps["step"].to_numpy() if steps.height else np.zeros(1, np.int64)
     has_tf32 = bool(dp and dp.tflops.get("tf32"))
     peaks: dict[tuple[str, str | None], tuple[float | None, str | None]] = {}
@@ -435,18 +447,23 @@ def run_flops(
     per_step: bool,
     simulated: bool,
     skipped: dict[str, str],
+    windows: Mapping[int, StepWindows] | None = None,
 ) -> tuple[FlopsResult | None, list[tuple[int, list[str]]]]:
     """``flops`` of every rank, stacked, and each rank's notes (for ``analyze_run`` to merge); None
-    with ``skipped["flops"]`` set when no rank has an op this analysis counts."""
-    parts = [rank_flops(r, tr, classified[r], per_step=per_step) for r, tr in traces.items()]
+    with ``skipped["flops"]`` set when no rank has an op this analysis counts. ``windows``: each
+    rank's ``step_windows``."""
+    win = windows or {}
+    parts = [
+        rank_flops(r, tr, classified[r], per_step=per_step, windows=win.get(r)) for r, tr in traces.items()
+    ]
     return flops_from(parts, simulated=simulated, skipped=skipped)
 
 
 def rank_flops(
-    rank: int, trace: Trace, classified: pl.DataFrame, *, per_step: bool
+    rank: int, trace: Trace, classified: pl.DataFrame, *, per_step: bool, windows: StepWindows | None = None
 ) -> tuple[int, FlopsResult]:
     """One rank's part of :func:`run_flops`: its ``flops``, every row's rank set to ``rank``."""
-    return rank, _ranked(flops(trace, per_step=per_step, classified=classified), rank)
+    return rank, _ranked(flops(trace, per_step=per_step, classified=classified, windows=windows), rank)
 
 
 def flops_from(

@@ -16,7 +16,7 @@ IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
 #: each given to one category (HTA 0.5.0's ``get_idle_time_breakdown``).
 IDLE_TIME_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int64,
-    "step": pl.Int64,  # step of the op that ends the gap (launch time, as overlap)
+    "step": pl.Int64,  # step of the op that ends the gap (its GPU-time step window, as overlap)
     "device": pl.Int64,
     "stream": pl.Int64,
     "n_ops": pl.Int64,  # GPU ops (kernels, memcpys, memsets) on the stream

@@ -11,7 +11,8 @@ its start minus the end of the operators before it. A gap is
 - else **other**: the operator was launched in time but started later, e.g. waiting on an event
   recorded by another stream or on a synchronisation.
 
-The gap belongs to the step of operator k (its launch step). Default: exact ns, every operator,
+The gap belongs to the step of operator k (``stream_ops``: the GPU-time step window holding its
+start; under ``hta_compat`` its launch step, as HTA). Default: exact ns, every operator,
 "the end before k" is the latest end of the operators before it on the stream, and a negative gap
 (operators overlapping on one stream) is no idle time. ``hta_compat``: HTA's kernel filter and µs
 rounding (``stream_ops``), and its own reading: the end of the previous operator in start order,

@@ -10,8 +10,8 @@ For each GPU operator with a launch call (``stream_ops``):
   launch such operators as fast as the GPU runs them);
 - **queue length**: the number of operators launched and not finished, q(t) = #{ops: launch ≤ t
   < end} (an op without a launch call counts from its start), per stream and for all streams of
-  the rank; its maximum and time-weighted mean over a window: the ProfilerStep window for a step
-  row, first launch to last end for the whole trace, and ``QUEUE_BINS`` equal bins over the rank's
+  the rank; its maximum and time-weighted mean over a window: the step's window for a step row
+  (the GPU-time step window, ``step_windows``; the ProfilerStep range under ``hta_compat``), first launch to last end for the whole trace, and ``QUEUE_BINS`` equal bins over the rank's
   window for the time series.
 
 Vectorised: the queue is a sorted list of +1/−1 events per stream and a cumulative sum; window
@@ -23,8 +23,10 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from charllm_trace.analysis.classify import classify
 from charllm_trace.analysis.idle_results import LAUNCH_SCHEMA, QUEUE_SCHEMA, LaunchResult
 from charllm_trace.analysis.results import frame
+from charllm_trace.analysis.step_windows import step_windows
 from charllm_trace.analysis.stream_ops import stream_ops
 from charllm_trace.model import Trace
 
@@ -99,8 +101,8 @@ def launch_stats(
     steps: pl.DataFrame | None = None,
 ) -> LaunchResult:
     """Launch delays, short operators and queue lengths of one rank (module docstring). ``ops``
-    may pass ``stream_ops(trace, ...)`` made with the same ``hta_compat`` options, ``steps``
-    ``trace.steps()``."""
+    may pass ``stream_ops(trace, ...)`` made with the same ``hta_compat`` options, ``steps`` the
+    step windows (``step_windows(...).frame()``; ``trace.steps()`` under ``hta_compat``)."""
     rank = trace.meta.rank if trace.meta.rank is not None else 0
     simulated = bool(trace.meta.extra.get("simulated"))
     got, notes = ops or stream_ops(
@@ -110,7 +112,13 @@ def launch_stats(
     if got.height == 0:
         notes.append("no GPU operators with timestamps on streams")
         return LaunchResult(frame({}, LAUNCH_SCHEMA), frame({}, QUEUE_SCHEMA), hta_compat, simulated, notes)
-    steps = (trace.steps() if steps is None else steps) if per_step else pl.DataFrame()
+    if steps is None and per_step:
+        steps = trace.steps()
+        if steps.height and not hta_compat:
+            steps = step_windows(
+                trace, classified if classified is not None else classify(trace.nodes)
+            ).frame()
+    steps = steps if per_step else pl.DataFrame()
     got = got.with_columns(
         _q0=pl.min_horizontal(pl.coalesce("call_start_ns", "start_ns"), pl.col("start_ns"))
     )

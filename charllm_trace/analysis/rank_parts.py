@@ -171,7 +171,7 @@ def analyze_rank(
             classified=classified,
             windows=windows,
         )
-        part.streams = rank_stream_analyses(tr, classified, options)
+        part.streams = rank_stream_analyses(tr, classified, options, windows)
     part.meta_simulated = bool(tr.meta.extra.get("simulated"))
     part.coll, part.peaks = collectives(
         tr,
@@ -214,8 +214,9 @@ def analyze_rank(
         per_step=options.per_step,
         hta_compat=options.hta_compat,
         hta_keep_last_step=options.hta_keep_last_step,
+        windows=windows,
     )
-    part.flops = rank_flops(rank, tr, classified, per_step=options.per_step)
+    part.flops = rank_flops(rank, tr, classified, per_step=options.per_step, windows=windows)
     part.lost = lost_device_activity(tr.nodes)
     part.meta = dataclasses.replace(tr.meta, process_groups=(), extra={})
     part.dup_notes = duplicate_step_notes(tr)

@@ -11,6 +11,7 @@ from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.idle_time import idle_time
 from charllm_trace.analysis.launch_stats import launch_stats
 from charllm_trace.analysis.results import SIMULATED_NOTE, AnalyzeOptions
+from charllm_trace.analysis.step_windows import StepWindows, step_windows
 from charllm_trace.analysis.stream_ops import stream_ops
 from charllm_trace.model import Trace, rank_ranges
 
@@ -38,10 +39,15 @@ def stream_analyses(
     options: AnalyzeOptions,
     *,
     simulated: bool = False,
+    windows: Mapping[int, StepWindows] | None = None,
 ) -> tuple[IdleTimeResult | None, LaunchResult | None, str | None]:
     """Idle time per stream and launch statistics of ``traces`` (timed ranks), or ``None`` and
-    ``None`` with the reason when no rank has GPU operators on streams."""
-    parts = [(r, rank_stream_analyses(tr, classified[r], options)) for r, tr in traces.items()]
+    ``None`` with the reason when no rank has GPU operators on streams. ``windows``: each rank's
+    ``step_windows`` (the steps, except under ``hta_compat``: HTA's ProfilerSteps)."""
+    parts = [
+        (r, rank_stream_analyses(tr, classified[r], options, windows.get(r) if windows is not None else None))
+        for r, tr in traces.items()
+    ]
     return stream_analyses_from(parts, options, simulated=simulated)
 
 
@@ -49,13 +55,26 @@ def stream_analyses(
 RankStreams = tuple[IdleTimeResult, LaunchResult] | None
 
 
-def rank_stream_analyses(trace: Trace, classified: pl.DataFrame, options: AnalyzeOptions) -> RankStreams:
-    """One timed rank's part of :func:`stream_analyses` (what a worker sends)."""
+def rank_stream_analyses(
+    trace: Trace, classified: pl.DataFrame, options: AnalyzeOptions, windows: StepWindows | None = None
+) -> RankStreams:
+    """One timed rank's part of :func:`stream_analyses` (what a worker sends); ``windows``: its
+    ``step_windows`` when the caller has them."""
     kw = {"hta_compat": options.hta_compat}
     steps = trace.steps()
+    win = windows
+    if win is None and steps.height and not options.hta_compat:
+        win = step_windows(trace, classified)
     ops = stream_ops(
-        trace, classified=classified, keep_last_step=options.hta_keep_last_step, steps=steps, **kw
+        trace,
+        classified=classified,
+        keep_last_step=options.hta_keep_last_step,
+        steps=steps,
+        windows=win,
+        **kw,
     )
+    if win is not None and not options.hta_compat:  # queue figures over the same windows
+        steps = win.frame()
     if ops[0].height == 0:
         return None
     common = {"per_step": options.per_step, "ops": ops, **kw}

@@ -5,9 +5,11 @@ An operator is a kernel, memcpy or memset on a GPU stream (classes ``compute``, 
 ``memcpy``, ``memset``; HTA's ``kernel``/``gpu_memcpy``/``gpu_memset`` categories), with a start
 and a duration. Its **launch call** is the CPU node with the same correlation id (the runtime
 call: ``cudaLaunchKernel``, ``cudaMemcpyAsync``, ``hipLaunchKernel`` ...; the earliest when
-several share it). Its **step** is the ``ProfilerStep#N`` during which it was launched (the
-launch call's start, else the start of its ``launch_id`` node), as the overlap analysis assigns
-steps.
+several share it). Its **step** is the GPU-time step window holding its GPU start
+(:mod:`~charllm_trace.analysis.step_windows`, the windows every per-step figure uses; an operator
+without a launch call, an orphan, goes to the window holding it); under ``hta_compat``, HTA's
+rule: the ``ProfilerStep#N`` during which it was launched (the launch call's start, else the
+start of its ``launch_id`` node, else its own start).
 
 ``hta_compat``: HTA 0.5.0's conventions, as in the overlap analysis: keep only operators whose
 launch call started before the last ProfilerStep began (``keep_last_step``: at or before it
@@ -21,6 +23,7 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.classify import classify
+from charllm_trace.analysis.step_windows import StepWindows, launch_step_index, step_windows
 from charllm_trace.model import Trace
 
 #: The classes of GPU operators on streams.
@@ -54,8 +57,10 @@ def stream_ops(
     hta_compat: bool = False,
     keep_last_step: bool = False,
     steps: pl.DataFrame | None = None,
+    windows: StepWindows | None = None,
 ) -> tuple[pl.DataFrame, list[str]]:
-    """The GPU operators of ``trace`` (``STREAM_OPS_SCHEMA``) and notes on what was dropped."""
+    """The GPU operators of ``trace`` (``STREAM_OPS_SCHEMA``) and notes on what was dropped.
+    ``windows``: the rank's ``step_windows`` when the caller has them (computed otherwise)."""
     df = classified if classified is not None else classify(trace.nodes)
     steps = trace.steps() if steps is None else steps
     notes: list[str] = []
@@ -95,7 +100,7 @@ def stream_ops(
     # only for the ops without a call: one pass over the CPU nodes is what this costs)
     launch = ops["call_start_ns"]
     orphans = ops.filter(pl.col("call_start_ns").is_null() & pl.col("launch_id").is_not_null())
-    if steps.height and orphans.height:
+    if hta_compat and steps.height and orphans.height:  # only HTA's launch-time steps need it
         ids = orphans["launch_id"].unique().implode()
         by_id = (
             df.lazy()
@@ -136,15 +141,17 @@ def stream_ops(
             dur_ns=pl.col("end_ns") - pl.col("start_ns"),
             call_dur_ns=pl.col("_call_end") - pl.col("call_start_ns"),
         )
-    step = np.full(ops.height, None, dtype=object)
-    if steps.height:
-        t = ops["launch_ns"].fill_null(ops["start_ns"]).to_numpy()
-        s0, s1 = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
-        idx = np.searchsorted(s0, t, side="right") - 1
-        ok = (idx >= 0) & (t < s1[np.maximum(idx, 0)])
-        step = np.where(ok, steps["step"].to_numpy()[np.maximum(idx, 0)], -1)
-    out = ops.with_columns(
-        step=pl.Series(step).cast(pl.Int64) if steps.height else pl.lit(None, pl.Int64)
-    ).with_columns(pl.when(pl.col("step") >= 0).then(pl.col("step")).alias("step"))
+    step = pl.lit(None, pl.Int64)
+    if steps.height and hta_compat:  # HTA: the ProfilerStep of the launch
+        idx = launch_step_index(steps, ops["launch_ns"].fill_null(ops["start_ns"]).to_numpy())
+        step = pl.Series(np.where(idx >= 0, steps["step"].to_numpy()[np.maximum(idx, 0)], -1), dtype=pl.Int64)
+    elif steps.height:  # the GPU-time window holding the operator's start
+        win = windows if windows is not None else step_windows(trace, df)
+        notes.extend(win.notes)
+        idx = win.index_of(ops["start_ns"].to_numpy())
+        step = pl.Series(np.where(idx >= 0, win.step[np.maximum(idx, 0)], -1), dtype=pl.Int64)
+    out = ops.with_columns(step=step).with_columns(
+        pl.when(pl.col("step") >= 0).then(pl.col("step")).alias("step")
+    )
     out = out.with_row_index("_i").sort(["device", "stream", "start_ns", "end_ns", "_i"], nulls_last=True)
     return out.select([pl.col(c).cast(d) for c, d in STREAM_OPS_SCHEMA.items()]), notes
