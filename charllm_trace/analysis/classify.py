@@ -234,11 +234,19 @@ def launching_ops(
         pos = np.where(on_gpu[rows] & (pos < 0), by_dep[rows], pos)
     ppos = positions(ids, df["parent"].to_numpy())
     is_rt = (df["kind"] == "runtime").fill_null(False).to_numpy()
-    is_op = (df["kind"] == "cpu_op").fill_null(False).to_numpy()
+    # Python stack frames (Kineto ``python_function`` events, recorded with ``with_stack``) are not
+    # operators: the top-level op is the outermost real op (and the same once sanitize strips paths)
+    py = df["attrs"].str.contains('"cat":"python_function', literal=True).fill_null(False).to_numpy()
+    is_op = (df["kind"] == "cpu_op").fill_null(False).to_numpy() & ~py
     op = pos.copy()
     rt = (pos >= 0) & is_rt[np.maximum(pos, 0)]
     up = ppos[np.maximum(pos, 0)]
     op[rt & (up >= 0)] = up[rt & (up >= 0)]
+    for _ in range(MAX_DEPTH):  # a Python frame is not the launching op: its nearest real op above is
+        frame = (op >= 0) & py[np.maximum(op, 0)]
+        if not frame.any():
+            break
+        op[frame] = ppos[op[frame]]
     top = np.where((op >= 0) & is_op[np.maximum(op, 0)], op, -1)
     walk = np.flatnonzero(op >= 0)  # the rows still walking up, and where they are
     cur = ppos[op[walk]]
