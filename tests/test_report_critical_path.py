@@ -124,8 +124,9 @@ def test_report_without_what_if_has_no_what_if_section(gloo_ets: Path, tmp_path:
     assert _invoke("report", str(gloo_ets), "-o", str(out)).exit_code == 0
     page = out.read_text(encoding="utf-8")
     assert '<section id="critical-path">' in page and 'id="what-if"' not in page
-    # figures on the page are the ones it had before: the critical path's bars sit in its table
-    assert re.findall(r'data-chart="(\w+)"', page) == ["lanes", "bar", "scatter"]
+    # no what-if figure: the critical path's bars sit in its table; the ranks x steps heatmaps
+    # (step time, exposed communication) follow the bandwidth scatter
+    assert re.findall(r'data-chart="(\w+)"', page) == ["lanes", "bar", "scatter", "heatmap", "heatmap"]
 
 
 def test_report_simulate(tmp_path: Path) -> None:
