@@ -14,7 +14,7 @@ inside the C decoder (``thread_time`` around ``NativeDecoder.decode``) of one re
 interleaved. Files: the A100 profile, the big profile as made (relative µs + base), the big
 profile with absolute µs, and the A100 profile read by the msgspec reader alone.
 
-    python benchmarks/bench_kineto_read.py --code before=/work/main --code after=. \
+    python benchmarks/bench_kineto_read.py --code before=../charllm-before --code after=. \
         [--events 1000000] [--rounds 3] [--inner 1] [--workdir DIR]
 
 ``--decoders`` instead times ``jd_decode`` alone, the builds named (copies of the
