@@ -7,7 +7,8 @@ Activity class (column ``cls``):
 ============== ==============================================================
 ``comm``       a GPU collective / point-to-point kernel: NCCL and RCCL kernels
                (RCCL names its kernels ``nccl…`` too), MSCCL(++) and HCCL
-               (``hccl…``) kernels, or any GPU kernel the converter gave a ``coll_type``
+               (``hccl…``) kernels, or any GPU kernel, memcpy or memset the converter gave a
+               ``coll_type`` (a collective's only device work: converters/lone_collectives.py)
 ``compute``    any other GPU kernel
 ``memcpy``     GPU memory copies (Kineto ``gpu_memcpy``; AMD ``__amd_rocclr_copy…``
                blit kernels; names ``Memcpy…`` / ``dma…``)
@@ -80,6 +81,9 @@ def classify(nodes: pl.DataFrame) -> pl.DataFrame:
         .then(pl.lit("gpu_range"))
         .when(kind == "sync")
         .then(pl.lit("sync"))
+        # a copy the converter found to be a collective's only device work (one-rank NCCL)
+        .when(kind.is_in(["memcpy", "memset"]) & has_coll)
+        .then(pl.lit("comm"))
         .when((kind == "memcpy") | pl.col("_f_memcpy"))
         .then(pl.lit("memcpy"))
         .when((kind == "memset") | pl.col("_f_memset"))

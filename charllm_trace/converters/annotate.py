@@ -19,6 +19,7 @@ import polars as pl
 
 from charllm_trace.converters import collectives as C
 from charllm_trace.converters.kineto_profile import KinetoProfile
+from charllm_trace.converters.lone_collectives import context_key, lone_device_work
 from charllm_trace.errors import InputError
 from charllm_trace.limits import MAX_RANK
 from charllm_trace.model import ATTR_TENSOR_GROUP
@@ -263,7 +264,8 @@ def annotate_collectives(
     with_args[[i for i in keyed if 0 <= i < len(with_args)]] = True
     kernel = (cand["kind"] == "kernel").to_numpy()
     starts = np.where(kernel, cand["_rt_id"].fill_null(-1).to_numpy(), cand["id"].to_numpy())
-    ctx_rpc, ctx_ann, ctx_c10d = _contexts(tree, starts, _context_flags(name_s, with_args))
+    flags = _context_flags(name_s, with_args)
+    ctx_rpc, ctx_ann, ctx_c10d = _contexts(tree, starts, flags)
     # an hccl: op is the collective itself only when no device kernel ran under it (else it is
     # that kernel's annotation, as nccl: is)
     hccl = ~kernel & cand["name"].str.starts_with("hccl:").to_numpy()
@@ -273,6 +275,19 @@ def annotate_collectives(
             cand, kernel, starts = cand.filter(pl.Series(keep)), kernel[keep], starts[keep]
             ctx_rpc, ctx_ann, ctx_c10d = ctx_rpc[keep], ctx_ann[keep], ctx_c10d[keep]
 
+    # collectives whose only device work is a copy or a non-library kernel (a one-rank communicator)
+    lone, lone_ctx, several = lone_device_work(
+        ev,
+        cand["id"].to_numpy(),
+        context_key([ctx_rpc, ctx_ann, ctx_c10d]),
+        lambda st: _contexts(tree, st, flags),
+    )
+    lone_ids = set(lone["id"].to_list())
+    if lone_ids:
+        cand = pl.concat([cand, lone])
+        ctx_rpc, ctx_ann, ctx_c10d = (
+            np.r_[a, b] for a, b in zip((ctx_rpc, ctx_ann, ctx_c10d), lone_ctx, strict=True)
+        )
     c10d_ids = set(gloo_c10d.values())
     c10d_start = (
         dict(ev.select("id", "start_ns").filter(pl.col("id").is_in(list(c10d_ids))).iter_rows())
@@ -287,7 +302,8 @@ def annotate_collectives(
         rec: dict[str, Any] = {"id": i}
         args = comm_args.get(i) or {}
         ctx = {k: v for k, v in (("rpc", c_rpc), ("ann", c_ann), ("c10d", c_c10d)) if v >= 0}
-        if r["kind"] != "kernel":
+        on_host = not r["on_gpu"]
+        if on_host:
             c = gloo_c10d.get(i)
             if c is not None:
                 ctx.setdefault("c10d", c)
@@ -299,8 +315,8 @@ def annotate_collectives(
         # ..._AllReduce_...). The enclosing ops' type (record_param_comms args, c10d:: op, nccl:
         # annotation) only types a node whose own name names no collective (a SendRecv kernel): a
         # reduce_scatter that gloo runs as a gloo:all_reduce is an all_reduce here.
-        own_type = (C.coll_type_of(args.get("Collective name")) if args else None) or C.coll_type_of(
-            r["name"]
+        own_type = (C.coll_type_of(args.get("Collective name")) if args else None) or (
+            None if i in lone_ids else C.coll_type_of(r["name"])
         )
         c10d_type = C.coll_type_of(tree.name_of(ctx["c10d"])) if "c10d" in ctx else None
         ctype = (
@@ -320,7 +336,7 @@ def annotate_collectives(
         else:
             info = {"coll_type": ctype}
             # Sizes from the op's own inputs: the gloo op, or the nccl:/rccl: annotation.
-            src = i if r["kind"] != "kernel" else ctx.get("ann")
+            src = i if on_host else ctx.get("ann")
             n_in, ty = (None, None)
             if src is not None:
                 shapes, types, _ = node_io(src)
@@ -419,14 +435,15 @@ def annotate_collectives(
             in_split=info.get("in_split"),
             out_split=info.get("out_split"),
             _size_source=info.get("size_source"),
-            _c10d=ctx.get("c10d") if r["kind"] != "kernel" else None,
+            _c10d=ctx.get("c10d") if on_host else None,
             # issue order: a gloo op is ordered by the c10d op that enqueued it
-            _start=c10d_start.get(ctx.get("c10d", -1), r["start_ns"])
-            if r["kind"] != "kernel"
-            else r["start_ns"],
+            _start=c10d_start.get(ctx.get("c10d", -1), r["start_ns"]) if on_host else r["start_ns"],
         )
         rows.append(rec)
     report: dict[str, Any] = {"comm_nodes": len(rows), "comm_unknown_type": unknown_type}
+    if lone_ids or several:
+        report["comm_lone_device_ops"] = len(lone_ids)
+        report["comm_contexts_several_device_ops"] = several
     if not rows:
         return ev, report, pgs
     _check_sizes(rows, prof.path, bool(io))
