@@ -69,9 +69,16 @@ def overlap_metrics(r: OverlapResult) -> list[Metric]:
 
 
 def busbw_metrics(r: BandwidthResult) -> list[Metric]:
-    """Median bus bandwidth of the collective instances of each (type, process group, size bucket)."""
+    """Median bus bandwidth of the collective instances of each (type, process group, size bucket).
+
+    Collectives with bus factor 0 (a group of one rank: nothing crosses a link, busbw is 0 at any
+    speed) give no metric: it could never regress."""
     df = (
-        r.collectives.filter(pl.col("busbw_gbps").is_not_null() & pl.col("busbw_gbps").is_finite())
+        r.collectives.filter(
+            pl.col("busbw_gbps").is_not_null()
+            & pl.col("busbw_gbps").is_finite()
+            & (pl.col("bus_factor").is_null() | (pl.col("bus_factor") > 0))
+        )
         .group_by("coll_type", "pg_name", "size_bucket")
         .agg(pl.col("busbw_gbps").median().alias("median"))
         .sort(["coll_type", "pg_name", "size_bucket"], nulls_last=True)
