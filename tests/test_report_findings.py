@@ -98,3 +98,24 @@ def test_report_of_a_collected_run_has_findings_and_stragglers(tmp_path: Path, c
     assert "stragglers" in res.page["sections"]
     assert all(x["visible"] and x["target"] for x in res.page["findings"])
     assert res.pixel_std > 10
+
+
+def test_findings_of_the_h200_run_one_rank_groups_and_energy_per_step(tmp_path: Path, cache_dir) -> None:
+    """The real H200 run: its collectives are in a one-rank group (busbw 0 by definition, so the
+    finding gives algorithm bandwidth, not '0.00 GB/s, 0.0 % of the NVLink peak'), and the energy
+    finding gives the traced steps' operator energy, not a mean that counted the (idle) row."""
+    run = FIXTURES / "h200-1rank-nccl"
+    out = tmp_path / "h200.html"
+    r = CliRunner().invoke(main, ["report", str(run), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(CliRunner().invoke(main, ["analyze", str(run), "--json", "--per-step"]).stdout)
+    from charllm_trace.analysis import AnalyzeOptions
+    from charllm_trace.results_cache import analyze_path
+
+    found = findings(analyze_path(str(run), AnalyzeOptions(per_step=True)).analysis)
+    _check_against_json(found, doc, out.read_text(encoding="utf-8"))
+    text = {f.section: f.text for f in found}
+    assert "28 collectives ran in groups of one rank" in text["collective-bandwidth"]
+    assert "2,097 GB/s of algorithm bandwidth (all_gather" in text["collective-bandwidth"]
+    assert "NVLink" not in text["collective-bandwidth"]
+    assert "4,355.0 J" in text["energy"] and "4 traced steps used 85.1 J to 150.7 J" in text["energy"]

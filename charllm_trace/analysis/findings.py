@@ -13,9 +13,11 @@ Findings, in order (each only when its analysis was computed):
 2. exposed communication: that rank's communication time, the exposed part and the overlap;
 3. bus bandwidth against the link peak: the best aggregate (highest utilisation) and the
    collective furthest below the peak (lowest utilisation, among groups of at least 1 MiB);
+   collectives of one-rank groups (bus factor 0) instead get their best algorithm bandwidth;
 4. stragglers: the rank that arrived last most often, and the largest arrival skew;
 5. power: the highest peak power and the throttled time of the whole window;
-6. energy: the total energy of the window and the mean per step.
+6. energy: the total energy of the window and the least and most that the operators of a traced
+   step used (energy by step, without its ``(idle)`` and ``(outside steps)`` rows).
 """
 
 from __future__ import annotations
@@ -93,13 +95,55 @@ def _time(an: RunAnalysis) -> list[Finding]:
     return out
 
 
+def _one_rank_groups(an: RunAnalysis) -> list[Finding]:
+    """Collectives of one-rank groups: bus factor 0, nothing crosses a link (their busbw is 0 at
+    any speed), so only their algorithm bandwidth says anything."""
+    assert an.bandwidth is not None
+    keys = ("coll_type", "pg_name", "size_bucket")
+    one = an.bandwidth.collectives.group_by("pg_name").agg((pl.col("bus_factor") == 0).all().alias("_one"))
+    pgs = one.filter(pl.col("_one"))["pg_name"]
+    rows = an.bandwidth.summary.filter(
+        pl.col("pg_name").is_in(pgs.implode()) & pl.col("algbw_time_weighted_gbps").is_not_null()
+    )
+    if rows.height == 0:
+        return []
+    r = rows.sort(["algbw_time_weighted_gbps", *keys], descending=[True, False, False, False]).row(
+        0, named=True
+    )
+    n = int(rows["count"].sum())
+    ab = _fact("bandwidth", r, keys, "algbw_time_weighted_gbps", f"{r['algbw_time_weighted_gbps']:,.0f} GB/s")
+    return [
+        Finding(
+            "collective-bandwidth",
+            f"{n} collectives ran in groups of one rank: nothing crossed a link, so their bus bandwidth "
+            f"is 0 by definition; as local copies and reductions they reached {ab.text} of algorithm "
+            f"bandwidth ({r['coll_type']}, {r['size_bucket']}).",
+            [ab],
+        )
+    ]
+
+
 def _bandwidth(an: RunAnalysis) -> list[Finding]:
     if an.bandwidth is None:
         return []
-    s = an.bandwidth.summary.filter(pl.col("util_pct").is_not_null())
+    one = _one_rank_groups(an)
+    if one:
+        solo = an.bandwidth.collectives.group_by("pg_name").agg(
+            (pl.col("bus_factor") == 0).all().alias("_one")
+        )
+        multi = solo.filter(~pl.col("_one"))["pg_name"]
+        an_multi = an.bandwidth.summary.filter(pl.col("pg_name").is_in(multi.implode()))
+    else:
+        an_multi = an.bandwidth.summary
+    return one + _bus_bandwidth(an, an_multi)
+
+
+def _bus_bandwidth(an: RunAnalysis, summary: pl.DataFrame) -> list[Finding]:
+    assert an.bandwidth is not None
+    s = summary.filter(pl.col("util_pct").is_not_null())
     keys = ("coll_type", "pg_name", "size_bucket")
     if s.height == 0:
-        b = an.bandwidth.summary.filter(pl.col("busbw_time_weighted_gbps").is_not_null())
+        b = summary.filter(pl.col("busbw_time_weighted_gbps").is_not_null())
         if b.height == 0:
             return []
         r = b.sort(
@@ -206,11 +250,24 @@ def _energy(an: RunAnalysis) -> list[Finding]:
         ["total_j", "rank", "device"], descending=[True, False, False], nulls_last=True
     ).row(0, named=True)
     tot = _fact("energy_totals", t, ("rank", "device"), "total_j", f"{t['total_j']:,.1f} J")
-    steps = an.energy.by.filter((pl.col("group") == "step") & (pl.col("rank") == t["rank"]))
+    # the operators of each traced step (not the (idle) and (outside steps) rows of the group)
+    steps = an.energy.by.filter(
+        (pl.col("group") == "step") & (pl.col("rank") == t["rank"]) & ~pl.col("key").str.starts_with("(")
+    ).sort("energy_j", "key")
     text = f"Rank {t['rank']} GPU {t['device']} used {tot.text} over the telemetry window"
-    if steps.height:
-        text += f", {steps['energy_j'].mean():,.1f} J per step on average over {steps.height} steps"
-    return [Finding("energy", text + ".", [tot])]
+    facts = [tot]
+    keys = ("rank", "group", "key")
+    if steps.height == 1:
+        one = _fact("energy", steps.row(0, named=True), keys, "energy_j", f"{steps['energy_j'][0]:,.1f} J")
+        text += f"; the operators of its one traced step used {one.text}"
+        facts.append(one)
+    elif steps.height > 1:
+        lo, hi = steps.row(0, named=True), steps.row(-1, named=True)
+        flo = _fact("energy", lo, keys, "energy_j", f"{lo['energy_j']:,.1f} J")
+        fhi = _fact("energy", hi, keys, "energy_j", f"{hi['energy_j']:,.1f} J")
+        text += f"; the operators of each of its {steps.height} traced steps used {flo.text} to {fhi.text}"
+        facts += [flo, fhi]
+    return [Finding("energy", text + ".", facts)]
 
 
 def findings(an: RunAnalysis) -> list[Finding]:
