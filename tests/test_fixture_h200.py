@@ -71,6 +71,9 @@ def test_bandwidth_of_a_one_rank_group(analysis) -> None:  # type: ignore[no-unt
     assert c.height == 28 and set(c["group_size"].to_list()) == {1}
     # bus factor (n-1)/n and 2(n-1)/n are 0 for n = 1: busbw 0, as nccl-tests prints it
     assert c["busbw_gbps"].to_list() == [0.0] * 28
+    # no link is used: no peak and no utilisation (not "0 % of NVLink 4")
+    assert c["peak_gbps"].is_null().all() and c["util_pct"].is_null().all()
+    assert analysis.bandwidth.peaks["0"].source == "one rank"
     # algbw = bytes / time: a copy within HBM3e (a device-to-device copy moves ~4.3 TB/s read+write)
     ag = c.filter(pl.col("coll_type") == "all_gather")["algbw_gbps"]
     assert 1500 < ag.min() <= ag.max() < 2500

@@ -83,6 +83,8 @@ def link_peak(
     ``spans`` is unknown."""
     if override is not None:
         return LinkPeak(gbps=float(override), link="given peak", source="override", spans_nodes=spans)
+    if group_size == 1:  # nothing crosses a link: no peak, no utilisation (busbw is 0 by definition)
+        return LinkPeak(gbps=None, link="one rank: no link is used", source="one rank", spans_nodes=False)
     if spans:
         return LinkPeak(gbps=IB_NDR_PORT, link="InfiniBand NDR port", source="table", spans_nodes=True)
     node = node_gpus or NODE_GPUS

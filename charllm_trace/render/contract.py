@@ -154,7 +154,7 @@ def analyze_schema() -> dict[str, Any]:
                     "properties": {
                         "gbps": {"type": ["number", "null"], "description": "per direction; null: unknown"},
                         "link": {"type": ["string", "null"]},
-                        "source": {"type": "string", "description": "table | override | unknown"},
+                        "source": {"type": "string", "description": "table | override | unknown | one rank"},
                         "spans_nodes": {"type": ["boolean", "null"]},
                     },
                 },
