@@ -28,21 +28,28 @@ def marker(shape: str, x: float, y: float, tip: str) -> str:
     return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3">{t}</circle>'
 
 
+#: the width of one character of a 9-px label, a little more than the average glyph's
+LABEL_CHAR_PX = 5.5
+
+
 def vlines(
     marks: Sequence[tuple[float, str]], sx: Scale, x0: float, x1: float, top: float, bottom: float
 ) -> list[str]:
-    """Vertical marker lines with their labels (every label when there is room, else some)."""
+    """Vertical marker lines with their labels: a label is drawn only where it does not run into
+    the previous one (marks close together, e.g. steps on a long telemetry axis, keep their lines
+    and a tooltip each)."""
     inside = [(x, lab) for x, lab in marks if x0 <= x <= x1]
-    every = max(1, math.ceil(len(inside) / 12))
     out = []
-    for k, (x, lab) in enumerate(inside):
+    free_from = -math.inf  # the first pixel after the last label drawn
+    for x, lab in inside:
         px = float(sx(x))
         out.append(
             f'<line class="mark" x1="{px:.1f}" x2="{px:.1f}" y1="{top:.1f}" y2="{bottom:.1f}" stroke="#333" '
             f'stroke-width="1" stroke-dasharray="2 3"><title>{esc(lab)}</title></line>'
         )
-        if k % every == 0:
+        if px + 2 >= free_from:
             out.append(
                 f'<text class="mark" x="{px + 2:.1f}" y="{top + 9:.1f}" font-size="9">{esc(lab)}</text>'
             )
+            free_from = px + 2 + LABEL_CHAR_PX * len(lab) + 4
     return out
