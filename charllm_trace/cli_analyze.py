@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import click
 
+from charllm_trace.analysis.energy_methods import ENERGY_METHODS
 from charllm_trace.cli_cache import allow_partial_option, json_flag, no_cache_option, wide_option
 from charllm_trace.cli_results import (
     refuse_analysis_options,
@@ -77,8 +78,8 @@ def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
     is_flag=True,
     help="Rebuild a timeline for ETs without timestamps (figures labelled simulated).",
 )
-@click.option("--energy-method", type=click.Choice(["trapezoid", "step"]), default="trapezoid", show_default=True,
-              help="Power integration between telemetry samples.")  # fmt: skip
+@click.option("--energy-method", type=click.Choice(ENERGY_METHODS), default="trapezoid", show_default=True,
+              help="Power integration between telemetry samples; counter: the energy counter's own increments.")  # fmt: skip
 @click.option("--what-if", "what_if", default=None, metavar="CLASS=FACTOR,...", help=WHAT_IF_HELP)
 @click.option("--no-critical-path", is_flag=True, help="Skip the critical path through the execution graph.")
 @wide_option

@@ -13,6 +13,9 @@ Definitions (docs/analyses.md):
   the idle energy is ``E_i · (Δ_i − U_i) / Δ_i``. Operators + idle = Σ E_i exactly.
 - When the telemetry carries a cumulative energy counter, every figure is scaled by
   ``correction = (counter_last − counter_first) / Σ E_i``; the correction is reported.
+- ``counter``: the intervals are the counter's own increments instead (``energy_counter.py``):
+  power is the counter's average over each of its update periods; no correction. Without a
+  usable counter, ``trapezoid`` with a note.
 - Operators are GPU kernels (compute and communication), memcpys and memsets.
 - Uncertainty: an operator shorter than the sensor period (the power sensor's update
   period detected from repeated readings, else the median gap between samples) does not get a power reading of its own; its energy is its time share of
@@ -27,6 +30,7 @@ import polars as pl
 
 from charllm_trace.analysis import intervals as iv
 from charllm_trace.analysis.classify import launching_ops, with_phase
+from charllm_trace.analysis.energy_counter import MIN_CHANGES, counter_intervals, update_period_ns
 from charllm_trace.analysis.results import (
     ENERGY_SCHEMA,
     ENERGY_TOTAL_SCHEMA,
@@ -186,8 +190,30 @@ def energy(
             continue
         t = smp["time_ns"].to_numpy().astype(np.int64)
         p = smp["power_w"].to_numpy().astype(np.float64)
-        e = interval_energy(t, p, method)
-        integral = float(e.sum())
+        by_counter = counter_intervals(device_samples(trace, dev)) if method == "counter" else None
+        if method == "counter" and by_counter is None:
+            notes.append(
+                f"device {dev}: no usable energy counter (absent, fewer than {MIN_CHANGES} changes, or "
+                "reset): energy from the power samples (trapezoid)"
+            )
+        power_period = sensor_period_ns(smp, t)
+        if by_counter is not None:
+            pt, pp = t, p
+            t, e = by_counter
+            integral = float(e.sum())
+            sampled = float(np.diff(cumulative_energy(pt, pp, np.array([int(t[0]), int(t[-1])])))[0])
+            notes.append(
+                f"device {dev}: energy from the counter's increments (updated every "
+                f"{update_period_ns(t) / 1e6:.3g} ms); the power samples' integral over the same window "
+                + (
+                    f"differs by {100 * (sampled / integral - 1):+.2f} %"
+                    if integral > 0
+                    else "is not comparable"
+                )
+            )
+        else:
+            e = interval_energy(t, p, "step" if method == "step" else "trapezoid")
+            integral = float(e.sum())
         ops = (
             ops_all.filter((pl.col("device") == dev) | pl.col("device").is_null()) if not single else ops_all
         )
@@ -197,7 +223,9 @@ def energy(
         ctr = smp.filter(pl.col("energy_j").is_not_null())["energy_j"]
         counter = None
         corr = 1.0
-        if ctr.len() >= 2:
+        if by_counter is not None:
+            counter = integral  # the intervals are the counter's own: nothing to correct
+        elif ctr.len() >= 2:
             ct = smp.filter(pl.col("energy_j").is_not_null())["time_ns"]
             counter = float(ctr[-1] - ctr[0])
             if int(ct[0]) != int(t[0]) or int(ct[-1]) != int(t[-1]):
@@ -220,7 +248,7 @@ def energy(
                     f"device {dev}: scaled to the energy counter, correction x{corr:.4f} "
                     f"({100 * (corr - 1):+.2f} %)"
                 )
-        period = sensor_period_ns(smp, t)
+        period = max(power_period, update_period_ns(t)) if by_counter is not None else power_period
         short = (ke - ks) < period
         busy_total = int(busy.sum())
         short_pct = 100.0 * float(busy[short].sum()) / busy_total if busy_total else None

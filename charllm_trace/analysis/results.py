@@ -417,7 +417,7 @@ class AnalyzeOptions:
     peak_gbps: float | None = None  # override the link peak
     parallel: Mapping[str, int] | None = None  # {"tp": 2, "pp": 2, "dp": 2, "ep": 1}
     simulate: bool = False  # rebuild a timeline for traces without timestamps
-    energy_method: str = "trapezoid"  # or "step"
+    energy_method: str = "trapezoid"  # or "step", "counter" (ENERGY_METHODS)
     critical_path: bool = True  # the critical path through the execution graph
     what_if: Mapping[str, float] | None = None  # class -> duration factor (a what-if replay)
     breakdown_top: int | None = None  # time breakdown: keys kept per (rank, step, group); None: all

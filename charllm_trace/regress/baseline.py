@@ -31,6 +31,7 @@ from typing import Any
 
 import orjson
 
+from charllm_trace.analysis.energy_methods import ENERGY_METHODS
 from charllm_trace.errors import InputError
 
 FORMAT = "charllm-trace-baseline"
@@ -211,7 +212,7 @@ def baseline_from_dict(d: Any, path: str | os.PathLike[str] | None = None) -> Ba
 _OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     "hta_compat": (True, False),
     "simulate": (True, False),
-    "energy_method": ("trapezoid", "step"),
+    "energy_method": ENERGY_METHODS,
 }
 
 
