@@ -43,6 +43,8 @@ from charllm_trace.model import Run
 assert P.CATEGORIES == CP_CATEGORIES  # one vocabulary
 
 MIN = np.iinfo(np.int64).min
+#: the first note of a critical path on a trace without timestamps
+SIMULATED_CP = "SIMULATED: the trace has no timestamps; the path follows recorded durations"
 
 
 def retime(rg: RunGraph, factors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -157,7 +159,7 @@ def critical_path(
     for scope, r, s, sink, w0 in targets:
         path = engine.walk_back(g.src, bind, time, sink, w0)
         edges = bind[path[:-1]] if len(path) > 1 else np.zeros(0, np.int64)
-        pc = path_piece(g, time, path, edges, f, rg.point_rank, rg.owner_rank[edges], code_of)
+        pc = path_piece(g, time, path, edges, f, rg.point_rank[path], rg.owner_rank[edges], code_of)
         rows.append(path_row(scope, r, s, w0, int(time[sink]), [pc]))
         if len(edges) == 0:
             continue
@@ -177,7 +179,7 @@ def critical_path(
     )
     notes = list(rg.notes)
     if not g.measured:
-        notes.insert(0, "SIMULATED: the trace has no timestamps; the path follows recorded durations")
+        notes.insert(0, SIMULATED_CP)
     return CriticalPathResult(
         paths=paths, top_ops=top_ops, segments=seg, simulated=not g.measured, notes=notes
     )
@@ -209,9 +211,10 @@ class PathPiece:
     ops: pl.DataFrame  # (orank, code, cat, time_ns, count) of its edges that take time
 
 
-def path_piece(g, time, path, edges, f, point_rank, orank, code_of) -> PathPiece:
-    """The :class:`PathPiece` of points ``path`` (latest first) joined by ``edges`` (``orank``: the
-    rank owning each edge; ``code_of``: rank -> each active node's name code); ``f``: factors."""
+def path_piece(g, time, path, edges, f, path_ranks, orank, code_of) -> PathPiece:
+    """The :class:`PathPiece` of points ``path`` (latest first; ``path_ranks``: their ranks, -1 for
+    a virtual point) joined by ``edges`` (``orank``: the rank owning each edge; ``code_of``: rank ->
+    each active node's name code); ``f``: factors."""
     cats = np.zeros(len(CP_CATEGORIES), dtype=np.int64)
     wait = 0
     if len(edges):
@@ -245,7 +248,7 @@ def path_piece(g, time, path, edges, f, point_rank, orank, code_of) -> PathPiece
         wait=wait,
         n_segments=int((time[path[:-1]] > time[path[1:]]).sum()) if len(edges) else 0,
         n_edges=len(edges),
-        ranks={int(x) for x in np.unique(point_rank[path]) if x >= 0},
+        ranks={int(x) for x in np.unique(path_ranks) if x >= 0},
         last_time=int(time[path[-1]]),
         ops=ops,
     )
