@@ -21,6 +21,7 @@ from charllm_trace.analysis.rank_parts import (  # noqa: F401 - NO_DURATIONS, du
 )
 from charllm_trace.analysis.results import (  # the notes' words live with the result types
     CAN_SIMULATE,  # noqa: F401 - part of this module's interface
+    NO_TIMESTAMPS,  # noqa: F401 - part of this module's interface
     AnalyzeOptions,
     CriticalPathResult,
     RunAnalysis,
