@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.classify import classify
-from charllm_trace.analysis.critical import PathPiece, path_piece, windows
+from charllm_trace.analysis.critical import PathPiece, name_codes, path_piece, windows
 from charllm_trace.analysis.whatif import retimed_traces, whatif_rank_rows
 from charllm_trace.graph import engine
 from charllm_trace.graph import points as P
@@ -214,13 +214,15 @@ class Walked:
     """A piece of a critical path walked in one rank, and where the walk goes on."""
 
     piece: PathPiece
-    names: pl.DataFrame  # the piece's ops with their names
+    names: pl.DataFrame  # the piece's ops (all, or the first 4 x top by time) with their names
     exit_v: int | None  # the run's V the walk reached (it goes on in that V's latest participant)
+    truncated: bool = False  # ``names`` holds only the first 4 x top
 
 
-def walk(rg: RankGraph, key: str, start: int | None, v: int | None, stop: int) -> Walked:
+def walk(rg: RankGraph, key: str, start: int | None, v: int | None, stop: int, top: int | None) -> Walked:
     """Walk back along re-timing ``key``'s binding edges from point ``start`` (or from the rank's
-    copy of the run's V ``v``, through its own start) while times are >= ``stop``."""
+    copy of the run's V ``v``, through its own start) while times are >= ``stop``. The piece's
+    ops: its first ``4 x top`` by time (all when ``top`` is None), named."""
     g = rg.g
     assert g is not None
     t, bind = rg.times[key], rg.binds[key]
@@ -239,12 +241,10 @@ def walk(rg: RankGraph, key: str, start: int | None, v: int | None, stop: int) -
     f = np.ones(len(P.WHATIF_CLASSES))
     orank = np.full(len(edges), rg.rank, np.int64)
     pc = path_piece(g, t, path, edges, f, np.where(path < n, rg.rank, -1), orank, {rg.rank: code_of})
-    ops = pc.ops
-    vocab = rg.vocab
-    assert vocab is not None
-    names = ops.with_columns(
-        name=pl.when(pl.col("code") >= 0).then(vocab.gather(pl.Series(np.maximum(ops["code"].to_numpy(), 0))))
-    )
+    assert rg.vocab is not None
+    names = name_codes(pc.ops, {rg.rank: rg.vocab}, top)
+    truncated = names.height < pc.ops.height
+    pc.ops = pc.ops.clear()  # sent once: named, in ``names``
     last = int(path[-1])
     exit_v = int(rg.vids[last - n]) if len(path) > 1 and last >= n else None
-    return Walked(piece=pc, names=names, exit_v=exit_v)
+    return Walked(piece=pc, names=names, exit_v=exit_v, truncated=truncated)

@@ -23,6 +23,9 @@ from charllm_trace.analysis.whatif import factor_array
 from charllm_trace.graph.engine import cycle_error
 from charllm_trace.graph.run import match_instances
 
+#: top ops kept per path (``critical.critical_path``'s default)
+TOP = 10
+
 
 def build_task(loaded: Any) -> rgm.RankGraph:
     return rgm.rank_graph(loaded.rank, loaded.trace)
@@ -63,10 +66,14 @@ def summary_task(rg: rgm.RankGraph) -> Any:
 
 
 def walk_task(
-    rg: rgm.RankGraph, reqs: list[tuple[int, int | None, int | None, int]]
-) -> list[tuple[int, rgm.Walked]]:
-    """(request id, piece) of each (id, start point, or V, stop time) walked in this rank."""
-    return [(i, rgm.walk(rg, "base", start, v, stop)) for i, start, v, stop in reqs]
+    rg: rgm.RankGraph, reqs: list[tuple[int, int, int | None, int | None, int, bool]]
+) -> list[tuple[int, int, rgm.Walked]]:
+    """(path, piece number, piece) of each (path, piece number, start point or V, stop time, all
+    ops?) walked in this rank."""
+    return [
+        (i, j, rgm.walk(rg, "base", start, v, stop, None if full else TOP))
+        for i, j, start, v, stop, full in reqs
+    ]
 
 
 def graph_step(
@@ -156,19 +163,43 @@ def _rounds(eng, rgs, ranks, options, skipped, sets):
 
 
 def _walk(eng: Any, by_rank: dict[int, Any], starts: list[tuple[gm.Path, int, int]], who: np.ndarray) -> None:
-    """Walk every path back, one round per rank crossed: each rank walks its pieces."""
-    todo: dict[int, list[tuple[int, int | None, int | None, int]]] = {}
+    """Walk every path back, one round per rank crossed: each rank walks its pieces and sends
+    their first 4 x TOP ops by time (enough for a path's top ops unless it crosses a rank twice:
+    then that rank's pieces are walked again with all their ops)."""
     paths = [p for p, _, _ in starts]
+    reqs: list[list[tuple[int, int | None, int | None, int]]] = [[] for _ in paths]  # (rank, start, V, stop)
+    todo: dict[int, list[tuple[int, int, int | None, int | None, int, bool]]] = {}
     for i, (p, r, sink) in enumerate(starts):
-        todo.setdefault(r, []).append((i, sink, None, p.start_ns))
+        todo.setdefault(r, []).append((i, 0, sink, None, p.start_ns, False))
+        reqs[i].append((r, sink, None, p.start_ns))
+    trunc: dict[tuple[int, int], bool] = {}
     while todo:
-        rs = sorted(todo)
-        out = eng.gather(eng.map(walk_task, [by_rank[r] for r in rs], [todo[r] for r in rs]))
+        out = _gather_walks(eng, by_rank, todo)
         todo = {}
-        for res in out:
-            for i, w in res:
-                p = paths[i]
-                p.pieces.append(w.piece)
-                p.names.append(w.names)
-                if w.exit_v is not None:
-                    todo.setdefault(int(who[w.exit_v]), []).append((i, None, w.exit_v, p.start_ns))
+        for i, j, w in out:
+            p = paths[i]
+            p.pieces.append(w.piece)
+            p.names.append(w.names)
+            trunc[(i, j)] = w.truncated
+            if w.exit_v is not None:
+                q = int(who[w.exit_v])
+                reqs[i].append((q, None, w.exit_v, p.start_ns))
+                todo.setdefault(q, []).append((i, j + 1, None, w.exit_v, p.start_ns, False))
+    again: dict[int, list[tuple[int, int, int | None, int | None, int, bool]]] = {}
+    for i, rq in enumerate(reqs):
+        seen = [r for r, _, _, _ in rq]
+        for j, (r, start, v, stop) in enumerate(rq):
+            if seen.count(r) > 1 and trunc.get((i, j)):
+                again.setdefault(r, []).append((i, j, start, v, stop, True))
+    for i, j, w in _gather_walks(eng, by_rank, again):
+        paths[i].names[j] = w.names
+
+
+def _gather_walks(
+    eng: Any, by_rank: dict[int, Any], todo: dict[int, list]
+) -> list[tuple[int, int, rgm.Walked]]:
+    if not todo:
+        return []
+    rs = sorted(todo)
+    out = eng.gather(eng.map(walk_task, [by_rank[r] for r in rs], [todo[r] for r in rs]))
+    return [x for res in out for x in res]
