@@ -227,16 +227,13 @@ def walk(rg: RankGraph, key: str, start: int | None, v: int | None, stop: int, t
     assert g is not None
     t, bind = rg.times[key], rg.binds[key]
     n = rg.n_real
-    if v is not None:
+    if v is not None:  # on a copy: the rank's own binding edges stay as they are
         k = int(np.flatnonzero(rg.vids == v)[0])
         start = n + k
+        bind = bind.copy()
         bind[start] = rg.sv[k]
-    try:
-        path = engine.walk_back(g.src, bind, t, int(start), stop)
-        edges = bind[path[:-1]] if len(path) > 1 else np.zeros(0, np.int64)
-    finally:
-        if v is not None:
-            bind[n + k] = -1
+    path = engine.walk_back(g.src, bind, t, int(start), stop)
+    edges = bind[path[:-1]] if len(path) > 1 else np.zeros(0, np.int64)
     code_of = _codes(rg)
     f = np.ones(len(P.WHATIF_CLASSES))
     orank = np.full(len(edges), rg.rank, np.int64)
