@@ -84,20 +84,19 @@ def graph_notes(
 def solve_virtual(
     n_v: int, shares: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
 ) -> tuple[np.ndarray, int]:
-    """Times of the run's ``n_v`` virtual points from each rank's (V ids, A, D)
+    """Times of the run's ``n_v`` virtual points from each rank's (V ids, A, D rows (j, k, d))
     (``rank_graph.contract``): V_k is the latest start of its participants, a start
-    ``max(A[k], max_j D[j, k] + V_j)``. Returns (times, Vs not reached: more than 0 is a cycle
-    across ranks)."""
+    ``max(A[k], max_j d + V_j)``. Returns (times, Vs not reached: more than 0 is a cycle across
+    ranks)."""
     src, dst, lag = [], [], []
     root = np.full(n_v, engine.NONE, np.int64)
     for vids, a, d in shares:
         if len(vids) == 0:
             continue
         np.maximum.at(root, vids, a)
-        j, k = np.nonzero(d != engine.NONE)
-        src.append(vids[j])
-        dst.append(vids[k])
-        lag.append(d[j, k])
+        src.append(vids[d[:, 0]])
+        dst.append(vids[d[:, 1]])
+        lag.append(d[:, 2])
     s = np.concatenate(src) if src else np.zeros(0, np.int64)
     d_ = np.concatenate(dst) if dst else np.zeros(0, np.int64)
     lg = np.concatenate(lag) if lag else np.zeros(0, np.int64)

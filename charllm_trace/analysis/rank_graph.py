@@ -134,8 +134,11 @@ def join(rg: RankGraph, rows: pl.DataFrame) -> tuple[list[str], int]:
 
 def contract(rg: RankGraph, factors: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, int]:
     """(A, D, points not reached) of the rank's graph with lags scaled by ``factors``: ``A[k]`` the
-    time of its start of instance k from its own roots alone, ``D[j, k]`` the longest path from
-    V_j to it (``NONE``: none). Points not reached (more than 0: a cycle)."""
+    time of its start of instance k from its own roots alone; ``D`` rows (j, k, d): d the longest
+    path from V_j to that start, for the pairs that no other of its Vs, V_i, explains (a pair
+    whose longest path is D[j, i] + D[i, k] is implied by the two others: the run's V times are
+    the same without it; in a chain of collectives this leaves about K pairs of the K(K-1)/2).
+    Points not reached (more than 0: a cycle)."""
     g = rg.g
     assert g is not None
     n, k = rg.n_real, len(rg.vids)
@@ -149,7 +152,18 @@ def contract(rg: RankGraph, factors: np.ndarray | None) -> tuple[np.ndarray, np.
         root[n + j] = 0
         tj, _, _ = engine.longest_path(g.n_points, g.src, g.dst, lag, g.prio, root)
         d[j] = tj[starts]
-    return a, d, g.n_points - done
+    return a, reduce_pairs(d), g.n_points - done
+
+
+def reduce_pairs(d: np.ndarray) -> np.ndarray:
+    """(j, k, d) rows of the finite entries of ``d`` that no i explains: d[j, k] > d[j, i] + d[i, k]
+    for every i (a path through V_i is a path of the rank's graph, so never longer)."""
+    keep = d != NONE
+    low = np.where(keep, d, -(1 << 60))  # no path: far below any sum of two paths
+    for j in range(len(d)):
+        keep[j] &= (low[j][:, None] + low).max(axis=0, initial=-(1 << 62)) != d[j]
+    j, k = np.nonzero(keep)
+    return np.stack([j, k, d[j, k]], axis=1).astype(np.int64)
 
 
 def finish(rg: RankGraph, key: str, factors: np.ndarray | None, vtime: np.ndarray) -> None:
