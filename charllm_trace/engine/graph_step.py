@@ -2,9 +2,11 @@
 is built and re-timed on its worker (``analysis/rank_graph.py``); the driver only matches the
 collective instances, solves the virtual points' times and follows critical paths from rank to
 rank (``analysis/graph_merge.py``). What travels per rank (docs/scale.md): its collective
-instances (5 numbers each), its A and D (K + K x K integers for K instances, per re-timing), its
-start times, windows and what-if rows, and the pieces of the paths walked in it (category sums
-and the (name, category) sums of its ops on the path). Never a node table nor a graph.
+instances (5 numbers each), per re-timing its A (K integers for K instances) and the (V_j, V_k)
+pairs of D no other virtual point explains (3 integers each: about K for chained collectives),
+its start times, windows and what-if rows, and the pieces of the paths walked in it (category
+sums and the first 40 (name, category) sums of its ops on the path). Never a node table nor a
+graph.
 
 Rounds: build (instances back), join and contract (A, D back), finish (windows, what-if rows,
 start times back), then one round per rank a critical path crosses."""
