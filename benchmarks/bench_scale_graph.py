@@ -4,6 +4,8 @@ task returns to the driver, as Dask sends it. Also the driver's own time (matchi
 virtual points, following the paths) and the worker-side time per rank.
 
     python benchmarks/bench_scale_graph.py [RUN ...]   (default: the fixture run and the shared DLRM set)
+    python benchmarks/bench_scale_graph.py --cluster local:2 RUN   (``analyze_distributed`` on a
+        real cluster: the wall time of the whole analysis and of its graph rounds)
 """
 
 from __future__ import annotations
@@ -103,5 +105,33 @@ def main(paths: list[Path]) -> None:
             )
 
 
+def on_cluster(address: str, path: str) -> None:
+    import os
+
+    from charllm_trace.engine import driver
+
+    os.environ["CHARLLM_TRACE_SCHEDULER"] = address
+    spent: list[float] = []
+    inner = gs.graph_step
+
+    def timed(*a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return inner(*a, **kw)
+        finally:
+            spent.append(time.perf_counter() - t0)
+
+    gs.graph_step = timed
+    t0 = time.perf_counter()
+    driver.analyze_distributed(path, AnalyzeOptions(), cache=False)
+    load1 = open("/proc/loadavg").read().split()[0]
+    print(
+        f"{path}: analyze {time.perf_counter() - t0:.1f} s, of which graph rounds {spent[0]:.1f} s (load {load1})"
+    )
+
+
 if __name__ == "__main__":
-    main([Path(p) for p in sys.argv[1:]] or DEFAULT)
+    if sys.argv[1:2] == ["--cluster"]:
+        on_cluster(sys.argv[2], sys.argv[3])
+    else:
+        main([Path(p) for p in sys.argv[1:]] or DEFAULT)
