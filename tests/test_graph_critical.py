@@ -572,3 +572,20 @@ def test_critical_path_of_the_chakra_et_after_simulate():
     check_paths(sim)
     # the simulated timeline's whole-trace path
     assert row_of(sim)["span_ns"] > 0
+
+
+def test_equal_bounds_bind_the_edge_of_larger_index_not_the_one_visited_later():
+    """Two edges of one priority give vertex 2 the same bound: the edge of larger index binds,
+    whatever order the vertices are visited in (so a rank's own graph binds its points as the
+    merged run's graph does: the Dask engine re-times each rank's graph alone)."""
+    from charllm_trace.graph import engine
+
+    # vertex 0 is visited first (its edge is edge 1), vertex 1 after (its edge is edge 0)
+    src, dst = np.array([1, 0], np.int32), np.array([2, 2], np.int32)
+    lag, prio = np.array([5, 5], np.int64), np.array([1, 1], np.int8)
+    root = np.array([0, 0, engine.NONE], np.int64)
+    time, bind, done = engine.longest_path(3, src, dst, lag, prio, root)
+    assert done == 3 and time[2] == 5 and bind[2] == 1
+    # a higher priority still wins over a larger index
+    time, bind, _ = engine.longest_path(3, src, dst, lag, np.array([2, 1], np.int8), root)
+    assert bind[2] == 0

@@ -33,7 +33,7 @@ GLOO = FIXTURES / "cpu-2rank-gloo"
 PER_RANK = ("overlap", "overlap_by_group", "overlap_by_dim", "collectives", "collectives_matched",
             "energy_totals", "energy", "power", "throttle", "stragglers", "idle_time", "launch_stats",
             "launch_queue", "config", "breakdown", "breakdown_totals", "flops", "flops_by_op",
-            "flops_devices", "rank_spread")  # fmt: skip
+            "flops_devices", "rank_spread", "critical_path", "critical_path_ops", "what_if")  # fmt: skip
 #: the frames of the analyses computed per rank on a worker and merged on the driver since the
 #: merge of main (idle time, launches, time breakdown, FLOP/s, stragglers, the run's configuration)
 MERGED = ("stragglers", "idle_time", "launch_stats", "launch_queue", "config", "breakdown",
@@ -75,13 +75,11 @@ def _distributed(path: str, options: AnalyzeOptions, ranks=None, sample=None):
 
 
 def assert_same_analysis(local, dist) -> None:
-    """Every frame and note of ``local`` in ``dist``, except the execution-graph analyses."""
+    """Every frame, note and skipped reason of ``local`` in ``dist``, the execution-graph analyses
+    (critical path, what-if) included."""
     assert dist.ranks == local.ranks
     assert dist.simulated == local.simulated
     lf, df = local.frames(), dist.frames()
-    for k in ("critical_path", "critical_path_ops", "what_if"):
-        lf.pop(k, None)
-        df.pop(k, None)
     assert set(lf) == set(df)
     for name, f in lf.items():
         if name in PER_RANK:
@@ -89,9 +87,12 @@ def assert_same_analysis(local, dist) -> None:
         else:
             assert_frame_equal(f, df[name], check_exact=False, rel_tol=1e-12, abs_tol=0.0)
     assert dist.notes() == {k: v for k, v in local.notes().items() if k in dist.notes()}
-    assert {k: v for k, v in local.skipped.items() if k not in ("critical_path", "what_if")} == {
-        k: v for k, v in dist.skipped.items() if k not in ("critical_path", "what_if")
-    }
+    assert local.skipped == dist.skipped
+    assert (local.critical_path is None) == (dist.critical_path is None)
+    assert (local.what_if is None) == (dist.what_if is None)
+    if local.what_if is not None:
+        assert dist.what_if.fixed_wait_pct == local.what_if.fixed_wait_pct
+        assert dist.what_if.factors == local.what_if.factors
     assert dist.bandwidth is not None and local.bandwidth is not None
     assert dist.bandwidth.peaks == local.bandwidth.peaks
 
@@ -106,8 +107,10 @@ def test_analyze_dlrm_8_ranks_equals_local(scheduler):
     assert [k for k in MERGED if k not in frames or frames[k].height == 0] == []
     assert dist.breakdown is not None and dist.breakdown.by["rank"].null_count() > 0  # all-ranks rows
     assert_same_analysis(local, dist)
-    # the graph analyses need every rank's nodes in one process: said, not guessed
-    assert "--scheduler" in dist.skipped["critical_path"] and dist.critical_path is None
+    # the critical paths: each rank's and the job's, walked on the workers, merged on the driver
+    cp = dist.critical_path.paths
+    assert cp.filter(pl.col("scope") == "job").height == 1 and cp["rank"].drop_nulls().n_unique() == 8
+    assert dist.critical_path.top_ops.height > 0
 
 
 def test_analyze_fixture_run_equals_local(scheduler):
@@ -118,6 +121,28 @@ def test_analyze_fixture_run_equals_local(scheduler):
     one = _distributed(str(GLOO), opts, ranks=[1])
     assert one.ranks == [1]
     assert_same_analysis(analyze_run(load(GLOO, cache=False).select([1]), opts), one)
+
+
+@pytest.mark.parametrize("what_if", [{"comm": 0.5, "gemm": 0.8}, {"launch": 0.0}])
+@pytest.mark.parametrize("per_step", [True, False])
+def test_critical_path_and_what_if_equal_local(scheduler, what_if, per_step):
+    """The critical path and a what-if replay through the cluster: the same rows, numbers, notes and
+    unexplained-wait share as the local path (paths cross ranks at collectives: rank 0's whole-trace
+    path goes on in rank 1)."""
+    opts = AnalyzeOptions(per_step=per_step, what_if=what_if)
+    local, dist = _local(GLOO, opts), _distributed(str(GLOO), opts)
+    assert dist.critical_path is not None and dist.what_if is not None
+    assert dist.what_if.steps.height == local.what_if.steps.height > 0
+    assert "0,1" in dist.critical_path.paths["ranks_on_path"].to_list()  # a path across both ranks
+    assert_same_analysis(local, dist)
+    off = AnalyzeOptions(per_step=per_step, critical_path=False, what_if=what_if)
+    assert_same_analysis(_local(GLOO, off), _distributed(str(GLOO), off))
+
+
+def test_what_if_dlrm_8_ranks_equals_local(scheduler):
+    d = shared_trace("param/dlrm_8ranks_v100")
+    opts = AnalyzeOptions(per_step=True, what_if={"comm": 0.5})
+    assert_same_analysis(_local(d, opts), _distributed(str(d), opts))
 
 
 def test_info_and_convert_equal_local(scheduler, tmp_path):

@@ -9,6 +9,7 @@ import polars as pl
 
 from charllm_trace.analysis.bandwidth import run_hosts
 from charllm_trace.analysis.critical import critical_path
+from charllm_trace.analysis.graph_merge import keep_steps, skip_cycles, skip_untimed
 from charllm_trace.analysis.group_size import ranks_per_node
 from charllm_trace.analysis.parallel import name_groups
 from charllm_trace.analysis.rank_parts import (  # noqa: F401 - NO_DURATIONS, duplicate_step_notes: this module's interface
@@ -20,7 +21,7 @@ from charllm_trace.analysis.rank_parts import (  # noqa: F401 - NO_DURATIONS, du
 )
 from charllm_trace.analysis.results import (  # the notes' words live with the result types
     CAN_SIMULATE,  # noqa: F401 - part of this module's interface
-    NO_TIMESTAMPS,
+    NO_TIMESTAMPS,  # noqa: F401 - part of this module's interface
     AnalyzeOptions,
     CriticalPathResult,
     RunAnalysis,
@@ -96,36 +97,16 @@ def _graph_analyses(
     no_ts: list[int],
 ) -> tuple[CriticalPathResult | None, WhatIfResult | None]:
     """Critical path and what-if replay on the execution graph (one graph for both)."""
-    if not (options.critical_path or options.what_if):
-        return None, None
-    if no_ts:
-        reason = NO_TIMESTAMPS.replace("overlap needs them", "the execution graph needs them")
-        if options.critical_path:
-            skipped["critical_path"] = reason
-        if options.what_if:
-            skipped["what_if"] = reason
+    if skip_untimed(options, skipped, no_ts):
         return None, None
     try:
         graph = build_run_graph(run, classified)
         cp = critical_path(run, graph=graph, segments=False) if options.critical_path else None
         wi = what_if(run, dict(options.what_if), graph=graph) if options.what_if else None
-        if not options.per_step:  # per-step rows only when asked for, as in the other analyses
-            whole = pl.col("step").is_null()
-            if cp is not None:
-                cp = dataclasses.replace(
-                    cp,
-                    paths=cp.paths.filter(whole),
-                    top_ops=cp.top_ops.filter(whole),
-                    segments=cp.segments.filter(whole),
-                )
-            if wi is not None:
-                wi = dataclasses.replace(wi, steps=wi.steps.filter(whole))
     except CycleError as exc:
-        for k, on in (("critical_path", options.critical_path), ("what_if", options.what_if)):
-            if on:
-                skipped[k] = f"the execution graph has dependency cycles ({exc.problem})"
+        skip_cycles(options, skipped, exc.problem)
         return None, None
-    return cp, wi
+    return keep_steps(options, cp, wi)
 
 
 def analyze_trace(trace: Trace, options: AnalyzeOptions | None = None, **kw: Any) -> RunAnalysis:

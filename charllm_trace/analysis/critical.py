@@ -22,6 +22,8 @@ collective (``sync_wait``). Launch latency (runtime call start -> kernel start) 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import polars as pl
 
@@ -41,6 +43,8 @@ from charllm_trace.model import Run
 assert P.CATEGORIES == CP_CATEGORIES  # one vocabulary
 
 MIN = np.iinfo(np.int64).min
+#: the first note of a critical path on a trace without timestamps
+SIMULATED_CP = "SIMULATED: the trace has no timestamps; the path follows recorded durations"
 
 
 def retime(rg: RunGraph, factors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -155,36 +159,14 @@ def critical_path(
     for scope, r, s, sink, w0 in targets:
         path = engine.walk_back(g.src, bind, time, sink, w0)
         edges = bind[path[:-1]] if len(path) > 1 else np.zeros(0, np.int64)
-        cats = np.zeros(len(CP_CATEGORIES), dtype=np.int64)
-        if len(edges):
-            wc = g.wclass[edges]
-            scaled = np.rint(g.base[edges] * np.where(wc >= 0, f[np.maximum(wc, 0)], 1.0)).astype(np.int64)
-            fx = g.fixed[edges]
-            # unexplained waits (positive fixed lags) are waiting; a negative fixed lag (a point
-            # allowed before its source) stays with the edge's own category
-            np.add.at(cats, g.cat[edges], scaled + np.minimum(fx, 0))
-            cats[P.CAT["sync_wait"]] += int(np.maximum(fx, 0).sum())
-        length = int(time[sink] - time[path[-1]])
-        visited = sorted({int(x) for x in np.unique(rg.point_rank[path]) if x >= 0})
-        row = {
-            "scope": scope,
-            "rank": r,
-            "step": s,
-            "start_ns": w0,
-            "end_ns": int(time[sink]),
-            "span_ns": int(time[sink] - w0),
-            "length_ns": length,
-            "n_segments": int((time[path[:-1]] > time[path[1:]]).sum()) if len(edges) else 0,
-            "ranks_on_path": ",".join(map(str, visited)),
-        }
-        row.update({f"{c}_ns": int(cats[i]) for i, c in enumerate(CP_CATEGORIES)})
-        rows.append(row)
+        pc = path_piece(g, time, path, edges, f, rg.point_rank[path], rg.owner_rank[edges], code_of)
+        rows.append(path_row(scope, r, s, w0, int(time[sink]), [pc]))
         if len(edges) == 0:
             continue
-        seg_t = time[path[:-1]] - time[path[1:]]
-        seg_cat = np.where((g.fixed[edges] > 0) & (g.base[edges] <= 0), P.CAT["sync_wait"], g.cat[edges])
-        op_frames.append(_ops_on_path(scope, r, s, edges, seg_t, seg_cat, g, rg, code_of, vocab, length, top))
+        length = int(time[sink] - time[path[-1]])
+        op_frames.append(top_ops_of(name_codes(pc.ops, vocab, top), scope, r, s, length, top))
         if segments and s is None:  # the timelines draw the whole-trace paths: their segments only
+            seg_cat = np.where((g.fixed[edges] > 0) & (g.base[edges] <= 0), P.CAT["sync_wait"], g.cat[edges])
             seg_frames.append(_segments(scope, r, s, edges, path, time, seg_cat, g, rg, code_of, vocab))
     paths = frame(pl.DataFrame(rows) if rows else {}, CRITICAL_PATH_SCHEMA)
     seg = (
@@ -197,7 +179,7 @@ def critical_path(
     )
     notes = list(rg.notes)
     if not g.measured:
-        notes.insert(0, "SIMULATED: the trace has no timestamps; the path follows recorded durations")
+        notes.insert(0, SIMULATED_CP)
     return CriticalPathResult(
         paths=paths, top_ops=top_ops, segments=seg, simulated=not g.measured, notes=notes
     )
@@ -214,40 +196,117 @@ def _names(orank: np.ndarray, own: np.ndarray, code_of, vocab) -> pl.Series:
     return out
 
 
-def _ops_on_path(scope, r, s, edges, seg_t, seg_cat, g, rg, code_of, vocab, length, top) -> pl.DataFrame:
-    """The ``top`` (name, category) pairs by time on one path: aggregated on integer keys, names
-    resolved for the winners only."""
+@dataclass
+class PathPiece:
+    """Sums over part of a critical path (a run of its points; the pieces of one path share only
+    their ends): what ``path_row`` and ``top_ops_of`` add up. The Dask engine walks a path one
+    rank at a time (``engine/graph_step.py``): each rank sends its pieces."""
+
+    cats: np.ndarray  # ns per CP_CATEGORIES
+    wait: int  # positive fixed lags (unexplained waits) on the piece's edges
+    n_segments: int
+    n_edges: int
+    ranks: set[int]  # ranks of its (real) points
+    last_time: int  # time of its last point (the path's start, for the last piece)
+    ops: pl.DataFrame  # (orank, code, cat, time_ns, count) of its edges that take time
+
+
+def path_piece(g, time, path, edges, f, path_ranks, orank, code_of) -> PathPiece:
+    """The :class:`PathPiece` of points ``path`` (latest first; ``path_ranks``: their ranks, -1 for
+    a virtual point) joined by ``edges`` (``orank``: the rank owning each edge; ``code_of``: rank ->
+    each active node's name code); ``f``: factors."""
+    cats = np.zeros(len(CP_CATEGORIES), dtype=np.int64)
+    wait = 0
+    if len(edges):
+        wc = g.wclass[edges]
+        scaled = np.rint(g.base[edges] * np.where(wc >= 0, f[np.maximum(wc, 0)], 1.0)).astype(np.int64)
+        fx = g.fixed[edges]
+        # unexplained waits (positive fixed lags) are waiting; a negative fixed lag (a point
+        # allowed before its source) stays with the edge's own category
+        np.add.at(cats, g.cat[edges], scaled + np.minimum(fx, 0))
+        wait = int(np.maximum(fx, 0).sum())
+        cats[P.CAT["sync_wait"]] += wait
+    seg_t = time[path[:-1]] - time[path[1:]]
+    seg_cat = np.where((g.fixed[edges] > 0) & (g.base[edges] <= 0), P.CAT["sync_wait"], g.cat[edges])
     own = g.owner[edges]
-    orank = rg.owner_rank[edges]
     code = np.full(len(edges), -1, dtype=np.int64)
     for rr in np.unique(orank).tolist():
         sel = np.flatnonzero((orank == rr) & (own >= 0))
         if len(sel) and rr in code_of:
             code[sel] = code_of[rr][own[sel]]
-    key = pl.DataFrame({"orank": orank, "code": code, "cat": seg_cat.astype(np.int64), "t": seg_t})
-    agg = (
+    key = pl.DataFrame(
+        {"orank": np.asarray(orank, np.int64), "code": code, "cat": seg_cat.astype(np.int64), "t": seg_t},
+        schema={"orank": pl.Int64, "code": pl.Int64, "cat": pl.Int64, "t": pl.Int64},
+    )
+    ops = (
         key.filter(pl.col("t") > 0)  # pieces that take time (as the segments count them)
         .group_by("orank", "code", "cat")
-        .agg(time_ns=pl.col("t").sum(), count=pl.len())
-        .sort(["time_ns", "orank", "code", "cat"], descending=[True, False, False, False])
-        .head(top * 4)
+        .agg(time_ns=pl.col("t").sum(), count=pl.len().cast(pl.Int64))
     )
-    names = _names(
-        agg["orank"].to_numpy(),
-        agg["code"].to_numpy(),
-        {k: np.arange(len(v)) for k, v in vocab.items()},
-        vocab,
+    return PathPiece(
+        cats=cats,
+        wait=wait,
+        n_segments=int((time[path[:-1]] > time[path[1:]]).sum()) if len(edges) else 0,
+        n_edges=len(edges),
+        ranks={int(x) for x in np.unique(path_ranks) if x >= 0},
+        last_time=int(time[path[-1]]),
+        ops=ops,
+    )
+
+
+def path_row(scope: str, r: int | None, s: int | None, w0: int, end: int, pieces: list[PathPiece]) -> dict:
+    """One CRITICAL_PATH_SCHEMA row of the path made of ``pieces`` (latest first), ending at time
+    ``end``, its window starting at ``w0``."""
+    cats = np.sum([p.cats for p in pieces], axis=0)
+    n_edges = sum(p.n_edges for p in pieces)
+    row = {
+        "scope": scope,
+        "rank": r,
+        "step": s,
+        "start_ns": w0,
+        "end_ns": end,
+        "span_ns": end - w0,
+        "length_ns": end - pieces[-1].last_time,
+        "n_segments": sum(p.n_segments for p in pieces) if n_edges else 0,
+        "ranks_on_path": ",".join(map(str, sorted(set().union(*(p.ranks for p in pieces))))),
+    }
+    row.update({f"{c}_ns": int(cats[i]) for i, c in enumerate(CP_CATEGORIES)})
+    return row
+
+
+def name_codes(ops: pl.DataFrame, vocab: dict[int, pl.Series], top: int | None = None) -> pl.DataFrame:
+    """``ops`` (a path's (orank, code, cat) sums) ranked by time (the first ``4 x top`` only, when
+    given), with each code's node name (null: the edge belongs to no node)."""
+    agg = ops.sort(["time_ns", "orank", "code", "cat"], descending=[True, False, False, False])
+    agg = agg.head(top * 4) if top is not None else agg
+    return agg.with_columns(
+        name=_names(
+            agg["orank"].to_numpy(),
+            agg["code"].to_numpy(),
+            {k: np.arange(len(v)) for k, v in vocab.items()},
+            vocab,
+        )
+    )
+
+
+def top_ops_of(
+    named: pl.DataFrame, scope: str, r: int | None, s: int | None, length: int, top: int
+) -> pl.DataFrame:
+    """The ``top`` (name, category) pairs by time on one path, from its (orank, code, cat, time_ns,
+    count, name) sums: aggregated on integer keys, names resolved for the winners only."""
+    agg = named.sort(["time_ns", "orank", "code", "cat"], descending=[True, False, False, False]).head(
+        top * 4
     )
     out = (
         agg.with_columns(
-            name=names.fill_null("(wait / idle)"),
+            name=pl.col("name").fill_null("(wait / idle)"),
             category=pl.Series(
                 np.asarray(CP_CATEGORIES, dtype=object)[agg["cat"].to_numpy()].tolist(), dtype=pl.String
             ),
         )
         .group_by("name", "category")
         .agg(pl.col("time_ns").sum(), pl.col("count").sum())
-        .sort(["time_ns", "name"], descending=[True, False])
+        .sort(["time_ns", "name", "category"], descending=[True, False, False])
         .head(top)
         .with_columns(
             scope=pl.lit(scope),

@@ -26,6 +26,9 @@ from charllm_trace.graph import points as P
 from charllm_trace.graph.run import RunGraph, build_run_graph
 from charllm_trace.model import Run, Trace
 
+#: the first note of a what-if on a trace without timestamps
+SIMULATED_WI = "the trace has no timestamps: the measured side is the simulated timeline"
+
 
 def parse_what_if(text: str) -> dict[str, float]:
     """``"comm=0.5,gemm=0.8,launch=0"`` -> {"comm": 0.5, ...}; names are ``points.WHATIF_CLASSES``
@@ -98,6 +101,45 @@ def _overlap_rows(tr: Trace) -> pl.DataFrame:
     return ov.select("step", pl.col("exposed_comm_ns").alias("exposed"), pl.col("overlap_pct").alias("pct"))
 
 
+def _whole(t: np.ndarray, win: tuple[int, int] | None) -> int | None:
+    return int(t[win[0]] - t[win[1]]) if win is not None else None
+
+
+def whatif_rank_rows(
+    r: int, measured: Trace, predicted: Trace, m_whole: int | None, p_whole: int | None
+) -> pl.DataFrame:
+    """One rank's rows of a what-if: step times, overlap and exposed communication of its measured
+    and predicted traces (``m_whole``, ``p_whole``: its whole-trace windows' lengths)."""
+    m = _step_rows(measured, r, m_whole).rename({"ns": "measured_ns"})
+    p = _step_rows(predicted, r, p_whole).rename({"ns": "predicted_ns"}).drop("rank")
+    mo = _overlap_rows(measured).rename(
+        {"exposed": "measured_exposed_comm_ns", "pct": "measured_overlap_pct"}
+    )
+    po = _overlap_rows(predicted).rename(
+        {"exposed": "predicted_exposed_comm_ns", "pct": "predicted_overlap_pct"}
+    )
+    return (
+        m.join(p, on="step", how="left", nulls_equal=True)
+        .join(mo, on="step", how="left", nulls_equal=True)
+        .join(po, on="step", how="left", nulls_equal=True)
+    )
+
+
+def whatif_steps(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """Every rank's :func:`whatif_rank_rows` (in rank order) as one WHATIF_SCHEMA frame."""
+    steps = pl.concat(frames, how="diagonal_relaxed").with_columns(
+        change_pct=pl.when(pl.col("measured_ns") > 0).then(
+            100.0 * (pl.col("predicted_ns") - pl.col("measured_ns")) / pl.col("measured_ns")
+        )
+    )
+    return frame(steps, WHATIF_SCHEMA)
+
+
+def fixed_wait_pct(fixed: int, length: int, measured: bool) -> float | None:
+    """The share of the measured whole-trace critical paths that is unexplained waiting."""
+    return 100.0 * fixed / length if length > 0 and measured else None
+
+
 def what_if(
     run: Run,
     factors: dict[str, float],
@@ -109,7 +151,7 @@ def what_if(
     rg = graph or build_run_graph(run, classified)
     notes = list(rg.notes)
     if not rg.g.measured:
-        notes.insert(0, "the trace has no timestamps: the measured side is the simulated timeline")
+        notes.insert(0, SIMULATED_WI)
     base_t, base_bind = retime(rg)
     new_t, _ = retime(rg, factor_array(factors))
     measured = retimed_traces(run, rg, base_t) if not rg.g.measured else {r: run.traces[r] for r in rg.ranks}
@@ -118,29 +160,13 @@ def what_if(
     # (each side's own last point: what ends last may change under the factors)
     m_win = {r: (sink, w0) for r, s, sink, w0 in windows(rg, run, base_t) if s is None}
     p_win = {r: (sink, w0) for r, s, sink, w0 in windows(rg, run, new_t) if s is None}
-    frames = []
-    for r in rg.ranks:
-        m_whole = int(base_t[m_win[r][0]] - base_t[m_win[r][1]]) if r in m_win else None
-        p_whole = int(new_t[p_win[r][0]] - new_t[p_win[r][1]]) if r in p_win else None
-        m = _step_rows(measured[r], r, m_whole).rename({"ns": "measured_ns"})
-        p = _step_rows(predicted[r], r, p_whole).rename({"ns": "predicted_ns"}).drop("rank")
-        mo = _overlap_rows(measured[r]).rename(
-            {"exposed": "measured_exposed_comm_ns", "pct": "measured_overlap_pct"}
+    frames = [
+        whatif_rank_rows(
+            r, measured[r], predicted[r], _whole(base_t, m_win.get(r)), _whole(new_t, p_win.get(r))
         )
-        po = _overlap_rows(predicted[r]).rename(
-            {"exposed": "predicted_exposed_comm_ns", "pct": "predicted_overlap_pct"}
-        )
-        df = (
-            m.join(p, on="step", how="left", nulls_equal=True)
-            .join(mo, on="step", how="left", nulls_equal=True)
-            .join(po, on="step", how="left", nulls_equal=True)
-        )
-        frames.append(df)
-    steps = pl.concat(frames, how="diagonal_relaxed").with_columns(
-        change_pct=pl.when(pl.col("measured_ns") > 0).then(
-            100.0 * (pl.col("predicted_ns") - pl.col("measured_ns")) / pl.col("measured_ns")
-        )
-    )
+        for r in rg.ranks
+    ]
+    steps = whatif_steps(frames)
     g = rg.g
     # how much of the measured critical paths is waiting the graph does not explain (kept fixed)
     fixed = length = 0
@@ -149,9 +175,9 @@ def what_if(
         if len(path) > 1:
             fixed += int(np.maximum(g.fixed[base_bind[path[:-1]]], 0).sum())
             length += int(base_t[sink] - base_t[path[-1]])
-    fixed_pct = 100.0 * fixed / length if length > 0 and g.measured else None
+    fixed_pct = fixed_wait_pct(fixed, length, g.measured)
     return WhatIfResult(
-        steps=frame(steps, WHATIF_SCHEMA),
+        steps=steps,
         factors=dict(factors),
         fixed_wait_pct=fixed_pct,
         simulated=not g.measured,

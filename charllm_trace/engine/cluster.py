@@ -28,10 +28,11 @@ class DaskEngine:
     def __init__(self, client: Any) -> None:
         self.client = client
 
-    def map(self, fn: Callable[..., Any], items: Sequence[Any], **kw: Any) -> list[Any]:
+    def map(self, fn: Callable[..., Any], items: Sequence[Any], *more: Sequence[Any], **kw: Any) -> list[Any]:
+        """``fn(item, *each of more's items, **kw)`` for each item (``more``: per-item arguments)."""
         if not items:
             return []
-        return self.client.map(fn, list(items), retries=RETRIES, pure=False, **kw)
+        return self.client.map(fn, list(items), *[list(m) for m in more], retries=RETRIES, pure=False, **kw)
 
     def gather(self, handles: list[Any]) -> list[Any]:
         return self.client.gather(handles) if handles else []

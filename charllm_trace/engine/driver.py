@@ -23,12 +23,6 @@ from charllm_trace.engine.tasks import (
 )
 from charllm_trace.errors import InputError
 
-#: why the execution-graph analyses are left out with a scheduler
-NOT_DISTRIBUTED_GRAPH = (
-    "not computed with --scheduler: the execution graph joins every rank's nodes in one process "
-    "(run without --scheduler, or on a few ranks with --ranks)"
-)
-
 
 def _note(text: str) -> None:
     print(f"note: {text}", file=sys.stderr, flush=True)
@@ -144,6 +138,7 @@ def analyze_distributed(
     from charllm_trace.analysis.group_size import ranks_per_node
     from charllm_trace.analysis.rank_parts import merge_parts
     from charllm_trace.engine.cluster import open_engine
+    from charllm_trace.engine.graph_step import graph_step as graph_rounds
 
     address = scheduler()
     assert address is not None
@@ -155,13 +150,21 @@ def analyze_distributed(
         parts = eng.gather(
             eng.map(analyze_task, g.handles, options=options, dims=dims, hosts=hosts, node_gpus=node_gpus)
         )
+        # the critical path and what-if: each rank's share of the graph on its worker (graph_step.py)
+        graph_skipped: dict[str, str] = {}
+        cp_wi = graph_rounds(
+            eng,
+            g.handles,
+            [m.rank for m in g.metas],
+            options,
+            graph_skipped,
+            [p.rank for p in parts if p.no_ts],
+        )
         eng.release(g.handles)
 
-    def graph_step(skipped: dict[str, str], no_ts: list[int], simulated: bool) -> tuple[None, None]:
-        for key, on in (("critical_path", options.critical_path), ("what_if", bool(options.what_if))):
-            if on:
-                skipped[key] = NOT_DISTRIBUTED_GRAPH
-        return None, None
+    def graph_step(skipped: dict[str, str], no_ts: list[int], simulated: bool) -> Any:
+        skipped.update(graph_skipped)
+        return cp_wi
 
     res = merge_parts(parts, options, manifest=g.manifest, source=g.plan.source, graph_step=graph_step)
     res.classified = {}

@@ -11,7 +11,9 @@
  *     (INT64_MIN: none). Kahn's topological order; time[v] is the largest bound,
  *     bind[v] the edge that gives it (-1: the root bound, or no bound at all). On equal
  *     bounds an edge wins over the root bound, the edge of higher prio over the others,
- *     then the later edge. Returns the number of
+ *     then the edge of larger index (not the one met later: the choice does not depend on the
+ *     order vertices are visited in, so one rank's graph alone binds as the merged run's graph
+ *     does, engine/graph_step.py). Returns the number of
  *     vertices reached in topological order: less than n means a cycle; the vertices
  *     left have time INT64_MIN.
  *
@@ -140,7 +142,8 @@ static PyObject *longest_path(PyObject *self, PyObject *args) {
                     int64_t cur = time[v];
                     /* on a tie an edge beats the root bound (the path goes on through it) */
                     if (cur == INT64_MIN || cand > cur ||
-                        (cand == cur && (bind[v] < 0 || prio[e] >= prio[bind[v]]))) {
+                        (cand == cur && (bind[v] < 0 || prio[e] > prio[bind[v]] ||
+                                         (prio[e] == prio[bind[v]] && e > bind[v])))) {
                         time[v] = cand;
                         bind[v] = e;
                     }

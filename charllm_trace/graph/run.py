@@ -38,8 +38,9 @@ class RunGraph:
     notes: list[str] = field(default_factory=list)
 
 
-def _instances(trace: Trace, nodes: pl.DataFrame, part: P.PointGraph) -> pl.DataFrame:
-    """(pg_name, coll_seq, point index of start) of this rank's collective instances."""
+def instances(trace: Trace, nodes: pl.DataFrame, part: P.PointGraph) -> pl.DataFrame:
+    """(pg_name, coll_seq, point index of start ``_i``, its start and end times ``_s``, ``_e``) of
+    this rank's collective instances."""
     act = nodes[part.rows] if len(part.rows) < nodes.height else nodes
     df = act.with_columns(
         _i=pl.int_range(pl.len(), dtype=pl.Int64), pg_name=pl.col("pg_name").fill_null("")
@@ -48,18 +49,100 @@ def _instances(trace: Trace, nodes: pl.DataFrame, part: P.PointGraph) -> pl.Data
         & (pl.col("cls").is_in(["comm", "cpu_comm"]))
         & pl.col("coll_type").is_not_null()
     )
+    schema = {"pg_name": pl.String, "coll_seq": pl.Int64, "_i": pl.Int64, "_s": pl.Int64, "_e": pl.Int64}
     if df.height == 0:
-        return pl.DataFrame(schema={"pg_name": pl.String, "coll_seq": pl.Int64, "_i": pl.Int64})
+        return pl.DataFrame(schema=schema)
     t = part.time
+    i = df["_i"].to_numpy()
     return (
-        df.with_columns(
-            _end=pl.Series(t[2 * df["_i"].to_numpy() + 1]),
-            _dur=pl.Series(t[2 * df["_i"].to_numpy() + 1] - t[2 * df["_i"].to_numpy()]),
-        )
-        .sort(["_end", "_dur"], descending=[True, False])
+        df.with_columns(_s=pl.Series(t[2 * i], dtype=pl.Int64), _e=pl.Series(t[2 * i + 1], dtype=pl.Int64))
+        .with_columns(_dur=pl.col("_e") - pl.col("_s"))
+        .sort(["_e", "_dur"], descending=[True, False])
         .unique(subset=["pg_name", "coll_seq"], keep="first")
-        .select("pg_name", "coll_seq", "_i")
+        .select(list(schema))
     )
+
+
+def match_instances(frames: list[pl.DataFrame]) -> tuple[pl.DataFrame, list[str]]:
+    """Every rank's :func:`instances` (with a ``rank`` column) matched across ranks by (group,
+    sequence): the instances at least two ranks hold, whose participants overlap in time, in
+    (rank, point) order, with their virtual point ``_v`` (0, 1, ... in (group, sequence) order),
+    its transfer time ``_tr`` (the shortest participant, at least 0) and its time ``_vt`` (the
+    last arrival). Also the note on instances not joined. The local graph (``build_run_graph``)
+    and the Dask driver (``engine/graph_step.py``) both match with this."""
+    notes: list[str] = []
+    empty = pl.DataFrame(
+        schema={
+            "pg_name": pl.String,
+            "coll_seq": pl.Int64,
+            "_i": pl.Int64,
+            "_s": pl.Int64,
+            "_e": pl.Int64,
+            "rank": pl.Int64,
+            "_v": pl.Int64,
+            "_tr": pl.Int64,
+            "_vt": pl.Int64,
+        }  # fmt: skip
+    )
+    if not frames:
+        return empty, notes
+    inst = pl.concat(frames).with_columns(_n=pl.len().over(["pg_name", "coll_seq"])).filter(pl.col("_n") >= 2)
+    if inst.height:
+        # participants of one instance run at one time: every start before every end (else the
+        # match is wrong, e.g. sampled ranks that were not peers, or clocks that disagree)
+        ok = inst.group_by(["pg_name", "coll_seq"]).agg(_ok=pl.col("_s").max() <= pl.col("_e").min())
+        bad = ok.filter(~pl.col("_ok"))
+        if bad.height:
+            notes.append(
+                f"{bad.height} collective instances matched by (group, sequence) were not joined across "
+                "ranks: one rank's op ended before another's started (not peers, or clocks that disagree)"
+            )
+            inst = inst.join(
+                ok.filter(pl.col("_ok")).select("pg_name", "coll_seq"), on=["pg_name", "coll_seq"]
+            )
+    if inst.height == 0:
+        return empty, notes
+    # rank order: the order of the collective edges (on equal arrival times, the later edge binds)
+    inst = (
+        inst.sort(["rank", "_i"])
+        .with_columns(_v=pl.struct("pg_name", "coll_seq").rank("dense").cast(pl.Int64) - 1)
+        .with_columns(
+            _tr=(pl.col("_e") - pl.col("_s")).min().over("_v").clip(lower_bound=0),
+            _vt=pl.col("_s").max().over("_v"),
+        )
+    )
+    return inst.select(empty.columns), notes
+
+
+def collective_edges(
+    rank: np.ndarray, li: np.ndarray, v: np.ndarray, tr_each: np.ndarray, gstart: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The edges joining participants' points ``gstart`` (start; ``gstart + 1`` the end) to their
+    instances' virtual points ``v``: start -> V, then V -> end with the transfer time as lag."""
+    k = len(v)
+    return {
+        "src": np.concatenate([gstart, v]),
+        "dst": np.concatenate([v, gstart + 1]),
+        "base": np.concatenate([np.zeros(k, np.int64), tr_each]),
+        "cat": np.concatenate(
+            [np.full(k, P.CAT["sync_wait"], np.int8), np.full(k, P.CAT["communication"], np.int8)]
+        ),
+        "wclass": np.concatenate([np.full(k, -1, np.int8), np.full(k, P.WC["comm"], np.int8)]),
+        "owner": np.concatenate([np.full(k, -1, np.int64), li]),
+        "orank": np.concatenate([rank, rank]),
+    }
+
+
+def cut_spans(p: P.PointGraph, li: np.ndarray, tr: np.ndarray) -> None:
+    """Cut each participant's own span (its nodes ``li``) to the transfer time ``tr`` (the rest is
+    waiting for peers)."""
+    is_span = p.kind == P.EK["span"]
+    ends = 2 * li + 1
+    order = np.argsort(ends)
+    se, st = ends[order], tr[order]
+    e = np.flatnonzero(is_span & np.isin(p.dst, se))
+    k = np.searchsorted(se, p.dst[e])
+    p.base[e] = np.minimum(p.base[e], st[k])
 
 
 def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None) -> RunGraph:
@@ -81,81 +164,32 @@ def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None)
         off += parts[r].n_points
     n_real = off
     inst_frames = []
-    notes: list[str] = []
     if measured and len(ranks) > 1:
         for r in ranks:
-            f = _instances(run.traces[r], cls_nodes[r], parts[r])
+            f = instances(run.traces[r], cls_nodes[r], parts[r])
             if f.height:
                 inst_frames.append(f.with_columns(rank=pl.lit(r, dtype=pl.Int64)))
-    coll_src: list[np.ndarray] = []
-    coll_dst: list[np.ndarray] = []
-    coll_lag: list[np.ndarray] = []
-    coll_cat: list[np.ndarray] = []
-    coll_wc: list[np.ndarray] = []
-    coll_owner: list[np.ndarray] = []
-    coll_orank: list[np.ndarray] = []
-    span_cut: list[tuple[int, np.ndarray, np.ndarray]] = []
+    inst, notes = match_instances(inst_frames)
+    ce: dict[str, np.ndarray] = {}
     n_virtual = 0
-    if inst_frames:
-        inst = pl.concat(inst_frames)
-        inst = inst.with_columns(_n=pl.len().over(["pg_name", "coll_seq"])).filter(pl.col("_n") >= 2)
-        if inst.height:
-            # participants of one instance run at one time: every start before every end (else the
-            # match is wrong, e.g. sampled ranks that were not peers, or clocks that disagree)
-            t_all0 = np.concatenate([parts[r].time for r in ranks])
-            gs0 = (
-                np.array([offsets[int(x)] for x in inst["rank"].to_list()], dtype=np.int64)
-                + 2 * inst["_i"].to_numpy()
-            )
-            inst = inst.with_columns(_s=pl.Series(t_all0[gs0]), _e=pl.Series(t_all0[gs0 + 1]))
-            ok = inst.group_by(["pg_name", "coll_seq"]).agg(
-                _ok=pl.col("_s").max() <= pl.col("_e").min(), _k=pl.len()
-            )
-            bad = ok.filter(~pl.col("_ok"))
-            if bad.height:
-                notes.append(
-                    f"{bad.height} collective instances matched by (group, sequence) were not joined across "
-                    "ranks: one rank's op ended before another's started (not peers, or clocks that disagree)"
-                )
-                inst = inst.join(
-                    ok.filter(pl.col("_ok")).select("pg_name", "coll_seq"), on=["pg_name", "coll_seq"]
-                )
-        if inst.height:
-            inst = inst.with_columns(_v=pl.struct("pg_name", "coll_seq").rank("dense").cast(pl.Int64) - 1)
-            n_virtual = int(inst["_v"].max()) + 1
-            rk = inst["rank"].to_numpy()
-            li = inst["_i"].to_numpy()
-            v = inst["_v"].to_numpy() + n_real
-            gstart = np.array([offsets[int(x)] for x in rk], dtype=np.int64) + 2 * li
-            t_all = np.concatenate([parts[r].time for r in ranks])
-            dur = t_all[gstart + 1] - t_all[gstart]
-            transfer = np.full(n_virtual, np.iinfo(np.int64).max, dtype=np.int64)
-            np.minimum.at(transfer, v - n_real, dur)
-            tr_each = np.maximum(transfer[v - n_real], 0)
-            coll_src += [gstart, v]
-            coll_dst += [v, gstart + 1]
-            coll_lag += [np.zeros(len(v), np.int64), tr_each]
-            coll_cat += [
-                np.full(len(v), P.CAT["sync_wait"], np.int8),
-                np.full(len(v), P.CAT["communication"], np.int8),
-            ]
-            coll_wc += [np.full(len(v), -1, np.int8), np.full(len(v), P.WC["comm"], np.int8)]
-            coll_owner += [np.full(len(v), -1, np.int64), li]
-            coll_orank += [rk, rk]
-            for r in ranks:
-                sel = rk == r
-                if sel.any():
-                    span_cut.append((r, li[sel], tr_each[sel]))
-    # cut each participant's own span to the transfer time (the rest is waiting for peers)
-    for r, li, tr in span_cut:
-        p = parts[r]
-        is_span = p.kind == P.EK["span"]
-        ends = 2 * li + 1
-        order = np.argsort(ends)
-        se, st = ends[order], tr[order]
-        e = np.flatnonzero(is_span & np.isin(p.dst, se))
-        k = np.searchsorted(se, p.dst[e])
-        p.base[e] = np.minimum(p.base[e], st[k])
+    if inst.height:
+        n_virtual = int(inst["_v"].max()) + 1
+        rk = inst["rank"].to_numpy()
+        li = inst["_i"].to_numpy()
+        tr_each = inst["_tr"].to_numpy()
+        gstart = np.array([offsets[int(x)] for x in rk], dtype=np.int64) + 2 * li
+        ce = collective_edges(rk, li, inst["_v"].to_numpy() + n_real, tr_each, gstart)
+        for r in ranks:
+            sel = rk == r
+            if sel.any():
+                cut_spans(parts[r], li[sel], tr_each[sel])
+    coll_src = [ce["src"]] if ce else []
+    coll_dst = [ce["dst"]] if ce else []
+    coll_lag = [ce["base"]] if ce else []
+    coll_cat = [ce["cat"]] if ce else []
+    coll_wc = [ce["wclass"]] if ce else []
+    coll_owner = [ce["owner"]] if ce else []
+    coll_orank = [ce["orank"]] if ce else []
     n_total = n_real + n_virtual
 
     single = len(ranks) == 1 and not coll_src
@@ -174,11 +208,8 @@ def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None)
         if single
         else np.concatenate([parts[r].time for r in ranks] + [np.zeros(n_virtual, np.int64)])
     )
-    if n_virtual:
-        # a virtual point's time: the last arrival
-        vt = np.full(n_virtual, np.iinfo(np.int64).min, dtype=np.int64)
-        np.maximum.at(vt, coll_dst[0] - n_real, time[coll_src[0]])
-        time[n_real:] = vt
+    if n_virtual:  # a virtual point's time: the last arrival
+        time[n_real + inst["_v"].to_numpy()] = inst["_vt"].to_numpy()
     root = (
         parts[ranks[0]].root
         if single
@@ -218,7 +249,7 @@ def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None)
         notes=[],
         measured=measured,
     )
-    owner_rank = owner_rank[_break_cycles(merged, notes)]
+    owner_rank = owner_rank[break_cycles(merged, notes)]
     if measured:
         P.calibrate(merged)
     if single:  # the rank's edge arrays are the run's (calibrated, cycles broken): no second copy
@@ -240,7 +271,7 @@ def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None)
     )
 
 
-def _break_cycles(g: P.PointGraph, notes: list[str]) -> np.ndarray:
+def break_cycles(g: P.PointGraph, notes: list[str]) -> np.ndarray:
     """Drop tensor-data edges that close dependency cycles (the only edges not implied by a lane's
     order, a launch or a measured wait), with a note. Returns the mask of edges kept; a cycle
     without data edges is left to the caller (``engine.CycleError`` when re-timed)."""

@@ -1,0 +1,207 @@
+"""The critical path and what-if with ``--scheduler``: each rank's share of the execution graph
+is built and re-timed on its worker (``analysis/rank_graph.py``); the driver only matches the
+collective instances, solves the virtual points' times and follows critical paths from rank to
+rank (``analysis/graph_merge.py``). What travels per rank (docs/scale.md): its collective
+instances (5 numbers each), per re-timing its A (K integers for K instances) and the (V_j, V_k)
+pairs of D no other virtual point explains (3 integers each: about K for chained collectives),
+its start times, windows and what-if rows, and the pieces of the paths walked in it (category
+sums and the first 40 (name, category) sums of its ops on the path). Never a node table nor a
+graph.
+
+Rounds: build (instances back), join and contract (A, D back), finish (windows, what-if rows,
+start times back), then one round per rank a critical path crosses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from charllm_trace.analysis import graph_merge as gm
+from charllm_trace.analysis import rank_graph as rgm
+from charllm_trace.analysis.results import AnalyzeOptions, CriticalPathResult, WhatIfResult
+from charllm_trace.analysis.whatif import factor_array
+from charllm_trace.graph.engine import cycle_error
+from charllm_trace.graph.run import match_instances
+
+#: top ops kept per path (``critical.critical_path``'s default)
+TOP = 10
+
+
+def build_task(loaded: Any) -> rgm.RankGraph:
+    return rgm.rank_graph(loaded.rank, loaded.trace)
+
+
+def instances_task(rg: rgm.RankGraph) -> tuple[int, bool, pl.DataFrame]:
+    return rg.rank, rg.part.measured, rg.inst
+
+
+def join_task(rg: rgm.RankGraph, rows: pl.DataFrame, sets: dict[str, np.ndarray | None]) -> rgm.RankGraph:
+    notes, dropped = rgm.join(rg, rows)
+    rg.contracted = {k: rgm.contract(rg, f) for k, f in sets.items()}
+    rg.join_notes = notes
+    return rg
+
+
+def contracted_task(
+    rg: rgm.RankGraph,
+) -> tuple[list[str], int, np.ndarray, dict[str, tuple[np.ndarray, np.ndarray, int]]]:
+    return rg.join_notes, rg.dropped, rg.vids, rg.contracted
+
+
+def finish_task(
+    rg: rgm.RankGraph, vtimes: dict[str, np.ndarray], sets: dict[str, np.ndarray | None], what_if: bool
+) -> rgm.RankGraph:
+    for k, f in sets.items():
+        rgm.finish(rg, k, f, vtimes[k])
+    rg.summary = (
+        rgm.start_times(rg, "base"),
+        rgm.targets(rg, "base"),
+        rgm.whatif_rows(rg) if what_if else None,
+    )
+    return rg
+
+
+def summary_task(rg: rgm.RankGraph) -> Any:
+    return rg.summary
+
+
+def walk_task(
+    rg: rgm.RankGraph, reqs: list[tuple[int, int, int | None, int | None, int, bool]]
+) -> list[tuple[int, int, rgm.Walked]]:
+    """(path, piece number, piece) of each (path, piece number, start point or V, stop time, all
+    ops?) walked in this rank."""
+    return [
+        (i, j, rgm.walk(rg, "base", start, v, stop, None if full else TOP))
+        for i, j, start, v, stop, full in reqs
+    ]
+
+
+def graph_step(
+    eng: Any,
+    handles: list[Any],
+    ranks: list[int],
+    options: AnalyzeOptions,
+    skipped: dict[str, str],
+    no_ts: list[int],
+) -> tuple[CriticalPathResult | None, WhatIfResult | None]:
+    """``analysis.api._graph_analyses`` of the ranks read on the workers (``handles``, in rank order)."""
+    if gm.skip_untimed(options, skipped, no_ts):
+        return None, None
+    sets: dict[str, np.ndarray | None] = {"base": None}
+    if options.what_if:
+        sets["new"] = factor_array(dict(options.what_if))
+    rgs = eng.map(build_task, handles)
+    try:
+        return _rounds(eng, rgs, ranks, options, skipped, sets)
+    finally:
+        eng.release(rgs)
+
+
+def _rounds(eng, rgs, ranks, options, skipped, sets):
+    infos = eng.gather(eng.map(instances_task, rgs))
+    measured = all(m for _, m, _ in infos)
+    frames = [f.with_columns(rank=pl.lit(r, dtype=pl.Int64)) for r, _, f in infos if f.height]
+    inst, match_notes = match_instances(frames) if measured and len(ranks) > 1 else match_instances([])
+    n_v = int(inst["_v"].max()) + 1 if inst.height else 0
+    rows = [inst.filter(pl.col("rank") == r).select("_i", "_v", "_tr", "_vt") for r in ranks]
+    joined = eng.map(join_task, rgs, rows, sets=sets)
+    parts = eng.gather(eng.map(contracted_task, joined))
+    notes = gm.graph_notes(
+        [(r, p[0]) for r, p in zip(ranks, parts, strict=True)],
+        match_notes,
+        sum(p[1] for p in parts),
+        measured,
+    )
+    vtimes: dict[str, np.ndarray] = {}
+    for k in sets:
+        left = sum(p[3][k][2] for p in parts)
+        vt, v_left = gm.solve_virtual(n_v, [(p[2], p[3][k][0], p[3][k][1]) for p in parts])
+        if left or v_left:
+            gm.skip_cycles(options, skipped, cycle_error("execution graph", left + v_left).problem)
+            eng.release(joined)
+            return None, None
+        vtimes[k] = vt
+    per_rank = [{k: vtimes[k][p[2]] for k in sets} for p in parts]
+    done = eng.map(finish_task, joined, per_rank, sets=sets, what_if=bool(options.what_if))
+    eng.release(joined)
+    try:
+        summaries = eng.gather(eng.map(summary_task, done))
+        who = gm.bind_virtual(n_v, [(r, p[2], s[0]) for r, p, s in zip(ranks, parts, summaries, strict=True)])
+        cp_paths: list[gm.Path] = []
+        starts: list[tuple[gm.Path, int, int]] = []  # (path, rank, end point)
+        whole: list[tuple[int, int, int, int]] = []  # (rank, end point, end time, start time)
+        for r, s in zip(ranks, summaries, strict=True):
+            for step, sink, _w0, w0_t, sink_t in s[1]:
+                p = gm.Path("rank", r, step, w0_t, sink_t)
+                cp_paths.append(p)
+                starts.append((p, r, sink))
+                if step is None:
+                    whole.append((r, sink, sink_t, w0_t))
+        if len(whole) > 1:
+            r, sink, sink_t, _ = max(whole, key=lambda w: w[2])
+            job = gm.Path("job", None, None, min(w[3] for w in whole), sink_t)
+            cp_paths.append(job)
+            starts.append((job, r, sink))
+        if not options.critical_path:
+            cp_paths, starts = [], []
+        waits: list[gm.Path] = []
+        if options.what_if:
+            for r, s in zip(ranks, summaries, strict=True):
+                if s[2][1] is not None:
+                    sink, w0_t, sink_t = s[2][1]
+                    p = gm.Path("rank", r, None, w0_t, sink_t)
+                    waits.append(p)
+                    starts.append((p, r, sink))
+        _walk(eng, dict(zip(ranks, done, strict=True)), starts, who)
+        cp = gm.critical_from(cp_paths, notes, measured) if options.critical_path else None
+        wi = None
+        if options.what_if:
+            wi = gm.whatif_from([s[2][0] for s in summaries], waits, dict(options.what_if), notes, measured)
+        return gm.keep_steps(options, cp, wi)
+    finally:
+        eng.release(done)
+
+
+def _walk(eng: Any, by_rank: dict[int, Any], starts: list[tuple[gm.Path, int, int]], who: np.ndarray) -> None:
+    """Walk every path back, one round per rank crossed: each rank walks its pieces and sends
+    their first 4 x TOP ops by time (enough for a path's top ops unless it crosses a rank twice:
+    then that rank's pieces are walked again with all their ops)."""
+    paths = [p for p, _, _ in starts]
+    reqs: list[list[tuple[int, int | None, int | None, int]]] = [[] for _ in paths]  # (rank, start, V, stop)
+    todo: dict[int, list[tuple[int, int, int | None, int | None, int, bool]]] = {}
+    for i, (p, r, sink) in enumerate(starts):
+        todo.setdefault(r, []).append((i, 0, sink, None, p.start_ns, False))
+        reqs[i].append((r, sink, None, p.start_ns))
+    trunc: dict[tuple[int, int], bool] = {}
+    while todo:
+        out = _gather_walks(eng, by_rank, todo)
+        todo = {}
+        for i, j, w in out:
+            p = paths[i]
+            p.pieces.append(w.piece)
+            p.names.append(w.names)
+            trunc[(i, j)] = w.truncated
+            if w.exit_v is not None:
+                q = int(who[w.exit_v])
+                reqs[i].append((q, None, w.exit_v, p.start_ns))
+                todo.setdefault(q, []).append((i, j + 1, None, w.exit_v, p.start_ns, False))
+    again: dict[int, list[tuple[int, int, int | None, int | None, int, bool]]] = {}
+    for i, rq in enumerate(reqs):
+        seen = [r for r, _, _, _ in rq]
+        for j, (r, start, v, stop) in enumerate(rq):
+            if seen.count(r) > 1 and trunc.get((i, j)):
+                again.setdefault(r, []).append((i, j, start, v, stop, True))
+    for i, j, w in _gather_walks(eng, by_rank, again):
+        paths[i].names[j] = w.names
+
+
+def _gather_walks(
+    eng: Any, by_rank: dict[int, Any], todo: dict[int, list]
+) -> list[tuple[int, int, rgm.Walked]]:
+    if not todo:
+        return []
+    rs = sorted(todo)
+    out = eng.gather(eng.map(walk_task, [by_rank[r] for r in rs], [todo[r] for r in rs]))
+    return [x for res in out for x in res]
