@@ -19,6 +19,8 @@ from charllm_trace.errors import InputError
 
 #: times Dask runs a task again when its worker died (or it raised something else than bad input)
 RETRIES = 2
+#: results gathered to the driver at a time by :meth:`DaskEngine.gather_batches`
+GATHER_BATCH = 64
 _LOCAL = re.compile(r"local(-threads)?:(\d+)")
 
 
@@ -35,6 +37,18 @@ class DaskEngine:
 
     def gather(self, handles: list[Any]) -> list[Any]:
         return self.client.gather(handles) if handles else []
+
+    def gather_batches(self, handles: list[Any], size: int | None = None) -> list[Any]:
+        """:meth:`gather`, ``size`` (default :data:`GATHER_BATCH`) results at a time, each batch's
+        handles released once gathered: the driver holds the serialized results of one batch at a
+        time, not of every rank at once, and the workers forget what was gathered."""
+        out: list[Any] = []
+        size = size or GATHER_BATCH
+        for i in range(0, len(handles), size):
+            batch = handles[i : i + size]
+            out.extend(self.client.gather(batch))
+            self.release(batch)
+        return out
 
     def release(self, handles: list[Any]) -> None:
         for h in handles:

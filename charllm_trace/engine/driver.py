@@ -152,7 +152,7 @@ def analyze_distributed(
         dims = dims_of([m.groups for m in g.metas], g.manifest, options)
         hosts = hosts_of(g.manifest, {m.rank: m.hostname for m in g.metas})
         node_gpus = ranks_per_node(g.manifest)
-        parts = eng.gather(
+        parts = eng.gather_batches(
             eng.map(analyze_task, g.handles, options=options, dims=dims, hosts=hosts, node_gpus=node_gpus)
         )
         eng.release(g.handles)
