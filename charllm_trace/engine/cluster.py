@@ -38,16 +38,23 @@ class DaskEngine:
     def gather(self, handles: list[Any]) -> list[Any]:
         return self.client.gather(handles) if handles else []
 
-    def gather_batches(self, handles: list[Any], size: int | None = None) -> list[Any]:
+    def gather_batches(
+        self,
+        handles: list[Any],
+        size: int | None = None,
+        each: Callable[[list[Any]], list[Any]] | None = None,
+    ) -> list[Any]:
         """:meth:`gather`, ``size`` (default :data:`GATHER_BATCH`) results at a time, each batch's
         handles released once gathered: the driver holds the serialized results of one batch at a
-        time, not of every rank at once, and the workers forget what was gathered."""
+        time, not of every rank at once, and the workers forget what was gathered. ``each``: what
+        becomes of a batch once gathered (``engine/compact.py``)."""
         out: list[Any] = []
         size = size or GATHER_BATCH
         for i in range(0, len(handles), size):
             batch = handles[i : i + size]
-            out.extend(self.client.gather(batch))
+            got = self.client.gather(batch)
             self.release(batch)
+            out.extend(each(got) if each is not None else got)
         return out
 
     def release(self, handles: list[Any]) -> None:

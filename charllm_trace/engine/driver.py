@@ -144,6 +144,7 @@ def analyze_distributed(
     from charllm_trace.analysis.group_size import ranks_per_node
     from charllm_trace.analysis.rank_parts import merge_parts
     from charllm_trace.engine.cluster import open_engine
+    from charllm_trace.engine.compact import compact_batch
 
     address = scheduler()
     assert address is not None
@@ -153,7 +154,8 @@ def analyze_distributed(
         hosts = hosts_of(g.manifest, {m.rank: m.hostname for m in g.metas})
         node_gpus = ranks_per_node(g.manifest)
         parts = eng.gather_batches(
-            eng.map(analyze_task, g.handles, options=options, dims=dims, hosts=hosts, node_gpus=node_gpus)
+            eng.map(analyze_task, g.handles, options=options, dims=dims, hosts=hosts, node_gpus=node_gpus),
+            each=compact_batch,
         )
         eng.release(g.handles)
 
