@@ -75,3 +75,22 @@ def test_json_file_written_a_chunk_at_a_time(tmp_path: Path, monkeypatch) -> Non
         export.write(res, "json", out, force=True)
     assert out.read_bytes() == want
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+def test_cli_json_to_stdout_streamed_and_equal_to_the_file(tmp_path: Path, monkeypatch, cache_dir) -> None:
+    from click.testing import CliRunner
+
+    from charllm_trace.cli import main
+
+    r = CliRunner()
+    out = tmp_path / "a.json"
+    res = r.invoke(main, ["analyze", str(GLOO), "--no-cache", "--format", "json", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    monkeypatch.setattr(export, "JSON_CHUNK_ROWS", 2)
+    heights: list[int] = []
+    to_dicts = pl.DataFrame.to_dicts
+    monkeypatch.setattr(pl.DataFrame, "to_dicts", lambda df: (heights.append(df.height), to_dicts(df))[1])
+    res = r.invoke(main, ["analyze", str(GLOO), "--no-cache", "--json"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout_bytes == out.read_bytes()
+    assert heights and max(heights) <= 2
