@@ -14,8 +14,15 @@ Printed per case: wall time (measured by this parent), the driver's peak RSS (th
 ``workers MiB``, from ``RUSAGE_CHILDREN``), ranks/s and MB/s of (compressed) input, and the
 1-minute load average before the case (the machine is shared: compare with it in mind).
 
+With ``--scheduler ADDRESS`` (e.g. ``local:2``: a ``LocalCluster`` of 2 process workers started
+by the analysing process) every case runs through the Dask engine (docs/scale.md); "driver MiB"
+is then the peak of the process that gathers and merges the ranks' parts and writes the JSON
+(the scheduler of ``local:N`` runs in it too; its workers are not counted). ``--no-critical-path``
+passes that option (the critical path is not computed with a scheduler).
+
     python benchmarks/bench_many_ranks.py                       # 128, 512, 1024 ranks
     python benchmarks/bench_many_ranks.py --ranks 128 --cases all,ranks
+    python benchmarks/bench_many_ranks.py --scheduler local:2 --no-critical-path --cases all
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ def generated(n: int, workdir: Path) -> tuple[Path, float | None]:
 
 
 def run_case(run: Path, extra: list[str], out: Path) -> dict:
+    """One ``analyze`` in a fresh process: wall time, its peak RSS, the ranks in its output."""
     load1 = os.getloadavg()[0]
     cmd = [sys.executable, "-c", CHILD, "analyze", str(run), "--no-cache", "--format", "json", "-o", str(out),
            "--force", *extra]  # fmt: skip
@@ -81,7 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", default="128,512,1024", help="run sizes (comma-separated)")
     ap.add_argument("--cases", default="all,ranks,sample", help=f"of {', '.join(CASES)}")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "charllm-many-ranks")
+    ap.add_argument("--scheduler", default=None, metavar="ADDRESS", help="analyse through Dask (local:N)")
+    ap.add_argument("--no-critical-path", action="store_true", help="pass --no-critical-path")
     a = ap.parse_args(argv)
+    common = (["--scheduler", a.scheduler] if a.scheduler else []) + (
+        ["--no-critical-path"] if a.no_critical_path else []
+    )
+    if common:
+        print(f"# analyze options: {' '.join(common)}")
     a.workdir.mkdir(parents=True, exist_ok=True)
     print(f"{'N':>5} {'case':<12} {'ranks':>5} {'wall s':>8} {'driver MiB':>10} {'workers MiB':>11} "
           f"{'ranks/s':>8} {'MB/s':>6} {'load1':>6}")  # fmt: skip
@@ -91,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         if made is not None:
             print(f"# generated {n} ranks ({mb:.1f} MB gzip) in {made:.1f} s")
         for case in a.cases.split(","):
-            r = run_case(run, CASES[case], a.workdir / f"out_{n}_{case}.json")
+            r = run_case(run, [*CASES[case], *common], a.workdir / f"out_{n}_{case}.json")
             share = r["ranks"] / n
             label = case if case == "all" else " ".join(CASES[case])
             print(

@@ -173,6 +173,10 @@ def analyze_cmd(
         return
     from charllm_trace.render import export
 
+    if output is None and fmt == "json":  # a piece at a time (1,024 ranks: 150 MB)
+        for piece in export.iter_json(res):
+            click.echo(piece, nl=False)
+        return
     if output is None:
         click.echo(export.render_stdout(res, fmt), nl=False)
         return

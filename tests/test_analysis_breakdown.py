@@ -471,3 +471,22 @@ def test_cli_json_on_shared_profile(tmp_path: Path) -> None:
     kern = [x for x in frames["breakdown"] if x["group"] == "kernel" and x["step"] is None]
     assert len(kern) == 6 and kern[-1]["key"] == "(67 others)"
     assert kern[0]["key"].startswith("ncclKernel_AllReduce") and kern[0]["count"] == 15
+
+
+def test_rank_parts_carry_categorical_names_and_give_strings_back() -> None:
+    """What a rank sends for the breakdown holds its names as categoricals (1,024 ranks repeat the
+    same kernel names: issue 11, the driver's memory); the run's breakdown is the same as from the
+    same rows as strings, and its frames hold strings."""
+    from charllm_trace.analysis.breakdown import breakdown_from, rank_breakdown
+
+    run = ct.load(shared_trace("param/dlrm_8ranks_v100"), cache=False)
+    parts = [rank_breakdown(r, run.traces[r], per_step=True) for r in run.ranks]
+    names = ["category", "name", "op", "top_op"]
+    assert all(p[1] is not None and all(p[1][c].dtype == pl.Categorical for c in names) for p in parts)
+    as_str = [(r, f.with_columns(pl.col(names).cast(pl.String)), n, s) for r, f, n, s in parts]
+    for top in (None, 3):
+        got, want = breakdown_from(parts, top_n=top), breakdown_from(as_str, top_n=top)
+        assert got is not None and want is not None
+        assert got.by["key"].dtype == pl.String and got.by["category"].dtype == pl.String
+        assert got.by.equals(want.by, null_equal=True) and got.totals.equals(want.totals)
+        assert got.notes == want.notes and got.by.height > 300

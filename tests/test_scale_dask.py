@@ -145,6 +145,24 @@ def test_what_if_dlrm_8_ranks_equals_local(scheduler):
     assert_same_analysis(_local(d, opts), _distributed(str(d), opts))
 
 
+def test_parts_gathered_in_batches_equal_local(scheduler, monkeypatch):
+    """The driver gathers the ranks' parts a batch at a time, releasing each batch (issue 11: the
+    driver's memory at 1,024 ranks); the analysis is the local path's."""
+    from charllm_trace.engine import cluster
+
+    monkeypatch.setattr(cluster, "GATHER_BATCH", 3)
+    released: list[int] = []
+    release = cluster.DaskEngine.release
+    monkeypatch.setattr(
+        cluster.DaskEngine, "release", lambda self, h: (released.append(len(h)), release(self, h))
+    )
+    d = shared_trace("param/dlrm_8ranks_v100")
+    opts = AnalyzeOptions(per_step=True)
+    dist = _distributed(str(d), opts)
+    assert [3, 3, 2] == released[-4:-1]  # the parts, in batches; then the ranks read
+    assert_same_analysis(_local(d, opts), dist)
+
+
 def test_info_and_convert_equal_local(scheduler, tmp_path):
     d = shared_trace("param/dlrm_8ranks_v100")
     r = CliRunner()

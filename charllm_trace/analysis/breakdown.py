@@ -134,7 +134,11 @@ _COLS = ["category", "name", "op", "top_op"]
 
 def _fine(ops: pl.DataFrame) -> pl.DataFrame:
     """The operators summed once per distinct (rank, step, category, kernel, op, top-level op): a
-    few hundred rows per rank (what a rank sends for the run's breakdown)."""
+    few hundred rows per rank (what a rank sends for the run's breakdown). The names are
+    categoricals (polars' categories are process-wide, sorted as strings; :func:`breakdown_from`
+    gives strings back): the same kernel names repeat on every rank, so 1,024 ranks' rows hold
+    each name once (docs/scale.md)."""
+    ops = ops.with_columns(pl.col(_COLS).cast(pl.Categorical))
     return ops.group_by(["rank", "step", *_COLS]).agg(
         pl.len().cast(pl.Int64).alias("count"),
         pl.col("dur_ns").sum().alias("total_ns"),

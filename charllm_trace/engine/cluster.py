@@ -19,6 +19,8 @@ from charllm_trace.errors import InputError
 
 #: times Dask runs a task again when its worker died (or it raised something else than bad input)
 RETRIES = 2
+#: results gathered to the driver at a time by :meth:`DaskEngine.gather_batches`
+GATHER_BATCH = 64
 _LOCAL = re.compile(r"local(-threads)?:(\d+)")
 
 
@@ -36,6 +38,25 @@ class DaskEngine:
 
     def gather(self, handles: list[Any]) -> list[Any]:
         return self.client.gather(handles) if handles else []
+
+    def gather_batches(
+        self,
+        handles: list[Any],
+        size: int | None = None,
+        each: Callable[[list[Any]], list[Any]] | None = None,
+    ) -> list[Any]:
+        """:meth:`gather`, ``size`` (default :data:`GATHER_BATCH`) results at a time, each batch's
+        handles released once gathered: the driver holds the serialized results of one batch at a
+        time, not of every rank at once, and the workers forget what was gathered. ``each``: what
+        becomes of a batch once gathered (``engine/compact.py``)."""
+        out: list[Any] = []
+        size = size or GATHER_BATCH
+        for i in range(0, len(handles), size):
+            batch = handles[i : i + size]
+            got = self.client.gather(batch)
+            self.release(batch)
+            out.extend(each(got) if each is not None else got)
+        return out
 
     def release(self, handles: list[Any]) -> None:
         for h in handles:

@@ -138,6 +138,7 @@ def analyze_distributed(
     from charllm_trace.analysis.group_size import ranks_per_node
     from charllm_trace.analysis.rank_parts import merge_parts
     from charllm_trace.engine.cluster import open_engine
+    from charllm_trace.engine.compact import compact_batch
     from charllm_trace.engine.graph_step import graph_step as graph_rounds
 
     address = scheduler()
@@ -147,8 +148,9 @@ def analyze_distributed(
         dims = dims_of([m.groups for m in g.metas], g.manifest, options)
         hosts = hosts_of(g.manifest, {m.rank: m.hostname for m in g.metas})
         node_gpus = ranks_per_node(g.manifest)
-        parts = eng.gather(
-            eng.map(analyze_task, g.handles, options=options, dims=dims, hosts=hosts, node_gpus=node_gpus)
+        parts = eng.gather_batches(
+            eng.map(analyze_task, g.handles, options=options, dims=dims, hosts=hosts, node_gpus=node_gpus),
+            each=compact_batch,
         )
         # the critical path and what-if: each rank's share of the graph on its worker (graph_step.py)
         graph_skipped: dict[str, str] = {}

@@ -20,10 +20,12 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
+import polars as pl
 
 from charllm_trace.analysis.frame_schemas import FRAME_SCHEMAS, NOT_REQUESTED
 from charllm_trace.analysis.results import RunAnalysis
@@ -33,7 +35,8 @@ from charllm_trace.render.contract import stamp
 FORMATS = ("json", "csv", "parquet")
 
 
-def to_document(res: RunAnalysis) -> dict[str, Any]:
+def _head(res: RunAnalysis) -> dict[str, Any]:
+    """The document, its ``frames`` a dict of frame name -> DataFrame (None: empty)."""
     peaks = {}
     if res.bandwidth is not None:
         peaks = {k: dataclasses.asdict(v) for k, v in res.bandwidth.peaks.items()}
@@ -48,12 +51,12 @@ def to_document(res: RunAnalysis) -> dict[str, Any]:
             notes[name] = list(r.notes)
     have = res.frames()
     skipped = dict(res.skipped)
-    frames: dict[str, list[dict[str, Any]]] = {}
+    frames: dict[str, pl.DataFrame | None] = {}
     for name, (field, _cols) in FRAME_SCHEMAS.items():  # every frame, always (the contract)
-        frames[name] = have[name].to_dicts() if name in have else []
+        frames[name] = have.get(name)
         if name not in have and field not in skipped:
             skipped[field] = NOT_REQUESTED
-    frames.update({k: v.to_dicts() for k, v in have.items() if k not in frames})
+    frames.update({k: v for k, v in have.items() if k not in frames})
     doc: dict[str, Any] = {
         "source": res.source,
         "ranks": res.ranks,
@@ -74,8 +77,50 @@ def to_document(res: RunAnalysis) -> dict[str, Any]:
     return stamp("analyze", doc)
 
 
+def to_document(res: RunAnalysis) -> dict[str, Any]:
+    doc = _head(res)
+    doc["frames"] = {k: [] if v is None else v.to_dicts() for k, v in doc["frames"].items()}
+    return doc
+
+
+_OPTS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+#: rows of a frame turned into Python objects at a time by :func:`iter_json`
+JSON_CHUNK_ROWS = 4096
+
+
+def _rows_json(df: pl.DataFrame, chunk: int) -> Iterator[bytes]:
+    """A frame's rows as they sit in the indented document (6 spaces deep), ``chunk`` at a time."""
+    for i, off in enumerate(range(0, df.height, chunk)):
+        body = orjson.dumps(df.slice(off, chunk).to_dicts(), option=_OPTS)[2:-2]  # "[\n" ... "\n]"
+        yield (b",\n" if i else b"") + b"    " + body.replace(b"\n", b"\n    ")
+
+
+def iter_json(res: RunAnalysis, chunk: int | None = None) -> Iterator[bytes]:
+    """:func:`to_json`'s bytes in pieces: a frame's rows become Python objects ``chunk`` rows at
+    a time, so a run with hundreds of thousands of rows (1,024 ranks: 150 MB of JSON) is written
+    without the whole document in memory (default :data:`JSON_CHUNK_ROWS`)."""
+    chunk = chunk or JSON_CHUNK_ROWS
+    doc = _head(res)
+    for i, (key, value) in enumerate(doc.items()):
+        yield b"{\n" if i == 0 else b",\n"
+        if key != "frames" or not value:
+            yield orjson.dumps({key: value}, option=_OPTS)[2:-2]
+            continue
+        yield b'  "frames": {\n'
+        for j, (name, df) in enumerate(value.items()):
+            yield (b",\n" if j else b"") + b"    " + orjson.dumps(name)
+            if df is None or df.height == 0:
+                yield b": []"
+                continue
+            yield b": [\n"
+            yield from _rows_json(df, chunk)
+            yield b"\n    ]"
+        yield b"\n  }"
+    yield b"\n}"
+
+
 def to_json(res: RunAnalysis) -> bytes:
-    return orjson.dumps(to_document(res), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    return b"".join(iter_json(res))
 
 
 def frame_paths(output: str | os.PathLike[str], res: RunAnalysis, ext: str) -> dict[str, Path]:
@@ -104,7 +149,7 @@ def write(
         if not path.parent.exists():
             raise InputError(path.parent, "directory does not exist")
     if fmt == "json":
-        Path(output).write_bytes(to_json(res))
+        _write_json(res, Path(output))
         return [str(output)]
     frames = res.frames()
     written = []
@@ -116,6 +161,24 @@ def write(
             df.write_parquet(path)
         written.append(str(path))
     return written
+
+
+def _write_json(res: RunAnalysis, path: Path) -> None:
+    """:func:`iter_json` into a temporary file beside ``path``, renamed into place once whole
+    (a path that is not a regular file, such as ``/dev/stdout``, is written to directly)."""
+    if path.exists() and not path.is_file():
+        with open(path, "wb") as f:
+            for piece in iter_json(res):
+                f.write(piece)
+        return
+    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            for piece in iter_json(res):
+                f.write(piece)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def render_stdout(res: RunAnalysis, fmt: str) -> str:
