@@ -337,6 +337,25 @@ def derived_times(
     return ((index.cast(pl.Float64) * ms * 1e6).round().cast(pl.Int64) + t0).alias("time_ns")
 
 
+def row_times(
+    path: Path,
+    opts: ParseOptions,
+    log: ImportedLog,
+    prefix: pl.Series | None,
+    is_row: pl.Series,
+    device: pl.Series,
+    default_interval_ms: float | None,
+    how: str,
+) -> pl.Series:
+    """Times of a log's sample rows (``is_row``: the lines that are rows; ``device``: each row's
+    device): the Unix-time prefix of their lines where the log has one (``split_prefix_times``),
+    else derived per device from the given start and interval (:func:`derived_times`)."""
+    if prefix is not None:
+        return prefix.filter(is_row)
+    n = pl.DataFrame({"device": device}).select(pl.int_range(pl.len()).over("device")).to_series()
+    return derived_times(path, opts, log, n, default_interval_ms, how)
+
+
 def read_text(path: Path) -> str:
     """The log's text (UTF-8, CRLF tolerated), a last line cut short (the tool was killed while
     writing it) dropped."""

@@ -21,11 +21,11 @@ from charllm_trace.errors import InputError
 from charllm_trace.telemetry_import.common import (
     ImportedLog,
     ParseOptions,
-    derived_times,
     finish,
     hex_or_int,
     numbers,
     read_text,
+    row_times,
     split_prefix_times,
 )
 
@@ -102,10 +102,7 @@ def parse(path: Path, opts: ParseOptions) -> ImportedLog:
         raise InputError(
             path, "dcgmi dmon log has none of the fields power, temperature, clocks (-e 155,150,100)"
         )
-    if prefix is not None:
-        cols["time_ns"] = prefix.filter(is_row)
-    else:
-        frame = pl.DataFrame({"device": cols["device"]})
-        n = frame.select(pl.int_range(pl.len()).over("device")).to_series()
-        cols["time_ns"] = derived_times(path, opts, log, n, DEFAULT_INTERVAL_MS, "dcgmi dmon ... | ts '%.s'")
+    cols["time_ns"] = row_times(
+        path, opts, log, prefix, is_row, cols["device"], DEFAULT_INTERVAL_MS, "dcgmi dmon ... | ts '%.s'"
+    )
     return finish(path, log, pl.DataFrame(cols), opts)

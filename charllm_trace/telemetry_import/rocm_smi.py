@@ -21,10 +21,10 @@ from charllm_trace.telemetry_import.common import (
     ImportedLog,
     ParseOptions,
     csv_cells,
-    derived_times,
     finish,
     numbers,
     read_text,
+    row_times,
     split_prefix_times,
 )
 
@@ -80,10 +80,5 @@ def parse(path: Path, opts: ParseOptions) -> ImportedLog:
         cols[col] = numbers(path, s, col, unit, f"column {found[0]!r}")
         if col == "power_w":
             log.notes.append(f"power from rocm-smi's {heads[0].split(',')[i].strip()}")
-    if prefix is not None:
-        cols["time_ns"] = prefix.filter(is_row)
-    else:
-        frame = pl.DataFrame({"device": cols["device"]})
-        n = frame.select(pl.int_range(pl.len()).over("device")).to_series()
-        cols["time_ns"] = derived_times(path, opts, log, n, None, "... | ts '%.s'")
+    cols["time_ns"] = row_times(path, opts, log, prefix, is_row, cols["device"], None, "... | ts '%.s'")
     return finish(path, log, pl.DataFrame(cols), opts)
