@@ -330,8 +330,8 @@ def sweep_rows(
                 row["run"] = v
             elif k in CONFIG_SCHEMA:
                 if CONFIG_SCHEMA[k] == pl.Int64:
-                    if not v.strip().isdigit():
-                        raise ValueError(f"label {k}={v}: {k} is a whole number")
+                    if not (v.strip().isascii() and v.strip().isdigit() and int(v) < 1 << 63):
+                        raise ValueError(f"label {k}={v}: {k} is a whole number (below 2**63)")
                     row[k] = int(v)
                 else:
                     row[k] = v
