@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from charllm_trace.analysis.classify import classify
+from charllm_trace.analysis.classify import classify, launch_calls
 from charllm_trace.graph.calibrate import append_edges, calibrate
 from charllm_trace.graph.cuda_sync import cuda_sync_edges
 from charllm_trace.graph.inferred import kick_edges, launch_model, wake_edges
@@ -246,21 +246,8 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         E_prio.append(np.full(m, prio, np.int8))
 
     # ---- launch: runtime call start -> GPU op start ----
-    corr = col("correlation", -1).astype(np.int64)
-    rt_rows = np.flatnonzero(runtime & (corr > 0))
     gk = np.flatnonzero(gpu)
-    launcher = np.full(n, -1, dtype=np.int64)
-    if len(rt_rows) and len(gk):
-        # first runtime call of each correlation id
-        u, first = np.unique(corr[rt_rows], return_index=True)
-        k = np.minimum(np.searchsorted(u, corr[gk]), len(u) - 1)
-        hit = (u[k] == corr[gk]) & (corr[gk] > 0)
-        launcher[gk[hit]] = rt_rows[first[k[hit]]]
-    lid = col("launch_id", -1).astype(np.int64)
-    lpos = pos_of(ids, lid)
-    miss = gpu & (launcher < 0) & (lpos >= 0)
-    launcher[miss] = lpos[miss]
-    launcher[(launcher >= 0) & gpu[np.maximum(launcher, 0)]] = -1
+    launcher = launch_calls(ids, gpu, runtime, col("correlation", -1), col("launch_id", -1))
     gl = np.flatnonzero(gpu & (launcher >= 0))
     if len(gl):
         r = launcher[gl]
