@@ -337,6 +337,25 @@ def derived_times(
     return ((index.cast(pl.Float64) * ms * 1e6).round().cast(pl.Int64) + t0).alias("time_ns")
 
 
+def log_lines(path: Path) -> tuple[pl.Series, pl.Series | None, pl.Series]:
+    """The lines of a text log (the last, unterminated one dropped), their Unix-time prefixes
+    (:func:`split_prefix_times`; None without), and the lines stripped of white space."""
+    lines = pl.Series("l", read_text(path).split("\n")[:-1], dtype=pl.String)
+    lines, prefix = split_prefix_times(path, lines)
+    return lines, prefix, lines.str.strip_chars()
+
+
+def one_header(path: Path, stripped: pl.Series, start: str, missing: str, twice: str) -> str:
+    """The log's header line (the stripped line starting with ``start``); InputError ``missing``
+    without one, ``twice`` with two different ones."""
+    heads = stripped.filter(stripped.str.starts_with(start)).unique(maintain_order=True)
+    if heads.len() == 0:
+        raise InputError(path, missing)
+    if heads.len() > 1:
+        raise InputError(path, twice)
+    return str(heads[0])
+
+
 def row_times(
     path: Path,
     opts: ParseOptions,

@@ -23,10 +23,10 @@ from charllm_trace.telemetry_import.common import (
     ParseOptions,
     finish,
     hex_or_int,
+    log_lines,
     numbers,
-    read_text,
+    one_header,
     row_times,
-    split_prefix_times,
 )
 
 #: dmon short name (dcgm_fields.cpp) -> model column
@@ -60,16 +60,16 @@ def _columns(header: str, units: str | None) -> list[tuple[str, str | None]]:
 
 
 def parse(path: Path, opts: ParseOptions) -> ImportedLog:
-    lines = pl.Series("l", read_text(path).split("\n")[:-1], dtype=pl.String)
-    lines, prefix = split_prefix_times(path, lines)
-    stripped = lines.str.strip_chars()
-    headers = stripped.filter(stripped.str.starts_with("#Entity")).unique(maintain_order=True)
-    if headers.len() == 0:
-        raise InputError(path, "not a dcgmi dmon log: no '#Entity' header line")
-    if headers.len() > 1:
-        raise InputError(path, "dcgmi dmon log has two different field lists (two runs in one file?)")
+    lines, prefix, stripped = log_lines(path)
+    header = one_header(
+        path,
+        stripped,
+        "#Entity",
+        "not a dcgmi dmon log: no '#Entity' header line",
+        "dcgmi dmon log has two different field lists (two runs in one file?)",
+    )
     raw_lines = lines.to_list()
-    hpos = stripped.to_list().index(headers[0])
+    hpos = stripped.to_list().index(header)
     header_line = raw_lines[hpos]
     unit_line = (
         raw_lines[hpos + 1] if hpos + 1 < len(raw_lines) and stripped[hpos + 1].startswith("ID") else None
