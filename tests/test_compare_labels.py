@@ -19,7 +19,7 @@ GLOO = str(FIXTURES / "cpu-2rank-gloo")
         ("tp=²", "whole numbers ≥ 1"),  # str.isdigit() is true, int() refuses it
         ("dp=٣", "whole numbers ≥ 1"),  # an Arabic-Indic digit: not the layout's syntax
         ("tp=0", "whole numbers ≥ 1"),
-        ("2:pp=99999999999999999999999", "past the largest charllm-trace reads (1,048,576)"),
+        ("2:pp=99999999999999999999999", "past the largest job read (1,048,576 ranks)"),
         ("tp=1024", None),  # with dp=1025 below: a world of 1,049,600 ranks
         ("gbs=99999999999999999999999", "global_batch is a whole number"),  # past Int64
         ("seq=³", "seq_len is a whole number"),
@@ -37,7 +37,10 @@ def test_malformed_label_values_are_one_line(label: str, why: str | None) -> Non
 
 
 def test_parallel_option_bounded_too() -> None:
-    for value, why in (("tp=99999999999999999999999", "past the largest"), ("tp=²", "must be an integer")):
+    for value, why in (
+        ("tp=99999999999999999999999", "past the largest job read"),
+        ("tp=²", "must be an integer"),
+    ):
         r = CliRunner().invoke(main, ["analyze", GLOO, "--no-cache", "--parallel", value])
         assert r.exit_code == 2 and r.output.count("\n") == 1 and why in r.output, r.output
 

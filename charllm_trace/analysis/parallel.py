@@ -71,7 +71,7 @@ def check_world(layout: Mapping[str, int], what: str) -> None:
         world *= int(layout.get(d, 1) or 1)
     if world > MAX_RANK or int(layout.get("ep", 1) or 1) > MAX_RANK:
         raise UsageError(
-            f"{what}: a layout of {world:,} ranks, past the largest charllm-trace reads ({MAX_RANK:,})"
+            f"{what}: a layout of {world:,} ranks, past the largest job read ({MAX_RANK:,} ranks)"
         )
 
 
