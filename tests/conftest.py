@@ -119,3 +119,19 @@ def invoke(*args: str):
     from charllm_trace.cli import main
 
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(params=["c", "numpy"])
+def et_decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """Run a test with the C scanner of ETs and with the pure numpy decoder (``c`` skipped where the
+    C scanner is not built)."""
+    from charllm_trace.et import _native
+
+    if request.param == "numpy":
+        monkeypatch.setenv("CHARLLM_TRACE_NATIVE", "0")
+    _native.reset()
+    if request.param == "c" and _native.lib() is None:
+        pytest.skip("the native C scanner is not built here (reinstall with a C compiler)")
+    yield request.param
+    monkeypatch.undo()
+    _native.reset()
