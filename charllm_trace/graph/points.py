@@ -263,6 +263,15 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     fix_rows: list[np.ndarray] = []
     fix_own: list[np.ndarray] = []
     exact_calls = np.zeros(0, dtype=np.int64)
+
+    def sync_edges(srow: np.ndarray, grow: np.ndarray) -> None:
+        """Sync edges: the waited GPU op's end -> the end of the CPU call that waited for it (the
+        call's own time: from the later of its start and the op's end; kept for the fix below)."""
+        own_t = end[srow] - np.maximum(start[srow], end[grow])
+        add_edges(2 * grow + 1, 2 * srow + 1, own_t, EK["sync"], CAT["sync_wait"], -1, srow, PRIO_CROSS)
+        fix_rows.append(srow)
+        fix_own.append(own_t)
+
     if measured and len(gk):
         # exact edges from the trace's cuda_sync records, where it has them
         cs = cuda_sync_edges(nodes)
@@ -287,12 +296,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
             # event / stream / context sync: waited op end -> end of the runtime call
             srow, grow = dp[to_end], sp[to_end]
             if len(srow):
-                own_t = end[srow] - np.maximum(start[srow], end[grow])
-                add_edges(
-                    2 * grow + 1, 2 * srow + 1, own_t, EK["sync"], CAT["sync_wait"], -1, srow, PRIO_CROSS
-                )
-                fix_rows.append(srow)
-                fix_own.append(own_t)
+                sync_edges(srow, grow)
                 exact_calls = np.unique(srow)
         # the heuristic for the other synchronising calls: the GPU op that ended last inside them
         sync_rows = np.flatnonzero(runtime & sync_call)
@@ -306,12 +310,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
             ok &= g_end[k] > start[sync_rows]
             srow, grow = sync_rows[ok], g_order[k[ok]]
             if len(srow):
-                own_t = end[srow] - np.maximum(start[srow], end[grow])
-                add_edges(
-                    2 * grow + 1, 2 * srow + 1, own_t, EK["sync"], CAT["sync_wait"], -1, srow, PRIO_CROSS
-                )
-                fix_rows.append(srow)
-                fix_own.append(own_t)
+                sync_edges(srow, grow)
         if fix_rows:
             # one own time per call (a context sync waits for several ops: the least is left)
             rows_all, own_all = np.concatenate(fix_rows), np.concatenate(fix_own)
