@@ -86,3 +86,12 @@ def test_result_without_a_later_field_is_one_line(saved: Path, tmp_path: Path) -
         assert r.exit_code == 2, (args, r.output)
         assert r.output.startswith("error: ") and r.output.count("\n") == 1
         assert "saved without rank_spread" in r.output and "analyse the trace again" in r.output
+
+
+def test_json_flag_draws_saved_results(saved: Path) -> None:
+    """``analyze RESULTS --json`` is ``--format json`` (a format, not an analysis option): it was
+    refused as an option that would change the saved analysis."""
+    a = CliRunner().invoke(main, ["analyze", str(saved), "--json"])
+    b = CliRunner().invoke(main, ["analyze", str(saved), "--format", "json"])
+    assert a.exit_code == b.exit_code == 0, a.output
+    assert a.output == b.output and a.output.startswith("{")
