@@ -129,7 +129,7 @@ def analyze_cmd(
     if not is_url(path) and is_results_file(path):
         from charllm_trace.results_store import load_results
 
-        refuse_analysis_options(ctx, path, ("path", "fmt", "output", "force"))
+        refuse_analysis_options(ctx, path, ("path", "fmt", "as_json", "output", "force"))
         res = load_results(path)
     else:
         from charllm_trace.analysis.parallel import parse_parallel

@@ -129,9 +129,12 @@ def _row(path: str, labels: dict[str, str]) -> dict[str, Any]:
 
     parallel = None
     if layout:
-        if not all(v.isdigit() and int(v) >= 1 for v in layout.values()):
+        from charllm_trace.analysis.parallel import check_world
+
+        if not all(v.isascii() and v.isdigit() and int(v) >= 1 for v in layout.values()):
             raise UsageError(f"--label for {path}: tp, cp, pp, dp and ep are whole numbers ≥ 1")
         parallel = {k: int(v) for k, v in layout.items()}
+        check_world(parallel, f"--label for {path}")
     return summary_row(path, AnalyzeOptions(per_step=True, parallel=parallel))
 
 

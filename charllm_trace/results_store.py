@@ -75,8 +75,12 @@ RESULT_TYPES: dict[str, type] = {
     "breakdown": BreakdownResult,
     "flops": FlopsResult,
 }
-#: results added to version 1 after its first files were written: a file without them reads them as None
-ADDED_RESULTS = ("config",)
+#: results added to version 1 after its first files were written: a file without them reads them as
+#: None, each (but the configuration, None when unknown) with a reason in ``skipped``
+ADDED_RESULTS = ("idle_time", "launch", "config", "breakdown", "flops")
+#: analysis options added to version 1 after its first files were written: a file without them
+#: was analysed as their defaults do (display options: the figures do not depend on them)
+ADDED_OPTIONS = ("breakdown_top",)
 _ZIP_MAGIC = b"PK\x03\x04"
 
 
@@ -317,20 +321,29 @@ def _decode_result(cls: type, part: Any, members: dict[str, bytes], what: str) -
     frames, values = part["frames"], part["values"]
     _check(isinstance(frames, dict) and isinstance(values, dict), f"{what}: malformed")
     names = {f.name for f in dataclasses.fields(cls)}
-    _check(set(frames) | set(values) == names and not set(frames) & set(values), f"{what}: other fields")
+    have = set(frames) | set(values)
+    _check(
+        not have < names,
+        f"{what}: saved without {', '.join(sorted(names - have))}, which this version has "
+        "(written by an older one): analyse the trace again",
+    )
+    _check(have == names and not set(frames) & set(values), f"{what}: other fields")
     _check(all(isinstance(m, str) and m in members for m in frames.values()), f"{what}: a frame is missing")
     kw: dict[str, Any] = {k: _frame(members[m], m) for k, m in frames.items()}
     return cls(**kw, **_values(cls, values, what))
 
 
-def _decode_analysis(doc: Any, members: dict[str, bytes]) -> RunAnalysis:
+def _decode_analysis(doc: Any, members: dict[str, bytes], written_by: Any = None) -> RunAnalysis:
     _check(isinstance(doc, dict), "analysis: malformed")
     fields = {f.name for f in dataclasses.fields(RunAnalysis)}
-    doc = {**{k: None for k in ADDED_RESULTS if k not in doc}, **doc}  # written before they existed
+    absent = [k for k in ADDED_RESULTS if k not in doc]  # written before they existed
+    doc = {**{k: None for k in absent}, **doc}
     _check(set(doc) == fields, "analysis: other fields (written by another version?)")
     opts = doc["options"]
     _check(isinstance(opts, dict), "options: malformed")
-    opt_fields = {f.name for f in dataclasses.fields(AnalyzeOptions)}
+    defaults = {f.name: f.default for f in dataclasses.fields(AnalyzeOptions)}
+    opt_fields = set(defaults)
+    opts = {**{k: defaults[k] for k in ADDED_OPTIONS if k not in opts}, **opts}
     _check(set(opts) == opt_fields, "options: other fields (written by another version?)")
     kw: dict[str, Any] = {
         name: None if doc[name] is None else _decode_result(cls, doc[name], members, name)
@@ -338,7 +351,14 @@ def _decode_analysis(doc: Any, members: dict[str, bytes]) -> RunAnalysis:
     }
     kw["options"] = AnalyzeOptions(**_values(AnalyzeOptions, opts, "options"))
     rest = {k: v for k, v in doc.items() if k not in kw}
-    return RunAnalysis(**kw, **_values(RunAnalysis, rest, "analysis"))
+    res = RunAnalysis(**kw, **_values(RunAnalysis, rest, "analysis"))
+    by = f" (written by {written_by})" if isinstance(written_by, str) else ""
+    for k in absent:
+        if k != "config":
+            res.skipped.setdefault(
+                k, f"not in this results file{by}, saved before the analysis existed: analyse the trace again"
+            )
+    return res
 
 
 @dataclass
@@ -470,7 +490,7 @@ def _read(data: bytes | None, path: Path) -> SavedResults:
                 f"{name}: checksum mismatch",
             )
             members[name] = got
-    analysis = _decode_analysis(body.get("analysis"), members)
+    analysis = _decode_analysis(body.get("analysis"), members, body.get("written_by"))
     views = body.get("views")
     _check(views is None or isinstance(views, dict), "views: malformed")
     return SavedResults(str(path), analysis, views, members)

@@ -100,3 +100,38 @@ def gloo_ets(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert r.exit_code == 0, r.output
     return out
+
+
+#: the shared A100 DDP profile (HTA's test data)
+A100_DDP = "hta/a100_ddp_nccl_rank0.json.gz"
+
+
+@pytest.fixture(params=["a100", "gloo"])
+def a100_or_gloo(request: pytest.FixtureRequest, gloo_ets: Path) -> Path:
+    """The shared A100 DDP profile (skipped when absent), then the 2-rank gloo ETs."""
+    return shared_trace(A100_DDP) if request.param == "a100" else gloo_ets
+
+
+def invoke(*args: str):
+    """``charllm-trace ARGS`` in this process (exceptions raised, not caught)."""
+    from click.testing import CliRunner
+
+    from charllm_trace.cli import main
+
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(params=["c", "numpy"])
+def et_decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """Run a test with the C scanner of ETs and with the pure numpy decoder (``c`` skipped where the
+    C scanner is not built)."""
+    from charllm_trace.et import _native
+
+    if request.param == "numpy":
+        monkeypatch.setenv("CHARLLM_TRACE_NATIVE", "0")
+    _native.reset()
+    if request.param == "c" and _native.lib() is None:
+        pytest.skip("the native C scanner is not built here (reinstall with a C compiler)")
+    yield request.param
+    monkeypatch.undo()
+    _native.reset()

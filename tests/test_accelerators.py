@@ -19,26 +19,16 @@ import pytest
 from charllm_trace.analysis import analyze_run
 from charllm_trace.analysis.classify import classify
 from charllm_trace.converters import kineto_native, kineto_stream
-from charllm_trace.converters.build import kineto_trace
 from charllm_trace.converters.kineto import parse_kineto, read_kineto
 from charllm_trace.et.summary import run_summary
 from charllm_trace.model import Run
+from tests.kineto_builder import trace_of, x
 
 CPU, DEV = 4242, 2  # pids: the host process and the device process
-T0 = 1_712_000_000_000_000  # absolute µs
 
 
 def _x(name: str, cat: str, ts: float, dur: float, pid: int = CPU, tid: int = 1, **args: Any) -> dict:
-    return {
-        "ph": "X",
-        "cat": cat,
-        "name": name,
-        "pid": pid,
-        "tid": tid,
-        "ts": T0 + ts,
-        "dur": dur,
-        "args": args,
-    }
+    return x(name, cat, ts, dur, pid, tid, **args)
 
 
 def _meta(record: str, pid: int, **args: Any) -> dict:
@@ -144,10 +134,7 @@ def test_the_three_readers_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def _trace(doc: dict, tmp_path: Path):
-    p = tmp_path / "npu.json"
-    p.write_text(json.dumps(doc))
-    trace, _ = kineto_trace(read_kineto(p))
-    return trace
+    return trace_of(tmp_path / "npu.json", doc)
 
 
 def test_hccl_collectives_are_typed(tmp_path: Path) -> None:

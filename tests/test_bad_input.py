@@ -24,16 +24,10 @@ def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CHARLLM_TRACE_CACHE_DIR", str(tmp_path / "cache"))
 
 
-@pytest.fixture(params=["c", "numpy"])
-def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
-    """Run a test with the C scanner and with the pure numpy decoder."""
-    if request.param == "numpy":
-        monkeypatch.setenv("CHARLLM_TRACE_NATIVE", "0")
-    _native.reset()
-    if request.param == "c" and _native.lib() is None:
-        pytest.skip("the native C scanner is not built here (reinstall with a C compiler)")
-    yield request.param
-    _native.reset()
+@pytest.fixture
+def decoder(et_decoder: str) -> str:
+    """The test runs with the C scanner and with the pure numpy decoder (conftest.et_decoder)."""
+    return et_decoder
 
 
 def bad(path: Path, *needles: str, cmd: str = "info") -> str:

@@ -8,35 +8,19 @@ built here with that shape.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import orjson
 import polars as pl
 import pytest
 
 from charllm_trace.analysis.bandwidth import bandwidth
-from charllm_trace.converters.build import kineto_trace
-from charllm_trace.converters.kineto import read_kineto
+from tests.kineto_builder import trace_of
+from tests.kineto_builder import x as _x
 
-T0 = 1_712_000_000_000_000
 ROWS, COLS = 8192, 384  # one rank's part
 BYTES = 8 * ROWS * COLS * 2  # the whole bf16 buffer of a group of 8
 DUR_US = 1000
-
-
-def _x(name: str, cat: str, ts: float, dur: float, pid: int = 1, tid: int = 1, **args: Any) -> dict:
-    return {
-        "ph": "X",
-        "cat": cat,
-        "name": name,
-        "pid": pid,
-        "tid": tid,
-        "ts": T0 + ts,
-        "dur": dur,
-        "args": args,
-    }
 
 
 def _collective(t: float, corr: int, c10d: str, kernel: str, dims: list, rpc: dict | None) -> list[dict]:
@@ -97,9 +81,7 @@ def doc(with_rpc: bool) -> dict:
 
 @pytest.fixture(params=[True, False], ids=["record_param_comms", "c10d_input_dims"])
 def trace(request: pytest.FixtureRequest, tmp_path: Path):
-    p = tmp_path / "rank0.json"
-    p.write_text(json.dumps(doc(request.param)))
-    t, _ = kineto_trace(read_kineto(p))
+    t = trace_of(tmp_path / "rank0.json", doc(request.param))
     return t
 
 
@@ -130,9 +112,7 @@ def test_busbw_uses_the_tensors_group_size_with_a_note(trace) -> None:
 def test_no_note_when_tensors_and_group_agree(tmp_path: Path) -> None:
     d = doc(True)
     d["distributedInfo"]["world_size"] = 8
-    p = tmp_path / "rank0.json"
-    p.write_text(json.dumps(d))
-    t, _ = kineto_trace(read_kineto(p))
+    t = trace_of(tmp_path / "rank0.json", d)
     bw = bandwidth(t)
     assert bw.collectives["group_size"].to_list() == [8, 8, 8]
     assert not [n for n in bw.notes if "own tensors" in n]
@@ -158,9 +138,7 @@ def _pg_doc() -> dict:
 
 
 def test_link_peak_of_a_group_larger_than_a_node_is_assumed_network(tmp_path: Path) -> None:
-    p = tmp_path / "rank0.json"
-    p.write_text(json.dumps(_pg_doc()))
-    t, _ = kineto_trace(read_kineto(p))
+    t = trace_of(tmp_path / "rank0.json", _pg_doc())
     bw = bandwidth(t)
     world, sub = bw.peaks["0"], bw.peaks["1"]
     # 16 ranks, hosts unknown: more than a node holds; was NVLink 3 at 300 GB/s
@@ -178,9 +156,7 @@ def test_link_peak_of_a_group_larger_than_a_node_is_assumed_network(tmp_path: Pa
 def test_link_peak_with_the_run_s_ranks_per_node(tmp_path: Path) -> None:
     from charllm_trace.model import Run
 
-    p = tmp_path / "rank0.json"
-    p.write_text(json.dumps(_pg_doc()))
-    t, _ = kineto_trace(read_kineto(p))
+    t = trace_of(tmp_path / "rank0.json", _pg_doc())
     bw = bandwidth(Run(traces={0: t}, manifest={"ranks_per_node": 16}))
     assert (bw.peaks["0"].gbps, bw.peaks["0"].link) == (
         300.0,

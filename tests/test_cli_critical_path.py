@@ -26,18 +26,13 @@ from charllm_trace.analysis.results import (
 )
 from charllm_trace.cli import main
 from charllm_trace.render.tables import render_analysis
+from tests.conftest import invoke as _invoke
 from tests.conftest import shared_trace
 
-A100 = "hta/a100_ddp_nccl_rank0.json.gz"
 
-
-def _invoke(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-
-@pytest.fixture(params=["a100", "gloo"])
-def source(request: pytest.FixtureRequest, gloo_ets: Path) -> Path:
-    return shared_trace(A100) if request.param == "a100" else gloo_ets
+@pytest.fixture
+def source(a100_or_gloo: Path) -> Path:
+    return a100_or_gloo
 
 
 def _ms(ns: int | None) -> str:

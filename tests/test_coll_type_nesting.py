@@ -8,7 +8,6 @@ bandwidth analysis counts each collective once (the c10d op carries no type).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import polars as pl
@@ -16,9 +15,8 @@ import pytest
 
 from charllm_trace.analysis.bandwidth import collectives
 from charllm_trace.converters import collectives as C
-from charllm_trace.converters.build import kineto_trace
-from charllm_trace.converters.kineto import read_kineto
 from charllm_trace.converters.run_dir import convert_pair, convert_run
+from tests.kineto_builder import trace_of, x
 
 RUN = Path(__file__).parent / "fixtures" / "traces" / "cpu-2rank-gloo"
 RS_ELEMS = 2000  # the fixture's reduce_scatter input: 1000 float32 per rank x 2 ranks
@@ -92,16 +90,7 @@ T0 = 1_700_000_000_000_000  # µs
 
 
 def _x(name: str, cat: str, ts: int, dur: int, tid: int = 1, pid: int = 100, **args) -> dict:
-    return {
-        "ph": "X",
-        "cat": cat,
-        "name": name,
-        "pid": pid,
-        "tid": tid,
-        "ts": T0 + ts,
-        "dur": dur,
-        "args": args,
-    }
+    return x(name, cat, ts, dur, pid, tid, t0=T0, **args)
 
 
 def _convert(tmp_path: Path, events: list[dict]):
@@ -111,10 +100,7 @@ def _convert(tmp_path: Path, events: list[dict]):
         "distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 2},
         "traceEvents": [_x("ProfilerStep#1", "user_annotation", 0, 10_000), *events],
     }
-    p = tmp_path / "kineto.json"
-    p.write_text(json.dumps(doc))
-    trace, _ = kineto_trace(read_kineto(p))
-    return trace
+    return trace_of(tmp_path / "kineto.json", doc)
 
 
 RS_ARGS = {

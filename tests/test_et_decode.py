@@ -20,16 +20,10 @@ from charllm_trace.model import DEP_SCHEMA
 from tests.conftest import shared_trace
 
 
-@pytest.fixture(params=["c", "numpy"])
-def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
-    if request.param == "numpy":
-        monkeypatch.setenv("CHARLLM_TRACE_NATIVE", "0")
-    _native.reset()
-    if request.param == "c" and _native.lib() is None:
-        pytest.skip("the native C scanner is not built here (reinstall with a C compiler)")
-    yield request.param
-    monkeypatch.undo()
-    _native.reset()
+@pytest.fixture
+def decoder(et_decoder: str) -> str:
+    """The test runs with the C scanner and with the pure numpy decoder (conftest.et_decoder)."""
+    return et_decoder
 
 
 _varint = encode_varint

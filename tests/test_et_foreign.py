@@ -10,7 +10,6 @@ import pytest
 from chakra.schema.protobuf import et_def_pb2 as pb
 from chakra.src.third_party.utils.protolib import encodeMessage
 
-from charllm_trace.et import _native
 from charllm_trace.et.reader import decode_et_reference, read_et
 
 A = pb.AttributeProto
@@ -87,15 +86,10 @@ def _foreign_nodes() -> list[pb.Node]:
     return [comp, kernel, send, recv, dup]
 
 
-@pytest.fixture(params=["c", "numpy"])
-def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
-    if request.param == "numpy":
-        monkeypatch.setenv("CHARLLM_TRACE_NATIVE", "0")
-    _native.reset()
-    if request.param == "c" and _native.lib() is None:
-        pytest.skip("the native module is not built here (reinstall with a C compiler)")
-    yield request.param
-    _native.reset()
+@pytest.fixture
+def decoder(et_decoder: str) -> str:
+    """The test runs with the C scanner and with the pure numpy decoder (conftest.et_decoder)."""
+    return et_decoder
 
 
 def test_foreign_attributes_and_conventions(tmp_path: Path, decoder: str) -> None:

@@ -29,12 +29,12 @@ from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
 from click.testing import CliRunner
 
 import charllm_trace as ct
+from charllm_trace.analysis.roofline_cost import MIN_TENSOR_SIZE
 from charllm_trace.cli import main
 from charllm_trace.cli_astra import astra_sim_command
 from charllm_trace.errors import InputError
 from charllm_trace.model import ProcessGroup, Run, Trace, TraceMeta
 from charllm_trace.render.astra_sim import MIN_ALL_GATHER, export_astra_sim
-from charllm_trace.render.astra_sim_roofline import MIN_TENSOR_SIZE
 from tests.conftest import SHARED_TRACES, shared_trace
 
 ALLOWED_TYPES = {pb.COMP_NODE, pb.COMM_COLL_NODE, pb.COMM_SEND_NODE, pb.COMM_RECV_NODE}

@@ -7,35 +7,19 @@ warning. The profile is built here with that shape.
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from rich.console import Console
 
 from charllm_trace.analysis import analyze_run
-from charllm_trace.converters.build import kineto_trace
-from charllm_trace.converters.kineto import read_kineto
 from charllm_trace.et.summary import run_summary
 from charllm_trace.model import Run
 from charllm_trace.render.info import render_info
+from tests.kineto_builder import trace_of
+from tests.kineto_builder import x as _x
 
-T0 = 1_712_000_000_000_000
 WARNING = "the profile lost device activity: 546 kernel-launch calls, 2 GPU kernels; GPU times cover only the kernels recorded"
-
-
-def _x(name: str, cat: str, ts: float, dur: float, pid: int = 1, tid: int = 1, **args: Any) -> dict:
-    return {
-        "ph": "X",
-        "cat": cat,
-        "name": name,
-        "pid": pid,
-        "tid": tid,
-        "ts": T0 + ts,
-        "dur": dur,
-        "args": args,
-    }
 
 
 def _doc(
@@ -65,10 +49,7 @@ def _doc(
 
 
 def _trace(tmp_path: Path, doc: dict):
-    p = tmp_path / "rank0.json"
-    p.write_text(json.dumps(doc))
-    t, _ = kineto_trace(read_kineto(p))
-    return t
+    return trace_of(tmp_path / "rank0.json", doc)
 
 
 @pytest.mark.parametrize(

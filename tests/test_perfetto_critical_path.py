@@ -16,24 +16,16 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from click.testing import CliRunner
 
 from charllm_trace import loader
 from charllm_trace.analysis.critical import critical_path
-from charllm_trace.cli import main
 from charllm_trace.render.perfetto import write_chrome_trace
-from tests.conftest import shared_trace
-
-A100 = "hta/a100_ddp_nccl_rank0.json.gz"
+from tests.conftest import invoke as _invoke
 
 
-def _invoke(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-
-@pytest.fixture(params=["a100", "gloo"])
-def source(request: pytest.FixtureRequest, gloo_ets: Path) -> Path:
-    return shared_trace(A100) if request.param == "a100" else gloo_ets
+@pytest.fixture
+def source(a100_or_gloo: Path) -> Path:
+    return a100_or_gloo
 
 
 def _load(path: Path) -> dict:

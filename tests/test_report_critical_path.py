@@ -12,24 +12,17 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from click.testing import CliRunner
 
 from charllm_trace import loader
 from charllm_trace.analysis import AnalyzeOptions, analyze_run
-from charllm_trace.cli import main
 from charllm_trace.report import CP_STYLE, render_report, report_data
+from tests.conftest import invoke as _invoke
 from tests.conftest import shared_trace
 
-A100 = "hta/a100_ddp_nccl_rank0.json.gz"
 
-
-def _invoke(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-
-@pytest.fixture(params=["a100", "gloo"])
-def source(request: pytest.FixtureRequest, gloo_ets: Path) -> Path:
-    return shared_trace(A100) if request.param == "a100" else gloo_ets
+@pytest.fixture
+def source(a100_or_gloo: Path) -> Path:
+    return a100_or_gloo
 
 
 def _section(page: str, sid: str) -> str:

@@ -10,7 +10,6 @@ launcher says; no table prints ``None``.
 from __future__ import annotations
 
 import io
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -21,29 +20,15 @@ from rich.console import Console
 
 from charllm_trace.analysis import analyze_run
 from charllm_trace.analysis.bandwidth import bandwidth
-from charllm_trace.converters.build import kineto_trace
-from charllm_trace.converters.kineto import read_kineto
 from charllm_trace.et.summary import run_summary
 from charllm_trace.model import Run
 from charllm_trace.render.info import render_info
 from charllm_trace.render.tables import render_analysis
+from tests.kineto_builder import trace_of
+from tests.kineto_builder import x as _x
 
-T0 = 1_712_000_000_000_000
 SENDRECV = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
 OLD_SENDRECV = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"
-
-
-def _x(name: str, cat: str, ts: float, dur: float, pid: int = 1, tid: int = 1, **args: Any) -> dict:
-    return {
-        "ph": "X",
-        "cat": cat,
-        "name": name,
-        "pid": pid,
-        "tid": tid,
-        "ts": T0 + ts,
-        "dur": dur,
-        "args": args,
-    }
 
 
 def _k(name: str, ts: float, corr: int) -> dict:
@@ -66,10 +51,9 @@ def trace(tmp_path: Path):
         _k(SENDRECV, 1000, 99),
         _k(OLD_SENDRECV, 2000, 98),
     ]
-    p = tmp_path / "rank0.json"
-    p.write_text(json.dumps({"traceEvents": ev, "distributedInfo": {"rank": 0, "world_size": 2}}))
-    t, _ = kineto_trace(read_kineto(p))
-    return t
+    return trace_of(
+        tmp_path / "rank0.json", {"traceEvents": ev, "distributedInfo": {"rank": 0, "world_size": 2}}
+    )
 
 
 def test_sendrecv_without_a_launcher_has_no_type(trace) -> None:

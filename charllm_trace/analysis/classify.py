@@ -208,6 +208,39 @@ def launcher_positions(df: pl.DataFrame) -> np.ndarray:
     return np.where(lp >= 0, lp, cp)
 
 
+def launch_calls(
+    ids: np.ndarray, on_gpu: np.ndarray, runtime: np.ndarray, correlation: np.ndarray, launch_id: np.ndarray
+) -> np.ndarray:
+    """For each GPU row, the row position of the call that launched it (-1 for other rows and where
+    the trace lacks it): the first CPU runtime call (``runtime``: kind ``runtime``), in row order,
+    with the row's correlation id (> 0), else the CPU row its ``launch_id`` names. The point graph's
+    ``launch`` edges (graph/points.py) and the Perfetto export's launch arrows
+    (render/perfetto_layout.py) start there (docs/model.md). One value per row in each array;
+    ``correlation`` and ``launch_id`` hold -1 for none. A sort and binary searches, no join."""
+    n = len(ids)
+    gpu = np.asarray(on_gpu, dtype=bool)
+    corr = np.asarray(correlation, dtype=np.int64)
+    out = np.full(n, -1, dtype=np.int64)
+    rt_rows = np.flatnonzero(np.asarray(runtime, dtype=bool) & ~gpu & (corr > 0))
+    gk = np.flatnonzero(gpu)
+    if len(rt_rows) and len(gk):
+        u, first = np.unique(corr[rt_rows], return_index=True)  # the first call of each id
+        k = np.minimum(np.searchsorted(u, corr[gk]), len(u) - 1)
+        hit = (u[k] == corr[gk]) & (corr[gk] > 0)
+        out[gk[hit]] = rt_rows[first[k[hit]]]
+    lid = np.asarray(launch_id, dtype=np.int64)
+    ids = np.asarray(ids, dtype=np.int64)
+    miss = np.flatnonzero(gpu & (out < 0) & (lid >= 0))
+    if len(miss) and n:
+        order = np.argsort(ids, kind="stable")
+        s = ids[order]
+        k = np.minimum(np.searchsorted(s, lid[miss]), n - 1)
+        found = s[k] == lid[miss]
+        out[miss[found]] = order[k[found]]
+    out[(out >= 0) & gpu[np.maximum(out, 0)]] = -1  # a GPU row launches nothing
+    return out
+
+
 def launching_ops(
     df: pl.DataFrame, deps: pl.DataFrame | None = None, rows: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:

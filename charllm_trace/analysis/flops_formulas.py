@@ -170,6 +170,11 @@ def _ints(v: Any, n: int) -> list[int] | None:
     return None
 
 
+def matmul_flops(a: list[int], b: list[int], batch: int) -> int:
+    """FLOPs of ``batch`` matrix products of ``a[-2]×a[-1]`` by ``a[-1]×b[-1]`` (a multiply-add is 2)."""
+    return 2 * batch * a[-2] * a[-1] * b[-1]
+
+
 def _gemm(short: str, shapes: list[Any]) -> tuple[int | None, str | None, int]:
     """(FLOPs, why None, position of the first matrix operand)."""
     off = 1 if short in ("addmm", "baddbmm", "addbmm", "_addmm_activation") else 0
@@ -189,12 +194,12 @@ def _gemm(short: str, shapes: list[Any]) -> tuple[int | None, str | None, int]:
         batch = _broadcast(a2[:-2], b2[:-2])
         if batch is None:
             return None, "operand shapes do not match", off
-        return 2 * batch * a2[-2] * a2[-1] * b2[-1], None, off
+        return matmul_flops(a2, b2, batch), None, off
     want = 3 if short in ("bmm", "baddbmm", "addbmm") else 2
     if len(a) != want or len(b) != want or a[-1] != b[-2] or (want == 3 and a[0] != b[0]):
         return None, "operand shapes do not match", off
     batch = a[0] if want == 3 else 1
-    return 2 * batch * a[-2] * a[-1] * b[-1], None, off
+    return matmul_flops(a, b, batch), None, off
 
 
 def _broadcast(x: list[int], y: list[int]) -> int | None:

@@ -25,7 +25,7 @@ import polars as pl
 
 from charllm_trace.analysis.idle_results import IDLE_CATEGORIES, IDLE_TIME_SCHEMA, IdleTimeResult
 from charllm_trace.analysis.results import frame
-from charllm_trace.analysis.stream_ops import stream_ops
+from charllm_trace.analysis.stream_ops import rank_stream_ops
 from charllm_trace.model import Trace
 
 #: HTA's default ``consecutive_kernel_delay`` (30, in µs: the unit of HTA's times).
@@ -94,14 +94,8 @@ def idle_time(
 ) -> IdleTimeResult:
     """Idle time per GPU stream of one rank, by category (module docstring). ``ops`` may pass
     ``stream_ops(trace, ...)`` made with the same ``hta_compat`` options."""
-    rank = trace.meta.rank if trace.meta.rank is not None else 0
-    simulated = bool(trace.meta.extra.get("simulated"))
-    got, notes = ops or stream_ops(
-        trace, classified=classified, hta_compat=hta_compat, keep_last_step=hta_keep_last_step
-    )
-    notes = list(notes)
+    rank, simulated, got, notes = rank_stream_ops(trace, ops, classified, hta_compat, hta_keep_last_step)
     if got.height == 0:
-        notes.append("no GPU operators with timestamps on streams")
         return IdleTimeResult(frame({}, IDLE_TIME_SCHEMA), kernel_wait_ns, hta_compat, simulated, notes)
     g = classify_gaps(got, kernel_wait_ns=kernel_wait_ns, hta_compat=hta_compat)
     parts = [_aggregate(g, _KEYS).with_columns(step=pl.lit(None, pl.Int64))]

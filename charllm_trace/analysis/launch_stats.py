@@ -27,7 +27,7 @@ from charllm_trace.analysis.classify import classify
 from charllm_trace.analysis.idle_results import LAUNCH_SCHEMA, QUEUE_SCHEMA, LaunchResult
 from charllm_trace.analysis.results import frame
 from charllm_trace.analysis.step_windows import step_windows
-from charllm_trace.analysis.stream_ops import stream_ops
+from charllm_trace.analysis.stream_ops import rank_stream_ops
 from charllm_trace.model import Trace
 
 #: Bins of the queue time series per rank.
@@ -103,14 +103,8 @@ def launch_stats(
     """Launch delays, short operators and queue lengths of one rank (module docstring). ``ops``
     may pass ``stream_ops(trace, ...)`` made with the same ``hta_compat`` options, ``steps`` the
     step windows (``step_windows(...).frame()``; ``trace.steps()`` under ``hta_compat``)."""
-    rank = trace.meta.rank if trace.meta.rank is not None else 0
-    simulated = bool(trace.meta.extra.get("simulated"))
-    got, notes = ops or stream_ops(
-        trace, classified=classified, hta_compat=hta_compat, keep_last_step=hta_keep_last_step
-    )
-    notes = list(notes)
+    rank, simulated, got, notes = rank_stream_ops(trace, ops, classified, hta_compat, hta_keep_last_step)
     if got.height == 0:
-        notes.append("no GPU operators with timestamps on streams")
         return LaunchResult(frame({}, LAUNCH_SCHEMA), frame({}, QUEUE_SCHEMA), hta_compat, simulated, notes)
     if steps is None and per_step:
         steps = trace.steps()

@@ -48,16 +48,31 @@ def parse_parallel(text: str) -> dict[str, int]:
         key = key.lower()
         if not sep or key not in DIMS:
             raise UsageError(f"--parallel: expected dim=size with dim in {', '.join(DIMS)}, got {part!r}")
-        try:
-            n = int(val)
-        except ValueError:
-            raise UsageError(f"--parallel: size of {key} must be an integer, got {val!r}") from None
+        if not (val.isascii() and val.lstrip("+-").isdigit()):
+            raise UsageError(f"--parallel: size of {key} must be an integer, got {val!r}")
+        n = int(val)
         if n < 1:
             raise UsageError(f"--parallel: size of {key} must be >= 1, got {n}")
         out[key] = n
     if not out:
         raise UsageError("--parallel: no dimension given (e.g. tp=2,pp=2,dp=2)")
+    check_world(out, "--parallel")
     return out
+
+
+def check_world(layout: Mapping[str, int], what: str) -> None:
+    """UsageError (``what``: the option) when the layout's world size is past the largest job
+    charllm-trace reads (:data:`charllm_trace.limits.MAX_RANK` ranks): its groups are built rank
+    by rank, so a mistyped size would exhaust memory."""
+    from charllm_trace.limits import MAX_RANK
+
+    world = 1
+    for d in ("tp", "cp", "dp", "pp"):
+        world *= int(layout.get(d, 1) or 1)
+    if world > MAX_RANK or int(layout.get("ep", 1) or 1) > MAX_RANK:
+        raise UsageError(
+            f"{what}: a layout of {world:,} ranks, past the largest job read ({MAX_RANK:,} ranks)"
+        )
 
 
 def _sizes(layout: Mapping[str, int]) -> dict[str, int]:

@@ -155,3 +155,24 @@ def stream_ops(
     )
     out = out.with_row_index("_i").sort(["device", "stream", "start_ns", "end_ns", "_i"], nulls_last=True)
     return out.select([pl.col(c).cast(d) for c, d in STREAM_OPS_SCHEMA.items()]), notes
+
+
+def rank_stream_ops(
+    trace: Trace,
+    ops: tuple[pl.DataFrame, list[str]] | None,
+    classified: pl.DataFrame | None,
+    hta_compat: bool,
+    keep_last_step: bool,
+) -> tuple[int, bool, pl.DataFrame, list[str]]:
+    """What the per-stream analyses (idle time, launch statistics) start from: the rank (0 when
+    unknown), whether its timeline is simulated, its GPU operators (``ops`` when the caller has
+    them, else :func:`stream_ops`) and a copy of their notes, with one more when there are none."""
+    rank = trace.meta.rank if trace.meta.rank is not None else 0
+    simulated = bool(trace.meta.extra.get("simulated"))
+    got, notes = ops or stream_ops(
+        trace, classified=classified, hta_compat=hta_compat, keep_last_step=keep_last_step
+    )
+    notes = list(notes)
+    if got.height == 0:
+        notes.append("no GPU operators with timestamps on streams")
+    return rank, simulated, got, notes

@@ -91,7 +91,6 @@ def _io_of(fs: Any, path: str) -> Any:
 
 def fetch(url: str, dest: Path) -> Path:
     """Copy ``url`` to the local file ``dest`` (at most the input limit of stored bytes)."""
-    from charllm_trace.inputs import too_big
     from charllm_trace.limits import max_input_bytes
 
     limit = max_input_bytes()
@@ -101,8 +100,12 @@ def fetch(url: str, dest: Path) -> Path:
         with _reader(fs, p) as src, open(dest, "wb") as out:
             while chunk := src.read(CHUNK):
                 n += len(chunk)
-                if n > limit:
-                    raise too_big(url, limit)
+                if n > limit:  # stored bytes (a gzip is bounded again when it is decompressed)
+                    raise InputError(
+                        url,
+                        f"holds more than {limit:,} bytes, the limit for one input "
+                        "(CHARLLM_TRACE_MAX_INPUT_BYTES raises it for a real trace)",
+                    )
                 out.write(chunk)
     except InputError:
         raise

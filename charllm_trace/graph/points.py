@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from charllm_trace.analysis.classify import classify
+from charllm_trace.analysis.classify import classify, launch_calls
 from charllm_trace.graph.calibrate import append_edges, calibrate
 from charllm_trace.graph.cuda_sync import cuda_sync_edges
 from charllm_trace.graph.inferred import kick_edges, launch_model, wake_edges
@@ -246,21 +246,8 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         E_prio.append(np.full(m, prio, np.int8))
 
     # ---- launch: runtime call start -> GPU op start ----
-    corr = col("correlation", -1).astype(np.int64)
-    rt_rows = np.flatnonzero(runtime & (corr > 0))
     gk = np.flatnonzero(gpu)
-    launcher = np.full(n, -1, dtype=np.int64)
-    if len(rt_rows) and len(gk):
-        # first runtime call of each correlation id
-        u, first = np.unique(corr[rt_rows], return_index=True)
-        k = np.minimum(np.searchsorted(u, corr[gk]), len(u) - 1)
-        hit = (u[k] == corr[gk]) & (corr[gk] > 0)
-        launcher[gk[hit]] = rt_rows[first[k[hit]]]
-    lid = col("launch_id", -1).astype(np.int64)
-    lpos = pos_of(ids, lid)
-    miss = gpu & (launcher < 0) & (lpos >= 0)
-    launcher[miss] = lpos[miss]
-    launcher[(launcher >= 0) & gpu[np.maximum(launcher, 0)]] = -1
+    launcher = launch_calls(ids, gpu, runtime, col("correlation", -1), col("launch_id", -1))
     gl = np.flatnonzero(gpu & (launcher >= 0))
     if len(gl):
         r = launcher[gl]
@@ -276,6 +263,15 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     fix_rows: list[np.ndarray] = []
     fix_own: list[np.ndarray] = []
     exact_calls = np.zeros(0, dtype=np.int64)
+
+    def sync_edges(srow: np.ndarray, grow: np.ndarray) -> None:
+        """Sync edges: the waited GPU op's end -> the end of the CPU call that waited for it (the
+        call's own time: from the later of its start and the op's end; kept for the fix below)."""
+        own_t = end[srow] - np.maximum(start[srow], end[grow])
+        add_edges(2 * grow + 1, 2 * srow + 1, own_t, EK["sync"], CAT["sync_wait"], -1, srow, PRIO_CROSS)
+        fix_rows.append(srow)
+        fix_own.append(own_t)
+
     if measured and len(gk):
         # exact edges from the trace's cuda_sync records, where it has them
         cs = cuda_sync_edges(nodes)
@@ -300,12 +296,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
             # event / stream / context sync: waited op end -> end of the runtime call
             srow, grow = dp[to_end], sp[to_end]
             if len(srow):
-                own_t = end[srow] - np.maximum(start[srow], end[grow])
-                add_edges(
-                    2 * grow + 1, 2 * srow + 1, own_t, EK["sync"], CAT["sync_wait"], -1, srow, PRIO_CROSS
-                )
-                fix_rows.append(srow)
-                fix_own.append(own_t)
+                sync_edges(srow, grow)
                 exact_calls = np.unique(srow)
         # the heuristic for the other synchronising calls: the GPU op that ended last inside them
         sync_rows = np.flatnonzero(runtime & sync_call)
@@ -319,12 +310,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
             ok &= g_end[k] > start[sync_rows]
             srow, grow = sync_rows[ok], g_order[k[ok]]
             if len(srow):
-                own_t = end[srow] - np.maximum(start[srow], end[grow])
-                add_edges(
-                    2 * grow + 1, 2 * srow + 1, own_t, EK["sync"], CAT["sync_wait"], -1, srow, PRIO_CROSS
-                )
-                fix_rows.append(srow)
-                fix_own.append(own_t)
+                sync_edges(srow, grow)
         if fix_rows:
             # one own time per call (a context sync waits for several ops: the least is left)
             rows_all, own_all = np.concatenate(fix_rows), np.concatenate(fix_own)

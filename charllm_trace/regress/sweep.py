@@ -40,8 +40,6 @@ from charllm_trace.analysis.runconfig import tokens_per_step
 from charllm_trace.regress.diff import step_totals
 
 LOWER, HIGHER = "lower", "higher"
-#: the JSON document's kind and version (docs/schema/compare.schema.json)
-SCHEMA, SCHEMA_VERSION = "charllm-trace/compare", 1
 #: a row's notes on its configuration (one string: rows hold plain values), not a column
 NOTES = "_notes"
 DIMS = ("tp", "cp", "dp", "pp", "ep")
@@ -281,9 +279,8 @@ class Sweep:
 
     def to_dict(self) -> dict[str, Any]:
         runs = self.table["run"].to_list()
+        """The table as a JSON document (render.contract.stamp adds its schema and version)."""
         return {
-            "schema": SCHEMA,
-            "version": SCHEMA_VERSION,
             "columns": [c.to_dict() for c in self.columns],
             "rows": self.table.to_dicts(),
             "best": {k: [runs[i] for i in v] for k, v in self.best().items()},
@@ -333,8 +330,8 @@ def sweep_rows(
                 row["run"] = v
             elif k in CONFIG_SCHEMA:
                 if CONFIG_SCHEMA[k] == pl.Int64:
-                    if not v.strip().isdigit():
-                        raise ValueError(f"label {k}={v}: {k} is a whole number")
+                    if not (v.strip().isascii() and v.strip().isdigit() and int(v) < 1 << 63):
+                        raise ValueError(f"label {k}={v}: {k} is a whole number (below 2**63)")
                     row[k] = int(v)
                 else:
                     row[k] = v

@@ -18,12 +18,12 @@ import orjson
 import polars as pl
 
 from charllm_trace.analysis.classify import classify
+from charllm_trace.analysis.roofline_cost import roofline_columns
 from charllm_trace.errors import InputError
 from charllm_trace.et import schema as pb
 from charllm_trace.et.framing import encode_varint, frame
 from charllm_trace.model import Run, Trace
 from charllm_trace.render import astra_sim_plan as plan
-from charllm_trace.render.astra_sim_roofline import roofline_columns
 
 #: collectives ASTRA-sim simulates on its network model; any other is written as BROADCAST,
 #: which it replays with ``duration_micros`` (``Workload::issue_coll_comm``)

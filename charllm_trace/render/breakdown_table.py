@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import polars as pl
-from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from charllm_trace.analysis.kernel_category import CATEGORIES
 from charllm_trace.analysis.results_breakdown import BreakdownResult
+from charllm_trace.render.table_style import plain_table
 
 #: Rows of the kernel and op tables (per rank) unless ``analyze --breakdown-top`` says otherwise.
 TOP = 10
@@ -33,13 +33,7 @@ assert tuple(SHORT) == CATEGORIES
 
 
 def _table(title: str, cols: list[tuple[str, str]]) -> Table:
-    t = Table(
-        title=title, title_justify="left", title_style="bold", header_style="bold",
-        box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False,
-    )  # fmt: skip
-    for name, just in cols:
-        t.add_column(name, justify=just, no_wrap=True)  # type: ignore[arg-type]
-    return t
+    return plain_table(title, cols, no_wrap=True)
 
 
 def _ms(ns: Any) -> str:

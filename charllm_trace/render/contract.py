@@ -22,7 +22,7 @@ from typing import Any
 import polars as pl
 
 #: document kind -> version of its layout
-VERSIONS: dict[str, int] = {"analyze": 2, "info": 1, "check": 1, "diff": 1}
+VERSIONS: dict[str, int] = {"analyze": 2, "info": 1, "check": 1, "diff": 1, "compare": 1}
 
 
 def stamp(kind: str, doc: dict[str, Any]) -> dict[str, Any]:

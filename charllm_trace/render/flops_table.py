@@ -7,11 +7,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
 from charllm_trace.analysis.results import RunAnalysis
+from charllm_trace.render.table_style import plain_table, simulated_label
 
 TOP_OPS = 8
 SHORT = {"attention": "attn"}
@@ -23,16 +22,6 @@ def _f(v: Any, fmt: str) -> str:
     return fmt.format(v)
 
 
-def _table(title: str, cols: list[tuple[str, str]]) -> Table:
-    t = Table(
-        title=title, title_justify="left", title_style="bold", header_style="bold",
-        box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False,
-    )  # fmt: skip
-    for name, just in cols:
-        t.add_column(name, justify=just)  # type: ignore[arg-type]
-    return t
-
-
 def _dim(console: Console, text: str) -> None:
     console.print(text, style="dim", markup=False, highlight=False)
 
@@ -40,9 +29,8 @@ def _dim(console: Console, text: str) -> None:
 def render_flops(res: RunAnalysis, console: Console) -> None:
     fl = res.flops
     assert fl is not None
-    sim = " [SIMULATED]" if res.simulated else ""
-    t = _table(
-        "Achieved FLOP/s and MFU (estimates)" + sim,
+    t = plain_table(
+        "Achieved FLOP/s and MFU (estimates)" + simulated_label(res),
         [("rank", "right"), ("step", "right"), ("class", "left"), ("dtype", "left"), ("ops", "right"),
          ("unk", "right"), ("TFLOP", "right"), ("ms", "right"), ("TFLOP/s", "right"), ("MFU%", "right"),
          ("wall%", "right")],
@@ -72,8 +60,8 @@ def render_flops(res: RunAnalysis, console: Console) -> None:
         _dim(console, "  peaks: " + "; ".join(shown))
     ops = fl.by_op.sort("flop", "name", descending=[True, False], nulls_last=True).head(TOP_OPS)
     if ops.height:
-        o = _table(
-            "Top operators by FLOPs (whole trace)" + sim,
+        o = plain_table(
+            "Top operators by FLOPs (whole trace)" + simulated_label(res),
             [("rank", "right"), ("operator", "left"), ("dtype", "left"), ("n", "right"), ("TFLOP", "right"),
              ("TFLOP/s", "right"), ("MFU %", "right")],
         )  # fmt: skip

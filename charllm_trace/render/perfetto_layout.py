@@ -19,8 +19,8 @@ of its track *when Perfetto processes it*, and Perfetto does not close ended sli
 one timestamp it processes the complete events (longest first) before the flow events. So the
 arrow of each GPU op (``kernel``, ``memcpy``, ``memset``; never a ``gpu_annotation`` range)
 starts at the begin of the call that launched it, the first ``runtime`` call with the op's
-``correlation`` (else the CPU op named by its ``launch_id``: the same launcher as the graph's
-``launch`` edges, docs/model.md), and ends at the op's begin. The arrow is left out when it
+``correlation`` (else the CPU op named by its ``launch_id``: ``analysis.classify.launch_calls``,
+the launcher of the graph's ``launch`` edges, docs/model.md), and ends at the op's begin. The arrow is left out when it
 cannot be drawn as the trace is: the op begins before its launch call (the two clocks disagree;
 the arrow would run backwards), or another slice begins on the same track at the same time and
 would be the innermost one there (a shorter one, or one written after it).
@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from charllm_trace.analysis.classify import launch_calls
 from charllm_trace.converters.tree import prev_greater_equal
 
 #: GPU node kinds a launch arrow may end on.
@@ -126,38 +127,42 @@ def launch_flows(nodes: pl.DataFrame) -> tuple[pl.DataFrame, int, int]:
     nodes = nodes.select(
         "id", "kind", "on_gpu", "correlation", "launch_id", "start_ns", "out_tid", "_last", "orig"
     )
-    cpu = nodes.filter(~pl.col("on_gpu"))
-    at = [pl.col("start_ns").alias("s_ns"), pl.col("out_tid").alias("s_tid"), pl.col("_last").alias("s_last")]
-    runtime = (
-        cpu.filter(
-            (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null() & (pl.col("correlation") > 0)
-        )
-        .sort("orig")
-        .unique(subset="correlation", keep="first", maintain_order=True)
-        .select("correlation", *at)
+    n = nodes.height
+    by_orig = np.argsort(nodes["orig"].to_numpy(), kind="stable")  # the trace's row order
+    o = nodes[by_orig]
+    kind = o["kind"].fill_null("")
+    found = launch_calls(
+        o["id"].fill_null(-1).to_numpy(),
+        o["on_gpu"].fill_null(False).to_numpy(),
+        (kind == "runtime").to_numpy(),
+        o["correlation"].fill_null(-1).to_numpy(),
+        o["launch_id"].fill_null(-1).to_numpy(),
     )
-    ops = (
-        nodes.filter(pl.col("on_gpu") & pl.col("kind").is_in(GPU_OP_KINDS))
-        .select(
-            "correlation",
-            "launch_id",
-            pl.col("start_ns").alias("f_ns"),
-            pl.col("out_tid").alias("f_tid"),
-            pl.col("_last").alias("f_last"),
-        )
-        .join(runtime, on="correlation", how="left", maintain_order="left")
+    launcher = np.full(n, -1, dtype=np.int64)  # file order: the launcher's file position
+    launcher[by_orig] = np.where(found >= 0, by_orig[np.maximum(found, 0)], -1)
+    kind_f = nodes["kind"].fill_null("")
+    op = np.flatnonzero(
+        nodes["on_gpu"].fill_null(False).to_numpy() & kind_f.is_in(GPU_OP_KINDS).to_numpy() & (launcher >= 0)
     )
-    # ops without a runtime call: from the CPU op named by their launch_id
-    pairs = ops.filter(pl.col("s_ns").is_not_null())
-    rest = ops.filter(pl.col("s_ns").is_null() & pl.col("launch_id").is_not_null())
-    if rest.height:
-        rest = rest.drop("s_ns", "s_tid", "s_last").join(
-            cpu.select(pl.col("id").alias("launch_id"), *at),
-            on="launch_id",
-            how="inner",
-            maintain_order="left",
-        )
-        pairs = pl.concat([pairs, rest.select(pairs.columns)])
+    src = launcher[op]
+    corr = nodes["correlation"].fill_null(-1).to_numpy()
+    # arrows from a runtime call with the op's correlation first, then those from a launch_id
+    by_corr = (kind_f.to_numpy()[src] == "runtime") & (corr[src] == corr[op]) & (corr[op] > 0)
+    order = np.r_[np.flatnonzero(by_corr), np.flatnonzero(~by_corr)]
+    op, src = op[order], src[order]
+    start, tid, last = nodes["start_ns"].to_numpy(), nodes["out_tid"].to_numpy(), nodes["_last"].to_numpy()
+    pairs = pl.DataFrame(
+        {
+            "s_ns": start[src],
+            "s_tid": tid[src],
+            "s_last": last[src],
+            "f_ns": start[op],
+            "f_tid": tid[op],
+            "f_last": last[op],
+        },
+        schema={k: nodes.schema[c] for k, c in (("s_ns", "start_ns"), ("s_tid", "out_tid"), ("s_last", "_last"),
+                                                 ("f_ns", "start_ns"), ("f_tid", "out_tid"), ("f_last", "_last"))},
+    )  # fmt: skip
     backwards = pl.col("f_ns") < pl.col("s_ns")
     bound = pl.col("f_last") & pl.col("s_last")
     n_back, n_unbound = pairs.select(backwards.sum().alias("b"), (~backwards & ~bound).sum().alias("u")).row(

@@ -21,6 +21,7 @@ import polars as pl
 
 from charllm_trace.errors import InputError
 from charllm_trace.regress.sweep import HIGHER, LOWER, Col, Sweep
+from charllm_trace.render.contract import stamp
 
 if TYPE_CHECKING:  # rich is imported where the tables are drawn (JSON/CSV output needs none of it)
     from rich.console import Console
@@ -153,7 +154,9 @@ def print_sweep(sw: Sweep, console: Console, *, wide: bool = False) -> None:
 def to_json(sw: Sweep) -> bytes:
     """``{"schema": "charllm-trace/compare", "version": 1, "columns": [{name, title, unit, better,
     group}], "rows": [...], "best": {column: [run]}, "notes": [...]}`` (docs/schema/compare.schema.json)."""
-    return orjson.dumps(sw.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    return orjson.dumps(
+        stamp("compare", sw.to_dict()), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+    )
 
 
 def to_csv(sw: Sweep) -> str:

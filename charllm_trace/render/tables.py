@@ -12,6 +12,7 @@ from rich.console import Console
 
 from charllm_trace.analysis.results import CAN_SIMULATE, CP_CATEGORIES, NO_PEAK, WARNING, RunAnalysis
 from charllm_trace.render.fit import FitTable, table_console
+from charllm_trace.render.table_style import simulated_label
 from charllm_trace.render.tables_spread import render_rank_spread
 from charllm_trace.render.tables_streams import render_streams
 
@@ -65,10 +66,6 @@ def _table(title: str, cols: Iterable[tuple[str, str]], keys: int = 2) -> FitTab
 SHRINKABLE = frozenset({"operator", "kernel", "launching CPU op", "process group", "key"})
 
 
-def _label(res: RunAnalysis) -> str:
-    return " [SIMULATED]" if res.simulated else ""
-
-
 def _legend(console: Console, text: str) -> None:
     console.print(f"  {text}", style="dim", markup=False, highlight=False)
 
@@ -85,7 +82,7 @@ def _notes(console: Console, notes: list[str]) -> None:
 def render_overlap(res: RunAnalysis, console: Console) -> None:
     ov = res.overlap
     assert ov is not None
-    title = "Compute / communication overlap" + _label(res)
+    title = "Compute / communication overlap" + simulated_label(res)
     if ov.hta_compat:
         title += " (HTA convention)"
     if ov.mode == "cpu":
@@ -106,7 +103,7 @@ def render_overlap(res: RunAnalysis, console: Console) -> None:
         if df.height == 0:
             continue
         g = _table(
-            f"Overlap by {name}" + _label(res),
+            f"Overlap by {name}" + simulated_label(res),
             [("rank", "right"), ("step", "right"), (name, "left"), ("dim", "left"), ("comm ms", "right"),
              ("overlap %", "right"), ("exposed ms", "right"), ("n", "right")],
         )  # fmt: skip
@@ -132,7 +129,7 @@ def render_bandwidth(res: RunAnalysis, console: Console) -> None:
     bw = res.bandwidth
     assert bw is not None
     t = _table(
-        "Collective bandwidth (GB/s) by type, group and message size" + _label(res),
+        "Collective bandwidth (GB/s) by type, group and message size" + simulated_label(res),
         [("type", "left"), ("group", "left"), ("dim", "left"), ("size", "left"), ("count", "right"),
          ("MB", "right"), ("time ms", "right"), ("algbw", "right"), ("busbw", "right"),
          ("max busbw", "right"), ("peak", "right"), ("util %", "right")],
@@ -158,7 +155,7 @@ def render_bandwidth(res: RunAnalysis, console: Console) -> None:
         mt = _table(
             "Collectives matched across ranks, by arrival skew"
             + (f" (top {TOP} of {bw.matched.height})" if bw.matched.height > TOP else "")
-            + _label(res),
+            + simulated_label(res),
             [("group", "left"), ("seq", "right"), ("type", "left"), ("MB", "right"), ("ranks", "right"),
              ("min dur ms", "right"), ("max dur ms", "right"), ("busbw GB/s", "right"),
              ("skew ms", "right"), ("late rank", "right")],
@@ -176,7 +173,7 @@ def render_bandwidth(res: RunAnalysis, console: Console) -> None:
         sg = bw.stragglers.sort(["n_last", "mean_late_ns"], descending=True, nulls_last=True)
         more = f" (top {TOP} of {sg.height})" if sg.height > TOP else ""
         t = _table(
-            f"Stragglers: arrivals at collectives matched across ranks{more}" + _label(res),
+            f"Stragglers: arrivals at collectives matched across ranks{more}" + simulated_label(res),
             [("group", "left"), ("dim", "left"), ("rank", "right"), ("matched", "right"), ("last", "right"),
              ("last %", "right"), ("mean late ms", "right"), ("max late ms", "right")],
             keys=3,
@@ -194,7 +191,7 @@ def render_energy(res: RunAnalysis, console: Console) -> None:
     en = res.energy
     assert en is not None
     t = _table(
-        f"Energy ({en.method} integration)" + _label(res),
+        f"Energy ({en.method} integration)" + simulated_label(res),
         [("rank", "right"), ("device", "right"), ("window s", "right"), ("samples", "right"),
          ("sensor period ms", "right"), ("∫P dt J", "right"), ("counter J", "right"), ("correction", "right"),
          ("operators J", "right"), ("idle J", "right"), ("short-op time %", "right")],
@@ -216,7 +213,7 @@ def render_energy(res: RunAnalysis, console: Console) -> None:
         show = df if group in ("phase", "step", "coll_type") else df.head(TOP)
         more = "" if show.height == df.height else f" (top {TOP} of {df.height})"
         g = _table(
-            f"Energy by {what}{more}" + _label(res),
+            f"Energy by {what}{more}" + simulated_label(res),
             [("rank", "right"), (what, "left"), ("count", "right"), ("busy ms", "right"), ("J", "right"),
              ("share %", "right"), ("short-op %", "right")],
         )  # fmt: skip
@@ -234,7 +231,7 @@ def render_power(res: RunAnalysis, console: Console) -> None:
     pw = res.power
     assert pw is not None
     t = _table(
-        "Power and thermal per step" + _label(res),
+        "Power and thermal per step" + simulated_label(res),
         [("rank", "right"), ("dev", "right"), ("step", "right"), ("avg W", "right"), ("peak W", "right"),
          ("swing W", "right"), ("max dP/dt W/s", "right"), ("above limit ms", "right"), ("temp rise °C", "right"),
          ("SM clk/max", "right"), ("throttled ms", "right"), ("outlier", "left")],
@@ -299,12 +296,12 @@ def render_critical_path(res: RunAnalysis, console: Console) -> None:
     shown = [c for c in CP_CATEGORIES if paths.height and (paths[f"{c}_ns"].fill_null(0) != 0).any()]
     hidden = [CP_SHORT[c][0] for c in CP_CATEGORIES if c not in shown]
     t = _compact(
-        "Critical path: share of the path by category" + _label(res),
+        "Critical path: share of the path by category" + simulated_label(res),
         [("rank", "right"), ("step", "right"), ("span ms", "right"), ("path ms", "right")]
         + [(f"{CP_SHORT[c][0]} %", "right") for c in shown],
     )
     m = _compact(
-        "Critical path: time by category (ms)" + _label(res),
+        "Critical path: time by category (ms)" + simulated_label(res),
         [("rank", "right"), ("step", "right")] + [(f"{CP_SHORT[c][0]} ms", "right") for c in shown],
     )
     for r in paths.iter_rows(named=True):
@@ -334,7 +331,7 @@ def render_critical_path(res: RunAnalysis, console: Console) -> None:
             "Top operators on the critical path (whole trace"
             + (", job path" if only_job else "")
             + ")"
-            + _label(res),
+            + simulated_label(res),
             [("rank", "right"), ("operator", "left"), ("what", "left"), ("ms", "right"), ("% path", "right"),
              ("n", "right")],
         )  # fmt: skip
@@ -368,7 +365,7 @@ def render_what_if(res: RunAnalysis, console: Console, printed: list[str] | None
     wi = res.what_if
     assert wi is not None
     t = _compact(
-        f"What-if (PREDICTED): {_factors(wi.factors)}" + _label(res),
+        f"What-if (PREDICTED): {_factors(wi.factors)}" + simulated_label(res),
         [("rank", "right"), ("step", "right"), ("meas ms", "right"), ("pred ms", "right"), ("chg %", "right"),
          ("meas exp", "right"), ("pred exp", "right"), ("meas ovl", "right"), ("pred ovl", "right")],
     )  # fmt: skip
@@ -415,7 +412,7 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
     if res.breakdown is not None:
         from charllm_trace.render.breakdown_table import render_breakdown
 
-        render_breakdown(res.breakdown, console, per_step=res.options.per_step, label=_label(res))
+        render_breakdown(res.breakdown, console, per_step=res.options.per_step, label=simulated_label(res))
         console.print()
     elif "breakdown" in res.skipped:
         console.print(f"time breakdown: {cli_hint(res.skipped['breakdown'])}", markup=False, highlight=False)

@@ -4,25 +4,14 @@ categories, and the launch statistics. Formatting only: every number comes from
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
 from charllm_trace.analysis.results import RunAnalysis
-
-
-def _t(title: str, cols: Iterable[tuple[str, str]]) -> Table:
-    t = Table(
-        title=title, title_justify="left", title_style="bold", header_style="bold",
-        box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False,
-    )  # fmt: skip
-    for name, just in cols:
-        t.add_column(name, justify=just)  # type: ignore[arg-type]
-    return t
+from charllm_trace.render.table_style import plain_table, simulated_label
 
 
 def _ms(v: Any) -> str:
@@ -56,9 +45,10 @@ def _notes(console: Console, notes: list[str]) -> None:
 def render_idle_time(res: RunAnalysis, console: Console) -> None:
     it = res.idle_time
     assert it is not None
-    sim = " [SIMULATED]" if res.simulated else ""
-    t = _t(
-        "GPU idle time per stream (HTA's categories)" + (" (HTA convention)" if it.hta_compat else "") + sim,
+    t = plain_table(
+        "GPU idle time per stream (HTA's categories)"
+        + (" (HTA convention)" if it.hta_compat else "")
+        + simulated_label(res),
         [("rank", "right"), ("step", "right"), ("stream", "right"), ("ops", "right"), ("span ms", "right"),
          ("idle ms", "right"), ("host %", "right"), ("kernel %", "right"), ("other %", "right")],
     )  # fmt: skip
@@ -81,9 +71,8 @@ def render_idle_time(res: RunAnalysis, console: Console) -> None:
 def render_launch(res: RunAnalysis, console: Console, printed: list[str] | None = None) -> None:
     ls = res.launch
     assert ls is not None
-    sim = " [SIMULATED]" if res.simulated else ""
-    t = _t(
-        "Launch statistics: launch call to GPU start (µs), queue" + sim,
+    t = plain_table(
+        "Launch statistics: launch call to GPU start (µs), queue" + simulated_label(res),
         [("rank", "right"), ("step", "right"), ("stream", "right"), ("ops", "right"), ("p50", "right"),
          ("p90", "right"), ("p99", "right"), ("max", "right"), ("short %", "right"), ("q max", "right"),
          ("q mean", "right")],

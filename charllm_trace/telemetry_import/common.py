@@ -337,6 +337,44 @@ def derived_times(
     return ((index.cast(pl.Float64) * ms * 1e6).round().cast(pl.Int64) + t0).alias("time_ns")
 
 
+def log_lines(path: Path) -> tuple[pl.Series, pl.Series | None, pl.Series]:
+    """The lines of a text log (the last, unterminated one dropped), their Unix-time prefixes
+    (:func:`split_prefix_times`; None without), and the lines stripped of white space."""
+    lines = pl.Series("l", read_text(path).split("\n")[:-1], dtype=pl.String)
+    lines, prefix = split_prefix_times(path, lines)
+    return lines, prefix, lines.str.strip_chars()
+
+
+def one_header(path: Path, stripped: pl.Series, start: str, missing: str, twice: str) -> str:
+    """The log's header line (the stripped line starting with ``start``); InputError ``missing``
+    without one, ``twice`` with two different ones."""
+    heads = stripped.filter(stripped.str.starts_with(start)).unique(maintain_order=True)
+    if heads.len() == 0:
+        raise InputError(path, missing)
+    if heads.len() > 1:
+        raise InputError(path, twice)
+    return str(heads[0])
+
+
+def row_times(
+    path: Path,
+    opts: ParseOptions,
+    log: ImportedLog,
+    prefix: pl.Series | None,
+    is_row: pl.Series,
+    device: pl.Series,
+    default_interval_ms: float | None,
+    how: str,
+) -> pl.Series:
+    """Times of a log's sample rows (``is_row``: the lines that are rows; ``device``: each row's
+    device): the Unix-time prefix of their lines where the log has one (``split_prefix_times``),
+    else derived per device from the given start and interval (:func:`derived_times`)."""
+    if prefix is not None:
+        return prefix.filter(is_row)
+    n = pl.DataFrame({"device": device}).select(pl.int_range(pl.len()).over("device")).to_series()
+    return derived_times(path, opts, log, n, default_interval_ms, how)
+
+
 def read_text(path: Path) -> str:
     """The log's text (UTF-8, CRLF tolerated), a last line cut short (the tool was killed while
     writing it) dropped."""

@@ -21,12 +21,12 @@ from charllm_trace.errors import InputError
 from charllm_trace.telemetry_import.common import (
     ImportedLog,
     ParseOptions,
-    derived_times,
     finish,
     hex_or_int,
+    log_lines,
     numbers,
-    read_text,
-    split_prefix_times,
+    one_header,
+    row_times,
 )
 
 #: dmon short name (dcgm_fields.cpp) -> model column
@@ -60,16 +60,16 @@ def _columns(header: str, units: str | None) -> list[tuple[str, str | None]]:
 
 
 def parse(path: Path, opts: ParseOptions) -> ImportedLog:
-    lines = pl.Series("l", read_text(path).split("\n")[:-1], dtype=pl.String)
-    lines, prefix = split_prefix_times(path, lines)
-    stripped = lines.str.strip_chars()
-    headers = stripped.filter(stripped.str.starts_with("#Entity")).unique(maintain_order=True)
-    if headers.len() == 0:
-        raise InputError(path, "not a dcgmi dmon log: no '#Entity' header line")
-    if headers.len() > 1:
-        raise InputError(path, "dcgmi dmon log has two different field lists (two runs in one file?)")
+    lines, prefix, stripped = log_lines(path)
+    header = one_header(
+        path,
+        stripped,
+        "#Entity",
+        "not a dcgmi dmon log: no '#Entity' header line",
+        "dcgmi dmon log has two different field lists (two runs in one file?)",
+    )
     raw_lines = lines.to_list()
-    hpos = stripped.to_list().index(headers[0])
+    hpos = stripped.to_list().index(header)
     header_line = raw_lines[hpos]
     unit_line = (
         raw_lines[hpos + 1] if hpos + 1 < len(raw_lines) and stripped[hpos + 1].startswith("ID") else None
@@ -102,10 +102,7 @@ def parse(path: Path, opts: ParseOptions) -> ImportedLog:
         raise InputError(
             path, "dcgmi dmon log has none of the fields power, temperature, clocks (-e 155,150,100)"
         )
-    if prefix is not None:
-        cols["time_ns"] = prefix.filter(is_row)
-    else:
-        frame = pl.DataFrame({"device": cols["device"]})
-        n = frame.select(pl.int_range(pl.len()).over("device")).to_series()
-        cols["time_ns"] = derived_times(path, opts, log, n, DEFAULT_INTERVAL_MS, "dcgmi dmon ... | ts '%.s'")
+    cols["time_ns"] = row_times(
+        path, opts, log, prefix, is_row, cols["device"], DEFAULT_INTERVAL_MS, "dcgmi dmon ... | ts '%.s'"
+    )
     return finish(path, log, pl.DataFrame(cols), opts)

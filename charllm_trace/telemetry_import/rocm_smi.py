@@ -16,16 +16,15 @@ from pathlib import Path
 
 import polars as pl
 
-from charllm_trace.errors import InputError
 from charllm_trace.telemetry_import.common import (
     ImportedLog,
     ParseOptions,
     csv_cells,
-    derived_times,
     finish,
+    log_lines,
     numbers,
-    read_text,
-    split_prefix_times,
+    one_header,
+    row_times,
 )
 
 #: model column -> header names (lower case, the unit in parentheses removed), first present used
@@ -51,17 +50,15 @@ def _split_unit(name: str) -> tuple[str, str | None]:
 
 
 def parse(path: Path, opts: ParseOptions) -> ImportedLog:
-    lines = pl.Series("l", read_text(path).split("\n")[:-1], dtype=pl.String)
-    lines, prefix = split_prefix_times(path, lines)
-    stripped = lines.str.strip_chars()
-    heads = stripped.filter(stripped.str.starts_with("device,")).unique(maintain_order=True)
-    if heads.len() == 0:
-        raise InputError(path, "not a rocm-smi --csv log: no 'device,...' header line")
-    if heads.len() > 1:
-        raise InputError(
-            path, "rocm-smi log has two different headers (different --show options in one file?)"
-        )
-    head = [_split_unit(h) for h in heads[0].split(",")]
+    lines, prefix, stripped = log_lines(path)
+    header = one_header(
+        path,
+        stripped,
+        "device,",
+        "not a rocm-smi --csv log: no 'device,...' header line",
+        "rocm-smi log has two different headers (different --show options in one file?)",
+    )
+    head = [_split_unit(h) for h in header.split(",")]
     names = [n for n, _ in head]
     is_row = stripped.str.contains(r"^card\d+,")
     log = ImportedLog("rocm-smi", path.name, pl.DataFrame(), "Unix-time prefix of each line (ts '%.s')")
@@ -79,11 +76,6 @@ def parse(path: Path, opts: ParseOptions) -> ImportedLog:
             unit = None
         cols[col] = numbers(path, s, col, unit, f"column {found[0]!r}")
         if col == "power_w":
-            log.notes.append(f"power from rocm-smi's {heads[0].split(',')[i].strip()}")
-    if prefix is not None:
-        cols["time_ns"] = prefix.filter(is_row)
-    else:
-        frame = pl.DataFrame({"device": cols["device"]})
-        n = frame.select(pl.int_range(pl.len()).over("device")).to_series()
-        cols["time_ns"] = derived_times(path, opts, log, n, None, "... | ts '%.s'")
+            log.notes.append(f"power from rocm-smi's {header.split(',')[i].strip()}")
+    cols["time_ns"] = row_times(path, opts, log, prefix, is_row, cols["device"], None, "... | ts '%.s'")
     return finish(path, log, pl.DataFrame(cols), opts)

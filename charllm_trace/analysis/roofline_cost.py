@@ -29,8 +29,12 @@ import numpy as np
 import orjson
 import polars as pl
 
+from charllm_trace.analysis.flops_formulas import GEMM_OPS, matmul_flops
+
 MIN_TENSOR_SIZE = 1 << 16
-GEMM_OPS_RE = r"^aten::(mm|addmm|bmm|baddbmm|addbmm|_addmm_activation|_scaled_mm)$"
+#: the matrix products of :data:`flops_formulas.GEMM_OPS` but ``matmul`` and ``linear``, whose
+#: products are their child ``mm`` / ``addmm`` ops (counted there)
+GEMM_OPS_RE = "^aten::(" + "|".join(o for o in GEMM_OPS if o not in ("matmul", "linear")) + ")$"
 
 _ITEMSIZE = {
     "double": 8, "long int": 8, "long": 8, "int64": 8, "c10::complex<float>": 8,
@@ -71,7 +75,7 @@ def gemm_cost(inputs: dict | None, outputs: dict | None) -> tuple[int, int]:
     for a, b in zip(mats[-2::-1], mats[:0:-1], strict=False):  # the last pair (a, b) with a[-1] == b[-2]
         if a[-1] == b[-2]:
             batch = max(math.prod(a[:-2]), math.prod(b[:-2]))
-            ops = 2 * batch * a[-2] * a[-1] * b[-1]
+            ops = matmul_flops(a, b, batch)
             size = sum(math.prod(s) * k for s, k in ins + _tensors(outputs))
             return int(ops), int(size)
     return 0, 0
