@@ -159,7 +159,8 @@ def test_parts_gathered_in_batches_equal_local(scheduler, monkeypatch):
     d = shared_trace("param/dlrm_8ranks_v100")
     opts = AnalyzeOptions(per_step=True)
     dist = _distributed(str(d), opts)
-    assert [3, 3, 2] == released[-4:-1]  # the parts, in batches; then the ranks read
+    # the parts, in batches (then the graph rounds' and the ranks' own releases)
+    assert any(released[i : i + 3] == [3, 3, 2] for i in range(len(released))), released
     assert_same_analysis(_local(d, opts), dist)
 
 
