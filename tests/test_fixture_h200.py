@@ -198,3 +198,14 @@ def test_nvml_validation_readings(tag: str) -> None:
     assert idle["reasons_seen"] == ["gpu_idle"] and burst["reasons_seen"] == ["sw_power_cap"]
     assert burst["mean_power_instant_w"] > 5 * idle["mean_power_instant_w"]
     assert burst["min_sm_clock_mhz"] < burst["mean_sm_clock_mhz"] < 1980  # held below the boost clock
+
+
+def test_breakdown_category_of_a_kernel_name_in_two_categories(analysis) -> None:  # type: ignore[no-untyped-def]
+    """'Memcpy DtoD' is both the all_gathers' device work (communication, 1.04 ms) and plain copies
+    (memcpy_memset, 3.93 ms): its kernel row takes the category of most of its time, every run
+    (it was whichever row polars met first)."""
+    by = analysis.breakdown.by.filter(pl.col("step").is_null())
+    row = by.filter((pl.col("group") == "kernel") & (pl.col("key") == "Memcpy DtoD (Device -> Device)"))
+    assert row.select("category", "total_ns", "count").rows() == [("memcpy_memset", 4973381, 436)]
+    cats = dict(by.filter(pl.col("group") == "category").select("key", "total_ns").iter_rows())
+    assert cats["communication"] == 3773758  # the 28 collectives: 24 oneRankReduce kernels + 4 copies

@@ -169,8 +169,22 @@ def _aggregate(fine: pl.DataFrame, all_ranks: bool) -> tuple[pl.DataFrame, pl.Da
     parts = []
     for group in BREAKDOWN_GROUPS:
         col = _KEY_COLUMN[group]
-        cat = pl.col("category").first() if group in ("category", "kernel") else pl.lit(None, pl.String)
-        agg = scoped.group_by([*keys, pl.col(col).alias("key")]).agg(*sums, cat.alias("category"))
+        agg = scoped.group_by([*keys, pl.col(col).alias("key")]).agg(*sums)
+        if group == "category":
+            agg = agg.with_columns(pl.col("key").alias("category"))
+        elif group == "kernel":
+            # a name can fall in two categories (a Memcpy DtoD that is a one-rank collective's
+            # copy, another that is a plain copy): the category of most of its time, ties by name
+            dominant = (
+                scoped.group_by([*keys, pl.col(col).alias("key"), "category"])
+                .agg(pl.col("total_ns").sum().alias("_t"))
+                .sort(["_t", "category"], descending=[True, False], nulls_last=True)
+                .group_by([*keys, "key"], maintain_order=True)
+                .agg(pl.col("category").first())
+            )
+            agg = agg.join(dominant, on=[*keys, "key"], how="left", nulls_equal=True)
+        else:
+            agg = agg.with_columns(pl.lit(None, pl.String).alias("category"))
         parts.append(agg.with_columns(pl.lit(group).alias("group")))
     return pl.concat(parts, how="vertical_relaxed"), totals
 
