@@ -184,13 +184,14 @@ def energy(
     parts: list[pl.DataFrame] = []
     single = len(devices) == 1
     for dev in devices:
-        smp = device_samples(trace, dev).filter(pl.col("power_w").is_not_null())
+        every = device_samples(trace, dev)  # the counter may be read where power was not
+        smp = every.filter(pl.col("power_w").is_not_null())
         if smp.height < 2:
             notes.append(f"device {dev}: fewer than two power samples, no energy")
             continue
         t = smp["time_ns"].to_numpy().astype(np.int64)
         p = smp["power_w"].to_numpy().astype(np.float64)
-        by_counter = counter_intervals(device_samples(trace, dev)) if method == "counter" else None
+        by_counter = counter_intervals(every) if method == "counter" else None
         if method == "counter" and by_counter is None:
             notes.append(
                 f"device {dev}: no usable energy counter (absent, fewer than {MIN_CHANGES} changes, or "

@@ -95,16 +95,12 @@ def _time(an: RunAnalysis) -> list[Finding]:
     return out
 
 
-def _one_rank_groups(an: RunAnalysis) -> list[Finding]:
-    """Collectives of one-rank groups: bus factor 0, nothing crosses a link (their busbw is 0 at
-    any speed), so only their algorithm bandwidth says anything."""
-    assert an.bandwidth is not None
+def _one_rank_groups(rows: pl.DataFrame) -> list[Finding]:
+    """Collectives of one-rank groups (``rows``: their bandwidth summary rows): bus factor 0,
+    nothing crosses a link (their busbw is 0 at any speed), so only their algorithm bandwidth says
+    anything."""
     keys = ("coll_type", "pg_name", "size_bucket")
-    one = an.bandwidth.collectives.group_by("pg_name").agg((pl.col("bus_factor") == 0).all().alias("_one"))
-    pgs = one.filter(pl.col("_one"))["pg_name"]
-    rows = an.bandwidth.summary.filter(
-        pl.col("pg_name").is_in(pgs.implode()) & pl.col("algbw_time_weighted_gbps").is_not_null()
-    )
+    rows = rows.filter(pl.col("algbw_time_weighted_gbps").is_not_null())
     if rows.height == 0:
         return []
     r = rows.sort(["algbw_time_weighted_gbps", *keys], descending=[True, False, False, False]).row(
@@ -126,16 +122,11 @@ def _one_rank_groups(an: RunAnalysis) -> list[Finding]:
 def _bandwidth(an: RunAnalysis) -> list[Finding]:
     if an.bandwidth is None:
         return []
-    one = _one_rank_groups(an)
-    if one:
-        solo = an.bandwidth.collectives.group_by("pg_name").agg(
-            (pl.col("bus_factor") == 0).all().alias("_one")
-        )
-        multi = solo.filter(~pl.col("_one"))["pg_name"]
-        an_multi = an.bandwidth.summary.filter(pl.col("pg_name").is_in(multi.implode()))
-    else:
-        an_multi = an.bandwidth.summary
-    return one + _bus_bandwidth(an, an_multi)
+    # groups whose every collective has bus factor 0 (one rank) are told apart from the rest
+    solo = an.bandwidth.collectives.group_by("pg_name").agg((pl.col("bus_factor") == 0).all().alias("_one"))
+    one_rank = pl.col("pg_name").is_in(solo.filter(pl.col("_one"))["pg_name"].implode()).fill_null(False)
+    summary = an.bandwidth.summary
+    return _one_rank_groups(summary.filter(one_rank)) + _bus_bandwidth(an, summary.filter(~one_rank))
 
 
 def _bus_bandwidth(an: RunAnalysis, summary: pl.DataFrame) -> list[Finding]:
