@@ -25,6 +25,7 @@ from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.group_size import Tally
 from charllm_trace.analysis.launch_gap import lost_device_activity
 from charllm_trace.analysis.overlap import overlap
+from charllm_trace.analysis.pipeline import NO_LABELS, pipeline_from, rank_microbatches
 from charllm_trace.analysis.power import power
 from charllm_trace.analysis.rank_spread import rank_spread
 from charllm_trace.analysis.results import (
@@ -83,6 +84,8 @@ class RankPart:
     breakdown: RankBreakdown | None = None
     flops: tuple[int, FlopsResult] | None = None
     lost: str | None = None  # the profile lost its device activity
+    pipe: pl.DataFrame | None = None  # labelled microbatch spans (analysis/pipeline.py)
+    pipe_notes: list[str] = field(default_factory=list)
     meta: TraceMeta | None = None  # the rank's metadata, without process groups or extras (run_config)
     # kept by the local path only (the report's views and the execution graph need them)
     trace: Trace | None = None
@@ -218,6 +221,7 @@ def analyze_rank(
     )
     part.flops = rank_flops(rank, tr, classified, per_step=options.per_step, windows=windows)
     part.lost = lost_device_activity(tr.nodes)
+    part.pipe, part.pipe_notes = rank_microbatches(rank, tr, dims)
     part.meta = dataclasses.replace(tr.meta, process_groups=(), extra={})
     part.dup_notes = duplicate_step_notes(tr)
     if keep:
@@ -375,6 +379,13 @@ def merge_parts(
     )
     if fl is not None:
         fl.notes = merge_notes(fl_notes, multi)
+    pipe = pipeline_from(
+        [p.pipe for p in parts if p.pipe is not None],
+        merge_notes([(p.rank, p.pipe_notes) for p in parts], multi),
+        simulated=simulated,
+    )
+    if pipe is None:
+        skipped["pipeline"] = NO_LABELS
     if no_dur and len(no_dur) == len(no_ts):
         for k in ("critical_path", "what_if"):
             if k in skipped:
@@ -395,6 +406,7 @@ def merge_parts(
         ),
         breakdown=bd,
         flops=fl,
+        pipeline=pipe,
         bandwidth=bw,
         energy=en,
         power=pw,
@@ -410,7 +422,7 @@ def merge_parts(
         target.notes.extend(dup)
     partial = manifest.get("partial") if isinstance(manifest, dict) else None
     if isinstance(partial, str):  # --allow-partial: every result says it covers part of the run
-        for r in (ov, bw, en, pw, idle, launch, bd, fl):
+        for r in (ov, bw, en, pw, idle, launch, bd, fl, pipe):
             if r is not None:
                 r.notes.insert(0, partial)
     return res

@@ -29,6 +29,7 @@ import polars as pl
 from charllm_trace.analysis.config_results import CONFIG_SCHEMA, RunConfig  # noqa: F401 - re-exported
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
+from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results_breakdown import BreakdownResult
 from charllm_trace.analysis.spread_results import empty_rank_spread
 
@@ -317,11 +318,6 @@ class PowerResult:
 
 
 # ---------------------------------------------------------------------------
-# The bundle
-# ---------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------
 # Critical path and what-if replay (the execution graph, charllm_trace.graph)
 # ---------------------------------------------------------------------------
 
@@ -439,6 +435,7 @@ class RunAnalysis:
     config: RunConfig | None = None
     breakdown: BreakdownResult | None = None
     flops: FlopsResult | None = None  # achieved FLOP/s and MFU (analysis.flops; estimates)
+    pipeline: PipelineResult | None = None  # microbatches and bubbles per stage (analysis.pipeline)
     skipped: dict[str, str] = field(default_factory=dict)
     ranks: list[int] = field(default_factory=list)
     simulated: bool = False
@@ -490,12 +487,14 @@ class RunAnalysis:
             out["flops"] = self.flops.per_step
             out["flops_by_op"] = self.flops.by_op
             out["flops_devices"] = self.flops.devices
+        if self.pipeline is not None:
+            out["pipeline_microbatches"], out["pipeline_stages"] = self.pipeline.microbatches, self.pipeline.stages
         return out
 
     def notes(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         analyses = ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if")
-        for name in (*analyses, "idle_time", "launch", "config", "breakdown", "flops"):
+        for name in (*analyses, "idle_time", "launch", "config", "breakdown", "flops", "pipeline"):
             r: Any = getattr(self, name)
             if r is not None and r.notes:
                 out[name] = list(r.notes)
