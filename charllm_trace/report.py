@@ -21,6 +21,7 @@ from charllm_trace.analysis.energy import IDLE
 from charllm_trace.analysis.findings import Finding, findings
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
+from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results import CP_CATEGORIES, BreakdownResult, RunAnalysis
 from charllm_trace.model import Run
 from charllm_trace.render.breakdown_html import breakdown_parts
@@ -84,6 +85,7 @@ class ReportData:
     launch: LaunchResult | None = None
     breakdown: BreakdownResult | None = None  # the time breakdown (render/breakdown_html.py)
     flops: FlopsResult | None = None  # achieved FLOP/s and MFU (estimates)
+    pipeline: PipelineResult | None = None  # microbatches and bubbles (render/pipeline_html.py)
     simulated: bool = False
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -177,6 +179,7 @@ def report_data_from(views: ReportViews, an: RunAnalysis, title: str | None = No
     data.idle_time, data.launch = an.idle_time, an.launch
     data.breakdown = an.breakdown
     data.flops = an.flops
+    data.pipeline = an.pipeline
     if an.critical_path is not None:
         cp = an.critical_path
         data.critical_paths = cp.paths
@@ -362,6 +365,10 @@ def render_report(data: ReportData) -> str:
     rep.add(
         "FLOP/s and MFU", *flops_parts(data.flops, data.skipped.get("flops"), data.simulated), sid="flops"
     )
+    from charllm_trace.render.pipeline_html import PIPELINE_NOTE, pipeline_parts
+
+    if parts := pipeline_parts(data.pipeline):
+        rep.add("Pipeline bubbles", *parts, note=PIPELINE_NOTE, sid="pipeline")
     if (ranks_steps := rank_step_section(data.overlap_steps)) is not None:
         rep.add(ranks_steps[0], *ranks_steps[1], note=ranks_steps[2], sid="ranks-steps")
 

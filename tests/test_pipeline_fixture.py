@@ -5,13 +5,15 @@ bubble."""
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 import pytest
 
 from charllm_trace.analysis import AnalyzeOptions, analyze_run
 from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.loader import load
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, invoke
 
 RUN = FIXTURES / "cpu-4rank-pp2-dp2"
 DELAYED = FIXTURES / "cpu-4rank-pp2-dp2-delay20"
@@ -75,3 +77,22 @@ def test_delay_before_stage1_forward_grows_stage0_bubble(pipe: PipelineResult) -
     grow = stage0(slow) - stage0(pipe)
     expected = 4 * 20e6  # microbatches x delay, per step
     assert grow == pytest.approx(expected, rel=0.10), grow / 1e6
+
+
+def test_analyze_prints_the_bubble_table() -> None:
+    out = invoke("analyze", str(RUN), "--no-critical-path").output
+    assert "Pipeline bubbles per stage and step" in out
+    assert "1f1b" in out and "theory %" in out
+
+
+def test_report_draws_a_gantt_chart_per_step(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from charllm_trace.report import render_report, report_data
+
+    run = load(RUN)
+    page = render_report(report_data(run, analyze_run(run, OPTS)))
+    charts = re.findall(r'<figure class="chart" data-chart="gantt">.*?</figure>', page, re.S)
+    assert len(charts) == 2  # steps 2 and 3
+    for chart in charts:  # 4 ranks x 8 bars, each labelled with its microbatch
+        assert chart.count('class="mb"') == 32
+        assert all(f">{k}{i}</text>" in chart for k in "FB" for i in range(4))
+    assert 'id="pipeline"' in page

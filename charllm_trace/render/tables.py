@@ -442,3 +442,8 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
     elif "flops" in res.skipped:
         console.print(f"FLOP/s: {res.skipped['flops']}", markup=False, highlight=False)
         console.print()
+    if res.pipeline is not None:  # only where microbatches are labelled (the reason is in the JSON)
+        from charllm_trace.render.pipeline_table import render_pipeline
+
+        render_pipeline(res, console)
+        console.print()
