@@ -57,8 +57,9 @@ def timeline(
     return done
 
 
-def pipeline_run(tl: dict[tuple[int, str, int], tuple[int, int]], p: int, *, groups: bool = True,
-                 nested_comm: int = 0) -> Run:
+def pipeline_run(
+    tl: dict[tuple[int, str, int], tuple[int, int]], p: int, *, groups: bool = True, nested_comm: int = 0
+) -> Run:
     """One rank per stage, one step; ``nested_comm`` ns of a recv inside every backward label."""
     end = max(e for _, e in tl.values())
     pg = ProcessGroup(name="pipe", desc="pp", ranks=tuple(range(p)))
@@ -163,5 +164,7 @@ def test_without_pipeline_group_each_rank_is_one_stage_with_a_note() -> None:
 
 
 def test_no_labels_is_skipped_with_the_reason() -> None:
-    res = analyze_run(Run.single(make_trace([cpu(1, "ProfilerStep#1", 0, MS), cpu(2, "aten::mm", 0, 10)])), OPTS)
+    res = analyze_run(
+        Run.single(make_trace([cpu(1, "ProfilerStep#1", 0, MS), cpu(2, "aten::mm", 0, 10)])), OPTS
+    )
     assert res.pipeline is None and res.skipped["pipeline"] == NO_LABELS

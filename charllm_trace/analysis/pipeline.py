@@ -10,7 +10,6 @@ Microbatches are found by their ``record_function`` labels (:data:`LABEL`: ``for
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 import polars as pl
@@ -34,7 +33,9 @@ NO_PP_GROUP = (
 )
 
 
-def stage_of(rank: int, groups: tuple[ProcessGroup, ...], dims: Mapping[str, str | None]) -> tuple[str, int, int]:
+def stage_of(
+    rank: int, groups: tuple[ProcessGroup, ...], dims: Mapping[str, str | None]
+) -> tuple[str, int, int]:
     """(pipeline group name, stage, number of stages) of ``rank``; ("", 0, 1) without a pp group."""
     for pg in groups:
         dim = dims.get(pg.name) or ""
@@ -62,12 +63,16 @@ def _labels(nodes: pl.DataFrame) -> pl.DataFrame:
         m.struct.field("2").cast(pl.Int64).alias("microbatch"),
         pl.col("start_ns"),
         (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
-        pl.when(pl.col("on_gpu")).then(pl.col("device").cast(pl.Int64)).otherwise(pl.col("tid")).alias("_lane"),
+        pl.when(pl.col("on_gpu"))
+        .then(pl.col("device").cast(pl.Int64))
+        .otherwise(pl.col("tid"))
+        .alias("_lane"),
         pl.col("on_gpu"),
     )
 
 
-def _steps(nodes: pl.DataFrame) -> pl.DataFrame:
+def profiler_steps(nodes: pl.DataFrame) -> pl.DataFrame:
+    """step, _s0, _s1: each ProfilerStep#N range of the host (the first of a repeated number)."""
     return (
         nodes.filter(~pl.col("on_gpu") & pl.col("name").str.starts_with("ProfilerStep#"))
         .select(
@@ -88,7 +93,10 @@ def _nested_comm(nodes: pl.DataFrame, lab: pl.DataFrame) -> pl.DataFrame:
         & pl.col("start_ns").is_not_null()
         & pl.col("dur_ns").is_not_null()
     ).select(
-        pl.when(pl.col("on_gpu")).then(pl.col("device").cast(pl.Int64)).otherwise(pl.col("tid")).alias("_lane"),
+        pl.when(pl.col("on_gpu"))
+        .then(pl.col("device").cast(pl.Int64))
+        .otherwise(pl.col("tid"))
+        .alias("_lane"),
         pl.col("on_gpu").alias("_g"),
         pl.col("start_ns").alias("_c0"),
         (pl.col("start_ns") + pl.col("dur_ns")).alias("_c1"),
@@ -97,7 +105,9 @@ def _nested_comm(nodes: pl.DataFrame, lab: pl.DataFrame) -> pl.DataFrame:
         lab.select("id", "start_ns", "end_ns", "_lane", "on_gpu")
         .join(comm, on="_lane")
         .filter(  # nested: an async op's record that outlives the label (gloo's isend) is not inside it
-            (pl.col("_g") == pl.col("on_gpu")) & (pl.col("_c0") >= pl.col("start_ns")) & (pl.col("_c1") <= pl.col("end_ns"))
+            (pl.col("_g") == pl.col("on_gpu"))
+            & (pl.col("_c0") >= pl.col("start_ns"))
+            & (pl.col("_c1") <= pl.col("end_ns"))
         )
         .with_columns(
             _a=pl.max_horizontal("_c0", "start_ns"),
@@ -123,7 +133,7 @@ def rank_microbatches(
     if lab.height == 0:
         return frame({}, PIPELINE_MB_SCHEMA), []
     pipe, stage, p = stage_of(rank, trace.meta.process_groups, dims)
-    steps = _steps(nodes)
+    steps = profiler_steps(nodes)
     lab = lab.sort("start_ns")
     if steps.height:
         lab = lab.join_asof(steps, left_on="start_ns", right_on="_s0", strategy="backward").with_columns(
@@ -139,7 +149,9 @@ def rank_microbatches(
         dur_ns=pl.col("end_ns") - pl.col("start_ns"),
         comm_ns=pl.col("comm_ns").fill_null(0),
     )
-    out = out.with_columns(busy_ns=pl.col("dur_ns") - pl.col("comm_ns"), _p=pl.lit(p, pl.Int64), _id=pl.col("id"))
+    out = out.with_columns(
+        busy_ns=pl.col("dur_ns") - pl.col("comm_ns"), _p=pl.lit(p, pl.Int64), _id=pl.col("id")
+    )
     notes = [NO_PP_GROUP] if not pipe else []
     n_out = int(out["step"].null_count())
     if n_out:
@@ -258,7 +270,9 @@ def _stage_rows(ops: pl.DataFrame, per: pl.DataFrame) -> pl.DataFrame:
             cooldown_ns=pl.when(known).then(pl.col("end_ns") - c_start),
         )
         .with_columns(
-            bubble_pct=pl.when(pl.col("window_ns") > 0).then(100.0 * pl.col("bubble_ns") / pl.col("window_ns")),
+            bubble_pct=pl.when(pl.col("window_ns") > 0).then(
+                100.0 * pl.col("bubble_ns") / pl.col("window_ns")
+            ),
             warmup_bubble_ns=pl.col("warmup_ns") - pl.col("_warmup_busy"),
             steady_bubble_ns=pl.col("steady_ns") - pl.col("_steady_busy"),
             cooldown_bubble_ns=pl.col("cooldown_ns") - pl.col("_cooldown_busy"),
@@ -267,7 +281,9 @@ def _stage_rows(ops: pl.DataFrame, per: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def pipeline_from(frames: list[pl.DataFrame], notes: list[str] | None = None, *, simulated: bool = False) -> PipelineResult | None:
+def pipeline_from(
+    frames: list[pl.DataFrame], notes: list[str] | None = None, *, simulated: bool = False
+) -> PipelineResult | None:
     """The run's pipeline view from every rank's :func:`rank_microbatches`; None without labels."""
     frames = [f for f in frames if f.height]
     if not frames:

@@ -56,3 +56,6 @@ class PipelineResult:
     stages: pl.DataFrame  # PIPELINE_STAGE_SCHEMA
     simulated: bool = False
     notes: list[str] = field(default_factory=list)
+
+    def frames(self) -> dict[str, pl.DataFrame]:
+        return {"pipeline_microbatches": self.microbatches, "pipeline_stages": self.stages}

@@ -19,6 +19,7 @@ import polars as pl
 from charllm_trace.analysis.bandwidth import bandwidth_from, collectives
 from charllm_trace.analysis.breakdown import RankBreakdown, breakdown_from, rank_breakdown
 from charllm_trace.analysis.classify import classify, with_phase
+from charllm_trace.analysis.comm_wait import NO_MATCH, comm_wait_from, rank_comm_ops
 from charllm_trace.analysis.energy import energy
 from charllm_trace.analysis.flops import flops_from, rank_flops
 from charllm_trace.analysis.flops_results import FlopsResult
@@ -86,6 +87,8 @@ class RankPart:
     lost: str | None = None  # the profile lost its device activity
     pipe: pl.DataFrame | None = None  # labelled microbatch spans (analysis/pipeline.py)
     pipe_notes: list[str] = field(default_factory=list)
+    comm_ops: pl.DataFrame | None = None  # communication ops to match across ranks (analysis/comm_wait.py)
+    comm_notes: list[str] = field(default_factory=list)
     meta: TraceMeta | None = None  # the rank's metadata, without process groups or extras (run_config)
     # kept by the local path only (the report's views and the execution graph need them)
     trace: Trace | None = None
@@ -222,6 +225,7 @@ def analyze_rank(
     part.flops = rank_flops(rank, tr, classified, per_step=options.per_step, windows=windows)
     part.lost = lost_device_activity(tr.nodes)
     part.pipe, part.pipe_notes = rank_microbatches(rank, tr, dims)
+    part.comm_ops, part.comm_notes = rank_comm_ops(rank, tr, dims)
     part.meta = dataclasses.replace(tr.meta, process_groups=(), extra={})
     part.dup_notes = duplicate_step_notes(tr)
     if keep:
@@ -386,6 +390,13 @@ def merge_parts(
     )
     if pipe is None:
         skipped["pipeline"] = NO_LABELS
+    cw = comm_wait_from(
+        [p.comm_ops for p in parts if p.comm_ops is not None],
+        merge_notes([(p.rank, p.comm_notes) for p in parts], multi),
+        simulated=simulated,
+    )
+    if cw is None:
+        skipped["comm_wait"] = NO_MATCH
     if no_dur and len(no_dur) == len(no_ts):
         for k in ("critical_path", "what_if"):
             if k in skipped:
@@ -407,6 +418,7 @@ def merge_parts(
         breakdown=bd,
         flops=fl,
         pipeline=pipe,
+        comm_wait=cw,
         bandwidth=bw,
         energy=en,
         power=pw,
@@ -422,7 +434,7 @@ def merge_parts(
         target.notes.extend(dup)
     partial = manifest.get("partial") if isinstance(manifest, dict) else None
     if isinstance(partial, str):  # --allow-partial: every result says it covers part of the run
-        for r in (ov, bw, en, pw, idle, launch, bd, fl, pipe):
+        for r in (ov, bw, en, pw, idle, launch, bd, fl, pipe, cw):
             if r is not None:
                 r.notes.insert(0, partial)
     return res

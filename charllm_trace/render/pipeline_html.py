@@ -55,7 +55,9 @@ def gantt(mb: pl.DataFrame, step: int) -> str:
     t0, t1 = int(g["start_ns"].min()), int(g["end_ns"].max())  # type: ignore[arg-type]
     height = MT + len(rows) * (ROW_H + GAP) + MB + 4
     sx = Scale(0, t1 - t0, ML + 40, W - MR)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" viewBox="0 0 {W} {height}">']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" viewBox="0 0 {W} {height}">'
+    ]
     parts += axis_x(sx, 0, t1 - t0, height - MB, MT, "time since the step's first microbatch", "time")
     parts.append('<g class="plot">')
     for k, (rank, stage, _pipe) in enumerate(rows):

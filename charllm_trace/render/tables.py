@@ -447,3 +447,8 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
 
         render_pipeline(res, console)
         console.print()
+    if res.comm_wait is not None:  # only where communication was matched across ranks
+        from charllm_trace.render.comm_wait_table import render_comm_wait
+
+        render_comm_wait(res, console)
+        console.print()
