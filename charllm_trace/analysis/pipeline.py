@@ -29,7 +29,7 @@ NO_LABELS = (
 )
 NO_PP_GROUP = (
     "microbatch labels but no pipeline-parallel process group: each such rank is taken as a "
-    "one-stage pipeline (give the layout with --parallel pp=..)"
+    "one-stage pipeline (a layout with pp can be given: parallel)"
 )
 
 
