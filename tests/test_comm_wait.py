@@ -150,3 +150,29 @@ def test_analyze_table_and_report_show_the_split(tmp_path) -> None:  # type: ign
     run = load(FIXTURES / "cpu-4rank-pp2-dp2")
     page = render_report(report_data(run, analyze_run(run, OPTS)))
     assert 'id="comm-wait"' in page and "transfer-only busbw GB/s" in page
+
+
+def test_group_less_collective_is_matched_where_its_group_is_certain() -> None:
+    # no process group named at all: the world; one group of several ranks: that group
+    def rows(start1: int) -> dict[int, list[dict[str, Any]]]:
+        return {
+            0: [comm(1, "all_reduce", 0, 5 * MS, coll_seq=0)],
+            1: [comm(1, "all_reduce", start1, 5 * MS - start1, coll_seq=0)],
+        }
+
+    world = split(run_of(rows(2 * MS), groups=()))
+    assert world.ops.sort("rank")["wait_ns"].to_list() == [2 * MS, 0]
+    assert world.ops["pg_name"].is_null().all() and not world.notes
+    one = split(run_of(rows(1 * MS), groups=(DP,)))
+    assert one.ops["pg_name"].to_list() == ["5", "5"] and one.ops["dim"].to_list() == ["dp", "dp"]
+    assert one.ops.sort("rank")["wait_ns"].to_list() == [1 * MS, 0]
+
+
+def test_dlrm_8_ranks_every_collective_is_split() -> None:
+    from tests.conftest import shared_trace
+
+    cw = split(load(shared_trace("param/dlrm_8ranks_v100")))
+    # one process group (the world, named nowhere): 8 collectives on each of 8 ranks, all matched
+    assert cw.ops.height == 64 and not cw.notes
+    assert set(cw.ops["n_ranks"]) == {8}
+    assert (cw.ops["wait_ns"] + cw.ops["transfer_ns"] == cw.ops["dur_ns"]).all()

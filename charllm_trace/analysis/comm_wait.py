@@ -28,8 +28,10 @@ P2P = ("send", "recv")
 OPS_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int64, "id": pl.Int64, "coll_type": pl.String, "pg_name": pl.String, "dim": pl.String,
     "coll_seq": pl.Int64, "peer": pl.Int64, "group_size": pl.Int64, "bytes": pl.Int64,
-    "start_ns": pl.Int64, "dur_ns": pl.Int64, "step": pl.Int64,
+    "start_ns": pl.Int64, "dur_ns": pl.Int64, "step": pl.Int64, "match_group": pl.String,
 }  # fmt: skip
+#: The group a collective without a process group is matched in when the trace names no group at all.
+WORLD = "(world)"
 NO_MATCH = (
     "no communication op matched across ranks (one rank, no timed communication, or no op's peers "
     "present): waiting and transfer not split"
@@ -71,7 +73,14 @@ def rank_comm_ops(rank: int, trace: Trace, dims: Mapping[str, str | None]) -> tu
     c = c.filter(pl.col("on_gpu")) if c.height and c["on_gpu"].any() else c.filter(~pl.col("on_gpu"))
     if c.height == 0:
         return frame({}, OPS_SCHEMA), []
-    size = {pg.name: len(pg.ranks) or None for pg in trace.meta.process_groups}
+    size = {pg.name: len(pg.ranks) or trace.meta.world_size for pg in trace.meta.process_groups}
+    many = [pg.name for pg in trace.meta.process_groups if len(pg.ranks) != 1]
+    bare = pl.col("pg_name").is_null() & ~pl.col("node_type").is_in(["COMM_SEND", "COMM_RECV"])
+    if len(many) == 1:  # a collective without a group: the rank's only group of several ranks
+        c = c.with_columns(pg_name=pl.when(bare).then(pl.lit(many[0])).otherwise("pg_name"))
+    # no group known at all: the world (the trace of a one-group job); several: unknown
+    world = pl.lit(WORLD if not trace.meta.process_groups else None, pl.String)
+    c = c.with_columns(match_group=pl.when(bare).then(world).otherwise("pg_name"))
     c = c.with_columns(
         rank=pl.lit(rank, pl.Int64),
         coll_type=pl.coalesce(
@@ -144,19 +153,19 @@ def _p2p(ops: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
 
 def _collectives(ops: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
     c = ops.filter(~pl.col("coll_type").is_in(P2P) | pl.col("coll_type").is_null())
-    no_pg = c.filter(pl.col("pg_name").is_null())
+    no_pg = c.filter(pl.col("match_group").is_null())
     if no_pg.height:
         notes.append(
-            f"{no_pg.height} collectives without a process group (gloo records none) ({_ms(no_pg)}): "
-            "their participants cannot be known, waiting not split"
+            f"{no_pg.height} collectives without a process group on ranks of several groups (gloo records "
+            f"none) ({_ms(no_pg)}): their participants cannot be known, waiting not split"
         )
     c = (
-        c.filter(pl.col("pg_name").is_not_null())
+        c.filter(pl.col("match_group").is_not_null())
         .sort("start_ns")
-        .with_columns(_order=pl.int_range(pl.len()).over("rank", "pg_name"))
+        .with_columns(_order=pl.int_range(pl.len()).over("rank", "match_group"))
         .with_columns(match_key=pl.coalesce("coll_seq", "_order"))
     )
-    inst = ["pg_name", "match_key"]
+    inst = ["match_group", "match_key"]
     c = c.with_columns(
         n_ranks=pl.col("rank").n_unique().over(inst),
         arrive_ns=pl.col("start_ns").max().over(inst),
