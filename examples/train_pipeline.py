@@ -62,8 +62,15 @@ def make_groups(pp: int, dp: int, rank: int) -> tuple[dist.ProcessGroup, dist.Pr
 class Stage:
     """One pipeline stage's work on one step: forwards and backwards of microbatches in 1F1B."""
 
-    def __init__(self, args: argparse.Namespace, model: nn.Module, stage: int, pipe_ranks: list[int],
-                 pipe: dist.ProcessGroup, gen: torch.Generator) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        model: nn.Module,
+        stage: int,
+        pipe_ranks: list[int],
+        pipe: dist.ProcessGroup,
+        gen: torch.Generator,
+    ) -> None:
         self.args, self.model, self.stage, self.pipe = args, model, stage, pipe
         self.prev = pipe_ranks[stage - 1] if stage > 0 else None
         self.next = pipe_ranks[stage + 1] if stage + 1 < len(pipe_ranks) else None

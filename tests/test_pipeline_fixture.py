@@ -96,3 +96,36 @@ def test_report_draws_a_gantt_chart_per_step(tmp_path) -> None:  # type: ignore[
         assert chart.count('class="mb"') == 32
         assert all(f">{k}{i}</text>" in chart for k in "FB" for i in range(4))
     assert 'id="pipeline"' in page
+
+
+def test_perfetto_pipeline_track_draws_phases_and_bubbles(tmp_path, pipe: PipelineResult) -> None:  # type: ignore[no-untyped-def]
+    from decimal import Decimal
+
+    from tests.perfetto_check import assert_valid
+    from tests.perfetto_check import load as load_json
+
+    out = tmp_path / "pp.json"
+    r = invoke("export", "perfetto", str(RUN), "-o", str(out), "--no-critical-path")
+    assert r.exit_code == 0, r.output
+    assert_valid(out)  # nests, names every track
+    doc = load_json(out)
+    stacks: dict[tuple[int, int], list] = {}
+    spans: dict[tuple[int, int, str], int] = {}  # (rank, step, name) -> summed ns
+    for e in doc["traceEvents"]:
+        if e.get("cat") != "pipeline":
+            continue
+        key = (e["pid"], e["tid"])
+        if e["ph"] == "B":
+            stacks.setdefault(key, []).append(e)
+        else:
+            b = stacks[key].pop()
+            assert b["name"] == e["name"]
+            ns = int((Decimal(str(e["ts"])) - Decimal(str(b["ts"]))) * 1000)
+            k = (e["pid"], b["args"]["step"], b["name"])
+            spans[k] = spans.get(k, 0) + ns
+    for r in pipe.stages.iter_rows(named=True):
+        rank, step = r["rank"], r["step"]
+        # the gaps between labels are the bubble (the example nests no communication in its labels)
+        assert spans[(rank, step, "bubble")] == r["bubble_ns"]
+        for name, col in (("warm-up", "warmup_ns"), ("steady", "steady_ns"), ("cool-down", "cooldown_ns")):
+            assert spans.get((rank, step, name), 0) == r[col]
