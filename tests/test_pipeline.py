@@ -168,3 +168,14 @@ def test_no_labels_is_skipped_with_the_reason() -> None:
         Run.single(make_trace([cpu(1, "ProfilerStep#1", 0, MS), cpu(2, "aten::mm", 0, 10)])), OPTS
     )
     assert res.pipeline is None and res.skipped["pipeline"] == NO_LABELS
+
+
+def test_a_profile_cut_short_is_measured_with_a_note() -> None:
+    tl = timeline(2, 4, 1 * MS, 2 * MS)
+    del tl[(0, "B", 3)]  # stage 0's last backward never recorded
+    tl[(1, "F", 99999999999999999999)] = (20 * MS, 21 * MS)  # a label number past int64
+    res = analyze_run(pipeline_run(tl, 2), OPTS)
+    assert res.pipeline is not None
+    assert set(res.pipeline.stages["schedule"]) == {"unrecognised"}
+    assert any("neither a 1F1B nor a GPipe" in n for n in res.pipeline.notes)
+    assert res.pipeline.microbatches["microbatch"].null_count() == 1

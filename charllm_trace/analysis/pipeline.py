@@ -60,7 +60,7 @@ def _labels(nodes: pl.DataFrame) -> pl.DataFrame:
         .then(pl.lit("forward"))
         .otherwise(pl.lit("backward"))
         .alias("kind"),
-        m.struct.field("2").cast(pl.Int64).alias("microbatch"),
+        m.struct.field("2").cast(pl.Int64, strict=False).alias("microbatch"),  # null past int64
         pl.col("start_ns"),
         (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
         pl.when(pl.col("on_gpu"))
@@ -76,7 +76,7 @@ def profiler_steps(nodes: pl.DataFrame) -> pl.DataFrame:
     return (
         nodes.filter(~pl.col("on_gpu") & pl.col("name").str.starts_with("ProfilerStep#"))
         .select(
-            pl.col("name").str.extract(r"ProfilerStep#(\d+)", 1).cast(pl.Int64).alias("step"),
+            pl.col("name").str.extract(r"ProfilerStep#(\d+)", 1).cast(pl.Int64, strict=False).alias("step"),
             pl.col("start_ns").alias("_s0"),
             (pl.col("start_ns") + pl.col("dur_ns")).alias("_s1"),
         )
