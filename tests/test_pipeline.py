@@ -179,3 +179,31 @@ def test_a_profile_cut_short_is_measured_with_a_note() -> None:
     assert set(res.pipeline.stages["schedule"]) == {"unrecognised"}
     assert any("neither a 1F1B nor a GPipe" in n for n in res.pipeline.notes)
     assert res.pipeline.microbatches["microbatch"].null_count() == 1
+
+
+def test_device_side_labels_are_preferred_and_their_comm_kernels_are_not_work() -> None:
+    # a GPU rank: the host label runs ahead of the device; the device's copy of the label is the
+    # work's time, and a communication kernel inside it is not the stage's work
+    from tests.analysis_helpers import kernel
+
+    rows = [
+        cpu(1, "ProfilerStep#3", 0, 50 * MS),
+        cpu(2, "forward_mb0", 0, 1 * MS, parent=1),
+        cpu(3, "backward_mb0", 1 * MS, 1 * MS, parent=1),
+        kernel(4, "forward_mb0", 10 * MS, 6 * MS, kind="gpu_user_annotation"),
+        kernel(5, "backward_mb0", 16 * MS, 8 * MS, kind="gpu_user_annotation"),
+        kernel(6, "ncclDevKernel_SendRecv", 20 * MS, 3 * MS, coll_type="send", node_type="COMM_SEND"),
+    ]
+    res = analyze_run(Run.single(make_trace(rows, rank=0)), OPTS)
+    assert res.pipeline is not None
+    mb = res.pipeline.microbatches.sort("start_ns")
+    assert mb["dur_ns"].to_list() == [6 * MS, 8 * MS]
+    assert mb["comm_ns"].to_list() == [0, 3 * MS]
+    st = res.pipeline.stages.row(0, named=True)
+    assert (st["step"], st["schedule"], st["n_stages"]) == (3, "1f1b", 1)
+    assert (st["window_ns"], st["busy_ns"], st["bubble_ns"], st["theory_pct"]) == (
+        14 * MS,
+        11 * MS,
+        3 * MS,
+        0.0,
+    )
