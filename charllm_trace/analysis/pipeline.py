@@ -97,27 +97,26 @@ def _nested_comm(nodes: pl.DataFrame, lab: pl.DataFrame) -> pl.DataFrame:
         .then(pl.col("device").cast(pl.Int64))
         .otherwise(pl.col("tid"))
         .alias("_lane"),
-        pl.col("on_gpu").alias("_g"),
+        pl.col("on_gpu"),
         pl.col("start_ns").alias("_c0"),
         (pl.col("start_ns") + pl.col("dur_ns")).alias("_c1"),
     )
+    # each op to the last label of its lane that starts at or before it (labels of a lane follow
+    # each other): sorted joins, not every label against every op of its lane
+    lanes = lab.select("id", "start_ns", "end_ns", "_lane", "on_gpu").sort("start_ns")
     j = (
-        lab.select("id", "start_ns", "end_ns", "_lane", "on_gpu")
-        .join(comm, on="_lane")
+        comm.sort("_c0")
+        .join_asof(  # both sides sorted on their key just above
+            lanes, left_on="_c0", right_on="start_ns", by=["_lane", "on_gpu"], check_sortedness=False
+        )
         .filter(  # nested: an async op's record that outlives the label (gloo's isend) is not inside it
-            (pl.col("_g") == pl.col("on_gpu"))
-            & (pl.col("_c0") >= pl.col("start_ns"))
-            & (pl.col("_c1") <= pl.col("end_ns"))
+            pl.col("id").is_not_null() & (pl.col("_c1") <= pl.col("end_ns"))
         )
-        .with_columns(
-            _a=pl.max_horizontal("_c0", "start_ns"),
-            _b=pl.min_horizontal("_c1", "end_ns"),
-        )
-        .sort("id", "_a")
-        .with_columns(_prev=pl.col("_b").cum_max().shift(1).over("id"))
-        .with_columns(_a2=pl.max_horizontal("_a", pl.col("_prev").fill_null(pl.col("_a"))))
+        .sort("id", "_c0")
+        .with_columns(_prev=pl.col("_c1").cum_max().shift(1).over("id"))
+        .with_columns(_a=pl.max_horizontal("_c0", pl.col("_prev").fill_null(pl.col("_c0"))))
         .group_by("id")
-        .agg((pl.col("_b") - pl.col("_a2")).clip(lower_bound=0).sum().alias("comm_ns"))
+        .agg((pl.col("_c1") - pl.col("_a")).clip(lower_bound=0).sum().alias("comm_ns"))
     )
     return j
 
@@ -168,11 +167,6 @@ def expected_order(schedule: str, stage: int, p: int, m: int) -> list[tuple[str,
     for i in range(m - warm):
         order += [("forward", warm + i), ("backward", i)]
     return order + [("backward", i) for i in range(m - warm, m)]
-
-
-def warm_count(schedule: str, stage: int, p: int, m: int) -> int:
-    """Ops of the warm-up phase (and, as many, of the cool-down) of a stage."""
-    return m if schedule == "gpipe" else min(p - stage - 1, m)
 
 
 def recognise(kinds: list[str], mbs: list[int], stage: int, p: int) -> tuple[str, int]:
