@@ -129,3 +129,20 @@ def test_perfetto_pipeline_track_draws_phases_and_bubbles(tmp_path, pipe: Pipeli
         assert spans[(rank, step, "bubble")] == r["bubble_ns"]
         for name, col in (("warm-up", "warmup_ns"), ("steady", "steady_ns"), ("cool-down", "cooldown_ns")):
             assert spans.get((rank, step, name), 0) == r[col]
+
+
+def test_findings_state_the_bubble_and_the_waiting_as_the_json_does(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from charllm_trace.analysis.findings import findings
+    from tests.test_report_findings import _check_against_json
+
+    out = tmp_path / "run.html"
+    assert invoke("report", str(RUN), "-o", str(out)).exit_code == 0
+    doc = json.loads(invoke("analyze", str(RUN), "--format", "json").stdout)
+    found = findings(analyze_run(load(RUN), AnalyzeOptions()))
+    by = {f.section: f for f in found}
+    assert {"pipeline", "comm-wait"} <= set(by)
+    assert "against 20.0 % for 1F1B with 2 stages and 4 microbatches" in by["pipeline"].text
+    assert "recv (pp) ops spent" in by["comm-wait"].text and "caused" in by["comm-wait"].text
+    _check_against_json(found, doc, out.read_text(encoding="utf-8"))
