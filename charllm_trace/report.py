@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from charllm_trace.analysis.comm_wait_results import CommWaitResult
 from charllm_trace.analysis.energy import IDLE
 from charllm_trace.analysis.findings import Finding, findings
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
+from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results import CP_CATEGORIES, BreakdownResult, RunAnalysis
 from charllm_trace.model import Run
 from charllm_trace.render.breakdown_html import breakdown_parts
@@ -84,6 +86,8 @@ class ReportData:
     launch: LaunchResult | None = None
     breakdown: BreakdownResult | None = None  # the time breakdown (render/breakdown_html.py)
     flops: FlopsResult | None = None  # achieved FLOP/s and MFU (estimates)
+    pipeline: PipelineResult | None = None  # microbatches and bubbles (render/pipeline_html.py)
+    comm_wait: CommWaitResult | None = None  # waiting vs transfer (render/comm_wait_html.py)
     simulated: bool = False
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -177,6 +181,7 @@ def report_data_from(views: ReportViews, an: RunAnalysis, title: str | None = No
     data.idle_time, data.launch = an.idle_time, an.launch
     data.breakdown = an.breakdown
     data.flops = an.flops
+    data.pipeline, data.comm_wait = an.pipeline, an.comm_wait
     if an.critical_path is not None:
         cp = an.critical_path
         data.critical_paths = cp.paths
@@ -357,11 +362,19 @@ def render_report(data: ReportData) -> str:
             note="per process group and rank, over the collectives matched across ranks: how often the rank "
             "started last, and how long after the group's first rank",
         )
+    from charllm_trace.render.comm_wait_html import COMM_WAIT_NOTE, comm_wait_parts
+
+    if parts := comm_wait_parts(data.comm_wait):
+        rep.add("Waiting and transfer", *parts, note=COMM_WAIT_NOTE, sid="comm-wait")
     from charllm_trace.render.flops_html import flops_parts
 
     rep.add(
         "FLOP/s and MFU", *flops_parts(data.flops, data.skipped.get("flops"), data.simulated), sid="flops"
     )
+    from charllm_trace.render.pipeline_html import PIPELINE_NOTE, pipeline_parts
+
+    if parts := pipeline_parts(data.pipeline):
+        rep.add("Pipeline bubbles", *parts, note=PIPELINE_NOTE, sid="pipeline")
     if (ranks_steps := rank_step_section(data.overlap_steps)) is not None:
         rep.add(ranks_steps[0], *ranks_steps[1], note=ranks_steps[2], sid="ranks-steps")
 

@@ -38,8 +38,10 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from charllm_trace.analysis.comm_wait_results import CommWaitResult
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
+from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results import (
     AnalyzeOptions,
     BandwidthResult,
@@ -74,10 +76,12 @@ RESULT_TYPES: dict[str, type] = {
     "config": RunConfig,
     "breakdown": BreakdownResult,
     "flops": FlopsResult,
+    "pipeline": PipelineResult,
+    "comm_wait": CommWaitResult,
 }
 #: results added to version 1 after its first files were written: a file without them reads them as
 #: None, each (but the configuration, None when unknown) with a reason in ``skipped``
-ADDED_RESULTS = ("idle_time", "launch", "config", "breakdown", "flops")
+ADDED_RESULTS = ("idle_time", "launch", "config", "breakdown", "flops", "pipeline", "comm_wait")
 #: analysis options added to version 1 after its first files were written: a file without them
 #: was analysed as their defaults do (display options: the figures do not depend on them)
 ADDED_OPTIONS = ("breakdown_top",)
@@ -95,9 +99,7 @@ def is_results_file(path: str | os.PathLike[str]) -> bool:
         return f.read(4) == _ZIP_MAGIC
 
 
-# ---------------------------------------------------------------------------
-# writing
-# ---------------------------------------------------------------------------
+# ---- writing ----
 
 
 def _ipc(df: pl.DataFrame) -> bytes:
@@ -254,9 +256,7 @@ def _version() -> str:
     return __version__
 
 
-# ---------------------------------------------------------------------------
-# reading
-# ---------------------------------------------------------------------------
+# ---- reading ----
 
 
 class _Bad(Exception):

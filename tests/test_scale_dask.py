@@ -33,7 +33,8 @@ GLOO = FIXTURES / "cpu-2rank-gloo"
 PER_RANK = ("overlap", "overlap_by_group", "overlap_by_dim", "collectives", "collectives_matched",
             "energy_totals", "energy", "power", "throttle", "stragglers", "idle_time", "launch_stats",
             "launch_queue", "config", "breakdown", "breakdown_totals", "flops", "flops_by_op",
-            "flops_devices", "rank_spread", "critical_path", "critical_path_ops", "what_if")  # fmt: skip
+            "flops_devices", "rank_spread", "critical_path", "critical_path_ops", "what_if",
+            "pipeline_microbatches", "pipeline_stages", "comm_wait", "comm_wait_by_rank")  # fmt: skip
 #: the frames of the analyses computed per rank on a worker and merged on the driver since the
 #: merge of main (idle time, launches, time breakdown, FLOP/s, stragglers, the run's configuration)
 MERGED = ("stragglers", "idle_time", "launch_stats", "launch_queue", "config", "breakdown",
@@ -121,6 +122,16 @@ def test_analyze_fixture_run_equals_local(scheduler):
     one = _distributed(str(GLOO), opts, ranks=[1])
     assert one.ranks == [1]
     assert_same_analysis(analyze_run(load(GLOO, cache=False).select([1]), opts), one)
+
+
+def test_pipeline_and_comm_wait_equal_local(scheduler):
+    # the pipeline view and the waiting/transfer split: parts on the workers, matched on the driver
+    run = FIXTURES / "cpu-4rank-pp2-dp2"
+    opts = AnalyzeOptions(critical_path=False)
+    local, dist = _local(run, opts), _distributed(str(run), opts)
+    assert dist.pipeline is not None and dist.pipeline.stages.height == 8
+    assert dist.comm_wait is not None and dist.comm_wait.ops.height == 64
+    assert_same_analysis(local, dist)
 
 
 @pytest.mark.parametrize("what_if", [{"comm": 0.5, "gemm": 0.8}, {"launch": 0.0}])

@@ -12,6 +12,8 @@ from charllm_trace.analysis.critical import critical_path
 from charllm_trace.analysis.graph_merge import keep_steps, skip_cycles, skip_untimed
 from charllm_trace.analysis.group_size import ranks_per_node
 from charllm_trace.analysis.parallel import name_groups
+from charllm_trace.analysis.pipeline import pipeline_from, rank_microbatches
+from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.rank_parts import (  # noqa: F401 - NO_DURATIONS, duplicate_step_notes: this module's interface
     NO_DURATIONS,
     analyze_rank,
@@ -51,6 +53,13 @@ def dims_of(
 ) -> dict[str, str | None]:
     """:func:`run_dims` from each rank's process groups (in rank order) and the run's manifest."""
     return name_groups(_all_groups(groups_per_rank), layout_of(manifest, options))
+
+
+def pipeline_of_run(run: Run, options: AnalyzeOptions | None = None) -> PipelineResult | None:
+    """The pipeline view alone (``RunAnalysis.pipeline``), e.g. for the Perfetto export."""
+    dims = run_dims(run, options or AnalyzeOptions())
+    parts = [rank_microbatches(r, run.traces[r], dims) for r in run.ranks]
+    return pipeline_from([f for f, _ in parts], [n for _, ns in parts for n in ns])
 
 
 def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:

@@ -17,45 +17,24 @@ Findings, in order (each only when its analysis was computed):
 4. stragglers: the rank that arrived last most often, and the largest arrival skew;
 5. power: the highest peak power and the throttled time of the whole window;
 6. energy: the total energy of the window and the least and most that the operators of a traced
-   step used (energy by step, without its ``(idle)`` and ``(outside steps)`` rows).
+   step used (energy by step, without its ``(idle)`` and ``(outside steps)`` rows);
+7. and 8., pipeline bubbles and waiting at communication: ``analysis/findings_pipeline.py``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 import polars as pl
 
+from charllm_trace.analysis.finding_types import Fact, Finding  # noqa: F401 - Fact: this module's interface
+from charllm_trace.analysis.finding_types import fact as _fact
+from charllm_trace.analysis.findings_pipeline import pipeline_findings, waiting_findings
 from charllm_trace.analysis.results import RunAnalysis
 
 MIB = 1 << 20
 
 
-@dataclass(frozen=True)
-class Fact:
-    """One number of a finding: ``frame[row where all of ``where`` hold][column]``."""
-
-    frame: str
-    where: tuple[tuple[str, Any], ...]
-    column: str
-    value: Any
-    text: str  # how the sentence writes it
-
-
-@dataclass
-class Finding:
-    section: str  # the report section it belongs to (its anchor)
-    text: str
-    facts: list[Fact] = field(default_factory=list)
-
-
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:,.1f} ms"
-
-
-def _fact(frame: str, row: dict[str, Any], keys: tuple[str, ...], column: str, text: str) -> Fact:
-    return Fact(frame, tuple((k, row[k]) for k in keys), column, row[column], text)
 
 
 def _time(an: RunAnalysis) -> list[Finding]:
@@ -263,4 +242,5 @@ def _energy(an: RunAnalysis) -> list[Finding]:
 
 def findings(an: RunAnalysis) -> list[Finding]:
     """The findings of ``an``, in the order of the module docstring."""
-    return [*_time(an), *_bandwidth(an), *_stragglers(an), *_power(an), *_energy(an)]
+    return [*_time(an), *_bandwidth(an), *_stragglers(an), *_power(an), *_energy(an), *pipeline_findings(an),
+            *waiting_findings(an)]  # fmt: skip

@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import polars as pl
 
+from charllm_trace.analysis.comm_wait_results import (
+    COMM_WAIT_DIM_SCHEMA,
+    COMM_WAIT_RANK_SCHEMA,
+    COMM_WAIT_SCHEMA,
+)
 from charllm_trace.analysis.config_results import CONFIG_SCHEMA
 from charllm_trace.analysis.flops_results import FLOPS_DEVICE_SCHEMA, FLOPS_OP_SCHEMA, FLOPS_SCHEMA
 from charllm_trace.analysis.idle_results import IDLE_TIME_SCHEMA, LAUNCH_SCHEMA, QUEUE_SCHEMA
+from charllm_trace.analysis.pipeline_results import PIPELINE_MB_SCHEMA, PIPELINE_STAGE_SCHEMA
 from charllm_trace.analysis.results import (
     BANDWIDTH_SUMMARY_SCHEMA,
     COLLECTIVE_SCHEMA,
@@ -56,6 +62,11 @@ FRAME_SCHEMAS: dict[str, tuple[str, dict[str, pl.DataType]]] = {
     "flops": ("flops", FLOPS_SCHEMA),
     "flops_by_op": ("flops", FLOPS_OP_SCHEMA),
     "flops_devices": ("flops", FLOPS_DEVICE_SCHEMA),
+    "pipeline_microbatches": ("pipeline", PIPELINE_MB_SCHEMA),
+    "pipeline_stages": ("pipeline", PIPELINE_STAGE_SCHEMA),
+    "comm_wait": ("comm_wait", COMM_WAIT_SCHEMA),
+    "comm_wait_by_dim": ("comm_wait", COMM_WAIT_DIM_SCHEMA),
+    "comm_wait_by_rank": ("comm_wait", COMM_WAIT_RANK_SCHEMA),
 }
 
 #: The modules whose ``*_SCHEMA`` tables (with a comment beside each column) are imported above.
@@ -66,6 +77,8 @@ DEFINED_IN = (
     "charllm_trace.analysis.results_breakdown",
     "charllm_trace.analysis.flops_results",
     "charllm_trace.analysis.spread_results",
+    "charllm_trace.analysis.pipeline_results",
+    "charllm_trace.analysis.comm_wait_results",
 )
 
 #: Why a frame is empty when its analysis was not asked for (no entry in ``skipped``).

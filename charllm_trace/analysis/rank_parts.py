@@ -19,12 +19,14 @@ import polars as pl
 from charllm_trace.analysis.bandwidth import bandwidth_from, collectives
 from charllm_trace.analysis.breakdown import RankBreakdown, breakdown_from, rank_breakdown
 from charllm_trace.analysis.classify import classify, with_phase
+from charllm_trace.analysis.comm_wait import NO_MATCH, comm_wait_from, rank_comm_ops
 from charllm_trace.analysis.energy import energy
 from charllm_trace.analysis.flops import flops_from, rank_flops
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.group_size import Tally
 from charllm_trace.analysis.launch_gap import lost_device_activity
 from charllm_trace.analysis.overlap import overlap
+from charllm_trace.analysis.pipeline import NO_LABELS, pipeline_from, rank_microbatches
 from charllm_trace.analysis.power import power
 from charllm_trace.analysis.rank_spread import rank_spread
 from charllm_trace.analysis.results import (
@@ -83,6 +85,10 @@ class RankPart:
     breakdown: RankBreakdown | None = None
     flops: tuple[int, FlopsResult] | None = None
     lost: str | None = None  # the profile lost its device activity
+    pipe: pl.DataFrame | None = None  # labelled microbatch spans (analysis/pipeline.py)
+    pipe_notes: list[str] = field(default_factory=list)
+    comm_ops: pl.DataFrame | None = None  # communication ops to match across ranks (analysis/comm_wait.py)
+    comm_notes: list[str] = field(default_factory=list)
     meta: TraceMeta | None = None  # the rank's metadata, without process groups or extras (run_config)
     # kept by the local path only (the report's views and the execution graph need them)
     trace: Trace | None = None
@@ -218,6 +224,8 @@ def analyze_rank(
     )
     part.flops = rank_flops(rank, tr, classified, per_step=options.per_step, windows=windows)
     part.lost = lost_device_activity(tr.nodes)
+    part.pipe, part.pipe_notes = rank_microbatches(rank, tr, dims)
+    part.comm_ops, part.comm_notes = rank_comm_ops(rank, tr, dims)
     part.meta = dataclasses.replace(tr.meta, process_groups=(), extra={})
     part.dup_notes = duplicate_step_notes(tr)
     if keep:
@@ -375,6 +383,20 @@ def merge_parts(
     )
     if fl is not None:
         fl.notes = merge_notes(fl_notes, multi)
+    pipe = pipeline_from(
+        [p.pipe for p in parts if p.pipe is not None],
+        merge_notes([(p.rank, p.pipe_notes) for p in parts], multi),
+        simulated=simulated,
+    )
+    if pipe is None:
+        skipped["pipeline"] = NO_LABELS
+    cw = comm_wait_from(
+        [p.comm_ops for p in parts if p.comm_ops is not None],
+        merge_notes([(p.rank, p.comm_notes) for p in parts], multi),
+        simulated=simulated,
+    )
+    if cw is None:
+        skipped["comm_wait"] = NO_MATCH
     if no_dur and len(no_dur) == len(no_ts):
         for k in ("critical_path", "what_if"):
             if k in skipped:
@@ -395,6 +417,8 @@ def merge_parts(
         ),
         breakdown=bd,
         flops=fl,
+        pipeline=pipe,
+        comm_wait=cw,
         bandwidth=bw,
         energy=en,
         power=pw,
@@ -410,7 +434,7 @@ def merge_parts(
         target.notes.extend(dup)
     partial = manifest.get("partial") if isinstance(manifest, dict) else None
     if isinstance(partial, str):  # --allow-partial: every result says it covers part of the run
-        for r in (ov, bw, en, pw, idle, launch, bd, fl):
+        for r in (ov, bw, en, pw, idle, launch, bd, fl, pipe, cw):
             if r is not None:
                 r.notes.insert(0, partial)
     return res

@@ -26,9 +26,12 @@ from typing import Any
 
 import polars as pl
 
+from charllm_trace.analysis.comm_wait_results import CommWaitResult
 from charllm_trace.analysis.config_results import CONFIG_SCHEMA, RunConfig  # noqa: F401 - re-exported
 from charllm_trace.analysis.flops_results import FlopsResult
+from charllm_trace.analysis.frame_build import frame  # noqa: F401 - re-exported (every analysis builds with it)
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
+from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results_breakdown import BreakdownResult
 from charllm_trace.analysis.spread_results import empty_rank_spread
 
@@ -317,11 +320,6 @@ class PowerResult:
 
 
 # ---------------------------------------------------------------------------
-# The bundle
-# ---------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------
 # Critical path and what-if replay (the execution graph, charllm_trace.graph)
 # ---------------------------------------------------------------------------
 
@@ -439,6 +437,8 @@ class RunAnalysis:
     config: RunConfig | None = None
     breakdown: BreakdownResult | None = None
     flops: FlopsResult | None = None  # achieved FLOP/s and MFU (analysis.flops; estimates)
+    pipeline: PipelineResult | None = None  # microbatches and bubbles per stage (analysis.pipeline)
+    comm_wait: CommWaitResult | None = None  # waiting vs transferring of matched communication
     skipped: dict[str, str] = field(default_factory=dict)
     ranks: list[int] = field(default_factory=list)
     simulated: bool = False
@@ -490,30 +490,16 @@ class RunAnalysis:
             out["flops"] = self.flops.per_step
             out["flops_by_op"] = self.flops.by_op
             out["flops_devices"] = self.flops.devices
+        for extra in (self.pipeline, self.comm_wait):
+            if extra is not None:
+                out.update(extra.frames())
         return out
 
     def notes(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
-        analyses = ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if")
-        for name in (*analyses, "idle_time", "launch", "config", "breakdown", "flops"):
+        analyses = ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if", "idle_time")
+        for name in (*analyses, "launch", "config", "breakdown", "flops", "pipeline", "comm_wait"):
             r: Any = getattr(self, name)
             if r is not None and r.notes:
                 out[name] = list(r.notes)
         return out
-
-
-def frame(rows: Any, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
-    """Build a frame with exactly ``schema`` from a dict of columns or a frame."""
-    if isinstance(rows, pl.DataFrame):
-        df = rows
-    else:
-        df = pl.DataFrame(rows) if rows else pl.DataFrame()
-    exprs = []
-    for name, dtype in schema.items():
-        if name in df.columns:
-            exprs.append(pl.col(name).cast(dtype))
-        else:
-            exprs.append(pl.lit(None, dtype=dtype).alias(name))
-    if df.width == 0:
-        return pl.DataFrame(schema=dict(schema))
-    return df.select(exprs)

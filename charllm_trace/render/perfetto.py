@@ -25,7 +25,10 @@ Layout of the file:
   ``node_id``, ``seg_rank``. The segments are drawn as duration events (``"ph": "B"`` /
   ``"E"``, each end written before the next begin at the same time), so that the complete
   events stay exactly the trace's nodes, one each. The segments follow each other in time:
-  they never overlap, so the track nests.
+  they never overlap, so the track nests;
+- with a :class:`~charllm_trace.analysis.pipeline_results.PipelineResult`, a track
+  ``pipeline (rank N, stage S)`` per rank with labelled microbatches: phases and bubbles
+  (:mod:`charllm_trace.render.perfetto_pipeline`).
 
 Times: Chrome-trace ``ts``/``dur`` are microseconds. We write them as exact decimal
 literals with three fractional digits (nanosecond precision), relative to the run's
@@ -46,6 +49,7 @@ import numpy as np
 import orjson
 import polars as pl
 
+from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results import CriticalPathResult
 from charllm_trace.errors import InputError
 from charllm_trace.model import Run, Trace
@@ -365,17 +369,40 @@ def _rank_segments(cp: CriticalPathResult, rank: int) -> pl.DataFrame:
     ).sort("start_ns", "end_ns", maintain_order=True)
 
 
+def _pipeline_track(pipe: PipelineResult, rank: int, pid: int, tid: int, origin: int) -> list[str]:
+    from charllm_trace.render.perfetto_pipeline import PIPELINE_TRACK, pipeline_lines
+
+    lines = pipeline_lines(pipe, rank, pid, tid, origin, _us)
+    if lines.len() == 0:
+        return []
+    stage = pipe.stages.filter(pl.col("rank") == rank)["stage"][0]
+    meta = [
+        {
+            "name": "thread_name",
+            "ph": "M",
+            "pid": pid,
+            "tid": tid,
+            "args": {"name": PIPELINE_TRACK.format(rank=pid, stage=stage)},
+        },
+        {"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}},
+    ]
+    return [orjson.dumps(m).decode() for m in meta] + [lines.str.join(",\n").item()]
+
+
 def write_chrome_trace(
     run: Run,
     path: str | os.PathLike[str],
     *,
     flows: bool = True,
     critical_path: CriticalPathResult | None = None,
+    pipeline: PipelineResult | None = None,
 ) -> ExportStats:
     """Write ``run`` as a Chrome-trace JSON (gzip-compressed when ``path`` ends in ``.gz``).
 
     ``critical_path`` (from :func:`charllm_trace.analysis.critical.critical_path` of the
     same run): each rank's whole-trace path is drawn on a track ``critical path (rank N)``.
+    ``pipeline`` (``RunAnalysis.pipeline``): each stage's phases and bubbles on a track of its own
+    (:mod:`charllm_trace.render.perfetto_pipeline`).
 
     Raises :class:`InputError` when no rank has any timestamp (nothing to place on a
     timeline, e.g. a Chakra ET written by Chakra's own converter; pass it through
@@ -426,6 +453,8 @@ def write_chrome_trace(
                     )
                 n_segments += seg.height
                 chunks.append(_critical_lines(seg, pid, cp_tid, origin).str.join(",\n").item())
+        if pipeline is not None and rank is not None:
+            chunks.extend(_pipeline_track(pipeline, rank, pid, int(tracks["out_tid"].max() or 0) + 2, origin))
         if timed.height:
             sl = _slice_lines(timed, pid, origin)
             n_slices += sl.len()

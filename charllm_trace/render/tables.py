@@ -442,3 +442,13 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
     elif "flops" in res.skipped:
         console.print(f"FLOP/s: {res.skipped['flops']}", markup=False, highlight=False)
         console.print()
+    if res.pipeline is not None:  # only where microbatches are labelled (the reason is in the JSON)
+        from charllm_trace.render.pipeline_table import render_pipeline
+
+        render_pipeline(res, console)
+        console.print()
+    if res.comm_wait is not None:  # only where communication was matched across ranks
+        from charllm_trace.render.comm_wait_table import render_comm_wait
+
+        render_comm_wait(res, console)
+        console.print()
