@@ -21,12 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from interventions import Switches, add_arguments  # noqa: E402
 
 
 class Block(nn.Module):
@@ -81,8 +85,11 @@ class BucketReducer:
     nothing); gloo, which has no AVG, sums and divides.
     """
 
-    def __init__(self, params: list[nn.Parameter], bucket_bytes: int, world: int, overlap: bool) -> None:
+    def __init__(
+        self, params: list[nn.Parameter], bucket_bytes: int, world: int, overlap: bool, switches: Switches | None = None
+    ) -> None:
         self.world = world
+        self.switches = switches
         self.avg = dist.get_backend() == "nccl"
         self.buckets: list[list[nn.Parameter]] = [[]]
         size = 0
@@ -109,6 +116,8 @@ class BucketReducer:
     def _launch(self, bucket: list[nn.Parameter]) -> None:
         flat = torch.cat([q.grad.reshape(-1) for q in bucket])
         op = dist.ReduceOp.AVG if self.avg else dist.ReduceOp.SUM
+        if self.switches is not None:  # intervention: extra all-reduces of the same size first
+            self.pending.extend((w, None, []) for w in self.switches.extra_allreduces(flat, op))
         self.pending.append((dist.all_reduce(flat, op=op, async_op=True), flat, bucket))
 
     def finish(self) -> None:
@@ -117,6 +126,8 @@ class BucketReducer:
                 self._launch(b)
         for work, flat, bucket in self.pending:
             work.wait()
+            if flat is None:
+                continue
             if not self.avg:
                 flat.div_(self.world)
             off = 0
@@ -160,6 +171,7 @@ def main() -> None:
     ap.add_argument(
         "--step-times", default=None, help="rank 0 writes each step's wall time (s) to this JSON file"
     )
+    add_arguments(ap)
     args = ap.parse_args()
 
     dist.init_process_group("gloo" if args.cpu else "nccl")
@@ -174,7 +186,10 @@ def main() -> None:
     model = GPT(args.vocab, args.d_model, args.heads, args.layers, args.seq).to(dev, dtype)
     params = [p for p in model.parameters() if p.requires_grad]
     n_params = sum(p.numel() for p in params)
-    reducer = BucketReducer(params, int(args.bucket_mb * 1e6), world, overlap=not args.no_overlap)
+    sw = Switches(args, rank, world)
+    reducer = BucketReducer(
+        params, int(args.bucket_mb * 1e6), world, overlap=not args.no_overlap, switches=sw if sw.enabled else None
+    )
     opt = torch.optim.AdamW(params, lr=1e-4, fused=dev.type == "cuda")
     gen = torch.Generator(device=dev).manual_seed(1234 + rank)
     if rank == 0:
@@ -182,21 +197,25 @@ def main() -> None:
         print(f"{n_params / 1e6:.1f} M parameters, {params[0].element_size() * n_params / 1e6:.0f} MB of weights, "
               f"world {world}, {len(reducer.buckets)} gradient buckets, {name}", flush=True)  # fmt: skip
     times = []
-    for step in range(args.steps):
-        sync(dev)
-        ts = time.perf_counter()
-        idx = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=gen, device=dev)
-        logits = model(idx[:, :-1])
-        loss = F.cross_entropy(logits.float().reshape(-1, args.vocab), idx[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        reducer.finish()
-        opt.step()
-        gather_parameters(params, rank, world)
-        sync(dev)
-        times.append(time.perf_counter() - ts)
-        if rank == 0:
-            print(f"step {step} loss {loss.item():.4f} {times[-1] * 1e3:.1f} ms", flush=True)
+    with sw.installed():
+        for step in range(args.steps):
+            sync(dev)
+            sw.start_step(step)
+            ts = time.perf_counter()
+            idx = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=gen, device=dev)
+            logits = model(idx[:, :-1])
+            loss = F.cross_entropy(logits.float().reshape(-1, args.vocab), idx[:, 1:].reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            reducer.finish()
+            opt.step()
+            gather_parameters(params, rank, world)
+            sync(dev)
+            times.append(time.perf_counter() - ts)
+            sw.end_step(step, times[-1])
+            if rank == 0:
+                print(f"step {step} loss {loss.item():.4f} {times[-1] * 1e3:.1f} ms", flush=True)
+    sw.write_log()
     if rank == 0 and args.step_times:
         with open(args.step_times, "w") as f:
             json.dump(times, f)

@@ -18,6 +18,8 @@ import argparse
 import gc
 import json
 import math
+import os
+import sys
 import time
 
 import torch
@@ -25,6 +27,9 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from interventions import Switches, add_arguments  # noqa: E402
 
 
 class Block(nn.Module):
@@ -97,6 +102,7 @@ def main() -> None:
         "--coll-elems", type=int, default=1024, help="elements per rank in the explicit collectives"
     )
     ap.add_argument("--step-times", default=None, help="rank 0 writes each step's wall time (s) to this JSON file")
+    add_arguments(ap)
     args = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -104,22 +110,29 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = DDP(TinyGPT(args.vocab, args.d_model, args.heads, args.layers, args.seq))
+    sw = Switches(args, rank, world)
+    if sw.enabled:
+        model.register_comm_hook(None, sw.ddp_hook)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     gen = torch.Generator().manual_seed(1234 + rank)
     t0 = time.perf_counter()
     times = []
-    for step in range(args.steps):
-        ts = time.perf_counter()
-        idx = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=gen)
-        logits = model(idx[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, args.vocab), idx[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        explicit_collectives(args.coll_elems, rank, world)
-        opt.step()
-        times.append(time.perf_counter() - ts)
-        if rank == 0 and (step < 10 or step % 100 == 0):
-            print(f"step {step} loss {loss.item():.4f}", flush=True)
+    with sw.installed():
+        for step in range(args.steps):
+            sw.start_step(step)
+            ts = time.perf_counter()
+            idx = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=gen)
+            logits = model(idx[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, args.vocab), idx[:, 1:].reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            explicit_collectives(args.coll_elems, rank, world)
+            opt.step()
+            times.append(time.perf_counter() - ts)
+            sw.end_step(step, times[-1])
+            if rank == 0 and (step < 10 or step % 100 == 0):
+                print(f"step {step} loss {loss.item():.4f}", flush=True)
+    sw.write_log()
     if rank == 0:
         print(f"done: {args.steps} steps in {time.perf_counter() - t0:.2f} s", flush=True)
         if args.step_times:
