@@ -231,6 +231,7 @@ def collect(
     record_shapes: bool = True,
     with_stack: bool = False,
     log: Any = None,
+    step_marker: str | None = None,
 ) -> CollectResult:
     """Run ``command`` with collection; return its exit code and what was written."""
     from charllm_trace.collectors.manifest import write_manifest, write_node_info
@@ -300,6 +301,7 @@ def collect(
         "with_stack": with_stack,
         "run_id": run_id,
         "launcher_pid": os.getpid(),
+        "marker": step_marker,  # iterations: ranges of this record_function name (marker_hook.py)
     }
     env = dict(os.environ)
     env[ENV_CONFIG] = json.dumps(cfg)
@@ -377,11 +379,12 @@ def collect(
         done = [i.get("steps_completed") for i in _rank_infos(rd)]
         if done:
             say(
-                f"no rank traced any step: the ranks completed {max(done)} optimizer steps, "
+                f"no rank traced any step: the ranks completed {max(done)} {'iterations' if step_marker else 'optimizer steps'}, "
                 f"the window was {steps[0]}-{steps[1]}"
             )
         elif status == "finished":
-            say("no rank traced any step: no process of the command ever called optimizer.step()")
+            what = f"opened a {step_marker!r} range" if step_marker else "called optimizer.step()"
+            say(f"no rank traced any step: no process of the command ever {what}")
         else:
             say(f"no rank traced any step: the command {status} before any rank recorded an optimizer step")
     return CollectResult(exit_code=exit_code, run_dir=rd, manifest=manifest, telemetry_note=note)
