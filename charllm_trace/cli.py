@@ -17,8 +17,8 @@ import click
 
 from charllm_trace._native_libs import NativeModuleMissing
 from charllm_trace.cli_analyze import analyze_cmd, report_cmd
-from charllm_trace.cli_collect import iteration_args, iteration_options
 from charllm_trace.cli_cache import allow_partial_option, cache_group, json_flag, no_cache_option, wide_option
+from charllm_trace.cli_collect import iteration_args, iteration_options
 from charllm_trace.cli_compare import compare_cmd
 from charllm_trace.cli_results import refuse_existing
 from charllm_trace.cli_scale import scheduler_option

@@ -40,6 +40,7 @@ import polars as pl
 
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
+from charllm_trace.analysis.iterations_results import IterationsResult
 from charllm_trace.analysis.results import (
     AnalyzeOptions,
     BandwidthResult,
@@ -74,13 +75,14 @@ RESULT_TYPES: dict[str, type] = {
     "config": RunConfig,
     "breakdown": BreakdownResult,
     "flops": FlopsResult,
+    "iterations": IterationsResult,
 }
 #: results added to version 1 after its first files were written: a file without them reads them as
 #: None, each (but the configuration, None when unknown) with a reason in ``skipped``
-ADDED_RESULTS = ("idle_time", "launch", "config", "breakdown", "flops")
+ADDED_RESULTS = ("idle_time", "launch", "config", "breakdown", "flops", "iterations")
 #: analysis options added to version 1 after its first files were written: a file without them
 #: was analysed as their defaults do (display options: the figures do not depend on them)
-ADDED_OPTIONS = ("breakdown_top",)
+ADDED_OPTIONS = ("breakdown_top", "step_marker")
 _ZIP_MAGIC = b"PK\x03\x04"
 
 

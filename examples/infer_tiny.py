@@ -29,6 +29,7 @@ import argparse
 import json
 import re
 import time
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -114,11 +115,22 @@ def make_prompts(n: int, words: int, seed: int) -> list[str]:
 
 
 @torch.inference_mode()
-def serve_batch(model: TinyDecoder, prompts: list[str], first_id: int, new_tokens: int, device: torch.device) -> list[str]:
-    """One engine iteration: tokenize, prefill, decode, detokenize (each a marked phase)."""
+def serve_batch(
+    model: TinyDecoder,
+    prompts: list[str],
+    first_id: int,
+    new_tokens: int,
+    device: torch.device,
+    clock: dict[str, dict[int, Any]] | None = None,
+) -> list[str]:
+    """One engine iteration: tokenize, prefill, decode, detokenize (each a marked phase).
+    ``clock``: filled with each request's arrival and token times (``time.time_ns``, the script's
+    own measurement, next to the markers)."""
+    clock = clock if clock is not None else {"arrival": {}, "tokens": {}}
     with record_function("tokenize"):
         ids = []
         for j, text in enumerate(prompts):
+            clock["arrival"][first_id + j] = time.time_ns()
             with record_function(f"request#{first_id + j}"):
                 ids.append(tokenize(text))
         width = max(len(r) for r in ids)
@@ -129,21 +141,22 @@ def serve_batch(model: TinyDecoder, prompts: list[str], first_id: int, new_token
     out: list[list[int]] = [[] for _ in ids]
     with record_function("prefill"):
         nxt = model(idx, cache, 0, npad).argmax(-1)
-        _emit(nxt, out, first_id)
+        _emit(nxt, out, first_id, clock)
     for step in range(new_tokens - 1):
         with record_function("decode"):
             nxt = model(nxt[:, None], cache, width + step, npad).argmax(-1)
-            _emit(nxt, out, first_id)
+            _emit(nxt, out, first_id, clock)
     with record_function("detokenize"):
         return [detokenize(r) for r in out]
 
 
-def _emit(nxt: torch.Tensor, out: list[list[int]], first_id: int) -> None:
+def _emit(nxt: torch.Tensor, out: list[list[int]], first_id: int, clock: dict[str, dict[int, Any]]) -> None:
     """Copy the batch's new tokens to the host (a synchronisation on a GPU) and mark each."""
     toks = nxt.tolist()
     for j, t in enumerate(toks):
         with record_function(f"token#{first_id + j}"):
             out[j].append(t)
+        clock["tokens"].setdefault(first_id + j, []).append(time.time_ns())
 
 
 def main() -> None:
@@ -164,16 +177,16 @@ def main() -> None:
     max_len = a.prompt_words * 16 + a.new_tokens
     model = TinyDecoder(a.dim, a.heads, a.layers, max_len).to(device).eval()
     prompts = make_prompts(a.requests, a.prompt_words, a.seed)
-    lat = []
+    lat, clock = [], {"arrival": {}, "tokens": {}}
     for first in range(0, a.requests, a.batch):
         t0 = time.perf_counter()
         with record_function("batch"):
-            texts = serve_batch(model, prompts[first : first + a.batch], first, a.new_tokens, device)
+            texts = serve_batch(model, prompts[first : first + a.batch], first, a.new_tokens, device, clock)
         lat.append(time.perf_counter() - t0)
     print(f"served {a.requests} requests in {len(lat)} batches; last output {texts[-1]!r}")
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"batch_s": lat}, f)
+            json.dump({"batch_s": lat, **clock}, f)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,18 @@ EXAMPLE = ROOT / "examples" / "infer_tiny.py"
 BATCH = 2
 NEW_TOKENS = 4
 # 4 batches of 2 requests; the example's smallest model, a few seconds on one core
-ARGS = ["--requests", "8", "--batch", str(BATCH), "--new-tokens", str(NEW_TOKENS), "--dim", "32", "--layers", "1"]
+ARGS = [
+    "--requests",
+    "8",
+    "--batch",
+    str(BATCH),
+    "--new-tokens",
+    str(NEW_TOKENS),
+    "--dim",
+    "32",
+    "--layers",
+    "1",
+]
 
 
 def _collect(out: Path, marker: str, steps: str) -> subprocess.CompletedProcess[str]:
@@ -66,7 +77,9 @@ def test_iteration_zero_and_a_marker_that_never_occurs(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "zero" / "rank-0.info.json").read_text())["steps_traced"] == [0]
     p = _collect(tmp_path / "none", "no-such-range", "1-2")
     assert p.returncode == 0, p.stderr[-3000:]  # the command's own exit code
-    assert "no rank traced any step: no process of the command ever opened a 'no-such-range' range" in p.stderr
+    assert (
+        "no rank traced any step: no process of the command ever opened a 'no-such-range' range" in p.stderr
+    )
     assert not (tmp_path / "none" / "rank-0.kineto.json.gz").exists()
 
 
@@ -91,5 +104,7 @@ def test_example_kv_cache_matches_full_recompute() -> None:
         for _ in range(6):
             with torch.inference_mode():
                 x = torch.tensor([ids + gen])
-                gen.append(int(model(x, model.new_cache(1, cpu), 0, torch.zeros(1, dtype=torch.long)).argmax(-1)))
+                gen.append(
+                    int(model(x, model.new_cache(1, cpu), 0, torch.zeros(1, dtype=torch.long)).argmax(-1))
+                )
         assert m.detokenize(gen) == out[j]

@@ -285,7 +285,7 @@ def flops(
     )
     notes = _notes(cnt, counted, missing, ops, model, gpu_mode)
     if per_step and steps.height and not per["step"].is_not_null().any():
-        notes.append("no GEMM, attention or convolution op falls in a step window: FLOP/s for the whole trace only")
+        notes.append("no GEMM/attention/convolution op in any step window: FLOP/s for the whole trace only")
     return FlopsResult(per, by_op, devices, mode="gpu" if gpu_mode else "cpu", notes=notes)
 
 

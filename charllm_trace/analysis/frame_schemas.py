@@ -12,6 +12,7 @@ import polars as pl
 from charllm_trace.analysis.config_results import CONFIG_SCHEMA
 from charllm_trace.analysis.flops_results import FLOPS_DEVICE_SCHEMA, FLOPS_OP_SCHEMA, FLOPS_SCHEMA
 from charllm_trace.analysis.idle_results import IDLE_TIME_SCHEMA, LAUNCH_SCHEMA, QUEUE_SCHEMA
+from charllm_trace.analysis.iterations_results import ITERATION_SCHEMA, PHASE_SCHEMA, REQUEST_SCHEMA
 from charllm_trace.analysis.results import (
     BANDWIDTH_SUMMARY_SCHEMA,
     COLLECTIVE_SCHEMA,
@@ -56,6 +57,9 @@ FRAME_SCHEMAS: dict[str, tuple[str, dict[str, pl.DataType]]] = {
     "flops": ("flops", FLOPS_SCHEMA),
     "flops_by_op": ("flops", FLOPS_OP_SCHEMA),
     "flops_devices": ("flops", FLOPS_DEVICE_SCHEMA),
+    "iterations": ("iterations", ITERATION_SCHEMA),
+    "phases": ("iterations", PHASE_SCHEMA),
+    "requests": ("iterations", REQUEST_SCHEMA),
 }
 
 #: The modules whose ``*_SCHEMA`` tables (with a comment beside each column) are imported above.
@@ -65,6 +69,7 @@ DEFINED_IN = (
     "charllm_trace.analysis.config_results",
     "charllm_trace.analysis.results_breakdown",
     "charllm_trace.analysis.flops_results",
+    "charllm_trace.analysis.iterations_results",
     "charllm_trace.analysis.spread_results",
 )
 

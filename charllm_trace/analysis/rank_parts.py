@@ -23,7 +23,10 @@ from charllm_trace.analysis.energy import energy
 from charllm_trace.analysis.flops import flops_from, rank_flops
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.group_size import Tally
+from charllm_trace.analysis.iterations import iterations_from, rank_iterations
+from charllm_trace.analysis.iterations_results import IterationsResult
 from charllm_trace.analysis.launch_gap import lost_device_activity
+from charllm_trace.analysis.marker_steps import with_marker_steps
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.power import power
 from charllm_trace.analysis.rank_spread import rank_spread
@@ -82,6 +85,7 @@ class RankPart:
     streams: RankStreams = None  # idle time per stream and launch statistics (timed ranks)
     breakdown: RankBreakdown | None = None
     flops: tuple[int, FlopsResult] | None = None
+    iterations: IterationsResult | None = None  # iterations, phases, requests (analysis/iterations.py)
     lost: str | None = None  # the profile lost its device activity
     meta: TraceMeta | None = None  # the rank's metadata, without process groups or extras (run_config)
     # kept by the local path only (the report's views and the execution graph need them)
@@ -147,6 +151,9 @@ def analyze_rank(
     ``keep``: also keep the (simulated) trace and its classified table (the local path's report
     views and execution graph use them)."""
     part = RankPart(rank=rank)
+    marker_notes: list[str] = []
+    if options.step_marker and trace.meta.has_timestamps:  # steps: the marker's ranges
+        trace, marker_notes = with_marker_steps(trace, options.step_marker)
     tr = trace
     if not tr.meta.has_timestamps:
         if options.simulate and not has_durations(tr):
@@ -217,6 +224,10 @@ def analyze_rank(
         windows=windows,
     )
     part.flops = rank_flops(rank, tr, classified, per_step=options.per_step, windows=windows)
+    if not part.no_ts:  # with --step-marker, or where phases or requests are marked
+        part.iterations = rank_iterations(rank, tr, classified, windows, bool(options.step_marker))
+    if part.iterations is not None:
+        part.iterations.notes[:0] = marker_notes
     part.lost = lost_device_activity(tr.nodes)
     part.meta = dataclasses.replace(tr.meta, process_groups=(), extra={})
     part.dup_notes = duplicate_step_notes(tr)
@@ -384,6 +395,7 @@ def merge_parts(
     shown = next((x for x in (ov, bw) if x is not None), None)
     if lost and shown is not None:
         shown.notes[:0] = merge_notes(lost, multi)
+    its = [(p.rank, p.iterations) for p in parts if p.iterations is not None]
     res = RunAnalysis(
         overlap=ov,
         critical_path=cp,
@@ -395,6 +407,7 @@ def merge_parts(
         ),
         breakdown=bd,
         flops=fl,
+        iterations=iterations_from(its, merge_notes([(r, i.notes) for r, i in its], multi)),
         bandwidth=bw,
         energy=en,
         power=pw,

@@ -28,7 +28,9 @@ import polars as pl
 
 from charllm_trace.analysis.config_results import CONFIG_SCHEMA, RunConfig  # noqa: F401 - re-exported
 from charllm_trace.analysis.flops_results import FlopsResult
+from charllm_trace.analysis.frames_util import frame  # noqa: F401 - re-exported
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
+from charllm_trace.analysis.iterations_results import IterationsResult
 from charllm_trace.analysis.results_breakdown import BreakdownResult
 from charllm_trace.analysis.spread_results import empty_rank_spread
 
@@ -421,6 +423,7 @@ class AnalyzeOptions:
     critical_path: bool = True  # the critical path through the execution graph
     what_if: Mapping[str, float] | None = None  # class -> duration factor (a what-if replay)
     breakdown_top: int | None = None  # time breakdown: keys kept per (rank, step, group); None: all
+    step_marker: str | None = None  # steps: the ranges of this name, not ProfilerSteps (marker_steps)
 
 
 @dataclass
@@ -439,6 +442,7 @@ class RunAnalysis:
     config: RunConfig | None = None
     breakdown: BreakdownResult | None = None
     flops: FlopsResult | None = None  # achieved FLOP/s and MFU (analysis.flops; estimates)
+    iterations: IterationsResult | None = None  # iterations, phases, requests (analysis.iterations)
     skipped: dict[str, str] = field(default_factory=dict)
     ranks: list[int] = field(default_factory=list)
     simulated: bool = False
@@ -490,30 +494,14 @@ class RunAnalysis:
             out["flops"] = self.flops.per_step
             out["flops_by_op"] = self.flops.by_op
             out["flops_devices"] = self.flops.devices
+        out.update(self.iterations.frames() if self.iterations is not None else {})
         return out
 
     def notes(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         analyses = ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if")
-        for name in (*analyses, "idle_time", "launch", "config", "breakdown", "flops"):
+        for name in (*analyses, "idle_time", "launch", "config", "breakdown", "flops", "iterations"):
             r: Any = getattr(self, name)
             if r is not None and r.notes:
                 out[name] = list(r.notes)
         return out
-
-
-def frame(rows: Any, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
-    """Build a frame with exactly ``schema`` from a dict of columns or a frame."""
-    if isinstance(rows, pl.DataFrame):
-        df = rows
-    else:
-        df = pl.DataFrame(rows) if rows else pl.DataFrame()
-    exprs = []
-    for name, dtype in schema.items():
-        if name in df.columns:
-            exprs.append(pl.col(name).cast(dtype))
-        else:
-            exprs.append(pl.lit(None, dtype=dtype).alias(name))
-    if df.width == 0:
-        return pl.DataFrame(schema=dict(schema))
-    return df.select(exprs)

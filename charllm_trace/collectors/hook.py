@@ -584,7 +584,9 @@ def _sibling(name: str) -> Any:
     """A module of this directory, loaded from its file as this one is (standard library only)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(f"_charllm_trace_{name}", os.path.join(os.path.dirname(__file__), f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(
+        f"_charllm_trace_{name}", os.path.join(os.path.dirname(__file__), f"{name}.py")
+    )
     mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     return mod

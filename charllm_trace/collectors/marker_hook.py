@@ -133,7 +133,11 @@ class _AfterImport:
             try:
                 patch_record_function(module, tracer)
             except Exception as exc:
-                print(f"charllm-trace: could not hook {tracer.marker!r} ranges: {exc}", file=sys.stderr, flush=True)
+                print(
+                    f"charllm-trace: could not hook {tracer.marker!r} ranges: {exc}",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec

@@ -442,3 +442,8 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
     elif "flops" in res.skipped:
         console.print(f"FLOP/s: {res.skipped['flops']}", markup=False, highlight=False)
         console.print()
+    if res.iterations is not None:
+        from charllm_trace.render.iterations_table import render_iterations
+
+        render_iterations(res, console)
+        console.print()
