@@ -33,16 +33,16 @@ ARGS = [
 ]
 
 
-def _collect(out: Path, marker: str, steps: str) -> subprocess.CompletedProcess[str]:
+def _collect(out: Path, marker: str, steps: str, *extra: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "charllm_trace.cli", "collect", "--step-marker", marker, "--steps", steps,
-           "--telemetry-hz", "0", "-o", str(out), "--", sys.executable, str(EXAMPLE), *ARGS]  # fmt: skip
+           "--telemetry-hz", "0", "-o", str(out), "--", sys.executable, str(EXAMPLE), *ARGS, *extra]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("infer") / "run"
-    p = _collect(out, "batch", "1-2")
+    p = _collect(out, "batch", "1-2", "--out", str(out.parent / "clock.json"))
     assert p.returncode == 0, p.stderr[-3000:]
     return out
 
@@ -108,3 +108,34 @@ def test_example_kv_cache_matches_full_recompute() -> None:
                     int(model(x, model.new_cache(1, cpu), 0, torch.zeros(1, dtype=torch.long)).argmax(-1))
                 )
         assert m.detokenize(gen) == out[j]
+
+
+def test_analysed_per_iteration_with_phases_and_request_latency(run_dir: Path) -> None:
+    """The collected run analysed by its marker: two iterations with their phases, and each
+    request's time to first token and per output token as the script measured them itself
+    (time.time_ns next to the markers)."""
+    import polars as pl
+
+    from charllm_trace.analysis import AnalyzeOptions, analyze_run
+    from charllm_trace.converters.run_dir import convert_path
+
+    res = analyze_run(
+        convert_path(run_dir), AnalyzeOptions(per_step=True, critical_path=False, step_marker="batch")
+    )
+    it = res.iterations
+    assert it is not None and it.iterations["step"].to_list() == [1, 2]
+    ph = {
+        (s, p): n
+        for s, p, n in it.phases.filter(pl.col("step").is_not_null()).select("step", "phase", "n").rows()
+    }
+    assert ph == {(s, p): n for s in (1, 2) for p, n in
+                  (("prefill", 1), ("decode", NEW_TOKENS - 1), ("tokenize", 1), ("detokenize", 1))}  # fmt: skip
+    clock = json.loads((run_dir.parent / "clock.json").read_text())
+    req = it.requests.sort("request")
+    assert req["request"].to_list() == ["2", "3", "4", "5"] and set(req["n_tokens"]) == {NEW_TOKENS}
+    for r in req.iter_rows(named=True):
+        arrival, tokens = clock["arrival"][r["request"]], clock["tokens"][r["request"]]
+        ttft, tpot = tokens[0] - arrival, (tokens[-1] - tokens[0]) / (len(tokens) - 1)
+        # the script's clock reads are a few µs outside the ranges; 0.5 ms of slack for a loaded machine
+        assert abs(r["ttft_ns"] - ttft) < 500_000, (r, ttft)
+        assert abs(r["tpot_ns"] - tpot) < 500_000, (r, tpot)
