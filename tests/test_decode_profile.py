@@ -160,3 +160,20 @@ def test_step_marker_cli_and_bad_markers(tmp_path: Path) -> None:
     line = r.output.strip()
     assert "\n" not in line and "--step-marker 'prefill': no range of that name" in line
     assert "repeated ranges: decode (4)" in line
+
+
+def test_a_module_forward_as_marker_on_the_tracelens_inference_profile() -> None:
+    """Qwen1.5-0.5B has 24 decoder layers: its layer's forward (a Python-stack range of the
+    profile) splits the one forward pass into 24 iterations whose GPU windows tile the layers."""
+    from charllm_trace.analysis import AnalyzeOptions, analyze_run
+    from charllm_trace.loader import load
+    from tests.conftest import shared_trace
+
+    run = load(str(shared_trace("tracelens/h100_qwen1.5-0.5b_inference.json.gz")))
+    marker = "transformers/models/qwen2/modeling_qwen2.py(243): forward"
+    res = analyze_run(run, AnalyzeOptions(per_step=True, critical_path=False, step_marker=marker))
+    it = res.iterations.iterations
+    assert it["step"].to_list() == list(range(24))
+    w0, w = it["window_start_ns"].to_numpy(), it["window_ns"].to_numpy()
+    assert (w0[1:] == w0[:-1] + w[:-1]).all()  # disjoint and contiguous
+    assert (it["start_ns"].to_numpy()[1:] >= (it["start_ns"] + it["cpu_ns"]).to_numpy()[:-1]).all()

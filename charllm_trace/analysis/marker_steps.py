@@ -75,8 +75,9 @@ def with_marker_steps(trace: Trace, marker: str) -> tuple[Trace, list[str]]:
     steps, notes = marker_steps(trace, marker)
     if steps.height == 0:
         raise UsageError(
-            f"--step-marker {marker!r}: no range of that name in the trace of rank {trace.rank}"
-            f"{_suggest(trace.nodes)}"
+            f"--step-marker {marker!r}: no range of that name in the trace"
+            + (f" of rank {trace.rank}" if trace.rank is not None else "")
+            + _suggest(trace.nodes)
         )
     return dataclasses.replace(trace, step_ranges=steps), notes
 

@@ -26,7 +26,7 @@ def render_iterations(res: RunAnalysis, console: Console) -> None:
         phases = it.phases.filter(pl.col("step").is_not_null())
         names = phases["phase"].unique(maintain_order=True).to_list()[:4]
         t = plain_table(
-            "Iterations (ms): CPU range, GPU-time window, CPU time of each phase" + simulated_label(res),
+            "Iterations (ms)" + simulated_label(res),
             [("rank", "right"), ("step", "right"), ("CPU", "right"), ("window", "right")]
             + [(p, "right") for p in names],
         )
@@ -37,6 +37,9 @@ def render_iterations(res: RunAnalysis, console: Console) -> None:
                 *[_ms(cpu.get((r["rank"], r["step"], p))) for p in names],
             )  # fmt: skip
         console.print(t)
+        console.print(
+            "  CPU = the step's range; window = its GPU-time window; phases: their CPU time", style="dim"
+        )
         if it.iterations.height > MAX_ROWS:
             console.print(
                 f"  ... {it.iterations.height - MAX_ROWS} more iterations (--json has all)", style="dim"
