@@ -220,6 +220,7 @@ def collect_cmd(
     run_dir: str | None,
     steps: str,
     step_marker: str | None,
+    window: str | None,
     ranks: str,
     telemetry_hz: float,
     telemetry_source: str,
@@ -245,7 +246,7 @@ def collect_cmd(
     result = collect(
         list(command),
         run_dir,
-        **iteration_args(step_marker, steps),
+        **iteration_args(step_marker, window, steps),
         ranks=parse_ranks(ranks),
         telemetry_hz=telemetry_hz,
         telemetry_source=telemetry_source,

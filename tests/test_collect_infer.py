@@ -139,3 +139,34 @@ def test_analysed_per_iteration_with_phases_and_request_latency(run_dir: Path) -
         # the script's clock reads are a few µs outside the ranges; 0.5 ms of slack for a loaded machine
         assert abs(r["ttft_ns"] - ttft) < 500_000, (r, ttft)
         assert abs(r["tpot_ns"] - tpot) < 500_000, (r, tpot)
+
+
+def test_a_time_window(tmp_path: Path) -> None:
+    """--window 0.2+0.3: 0.3 s traced from 0.2 s after the start (once torch is imported), with
+    no marker and no optimizer: ProfilerStep#0 spans the window."""
+    cmd = [sys.executable, "-m", "charllm_trace.cli", "collect", "--window", "0.2+0.3", "--telemetry-hz", "0",
+           "-o", str(tmp_path / "w"), "--", sys.executable, str(EXAMPLE), *ARGS[:1], "2000", *ARGS[2:]]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    info = json.loads((tmp_path / "w" / "rank-0.info.json").read_text())
+    assert (info["mode"], info["state"], info["steps_traced"]) == ("window", "done", [0])
+    steps = [x for x in _ranges(tmp_path / "w") if x[2].startswith("ProfilerStep#")]
+    assert [s[2] for s in steps] == ["ProfilerStep#0"]
+    assert 0.3e6 <= steps[0][1] - steps[0][0] < 0.6e6  # µs: the window (a signal lands between bytecodes)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--window", "2"], "--window '2': expected DELAY+DURATION"),
+        (["--window", "1+0"], "DURATION > 0"),
+        (["--window", "1+1", "--step-marker", "batch"], "choose one"),
+        (["--step-marker", " "], "--step-marker: an empty name"),
+    ],
+)
+def test_bad_iteration_options(tmp_path: Path, args: list[str], says: str) -> None:
+    from tests.conftest import invoke
+
+    r = invoke("collect", "-o", str(tmp_path / "r"), *args, "--", sys.executable, "-c", "pass")
+    assert r.exit_code == 2 and says in r.output and r.output.strip().count("\n") == 0, r.output
+    assert not (tmp_path / "r").exists()

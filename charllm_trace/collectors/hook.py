@@ -571,7 +571,9 @@ def install_from_env() -> StepTracer | None:
     if rank_env is not None and rank_env.strip().isdigit() and owner.split(":", 1)[-1] != rank_env:
         _TRACER.announce()  # a rank process (torchrun and most launchers set RANK)
     mod = sys.modules.get(_PostImportFinder.target)
-    if marker:
+    if cfg.get("window"):  # a time window: no step clock (marker_hook.install_window)
+        _sibling("marker_hook").install_window(_TRACER, *cfg["window"])
+    elif marker:
         marker.install(_TRACER)
     elif mod is not None:
         _register(mod)

@@ -232,6 +232,7 @@ def collect(
     with_stack: bool = False,
     log: Any = None,
     step_marker: str | None = None,
+    window: tuple[float, float] | None = None,
 ) -> CollectResult:
     """Run ``command`` with collection; return its exit code and what was written."""
     from charllm_trace.collectors.manifest import write_manifest, write_node_info
@@ -302,6 +303,7 @@ def collect(
         "run_id": run_id,
         "launcher_pid": os.getpid(),
         "marker": step_marker,  # iterations: ranges of this record_function name (marker_hook.py)
+        "window": list(window) if window else None,  # or seconds DELAY, DURATION from the start
     }
     env = dict(os.environ)
     env[ENV_CONFIG] = json.dumps(cfg)
@@ -384,6 +386,7 @@ def collect(
             )
         elif status == "finished":
             what = f"opened a {step_marker!r} range" if step_marker else "called optimizer.step()"
+            what = "ran until the window's start (or imported torch)" if window else what
             say(f"no rank traced any step: no process of the command ever {what}")
         else:
             say(f"no rank traced any step: the command {status} before any rank recorded an optimizer step")

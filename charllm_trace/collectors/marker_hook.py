@@ -11,6 +11,12 @@ is part of it). Tracing iterations ``a..b`` starts the profiler just before iter
 opens and stops it just after iteration ``b``'s range closes; each iteration's range begins a
 ``ProfilerStep#N`` (``N`` its number), so the profile splits by step without ``--step-marker``,
 and with it by the marker ranges themselves.
+
+A **time window** (``collect --window DELAY+DURATION``) traces the seconds ``DELAY`` to
+``DELAY + DURATION`` after the process starts, whatever runs then (``ProfilerStep#0`` covers
+it); the profiler is started and stopped by ``SIGALRM`` on the main thread (Kineto records the
+operators of threads that have its callbacks, which a profiler started on another thread would not
+give the main thread), so a program that handles ``SIGALRM`` itself is not traced (a message says so).
 """
 
 from __future__ import annotations
@@ -106,6 +112,48 @@ def _own(pid: int) -> bool:
     import os
 
     return os.getpid() == pid  # a forked child never counts
+
+
+def install_window(tracer: Any, delay_s: float, duration_s: float) -> None:
+    """Trace from ``delay_s`` to ``delay_s + duration_s`` seconds from now (SIGALRM, main thread)."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGALRM) not in (
+        signal.SIG_DFL,
+        None,
+    ):
+        print("charllm-trace: --window: the program handles SIGALRM itself: nothing traced", file=sys.stderr)
+        return
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        # the program is still importing torch (or has not yet), or the tracer is busy: soon again
+        if not _torch_ready() or not tracer._lock.acquire(blocking=False):
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            return
+        try:
+            if tracer.state == "idle":
+                tracer._maybe_start(0)
+                signal.setitimer(signal.ITIMER_REAL, max(duration_s, 1e-3))
+            elif tracer.state == "tracing":
+                tracer.completed = 1  # the window is step 0, complete
+                tracer.step_end_ns.append(time.time_ns())
+                tracer._stop(complete=True)
+                signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        except Exception as exc:
+            tracer._fail(exc)
+        finally:
+            tracer._lock.release()
+
+    tracer.mode = "window"  # rank-<N>.info.json: what step 0 is
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, max(delay_s, 1e-3))
+
+
+def _torch_ready() -> bool:
+    """torch is imported, and not half-way (a signal can arrive while its import runs)."""
+    mod = sys.modules.get("torch.profiler")
+    spec = getattr(sys.modules.get("torch"), "__spec__", None)
+    return mod is not None and hasattr(mod, "profile") and not getattr(spec, "_initializing", False)
 
 
 class _AfterImport:
