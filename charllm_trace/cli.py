@@ -20,6 +20,7 @@ from charllm_trace.cli_analyze import analyze_cmd, report_cmd
 from charllm_trace.cli_cache import allow_partial_option, cache_group, json_flag, no_cache_option, wide_option
 from charllm_trace.cli_collect import iteration_args, iteration_options
 from charllm_trace.cli_compare import compare_cmd
+from charllm_trace.cli_cpu_wait import cpu_wait_cmd
 from charllm_trace.cli_results import refuse_existing
 from charllm_trace.cli_scale import scheduler_option
 from charllm_trace.cli_telemetry import telemetry_group
@@ -221,6 +222,7 @@ def collect_cmd(
     steps: str,
     step_marker: str | None,
     window: str | None,
+    cpu_hz: float,
     ranks: str,
     telemetry_hz: float,
     telemetry_source: str,
@@ -246,7 +248,7 @@ def collect_cmd(
     result = collect(
         list(command),
         run_dir,
-        **iteration_args(step_marker, window, steps),
+        **iteration_args(step_marker, window, steps, cpu_hz),
         ranks=parse_ranks(ranks),
         telemetry_hz=telemetry_hz,
         telemetry_source=telemetry_source,
@@ -509,6 +511,7 @@ main.add_command(analyze_cmd)
 main.add_command(report_cmd)
 main.add_command(cache_group)
 main.add_command(telemetry_group)
+main.add_command(cpu_wait_cmd)
 main.add_command(compare_cmd)
 
 

@@ -12,7 +12,14 @@ from charllm_trace.errors import UsageError
 
 
 def iteration_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--step-marker NAME`` and ``--window DELAY+DURATION``."""
+    """``--step-marker NAME``, ``--window DELAY+DURATION`` and ``--cpu-hz``."""
+    f = click.option(
+        "--cpu-hz",
+        type=float,
+        default=10.0,
+        show_default=True,
+        help="CPU scheduler telemetry rate (threads' run/wait times, cgroup throttling); 0 turns it off.",
+    )(f)
     f = click.option(
         "--window",
         default=None,
@@ -30,9 +37,16 @@ def iteration_options(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
-def iteration_args(step_marker: str | None, window: str | None, steps: str) -> dict[str, Any]:
+def iteration_args(step_marker: str | None, window: str | None, steps: str, cpu_hz: float) -> dict[str, Any]:
     """``collect()`` keyword arguments: the marker or the window, and the parsed ``--steps``
     (iteration 0 can be traced by a marker: its range opens after the hook is in place)."""
+
+    if not cpu_hz >= 0 or cpu_hz > 1000:
+        raise UsageError("--cpu-hz must be between 0 (off) and 1000")
+    return {"cpu_hz": cpu_hz, **_iterations(step_marker, window, steps)}
+
+
+def _iterations(step_marker: str | None, window: str | None, steps: str) -> dict[str, Any]:
     from charllm_trace.collectors.launcher import parse_steps
 
     if step_marker is not None and not step_marker.strip():

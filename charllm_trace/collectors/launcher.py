@@ -233,6 +233,7 @@ def collect(
     log: Any = None,
     step_marker: str | None = None,
     window: tuple[float, float] | None = None,
+    cpu_hz: float = 0.0,
 ) -> CollectResult:
     """Run ``command`` with collection; return its exit code and what was written."""
     from charllm_trace.collectors.manifest import write_manifest, write_node_info
@@ -328,6 +329,9 @@ def collect(
     from charllm_trace.collectors.runstate import proc_start
 
     tell(warden, {"child": proc.pid, "start": proc_start(proc.pid)})
+    from charllm_trace.collectors import cpu_sched  # scheduler state of the command's threads
+
+    cpu = cpu_sched.start(str(rd), proc.pid, cpu_hz, host_tag()) if cpu_hz > 0 else None
     interrupted_by: list[str] = []
 
     def forward(signum: int, frame: Any) -> None:
@@ -342,7 +346,7 @@ def collect(
         for s, h in old.items():
             signal.signal(s, h)
     exit_code = rc if rc >= 0 else 128 - rc  # killed by a signal: shell convention
-    keep = {p.pid for p in (sampler, warden) if p is not None}
+    keep = {p.pid for p in (sampler, warden, cpu) if p is not None}
     status, failure, left = _ending(rd, run_id, rc, interrupted_by, keep if subreaper else None)
     if subreaper:
         set_subreaper(False)
@@ -352,6 +356,8 @@ def collect(
         )
     if sampler is not None:
         stop_sampler_process(sampler)
+    if cpu is not None:
+        cpu_sched.stop(cpu)
     _release(lock)
     finished_ns = time.time_ns()
     write_node_info(
