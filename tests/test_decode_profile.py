@@ -177,3 +177,17 @@ def test_a_module_forward_as_marker_on_the_tracelens_inference_profile() -> None
     w0, w = it["window_start_ns"].to_numpy(), it["window_ns"].to_numpy()
     assert (w0[1:] == w0[:-1] + w[:-1]).all()  # disjoint and contiguous
     assert (it["start_ns"].to_numpy()[1:] >= (it["start_ns"] + it["cpu_ns"]).to_numpy()[:-1]).all()
+
+
+def test_per_step_without_steps_says_so(tmp_path: Path) -> None:
+    from charllm_trace.analysis import AnalyzeOptions, analyze_run
+    from charllm_trace.analysis.rank_parts import NO_STEPS
+    from charllm_trace.model import Run
+    from tests.kineto_builder import trace_of
+
+    doc = _decode_doc()
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not e["name"].startswith("ProfilerStep")]
+    res = analyze_run(
+        Run.single(trace_of(tmp_path / "r.json", doc)), AnalyzeOptions(per_step=True, critical_path=False)
+    )
+    assert NO_STEPS in res.overlap.notes and res.overlap.per_rank["step"].is_null().all()

@@ -14,7 +14,7 @@ ranges of a ``record_function`` name (docs/analyses.md, "Iterations without an o
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 
 import numpy as np
 import polars as pl
@@ -79,7 +79,9 @@ def with_marker_steps(trace: Trace, marker: str) -> tuple[Trace, list[str]]:
             + (f" of rank {trace.rank}" if trace.rank is not None else "")
             + _suggest(trace.nodes)
         )
-    return dataclasses.replace(trace, step_ranges=steps), notes
+    marked = copy.copy(trace)  # the same tables (dataclasses.replace would conform them again)
+    marked.step_ranges = steps
+    return marked, notes
 
 
 def _suggest(nodes: pl.DataFrame) -> str:

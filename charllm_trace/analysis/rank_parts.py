@@ -52,6 +52,11 @@ from charllm_trace.analysis.telemetry_source import telemetry_source_note
 from charllm_trace.analysis.whatif import simulate
 from charllm_trace.model import COMM_NODE_TYPES, Trace, TraceMeta, rank_ranges
 
+#: The note of ``--per-step`` on a trace without steps.
+NO_STEPS = (
+    "--per-step: the trace has no steps (no ProfilerStep ranges): whole-trace figures only "
+    "(--step-marker NAME splits it by a repeated range)"
+)
 #: Why a trace without timestamps or durations is not simulated.
 NO_DURATIONS = (
     "this trace records neither times nor durations (a host execution trace alone): a simulated "
@@ -231,6 +236,8 @@ def analyze_rank(
     part.lost = lost_device_activity(tr.nodes)
     part.meta = dataclasses.replace(tr.meta, process_groups=(), extra={})
     part.dup_notes = duplicate_step_notes(tr)
+    if options.per_step and not part.no_ts and tr.steps().height == 0:
+        part.dup_notes.append(NO_STEPS)
     if keep:
         part.trace, part.recorded, part.classified = tr, recorded, classified
     return part

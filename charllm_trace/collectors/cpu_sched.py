@@ -174,7 +174,7 @@ def run(run_dir: str, root: int, hz: float, host: str) -> None:
         meta["notes"].append(
             "no /proc/<pid>/task/<tid>/schedstat (kernel without CONFIG_SCHED_INFO): no run/wait times"
         )
-    tmp = p["meta"] + ".tmp"
+    tmp = f"{p['meta']}.tmp-{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(meta, f, indent=1)
     os.replace(tmp, p["meta"])

@@ -53,6 +53,8 @@ OWN_PATTERNS = (
     "telemetry-*.csv",
     "telemetry-*.meta.json",
     "telemetry-*.lock",
+    "cpusched-*.csv",
+    "cpusched-*.meta.json",
     "node-*.json",
     "manifest.json",
     ".tmp-*",
