@@ -191,3 +191,14 @@ def test_per_step_without_steps_says_so(tmp_path: Path) -> None:
         Run.single(trace_of(tmp_path / "r.json", doc)), AnalyzeOptions(per_step=True, critical_path=False)
     )
     assert NO_STEPS in res.overlap.notes and res.overlap.per_rank["step"].is_null().all()
+
+
+def test_iterations_survive_a_results_file(tmp_path: Path) -> None:
+    from charllm_trace.results_store import read_results, results_bytes
+
+    res = _analysed(tmp_path)
+    back = read_results("x.zip", results_bytes(res)).analysis
+    assert back.options.step_marker == "decode" and back.iterations is not None
+    for name, df in res.iterations.frames().items():
+        assert back.iterations.frames()[name].equals(df, null_equal=True), name
+    assert back.iterations.notes == res.iterations.notes
