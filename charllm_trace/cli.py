@@ -18,7 +18,9 @@ import click
 from charllm_trace._native_libs import NativeModuleMissing
 from charllm_trace.cli_analyze import analyze_cmd, report_cmd
 from charllm_trace.cli_cache import allow_partial_option, cache_group, json_flag, no_cache_option, wide_option
+from charllm_trace.cli_collect import iteration_args, iteration_options
 from charllm_trace.cli_compare import compare_cmd
+from charllm_trace.cli_cpu_wait import cpu_wait_cmd
 from charllm_trace.cli_results import refuse_existing
 from charllm_trace.cli_scale import scheduler_option
 from charllm_trace.cli_telemetry import telemetry_group
@@ -213,10 +215,14 @@ def convert_cmd(
               help="What is trained, for the manifest (compare lists it), e.g. model=llama-7b,mbs=1,gbs=256,seq=4096.")  # fmt: skip
 @click.option("--with-stack", is_flag=True, help="Record Python stacks in the Kineto profile (larger files).")
 @click.option("--force", is_flag=True, help="Replace the trace files of an existing run directory.")
+@iteration_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def collect_cmd(
     run_dir: str | None,
     steps: str,
+    step_marker: str | None,
+    window: str | None,
+    cpu_hz: float,
     ranks: str,
     telemetry_hz: float,
     telemetry_source: str,
@@ -236,14 +242,13 @@ def collect_cmd(
         collect,
         parse_parallel,
         parse_ranks,
-        parse_steps,
         parse_workload,
     )
 
     result = collect(
         list(command),
         run_dir,
-        steps=parse_steps(steps),
+        **iteration_args(step_marker, window, steps, cpu_hz),
         ranks=parse_ranks(ranks),
         telemetry_hz=telemetry_hz,
         telemetry_source=telemetry_source,
@@ -507,6 +512,7 @@ main.add_command(analyze_cmd)
 main.add_command(report_cmd)
 main.add_command(cache_group)
 main.add_command(telemetry_group)
+main.add_command(cpu_wait_cmd)
 main.add_command(compare_cmd)
 
 

@@ -52,6 +52,8 @@ def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
 @click.command("analyze")
 @click.argument("path", type=click.Path())
 @click.option("--per-step", is_flag=True, help="Also split every figure by ProfilerStep.")
+@click.option("--step-marker", default=None, metavar="NAME",
+              help="Steps are the ranges of this record_function name (a decode step, a batch, a forward), not ProfilerSteps.")  # fmt: skip
 @click.option("--ranks", default=None, help=RANKS_HELP)
 @click.option("--sample", type=int, default=None, metavar="N", help=SAMPLE_HELP)
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "parquet"]), default="table",
@@ -95,6 +97,7 @@ def analyze_cmd(
     ctx: click.Context,
     path: str,
     per_step: bool,
+    step_marker: str | None,
     ranks: str | None,
     sample: int | None,
     fmt: str,
@@ -149,6 +152,7 @@ def analyze_cmd(
             critical_path=not no_critical_path,
             what_if=_parse_what_if_option(what_if),
             breakdown_top=breakdown_top,
+            step_marker=step_marker or None,
         )
         from charllm_trace.limits import parse_sample
 

@@ -309,6 +309,8 @@ class Trace:
     deps: pl.DataFrame = field(default_factory=lambda: empty_frame(DEP_SCHEMA))
     telemetry: pl.DataFrame = field(default_factory=lambda: empty_frame(TELEMETRY_SCHEMA))
     meta: TraceMeta = field(default_factory=TraceMeta)
+    #: the step ranges when they are not ProfilerSteps (``analyze --step-marker``: analysis/marker_steps.py)
+    step_ranges: pl.DataFrame | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         has_self = "self_ns" in self.nodes.columns and self.nodes["self_ns"].null_count() < self.nodes.height
@@ -327,6 +329,8 @@ class Trace:
         """``ProfilerStep#N`` windows (step, start_ns, end_ns), sorted by start; empty if none."""
         if not self.meta.has_timestamps:
             return empty_frame(STEP_SCHEMA)
+        if self.step_ranges is not None:
+            return self.step_ranges
         return (
             self.nodes.lazy()
             .filter(~pl.col("on_gpu") & pl.col("name").str.starts_with("ProfilerStep#"))

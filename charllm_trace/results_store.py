@@ -41,6 +41,7 @@ import polars as pl
 from charllm_trace.analysis.comm_wait_results import CommWaitResult
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
+from charllm_trace.analysis.iterations_results import IterationsResult
 from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results import (
     AnalyzeOptions,
@@ -78,13 +79,14 @@ RESULT_TYPES: dict[str, type] = {
     "flops": FlopsResult,
     "pipeline": PipelineResult,
     "comm_wait": CommWaitResult,
+    "iterations": IterationsResult,
 }
 #: results added to version 1 after its first files were written: a file without them reads them as
 #: None, each (but the configuration, None when unknown) with a reason in ``skipped``
-ADDED_RESULTS = ("idle_time", "launch", "config", "breakdown", "flops", "pipeline", "comm_wait")
+ADDED_RESULTS = ("idle_time", "launch", "config", "breakdown", "flops", "pipeline", "comm_wait", "iterations")
 #: analysis options added to version 1 after its first files were written: a file without them
 #: was analysed as their defaults do (display options: the figures do not depend on them)
-ADDED_OPTIONS = ("breakdown_top",)
+ADDED_OPTIONS = ("breakdown_top", "step_marker")
 _ZIP_MAGIC = b"PK\x03\x04"
 
 

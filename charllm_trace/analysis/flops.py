@@ -252,7 +252,7 @@ def flops(
     frames = [_aggregate(ops, miss, None, wall)]
     if per_step and steps.height:
         frames.append(_aggregate(ops.filter("_in_step"), miss.filter("_in_step"), "step", wall))
-    per = pl.concat(frames).with_columns(rank=pl.lit(rank, pl.Int64))
+    per = pl.concat(frames, how="diagonal_relaxed").with_columns(rank=pl.lit(rank, pl.Int64))
     order = {c: i for i, c in enumerate((*OP_CLASSES, "all"))}
     per = (
         per.sort(
@@ -284,6 +284,8 @@ def flops(
         .cast(FLOPS_OP_SCHEMA)
     )
     notes = _notes(cnt, counted, missing, ops, model, gpu_mode)
+    if per_step and steps.height and not per["step"].is_not_null().any():
+        notes.append("no GEMM/attention/convolution op in any step window: FLOP/s for the whole trace only")
     return FlopsResult(per, by_op, devices, mode="gpu" if gpu_mode else "cpu", notes=notes)
 
 
@@ -358,8 +360,8 @@ def _aggregate(
         if "op_class" not in j.columns:
             j = j.with_columns(op_class=pl.lit("all"))
         parts.append(j)
-    if not parts:
-        return pl.DataFrame(schema=FLOPS_SCHEMA)
+    if not parts:  # the rows' columns: FLOPS_SCHEMA less "rank" (added by the caller)
+        return pl.DataFrame(schema={c: t for c, t in FLOPS_SCHEMA.items() if c != "rank"})
     cols = ["n_ops", "flop", "n_kernels", "kernel_ns", "ideal_ns", "no_peak", "dtypes", "peaks", "mfu_why",
             "nk_null", "n_no_shapes"]  # fmt: skip
     parts = [

@@ -17,6 +17,7 @@ from charllm_trace.analysis.comm_wait_results import (
 from charllm_trace.analysis.config_results import CONFIG_SCHEMA
 from charllm_trace.analysis.flops_results import FLOPS_DEVICE_SCHEMA, FLOPS_OP_SCHEMA, FLOPS_SCHEMA
 from charllm_trace.analysis.idle_results import IDLE_TIME_SCHEMA, LAUNCH_SCHEMA, QUEUE_SCHEMA
+from charllm_trace.analysis.iterations_results import ITERATION_SCHEMA, PHASE_SCHEMA, REQUEST_SCHEMA
 from charllm_trace.analysis.pipeline_results import PIPELINE_MB_SCHEMA, PIPELINE_STAGE_SCHEMA
 from charllm_trace.analysis.results import (
     BANDWIDTH_SUMMARY_SCHEMA,
@@ -67,6 +68,9 @@ FRAME_SCHEMAS: dict[str, tuple[str, dict[str, pl.DataType]]] = {
     "comm_wait": ("comm_wait", COMM_WAIT_SCHEMA),
     "comm_wait_by_dim": ("comm_wait", COMM_WAIT_DIM_SCHEMA),
     "comm_wait_by_rank": ("comm_wait", COMM_WAIT_RANK_SCHEMA),
+    "iterations": ("iterations", ITERATION_SCHEMA),
+    "phases": ("iterations", PHASE_SCHEMA),
+    "requests": ("iterations", REQUEST_SCHEMA),
 }
 
 #: The modules whose ``*_SCHEMA`` tables (with a comment beside each column) are imported above.
@@ -76,6 +80,7 @@ DEFINED_IN = (
     "charllm_trace.analysis.config_results",
     "charllm_trace.analysis.results_breakdown",
     "charllm_trace.analysis.flops_results",
+    "charllm_trace.analysis.iterations_results",
     "charllm_trace.analysis.spread_results",
     "charllm_trace.analysis.pipeline_results",
     "charllm_trace.analysis.comm_wait_results",

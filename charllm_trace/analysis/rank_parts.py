@@ -24,7 +24,10 @@ from charllm_trace.analysis.energy import energy
 from charllm_trace.analysis.flops import flops_from, rank_flops
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.group_size import Tally
+from charllm_trace.analysis.iterations import iterations_from, rank_iterations
+from charllm_trace.analysis.iterations_results import IterationsResult
 from charllm_trace.analysis.launch_gap import lost_device_activity
+from charllm_trace.analysis.marker_steps import with_marker_steps
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.pipeline import NO_LABELS, pipeline_from, rank_microbatches
 from charllm_trace.analysis.power import power
@@ -51,6 +54,11 @@ from charllm_trace.analysis.telemetry_source import telemetry_source_note
 from charllm_trace.analysis.whatif import simulate
 from charllm_trace.model import COMM_NODE_TYPES, Trace, TraceMeta, rank_ranges
 
+#: The note of ``--per-step`` on a trace without steps.
+NO_STEPS = (
+    "--per-step: the trace has no steps (no ProfilerStep ranges): whole-trace figures only "
+    "(--step-marker NAME splits it by a repeated range)"
+)
 #: Why a trace without timestamps or durations is not simulated.
 NO_DURATIONS = (
     "this trace records neither times nor durations (a host execution trace alone): a simulated "
@@ -84,6 +92,7 @@ class RankPart:
     streams: RankStreams = None  # idle time per stream and launch statistics (timed ranks)
     breakdown: RankBreakdown | None = None
     flops: tuple[int, FlopsResult] | None = None
+    iterations: IterationsResult | None = None  # iterations, phases, requests (analysis/iterations.py)
     lost: str | None = None  # the profile lost its device activity
     pipe: pl.DataFrame | None = None  # labelled microbatch spans (analysis/pipeline.py)
     pipe_notes: list[str] = field(default_factory=list)
@@ -153,6 +162,9 @@ def analyze_rank(
     ``keep``: also keep the (simulated) trace and its classified table (the local path's report
     views and execution graph use them)."""
     part = RankPart(rank=rank)
+    marker_notes: list[str] = []
+    if options.step_marker and trace.meta.has_timestamps:  # steps: the marker's ranges
+        trace, marker_notes = with_marker_steps(trace, options.step_marker)
     tr = trace
     if not tr.meta.has_timestamps:
         if options.simulate and not has_durations(tr):
@@ -223,11 +235,17 @@ def analyze_rank(
         windows=windows,
     )
     part.flops = rank_flops(rank, tr, classified, per_step=options.per_step, windows=windows)
+    if not part.no_ts:  # with --step-marker, or where phases or requests are marked
+        part.iterations = rank_iterations(rank, tr, classified, windows, bool(options.step_marker))
+    if part.iterations is not None:
+        part.iterations.notes[:0] = marker_notes
     part.lost = lost_device_activity(tr.nodes)
     part.pipe, part.pipe_notes = rank_microbatches(rank, tr, dims)
     part.comm_ops, part.comm_notes = rank_comm_ops(rank, tr, dims)
     part.meta = dataclasses.replace(tr.meta, process_groups=(), extra={})
     part.dup_notes = duplicate_step_notes(tr)
+    if options.per_step and not part.no_ts and tr.steps().height == 0:
+        part.dup_notes.append(NO_STEPS)
     if keep:
         part.trace, part.recorded, part.classified = tr, recorded, classified
     return part
@@ -406,6 +424,7 @@ def merge_parts(
     shown = next((x for x in (ov, bw) if x is not None), None)
     if lost and shown is not None:
         shown.notes[:0] = merge_notes(lost, multi)
+    its = [(p.rank, p.iterations) for p in parts if p.iterations is not None]
     res = RunAnalysis(
         overlap=ov,
         critical_path=cp,
@@ -419,6 +438,7 @@ def merge_parts(
         flops=fl,
         pipeline=pipe,
         comm_wait=cw,
+        iterations=iterations_from(its, merge_notes([(r, i.notes) for r, i in its], multi)),
         bandwidth=bw,
         energy=en,
         power=pw,

@@ -31,6 +31,7 @@ from charllm_trace.analysis.config_results import CONFIG_SCHEMA, RunConfig  # no
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.frame_build import frame  # noqa: F401 - re-exported (every analysis builds with it)
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
+from charllm_trace.analysis.iterations_results import IterationsResult
 from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results_breakdown import BreakdownResult
 from charllm_trace.analysis.spread_results import empty_rank_spread
@@ -419,6 +420,7 @@ class AnalyzeOptions:
     critical_path: bool = True  # the critical path through the execution graph
     what_if: Mapping[str, float] | None = None  # class -> duration factor (a what-if replay)
     breakdown_top: int | None = None  # time breakdown: keys kept per (rank, step, group); None: all
+    step_marker: str | None = None  # steps: the ranges of this name, not ProfilerSteps (marker_steps)
 
 
 @dataclass
@@ -439,6 +441,7 @@ class RunAnalysis:
     flops: FlopsResult | None = None  # achieved FLOP/s and MFU (analysis.flops; estimates)
     pipeline: PipelineResult | None = None  # microbatches and bubbles per stage (analysis.pipeline)
     comm_wait: CommWaitResult | None = None  # waiting vs transferring of matched communication
+    iterations: IterationsResult | None = None  # iterations, phases, requests (analysis.iterations)
     skipped: dict[str, str] = field(default_factory=dict)
     ranks: list[int] = field(default_factory=list)
     simulated: bool = False
@@ -490,7 +493,7 @@ class RunAnalysis:
             out["flops"] = self.flops.per_step
             out["flops_by_op"] = self.flops.by_op
             out["flops_devices"] = self.flops.devices
-        for extra in (self.pipeline, self.comm_wait):
+        for extra in (self.pipeline, self.comm_wait, self.iterations):
             if extra is not None:
                 out.update(extra.frames())
         return out
@@ -498,7 +501,7 @@ class RunAnalysis:
     def notes(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         analyses = ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if", "idle_time")
-        for name in (*analyses, "launch", "config", "breakdown", "flops", "pipeline", "comm_wait"):
+        for name in (*analyses, "launch", "config", "breakdown", "flops", "pipeline", "comm_wait", "iterations"):
             r: Any = getattr(self, name)
             if r is not None and r.notes:
                 out[name] = list(r.notes)

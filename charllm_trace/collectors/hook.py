@@ -551,7 +551,8 @@ def install_from_env() -> StepTracer | None:
     if cfg is None or _TRACER is not None:
         return _TRACER
     first, last = cfg["steps"]
-    _TRACER = StepTracer(
+    marker = _sibling("marker_hook") if cfg.get("marker") else None  # iterations by a marker
+    _TRACER = (marker.tracer_class(StepTracer) if marker else StepTracer)(
         cfg["run_dir"],
         int(first),
         int(last),
@@ -560,6 +561,7 @@ def install_from_env() -> StepTracer | None:
         with_stack=bool(cfg.get("with_stack", False)),
         mode="hook",
         run_id=cfg.get("run_id"),
+        **({"marker": cfg["marker"]} if marker else {}),
     )
     _TRACER.launcher_pid = cfg.get("launcher_pid")
     if cfg.get("launcher_pid") is not None and os.getppid() == cfg.get("launcher_pid"):
@@ -569,11 +571,27 @@ def install_from_env() -> StepTracer | None:
     if rank_env is not None and rank_env.strip().isdigit() and owner.split(":", 1)[-1] != rank_env:
         _TRACER.announce()  # a rank process (torchrun and most launchers set RANK)
     mod = sys.modules.get(_PostImportFinder.target)
-    if mod is not None:
+    if cfg.get("window"):  # a time window: no step clock (marker_hook.install_window)
+        _sibling("marker_hook").install_window(_TRACER, *cfg["window"])
+    elif marker:
+        marker.install(_TRACER)
+    elif mod is not None:
         _register(mod)
     else:
         sys.meta_path.insert(0, _PostImportFinder())  # type: ignore[arg-type]
     return _TRACER
+
+
+def _sibling(name: str) -> Any:
+    """A module of this directory, loaded from its file as this one is (standard library only)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        f"_charllm_trace_{name}", os.path.join(os.path.dirname(__file__), f"{name}.py")
+    )
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
 
 
 def active_tracer() -> StepTracer | None:

@@ -53,6 +53,8 @@ OWN_PATTERNS = (
     "telemetry-*.csv",
     "telemetry-*.meta.json",
     "telemetry-*.lock",
+    "cpusched-*.csv",
+    "cpusched-*.meta.json",
     "node-*.json",
     "manifest.json",
     ".tmp-*",
@@ -231,6 +233,9 @@ def collect(
     record_shapes: bool = True,
     with_stack: bool = False,
     log: Any = None,
+    step_marker: str | None = None,
+    window: tuple[float, float] | None = None,
+    cpu_hz: float = 0.0,
 ) -> CollectResult:
     """Run ``command`` with collection; return its exit code and what was written."""
     from charllm_trace.collectors.manifest import write_manifest, write_node_info
@@ -300,6 +305,8 @@ def collect(
         "with_stack": with_stack,
         "run_id": run_id,
         "launcher_pid": os.getpid(),
+        "marker": step_marker,  # iterations: ranges of this record_function name (marker_hook.py)
+        "window": list(window) if window else None,  # or seconds DELAY, DURATION from the start
     }
     env = dict(os.environ)
     env[ENV_CONFIG] = json.dumps(cfg)
@@ -324,6 +331,9 @@ def collect(
     from charllm_trace.collectors.runstate import proc_start
 
     tell(warden, {"child": proc.pid, "start": proc_start(proc.pid)})
+    from charllm_trace.collectors import cpu_sched  # scheduler state of the command's threads
+
+    cpu = cpu_sched.start(str(rd), proc.pid, cpu_hz, host_tag()) if cpu_hz > 0 else None
     interrupted_by: list[str] = []
 
     def forward(signum: int, frame: Any) -> None:
@@ -338,7 +348,7 @@ def collect(
         for s, h in old.items():
             signal.signal(s, h)
     exit_code = rc if rc >= 0 else 128 - rc  # killed by a signal: shell convention
-    keep = {p.pid for p in (sampler, warden) if p is not None}
+    keep = {p.pid for p in (sampler, warden, cpu) if p is not None}
     status, failure, left = _ending(rd, run_id, rc, interrupted_by, keep if subreaper else None)
     if subreaper:
         set_subreaper(False)
@@ -348,6 +358,8 @@ def collect(
         )
     if sampler is not None:
         stop_sampler_process(sampler)
+    if cpu is not None:
+        cpu_sched.stop(cpu)
     _release(lock)
     finished_ns = time.time_ns()
     write_node_info(
@@ -377,11 +389,13 @@ def collect(
         done = [i.get("steps_completed") for i in _rank_infos(rd)]
         if done:
             say(
-                f"no rank traced any step: the ranks completed {max(done)} optimizer steps, "
+                f"no rank traced any step: the ranks completed {max(done)} {'iterations' if step_marker else 'optimizer steps'}, "
                 f"the window was {steps[0]}-{steps[1]}"
             )
         elif status == "finished":
-            say("no rank traced any step: no process of the command ever called optimizer.step()")
+            what = f"opened a {step_marker!r} range" if step_marker else "called optimizer.step()"
+            what = "ran until the window's start (or imported torch)" if window else what
+            say(f"no rank traced any step: no process of the command ever {what}")
         else:
             say(f"no rank traced any step: the command {status} before any rank recorded an optimizer step")
     return CollectResult(exit_code=exit_code, run_dir=rd, manifest=manifest, telemetry_note=note)

@@ -38,7 +38,9 @@ ENV_RUN_ID_WAIT = "CHARLLM_TRACE_RUN_ID_WAIT_S"
 FINAL_STATES = ("finished", "failed", "interrupted")
 _RUN_ID_OK = re.compile(r"^[A-Za-z0-9._:@+-]{1,128}$")
 _RANK_FILE = re.compile(r"^rank-(\d+)\.(?:host_et\.json\.gz|kineto\.json\.gz|info\.json)$")
-_HOST_FILE = re.compile(r"^(?:telemetry-(.+)\.(?:csv|meta\.json|lock)|node-(.+)\.json)$")
+_HOST_FILE = re.compile(
+    r"^(?:(?:telemetry|cpusched-cgroup|cpusched)-(.+)\.(?:csv|meta\.json|lock)|node-(.+)\.json)$"
+)
 
 
 # ---------------------------------------------------------------------------

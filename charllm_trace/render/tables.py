@@ -451,4 +451,8 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
         from charllm_trace.render.comm_wait_table import render_comm_wait
 
         render_comm_wait(res, console)
+    if res.iterations is not None:
+        from charllm_trace.render.iterations_table import render_iterations
+
+        render_iterations(res, console)
         console.print()
