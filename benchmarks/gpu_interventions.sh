@@ -11,8 +11,9 @@
 # Every run toggles its change on odd steps only (--change-on odd): each changed step has base
 # neighbours under the same load. Runs: null (switches installed, nothing changed: the noise),
 # mm2 (every matrix product twice), ar2 (every gradient all-reduce twice), delay (busy-wait
-# DELAY_US before every operator), cores (all cores -> core 0). Writes $OUT/gpu-interventions.tar.gz
-# (per run: converted ETs, manifest, switch log with per-step times) and $OUT/log.
+# DELAY_US before every operator), cores (all cores -> core 0). Writes $OUT/gi-<run>.tar.gz
+# (per run: run dir, converted ETs, manifest, switch log with per-step times) and $OUT/log; then
+# examples/infer_tiny.py collected by its `batch` marker on all cores and on one core (NO_INFER=1 skips).
 set -u
 OUT=${OUT:-/tmp/gpu-interventions}
 W=/tmp/gi
@@ -51,8 +52,23 @@ record() {  # name, switch options...
     timeout 60 "${CT[@]}" convert "$W/$name/run" -o "$W/$name/et" > "$W/$name/convert.log" 2>&1
     echo "convert rc=$?"
     cp "$W/$name/run/manifest.json" "$W/$name/" 2>/dev/null
-    rm -rf "$W/$name/run"   # the converted ETs are what the harness reads (keeps the tarball small)
     du -sh "$W/$name"
+    # one tarball per run (the run dir too: the ETs can be converted again by a later version)
+    tar czf "$OUT/gi-$name.tar.gz" -C "$W" "$name"
+}
+
+infer() {  # name, taskset cores or "", then the example's options: CPU allocation for inference (issue 24)
+    local name=$1 cores=$2; shift 2
+    echo "== $name ($(( $(date +%s) - T0 )) s): cores=${cores:-all} $*"
+    mkdir -p "$W/$name"
+    local pin=()
+    [ -n "$cores" ] && pin=(taskset -c "$cores")
+    timeout 100 "${pin[@]}" "${CT[@]}" collect --step-marker batch --steps 1-3 -o "$W/$name/run" -- \
+      python3 examples/infer_tiny.py $INFER_OPT "$@" > "$W/$name/collect.log" 2>&1
+    echo "collect rc=$?"; tail -3 "$W/$name/collect.log"
+    timeout 60 "${CT[@]}" analyze "$W/$name/run" --step-marker batch --per-step > "$W/$name/analyze.txt" 2>&1
+    echo "analyze rc=$?"; grep -iE "ttft|tpot|iteration|idle" "$W/$name/analyze.txt" | head -8
+    tar czf "$OUT/gi-$name.tar.gz" -C "$W" "$name"
 }
 
 record null
@@ -60,5 +76,11 @@ record mm2 --mm-repeat 2
 record ar2 --allreduce-repeat 2
 record delay --cpu-delay-us "$DELAY_US"
 record cores --cpus "0-$((NCPU - 1))" --fewer-cpus 0
+if [ -f examples/infer_tiny.py ] && [ -z "${NO_INFER:-}" ]; then
+    DEVICE=cuda; [ -n "${CPU:-}" ] && DEVICE=cpu
+    INFER_OPT=${INFER_OPT:-"--device $DEVICE --requests 32 --batch 8 --new-tokens 32"}
+    infer infer-all ""
+    infer infer-1core 0
+fi
 echo "== done in $(( $(date +%s) - T0 )) s"
-tar czf "$OUT/gpu-interventions.tar.gz" -C /tmp gi && ls -la "$OUT"
+ls -la "$OUT"
