@@ -4,7 +4,8 @@ many launched operators wait on each stream (docs/analyses.md, "Launch statistic
 For each GPU operator with a launch call (``stream_ops``):
 
 - **launch delay** = op start − launch call start (the CPU's runtime call, e.g.
-  ``cudaLaunchKernel``); its distribution per (rank, step, stream): mean, p50, p90, p99 (linear
+  ``cudaLaunchKernel``); under ``hta_compat`` HTA's definition instead: op start − launch call
+  end, clipped at 0 (``launch_delay``); its distribution per (rank, step, stream): mean, p50, p90, p99 (linear
   interpolation between order statistics, as numpy and pandas, rounded to ns) and max;
 - **shorter than its launch**: the op's duration < its launch call's duration (the CPU cannot
   launch such operators as fast as the GPU runs them);
@@ -71,8 +72,16 @@ def window_stats(t: np.ndarray, q: np.ndarray, a: np.ndarray, b: np.ndarray) -> 
     return mx, mean
 
 
-def _delay_stats(ops: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    d = pl.col("start_ns") - pl.col("call_start_ns")
+def launch_delay(hta_compat: bool) -> pl.Expr:
+    """The launch delay of an operator of ``stream_ops``: from its launch call's start (ours), or
+    HTA's from the call's end, clipped at 0."""
+    if hta_compat:
+        return (pl.col("start_ns") - pl.col("call_start_ns") - pl.col("call_dur_ns")).clip(0)
+    return pl.col("start_ns") - pl.col("call_start_ns")
+
+
+def _delay_stats(ops: pl.DataFrame, keys: list[str], hta_compat: bool) -> pl.DataFrame:
+    d = launch_delay(hta_compat)
     has = pl.col("call_start_ns").is_not_null()
     shorter = (pl.col("dur_ns") < pl.col("call_dur_ns")).fill_null(False)
     dl = d.filter(has)
@@ -118,12 +127,12 @@ def launch_stats(
     )
     keys = ["device", "stream"]
     parts = [
-        _delay_stats(got, keys).with_columns(step=None),
-        _delay_stats(got, []).with_columns(step=None, device=None, stream=None),
+        _delay_stats(got, keys, hta_compat).with_columns(step=None),
+        _delay_stats(got, [], hta_compat).with_columns(step=None, device=None, stream=None),
     ]
     if per_step and got["step"].is_not_null().any():
         in_step = got.filter(pl.col("step").is_not_null())
-        parts += [_delay_stats(in_step, ["step", *keys]), _delay_stats(in_step, ["step"])]
+        parts += [_delay_stats(in_step, ["step", *keys], hta_compat), _delay_stats(in_step, ["step"], hta_compat)]
     stats = pl.concat([p.with_columns(pl.col(pl.Null).cast(pl.Int64)) for p in parts], how="diagonal_relaxed")
     stats = stats.with_columns(pl.col("^delay_.*_ns$").cast(pl.Int64))
 
