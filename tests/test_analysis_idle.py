@@ -145,7 +145,9 @@ def test_hta_launch_delay_from_the_call_end_by_hand() -> None:
     r = _row(res.stats, 7)  # k1..k4 (k5 never launched: dropped): 10-5, 40-10, 70-65, 171-68 µs
     delays = np.array([5_000, 30_000, 5_000, 103_000])
     assert (r["n_launched"], r["delay_mean_ns"], r["delay_max_ns"]) == (4, 35_750, 103_000)
-    assert [r[f"delay_p{q}_ns"] for q in (50, 90, 99)] == [round(np.percentile(delays, q)) for q in (50, 90, 99)]
+    assert [r[f"delay_p{q}_ns"] for q in (50, 90, 99)] == [
+        round(np.percentile(delays, q)) for q in (50, 90, 99)
+    ]
     # stream 20: a starts at 0 while its call runs until 1 µs: -1 µs clipped to 0; b 10-2, c 60-3
     r20 = _row(res.stats, 20)
     assert (r20["delay_p50_ns"], r20["delay_max_ns"], r20["delay_mean_ns"]) == (8_000, 57_000, 21_667)

@@ -132,7 +132,10 @@ def launch_stats(
     ]
     if per_step and got["step"].is_not_null().any():
         in_step = got.filter(pl.col("step").is_not_null())
-        parts += [_delay_stats(in_step, ["step", *keys], hta_compat), _delay_stats(in_step, ["step"], hta_compat)]
+        parts += [
+            _delay_stats(in_step, ["step", *keys], hta_compat),
+            _delay_stats(in_step, ["step"], hta_compat),
+        ]
     stats = pl.concat([p.with_columns(pl.col(pl.Null).cast(pl.Int64)) for p in parts], how="diagonal_relaxed")
     stats = stats.with_columns(pl.col("^delay_.*_ns$").cast(pl.Int64))
 
