@@ -175,13 +175,18 @@ def test_foreign_ranks_from_file_names(tmp_path: Path) -> None:
     assert run.traces[1].meta.extra["rank_from"] == "file name"
 
 
-def test_debug_shows_traceback(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_shows_traceback(tmp_path: Path, where: str) -> None:
+    """``--debug`` before the subcommand or after it (issue 27: ``info --debug`` was "No such option")."""
     p = tmp_path / "rank-0.et"
     p.write_bytes(b"")
-    r = CliRunner().invoke(main, ["--debug", "info", str(p)])
+    args = ["--debug", "info", str(p)] if where == "before" else ["info", str(p), "--debug"]
+    r = CliRunner().invoke(main, args)
     assert r.exit_code == 2
     assert "Traceback" in r.stderr and "InputError" in r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("error: ")
+    quiet = CliRunner().invoke(main, ["info", str(p)])
+    assert quiet.exit_code == 2 and "Traceback" not in quiet.stderr
 
 
 def test_mutated_ets_decode_or_fail_cleanly(tmp_path: Path) -> None:
