@@ -34,11 +34,9 @@ class _Group(click.Group):
     """Turns library exceptions into one-line messages and exit codes."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        """``--debug`` is the program's option but is accepted after the subcommand too
-        (``charllm-trace analyze --debug RUN``): moved to the front before parsing."""
+        """``--debug`` is also accepted after the subcommand: moved to the front."""
         cut = args.index("--") if "--" in args else len(args)
-        n = args[:cut].count("--debug")
-        if n:
+        if "--debug" in args[:cut]:
             args = ["--debug"] + [a for a in args[:cut] if a != "--debug"] + args[cut:]
         return super().parse_args(ctx, args)
 
