@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from charllm_trace.analysis.results import RunAnalysis
-from charllm_trace.render.table_style import plain_table, simulated_label
+from charllm_trace.render.table_style import dim_line, plain_table, simulated_label
 
 TOP_OPS = 8
 SHORT = {"attention": "attn"}
@@ -28,7 +28,7 @@ def _mfu(v: Any) -> str:
 
 
 def _dim(console: Console, text: str) -> None:
-    console.print(text, style="dim", markup=False, highlight=False)
+    dim_line(console, text)
 
 
 def render_flops(res: RunAnalysis, console: Console) -> None:
@@ -68,11 +68,8 @@ def render_flops(res: RunAnalysis, console: Console) -> None:
         o = plain_table(
             "Top operators by FLOPs (whole trace)" + simulated_label(res),
             [("rank", "right"), ("operator", "left"), ("dtype", "left"), ("n", "right"), ("TFLOP", "right"),
-             ("TFLOP/s", "right"), ("MFU %", "right")],
+             ("TFLOP/s", "right"), ("MFU %", "right")], shrink=1, max_width=44,
         )  # fmt: skip
-        o.columns[1].no_wrap = True
-        o.columns[1].overflow = "ellipsis"
-        o.columns[1].max_width = 36
         for r in ops.iter_rows(named=True):
             o.add_row(
                 _f(r["rank"], "{}"), str(r["name"]), r["dtype"] or "-", str(r["count"]),
