@@ -24,6 +24,7 @@ from charllm_trace.et import schema as pb
 from charllm_trace.et.framing import encode_varint, frame
 from charllm_trace.model import Run, Trace
 from charllm_trace.render import astra_sim_plan as plan
+from charllm_trace.render.astra_sim_mem import io_lists
 
 #: collectives ASTRA-sim simulates on its network model; any other is written as BROADCAST,
 #: which it replays with ``duration_micros`` (``Workload::issue_coll_comm``)
@@ -324,9 +325,10 @@ def _node_messages(p: plan.RankPlan):
         "id", "name", "start_ns", "dur_us", "x_dur", "is_comm", "lane", "num_ops", "tensor_size", "coll_type", "coll_seq",
         "a_type", "a_pg", "a_dur", "a_size", "a_src", "a_dst", "a_tag",
     ).to_dict(as_series=False)  # fmt: skip
-    rows = zip(*cols.values(), strict=True)
+    rows = zip(*cols.values(), io_lists(n), strict=True)
     for (
         nid, name, start, dur_us, x_dur, is_comm, lane, ops, size, ctype, cseq, atype, apg, adur, asize, asrc, adst, atag,
+        (reads, writes),
     ) in rows:  # fmt: skip
         m = pb.Node(id=nid & ((1 << 64) - 1), name=name or "")
         if nid in dmap:
@@ -336,6 +338,8 @@ def _node_messages(p: plan.RankPlan):
         add = m.attr.add
         add(name="is_cpu_op", bool_val=False)
         add(name="charllm.lane", string_val=p.lanes.get(lane, ""))
+        add(name="inputs").string_list.values.extend(reads)  # ASTRA-sim's local memory model
+        add(name="outputs").string_list.values.extend(writes)
         if is_comm:
             m.duration_micros = max(int(adur or 0) + 500, 0) // 1000
             add(name="charllm.dur_ns", int64_val=int(adur or 0))
