@@ -102,8 +102,8 @@ def plan_run(
     """Every rank's plan, with communication attributes matched across ranks; the
     communicator groups (ASTRA-sim id -> global ranks); notes on what was changed or left out.
 
-    ``host_gaps``: in GPU runs, also the intervals in which the GPU ran nothing, as compute
-    (``astra_sim_plan.host_gaps``). Unless ``align_starts`` (or a rank had no timestamps),
+    ``host_gaps``: also the intervals in which no exported op ran (GPU runs: the GPU; CPU
+    runs: any traced op), as compute (``astra_sim_plan.host_gaps``). Unless ``align_starts`` (or a rank had no timestamps),
     a rank that started after the first one begins with a compute node
     ``charllm.start_offset`` as long as the difference: ASTRA-sim starts every NPU at 0."""
     where = where or run.source or "run"
@@ -115,8 +115,10 @@ def plan_run(
         sel, mode = plan.select(classified)
         if sel.height == 0:
             raise InputError(where, f"rank {r}: no node has both a start time and a duration")
-        if host_gaps and mode == "gpu":
-            sel = pl.concat([sel, plan.host_gaps(sel, _next_id(traces[r], sel))], how="diagonal_relaxed")
+        if host_gaps:  # GPU and CPU runs alike: the time no exported op covers
+            sel = pl.concat(
+                [sel, plan.host_gaps(sel, _next_id(traces[r], sel), mode)], how="diagonal_relaxed"
+            )
         picked[r] = (classified, sel, mode)
     skew = not align_starts and all(t.meta.clock == "unix_ns" for t in traces.values())
     first = min(int(sel["start_ns"].min()) for _, sel, _ in picked.values())
