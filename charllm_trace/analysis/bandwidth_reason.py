@@ -41,7 +41,8 @@ def no_bandwidth_reason(n_comm: int, n_timed: int, names: Counter[str], device: 
             f"{n_comm:,} collectives, but none has a duration (a host execution trace alone records "
             "none; convert it together with its Kineto profile): bandwidth not computed"
         )
-    top = ", ".join(f"{c:,} {name}" for name, c in names.most_common(SHOWN))
+    ranked = sorted(names.items(), key=lambda kv: (-kv[1], kv[0]))  # ties by name: stable output
+    top = ", ".join(f"{c:,} {name}" for name, c in ranked[:SHOWN])
     more = f", {len(names) - SHOWN} more names" if len(names) > SHOWN else ""
     where = (
         "the profile's devices ran work but no recorded collective kernel"

@@ -31,7 +31,7 @@ def plain_table(
     return t
 
 
-def dim_line(console: Console, text: str) -> None:
+def dim_line(console: Console, text: str, style: str | None = "dim") -> None:
     """A dim line (a note, a legend) wrapped at the console's width with a hanging indent: the
     lines after the first start two columns right of the first's text, never at column 0."""
     lead = len(text) - len(text.lstrip(" "))

@@ -406,7 +406,7 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
         if getattr(res, name) is not None:
             fn(res, console)
         elif name in res.skipped and not (name == "power" and res.skipped.get("energy") == res.skipped[name]):
-            console.print(f"{name}: {cli_hint(res.skipped[name])}", markup=False, highlight=False)
+            dim_line(console, f"{name}: {cli_hint(res.skipped[name])}", style=None)
         console.print()
     if res.breakdown is not None:
         from charllm_trace.render.breakdown_table import render_breakdown
@@ -414,7 +414,7 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
         render_breakdown(res.breakdown, console, per_step=res.options.per_step, label=simulated_label(res))
         console.print()
     elif "breakdown" in res.skipped:
-        console.print(f"time breakdown: {cli_hint(res.skipped['breakdown'])}", markup=False, highlight=False)
+        dim_line(console, f"time breakdown: {cli_hint(res.skipped['breakdown'])}", style=None)
         console.print()
     printed: list[str] = []
     if res.critical_path is not None:
@@ -422,15 +422,13 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
         printed = list(res.critical_path.notes)
         console.print()
     elif "critical_path" in res.skipped:
-        console.print(
-            f"critical path: {cli_hint(res.skipped['critical_path'])}", markup=False, highlight=False
-        )
+        dim_line(console, f"critical path: {cli_hint(res.skipped['critical_path'])}", style=None)
         console.print()
     if res.what_if is not None:
         render_what_if(res, console, printed)
         console.print()
     elif "what_if" in res.skipped:
-        console.print(f"what-if: {cli_hint(res.skipped['what_if'])}", markup=False, highlight=False)
+        dim_line(console, f"what-if: {cli_hint(res.skipped['what_if'])}", style=None)
         console.print()
     render_streams(res, console, cli_hint)  # idle time per GPU stream, launch statistics
     if res.flops is not None:
@@ -439,5 +437,5 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
         render_flops(res, console)
         console.print()
     elif "flops" in res.skipped:
-        console.print(f"FLOP/s: {res.skipped['flops']}", markup=False, highlight=False)
+        dim_line(console, f"FLOP/s: {res.skipped['flops']}", style=None)
         console.print()
