@@ -233,3 +233,21 @@ def test_mutated_ets_decode_or_fail_cleanly(tmp_path: Path) -> None:
     finally:
         os.environ.pop("CHARLLM_TRACE_NATIVE", None)
         _native.reset()
+
+
+def test_debug_is_not_taken_from_collects_program() -> None:
+    """``collect``'s arguments after its options are the user's program: a ``--debug`` there is
+    the program's; elsewhere it is ours, before or after the subcommand (issue 27)."""
+    from charllm_trace.errors import debug_first
+
+    commands = main.commands  # type: ignore[attr-defined]
+    prog = ["collect", "--run-dir", "r", "python", "train.py", "--debug"]
+    assert debug_first(prog, commands) == prog
+    assert debug_first(["--debug", "collect", "python", "t.py"], commands) == [
+        "--debug",
+        "collect",
+        "python",
+        "t.py",
+    ]
+    assert debug_first(["analyze", "RUN", "--debug"], commands) == ["--debug", "analyze", "RUN"]
+    assert debug_first(["analyze", "RUN", "--", "--debug"], commands) == ["analyze", "RUN", "--", "--debug"]

@@ -30,7 +30,9 @@ def _profile(with_durations: bool = True):  # noqa: ANN202
 def test_cpu_side_collectives_without_device_activity_say_so() -> None:
     res = analyze_trace(_profile(), AnalyzeOptions(critical_path=False))
     why = res.skipped["bandwidth"]
-    assert why.startswith("6 collectives (3 c10d::allgather_, 2 c10d::barrier, 1 c10d::allreduce_) are CPU-side")
+    assert why.startswith(
+        "6 collectives (3 c10d::allgather_, 2 c10d::barrier, 1 c10d::allreduce_) are CPU-side"
+    )
     assert "ran work but no recorded collective kernel" in why and "host execution trace" not in why
 
 

@@ -61,7 +61,9 @@ def test_host_et_linked_within_the_iteration_it_covers(tmp_path: Path) -> None:
     # every linked host op took its time from the middle iteration
     t0 = int(trace.nodes.filter(trace.nodes["name"] == "ProfilerStep#9")["start_ns"].min())
     host_ids = set(host.nodes["id"].to_list())
-    linked = trace.nodes.filter(trace.nodes["id"].is_in(list(host_ids)) & trace.nodes["start_ns"].is_not_null())
+    linked = trace.nodes.filter(
+        trace.nodes["id"].is_in(list(host_ids)) & trace.nodes["start_ns"].is_not_null()
+    )
     lo, hi = int(linked["start_ns"].min()) - t0, int(linked["start_ns"].max()) - t0
     assert GAP_US * 1000 <= lo and hi < 2 * GAP_US * 1000, (lo, hi)
 
@@ -71,8 +73,9 @@ def test_no_matching_window_says_so_with_both_op_counts(tmp_path: Path) -> None:
     _, rep = linked_trace(host, read_kineto(_copies(tmp_path, keep_middle=False)))
     assert rep["link_method"].startswith("none (Kineto only: the host ET (")
     n_host, n_kin = rep["link"]["host_ops"], rep["link"]["kineto_ops"]
-    assert f"the host ET ({n_host:,} ops) matches no window of the Kineto profile ({n_kin:,} CPU ops)" in (
-        rep["link_method"]
+    assert (
+        f"the host ET ({n_host:,} ops) matches no window of the Kineto profile ({n_kin:,} CPU ops)"
+        in (rep["link_method"])
     )
     assert n_host < n_kin
 
