@@ -38,7 +38,7 @@ import polars as pl
 
 from charllm_trace.analysis.classify import classify, is_gpu_trace, positions
 from charllm_trace.analysis.flops_formulas import FLOP_OP_RE, OP_CLASSES, op_flops
-from charllm_trace.analysis.flops_peaks import flag_over_peak, op_peaks
+from charllm_trace.analysis.flops_peaks import OVER_PEAK, op_peaks, peak_notes
 from charllm_trace.analysis.flops_results import (
     FLOPS_DEVICE_SCHEMA,
     FLOPS_OP_SCHEMA,
@@ -225,7 +225,7 @@ def flops(
         ),
         _in_step=pl.Series(sidx[counted] >= 0),
     )
-    ops, peak_notes = op_peaks(ops, model, dp)  # the peak each op is compared with, and why
+    ops = op_peaks(ops, model, dp)  # the peak each op is compared with, and why
     ops = ops.with_columns(ideal_ns=pl.col("flop") / (pl.col("peak") * 1e3))
     miss = pl.DataFrame(
         {
@@ -242,7 +242,7 @@ def flops(
         frames.append(_aggregate(ops.filter("_in_step"), miss.filter("_in_step"), "step", wall))
     per = pl.concat(frames).with_columns(rank=pl.lit(rank, pl.Int64))
     order = {c: i for i, c in enumerate((*OP_CLASSES, "all"))}
-    per = flag_over_peak(
+    per = (
         per.sort(
             pl.col("step").is_null(), "step", pl.col("op_class").replace_strict(order, return_dtype=pl.Int64)
         )
@@ -271,7 +271,7 @@ def flops(
         .select(list(FLOPS_OP_SCHEMA))
         .cast(FLOPS_OP_SCHEMA)
     )
-    notes = _notes(cnt, counted, missing, ops, model, gpu_mode) + peak_notes
+    notes = _notes(cnt, counted, missing, ops, model, gpu_mode)
     return FlopsResult(per, by_op, devices, mode="gpu" if gpu_mode else "cpu", notes=notes)
 
 
@@ -317,8 +317,7 @@ def _aggregate(
                 no_peak=pl.col("peak").is_null().any(),
                 dtypes=pl.col("dtype").drop_nulls().unique(),
                 peaks=pl.col("peak").drop_nulls().unique(),
-                mfu_why=pl.col("mfu_why").drop_nulls().first(),
-                peak_why=pl.col("peak_why").drop_nulls().first(),
+                mfu_why=pl.col("mfu_why").sort_by(pl.col("peak").is_not_null()).drop_nulls().first(),
                 nk_null=pl.col("n_kernels").is_null().all(),
             )  # fmt: skip
             if k
@@ -331,8 +330,7 @@ def _aggregate(
                 no_peak=pl.col("peak").is_null().any(),
                 dtypes=pl.col("dtype").drop_nulls().unique().implode(),
                 peaks=pl.col("peak").drop_nulls().unique().implode(),
-                mfu_why=pl.col("mfu_why").drop_nulls().first(),
-                peak_why=pl.col("peak_why").drop_nulls().first(),
+                mfu_why=pl.col("mfu_why").sort_by(pl.col("peak").is_not_null()).drop_nulls().first(),
                 nk_null=pl.col("n_kernels").is_null().all(),
             )  # fmt: skip
         )
@@ -351,7 +349,7 @@ def _aggregate(
     if not parts:
         return pl.DataFrame(schema=FLOPS_SCHEMA)
     cols = ["n_ops", "flop", "n_kernels", "kernel_ns", "ideal_ns", "no_peak", "dtypes", "peaks", "mfu_why",
-            "peak_why", "nk_null", "n_no_shapes"]  # fmt: skip
+            "nk_null", "n_no_shapes"]  # fmt: skip
     parts = [
         p.select([c for c in [by, "op_class"] if c] + [c for c in cols if c in p.columns]) for p in parts
     ]
@@ -382,7 +380,10 @@ def _aggregate(
         wall_tflops=pl.when(has).then(_ratio(pl.col("flop"), pl.col("wall_ns")) / 1e3),
         wall_mfu_pct=pl.when(mfu_ok).then(100.0 * _ratio(pl.col("ideal_ns"), pl.col("wall_ns"))),
         mfu_why=pl.when(~mfu_ok & has).then(pl.col("mfu_why"))
-        .when(~has).then(pl.lit("no op with known FLOPs")).otherwise(pl.col("peak_why")),
+        .when(~has).then(pl.lit("no op with known FLOPs"))
+        .when(pl.col("ideal_ns") > pl.col("kernel_ns"))  # MFU above 100 %: never a plain figure
+        .then(pl.concat_str(pl.lit(OVER_PEAK), pl.lit("; ") + pl.col("mfu_why"), ignore_nulls=True))
+        .otherwise(pl.col("mfu_why")),  # the peak's reason where it is not the dtype's (TF32)
     )  # fmt: skip
 
 
@@ -419,15 +420,16 @@ def _notes(
         )
     if not gpu:
         notes.append("CPU mode (no GPU kernels): an op's time is its own duration on the CPU")
-    whys = ops["mfu_why"].drop_nulls().unique(maintain_order=True).to_list()
+    whys = ops.filter(pl.col("peak").is_null())["mfu_why"].drop_nulls().unique(maintain_order=True).to_list()
     if whys:
         notes.append("MFU not computed where: " + "; ".join(whys))
-    if ops.height and (ops["dtype"] == "fp32").any() and ops["peak_why"].is_null().all():
+    tf32 = ops.filter(pl.col("peak").is_not_null())["mfu_why"].drop_nulls()
+    if ops.height and (ops["dtype"] == "fp32").any() and tf32.len() == 0:
         notes.append(
             "fp32 GEMM/attention is compared with the fp32 peak (TF32 use is not recorded; PyTorch's default is "
             "no TF32 for matmuls), fp32 convolution with the tf32 peak where the device has one"
         )
-    return notes
+    return notes + peak_notes(ops)
 
 
 def run_flops(

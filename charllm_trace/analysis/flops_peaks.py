@@ -6,9 +6,10 @@ and what a utilisation above 100 % means (docs/analyses.md, "FLOP/s and MFU").
   shows otherwise: when an fp32 GEMM/attention operator (all its calls together) ran faster than
   the device's fp32 peak, it cannot have run in fp32, and TF32 is the precision the evidence
   allows: every fp32 GEMM/attention op of the rank is then compared with the tf32 peak, and
-  ``peak_why`` (and a note) says so, with the rate that showed it;
+  ``mfu_why`` (and a note) says so, with the rate that showed it;
 - a rate still above its peak (no TF32 on the device, or faster even than TF32) is not hidden:
-  the rows whose MFU is above 100 % say why in ``mfu_why``, and a note names the operators.
+  the rows whose MFU is above 100 % say why in ``mfu_why`` (``OVER_PEAK``, set where the rows are
+  aggregated), and a note names the operators.
 """
 
 from __future__ import annotations
@@ -41,13 +42,11 @@ def _rates(ops: pl.DataFrame, which: pl.Expr) -> pl.DataFrame:
     )
 
 
-def op_peaks(ops: pl.DataFrame, model: str | None, dp: DevicePeaks | None) -> tuple[pl.DataFrame, list[str]]:
-    """``ops`` (the counted ops: name, op_class, dtype, flop, kernel_ns) with ``peak`` (TFLOP/s),
-    ``mfu_why`` (why there is none) and ``peak_why`` (why a peak other than the recorded dtype's
-    was used), and the notes that say so."""
+def op_peaks(ops: pl.DataFrame, model: str | None, dp: DevicePeaks | None) -> pl.DataFrame:
+    """``ops`` (the counted ops: name, op_class, dtype, flop, kernel_ns) with ``peak`` (TFLOP/s)
+    and ``mfu_why``: why there is no peak, or (peak set) why it is not the recorded dtype's."""
     has_tf32 = bool(dp and dp.tflops.get("tf32"))
     fp32 = (pl.col("dtype") == "fp32") & pl.col("op_class").is_in(list(MATMUL_CLASSES))
-    notes: list[str] = []
     tf32_why = None
     fp32_peak = dp.tflops.get("fp32") if dp else None
     if has_tf32 and fp32_peak and ops.height:
@@ -58,24 +57,31 @@ def op_peaks(ops: pl.DataFrame, model: str | None, dp: DevicePeaks | None) -> tu
                 f"compared with the tf32 peak ({dp.tflops['tf32']:g} TFLOP/s): fp32 {name} ran at "
                 f"{rate:.1f} TFLOP/s, above the {fp32_peak:g} fp32 peak, so TF32 was in use"
             )
-            notes.append(f"fp32 GEMM/attention {tf32_why} ({fast.height} operator(s) above the fp32 peak)")
     cache: dict[tuple[str, str | None], tuple[float | None, str | None]] = {}
     peak, why = [], []
     for c, d in ops.select("op_class", "dtype").iter_rows():
         key = (c, d)
         if key not in cache:
-            pd = "tf32" if (tf32_why and d == "fp32" and c in MATMUL_CLASSES) else _base_dtype(c, d, has_tf32)
-            cache[key] = peak_or_reason(model, pd)
+            evidence = bool(tf32_why and d == "fp32" and c in MATMUL_CLASSES)
+            p, w = peak_or_reason(model, "tf32" if evidence else _base_dtype(c, d, has_tf32))
+            cache[key] = (p, tf32_why if evidence and p is not None else w)
         p, w = cache[key]
         peak.append(p)
         why.append(w)
-    out = ops.with_columns(
-        peak=pl.Series(peak, dtype=pl.Float64),
-        mfu_why=pl.Series(why, dtype=pl.String),
-        peak_why=pl.when(fp32).then(pl.lit(tf32_why, pl.String)),
-    )
+    return ops.with_columns(peak=pl.Series(peak, dtype=pl.Float64), mfu_why=pl.Series(why, dtype=pl.String))
+
+
+def peak_notes(ops: pl.DataFrame) -> list[str]:
+    """The notes on the peaks ``op_peaks`` chose: the TF32 evidence, and every operator (its calls
+    summed) faster than the peak it is compared with."""
+    notes = []
+    if "peak" not in ops.columns or ops.height == 0:
+        return notes
+    tf32 = ops.filter(pl.col("peak").is_not_null())["mfu_why"].drop_nulls().unique()
+    if tf32.len():
+        notes.append(f"fp32 GEMM/attention {tf32[0]}")
     over = (
-        out.filter((pl.col("kernel_ns") > 0) & pl.col("peak").is_not_null())
+        ops.filter((pl.col("kernel_ns") > 0) & pl.col("peak").is_not_null())
         .group_by("name")
         .agg(tflops=pl.col("flop").sum() / pl.col("kernel_ns").sum() / 1e3, peak=pl.col("peak").max())
         .filter(pl.col("tflops") > pl.col("peak"))
@@ -84,16 +90,4 @@ def op_peaks(ops: pl.DataFrame, model: str | None, dp: DevicePeaks | None) -> tu
     if over.height:
         shown = ", ".join(f"{n} {r:.1f} > {p:g}" for n, r, p in over.head(3).iter_rows())
         notes.append(f"MFU {OVER_PEAK.replace(':', f' for {over.height} operator(s) ({shown} TFLOP/s):', 1)}")
-    return out, notes
-
-
-def flag_over_peak(per_step: pl.DataFrame) -> pl.DataFrame:
-    """``per_step`` with ``mfu_why`` saying why on every row whose MFU is above 100 %."""
-    over = pl.col("mfu_pct") > 100.0
-    return per_step.with_columns(
-        mfu_why=pl.when(over & pl.col("mfu_why").is_null())
-        .then(pl.lit(OVER_PEAK))
-        .when(over)
-        .then(pl.concat_str(pl.lit(OVER_PEAK + "; "), pl.col("mfu_why")))
-        .otherwise(pl.col("mfu_why"))
-    )
+    return notes
