@@ -85,3 +85,83 @@ def test_a_profile_of_the_host_ets_own_window_links_as_before(name: str) -> None
     host = read_host_et(shared_trace(DLRM.format("host_et")))
     _, rep = linked_trace(host, read_kineto(shared_trace(DLRM.format(name))))
     assert rep["link_method"] == "name_order" and "kineto_window" not in rep["link"]
+
+
+# ---------------------------------------------------------------------------
+# a constructed pair (runs without the shared traces)
+# ---------------------------------------------------------------------------
+
+US = 1_000
+
+
+def _host_one_iteration():  # noqa: ANN202
+    """fwd{mm, add}, bwd{mul}: one iteration of a host ET (no record-function ids)."""
+    import polars as pl
+
+    from charllm_trace.converters.host_et import HostET
+
+    nodes = pl.DataFrame(
+        {
+            "id": [1, 2, 3, 4, 5],
+            "name": ["fwd", "aten::mm", "aten::add", "bwd", "aten::mul"],
+            "parent": [None, 1, 1, None, 4],
+            "rf_id": [None] * 5,
+            "et_tid": [1] * 5,
+        },
+        schema={"id": pl.Int64, "name": pl.String, "parent": pl.Int64, "rf_id": pl.Int64, "et_tid": pl.Int64},
+    )
+    empty = pl.DataFrame({"node": [], "tensor": []}, schema={"node": pl.Int64, "tensor": pl.String})
+    return HostET("host.json", None, None, nodes, {}, empty, empty)
+
+
+def _kineto_three_iterations():  # noqa: ANN202
+    """ProfilerStep#1..#3 of 1 ms each on one thread; #1 and #3 lack the aten::add (as warm-up and
+    cut iterations differ), #2 is the host ET's iteration."""
+    import polars as pl
+
+    rows: list[tuple] = []
+    for k in (1, 2, 3):
+        t = (k - 1) * 1000 * US
+        step = len(rows)
+        rows.append((step, f"ProfilerStep#{k}", "user_annotation", t, 900 * US, None))
+        fwd = len(rows)
+        rows.append((fwd, "fwd", "cpu_op", t + 10 * US, 300 * US, step))
+        rows.append((fwd + 1, "aten::mm", "cpu_op", t + 20 * US, 100 * US, fwd))
+        if k == 2:
+            rows.append((len(rows), "aten::add", "cpu_op", t + 150 * US, 100 * US, fwd))
+        bwd = len(rows)
+        rows.append((bwd, "bwd", "cpu_op", t + 400 * US, 300 * US, step))
+        rows.append((bwd + 1, "aten::mul", "cpu_op", t + 410 * US, 100 * US, bwd))
+    ids, names, cats, starts, durs, parents = zip(*rows, strict=True)
+    n = len(rows)
+    return pl.DataFrame(
+        {"id": ids, "name": names, "cat": cats, "start_ns": starts, "dur_ns": durs, "parent": parents,
+         "on_gpu": [False] * n, "pid": [7] * n, "tid": [7] * n, "rf_id": [None] * n},
+        schema_overrides={"parent": pl.Int64, "rf_id": pl.Int64},
+    )  # fmt: skip
+
+
+def test_constructed_pair_links_within_its_iteration() -> None:
+    from charllm_trace.converters.link import link
+
+    ev = _kineto_three_iterations()
+    lk = link(_host_one_iteration(), ev, "kineto.json")
+    assert lk.method == "name_order"
+    assert lk.stats["kineto_window"] == "ProfilerStep#2 (1 of the profile's 3 steps)"
+    got = dict(zip(lk.pairs["host_id"].to_list(), lk.pairs["id"].to_list(), strict=True))
+    step2 = ev.filter(ev["start_ns"].is_between(1000 * US, 2000 * US - 1))
+    want = {h: step2.filter(step2["name"] == n)["id"][0] for h, n in
+            [(1, "fwd"), (2, "aten::mm"), (3, "aten::add"), (4, "bwd"), (5, "aten::mul")]}  # fmt: skip
+    assert got == want
+
+
+def test_constructed_pair_without_its_iteration_says_so() -> None:
+    from charllm_trace.converters.link import link
+
+    ev = _kineto_three_iterations()
+    ev = ev.filter(ev["name"] != "aten::add")  # the host ET's iteration is in no window
+    lk = link(_host_one_iteration(), ev, "kineto.json")
+    assert lk.method == "none"
+    assert lk.stats["fallback_reason"].startswith(
+        "the host ET (5 ops) matches no window of the Kineto profile (15 CPU ops) nor the whole of it"
+    )
