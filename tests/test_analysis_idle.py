@@ -267,6 +267,27 @@ def test_hta_idle_time_breakdown(key: tuple[str, bool]) -> None:
     assert got == want  # exact, in µs, every stream and category
 
 
+@pytest.mark.parametrize(
+    "rel, want",
+    [
+        # HTA 0.5.0 (docs/analyses.md): launches, shorter than launch, p50 / p90 / p99 / max µs
+        ("tracelens/h100_qwen1.5-0.5b_inference.json.gz", (1197, 275, 1205.0, 2775.0, 3075.32, 3123.0)),
+        ("hta/mi250_minitoy_kineto.json.gz", (0, 0, None, None, None, None)),  # no cuda* calls on ROCm
+    ],
+)
+def test_hta_launch_stats_count_htas_four_launch_calls_only(rel: str, want: tuple) -> None:
+    """Under --hta-compat an operator launched by another call (cuLaunchKernel, hipLaunchKernel)
+    is in no launch figure, as in HTA (the H100 profile had one more launch than HTA), and a note
+    says how many were left out (issue 27)."""
+    tr = next(iter(ct.load(shared_trace(rel)).traces.values()))
+    res = launch_stats(tr, per_step=False, hta_compat=True)
+    a = res.stats.filter(pl.col("stream").is_null()).row(0, named=True)
+    got = [a[f"delay_p{q}_ns"] for q in (50, 90, 99)] + [a["delay_max_ns"]]
+    assert (a["n_launched"], a["n_shorter_than_launch"]) == want[:2]
+    assert [None if v is None else v / 1000 for v in got] == pytest.approx(list(want[2:]), abs=0.01)
+    assert any("launched by calls HTA does not count" in n for n in res.notes)
+
+
 def test_hta_unlaunched_operators_explain_the_inference_difference() -> None:
     """On the TraceLens H100 profile HTA's host wait is 18 µs more than ours under --hta-compat:
     509 operators have no launch call, and HTA's correlation index (0: "not in the trace") is then
