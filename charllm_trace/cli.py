@@ -10,7 +10,6 @@ it and the fix).
 from __future__ import annotations
 
 import sys
-import traceback
 from typing import Any
 
 import click
@@ -24,7 +23,7 @@ from charllm_trace.cli_cpu_wait import cpu_wait_cmd
 from charllm_trace.cli_results import refuse_existing
 from charllm_trace.cli_scale import scheduler_option
 from charllm_trace.cli_telemetry import telemetry_group
-from charllm_trace.errors import InputError
+from charllm_trace.errors import InputError, debug_first, print_traceback
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
@@ -35,13 +34,15 @@ EXIT_INTERNAL = 3
 class _Group(click.Group):
     """Turns library exceptions into one-line messages and exit codes."""
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, debug_first(args, self.commands))  # --debug after it too
+
     def invoke(self, ctx: click.Context) -> Any:
         debug = bool(ctx.params.get("debug"))
         try:
             return super().invoke(ctx)
         except InputError as exc:
-            if debug:
-                traceback.print_exc()
+            print_traceback(debug)
             click.echo(f"error: {exc.one_line()}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
@@ -50,13 +51,11 @@ class _Group(click.Group):
             click.echo("interrupted", err=True)
             ctx.exit(130)
         except NativeModuleMissing as exc:  # a broken install, not the user's input
-            if debug:
-                traceback.print_exc()
+            print_traceback(debug)
             click.echo(f"error: {' '.join(str(exc).split())}", err=True)
             ctx.exit(EXIT_INTERNAL)
         except Exception as exc:  # a bug: still one line unless --debug
-            if debug:
-                traceback.print_exc()
+            print_traceback(debug)
             first = " ".join(str(exc).split())[:300]
             click.echo(
                 f"internal error: {type(exc).__name__}: {first} (rerun with --debug for the traceback)",

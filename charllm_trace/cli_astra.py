@@ -29,7 +29,8 @@ from charllm_trace.errors import InputError
 @click.option(
     "--no-host-gaps",
     is_flag=True,
-    help="GPU runs: leave out the intervals in which the GPU ran nothing (time it waited for the host).",
+    help="Leave out the intervals in which no exported op ran (GPU runs: the GPU waited for the host; "
+    "CPU runs: no traced op).",
 )
 @click.option(
     "--align-starts",

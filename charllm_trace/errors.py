@@ -9,6 +9,9 @@ shows the traceback.
 from __future__ import annotations
 
 import os
+import traceback
+from collections.abc import Mapping
+from typing import Any
 
 
 class InputError(Exception):
@@ -31,3 +34,24 @@ class UsageError(InputError):
 
     def __init__(self, problem: str) -> None:
         super().__init__(None, problem)
+
+
+def print_traceback(debug: bool) -> None:
+    """With ``--debug``, the traceback of the exception being handled, on stderr."""
+    if debug:
+        traceback.print_exc()
+
+
+def debug_first(args: list[str], commands: Mapping[str, Any]) -> list[str]:
+    """The command line with ``--debug`` moved before the subcommand, so that it is accepted
+    after it too (``charllm-trace analyze RUN --debug``). Not from after ``--``, nor from the
+    arguments of a subcommand of ``commands`` (click commands) that takes no options among its
+    arguments (``collect``: what follows its options is the user's program, with its own)."""
+    cut = args.index("--") if "--" in args else len(args)
+    sub = next((i for i, a in enumerate(args[:cut]) if not a.startswith("-")), cut)
+    cmd = commands.get(args[sub]) if sub < cut else None
+    if cmd is not None and not cmd.context_settings.get("allow_interspersed_args", True):
+        cut = sub
+    if "--debug" not in args[:cut]:
+        return args
+    return ["--debug"] + [a for a in args[:cut] if a != "--debug"] + args[cut:]

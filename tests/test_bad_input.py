@@ -175,13 +175,18 @@ def test_foreign_ranks_from_file_names(tmp_path: Path) -> None:
     assert run.traces[1].meta.extra["rank_from"] == "file name"
 
 
-def test_debug_shows_traceback(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_shows_traceback(tmp_path: Path, where: str) -> None:
+    """``--debug`` before the subcommand or after it (issue 27: ``info --debug`` was "No such option")."""
     p = tmp_path / "rank-0.et"
     p.write_bytes(b"")
-    r = CliRunner().invoke(main, ["--debug", "info", str(p)])
+    args = ["--debug", "info", str(p)] if where == "before" else ["info", str(p), "--debug"]
+    r = CliRunner().invoke(main, args)
     assert r.exit_code == 2
     assert "Traceback" in r.stderr and "InputError" in r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("error: ")
+    quiet = CliRunner().invoke(main, ["info", str(p)])
+    assert quiet.exit_code == 2 and "Traceback" not in quiet.stderr
 
 
 def test_mutated_ets_decode_or_fail_cleanly(tmp_path: Path) -> None:
@@ -228,3 +233,21 @@ def test_mutated_ets_decode_or_fail_cleanly(tmp_path: Path) -> None:
     finally:
         os.environ.pop("CHARLLM_TRACE_NATIVE", None)
         _native.reset()
+
+
+def test_debug_is_not_taken_from_collects_program() -> None:
+    """``collect``'s arguments after its options are the user's program: a ``--debug`` there is
+    the program's; elsewhere it is ours, before or after the subcommand (issue 27)."""
+    from charllm_trace.errors import debug_first
+
+    commands = main.commands  # type: ignore[attr-defined]
+    prog = ["collect", "--run-dir", "r", "python", "train.py", "--debug"]
+    assert debug_first(prog, commands) == prog
+    assert debug_first(["--debug", "collect", "python", "t.py"], commands) == [
+        "--debug",
+        "collect",
+        "python",
+        "t.py",
+    ]
+    assert debug_first(["analyze", "RUN", "--debug"], commands) == ["--debug", "analyze", "RUN"]
+    assert debug_first(["analyze", "RUN", "--", "--debug"], commands) == ["analyze", "RUN", "--", "--debug"]

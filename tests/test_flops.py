@@ -408,3 +408,76 @@ def testkernel_launchers_match_classify() -> None:
         kern = (df["on_gpu"].fill_null(False) & (df["cls"] == "compute")).to_numpy()
         assert kern.sum() > 100
         assert np.array_equal(kernel_launchers(df, kern), launcher_positions(df)[kern])
+
+
+# ---------------------------------------------------------------------------
+# issue 27: a measured rate above a precision's peak is evidence of another precision
+# ---------------------------------------------------------------------------
+
+MM_FLOP = 2 * 4096**3  # aten::mm [4096, 4096] x [4096, 4096]
+
+
+def _fp32_mm(device: str, kernel_ns: int, n: int = 2):  # noqa: ANN202
+    """``n`` fp32 ``aten::mm`` calls on ``device``, each launching one kernel of ``kernel_ns``, in one
+    ProfilerStep."""
+    f = "Tensor(float)"
+    rows = [cpu(0, "ProfilerStep#1", 0, 100_000_000, kind="annotation")]
+    for i in range(n):
+        t = 1_000 + i * 20_000_000
+        rows += [
+            cpu(
+                10 + 3 * i, "aten::mm", t, 10_000, parent=0, inputs=_io([[4096, 4096], [4096, 4096]], [f, f])
+            ),
+            cpu(
+                11 + 3 * i,
+                "cudaLaunchKernel",
+                t + 1_000,
+                5_000,
+                kind="runtime",
+                parent=10 + 3 * i,
+                correlation=i,
+            ),
+            kernel(12 + 3 * i, "ampere_sgemm_128x64_tn", t + 100_000, kernel_ns, correlation=i),
+        ]
+    return make_trace(rows, device_model=device)
+
+
+def test_fp32_gemm_faster_than_the_fp32_peak_is_compared_with_tf32() -> None:
+    """The A100 profile of issue 27: fp32 GEMMs at 25.5 TFLOP/s against the 19.5 fp32 peak printed
+    MFU 131 %. Here 137.4 GFLOP in 5.39 ms = 25.5 TFLOP/s: compared with the tf32 peak (156)."""
+    res = flops(_fp32_mm("NVIDIA A100-SXM4-80GB", 5_390_000))
+    g = res.total().filter(pl.col("op_class") == "gemm").row(0, named=True)
+    assert g["tflops"] == pytest.approx(MM_FLOP / 5_390_000 / 1e3) and 25.4 < g["tflops"] < 25.6
+    assert g["mfu_pct"] == pytest.approx(100 * g["tflops"] / 156.0)  # 16.3 %, not 130.7 %
+    assert "tf32 peak" in g["mfu_why"] and "above the 19.5 fp32 peak" in g["mfu_why"]
+    assert res.by_op.row(0, named=True)["mfu_pct"] == pytest.approx(100 * g["tflops"] / 156.0)
+    assert any("TF32 was in use" in n for n in res.notes)
+    assert not any("TF32 use is not recorded" in n for n in res.notes)
+
+
+def test_fp32_gemm_below_the_fp32_peak_keeps_it() -> None:
+    """The same ops at 12.7 TFLOP/s (10.8 ms): no evidence against fp32, its peak stays."""
+    res = flops(_fp32_mm("NVIDIA A100-SXM4-80GB", 10_800_000))
+    g = res.total().filter(pl.col("op_class") == "gemm").row(0, named=True)
+    assert g["mfu_pct"] == pytest.approx(100 * MM_FLOP / 10_800_000 / 1e3 / 19.5) and g["mfu_why"] is None
+    assert any("TF32 use is not recorded" in n for n in res.notes)
+
+
+def test_mfu_above_100_is_never_a_plain_figure() -> None:
+    """Faster than every peak the device has (a V100 has no TF32): MFU stays what it measures, and
+    every row above 100 % says why, as does a note."""
+    res = flops(_fp32_mm("Tesla V100-SXM2-32GB", 5_390_000))
+    over = res.per_step.filter(pl.col("mfu_pct") > 100)
+    assert over.height > 0 and over["mfu_why"].str.starts_with("above 100 %").all()
+    assert res.by_op["mfu_pct"][0] > 100
+    assert any(n.startswith("MFU above 100 % for 1 operator(s) (aten::mm 25.5 > 15.7") for n in res.notes)
+
+
+def test_mfu_above_100_is_marked_in_the_table() -> None:
+    from charllm_trace.render.flops_table import render_flops
+
+    res = analyze_trace(_fp32_mm("Tesla V100-SXM2-32GB", 5_390_000), AnalyzeOptions(critical_path=False))
+    con = Console(width=80, record=True)
+    render_flops(res, con)
+    text = con.export_text()
+    assert "162.4!" in text and "! MFU above 100 %" in text  # 25.5 / 15.7 TFLOP/s

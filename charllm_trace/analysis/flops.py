@@ -17,8 +17,9 @@ For one rank (docs/analyses.md, "FLOP/s and MFU"):
    dense peak for their data type, ``analysis.peaks``) / that time, so that ops of different data
    types add up; **wall MFU** = the same over the step's window (the whole trace: the span of GPU
    activity), the usual "model FLOPs utilisation". fp32 GEMMs and attention are compared with the
-   fp32 peak (PyTorch's default: no TF32 for matmuls), fp32 convolutions with the tf32 peak where
-   the device has one (cuDNN's default);
+   fp32 peak (PyTorch's default: no TF32 for matmuls) unless one ran faster than it (then the
+   tf32 peak: ``analysis.flops_peaks``), fp32 convolutions with the tf32 peak where the device
+   has one (cuDNN's default); an MFU above 100 % always carries its ``mfu_why``;
 5. per op class and for all classes, for the whole trace and (``per_step``) per step: the
    GPU-time step windows of :mod:`~charllm_trace.analysis.step_windows` (the windows every
    per-step figure uses), an op belonging to the window holding the GPU start of its first
@@ -37,6 +38,7 @@ import polars as pl
 
 from charllm_trace.analysis.classify import classify, is_gpu_trace, positions
 from charllm_trace.analysis.flops_formulas import FLOP_OP_RE, OP_CLASSES, op_flops
+from charllm_trace.analysis.flops_peaks import OVER_PEAK, op_peaks, peak_notes
 from charllm_trace.analysis.flops_results import (
     FLOPS_DEVICE_SCHEMA,
     FLOPS_OP_SCHEMA,
@@ -44,7 +46,7 @@ from charllm_trace.analysis.flops_results import (
     NO_FLOP_OPS,
     FlopsResult,
 )
-from charllm_trace.analysis.peaks import device_peaks, peak_or_reason
+from charllm_trace.analysis.peaks import device_peaks
 from charllm_trace.analysis.step_windows import StepWindows, step_windows
 from charllm_trace.model import STEP_SCHEMA, Trace, empty_frame
 
@@ -141,10 +143,6 @@ def _count(cand: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _peak_dtype(cls: str, dtype: str | None, has_tf32: bool) -> str | None:
-    return "tf32" if (cls == "conv" and dtype == "fp32" and has_tf32) else dtype
-
-
 def flops(
     trace: Trace,
     *,
@@ -218,8 +216,6 @@ def flops(
         steps = win.frame()
         sidx = np.where(t_op >= 0, win.index_of(t_op), -1)
     step_no = steps["step"].to_numpy() if steps.height else np.zeros(1, np.int64)
-    has_tf32 = bool(dp and dp.tflops.get("tf32"))
-    peaks: dict[tuple[str, str | None], tuple[float | None, str | None]] = {}
     ops = cnt.filter(pl.Series(counted)).with_columns(
         name=cand["name"].filter(pl.Series(counted)),
         kernel_ns=pl.Series(k_ns, dtype=pl.Int64),
@@ -229,16 +225,8 @@ def flops(
         ),
         _in_step=pl.Series(sidx[counted] >= 0),
     )
-    pk = []
-    for c, d in ops.select("op_class", "dtype").iter_rows():
-        key = (c, d)
-        if key not in peaks:
-            peaks[key] = peak_or_reason(model, _peak_dtype(c, d, has_tf32))
-        pk.append(peaks[key])
-    ops = ops.with_columns(
-        peak=pl.Series([p for p, _ in pk], dtype=pl.Float64),
-        mfu_why=pl.Series([w for _, w in pk], dtype=pl.String),
-    ).with_columns(ideal_ns=pl.col("flop") / (pl.col("peak") * 1e3))
+    ops = op_peaks(ops, model, dp)  # the peak each op is compared with, and why
+    ops = ops.with_columns(ideal_ns=pl.col("flop") / (pl.col("peak") * 1e3))
     miss = pl.DataFrame(
         {
             "op_class": cnt["op_class"].filter(pl.Series(missing)),
@@ -331,7 +319,7 @@ def _aggregate(
                 no_peak=pl.col("peak").is_null().any(),
                 dtypes=pl.col("dtype").drop_nulls().unique(),
                 peaks=pl.col("peak").drop_nulls().unique(),
-                mfu_why=pl.col("mfu_why").drop_nulls().first(),
+                mfu_why=pl.col("mfu_why").sort_by(pl.col("peak").is_not_null()).drop_nulls().first(),
                 nk_null=pl.col("n_kernels").is_null().all(),
             )  # fmt: skip
             if k
@@ -344,7 +332,7 @@ def _aggregate(
                 no_peak=pl.col("peak").is_null().any(),
                 dtypes=pl.col("dtype").drop_nulls().unique().implode(),
                 peaks=pl.col("peak").drop_nulls().unique().implode(),
-                mfu_why=pl.col("mfu_why").drop_nulls().first(),
+                mfu_why=pl.col("mfu_why").sort_by(pl.col("peak").is_not_null()).drop_nulls().first(),
                 nk_null=pl.col("n_kernels").is_null().all(),
             )  # fmt: skip
         )
@@ -394,7 +382,10 @@ def _aggregate(
         wall_tflops=pl.when(has).then(_ratio(pl.col("flop"), pl.col("wall_ns")) / 1e3),
         wall_mfu_pct=pl.when(mfu_ok).then(100.0 * _ratio(pl.col("ideal_ns"), pl.col("wall_ns"))),
         mfu_why=pl.when(~mfu_ok & has).then(pl.col("mfu_why"))
-        .when(~has).then(pl.lit("no op with known FLOPs")),
+        .when(~has).then(pl.lit("no op with known FLOPs"))
+        .when(pl.col("ideal_ns") > pl.col("kernel_ns"))  # MFU above 100 %: never a plain figure
+        .then(pl.concat_str(pl.lit(OVER_PEAK), pl.lit("; ") + pl.col("mfu_why"), ignore_nulls=True))
+        .otherwise(pl.col("mfu_why")),  # the peak's reason where it is not the dtype's (TF32)
     )  # fmt: skip
 
 
@@ -431,15 +422,16 @@ def _notes(
         )
     if not gpu:
         notes.append("CPU mode (no GPU kernels): an op's time is its own duration on the CPU")
-    whys = ops["mfu_why"].drop_nulls().unique(maintain_order=True).to_list()
+    whys = ops.filter(pl.col("peak").is_null())["mfu_why"].drop_nulls().unique(maintain_order=True).to_list()
     if whys:
         notes.append("MFU not computed where: " + "; ".join(whys))
-    if ops.height and (ops["dtype"] == "fp32").any():
+    tf32 = ops.filter(pl.col("peak").is_not_null())["mfu_why"].drop_nulls()
+    if ops.height and (ops["dtype"] == "fp32").any() and tf32.len() == 0:
         notes.append(
             "fp32 GEMM/attention is compared with the fp32 peak (TF32 use is not recorded; PyTorch's default is "
             "no TF32 for matmuls), fp32 convolution with the tf32 peak where the device has one"
         )
-    return notes
+    return notes + peak_notes(ops)
 
 
 def run_flops(

@@ -32,7 +32,7 @@ FLOPS_SCHEMA: dict[str, pl.DataType] = {
     "wall_ns": pl.Int64,  # the step's window (whole trace: the span of GPU activity)
     "wall_tflops": pl.Float64,  # flop / wall_ns
     "wall_mfu_pct": pl.Float64,  # 100 * (time at peak) / wall_ns: MFU over wall-clock time
-    "mfu_why": pl.String,  # why mfu_pct is null (unknown device, no peak for the dtype ...)
+    "mfu_why": pl.String,  # why mfu_pct is null / the peak is not the dtype's (TF32) / above 100 %
 }
 
 #: One row per (rank, op name, op class, dtype) over the whole trace.

@@ -36,7 +36,7 @@ LAUNCH_SCHEMA: dict[str, pl.DataType] = {
     "stream": pl.Int64,
     "n_ops": pl.Int64,  # GPU ops
     "n_launched": pl.Int64,  # of which with a launch call (runtime call by correlation id)
-    "delay_mean_ns": pl.Int64,  # launch delay: call start -> op start
+    "delay_mean_ns": pl.Int64,  # launch delay: call start -> op start (hta_compat: call end, clipped at 0)
     "delay_p50_ns": pl.Int64,  # percentiles: linear interpolation, rounded to ns
     "delay_p90_ns": pl.Int64,
     "delay_p99_ns": pl.Int64,

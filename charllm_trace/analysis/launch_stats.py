@@ -4,7 +4,9 @@ many launched operators wait on each stream (docs/analyses.md, "Launch statistic
 For each GPU operator with a launch call (``stream_ops``):
 
 - **launch delay** = op start − launch call start (the CPU's runtime call, e.g.
-  ``cudaLaunchKernel``); its distribution per (rank, step, stream): mean, p50, p90, p99 (linear
+  ``cudaLaunchKernel``); under ``hta_compat`` HTA's definition instead: op start − launch call
+  end, clipped at 0 (``launch_delay``), over the operators of HTA's four launch calls only
+  (``HTA_LAUNCH_CALLS``; a note counts the others); its distribution per (rank, step, stream): mean, p50, p90, p99 (linear
   interpolation between order statistics, as numpy and pandas, rounded to ns) and max;
 - **shorter than its launch**: the op's duration < its launch call's duration (the CPU cannot
   launch such operators as fast as the GPU runs them);
@@ -71,10 +73,24 @@ def window_stats(t: np.ndarray, q: np.ndarray, a: np.ndarray, b: np.ndarray) -> 
     return mx, mean
 
 
-def _delay_stats(ops: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    d = pl.col("start_ns") - pl.col("call_start_ns")
+#: the launch calls HTA 0.5.0 pairs with operators (``get_cuda_kernel_launch_stats``)
+HTA_LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync")
+
+
+def launch_delay(hta_compat: bool) -> pl.Expr:
+    """The launch delay of an operator of ``stream_ops``: from its launch call's start (ours), or
+    HTA's from the call's end, clipped at 0."""
+    if hta_compat:
+        return (pl.col("start_ns") - pl.col("call_start_ns") - pl.col("call_dur_ns")).clip(0)
+    return pl.col("start_ns") - pl.col("call_start_ns")
+
+
+def _delay_stats(ops: pl.DataFrame, keys: list[str], hta_compat: bool) -> pl.DataFrame:
+    d = launch_delay(hta_compat)
     has = pl.col("call_start_ns").is_not_null()
-    shorter = (pl.col("dur_ns") < pl.col("call_dur_ns")).fill_null(False)
+    if hta_compat:  # HTA counts the operators of its four launch calls only
+        has = has & pl.col("call_name").is_in(list(HTA_LAUNCH_CALLS)).fill_null(False)
+    shorter = ((pl.col("dur_ns") < pl.col("call_dur_ns")) & has).fill_null(False)
     dl = d.filter(has)
     agg = [
         pl.len().alias("n_ops"),
@@ -87,6 +103,20 @@ def _delay_stats(ops: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     out = ops.group_by(keys, maintain_order=True).agg(agg) if keys else ops.select(agg)
     n = pl.col("n_launched")
     return out.with_columns(shorter_pct=pl.when(n > 0).then(100.0 * pl.col("n_shorter_than_launch") / n))
+
+
+def _not_hta_calls(got: pl.DataFrame) -> list[str]:
+    """The note on operators launched by calls HTA does not count (``hipLaunchKernel``,
+    ``cuLaunchKernel`` ...): under ``hta_compat`` they are in no launch figure, as in HTA."""
+    other = got.filter(pl.col("call_name").is_not_null() & ~pl.col("call_name").is_in(list(HTA_LAUNCH_CALLS)))
+    if other.height == 0:
+        return []
+    names = ", ".join(other["call_name"].value_counts(sort=True).head(3)["call_name"].to_list())
+    return [
+        f"HTA convention: {other.height} GPU operators launched by calls HTA does not count ({names}) "
+        "are in no launch figure (HTA knows cudaLaunchKernel, cudaLaunchKernelExC, cudaMemcpyAsync, "
+        "cudaMemsetAsync only)"
+    ]
 
 
 def launch_stats(
@@ -118,12 +148,15 @@ def launch_stats(
     )
     keys = ["device", "stream"]
     parts = [
-        _delay_stats(got, keys).with_columns(step=None),
-        _delay_stats(got, []).with_columns(step=None, device=None, stream=None),
+        _delay_stats(got, keys, hta_compat).with_columns(step=None),
+        _delay_stats(got, [], hta_compat).with_columns(step=None, device=None, stream=None),
     ]
     if per_step and got["step"].is_not_null().any():
         in_step = got.filter(pl.col("step").is_not_null())
-        parts += [_delay_stats(in_step, ["step", *keys]), _delay_stats(in_step, ["step"])]
+        parts += [
+            _delay_stats(in_step, ["step", *keys], hta_compat),
+            _delay_stats(in_step, ["step"], hta_compat),
+        ]
     stats = pl.concat([p.with_columns(pl.col(pl.Null).cast(pl.Int64)) for p in parts], how="diagonal_relaxed")
     stats = stats.with_columns(pl.col("^delay_.*_ns$").cast(pl.Int64))
 
@@ -176,4 +209,6 @@ def launch_stats(
     n_none = int(got["call_start_ns"].is_null().sum())
     if n_none:
         notes.append(f"{n_none} GPU operators have no launch call in the trace: no launch delay")
+    if hta_compat:
+        notes.extend(_not_hta_calls(got))
     return LaunchResult(stats, frame(queue, QUEUE_SCHEMA), hta_compat, simulated, notes)

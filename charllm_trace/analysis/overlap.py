@@ -41,6 +41,7 @@ from charllm_trace.analysis.results import (
     OverlapResult,
     frame,
 )
+from charllm_trace.analysis.step_cuts import cut_note, cut_steps
 from charllm_trace.analysis.step_windows import (  # launch_times*: re-exported (energy, bandwidth)
     StepWindows,
     launch_step_index,
@@ -271,7 +272,12 @@ def overlap(
         "n_compute": n_comp,
         "n_comm": n_comm,
     }
+    cut = cut_steps(trace) if nslots > 1 else []
+    rows["cut"] = [None] + [s in cut for s in slot_step[1:]]
     per_rank = frame(rows, OVERLAP_SCHEMA).filter(pl.Series(present))
+    note = cut_note(cut, nslots - 1)
+    if note:
+        notes.append(note)
 
     # per process group and per dimension: that group's comm against all compute
     pg_all = np.concatenate([act["pg_name"].to_numpy(), act["pg_name"].to_numpy()[src]])

@@ -11,12 +11,14 @@ from the others (process-group dimensions, every rank's host) is small and passe
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import polars as pl
 
 from charllm_trace.analysis.bandwidth import bandwidth_from, collectives
+from charllm_trace.analysis.bandwidth_reason import comm_facts, no_bandwidth_reason
 from charllm_trace.analysis.breakdown import RankBreakdown, breakdown_from, rank_breakdown
 from charllm_trace.analysis.classify import classify, with_phase
 from charllm_trace.analysis.comm_wait import NO_MATCH, comm_wait_from, rank_comm_ops
@@ -52,7 +54,7 @@ from charllm_trace.analysis.step_windows import step_windows
 from charllm_trace.analysis.stream_analyses import RankStreams, rank_stream_analyses, stream_analyses_from
 from charllm_trace.analysis.telemetry_source import telemetry_source_note
 from charllm_trace.analysis.whatif import simulate
-from charllm_trace.model import COMM_NODE_TYPES, Trace, TraceMeta, rank_ranges
+from charllm_trace.model import Trace, TraceMeta, rank_ranges
 
 #: The note of ``--per-step`` on a trace without steps.
 NO_STEPS = (
@@ -83,6 +85,9 @@ class RankPart:
     coll: pl.DataFrame | None = None  # COLLECTIVE_SCHEMA rows
     peaks: dict[str, LinkPeak] = field(default_factory=dict)
     n_comm: int = 0
+    comm_timed: int = 0  # of them, with a duration (read with n_comm, for the skipped reason)
+    comm_names: Counter[str] = field(default_factory=Counter)
+    device: bool = False  # the rank has device activity
     energy: EnergyResult | None = None
     power: PowerResult | None = None
     tel_rows: int = 0
@@ -202,7 +207,7 @@ def analyze_rank(
         windows=windows,
     )
     if part.coll.height == 0:  # only read when no rank has a timed collective (the skipped reason)
-        part.n_comm = int(tr.nodes["node_type"].is_in(COMM_NODE_TYPES).sum())
+        part.n_comm, part.comm_timed, part.comm_names, part.device = comm_facts(tr)
     tel = tr.telemetry
     part.tel_rows = tel.height
     part.tel_cols = [
@@ -307,12 +312,11 @@ def _merge_bandwidth(
             tally[k] = tally.get(k, 0) + v
     bw = bandwidth_from(frames, peaks, simulated=any(p.meta_simulated for p in parts), tally=tally)
     if bw.collectives.height == 0:
-        n_comm = sum(p.n_comm for p in parts)
-        skipped["bandwidth"] = (
-            f"{n_comm:,} collectives, but none has a duration (a host execution trace alone records "
-            "none; convert it together with its Kineto profile): bandwidth not computed"
-            if n_comm
-            else "no collectives in this trace: bandwidth not computed"
+        skipped["bandwidth"] = no_bandwidth_reason(
+            sum(p.n_comm for p in parts),
+            sum(p.comm_timed for p in parts),
+            sum((p.comm_names for p in parts), Counter()),
+            any(p.device for p in parts),
         )
         return None
     if simulated:

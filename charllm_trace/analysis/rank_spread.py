@@ -20,6 +20,7 @@ import polars as pl
 
 from charllm_trace.analysis.results import frame
 from charllm_trace.analysis.spread_results import RANK_SPREAD_SCHEMA
+from charllm_trace.analysis.step_cuts import whole_steps
 
 
 def _spread(values: pl.DataFrame, dim: str, measure: str) -> pl.DataFrame:
@@ -41,7 +42,7 @@ def rank_spread(per_rank: pl.DataFrame, per_dim: pl.DataFrame) -> pl.DataFrame:
     """RANK_SPREAD_SCHEMA rows from the overlap rows of several ranks (empty without rows)."""
     rows: list[pl.DataFrame] = []
     whole = per_rank.filter(pl.col("step").is_null())
-    steps = per_rank.filter(pl.col("step").is_not_null())
+    steps, _ = whole_steps(per_rank.filter(pl.col("step").is_not_null()))  # cut steps left out
 
     def add(df: pl.DataFrame, dim: str, measure: str) -> None:
         df = df.filter(pl.col("v").is_not_null())

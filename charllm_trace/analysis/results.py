@@ -81,6 +81,7 @@ OVERLAP_SCHEMA: dict[str, pl.DataType] = {
     "overlap_pct": pl.Float64,  # 100 * overlap_ns / comm_ns; null when comm_ns == 0
     "n_compute": pl.Int64,  # intervals counted
     "n_comm": pl.Int64,
+    "cut": pl.Boolean,  # the step is cut by the trace's end: left out of step means (step_cuts)
 }
 
 #: Same measures per process group / parallelism dimension: communication of that

@@ -38,6 +38,7 @@ STREAM_OPS_SCHEMA: dict[str, pl.DataType] = {
     "dur_ns": pl.Int64,
     "call_start_ns": pl.Int64,  # the launch call's start; null when none is in the trace
     "call_dur_ns": pl.Int64,
+    "call_name": pl.String,  # the launch call's name (cudaLaunchKernel ...); null when none
     "step": pl.Int64,  # the step it was launched in; null outside steps
 }
 
@@ -93,6 +94,7 @@ def stream_ops(
         .agg(
             pl.col("start_ns").min().alias("call_start_ns"),
             pl.col("dur_ns").sort_by("start_ns").first().alias("call_dur_ns"),
+            pl.col("name").sort_by("start_ns").first().alias("call_name"),
         )
     )
     ops = ops.lazy().join(calls, on="correlation", how="left", maintain_order="left").collect()

@@ -1,4 +1,4 @@
-"""Link host-ET ops to Kineto ops.
+r"""Link host-ET ops to Kineto ops.
 
 Methods, tried in order (the one used is reported as ``link_method``):
 
@@ -7,9 +7,12 @@ Methods, tried in order (the one used is reported as ``link_method``):
 2. ``name_order``: profiles without ``Record function id`` (older PyTorch, e.g. the DLRM set):
    on each thread, the k-th host op named N (host ids are in call order) is the k-th Kineto op
    named N (in start order). Host threads are paired with Kineto threads by the most such
-   matches. Accepted only if it is convincing: >= 90 % of host ops matched and >= 90 % of matched
-   children sit under the matched parent. Otherwise the conversion falls back to the Kineto
-   profile alone (``link_method`` = "none", with the reason).
+   matches. When the host ET is much smaller than a profile of several ``ProfilerStep``\ s, it is
+   matched inside each window of consecutive steps too, and the best window is used
+   (``link_window``; ``kineto_window`` in the stats). Accepted only if it is convincing: >= 90 %
+   of host ops matched and >= 90 % of matched children sit under the matched parent. Otherwise
+   the conversion falls back to the Kineto profile alone (``link_method`` = "none", with the
+   reason in one line, both op counts in it).
 
 A host ET and a Kineto profile of different processes (different pid) or with little overlap
 (< 50 % of host ops found by ``rf_id``) are an ``InputError``: they are not a pair.
@@ -23,6 +26,7 @@ from typing import Any
 import polars as pl
 
 from charllm_trace.converters.host_et import PG_INIT, HostET
+from charllm_trace.converters.link_window import best_window, no_window_reason
 from charllm_trace.errors import InputError
 
 #: host ET bookkeeping nodes with no Kineto counterpart
@@ -130,12 +134,22 @@ def link(host: HostET, ev: pl.DataFrame, kineto_path: str) -> Link:
         return Link("rf_id", pairs, stats)
     pairs, s2 = _by_name_order(host, kin)
     frac = pairs.height / n_host if n_host else 0.0
+    need = (MIN_ORDER_MATCH, MIN_PARENT_AGREE)
+    # a host ET over fewer iterations than the profile: link within the window it covers
+    win = best_window(kin, ev, n_host, lambda k: _by_name_order(host, k))
+    if win is not None and (win[2], win[1].get("parent_agreement", 0.0)) >= (
+        frac,
+        s2.get("parent_agreement", 0.0),
+    ):
+        pairs, s2, frac = win
     stats.update(s2, linked_ops=pairs.height, linked_fraction=round(frac, 4))
-    if frac >= MIN_ORDER_MATCH and s2.get("parent_agreement", 0.0) >= MIN_PARENT_AGREE:
+    agree = s2.get("parent_agreement", 0.0)
+    if frac >= need[0] and agree >= need[1]:
         return Link("name_order", pairs, stats)
     stats["fallback_reason"] = (
-        f"no record-function ids; matching by name and order found {frac:.0%} of host ops with "
-        f"{s2.get('parent_agreement', 0.0):.0%} parent agreement (need {MIN_ORDER_MATCH:.0%} and "
-        f"{MIN_PARENT_AGREE:.0%})"
+        no_window_reason(n_host, kin.height, frac, agree, need)
+        if win is not None
+        else f"no record-function ids; matching by name and order found {frac:.0%} of host ops with "
+        f"{agree:.0%} parent agreement (need {need[0]:.0%} and {need[1]:.0%})"
     )
     return Link("none", pairs.clear(), stats)

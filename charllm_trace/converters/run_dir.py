@@ -395,7 +395,9 @@ def summary_lines(run: Run) -> list[str]:
         parts = [f"rank {rank}: {t.nodes.height} nodes", f"{r.get('comm_nodes', 0)} communication nodes"]
         lm = r.get("link_method")
         if r.get("host_ops") is not None:
-            parts.append(f"host ops linked {r.get('host_ops_linked')}/{r.get('host_ops')} by {lm}")
+            win = (r.get("link") or {}).get("kineto_window")
+            within = f" within the profile's {win}" if win else ""
+            parts.append(f"host ops linked {r.get('host_ops_linked')}/{r.get('host_ops')} by {lm}{within}")
         else:
             parts.append(f"link: {lm}")
         if r.get("gpu_nodes"):

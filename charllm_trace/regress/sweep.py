@@ -8,7 +8,8 @@ is one :class:`Col` entry and one line in :func:`run_row`.
 Definitions (docs/analyses.md, "Comparing runs"):
 
 - **step time**: per ``ProfilerStep``, the slowest rank's span of that step (``diff``'s
-  ``step_totals``: the overlap analysis' per-step ``span_ns``); the mean over steps;
+  ``step_totals``: the overlap analysis' per-step ``span_ns``); the mean over steps, steps cut by
+  the trace's end left out (``analysis.step_cuts``; a note counts them) as in every step mean;
 - **throughput**: steps/s = 1 / step time; tokens/s = tokens per step × steps/s (tokens per step
   from the run's configuration, null when unknown);
 - **overlap %**: pooled over ranks, whole trace: 100 · Σ overlap / Σ communication;
@@ -42,6 +43,8 @@ from charllm_trace.regress.diff import step_totals
 LOWER, HIGHER = "lower", "higher"
 #: a row's notes on its configuration (one string: rows hold plain values), not a column
 NOTES = "_notes"
+#: how many steps the trace's end cut, left out of the row's step means (a note, not a column)
+CUT = "_cut_steps"
 DIMS = ("tp", "cp", "dp", "pp", "ep")
 
 
@@ -127,6 +130,14 @@ def _mean(values: list[Any]) -> float | None:
     return sum(vs) / len(vs) if vs else None
 
 
+def _cut_steps(an: RunAnalysis) -> list[int]:
+    """The steps cut by the trace's end on any rank (``analysis.step_cuts``)."""
+    if an.overlap is None:
+        return []
+    pr = an.overlap.per_rank
+    return pr.filter(pl.col("step").is_not_null() & pl.col("cut").fill_null(False))["step"].unique().to_list()
+
+
 def step_figures(an: RunAnalysis) -> dict[str, Any]:
     """Step time, exposed communication per step (ms), overlap % (whole trace) and the step count."""
     st = step_totals(an)
@@ -134,6 +145,10 @@ def step_figures(an: RunAnalysis) -> dict[str, Any]:
     if st is None:
         return out
     steps = st.filter(pl.col("step").is_not_null() & pl.col("step_time").is_not_null())
+    cut = _cut_steps(an)
+    if cut and steps.filter(~pl.col("step").is_in(cut)).height:  # whole steps only (step_cuts)
+        steps = steps.filter(~pl.col("step").is_in(cut))
+        out[CUT] = len(cut)
     out["n_steps"] = steps.height
     out["step_time_ms"] = _mean(steps["step_time"].to_list())
     out["exposed_comm_ms"] = _mean(steps["exposed_comm"].to_list())
@@ -207,6 +222,9 @@ def power_figures(an: RunAnalysis) -> dict[str, Any]:
         )
         .filter(~pl.col("_u"))
     )
+    cut = _cut_steps(an)
+    if cut and steps.filter(~pl.col("step").is_in(cut)).height:
+        steps = steps.filter(~pl.col("step").is_in(cut))
     out["energy_per_step_j"] = _mean(steps["j"].to_list())
     return out
 
@@ -356,6 +374,11 @@ def sweep_rows(
     for row in rows:
         if row.get(NOTES):
             notes.append(f"{row['run']}: {row[NOTES]}")
+        if row.get(CUT):
+            notes.append(
+                f"{row['run']}: {row[CUT]} step(s) cut by the trace's end left out of the step means "
+                f"(step time over {row['n_steps']} whole step(s))"
+            )
         if row["n_steps"] == 0:
             notes.append(
                 f"{row['run']}: no per-step overlap rows: step time, throughput and per-step figures unknown"

@@ -24,6 +24,7 @@ from charllm_trace.et import schema as pb
 from charllm_trace.et.framing import encode_varint, frame
 from charllm_trace.model import Run, Trace
 from charllm_trace.render import astra_sim_plan as plan
+from charllm_trace.render.astra_sim_mem import io_lists
 
 #: collectives ASTRA-sim simulates on its network model; any other is written as BROADCAST,
 #: which it replays with ``duration_micros`` (``Workload::issue_coll_comm``)
@@ -101,8 +102,8 @@ def plan_run(
     """Every rank's plan, with communication attributes matched across ranks; the
     communicator groups (ASTRA-sim id -> global ranks); notes on what was changed or left out.
 
-    ``host_gaps``: in GPU runs, also the intervals in which the GPU ran nothing, as compute
-    (``astra_sim_plan.host_gaps``). Unless ``align_starts`` (or a rank had no timestamps),
+    ``host_gaps``: also the intervals in which no exported op ran (GPU runs: the GPU; CPU
+    runs: any traced op), as compute (``astra_sim_plan.host_gaps``). Unless ``align_starts`` (or a rank had no timestamps),
     a rank that started after the first one begins with a compute node
     ``charllm.start_offset`` as long as the difference: ASTRA-sim starts every NPU at 0."""
     where = where or run.source or "run"
@@ -114,8 +115,10 @@ def plan_run(
         sel, mode = plan.select(classified)
         if sel.height == 0:
             raise InputError(where, f"rank {r}: no node has both a start time and a duration")
-        if host_gaps and mode == "gpu":
-            sel = pl.concat([sel, plan.host_gaps(sel, _next_id(traces[r], sel))], how="diagonal_relaxed")
+        if host_gaps:  # GPU and CPU runs alike: the time no exported op covers
+            sel = pl.concat(
+                [sel, plan.host_gaps(sel, _next_id(traces[r], sel), mode)], how="diagonal_relaxed"
+            )
         picked[r] = (classified, sel, mode)
     skew = not align_starts and all(t.meta.clock == "unix_ns" for t in traces.values())
     first = min(int(sel["start_ns"].min()) for _, sel, _ in picked.values())
@@ -324,9 +327,10 @@ def _node_messages(p: plan.RankPlan):
         "id", "name", "start_ns", "dur_us", "x_dur", "is_comm", "lane", "num_ops", "tensor_size", "coll_type", "coll_seq",
         "a_type", "a_pg", "a_dur", "a_size", "a_src", "a_dst", "a_tag",
     ).to_dict(as_series=False)  # fmt: skip
-    rows = zip(*cols.values(), strict=True)
+    rows = zip(*cols.values(), io_lists(n), strict=True)
     for (
         nid, name, start, dur_us, x_dur, is_comm, lane, ops, size, ctype, cseq, atype, apg, adur, asize, asrc, adst, atag,
+        (reads, writes),
     ) in rows:  # fmt: skip
         m = pb.Node(id=nid & ((1 << 64) - 1), name=name or "")
         if nid in dmap:
@@ -336,6 +340,8 @@ def _node_messages(p: plan.RankPlan):
         add = m.attr.add
         add(name="is_cpu_op", bool_val=False)
         add(name="charllm.lane", string_val=p.lanes.get(lane, ""))
+        add(name="inputs").string_list.values.extend(reads)  # ASTRA-sim's local memory model
+        add(name="outputs").string_list.values.extend(writes)
         if is_comm:
             m.duration_micros = max(int(adur or 0) + 500, 0) // 1000
             add(name="charllm.dur_ns", int64_val=int(adur or 0))

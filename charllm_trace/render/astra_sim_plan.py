@@ -13,6 +13,8 @@ flavour*). So each rank is projected onto:
   container nodes, and ops a collective's worker thread ran inside the collective.
   Annotation time that is not covered by any traced op and overlaps a collective of the
   rank is taken as waiting for it (ASTRA-sim simulates that wait) and dropped.
+- **Host gaps** (both modes, unless ``host_gaps=False``): the time between the rank's first and
+  last exported op that no exported op covers, as compute on ``HOST_LANE`` (:func:`host_gaps`).
 
 Order is given as data dependencies (the sole dependency kind the export writes):
 
@@ -132,13 +134,14 @@ def select(classified: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     return sel, "cpu"
 
 
-def host_gaps(sel: pl.DataFrame, first_id: int) -> pl.DataFrame:
-    """GPU runs, ``--host-gaps``: one compute row (lane ``HOST_LANE``) per interval in which
-    no exported GPU op of the rank ran, between its first start and its last end: time the
-    GPU waited for the host (launches, Python, synchronisation), which ASTRA-sim otherwise
-    does not see. Rows have the columns ``id``, ``name``, ``kind``, ``start_ns``, ``end_ns``,
-    ``dur_ns``, ``self_ns``, ``is_comm``, ``lane``; ids from ``first_id`` on."""
-    g = sel.filter(pl.col("on_gpu").fill_null(False))
+def host_gaps(sel: pl.DataFrame, first_id: int, mode: str = "gpu") -> pl.DataFrame:
+    """``--host-gaps``: one compute row (lane ``HOST_LANE``) per interval in which no exported
+    op of the rank ran, between its first start and its last end: in GPU runs the time the
+    GPU waited for the host (launches, Python, synchronisation), in CPU runs the time no
+    traced op covers (Python between ops, the interpreter, untraced work), which ASTRA-sim
+    otherwise does not see. Rows have the columns ``id``, ``name``, ``kind``, ``start_ns``,
+    ``end_ns``, ``dur_ns``, ``self_ns``, ``is_comm``, ``lane``; ids from ``first_id`` on."""
+    g = sel.filter(pl.col("on_gpu").fill_null(False)) if mode == "gpu" else sel
     us, ue = _union(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
     a, b = ue[:-1], us[1:]
     keep = b - a >= 1000

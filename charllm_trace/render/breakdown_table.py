@@ -8,11 +8,11 @@ from typing import Any
 
 import polars as pl
 from rich.console import Console
-from rich.table import Table
 
 from charllm_trace.analysis.kernel_category import CATEGORIES
 from charllm_trace.analysis.results_breakdown import BreakdownResult
-from charllm_trace.render.table_style import plain_table
+from charllm_trace.render.fit import FitTable
+from charllm_trace.render.table_style import dim_line, plain_table
 
 #: Rows of the kernel and op tables (per rank) unless ``analyze --breakdown-top`` says otherwise.
 TOP = 10
@@ -32,8 +32,10 @@ SHORT = {
 assert tuple(SHORT) == CATEGORIES
 
 
-def _table(title: str, cols: list[tuple[str, str]]) -> Table:
-    return plain_table(title, cols, no_wrap=True)
+def _table(title: str, cols: list[tuple[str, str]], names: int | None = None) -> FitTable:
+    """A table; with ``names`` its second column (kernel or op names) at most that wide, shortened
+    from the middle (so the table keeps within 80 columns)."""
+    return plain_table(title, cols, shrink=1 if names else None, max_width=names)
 
 
 def _ms(ns: Any) -> str:
@@ -57,7 +59,7 @@ def _step(step: Any) -> str:
 
 
 def _dim(console: Console, text: str) -> None:
-    console.print(f"  {text}", style="dim", markup=False, highlight=False)
+    dim_line(console, f"  {text}")
 
 
 def render_breakdown(bd: BreakdownResult, console: Console, *, per_step: bool, label: str = "") -> None:
@@ -105,10 +107,10 @@ def render_breakdown(bd: BreakdownResult, console: Console, *, per_step: bool, l
             ("%", "right"),
         ]
         k = _table(
-            f"Top {what} by GPU time (whole trace" + (", all ranks" if many else "") + ")" + label, cols
+            f"Top {what} by GPU time (whole trace" + (", all ranks" if many else "") + ")" + label,
+            cols,
+            29 if group == "kernel" else 31,
         )
-        k.columns[1].overflow = "ellipsis"
-        k.columns[1].max_width = 29 if group == "kernel" else 31
         last = None
         for r in df.iter_rows(named=True):
             who = _who(r["rank"])

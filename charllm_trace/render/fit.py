@@ -8,8 +8,9 @@ offers:
 - otherwise the columns are split into several tables, one under the other, each repeating
   the table's key columns (the first ``keys`` columns: rank, step, type...), so every row stays
   readable and no number is ever cut or wrapped;
-- text columns marked ``shrink`` (operator and kernel names) may be shortened with an ellipsis
-  first; numbers never are.
+- text columns marked ``shrink`` (operator and kernel names) may be shortened first, from the
+  middle (``shorten_middle``: both ends of a name survive, so two names that share a long
+  prefix still read differently); numbers never are.
 
 ``Console(width=...)`` sets the budget: 80 columns for a pipe or a narrow terminal, the
 terminal's width otherwise, unlimited with the CLI's ``--wide``.
@@ -17,6 +18,7 @@ terminal's width otherwise, unlimited with the CLI's ``--wide``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +31,48 @@ from rich.text import Text
 
 #: Width of a text column marked ``shrink`` below which it is never shortened.
 MIN_SHRINK = 24
+
+
+def shorten_middle(text: str, width: int) -> str:
+    """``text`` in at most ``width`` cells: its start and its end joined by an ellipsis."""
+    if cell_len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    head = (width - 1) // 2
+    tail = width - 1 - head
+    return text[:head] + "…" + (text[-tail:] if tail else "")
+
+
+def _around_difference(text: str, start: int, width: int) -> str:
+    """``text`` in ``width`` cells: its first few characters, then the part from ``start`` (where
+    it differs from names it would otherwise read like), ellipses where text is left out."""
+    head = min(max(width // 4, 1), start)
+    rest = width - head - 1
+    part = text[start : start + rest]
+    if start + rest < len(text):
+        part = part[: rest - 1] + "…"
+    return text[:head] + "…" + part if start > head else text[: head + len(part)]
+
+
+def shorten_names(cells: list[str], width: int) -> list[str]:
+    """Each of ``cells`` in at most ``width`` cells, from the middle (``shorten_middle``); names
+    that would then read the same though they differ show, after their start, the part where
+    they begin to differ."""
+    out = [shorten_middle(c, width) for c in cells]
+    groups: dict[str, set[str]] = {}
+    for c, o in zip(cells, out, strict=True):
+        groups.setdefault(o, set()).add(c)
+    for o, originals in groups.items():
+        if len(originals) < 2 or width < 8:
+            continue
+        names = sorted(originals)
+        alt = {}
+        for n in names:  # from just before where n parts from the name most like it
+            lcp = max(len(os.path.commonprefix([n, m])) for m in names if m != n)
+            alt[n] = _around_difference(n, max(lcp - 4, 0), width)
+        out = [alt.get(c, x) if x == o else x for c, x in zip(cells, out, strict=True)]
+    return out
 
 
 def _cell_width(c: str | Text) -> int:
@@ -154,10 +198,15 @@ class FitTable:
                 c.header, justify=c.justify, no_wrap=not c.wrap,  # type: ignore[arg-type]
                 overflow="ellipsis" if c.shrink and not c.wrap else "fold", width=w, min_width=w,
             )  # fmt: skip
+        cells = [self.columns[i].cells for i in cols]
+        for k, (i, w) in enumerate(zip(cols, widths, strict=True)):
+            c = self.columns[i]
+            if c.shrink and not c.wrap and all(isinstance(x, str) for x in c.cells):
+                cells[k] = shorten_names(c.cells, w)  # type: ignore[arg-type]
         for r in range(self.row_count):
             if r in self._sections and r > 0:
                 t.add_section()
-            t.add_row(*(self.columns[i].cells[r] for i in cols), end_section=False)
+            t.add_row(*(col[r] for col in cells), end_section=False)
         return t
 
     def tables(self, budget: int) -> Iterator[Text | Table]:

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from charllm_trace.analysis.results import RunAnalysis
-from charllm_trace.render.table_style import plain_table, simulated_label
+from charllm_trace.render.table_style import dim_line, plain_table, simulated_label
 
 TOP_OPS = 8
 SHORT = {"attention": "attn"}
@@ -22,8 +22,13 @@ def _f(v: Any, fmt: str) -> str:
     return fmt.format(v)
 
 
+def _mfu(v: Any) -> str:
+    """An MFU figure; above 100 % marked ``!`` (its row's mfu_why and a note say why)."""
+    return _f(v, "{:.1f}") + ("!" if isinstance(v, float) and v > 100.0 else "")
+
+
 def _dim(console: Console, text: str) -> None:
-    console.print(text, style="dim", markup=False, highlight=False)
+    dim_line(console, text)
 
 
 def render_flops(res: RunAnalysis, console: Console) -> None:
@@ -40,7 +45,7 @@ def render_flops(res: RunAnalysis, console: Console) -> None:
             _f(r["rank"], "{}"), "all" if r["step"] is None else str(r["step"]), SHORT.get(r["op_class"], r["op_class"]), r["dtype"] or "-",
             str(r["n_ops"]), str(r["n_no_shapes"]), _f(None if r["flop"] is None else r["flop"] / 1e12, "{:.3g}"),
             _f(None if r["kernel_ns"] is None else r["kernel_ns"] / 1e6, "{:.3f}"), _f(r["tflops"], "{:.3g}"),
-            _f(r["mfu_pct"], "{:.1f}"), _f(r["wall_mfu_pct"], "{:.2f}"),
+            _mfu(r["mfu_pct"]), _f(r["wall_mfu_pct"], "{:.2f}"),
         )  # fmt: skip
     console.print(t)
     what = "GPU kernels the ops launched" if fl.mode != "cpu" else "the ops' own CPU time"
@@ -63,16 +68,16 @@ def render_flops(res: RunAnalysis, console: Console) -> None:
         o = plain_table(
             "Top operators by FLOPs (whole trace)" + simulated_label(res),
             [("rank", "right"), ("operator", "left"), ("dtype", "left"), ("n", "right"), ("TFLOP", "right"),
-             ("TFLOP/s", "right"), ("MFU %", "right")],
+             ("TFLOP/s", "right"), ("MFU %", "right")], shrink=1, max_width=44,
         )  # fmt: skip
-        o.columns[1].no_wrap = True
-        o.columns[1].overflow = "ellipsis"
-        o.columns[1].max_width = 36
         for r in ops.iter_rows(named=True):
             o.add_row(
                 _f(r["rank"], "{}"), str(r["name"]), r["dtype"] or "-", str(r["count"]),
-                _f(r["flop"] / 1e12, "{:.3g}"), _f(r["tflops"], "{:.3g}"), _f(r["mfu_pct"], "{:.1f}"),
+                _f(r["flop"] / 1e12, "{:.3g}"), _f(r["tflops"], "{:.3g}"), _mfu(r["mfu_pct"]),
             )  # fmt: skip
         console.print(o)
+    over = fl.per_step["mfu_pct"].gt(100).any() or fl.by_op["mfu_pct"].gt(100).any()
+    if over:
+        _dim(console, "  ! MFU above 100 %: faster than the peak it is compared with (see the note)")
     for n in fl.notes:
         _dim(console, f"  note: {n}")

@@ -51,9 +51,9 @@ def render_info(s: dict[str, Any], console: Console) -> None:
     head.add_row("world size", "-" if s["world_size"] is None else str(s["world_size"]))
     head.add_row("nodes", f"{s['nodes']:,}")
     if s["has_timestamps"]:
-        head.add_row(
-            "time span", f"{s['duration_s']:.6f} s  ({_time(s['start_ns'])} .. {_time(s['end_ns'])})"
-        )
+        head.add_row("time span", f"{s['duration_s']:.6f} s")
+        head.add_row("from", _time(s["start_ns"]))  # each date whole on a row of its own
+        head.add_row("to", _time(s["end_ns"]))
     else:
         head.add_row("time span", "no timestamps")
     head.add_row("devices", ", ".join(s["devices"]) or "unknown")

@@ -22,6 +22,7 @@ import polars as pl
 from charllm_trace.errors import InputError
 from charllm_trace.regress.sweep import HIGHER, LOWER, Col, Sweep
 from charllm_trace.render.contract import stamp
+from charllm_trace.render.table_style import dim_line
 
 if TYPE_CHECKING:  # rich is imported where the tables are drawn (JSON/CSV output needs none of it)
     from rich.console import Console
@@ -143,7 +144,7 @@ def print_sweep(sw: Sweep, console: Console, *, wide: bool = False) -> None:
             highlight=False,
         )
     for n in sw.notes:
-        console.print(f"note: {n}", style="dim", markup=False, highlight=False)
+        dim_line(console, f"note: {n}")
 
 
 # ---------------------------------------------------------------------------

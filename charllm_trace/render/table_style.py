@@ -3,11 +3,13 @@ per-analysis renderers and the label of a simulated timeline. Formatting only.""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable
 from typing import Any
 
-from rich import box
-from rich.table import Table
+from rich.console import Console
+
+from charllm_trace.render.fit import FitTable
 
 
 def simulated_label(res: Any) -> str:
@@ -16,12 +18,29 @@ def simulated_label(res: Any) -> str:
     return " [SIMULATED]" if res.simulated else ""
 
 
-def plain_table(title: str, cols: Iterable[tuple[str, str]], *, no_wrap: bool = False) -> Table:
-    """A rich table with a bold left title and a simple head: ``cols`` are (name, justify)."""
-    t = Table(
-        title=title, title_justify="left", title_style="bold", header_style="bold",
-        box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False,
-    )  # fmt: skip
-    for name, just in cols:
-        t.add_column(name, justify=just, no_wrap=no_wrap)  # type: ignore[arg-type]
+def plain_table(
+    title: str, cols: Iterable[tuple[str, str]], *, shrink: int | None = None, max_width: int | None = None
+) -> FitTable:
+    """A table with a bold left title and a simple head: ``cols`` are (name, justify). A
+    :class:`~charllm_trace.render.fit.FitTable`: too wide for the console, it is split into parts
+    that repeat the first column rather than cut a number; column ``shrink`` (a name) may be
+    shortened from the middle, to at most ``max_width``."""
+    t = FitTable(title, keys=1)
+    for i, (name, just) in enumerate(cols):
+        t.add_column(name, just, shrink=i == shrink, max_width=max_width if i == shrink else None)
     return t
+
+
+def dim_line(console: Console, text: str, style: str | None = "dim") -> None:
+    """A dim line (a note, a legend) wrapped at the console's width with a hanging indent: the
+    lines after the first start two columns right of the first's text, never at column 0."""
+    lead = len(text) - len(text.lstrip(" "))
+    width = console.size.width
+    lines = textwrap.wrap(
+        text.strip(), width=max(width - lead, 20), subsequent_indent="  ",
+        break_long_words=False, break_on_hyphens=False,
+    ) or [""]  # fmt: skip
+    for line in lines:
+        console.print(
+            " " * lead + line, style="dim", markup=False, highlight=False, overflow="ignore", crop=False
+        )

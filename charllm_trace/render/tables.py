@@ -12,7 +12,7 @@ from rich.console import Console
 
 from charllm_trace.analysis.results import CAN_SIMULATE, CP_CATEGORIES, NO_PEAK, WARNING, RunAnalysis
 from charllm_trace.render.fit import FitTable, table_console
-from charllm_trace.render.table_style import simulated_label
+from charllm_trace.render.table_style import dim_line, simulated_label
 from charllm_trace.render.tables_spread import render_rank_spread
 from charllm_trace.render.tables_streams import render_streams
 
@@ -67,7 +67,7 @@ SHRINKABLE = frozenset({"operator", "kernel", "launching CPU op", "process group
 
 
 def _legend(console: Console, text: str) -> None:
-    console.print(f"  {text}", style="dim", markup=False, highlight=False)
+    dim_line(console, f"  {text}")
 
 
 def _notes(console: Console, notes: list[str]) -> None:
@@ -76,7 +76,7 @@ def _notes(console: Console, notes: list[str]) -> None:
             console.print(f"  warning: {cli_hint(n.replace(WARNING, ''))}", style="bold yellow", markup=False,
                           highlight=False)  # fmt: skip
         else:
-            console.print(f"  note: {cli_hint(n)}", style="dim", markup=False, highlight=False)
+            dim_line(console, f"  note: {cli_hint(n)}")
 
 
 def render_overlap(res: RunAnalysis, console: Console) -> None:
@@ -146,10 +146,10 @@ def render_bandwidth(res: RunAnalysis, console: Console) -> None:
     for pg, lp in bw.peaks.items():
         if lp.gbps is None:
             continue  # an unknown peak is explained once, in the notes below
-        console.print(
+        dim_line(
+            console,
             f"  group {pg if pg != 'None' else '-'}: peak {_num(lp.gbps, '{:.0f}')} GB/s per direction — {lp.link} ({lp.source})",
-            style="dim", markup=False, highlight=False,
-        )  # fmt: skip
+        )
     if bw.matched.height:
         m = bw.matched.sort("skew_ns", descending=True).head(TOP)
         mt = _table(
@@ -315,11 +315,10 @@ def render_critical_path(res: RunAnalysis, console: Console) -> None:
     console.print(t)
     console.print(m)
     legend = ", ".join(f"{CP_SHORT[c][0]} = {CP_SHORT[c][1]}" for c in shown)
-    console.print(
-        f"  {legend}; % of the path's length"
-        + (f"; 0 on every path: {', '.join(hidden)}" if hidden else ""),
-        style="dim", markup=False, highlight=False,
-    )  # fmt: skip
+    dim_line(
+        console,
+        f"  {legend}; % of the path's length" + (f"; 0 on every path: {', '.join(hidden)}" if hidden else ""),
+    )
     ops = cp.top_ops.filter(pl.col("step").is_null()).sort(
         pl.col("scope") == "job", "rank", maintain_order=True
     )  # ranks first, then the job
@@ -350,10 +349,10 @@ def render_critical_path(res: RunAnalysis, console: Console) -> None:
             )  # fmt: skip
         console.print(o)
         if only_job:
-            console.print(
+            dim_line(
+                console,
                 "  each rank's own list: --format json (frame critical_path_ops)",
-                style="dim", markup=False, highlight=False,
-            )  # fmt: skip
+            )
     _notes(console, cp.notes)
 
 
@@ -377,17 +376,17 @@ def render_what_if(res: RunAnalysis, console: Console, printed: list[str] | None
             _pct1(r["predicted_overlap_pct"]),
         )  # fmt: skip
     console.print(t)
-    console.print(
+    dim_line(
+        console,
         "  meas = measured, pred = PREDICTED by replaying the execution graph with scaled durations; "
         "exp = exposed communication (ms), ovl = communication overlapped with compute (%)",
-        style="dim", markup=False, highlight=False,
-    )  # fmt: skip
+    )
     if wi.fixed_wait_pct is not None:
-        console.print(
+        dim_line(
+            console,
             f"  note: {wi.fixed_wait_pct:.1f} % of the measured critical path is waiting the trace does not explain; "
             "it is kept as measured in the prediction",
-            style="dim", markup=False, highlight=False,
-        )  # fmt: skip
+        )
     _notes(console, [n for n in wi.notes if n not in (printed or [])])
 
 
@@ -407,7 +406,7 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
         if getattr(res, name) is not None:
             fn(res, console)
         elif name in res.skipped and not (name == "power" and res.skipped.get("energy") == res.skipped[name]):
-            console.print(f"{name}: {cli_hint(res.skipped[name])}", markup=False, highlight=False)
+            dim_line(console, f"{name}: {cli_hint(res.skipped[name])}", style=None)
         console.print()
     if res.breakdown is not None:
         from charllm_trace.render.breakdown_table import render_breakdown
@@ -415,7 +414,7 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
         render_breakdown(res.breakdown, console, per_step=res.options.per_step, label=simulated_label(res))
         console.print()
     elif "breakdown" in res.skipped:
-        console.print(f"time breakdown: {cli_hint(res.skipped['breakdown'])}", markup=False, highlight=False)
+        dim_line(console, f"time breakdown: {cli_hint(res.skipped['breakdown'])}", style=None)
         console.print()
     printed: list[str] = []
     if res.critical_path is not None:
@@ -423,15 +422,13 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
         printed = list(res.critical_path.notes)
         console.print()
     elif "critical_path" in res.skipped:
-        console.print(
-            f"critical path: {cli_hint(res.skipped['critical_path'])}", markup=False, highlight=False
-        )
+        dim_line(console, f"critical path: {cli_hint(res.skipped['critical_path'])}", style=None)
         console.print()
     if res.what_if is not None:
         render_what_if(res, console, printed)
         console.print()
     elif "what_if" in res.skipped:
-        console.print(f"what-if: {cli_hint(res.skipped['what_if'])}", markup=False, highlight=False)
+        dim_line(console, f"what-if: {cli_hint(res.skipped['what_if'])}", style=None)
         console.print()
     render_streams(res, console, cli_hint)  # idle time per GPU stream, launch statistics
     if res.flops is not None:
@@ -440,7 +437,7 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
         render_flops(res, console)
         console.print()
     elif "flops" in res.skipped:
-        console.print(f"FLOP/s: {res.skipped['flops']}", markup=False, highlight=False)
+        dim_line(console, f"FLOP/s: {res.skipped['flops']}", style=None)
         console.print()
     if res.pipeline is not None:  # only where microbatches are labelled (the reason is in the JSON)
         from charllm_trace.render.pipeline_table import render_pipeline

@@ -11,7 +11,7 @@ import polars as pl
 from rich.console import Console
 
 from charllm_trace.analysis.results import RunAnalysis
-from charllm_trace.render.table_style import plain_table, simulated_label
+from charllm_trace.render.table_style import dim_line, plain_table, simulated_label
 
 
 def _ms(v: Any) -> str:
@@ -39,7 +39,7 @@ def _rows(res: RunAnalysis, df: pl.DataFrame) -> pl.DataFrame:
 
 def _notes(console: Console, notes: list[str]) -> None:
     for n in notes:
-        console.print(f"  note: {n}", style="dim", markup=False, highlight=False)
+        dim_line(console, f"  note: {n}")
 
 
 def render_idle_time(res: RunAnalysis, console: Console) -> None:
@@ -59,12 +59,12 @@ def render_idle_time(res: RunAnalysis, console: Console) -> None:
             _f(r["other_pct"]),
         )  # fmt: skip
     console.print(t)
-    console.print(
+    dim_line(
+        console,
         "  % of the stream's idle time: host = waiting for the CPU to launch; kernel = gap under "
         f"{it.kernel_wait_threshold_ns / 1e3:g} µs after a launch in time; other = launched in time, "
         "started later (events, syncs)",
-        style="dim", markup=False, highlight=False,
-    )  # fmt: skip
+    )
     _notes(console, it.notes)
 
 
@@ -84,11 +84,11 @@ def render_launch(res: RunAnalysis, console: Console, printed: list[str] | None 
             _f(r["shorter_pct"]), _f(r["queue_max"], "{}"), _f(r["queue_mean"], "{:.2f}"),
         )  # fmt: skip
     console.print(t)
-    console.print(
+    dim_line(
+        console,
         "  ops: with a launch call; short % = ops shorter than their launch call; q = ops launched "
         "and not finished; over time: --format json (frame launch_queue) or the report",
-        style="dim", markup=False, highlight=False,
-    )  # fmt: skip
+    )
     _notes(console, [n for n in ls.notes if n not in (printed or [])])
 
 
