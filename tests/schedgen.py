@@ -1,0 +1,438 @@
+"""Schedules with a known critical path: a simulator of ranks whose CPU thread launches kernels onto
+GPU streams, written out as Kineto profiles (one per rank) whose true critical path, and the time
+of each category on it, are known from the simulation itself (not from the analyser).
+
+The rules the simulator applies (times in integer ns):
+
+- a CPU op runs ``pre`` of its own time, then its runtime call (``cudaLaunchKernel``, cost
+  ``launch_call``), then ``post``; consecutive top-level ops on the thread are ``cpu_gap`` apart;
+- a kernel starts at max(call start + ``latency``, end of the previous op on its stream +
+  ``gap``, end of the op an event wait names); it runs its duration;
+- ``cudaGraphLaunch`` starts its kernels one after another on its stream (they carry the graph
+  launch's correlation id), the first as a launched kernel;
+- ``cudaDeviceSynchronize`` returns at max(call start + ``sync_call``, last GPU op end +
+  ``sync_latency``);
+- an event wait (``cudaEventRecord`` on stream A, ``cudaStreamWaitEvent`` on stream B, with the
+  CUPTI ``Stream Wait Event`` record) makes the next op on B wait for the last op on A;
+- an all-reduce waits (event) for the compute stream, then runs on the communication stream of
+  every rank: it ends on every rank at the last rank's arrival + ``transfer``.
+
+Every time is the maximum of its candidates; the candidate that won is remembered with the category
+of the time between them (``CP_CATEGORIES``: the kernel's span ``gpu_compute``/``gpu_memory``/
+``communication``, a CPU op's own time ``cpu_op`` (``communication`` in a collective's CPU op, as
+``analysis.classify`` counts it), a runtime call's own time and launch-to-start
+latency ``launch``, a stream gap, an event or a peer ``sync_wait``, time between steps ``idle``).
+The true critical path is the chain of winners walked back from the trace's last point.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+T_BASE_NS = 1_790_000_000_000_000_000  # baseTimeNanoseconds of the profiles
+T0 = 1_000_000  # ns after the base where every rank's thread starts
+PID, TID, DEVICE = 100, 100, 0
+COMPUTE, SIDE, COMM = 7, 13, 20  # streams
+
+
+@dataclass(frozen=True)
+class Costs:
+    launch_call: int = 4_000
+    latency: int = 6_000
+    gap: int = 1_000
+    cpu_gap: int = 2_000
+    sync_call: int = 3_000
+    sync_latency: int = 2_000
+
+
+@dataclass(frozen=True)
+class Kernel:
+    dur: int
+    pre: int = 10_000
+    post: int = 2_000
+    stream: int = COMPUTE
+    name: str = "ampere_bf16_s16816gemm_bf16_128x128_nn"
+    memcpy: bool = False
+
+
+@dataclass(frozen=True)
+class GraphLaunch:
+    durs: tuple[int, ...]
+    pre: int = 10_000
+    call: int = 20_000
+    stream: int = COMPUTE
+
+
+@dataclass(frozen=True)
+class Cpu:
+    dur: int
+
+
+@dataclass(frozen=True)
+class Sync:
+    pre: int = 1_000
+
+
+@dataclass(frozen=True)
+class WaitEvent:
+    src: int = COMPUTE
+    dst: int = SIDE
+
+
+@dataclass(frozen=True)
+class AllReduce:
+    transfer: int
+    pre: int = 5_000
+    nbytes: int = 1 << 24
+
+
+Op = Kernel | GraphLaunch | Cpu | Sync | WaitEvent | AllReduce
+
+
+@dataclass
+class Point:
+    t: int
+    pred: int | None  # point whose time bound this one (None: a root)
+    cat: str  # category of the time from pred to this point
+
+
+@dataclass
+class Rank:
+    rank: int
+    cpu_scale: float
+    events: list[dict] = field(default_factory=list)
+    cur: int = -1  # point of the CPU thread's cursor
+    free: dict[int, int] = field(default_factory=dict)  # stream -> point of its last op's end
+    waits: dict[int, int] = field(default_factory=dict)  # stream -> point its next op waits for
+    step_ends: list[int] = field(default_factory=list)
+    gpu_ends: list[int] = field(default_factory=list)
+    step_starts: list[int] = field(default_factory=list)
+
+
+class Schedule:
+    """Simulate ``steps`` (a list of steps, each a list of ops) on ``world`` ranks; rank r's CPU
+    costs are scaled by ``cpu_scale[r]``."""
+
+    def __init__(self, steps: list[list[Op]], costs: Costs = Costs(), world: int = 1, cpu_scale=None):
+        self.costs = costs
+        self.spec = (steps, costs, world, cpu_scale)  # (shown when a property test fails)
+        self.pts: list[Point] = []
+        self.corr = 0
+        self.ranks = [Rank(r, (cpu_scale or [1.0] * world)[r]) for r in range(world)]
+        for rk in self.ranks:
+            rk.cur = self.point(T0, None, "idle")
+        self.coll_seq = 0
+        for n, step in enumerate(steps, start=1):
+            self._step(n, step)
+
+    def __repr__(self) -> str:
+        steps, costs, world, scale = self.spec
+        return f"Schedule({steps!r}, costs={costs!r}, world={world}, cpu_scale={scale!r})"
+
+    # ---- points ----
+    def point(self, t: int, pred: int | None, cat: str) -> int:
+        self.pts.append(Point(int(t), pred, cat))
+        return len(self.pts) - 1
+
+    def t(self, p: int) -> int:
+        return self.pts[p].t
+
+    def latest(self, cands: list[tuple[int, int | None, str]]) -> int:
+        """A point at the latest of ``cands`` (time, pred, cat): the first such wins ties."""
+        best = max(cands, key=lambda c: c[0])
+        return self.point(*best)
+
+    def after(self, p: int, dt: int, cat: str) -> int:
+        return self.point(self.t(p) + int(dt), p, cat)
+
+    # ---- events ----
+    def ev(self, rk: Rank, name: str, cat: str, a: int, b: int, **kw) -> None:
+        pid = kw.pop("pid", PID)
+        tid = kw.pop("tid", TID)
+        t0, t1 = self.t(a), self.t(b)
+        rk.events.append(
+            {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid,
+             "ts": (t0 - 0) / 1000, "dur": (t1 - t0) / 1000, "args": kw}  # fmt: skip
+        )
+
+    def cpu(self, rk: Rank, ns: int) -> int:
+        return int(round(ns * rk.cpu_scale))
+
+    def _step(self, n: int, ops: list[Op]) -> None:
+        c = self.costs
+        starts = {}
+        for rk in self.ranks:
+            starts[rk.rank] = self.after(rk.cur, self.cpu(rk, c.cpu_gap), "idle")
+            rk.step_starts.append(starts[rk.rank])
+            rk.cur = starts[rk.rank]
+        for op in ops:
+            if isinstance(op, AllReduce):
+                self._allreduce(op)
+                continue
+            for rk in self.ranks:
+                self._op(rk, op)
+                rk.cur = self.after(rk.cur, self.cpu(rk, c.cpu_gap), "cpu_op")  # inside the step
+        for rk in self.ranks:
+            self.ev(rk, f"ProfilerStep#{n}", "user_annotation", starts[rk.rank], rk.cur)
+            rk.step_ends.append(rk.cur)
+
+    def _runtime(self, rk: Rank, name: str, start: int, dur: int, **args) -> int:
+        end = self.after(start, dur, "launch")
+        self.ev(rk, name, "cuda_runtime", start, end, correlation=args.pop("correlation"), **args)
+        return end
+
+    def _gpu(self, rk: Rank, stream: int, launch: int | None, dur: int, cat: str, name: str, kcat: str, **args):
+        """A GPU op on ``stream`` launched by the call starting at point ``launch``."""
+        c = self.costs
+        cands = []  # on a tie the stream wins, then an event, then the launch (as the analyser)
+        if stream in rk.free:
+            cands.append((self.t(rk.free[stream]) + c.gap, rk.free[stream], "sync_wait"))
+        if stream in rk.waits:
+            w = rk.waits.pop(stream)
+            cands.append((self.t(w), w, "sync_wait"))
+        if launch is not None:
+            cands.append((self.t(launch) + c.latency, launch, "launch"))
+        s = self.latest(cands)
+        e = self.after(s, dur, cat)
+        self.ev(rk, name, kcat, s, e, pid=DEVICE, tid=stream, device=DEVICE, stream=stream, **args)
+        rk.free[stream] = e
+        rk.gpu_ends.append(e)
+        return s, e
+
+    def _op(self, rk: Rank, op: Op) -> None:
+        c = self.costs
+        a = rk.cur
+        if isinstance(op, Cpu):
+            b = self.after(a, self.cpu(rk, op.dur), "cpu_op")
+            self.ev(rk, "aten::cpu_work", "cpu_op", a, b)
+        elif isinstance(op, Kernel):
+            call = self.after(a, self.cpu(rk, op.pre), "cpu_op")
+            self.corr += 1
+            kcat, cat = ("gpu_memcpy", "gpu_memory") if op.memcpy else ("kernel", "gpu_compute")
+            self._gpu(rk, op.stream, call, op.dur, cat, op.name, kcat, correlation=self.corr)
+            name = "cudaMemcpyAsync" if op.memcpy else "cudaLaunchKernel"
+            ce = self._runtime(rk, name, call, self.cpu(rk, c.launch_call), correlation=self.corr)
+            b = self.after(ce, self.cpu(rk, op.post), "cpu_op")
+            self.ev(rk, "aten::copy_" if op.memcpy else "aten::mm", "cpu_op", a, b)
+        elif isinstance(op, GraphLaunch):
+            call = self.after(a, self.cpu(rk, op.pre), "cpu_op")
+            self.corr += 1
+            launch: int | None = call
+            for i, d in enumerate(op.durs):
+                self._gpu(rk, op.stream, launch, d, "gpu_compute", f"graph_kernel_{i}", "kernel", correlation=self.corr)
+                launch = None
+            ce = self._runtime(rk, "cudaGraphLaunch", call, self.cpu(rk, op.call), correlation=self.corr)
+            b = self.after(ce, self.cpu(rk, 1_000), "cpu_op")
+            self.ev(rk, "CUDAGraph::replay", "cpu_op", a, b)
+        elif isinstance(op, Sync):
+            call = self.after(a, self.cpu(rk, op.pre), "cpu_op")
+            self.corr += 1
+            cands = [(self.t(call) + self.cpu(rk, c.sync_call), call, "launch")]
+            if rk.gpu_ends:
+                last = max(rk.gpu_ends, key=self.t)
+                cands.append((self.t(last) + c.sync_latency, last, "sync_wait"))
+            ce = self.latest(cands)
+            self.ev(rk, "cudaDeviceSynchronize", "cuda_runtime", call, ce, correlation=self.corr)
+            b = self.after(ce, self.cpu(rk, 1_000), "cpu_op")
+            self.ev(rk, "aten::item", "cpu_op", a, b)
+        elif isinstance(op, WaitEvent):
+            b = self._wait_event(rk, a, op.src, op.dst)
+        else:  # pragma: no cover
+            raise TypeError(op)
+        rk.cur = b
+
+    def _wait_event(self, rk: Rank, a: int, src: int, dst: int) -> int:
+        """cudaEventRecord on ``src`` then cudaStreamWaitEvent on ``dst`` from point ``a``."""
+        c = self.costs
+        self.corr += 1
+        rec_corr = self.corr
+        r1 = self._runtime(rk, "cudaEventRecord", a, self.cpu(rk, 1_000), correlation=rec_corr)
+        self.corr += 1
+        w1 = self._runtime(rk, "cudaStreamWaitEvent", r1, self.cpu(rk, 1_000), correlation=self.corr)
+        if src in rk.free:
+            rk.waits[dst] = rk.free[src]
+            rk.events.append(
+                {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": DEVICE, "tid": dst,
+                 "ts": self.t(w1) / 1000, "dur": 0,
+                 "args": {"device": DEVICE, "stream": dst, "correlation": self.corr,
+                          "wait_on_stream": src, "wait_on_cuda_event_record_corr_id": rec_corr}}  # fmt: skip
+            )
+        del c
+        return w1
+
+    def _allreduce(self, op: AllReduce) -> None:
+        """Every rank: an event wait (compute -> comm stream), then the NCCL kernel launch."""
+        c = self.costs
+        seq = self.coll_seq
+        self.coll_seq += 1
+        arrive = {}
+        for rk in self.ranks:
+            a = rk.cur
+            w = self._wait_event(rk, a, COMPUTE, COMM)
+            # a collective's CPU op (and what it encloses) is communication (analysis.classify)
+            call = self.after(w, self.cpu(rk, op.pre), "communication")
+            self.corr += 1
+            cands = []
+            if COMM in rk.free:
+                cands.append((self.t(rk.free[COMM]) + c.gap, rk.free[COMM], "sync_wait"))
+            if COMM in rk.waits:
+                wp = rk.waits.pop(COMM)
+                cands.append((self.t(wp), wp, "sync_wait"))
+            cands.append((self.t(call) + c.latency, call, "launch"))
+            arrive[rk.rank] = (self.latest(cands), self.corr)
+            ce = self._runtime(rk, "cudaLaunchKernel", call, self.cpu(rk, c.launch_call), correlation=self.corr)
+            b = self.after(ce, self.cpu(rk, 2_000), "communication")
+            self.ev(rk, "nccl:all_reduce", "cpu_op", a, b)
+            rk.cur = self.after(b, self.cpu(rk, c.cpu_gap), "cpu_op")
+        last = max((p for p, _ in arrive.values()), key=self.t)
+        v = self.point(self.t(last), last, "sync_wait")
+        world = len(self.ranks)
+        for rk in self.ranks:
+            s, corr = arrive[rk.rank]
+            e = self.after(v, op.transfer, "communication")
+            self.ev(
+                rk, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "kernel", s, e, pid=DEVICE, tid=COMM,
+                device=DEVICE, stream=COMM, correlation=corr, **{
+                    "Collective name": "allreduce", "In msg nelems": op.nbytes // 2,
+                    "Out msg nelems": op.nbytes // 2, "Group size": world, "dtype": "BFloat16",
+                    "Process Group Name": "0", "Process Group Description": "default_pg",
+                    "Process Group Ranks": str(list(range(world))), "Seq": seq,
+                },  # fmt: skip
+            )
+            rk.free[COMM] = e
+            rk.gpu_ends.append(e)
+
+    # ---- truth ----
+    def window(self, r: int) -> tuple[int, int]:
+        """(sink point, window start time) of rank r's whole trace, as the analyser chooses them:
+        the latest step end or GPU op end, from the first step's start."""
+        rk = self.ranks[r]
+        sink = max(rk.gpu_ends + rk.step_ends, key=self.t)
+        return sink, self.t(rk.step_starts[0])
+
+    def truth(self, r: int) -> dict[str, int]:
+        """Time per category on rank r's whole-trace critical path (and ``length``)."""
+        sink, w0 = self.window(r)
+        return self.walk(sink, w0)
+
+    def walk(self, p: int, w0: int) -> dict[str, int]:
+        out: dict[str, int] = {}
+        end = self.t(p)
+        while self.pts[p].pred is not None and self.t(p) > w0:
+            q = self.pts[p].pred
+            assert q is not None
+            dt = self.t(p) - max(self.t(q), w0)
+            if dt > 0:
+                out[self.pts[p].cat] = out.get(self.pts[p].cat, 0) + dt
+            p = q
+        out["length"] = end - max(self.t(p), w0)
+        return out
+
+    def step_truth(self, r: int) -> list[dict[str, int]]:
+        """The whole-trace path cut at rank r's step boundaries: per step, time per category of
+        the part of the path between the step's start and the next step's (the last: its end)."""
+        sink, w0 = self.window(r)
+        rk = self.ranks[r]
+        bounds = [self.t(s) for s in rk.step_starts] + [self.t(sink)]
+        out = [dict.fromkeys(("length",), 0) for _ in rk.step_starts]
+        p = sink
+        while self.pts[p].pred is not None and self.t(p) > w0:
+            q = self.pts[p].pred
+            assert q is not None
+            hi, lo = self.t(p), max(self.t(q), w0)
+            for k in range(len(out)):
+                a, b = bounds[k], bounds[k + 1]
+                d = min(hi, b) - max(lo, a)
+                if d > 0:
+                    out[k][self.pts[p].cat] = out[k].get(self.pts[p].cat, 0) + d
+                    out[k]["length"] += d
+            p = q
+        return out
+
+    # ---- output ----
+    def write(self, out: Path) -> list[Path]:
+        """One Kineto profile per rank in ``out`` (``rank-R.json``)."""
+        out.mkdir(parents=True, exist_ok=True)
+        paths = []
+        world = len(self.ranks)
+        for rk in self.ranks:
+            doc = {
+                "schemaVersion": 1,
+                "baseTimeNanoseconds": T_BASE_NS,
+                "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "totalGlobalMem": 150_000_000_000}],
+                "distributedInfo": {
+                    "backend": "nccl", "rank": rk.rank, "world_size": world, "pg_count": 1,
+                    "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
+                                   "pg_size": world, "ranks": list(range(world))}],
+                },  # fmt: skip
+                "traceEvents": sorted(rk.events, key=lambda e: e["ts"]),
+            }
+            p = out / f"rank-{rk.rank}.json"
+            p.write_text(json.dumps(doc))
+            paths.append(p)
+        return paths
+
+
+# ---- regimes ----
+
+
+def gpu_bound(n_steps: int = 3, n_kernels: int = 40, world: int = 1) -> Schedule:
+    """Kernels of 200 µs behind 10 µs of CPU each: the CPU runs ahead, kernels queue."""
+    step = [Kernel(200_000) for _ in range(n_kernels)] + [Sync()]
+    return Schedule([step] * n_steps, world=world)
+
+
+def launch_bound(n_steps: int = 3, n_kernels: int = 40) -> Schedule:
+    """Kernels of 2 µs behind launch calls of 20 µs: the stream is idle at every launch."""
+    step = [Kernel(2_000, pre=500, post=500) for _ in range(n_kernels)] + [Sync()]
+    return Schedule([step] * n_steps, costs=Costs(launch_call=20_000, latency=25_000))
+
+
+def cpu_bound(n_steps: int = 3) -> Schedule:
+    """CPU work between small kernels: the path is CPU ops."""
+    step = [op for _ in range(20) for op in (Cpu(100_000), Kernel(5_000))] + [Sync()]
+    return Schedule([step] * n_steps)
+
+
+def switching(n_steps: int = 2) -> Schedule:
+    """A CPU-bound half then a GPU-bound half inside every step."""
+    step = [op for _ in range(10) for op in (Cpu(80_000), Kernel(5_000))]
+    step += [Kernel(150_000, stream=COMPUTE) for _ in range(15)] + [Sync()]
+    return Schedule([step] * n_steps)
+
+
+def graphs(n_steps: int = 3) -> Schedule:
+    """cudaGraphLaunch of 30 kernels of 40 µs each, after a few eager kernels."""
+    step = [Kernel(20_000) for _ in range(5)] + [GraphLaunch(tuple([40_000] * 30)), Sync()]
+    return Schedule([step] * n_steps)
+
+
+def streams_and_events(n_steps: int = 3) -> Schedule:
+    """Two streams joined by events: a side stream waits for the compute stream and back."""
+    step: list[Op] = []
+    for _ in range(6):
+        step += [Kernel(60_000), WaitEvent(COMPUTE, SIDE), Kernel(90_000, stream=SIDE), WaitEvent(SIDE, COMPUTE)]
+    step += [Kernel(10_000, memcpy=True), Sync()]
+    return Schedule([step] * n_steps)
+
+
+def collective(world: int = 2, n_steps: int = 3, slow: int = 1) -> Schedule:
+    """Ranks compute then all-reduce; rank ``slow`` has 3x slower CPU (the others wait for it)."""
+    step: list[Op] = [op for _ in range(10) for op in (Cpu(30_000), Kernel(50_000))]
+    step += [AllReduce(400_000), Kernel(30_000), Sync()]
+    scale = [1.0] * world
+    scale[slow] = 3.0
+    return Schedule([step] * n_steps, world=world, cpu_scale=scale)
+
+
+REGIMES = {
+    "gpu_bound": gpu_bound,
+    "launch_bound": launch_bound,
+    "cpu_bound": cpu_bound,
+    "switching": switching,
+    "graphs": graphs,
+    "streams_and_events": streams_and_events,
+    "collective": collective,
+}

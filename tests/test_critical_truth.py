@@ -1,0 +1,140 @@
+"""The critical path against schedules whose answer is known (``tests/schedgen.py``): simulated ranks
+(launch calls and latency, queued kernels, streams and events, synchronisation, CUDA graph
+launches, all-reduces across ranks with a slow rank, CPU-bound, GPU-bound and launch-bound regimes
+and a switch inside one step) written as Kineto profiles and analysed as any profile is. Each
+category's time on the analyser's whole-trace path must match the simulation's within 1 % of the
+path's length, per regime and on random schedules (hypothesis)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from charllm_trace import loader
+from charllm_trace.analysis.critical import critical_path
+from charllm_trace.analysis.results import CP_CATEGORIES
+from tests import schedgen as G
+
+TOL = 0.01  # of the path's length
+
+
+def analysed(s: G.Schedule, tmp: Path) -> pl.DataFrame:
+    s.write(tmp)
+    return critical_path(loader.load(tmp), segments=False).paths
+
+
+def whole(paths: pl.DataFrame, r: int) -> dict:
+    return paths.filter((pl.col("scope") == "rank") & pl.col("step").is_null() & (pl.col("rank") == r)).row(
+        0, named=True
+    )
+
+
+def errors(s: G.Schedule, paths: pl.DataFrame) -> dict[tuple[int, str], float]:
+    """(rank, category) -> (analysed - true) / true path length, every rank's whole-trace path."""
+    out = {}
+    for rk in s.ranks:
+        row, tr = whole(paths, rk.rank), s.truth(rk.rank)
+        out[(rk.rank, "length")] = (row["length_ns"] - tr["length"]) / tr["length"]
+        for c in CP_CATEGORIES:
+            out[(rk.rank, c)] = (row[f"{c}_ns"] - tr.get(c, 0)) / tr["length"]
+    return out
+
+
+#: regimes today's attribution gets wrong (queued kernels booked as launch); removed by the fix
+WRONG_TODAY = {"gpu_bound", "graphs", "switching"}
+
+
+@pytest.mark.parametrize(
+    "regime",
+    [pytest.param(r, marks=pytest.mark.xfail(strict=True)) if r in WRONG_TODAY else r for r in sorted(G.REGIMES)],
+)
+def test_regime_categories_match_the_simulation(regime: str, tmp_path: Path) -> None:
+    s = G.REGIMES[regime]()
+    err = errors(s, analysed(s, tmp_path))
+    bad = {k: round(100 * v, 2) for k, v in err.items() if abs(v) > TOL}
+    assert not bad, f"{regime}: categories off by more than 1 % of the path (in %): {bad}"
+
+
+@pytest.mark.xfail(strict=True)
+def test_gpu_bound_is_gpu_compute(tmp_path: Path) -> None:
+    s = G.gpu_bound()
+    row = whole(analysed(s, tmp_path), 0)
+    assert row["gpu_compute_ns"] > 0.9 * row["length_ns"]
+    assert row["launch_ns"] < 0.01 * row["length_ns"]
+
+
+def test_launch_bound_is_launch(tmp_path: Path) -> None:
+    s = G.launch_bound()
+    row = whole(analysed(s, tmp_path), 0)
+    cats = {c: row[f"{c}_ns"] for c in CP_CATEGORIES}
+    assert max(cats, key=cats.__getitem__) == "launch"
+    assert cats["launch"] > 0.8 * row["length_ns"]
+
+
+def test_the_slow_rank_is_on_every_ranks_path(tmp_path: Path) -> None:
+    """Rank 1 has a 3x slower CPU: rank 0's path crosses into rank 1 at every all-reduce."""
+    s = G.collective(world=2, slow=1)
+    paths = analysed(s, tmp_path)
+    assert whole(paths, 0)["ranks_on_path"] == "0,1"
+    assert whole(paths, 1)["ranks_on_path"] == "1"  # the slow rank never waits for the other
+
+
+# ---- random schedules ----
+
+US = 1_000
+
+
+@st.composite
+def ops(draw, collective: bool) -> list:
+    out: list = []
+    for _ in range(draw(st.integers(1, 12))):
+        k = draw(st.sampled_from(["k", "k", "k", "cpu", "mem", "side", "graph", "wait", "sync"]))
+        dur = draw(st.integers(1, 300)) * US
+        pre = draw(st.integers(1, 60)) * US
+        if k == "k":
+            out.append(G.Kernel(dur, pre=pre))
+        elif k == "cpu":
+            out.append(G.Cpu(dur))
+        elif k == "mem":
+            out.append(G.Kernel(dur, pre=pre, memcpy=True))
+        elif k == "side":
+            out.append(G.Kernel(dur, pre=pre, stream=G.SIDE))
+        elif k == "graph":
+            n = draw(st.integers(1, 8))
+            out.append(G.GraphLaunch(tuple(draw(st.integers(1, 100)) * US for _ in range(n)), pre=pre))
+        elif k == "wait":
+            out.append(draw(st.sampled_from([G.WaitEvent(G.COMPUTE, G.SIDE), G.WaitEvent(G.SIDE, G.COMPUTE)])))
+        else:
+            out.append(G.Sync())
+    if collective:
+        out.append(G.AllReduce(draw(st.integers(10, 500)) * US))
+    out.append(G.Sync())
+    return out
+
+
+@st.composite
+def schedules(draw) -> G.Schedule:
+    world = draw(st.sampled_from([1, 1, 2]))
+    steps = [draw(ops(world > 1)) for _ in range(draw(st.integers(1, 3)))]
+    costs = G.Costs(
+        launch_call=draw(st.integers(2, 30)) * US,
+        latency=draw(st.integers(3, 40)) * US,
+        gap=draw(st.integers(0, 3)) * US,
+    )
+    scale = [draw(st.sampled_from([0.5, 1.0, 3.0])) for _ in range(world)]
+    return G.Schedule(steps, costs=costs, world=world, cpu_scale=scale)
+
+
+@pytest.mark.xfail(strict=True)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schedules())
+def test_random_schedules_match_the_simulation(s: G.Schedule) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        err = errors(s, analysed(s, Path(d)))
+    bad = {k: round(100 * v, 2) for k, v in err.items() if abs(v) > TOL}
+    assert not bad, f"categories off by more than 1 % of the path (in %): {bad}"
