@@ -11,7 +11,7 @@ The rules the simulator applies (times in integer ns):
 - ``cudaGraphLaunch`` starts its kernels one after another on its stream (they carry the graph
   launch's correlation id), the first as a launched kernel;
 - ``cudaDeviceSynchronize`` returns at max(call start + ``sync_call``, last GPU op end +
-  ``sync_latency``);
+  ``sync_latency``) when that op had not ended before the call began (else after its own cost);
 - an event wait (``cudaEventRecord`` on stream A, ``cudaStreamWaitEvent`` on stream B, with the
   CUPTI ``Stream Wait Event`` record) makes the next op on B wait for the last op on A;
 - an all-reduce waits (event) for the compute stream, then runs on the communication stream of
@@ -43,8 +43,8 @@ class Costs:
     latency: int = 6_000
     gap: int = 1_000
     cpu_gap: int = 2_000
-    sync_call: int = 3_000
-    sync_latency: int = 2_000
+    sync_call: int = 2_000  # at most sync_latency: a sync that found the GPU busy is bound by it
+    sync_latency: int = 3_000
 
 
 @dataclass(frozen=True)
@@ -183,17 +183,28 @@ class Schedule:
         self.ev(rk, name, "cuda_runtime", start, end, correlation=args.pop("correlation"), **args)
         return end
 
-    def _gpu(self, rk: Rank, stream: int, launch: int | None, dur: int, cat: str, name: str, kcat: str, **args):
-        """A GPU op on ``stream`` launched by the call starting at point ``launch``."""
+    def _stream_cands(self, rk: Rank, stream: int) -> list[tuple[int, int | None, str]]:
+        """When the next op on ``stream`` may start, stream order and event waits (the launch is
+        added by the caller). Ties between candidates are broken as the analyser breaks them
+        (one critical path among equal ones): an edge that explains the time by itself wins, a
+        stream edge with no gap (the lane) first, then the launch, then an event wait, then the
+        stream edge whose gap nothing explains."""
         c = self.costs
-        cands = []  # on a tie the stream wins, then an event, then the launch (as the analyser)
-        if stream in rk.free:
-            cands.append((self.t(rk.free[stream]) + c.gap, rk.free[stream], "sync_wait"))
+        cands = []
         if stream in rk.waits:
             w = rk.waits.pop(stream)
             cands.append((self.t(w), w, "sync_wait"))
+        if stream in rk.free:
+            cand = (self.t(rk.free[stream]) + c.gap, rk.free[stream], "sync_wait")
+            cands.insert(0, cand) if c.gap == 0 else cands.append(cand)
+        return cands
+
+    def _gpu(self, rk: Rank, stream: int, launch: int | None, dur: int, cat: str, name: str, kcat: str, **args):
+        """A GPU op on ``stream`` launched by the call starting at point ``launch``."""
+        c = self.costs
+        cands = self._stream_cands(rk, stream)
         if launch is not None:
-            cands.append((self.t(launch) + c.latency, launch, "launch"))
+            cands.insert(1 if c.gap == 0 and stream in rk.free else 0, (self.t(launch) + c.latency, launch, "launch"))
         s = self.latest(cands)
         e = self.after(s, dur, cat)
         self.ev(rk, name, kcat, s, e, pid=DEVICE, tid=stream, device=DEVICE, stream=stream, **args)
@@ -229,10 +240,10 @@ class Schedule:
         elif isinstance(op, Sync):
             call = self.after(a, self.cpu(rk, op.pre), "cpu_op")
             self.corr += 1
-            cands = [(self.t(call) + self.cpu(rk, c.sync_call), call, "launch")]
-            if rk.gpu_ends:
-                last = max(rk.gpu_ends, key=self.t)
-                cands.append((self.t(last) + c.sync_latency, last, "sync_wait"))
+            cands = [(self.t(call) + c.sync_call, call, "launch")]  # (a driver cost: not scaled)
+            last = max(rk.gpu_ends, key=self.t) if rk.gpu_ends else None
+            if last is not None and self.t(last) > self.t(call):  # the GPU was busy at the call
+                cands.insert(0, (self.t(last) + c.sync_latency, last, "sync_wait"))
             ce = self.latest(cands)
             self.ev(rk, "cudaDeviceSynchronize", "cuda_runtime", call, ce, correlation=self.corr)
             b = self.after(ce, self.cpu(rk, 1_000), "cpu_op")
@@ -274,13 +285,8 @@ class Schedule:
             # a collective's CPU op (and what it encloses) is communication (analysis.classify)
             call = self.after(w, self.cpu(rk, op.pre), "communication")
             self.corr += 1
-            cands = []
-            if COMM in rk.free:
-                cands.append((self.t(rk.free[COMM]) + c.gap, rk.free[COMM], "sync_wait"))
-            if COMM in rk.waits:
-                wp = rk.waits.pop(COMM)
-                cands.append((self.t(wp), wp, "sync_wait"))
-            cands.append((self.t(call) + c.latency, call, "launch"))
+            cands = self._stream_cands(rk, COMM)
+            cands.insert(1 if c.gap == 0 and COMM in rk.free else 0, (self.t(call) + c.latency, call, "launch"))
             arrive[rk.rank] = (self.latest(cands), self.corr)
             ce = self._runtime(rk, "cudaLaunchKernel", call, self.cpu(rk, c.launch_call), correlation=self.corr)
             b = self.after(ce, self.cpu(rk, 2_000), "communication")
@@ -318,16 +324,16 @@ class Schedule:
         return self.walk(sink, w0)
 
     def walk(self, p: int, w0: int) -> dict[str, int]:
+        """Back from point ``p`` while the points are at or after ``w0`` (as the analyser walks: a
+        segment that starts before the window is not on the path)."""
         out: dict[str, int] = {}
         end = self.t(p)
-        while self.pts[p].pred is not None and self.t(p) > w0:
-            q = self.pts[p].pred
-            assert q is not None
-            dt = self.t(p) - max(self.t(q), w0)
+        while (q := self.pts[p].pred) is not None and self.t(q) >= w0:
+            dt = self.t(p) - self.t(q)
             if dt > 0:
                 out[self.pts[p].cat] = out.get(self.pts[p].cat, 0) + dt
             p = q
-        out["length"] = end - max(self.t(p), w0)
+        out["length"] = end - self.t(p)
         return out
 
     def step_truth(self, r: int) -> list[dict[str, int]]:
