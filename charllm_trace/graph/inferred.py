@@ -18,12 +18,14 @@ def launch_model(
     gpu: np.ndarray,
     n: int,
     rt_dur: np.ndarray,
+    waited: np.ndarray | None = None,
 ) -> np.ndarray:
     """Model lag of each launch edge (runtime call start -> GPU op start): how soon after its
     launch call the op could have started.
 
     An op *found its stream idle* when the previous op on its stream had ended by the time its
-    launch call began; the launch-to-start delays of those ops are the measured launch latency.
+    launch call began; the launch-to-start delays of those ops (less those whose start waited
+    for an event, ``waited``) are the measured launch latency.
     An op's lag is its own delay, at most the median latency (for an op that found its stream
     idle: at most the larger of that and its call's own duration). An op queued behind others (its stream busy when it was launched) thus gets the
     typical latency, not its delay: the time it waited in the queue is explained by its stream
@@ -38,8 +40,11 @@ def launch_model(
         prev_end[starts[1:][same]] = end[starts[:-1][same]]
     idle_before = prev_end[gl] <= start[gl] - delta  # drained before the launch call began
     pos_delta = np.maximum(delta, 0)
-    waited = pos_delta[idle_before]
-    typical = int(np.median(waited)) if len(waited) else 0
+    # the latency sample: ops that found their stream idle and waited for no event (``waited``:
+    # per launch edge, its op's start waited for a recorded event); a measured value (no mean)
+    sample = idle_before if waited is None else idle_before & ~waited
+    lat = pos_delta[sample]
+    typical = int(np.percentile(lat, 50, method="lower")) if len(lat) else 0
     # an op that started later than its launch call plus the typical delay waited for something
     # else (an event on another stream, a peer): that part is left to calibration (a fixed wait)
     # a long launch call (a graph launch, a call blocked on a full queue) may hold back the op it
