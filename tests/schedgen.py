@@ -109,6 +109,7 @@ class Rank:
     step_ends: list[int] = field(default_factory=list)
     gpu_ends: list[int] = field(default_factory=list)
     step_starts: list[int] = field(default_factory=list)
+    step_gpu: list[list[tuple[int, int]]] = field(default_factory=list)  # each step's GPU ops (start, end)
 
 
 class Schedule:
@@ -166,6 +167,7 @@ class Schedule:
         for rk in self.ranks:
             starts[rk.rank] = self.after(rk.cur, self.cpu(rk, c.cpu_gap), "idle")
             rk.step_starts.append(starts[rk.rank])
+            rk.step_gpu.append([])
             rk.cur = starts[rk.rank]
         for op in ops:
             if isinstance(op, AllReduce):
@@ -210,6 +212,7 @@ class Schedule:
         self.ev(rk, name, kcat, s, e, pid=DEVICE, tid=stream, device=DEVICE, stream=stream, **args)
         rk.free[stream] = e
         rk.gpu_ends.append(e)
+        rk.step_gpu[-1].append((s, e))
         return s, e
 
     def _op(self, rk: Rank, op: Op) -> None:
@@ -309,6 +312,7 @@ class Schedule:
             )
             rk.free[COMM] = e
             rk.gpu_ends.append(e)
+            rk.step_gpu[-1].append((s, e))
 
     # ---- truth ----
     def window(self, r: int) -> tuple[int, int]:
@@ -336,26 +340,29 @@ class Schedule:
         out["length"] = end - self.t(p)
         return out
 
-    def step_truth(self, r: int) -> list[dict[str, int]]:
-        """The whole-trace path cut at rank r's step boundaries: per step, time per category of
-        the part of the path between the step's start and the next step's (the last: its end)."""
-        sink, w0 = self.window(r)
+    def step_windows(self, r: int) -> list[tuple[int, int]]:
+        """(end point, start point) of rank r's steps as the analyser tiles them
+        (``critical.step_bounds``): a step's boundary is the start of its first GPU op (else its
+        ``ProfilerStep`` start), non-decreasing; step k runs from its boundary to the next one,
+        the first from its ``ProfilerStep`` start, the last to the last end among its ops."""
         rk = self.ranks[r]
-        bounds = [self.t(s) for s in rk.step_starts] + [self.t(sink)]
-        out = [dict.fromkeys(("length",), 0) for _ in rk.step_starts]
-        p = sink
-        while self.pts[p].pred is not None and self.t(p) > w0:
-            q = self.pts[p].pred
-            assert q is not None
-            hi, lo = self.t(p), max(self.t(q), w0)
-            for k in range(len(out)):
-                a, b = bounds[k], bounds[k + 1]
-                d = min(hi, b) - max(lo, a)
-                if d > 0:
-                    out[k][self.pts[p].cat] = out[k].get(self.pts[p].cat, 0) + d
-                    out[k]["length"] += d
-            p = q
+        bounds: list[int] = []
+        for ps, ops in zip(rk.step_starts, rk.step_gpu, strict=True):
+            b = min((a for a, _ in ops), key=self.t) if ops else ps
+            if bounds and self.t(b) < self.t(bounds[-1]):
+                b = bounds[-1]
+            bounds.append(b)
+        last = max([rk.step_ends[-1], *(e for _, e in rk.step_gpu[-1])], key=self.t)
+        out = []
+        for k in range(len(bounds)):
+            start = rk.step_starts[0] if k == 0 else bounds[k]
+            end = bounds[k + 1] if k + 1 < len(bounds) else last
+            out.append((end, start))
         return out
+
+    def step_truth(self, r: int) -> list[dict[str, int]]:
+        """Time per category on each of rank r's step paths (walked back from the step's end)."""
+        return [self.walk(e, self.t(a)) for e, a in self.step_windows(r)]
 
     # ---- output ----
     def write(self, out: Path) -> list[Path]:

@@ -60,6 +60,38 @@ def test_regime_categories_match_the_simulation(regime: str, tmp_path: Path) -> 
     assert not bad, f"{regime}: categories off by more than 1 % of the path (in %): {bad}"
 
 
+def step_errors(s: G.Schedule, paths: pl.DataFrame) -> dict[tuple[int, int, str], float]:
+    """(rank, step, category) -> (analysed - true) / true step path length."""
+    out = {}
+    for rk in s.ranks:
+        rows = paths.filter((pl.col("scope") == "rank") & (pl.col("rank") == rk.rank) & pl.col("step").is_not_null())
+        rows = rows.sort("step").to_dicts()
+        truth = s.step_truth(rk.rank)
+        assert len(rows) == len(truth)
+        for n, (row, tr) in enumerate(zip(rows, truth, strict=True), start=1):
+            assert row["step"] == n
+            scale = max(tr["length"], 1)
+            out[(rk.rank, n, "length")] = (row["length_ns"] - tr["length"]) / scale
+            for c in CP_CATEGORIES:
+                out[(rk.rank, n, c)] = (row[f"{c}_ns"] - tr.get(c, 0)) / scale
+    return out
+
+
+@pytest.mark.parametrize("regime", sorted(G.REGIMES))
+def test_regime_steps_match_the_simulation_and_tile_the_trace(regime: str, tmp_path: Path) -> None:
+    s = G.REGIMES[regime]()
+    paths = analysed(s, tmp_path)
+    bad = {k: round(100 * v, 2) for k, v in step_errors(s, paths).items() if abs(v) > TOL}
+    assert not bad, f"{regime}: step categories off by more than 1 % of the step's path (in %): {bad}"
+    for rk in s.ranks:
+        steps = paths.filter((pl.col("rank") == rk.rank) & pl.col("step").is_not_null()).sort("start_ns")
+        w = whole(paths, rk.rank)
+        assert (steps["start_ns"][1:] == steps["end_ns"][:-1]).all()  # no overlap, no gap
+        assert steps["start_ns"][0] == w["start_ns"] and steps["end_ns"][-1] <= w["end_ns"]
+        if steps["end_ns"][-1] == w["end_ns"]:
+            assert steps["span_ns"].sum() == w["span_ns"]
+
+
 def test_gpu_bound_is_gpu_compute(tmp_path: Path) -> None:
     s = G.gpu_bound()
     row = whole(analysed(s, tmp_path), 0)
@@ -134,7 +166,8 @@ def schedules(draw, worlds=(1,)) -> G.Schedule:
 @given(schedules())
 def test_random_schedules_match_the_simulation(s: G.Schedule) -> None:
     with tempfile.TemporaryDirectory() as d:
-        err = errors(s, analysed(s, Path(d)))
+        paths = analysed(s, Path(d))
+    err = {**errors(s, paths), **step_errors(s, paths)}
     bad = {k: round(100 * v, 2) for k, v in err.items() if abs(v) > TOL}
     assert not bad, f"categories off by more than 1 % of the path (in %): {bad}"
 
@@ -145,6 +178,7 @@ def test_random_schedules_match_the_simulation(s: G.Schedule) -> None:
 @given(schedules(worlds=(2,)))
 def test_random_two_rank_schedules_match_the_simulation(s: G.Schedule) -> None:
     with tempfile.TemporaryDirectory() as d:
-        err = errors(s, analysed(s, Path(d)))
+        paths = analysed(s, Path(d))
+    err = {**errors(s, paths), **step_errors(s, paths)}
     bad = {k: round(100 * v, 2) for k, v in err.items() if abs(v) > TOL}
     assert not bad, f"categories off by more than 1 % of the path (in %): {bad}"
