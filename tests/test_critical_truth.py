@@ -1,4 +1,4 @@
-"""The critical path against schedules whose answer is known (``tests/schedgen.py``): simulated ranks
+"""The critical path against schedules whose answer is known (``tests/schedgen/``): simulated ranks
 (launch calls and latency, queued kernels, streams and events, synchronisation, CUDA graph
 launches, all-reduces across ranks with a slow rank, CPU-bound, GPU-bound and launch-bound regimes
 and a switch inside one step) written as Kineto profiles and analysed as any profile is. Each
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from charllm_trace import loader
@@ -51,7 +51,10 @@ WRONG_TODAY: set[str] = set()
 
 @pytest.mark.parametrize(
     "regime",
-    [pytest.param(r, marks=pytest.mark.xfail(strict=True)) if r in WRONG_TODAY else r for r in sorted(G.REGIMES)],
+    [
+        pytest.param(r, marks=pytest.mark.xfail(strict=True)) if r in WRONG_TODAY else r
+        for r in sorted(G.REGIMES)
+    ],
 )
 def test_regime_categories_match_the_simulation(regime: str, tmp_path: Path) -> None:
     s = G.REGIMES[regime]()
@@ -64,7 +67,9 @@ def step_errors(s: G.Schedule, paths: pl.DataFrame) -> dict[tuple[int, int, str]
     """(rank, step, category) -> (analysed - true) / true step path length."""
     out = {}
     for rk in s.ranks:
-        rows = paths.filter((pl.col("scope") == "rank") & (pl.col("rank") == rk.rank) & pl.col("step").is_not_null())
+        rows = paths.filter(
+            (pl.col("scope") == "rank") & (pl.col("rank") == rk.rank) & pl.col("step").is_not_null()
+        )
         rows = rows.sort("step").to_dicts()
         truth = s.step_truth(rk.rank)
         assert len(rows) == len(truth)
@@ -155,7 +160,9 @@ def ops(draw, collective: bool) -> list:
             n = draw(st.integers(1, 8))
             out.append(G.GraphLaunch(tuple(draw(st.integers(1, 100)) * US + 5 for _ in range(n)), pre=pre))
         elif k == "wait":
-            out.append(draw(st.sampled_from([G.WaitEvent(G.COMPUTE, G.SIDE), G.WaitEvent(G.SIDE, G.COMPUTE)])))
+            out.append(
+                draw(st.sampled_from([G.WaitEvent(G.COMPUTE, G.SIDE), G.WaitEvent(G.SIDE, G.COMPUTE)]))
+            )
         else:
             out.append(G.Sync())
     if collective:
@@ -189,7 +196,9 @@ def test_random_schedules_match_the_simulation(s: G.Schedule) -> None:
 
 
 @settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 @given(schedules(worlds=(2,)))
 def test_random_two_rank_schedules_match_the_simulation(s: G.Schedule) -> None:

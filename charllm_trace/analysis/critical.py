@@ -77,7 +77,9 @@ def windows(rg: RunGraph, run: Run, time: np.ndarray) -> list[tuple[int, int | N
         t = time[off : off + 2 * n]
         tr = run.traces[r]
         steps = tr.steps() if part.measured else tr.steps().clear()
-        rows = [(r, s, off + e, off + a) for s, e, a in step_bounds(part, tr, steps, t)] if steps.height else []
+        rows = (
+            [(r, s, off + e, off + a) for s, e, a in step_bounds(part, tr, steps, t)] if steps.height else []
+        )
         act_gpu = tr.nodes["on_gpu"].fill_null(False).to_numpy()[part.rows]
         ends_pts = [2 * np.flatnonzero(act_gpu) + 1 + off] if act_gpu.any() else []
         ends_pts += [np.array([e for _, _, e, _ in rows], dtype=np.int64)] if rows else []

@@ -261,7 +261,9 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
                 w_ids = cs.filter(~pl.col("dst_end"))["dst"].to_numpy().astype(np.int64)
                 w_pos = pos_of(ids, w_ids)
                 waited[w_pos[w_pos >= 0]] = True
-            model = launch_model(delta, start, end, gl, chain, chain_lane, gpu, n, end[r] - start[r], waited[gl])
+            model = launch_model(
+                delta, start, end, gl, chain, chain_lane, gpu, n, end[r] - start[r], waited[gl]
+            )
         else:
             model = np.zeros(len(gl), dtype=np.int64)
         add_edges(2 * r, 2 * gl, model, EK["launch"], CAT["launch"], WC["launch"], r, PRIO_CROSS)

@@ -1,33 +1,7 @@
-"""Schedules with a known critical path: a simulator of ranks whose CPU thread launches kernels onto
-GPU streams, written out as Kineto profiles (one per rank) whose true critical path, and the time
-of each category on it, are known from the simulation itself (not from the analyser).
-
-The rules the simulator applies (times in integer ns):
-
-- a CPU op runs ``pre`` of its own time, then its runtime call (``cudaLaunchKernel``, cost
-  ``launch_call``), then ``post``; consecutive top-level ops on the thread are ``cpu_gap`` apart;
-- a kernel starts at max(call start + ``latency``, end of the previous op on its stream +
-  ``gap``, end of the op an event wait names); it runs its duration;
-- ``cudaGraphLaunch`` starts its kernels one after another on its stream (they carry the graph
-  launch's correlation id), the first as a launched kernel;
-- ``cudaDeviceSynchronize`` returns at max(call start + ``sync_call``, last GPU op end +
-  ``sync_latency``) when that op had not ended before the call began (else after its own cost);
-- an event wait (``cudaEventRecord`` on stream A, ``cudaStreamWaitEvent`` on stream B, with the
-  CUPTI ``Stream Wait Event`` record) makes the next op on B wait for the last op on A;
-- an all-reduce waits (event) for the compute stream, then runs on the communication stream of
-  every rank: it ends on every rank at the last rank's arrival + ``transfer``.
-
-Every time is the maximum of its candidates; the candidate that won is remembered with the category
-of the time between them (``CP_CATEGORIES``: the kernel's span ``gpu_compute``/``gpu_memory``/
-``communication``, a CPU op's own time ``cpu_op`` (``communication`` in a collective's CPU op, as
-``analysis.classify`` counts it), a runtime call's own time and launch-to-start
-latency ``launch``, a stream gap, an event or a peer ``sync_wait``, time between steps ``idle``).
-The true critical path is the chain of winners walked back from the trace's last point.
-"""
+"""The simulator of ``tests.schedgen`` (its rules: the package docstring)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,8 +128,16 @@ class Schedule:
         tid = kw.pop("tid", TID)
         t0, t1 = self.t(a), self.t(b)
         rk.events.append(
-            {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid,
-             "ts": (t0 - 0) / 1000, "dur": (t1 - t0) / 1000, "args": kw}  # fmt: skip
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": pid,
+                "tid": tid,
+                "ts": (t0 - 0) / 1000,
+                "dur": (t1 - t0) / 1000,
+                "args": kw,
+            }  # fmt: skip
         )
 
     def cpu(self, rk: Rank, ns: int) -> int:
@@ -201,12 +183,16 @@ class Schedule:
             cands.insert(0, cand) if c.gap == 0 else cands.append(cand)
         return cands
 
-    def _gpu(self, rk: Rank, stream: int, launch: int | None, dur: int, cat: str, name: str, kcat: str, **args):
+    def _gpu(
+        self, rk: Rank, stream: int, launch: int | None, dur: int, cat: str, name: str, kcat: str, **args
+    ):
         """A GPU op on ``stream`` launched by the call starting at point ``launch``."""
         c = self.costs
         cands = self._stream_cands(rk, stream)
         if launch is not None:
-            cands.insert(1 if c.gap == 0 and stream in rk.free else 0, (self.t(launch) + c.latency, launch, "launch"))
+            cands.insert(
+                1 if c.gap == 0 and stream in rk.free else 0, (self.t(launch) + c.latency, launch, "launch")
+            )
         s = self.latest(cands)
         e = self.after(s, dur, cat)
         self.ev(rk, name, kcat, s, e, pid=DEVICE, tid=stream, device=DEVICE, stream=stream, **args)
@@ -235,7 +221,16 @@ class Schedule:
             self.corr += 1
             launch: int | None = call
             for i, d in enumerate(op.durs):
-                self._gpu(rk, op.stream, launch, d, "gpu_compute", f"graph_kernel_{i}", "kernel", correlation=self.corr)
+                self._gpu(
+                    rk,
+                    op.stream,
+                    launch,
+                    d,
+                    "gpu_compute",
+                    f"graph_kernel_{i}",
+                    "kernel",
+                    correlation=self.corr,
+                )
                 launch = None
             ce = self._runtime(rk, "cudaGraphLaunch", call, self.cpu(rk, op.call), correlation=self.corr)
             b = self.after(ce, self.cpu(rk, 1_000), "cpu_op")
@@ -268,10 +263,22 @@ class Schedule:
         if src in rk.free:
             rk.waits[dst] = rk.free[src]
             rk.events.append(
-                {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": DEVICE, "tid": dst,
-                 "ts": self.t(w1) / 1000, "dur": 0,
-                 "args": {"device": DEVICE, "stream": dst, "correlation": self.corr,
-                          "wait_on_stream": src, "wait_on_cuda_event_record_corr_id": rec_corr}}  # fmt: skip
+                {
+                    "ph": "X",
+                    "cat": "cuda_sync",
+                    "name": "Stream Wait Event",
+                    "pid": DEVICE,
+                    "tid": dst,
+                    "ts": self.t(w1) / 1000,
+                    "dur": 0,
+                    "args": {
+                        "device": DEVICE,
+                        "stream": dst,
+                        "correlation": self.corr,
+                        "wait_on_stream": src,
+                        "wait_on_cuda_event_record_corr_id": rec_corr,
+                    },
+                }  # fmt: skip
             )
         del c
         return w1
@@ -289,9 +296,13 @@ class Schedule:
             call = self.after(w, self.cpu(rk, op.pre), "communication")
             self.corr += 1
             cands = self._stream_cands(rk, COMM)
-            cands.insert(1 if c.gap == 0 and COMM in rk.free else 0, (self.t(call) + c.latency, call, "launch"))
+            cands.insert(
+                1 if c.gap == 0 and COMM in rk.free else 0, (self.t(call) + c.latency, call, "launch")
+            )
             arrive[rk.rank] = (self.latest(cands), self.corr)
-            ce = self._runtime(rk, "cudaLaunchKernel", call, self.cpu(rk, c.launch_call), correlation=self.corr)
+            ce = self._runtime(
+                rk, "cudaLaunchKernel", call, self.cpu(rk, c.launch_call), correlation=self.corr
+            )
             b = self.after(ce, self.cpu(rk, 2_000), "communication")
             self.ev(rk, "nccl:all_reduce", "cpu_op", a, b)
             rk.cur = self.after(b, self.cpu(rk, c.cpu_gap), "cpu_op")
@@ -302,12 +313,26 @@ class Schedule:
             s, corr = arrive[rk.rank]
             e = self.after(v, op.transfer, "communication")
             self.ev(
-                rk, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "kernel", s, e, pid=DEVICE, tid=COMM,
-                device=DEVICE, stream=COMM, correlation=corr, **{
-                    "Collective name": "allreduce", "In msg nelems": op.nbytes // 2,
-                    "Out msg nelems": op.nbytes // 2, "Group size": world, "dtype": "BFloat16",
-                    "Process Group Name": "0", "Process Group Description": "default_pg",
-                    "Process Group Ranks": str(list(range(world))), "Seq": seq,
+                rk,
+                "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+                "kernel",
+                s,
+                e,
+                pid=DEVICE,
+                tid=COMM,
+                device=DEVICE,
+                stream=COMM,
+                correlation=corr,
+                **{
+                    "Collective name": "allreduce",
+                    "In msg nelems": op.nbytes // 2,
+                    "Out msg nelems": op.nbytes // 2,
+                    "Group size": world,
+                    "dtype": "BFloat16",
+                    "Process Group Name": "0",
+                    "Process Group Description": "default_pg",
+                    "Process Group Ranks": str(list(range(world))),
+                    "Seq": seq,
                 },  # fmt: skip
             )
             rk.free[COMM] = e
@@ -365,114 +390,9 @@ class Schedule:
         return [self.walk(e, self.t(a)) for e, a in self.step_windows(r)]
 
     # ---- output ----
+
     def write(self, out: Path, flavour: str = "cuda") -> list[Path]:
-        """One Kineto profile per rank in ``out`` (``rank-R.json``). ``flavour``: ``cuda``; ``hip``
-        (ROCm: ``hip…`` runtime calls under ``cuda_runtime``, as PyTorch on AMD writes them);
-        ``device`` (an accelerator of its own: runtime calls under ``mtia_runtime`` named
-        ``mtia…``, device ops under a category the converter does not list, ``mtia_ccp_events``,
-        with ``args.device`` and ``args.stream``; no CUPTI sync records)."""
-        out.mkdir(parents=True, exist_ok=True)
-        paths = []
-        world = len(self.ranks)
-        for rk in self.ranks:
-            doc = {
-                "schemaVersion": 1,
-                "baseTimeNanoseconds": T_BASE_NS,
-                "deviceProperties": [{"id": 0, "name": DEVICE_NAME[flavour], "totalGlobalMem": 150_000_000_000}],
-                "distributedInfo": {
-                    "backend": "nccl", "rank": rk.rank, "world_size": world, "pg_count": 1,
-                    "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
-                                   "pg_size": world, "ranks": list(range(world))}],
-                },  # fmt: skip
-                "traceEvents": sorted((flavoured(e, flavour) for e in rk.events if keep(e, flavour)), key=lambda e: e["ts"]),
-            }
-            p = out / f"rank-{rk.rank}.json"
-            p.write_text(json.dumps(doc))
-            paths.append(p)
-        return paths
+        """One Kineto profile per rank in ``out`` (``tests.schedgen.kineto.write``)."""
+        from tests.schedgen.kineto import write
 
-
-DEVICE_NAME = {"cuda": "NVIDIA H200", "hip": "AMD Instinct MI300X", "device": "MTIA"}
-
-
-def keep(e: dict, flavour: str) -> bool:
-    return flavour != "device" or e["cat"] != "cuda_sync"
-
-
-def flavoured(e: dict, flavour: str) -> dict:
-    """Event ``e`` (written for CUDA) as the accelerator ``flavour`` writes it."""
-    if flavour == "cuda":
-        return e
-    e = dict(e)
-    if flavour == "hip":
-        if e["cat"] == "cuda_runtime":
-            e["name"] = e["name"].replace("cuda", "hip", 1)
-        return e
-    if e["cat"] == "cuda_runtime":
-        e["cat"], e["name"] = "mtia_runtime", e["name"].replace("cuda", "mtia", 1)
-    elif e["cat"] in ("kernel", "gpu_memcpy"):
-        e["cat"] = "mtia_ccp_events"
-    return e
-
-
-# ---- regimes ----
-
-
-def gpu_bound(n_steps: int = 3, n_kernels: int = 40, world: int = 1) -> Schedule:
-    """Kernels of 200 µs behind 10 µs of CPU each: the CPU runs ahead, kernels queue."""
-    step = [Kernel(200_000) for _ in range(n_kernels)] + [Sync()]
-    return Schedule([step] * n_steps, world=world)
-
-
-def launch_bound(n_steps: int = 3, n_kernels: int = 40) -> Schedule:
-    """Kernels of 2 µs behind launch calls of 20 µs: the stream is idle at every launch."""
-    step = [Kernel(2_000, pre=500, post=500) for _ in range(n_kernels)] + [Sync()]
-    return Schedule([step] * n_steps, costs=Costs(launch_call=20_000, latency=25_000))
-
-
-def cpu_bound(n_steps: int = 3) -> Schedule:
-    """CPU work between small kernels: the path is CPU ops."""
-    step = [op for _ in range(20) for op in (Cpu(100_000), Kernel(5_000))] + [Sync()]
-    return Schedule([step] * n_steps)
-
-
-def switching(n_steps: int = 2) -> Schedule:
-    """A CPU-bound half then a GPU-bound half inside every step."""
-    step = [op for _ in range(10) for op in (Cpu(80_000), Kernel(5_000))]
-    step += [Kernel(150_000, stream=COMPUTE) for _ in range(15)] + [Sync()]
-    return Schedule([step] * n_steps)
-
-
-def graphs(n_steps: int = 3) -> Schedule:
-    """cudaGraphLaunch of 30 kernels of 40 µs each, after a few eager kernels."""
-    step = [Kernel(20_000) for _ in range(5)] + [GraphLaunch(tuple([40_000] * 30)), Sync()]
-    return Schedule([step] * n_steps)
-
-
-def streams_and_events(n_steps: int = 3) -> Schedule:
-    """Two streams joined by events: a side stream waits for the compute stream and back."""
-    step: list[Op] = []
-    for _ in range(6):
-        step += [Kernel(60_000), WaitEvent(COMPUTE, SIDE), Kernel(90_000, stream=SIDE), WaitEvent(SIDE, COMPUTE)]
-    step += [Kernel(10_000, memcpy=True), Sync()]
-    return Schedule([step] * n_steps)
-
-
-def collective(world: int = 2, n_steps: int = 3, slow: int = 1) -> Schedule:
-    """Ranks compute then all-reduce; rank ``slow`` has 3x slower CPU (the others wait for it)."""
-    step: list[Op] = [op for _ in range(10) for op in (Cpu(30_000), Kernel(50_000))]
-    step += [AllReduce(400_000), Kernel(30_000), Sync()]
-    scale = [1.0] * world
-    scale[slow] = 3.0
-    return Schedule([step] * n_steps, world=world, cpu_scale=scale)
-
-
-REGIMES = {
-    "gpu_bound": gpu_bound,
-    "launch_bound": launch_bound,
-    "cpu_bound": cpu_bound,
-    "switching": switching,
-    "graphs": graphs,
-    "streams_and_events": streams_and_events,
-    "collective": collective,
-}
+        return write(self, out, flavour)
