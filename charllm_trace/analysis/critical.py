@@ -123,19 +123,22 @@ def step_bounds(part: P.PointGraph, tr, steps: pl.DataFrame, t: np.ndarray) -> l
         if num is not None:
             first_of.setdefault(int(num), i)
     gpu = part.launcher >= 0
+    pairs = [(int(s), first_of[int(s)]) for s in steps["step"].to_list() if int(s) in first_of]
+    member = step_members(part, np.array([a for _, a in pairs], dtype=np.int64))
+    m = len(pairs)
+    ok = member >= 0
+    last_end = np.full(m, MIN, dtype=np.int64)
+    np.maximum.at(last_end, member[ok], ends[ok])
+    g_ok = ok & gpu
+    first_gpu = np.full(m, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_gpu, member[g_ok], t[0::2][g_ok])
     found: list[tuple[int, int, int, int]] = []  # (step, PS start point, boundary point, last end point)
-    for s in steps["step"].to_list():
-        a = first_of.get(int(s))
-        if a is None:
-            continue
-        inside = (part.lane == part.lane[a]) & (part.pre >= part.pre[a]) & (part.pre <= part.last[a])
-        la = part.launcher
-        inside |= gpu & inside[np.maximum(la, 0)]
-        idx = np.flatnonzero(inside)
-        k = idx[np.argmax(ends[idx])]
-        g = idx[gpu[idx]]
-        b = 2 * int(g[np.argmin(t[2 * g])]) if len(g) else 2 * int(a)
-        found.append((int(s), 2 * int(a), b, 2 * int(k) + 1))
+    for j, (s, a) in enumerate(pairs):  # (steps are few)
+        sel = np.flatnonzero(member == j)
+        k = sel[np.argmax(ends[sel])]
+        g = sel[gpu[sel] & (t[2 * sel] == first_gpu[j])]
+        b = 2 * int(g[0]) if len(g) else 2 * a
+        found.append((s, 2 * a, b, 2 * int(k) + 1))
     found.sort(key=lambda f: t[f[1]])
     for i in range(1, len(found)):  # boundaries non-decreasing
         if t[found[i][2]] < t[found[i - 1][2]]:
@@ -148,6 +151,35 @@ def step_bounds(part: P.PointGraph, tr, steps: pl.DataFrame, t: np.ndarray) -> l
             end = start
         out.append((s, end, start))
     return out
+
+
+def step_members(part: P.PointGraph, anns: np.ndarray) -> np.ndarray:
+    """For each active node, the index in ``anns`` (``ProfilerStep`` nodes) of the step it belongs
+    to (-1: none): the annotation's subtree on its thread and the GPU ops those nodes launched. One
+    pass over the nodes per thread that holds steps; steps nested in one another (never seen) fall
+    back to one pass per step, a node going to the last that holds it."""
+    n = len(part.lane)
+    member = np.full(n, -1, dtype=np.int64)
+    if len(anns) == 0:
+        return member
+    pre, last, lane = part.pre.astype(np.int64), part.last.astype(np.int64), part.lane
+    for ln in np.unique(lane[anns]).tolist():
+        js = np.flatnonzero(lane[anns] == ln)
+        js = js[np.argsort(pre[anns[js]], kind="stable")]
+        p0, p1 = pre[anns[js]], last[anns[js]]
+        on = np.flatnonzero(lane == ln)
+        if len(js) > 1 and (p0[1:] <= p1[:-1]).any():  # nested steps
+            for j in js.tolist():
+                a = anns[j]
+                member[on[(pre[on] >= pre[a]) & (pre[on] <= last[a])]] = j
+            continue
+        k = np.searchsorted(p0, pre[on], side="right") - 1
+        hit = (k >= 0) & (pre[on] <= p1[np.maximum(k, 0)])
+        member[on[hit]] = js[k[hit]]
+    la = part.launcher
+    launched = (la >= 0) & (member[np.maximum(la, 0)] >= 0)
+    member[launched] = member[la[launched]]
+    return member
 
 
 def critical_path(
