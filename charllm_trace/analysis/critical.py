@@ -5,9 +5,9 @@ calibrated lags this gives back the measured times). Each point remembers the ed
 fixed its time (its *binding* edge: on a tie, a lane edge wins over a cross edge). The
 critical path ending at a point is the chain of binding edges walked back from it:
 
-- per rank and step: from the rank's last point among the step's nodes (CPU ops that
-  start in the ``ProfilerStep`` window and the GPU ops they launched) back to the step's
-  start;
+- per rank and step: the steps tile the rank's trace (``step_bounds``): from the next step's
+  boundary (the start of its first GPU op; the last step: its last end) back to the step's
+  own boundary (the first step: its ``ProfilerStep`` start);
 - per rank for the whole trace, and for the job (the last point of the whole run, which
   may be on any rank).
 
@@ -16,8 +16,9 @@ span (``gpu_compute``, ``gpu_memory``, ``communication``), a CPU op's exclusive 
 (``cpu_op``; ``launch`` for runtime calls such as ``cudaLaunchKernel``), time between
 top-level ops on a CPU thread (``idle``), and waits: a GPU stream waiting for something
 the trace does not show, a CPU call waiting for the GPU, a rank waiting for peers at a
-collective (``sync_wait``). Launch latency (runtime call start -> kernel start) counts as
-``launch``. Pure: no I/O.
+collective (``sync_wait``). Launch latency (runtime call start -> kernel start) of a kernel
+that found its stream idle counts as ``launch``; time a kernel waits in its stream's queue is
+the earlier kernels' (``graph.inferred.launch_model``). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -60,11 +61,12 @@ def windows(rg: RunGraph, run: Run, time: np.ndarray) -> list[tuple[int, int | N
     """(rank, step, end point, start point) of each rank's steps and of its whole trace (step
     None), chosen on ``time`` (the measured times).
 
-    A step runs from its ``ProfilerStep#N`` start to the last end among the step's ops: the
-    annotation's subtree on its thread and the GPU ops they launched. The whole trace runs from
-    the first step's start (or the first point) to the latest step end or GPU op end (a CPU
-    thread that outlives the work, such as a profiler or event-polling thread, does not count),
-    or to the last point when there are neither."""
+    The steps of a rank tile its trace (``step_bounds``): step k runs from its boundary point to
+    the next step's, the first from its ``ProfilerStep#N`` start, the last to the last end among
+    its ops (the annotation's subtree on its thread and the GPU ops they launched). The whole
+    trace runs from the first step's start (or the first point) to the latest step end or GPU op
+    end (a CPU thread that outlives the work, such as a profiler or event-polling thread, does
+    not count), or to the last point when there are neither."""
     out: list[tuple[int, int | None, int, int]] = []
     for r in rg.ranks:
         part = rg.parts[r]
@@ -73,36 +75,11 @@ def windows(rg: RunGraph, run: Run, time: np.ndarray) -> list[tuple[int, int | N
         if n == 0:
             continue
         t = time[off : off + 2 * n]
-        ends = t[1::2]
         tr = run.traces[r]
         steps = tr.steps() if part.measured else tr.steps().clear()
-        rows: list[tuple[int, int | None, int, int]] = []
-        if steps.height:
-            # the ProfilerStep#N annotations among the graph's nodes (found on the full name column:
-            # no copy of the names)
-            is_step = tr.nodes["name"].str.starts_with("ProfilerStep#").fill_null(False).to_numpy()[part.rows]
-            step_nodes = np.flatnonzero(is_step)
-            nums = (
-                tr.nodes["name"]
-                .gather(pl.Series(part.rows[step_nodes]))
-                .str.extract(r"^ProfilerStep#(\d+)$", 1)
-                .cast(pl.Int64)
-                .to_list()
-            )
-            first_of: dict[int, int] = {}
-            for i, num in zip(step_nodes.tolist(), nums, strict=True):
-                if num is not None:
-                    first_of.setdefault(int(num), i)
-            for s in steps["step"].to_list():
-                a = first_of.get(int(s))
-                if a is None:
-                    continue
-                inside = (part.lane == part.lane[a]) & (part.pre >= part.pre[a]) & (part.pre <= part.last[a])
-                la = part.launcher
-                inside |= (la >= 0) & inside[np.maximum(la, 0)]
-                idx = np.flatnonzero(inside)
-                k = idx[np.argmax(ends[idx])]
-                rows.append((r, int(s), off + 2 * int(k) + 1, off + 2 * int(a)))
+        rows = (
+            [(r, s, off + e, off + a) for s, e, a in step_bounds(part, tr, steps, t)] if steps.height else []
+        )
         act_gpu = tr.nodes["on_gpu"].fill_null(False).to_numpy()[part.rows]
         ends_pts = [2 * np.flatnonzero(act_gpu) + 1 + off] if act_gpu.any() else []
         ends_pts += [np.array([e for _, _, e, _ in rows], dtype=np.int64)] if rows else []
@@ -117,6 +94,92 @@ def windows(rg: RunGraph, run: Run, time: np.ndarray) -> list[tuple[int, int | N
         out.append((r, None, sink, int(w0)))
         out.extend(rows)
     return out
+
+
+def step_bounds(part: P.PointGraph, tr, steps: pl.DataFrame, t: np.ndarray) -> list[tuple[int, int, int]]:
+    """(step, end point, start point) of one rank's steps (points of ``part``; ``t``: their times).
+
+    A step's *boundary* is the start of the first GPU op it launched (GPU time: the step's GPU
+    work begins there, as in ``analysis.step_windows``), made non-decreasing over the steps; a
+    step that launched none (a CPU trace) has its ``ProfilerStep#N`` start. Step k runs from its
+    boundary to step k+1's; the first step from its ``ProfilerStep#N`` start, the last to the
+    last end among its ops. So the windows do not overlap and add up to the whole trace (less
+    the time after the last step's end), and a path through the boundaries is the sum of the
+    steps' pieces."""
+    ends = t[1::2]
+    # the ProfilerStep#N annotations among the graph's nodes (found on the full name column: no
+    # copy of the names)
+    is_step = tr.nodes["name"].str.starts_with("ProfilerStep#").fill_null(False).to_numpy()[part.rows]
+    step_nodes = np.flatnonzero(is_step)
+    nums = (
+        tr.nodes["name"]
+        .gather(pl.Series(part.rows[step_nodes]))
+        .str.extract(r"^ProfilerStep#(\d+)$", 1)
+        .cast(pl.Int64)
+        .to_list()
+    )
+    first_of: dict[int, int] = {}
+    for i, num in zip(step_nodes.tolist(), nums, strict=True):
+        if num is not None:
+            first_of.setdefault(int(num), i)
+    gpu = part.launcher >= 0
+    pairs = [(int(s), first_of[int(s)]) for s in steps["step"].to_list() if int(s) in first_of]
+    member = step_members(part, np.array([a for _, a in pairs], dtype=np.int64))
+    m = len(pairs)
+    ok = member >= 0
+    last_end = np.full(m, MIN, dtype=np.int64)
+    np.maximum.at(last_end, member[ok], ends[ok])
+    g_ok = ok & gpu
+    first_gpu = np.full(m, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_gpu, member[g_ok], t[0::2][g_ok])
+    found: list[tuple[int, int, int, int]] = []  # (step, PS start point, boundary point, last end point)
+    for j, (s, a) in enumerate(pairs):  # (steps are few)
+        sel = np.flatnonzero(member == j)
+        k = sel[np.argmax(ends[sel])]
+        g = sel[gpu[sel] & (t[2 * sel] == first_gpu[j])]
+        b = 2 * int(g[0]) if len(g) else 2 * a
+        found.append((s, 2 * a, b, 2 * int(k) + 1))
+    found.sort(key=lambda f: t[f[1]])
+    for i in range(1, len(found)):  # boundaries non-decreasing
+        if t[found[i][2]] < t[found[i - 1][2]]:
+            found[i] = (found[i][0], found[i][1], found[i - 1][2], found[i][3])
+    out = []
+    for i, (s, ps, _, last) in enumerate(found):
+        start = ps if i == 0 else found[i][2]
+        end = found[i + 1][2] if i + 1 < len(found) else last
+        if t[end] < t[start]:
+            end = start
+        out.append((s, end, start))
+    return out
+
+
+def step_members(part: P.PointGraph, anns: np.ndarray) -> np.ndarray:
+    """For each active node, the index in ``anns`` (``ProfilerStep`` nodes) of the step it belongs
+    to (-1: none): the annotation's subtree on its thread and the GPU ops those nodes launched. One
+    pass over the nodes per thread that holds steps; steps nested in one another (never seen) fall
+    back to one pass per step, a node going to the last that holds it."""
+    n = len(part.lane)
+    member = np.full(n, -1, dtype=np.int64)
+    if len(anns) == 0:
+        return member
+    pre, last, lane = part.pre.astype(np.int64), part.last.astype(np.int64), part.lane
+    for ln in np.unique(lane[anns]).tolist():
+        js = np.flatnonzero(lane[anns] == ln)
+        js = js[np.argsort(pre[anns[js]], kind="stable")]
+        p0, p1 = pre[anns[js]], last[anns[js]]
+        on = np.flatnonzero(lane == ln)
+        if len(js) > 1 and (p0[1:] <= p1[:-1]).any():  # nested steps
+            for j in js.tolist():
+                a = anns[j]
+                member[on[(pre[on] >= pre[a]) & (pre[on] <= last[a])]] = j
+            continue
+        k = np.searchsorted(p0, pre[on], side="right") - 1
+        hit = (k >= 0) & (pre[on] <= p1[np.maximum(k, 0)])
+        member[on[hit]] = js[k[hit]]
+    la = part.launcher
+    launched = (la >= 0) & (member[np.maximum(la, 0)] >= 0)
+    member[launched] = member[la[launched]]
+    return member
 
 
 def critical_path(

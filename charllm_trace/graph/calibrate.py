@@ -45,15 +45,17 @@ def calibrate(g: PointGraph) -> None:
     del best
     if len(need) == 0:
         return
-    # carrier: the lane edge into the point if any, else the cross edge that came closest
+    # carrier: among the lane edge and the waits the trace shows (sync, collective, wake edges),
+    # the one that came closest: the dependency the point waited for last (a queued kernel's
+    # previous kernel, not an event recorded long before it); on a tie the wait. Other edges
+    # (a launch, whose lag is a model; tensor data) carry it only into a point with neither.
     is_lane = np.isin(g.kind, [EK["span"], EK["thread_order"], EK["nesting"], EK["stream_order"]])
-    # a sync or collective edge into the point (a wait the trace shows) carries it before the lane
-    big = np.iinfo(np.int64).max
     waits = (g.kind == EK["sync"]) | (g.kind == EK["collective"]) | (g.kind == EK["wake"])
-    score = np.where(waits, big, np.where(is_lane, big - 1, np.minimum(cand, big - 2)))
-    del waits, is_lane, cand
-    order = by_dst[np.lexsort((score[by_dst], d_sorted))]
-    del score, by_dst, d_sorted
+    tier = (waits | is_lane).astype(np.int8)
+    pref = waits.astype(np.int8)
+    del waits, is_lane
+    order = by_dst[np.lexsort((pref[by_dst], cand[by_dst], tier[by_dst], d_sorted))]
+    del pref, tier, cand, by_dst, d_sorted
     last_of = np.searchsorted(g.dst[order], need, side="right") - 1
     ok = (last_of >= 0) & (g.dst[order][np.maximum(last_of, 0)] == need)
     e = order[last_of[ok]]

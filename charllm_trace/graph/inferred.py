@@ -18,11 +18,19 @@ def launch_model(
     gpu: np.ndarray,
     n: int,
     rt_dur: np.ndarray,
+    waited: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Model lag of each launch edge: the measured launch-to-start delay where the GPU op
-    waited for its launch (its stream was idle), at most the larger of the median of those
-    delays and the launch call's own duration: how soon after its launch call the op could
-    have started."""
+    """Model lag of each launch edge (runtime call start -> GPU op start): how soon after its
+    launch call the op could have started.
+
+    An op *found its stream idle* when the previous op on its stream had ended by the time its
+    launch call began; the launch-to-start delays of those ops (less those whose start waited
+    for an event, ``waited``) are the measured launch latency.
+    An op's lag is its own delay, at most the median latency (for an op that found its stream
+    idle: at most the larger of that and its call's own duration). An op queued behind others (its stream busy when it was launched) thus gets the
+    typical latency, not its delay: the time it waited in the queue is explained by its stream
+    edge (the earlier ops' GPU time) and never booked as launch. Kernels of a graph launch share
+    the launch's correlation: the first finds its stream idle, the others queue behind it."""
     prev_end = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
     on_gpu = gpu[chain // 2] & ((chain % 2) == 0)
     starts = chain[on_gpu] // 2  # GPU ops in lane order
@@ -30,13 +38,18 @@ def launch_model(
     if len(starts) > 1:
         same = lanes[1:] == lanes[:-1]
         prev_end[starts[1:][same]] = end[starts[:-1][same]]
-    idle_before = prev_end[gl] < start[gl]
+    idle_before = prev_end[gl] <= start[gl] - delta  # drained before the launch call began
     pos_delta = np.maximum(delta, 0)
-    waited = pos_delta[idle_before]
-    typical = int(np.median(waited)) if len(waited) else 0
+    # the latency sample: ops that found their stream idle and waited for no event (``waited``:
+    # per launch edge, its op's start waited for a recorded event); a measured value (no mean)
+    sample = idle_before if waited is None else idle_before & ~waited
+    lat = pos_delta[sample]
+    typical = int(np.percentile(lat, 50, method="lower")) if len(lat) else 0
     # an op that started later than its launch call plus the typical delay waited for something
     # else (an event on another stream, a peer): that part is left to calibration (a fixed wait)
-    bound = np.maximum(typical, rt_dur)
+    # a long launch call (a graph launch, a call blocked on a full queue) may hold back the op it
+    # launches onto an idle stream; a queued op is held back by its stream, not by its call
+    bound = np.where(idle_before, np.maximum(typical, rt_dur), typical)
     return np.minimum(pos_delta, bound).astype(np.int64)
 
 

@@ -41,8 +41,11 @@ CAT = {c: i for i, c in enumerate(CATEGORIES)}
 
 GEMM_RE = r"(?i)gemm|cutlass|cublas|xmma|matmul|^Cijk_|_tn_|_nt_|_nn_|_tt_|wgrad|dgrad|s884|s1688|h884|h1688"
 ATTN_RE = r"(?i)flash|fmha|attention|attn|sdpa|softmax_warp"
+#: runtime calls that wait for the device: any accelerator's stream / device / event / context
+#: synchronize (``cudaDeviceSynchronize``, ``hipStreamSynchronize``, ``mtiaDeviceSynchronize`` ...),
+#: CUDA/HIP queries and blocking copies
 SYNC_CALL_RE = (
-    r"(?i)^(cuda|hip)(Stream|Device|Event|Ctx)Synchronize$|^(cuda|hip)(Stream|Event)Query$"
+    r"(?i)(Stream|Device|Event|Ctx|Context)_?Synchroni[sz]e$|^(cuda|hip)(Stream|Event)Query$"
     r"|^(cuda|hip)Memcpy(2D|3D)?$|^(cuda|hip)MemcpyDtoH$|^(cuda|hip)MemcpyFromSymbol$"
 )
 

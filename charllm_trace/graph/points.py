@@ -247,13 +247,23 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
 
     # ---- launch: runtime call start -> GPU op start ----
     gk = np.flatnonzero(gpu)
+    # the trace's cuda_sync records (read once: the launch latency leaves out the ops that waited
+    # for an event, the sync edges below use them)
+    cs = cuda_sync_edges(nodes) if measured and len(gk) else None
     launcher = launch_calls(ids, gpu, runtime, col("correlation", -1), col("launch_id", -1))
     gl = np.flatnonzero(gpu & (launcher >= 0))
     if len(gl):
         r = launcher[gl]
         if measured:
             delta = start[gl] - start[r]
-            model = launch_model(delta, start, end, gl, chain, chain_lane, gpu, n, end[r] - start[r])
+            waited = np.zeros(n, dtype=bool)  # GPU ops whose start waited for an event
+            if cs is not None and cs.height:
+                w_ids = cs.filter(~pl.col("dst_end"))["dst"].to_numpy().astype(np.int64)
+                w_pos = pos_of(ids, w_ids)
+                waited[w_pos[w_pos >= 0]] = True
+            model = launch_model(
+                delta, start, end, gl, chain, chain_lane, gpu, n, end[r] - start[r], waited[gl]
+            )
         else:
             model = np.zeros(len(gl), dtype=np.int64)
         add_edges(2 * r, 2 * gl, model, EK["launch"], CAT["launch"], WC["launch"], r, PRIO_CROSS)
@@ -274,7 +284,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
 
     if measured and len(gk):
         # exact edges from the trace's cuda_sync records, where it has them
-        cs = cuda_sync_edges(nodes)
+        assert cs is not None
         if cs.height:
             sp = pos_of(ids, cs["src"].to_numpy().astype(np.int64))
             dp = pos_of(ids, cs["dst"].to_numpy().astype(np.int64))
