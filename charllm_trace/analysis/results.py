@@ -403,6 +403,18 @@ class WhatIfResult:
     # graph does not explain (kept as measured by the replay); null without timestamps
     simulated: bool = False
     notes: list[str] = field(default_factory=list)
+    # what the prediction rests on (analysis/whatif_spread.py): % of the measured whole-trace
+    # critical paths on inferred edges (wake-ups, thread starts), and the prediction over steps
+    # (every rank's steps; the whole-trace rows where there are none): min-max and median
+    inferred_pct: float | None = None
+    n_steps: int = 0
+    measured_median_ns: int | None = None
+    predicted_median_ns: int | None = None
+    predicted_low_ns: int | None = None
+    predicted_high_ns: int | None = None
+    change_median_pct: float | None = None
+    change_low_pct: float | None = None
+    change_high_pct: float | None = None
 
 
 @dataclass(frozen=True)

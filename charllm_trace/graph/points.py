@@ -27,6 +27,7 @@ import polars as pl
 
 from charllm_trace.analysis.classify import classify, launch_calls
 from charllm_trace.graph.calibrate import append_edges, calibrate
+from charllm_trace.graph.classes import cpu_subtree_classes, node_classes
 from charllm_trace.graph.cuda_sync import cuda_sync_edges
 from charllm_trace.graph.inferred import kick_edges, launch_model, wake_edges
 from charllm_trace.graph.lanes import (
@@ -39,12 +40,10 @@ from charllm_trace.graph.lanes import (
     time_parents,
 )
 from charllm_trace.graph.pointgraph import (  # noqa: F401 - the vocabulary, re-exported for callers
-    ATTN_RE,
     CAT,
     CATEGORIES,
     EDGE_KINDS,
     EK,
-    GEMM_RE,
     KICK_NS,
     PRIO_CROSS,
     PRIO_LANE,
@@ -59,38 +58,6 @@ from charllm_trace.graph.pointgraph import (  # noqa: F401 - the vocabulary, re-
     PointGraph,
 )
 from charllm_trace.model import Trace
-
-
-# What-if classes of the scalable part of a lag (``--what-if NAME=FACTOR``).
-def _classes(nodes: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(what-if class, category of own time, is a runtime call, is a synchronising runtime call)
-    per row of ``nodes`` (classified); name patterns are matched once per distinct name."""
-    cls = nodes["cls"].to_numpy()
-    kind = nodes["kind"].fill_null("other").to_numpy()
-    names = nodes["name"].fill_null("")
-    u = names.unique(maintain_order=True)
-    codes = names.cast(pl.Enum(u)).to_physical().to_numpy()  # each distinct name matched once
-    gemm = u.str.contains(GEMM_RE).to_numpy()[codes]
-    attn = u.str.contains(ATTN_RE).to_numpy()[codes]
-    sync_call = u.str.contains(SYNC_CALL_RE).to_numpy()[codes]
-    del codes
-    runtime = kind == "runtime"
-    wc = np.full(len(cls), WC["cpu"], dtype=np.int8)
-    cat = np.full(len(cls), CAT["cpu_op"], dtype=np.int8)
-    gpu_compute = cls == "compute"
-    wc[gpu_compute] = WC["kernel"]
-    wc[gpu_compute & attn] = WC["attention"]
-    wc[gpu_compute & gemm] = WC["gemm"]
-    cat[gpu_compute] = CAT["gpu_compute"]
-    mem = (cls == "memcpy") | (cls == "memset")
-    wc[mem] = WC["memcpy"]
-    cat[mem] = CAT["gpu_memory"]
-    comm = (cls == "comm") | (cls == "cpu_comm")
-    wc[comm] = WC["comm"]
-    cat[comm] = CAT["communication"]
-    wc[runtime] = WC["launch"]
-    cat[runtime] = CAT["launch"]
-    return wc, cat, runtime, sync_call & runtime
 
 
 def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: bool = True) -> PointGraph:
@@ -112,7 +79,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         active &= (nodes["start_ns"].is_not_null() & nodes["dur_ns"].is_not_null()).to_numpy()
     rows = np.flatnonzero(active)
     # name-based flags on the full frame (per distinct name), then only numeric columns are gathered
-    wc, cat, runtime, sync_call = (x[rows] for x in _classes(nodes))
+    wc, cat, runtime, sync_call, cpu_work = (x[rows] for x in node_classes(nodes))
     sub = len(rows) < nodes.height
 
     def col(name: str, fill: int | bool) -> np.ndarray:  # one numeric column of the active rows
@@ -178,6 +145,8 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     pre[order] = np.arange(n)
     del order, key
     last = subtree_last(pre, ppos, depth)  # pre-order index of the last node of each subtree
+    wc = cpu_subtree_classes(wc, cpu_work, pre, last, gpu)  # CPU-only ranks: aten::mm ... are work
+    del cpu_work
     # points: 2*i start, 2*i+1 end; sort key (lane, slot, is_end, -depth)
     pts = np.concatenate([2 * np.arange(n), 2 * np.arange(n) + 1])
     slot = np.concatenate([pre, last])
@@ -253,6 +222,13 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         r = launcher[gl]
         if measured:
             delta = start[gl] - start[r]
+            early = delta < 0
+            if early.any():  # contradicting edges: counted, kept as fixed lags by calibrate
+                notes.append(
+                    f"{int(early.sum())} GPU ops start before their launch call "
+                    f"({-int(delta[early].sum()) / 1e6:.3f} ms in all): those launch edges were "
+                    "kept as measured and never scaled"
+                )
             model = launch_model(delta, start, end, gl, chain, chain_lane, gpu, n, end[r] - start[r])
         else:
             model = np.zeros(len(gl), dtype=np.int64)
