@@ -281,3 +281,17 @@ def test_cli_dimension_without_a_group_is_one_line_exit_2():
     assert len(lines) == 1 and lines[0].startswith("error: --what-if: tp: the run has no tp process group"), (
         r.output
     )
+
+
+def test_bandwidth_retimes_collectives_without_a_group_name():
+    """DLRM-like traces name no process group: the world is the group (2 ranks, bus factor 1)."""
+
+    def anon(tr: Trace) -> Trace:
+        nodes = tr.nodes.with_columns(pg_name=pl.lit(None, pl.String))
+        return Trace(nodes=nodes, deps=tr.deps, meta=dataclasses.replace(tr.meta, process_groups=()))
+
+    run = coll_run()
+    run = Run(traces={r: anon(t) for r, t in run.traces.items()})
+    assert _ends(what_if(run, parse_what_if("comm=10GB/s"))) == [(120, 170), (120, 170)]
+    with pytest.raises(UsageError, match="the run has no dp process group"):
+        what_if(run, parse_what_if("dp=2"))

@@ -52,13 +52,15 @@ def _node_offsets(rg: RunGraph) -> tuple[dict[int, int], int]:
 
 
 def _comm_nodes(rg: RunGraph, run: Run, dims: Mapping[str, str | None]) -> pl.DataFrame:
-    """(node: index over the run's active nodes, dim, bytes x bus factor) of every node with a
-    process group: the dimension from its group, the message size and bus factor where it is a
-    collective's instance (``bandwidth.collectives``; null elsewhere)."""
+    """(node: index over the run's active nodes, dim, bytes x bus factor, is an instance) of every
+    node with a process group and every collective instance: the dimension from its group, the
+    message size and bus factor where it is an instance (``bandwidth.collectives``; null elsewhere)."""
     off, _ = _node_offsets(rg)
     frames = []
     for r in rg.ranks:
         nodes = run.traces[r].nodes
+        if "pg_name" not in nodes.columns:
+            continue
         part = rg.parts[r]
         coll, _ = collectives(run.traces[r], group_dims=dims)
         pos = pos_of(part.ids, coll["id"].to_numpy().astype(np.int64))
@@ -67,11 +69,7 @@ def _comm_nodes(rg: RunGraph, run: Run, dims: Mapping[str, str | None]) -> pl.Da
         inst = np.zeros(len(part.rows), bool)
         inst[pos[ok]] = True
         bus[pos[ok]] = (coll["bytes"].cast(pl.Float64) * coll["bus_factor"]).fill_null(np.nan).to_numpy()[ok]
-        pg = (
-            nodes["pg_name"]
-            if "pg_name" in nodes.columns
-            else pl.Series([None] * nodes.height, dtype=pl.String)
-        )
+        pg = nodes["pg_name"]
         dim = pg.gather(part.rows).replace_strict(dict(dims), default=None, return_dtype=pl.String)
         frames.append(
             pl.DataFrame({"dim": dim, "bus_bytes": bus, "inst": inst})
@@ -79,7 +77,7 @@ def _comm_nodes(rg: RunGraph, run: Run, dims: Mapping[str, str | None]) -> pl.Da
                 node=pl.int_range(pl.len(), dtype=pl.Int64) + off[r],
                 has_pg=pg.gather(part.rows).is_not_null(),
             )
-            .filter(pl.col("has_pg"))
+            .filter(pl.col("has_pg") | pl.col("inst"))
             .drop("has_pg")
         )
     schema = {"dim": pl.String, "bus_bytes": pl.Float64, "inst": pl.Boolean, "node": pl.Int64}
@@ -105,12 +103,13 @@ def _dim_factors(
 ) -> None:
     """Per node: the factor of its dimension (``dp=0.5``) and the transfer its bandwidth gives."""
     node = cn["node"].to_numpy()
-    dim = cn["dim"].fill_null("").to_list()
+    dims_of = cn["dim"].fill_null("").str.split("+")
+    dim = cn["dim"].drop_nulls().unique().to_list()
     inst = cn["inst"].to_numpy()
     tr_ns = cn["bus_bytes"].fill_nan(None).fill_null(np.nan).to_numpy()  # bytes x bus factor
     for key in ("comm", *DIM_KEYS):
         if key in DIM_KEYS and (key in factors or key + GBPS in factors):
-            hit = np.array([key in d.split("+") for d in dim], dtype=bool)
+            hit = dims_of.list.contains(key).to_numpy()
             if not hit.any():
                 known = sorted({d for d in dim if d}) or ["none"]
                 raise UsageError(

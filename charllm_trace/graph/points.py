@@ -28,7 +28,7 @@ import polars as pl
 from charllm_trace.analysis.classify import classify, launch_calls
 from charllm_trace.graph.calibrate import append_edges, calibrate
 from charllm_trace.graph.classes import cpu_subtree_classes, node_classes
-from charllm_trace.graph.cuda_sync import cuda_sync_edges
+from charllm_trace.graph.cuda_sync import cuda_sync_edges, sync_notes
 from charllm_trace.graph.inferred import kick_edges, launch_model, wake_edges
 from charllm_trace.graph.lanes import (
     dense_codes,
@@ -250,7 +250,9 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
 
     if measured and len(gk):
         # exact edges from the trace's cuda_sync records, where it has them
-        cs = cuda_sync_edges(nodes)
+        sync_tally: dict[str, int] = {}
+        cs = cuda_sync_edges(nodes, sync_tally)
+        notes.extend(sync_notes(sync_tally))
         if cs.height:
             sp = pos_of(ids, cs["src"].to_numpy().astype(np.int64))
             dp = pos_of(ids, cs["dst"].to_numpy().astype(np.int64))
