@@ -91,7 +91,7 @@ def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
 )
 @click.option("--energy-method", type=click.Choice(ENERGY_METHODS), default="trapezoid", show_default=True,
               help="Power integration between telemetry samples; counter: the energy counter's own increments.")  # fmt: skip
-@click.option("--what-if", "what_if", default=None, metavar="CLASS=FACTOR,...", help=WHAT_IF_HELP)
+@click.option("--what-if", "what_if", default=None, metavar="KEY=VALUE,...", help=WHAT_IF_HELP)
 @click.option("--no-critical-path", is_flag=True, help="Skip the critical path through the execution graph.")
 @wide_option
 @click.option("--breakdown-top", type=click.IntRange(min=1), default=None, metavar="N",
@@ -212,7 +212,7 @@ def analyze_cmd(
     is_flag=True,
     help="Rebuild a timeline for ETs without timestamps (figures labelled simulated).",
 )
-@click.option("--what-if", "what_if", default=None, metavar="CLASS=FACTOR,...", help=WHAT_IF_HELP)
+@click.option("--what-if", "what_if", default=None, metavar="KEY=VALUE,...", help=WHAT_IF_HELP)
 @click.option("--ranks", default=None, help=RANKS_HELP.replace("analyse", "draw"))
 @click.option("--sample", type=int, default=None, metavar="N", help=SAMPLE_HELP.replace("Analyse", "Draw"))
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT (and the --save file) if it exists.")

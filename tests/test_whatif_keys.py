@@ -295,3 +295,20 @@ def test_bandwidth_retimes_collectives_without_a_group_name():
     assert _ends(what_if(run, parse_what_if("comm=10GB/s"))) == [(120, 170), (120, 170)]
     with pytest.raises(UsageError, match="the run has no dp process group"):
         what_if(run, parse_what_if("dp=2"))
+
+
+def test_cli_table_says_predicted_with_its_range_and_basis():
+    from tests.conftest import FIXTURES
+
+    r = _cli(
+        "analyze", str(FIXTURES / "cpu-2rank-gloo"), "--what-if", "gemm=2,cpu_op+=5us", "--no-cache", "--wide"
+    )
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert "What-if (PREDICTED): gemm×2, cpu_op+=5 µs" in flat
+    assert (
+        "PREDICTED step time " in flat
+        and " (median; range " in flat
+        and " over 4 steps; measured median " in flat
+    )
+    assert "rests on: " in flat and "% is on inferred edges (wake-ups, thread starts)" in flat
