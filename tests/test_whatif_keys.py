@@ -9,7 +9,8 @@
 - GPU kernels queued on one stream: ``gemm=2`` adds exactly the GEMM kernel's time;
 - a collective of known bytes on two ranks: ``dp=10GB/s`` re-times its transfer to bytes x bus
   factor / bandwidth, ``dp=2`` doubles it, a dimension the run has no group for is refused;
-- contradicting edges (a kernel before its launch call) are analysed with a note.
+- contradicting edges (a kernel before its launch call) are analysed with a note;
+- property (hypothesis): random serial CPU chains, the prediction equals the arithmetic.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import dataclasses
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from charllm_trace.analysis.whatif import what_if
 from charllm_trace.analysis.whatif_keys import describe, parse_what_if, per_edge_keys
@@ -312,3 +315,48 @@ def test_cli_table_says_predicted_with_its_range_and_basis():
         and " over 4 steps; measured median " in flat
     )
     assert "rests on: " in flat and "% is on inferred edges (wake-ups, thread starts)" in flat
+
+
+# ---------------------------------------------------------------------------
+# property: random serial CPU chains, the answer by arithmetic
+# ---------------------------------------------------------------------------
+
+#: op name -> its what-if class on a CPU-only trace (kernel_category.CPU_OP_RULES)
+_OPS = {"aten::mm": "gemm", "aten::linear": "gemm", "aten::add": "elementwise", "aten::copy_": "memory",
+        "aten::foo": None}  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(sorted(_OPS)), st.integers(1, 50), st.integers(0, 20)),
+        min_size=1,
+        max_size=12,
+    ),
+    key=st.sampled_from(["gemm", "elementwise", "memory"]),
+    f=st.sampled_from([0.25, 0.5, 2.0, 3.0]),
+    add=st.integers(0, 30),
+)
+def test_serial_cpu_chain_prediction_is_the_arithmetic(ops, key, f, add):
+    """One thread runs the ops back to back (gaps between them): scaling a class by f changes the
+    step by exactly (f - 1) x the class's time (an ``aten::linear``'s nested ``aten::t`` included),
+    and ``cpu_op+=T`` adds T per operator."""
+    rows, t, nid = [], 10, 2
+    want = 0
+    n_ops = 0
+    for name, d4, gap in ops:
+        d = 16 * d4  # multiples of 16 ns: every scaled part (d/4, d/2 at x0.25) is whole ns
+        rows.append(N(nid, name, "cpu_op", t, d, parent=1))
+        n_ops += 1
+        if name == "aten::linear":  # a child in the middle: three edges, each scaled exactly
+            rows.append(N(nid + 1, "aten::t", "cpu_op", t + d // 4, d // 2, parent=nid))
+            n_ops += 1
+        if _OPS[name] == key:
+            want += int(d * f) - d
+        nid += 2
+        t += d + gap
+    rows.insert(0, N(1, "ProfilerStep#1", "annotation", 0, t + 10))
+    run = Run.single(mk_trace(rows))
+    text = f"{key}={f:g}" + (f",cpu_op+={add}ns" if add else "")
+    ((meas, pred),) = _steps(what_if(run, parse_what_if(text)))
+    assert pred - meas == want + add * n_ops
