@@ -360,3 +360,21 @@ def test_serial_cpu_chain_prediction_is_the_arithmetic(ops, key, f, add):
     text = f"{key}={f:g}" + (f",cpu_op+={add}ns" if add else "")
     ((meas, pred),) = _steps(what_if(run, parse_what_if(text)))
     assert pred - meas == want + add * n_ops
+
+
+def test_gpu_bound_fixture_gemm_x2_adds_about_the_gemm_time():
+    """The H200 fixture (GPU busy 98 %) runs its GEMMs as cuBLAS ``nvjet_*`` kernels, which the old
+    name patterns missed (gemm=2 predicted +0.0 %): the time-breakdown categories name them. On a
+    GPU-bound run doubling every GEMM adds close to their whole time, and never more."""
+    import charllm_trace as ct
+    from charllm_trace.analysis.classify import classify
+    from charllm_trace.analysis.kernel_category import categorize
+    from tests.conftest import FIXTURES
+
+    run = ct.load(str(FIXTURES / "h200-1rank-nccl"), cache=False)
+    (r,) = run.ranks
+    nodes = classify(run.traces[r].nodes)
+    gemm_ns = int(nodes.filter(categorize(nodes) == "gemm")["dur_ns"].sum())
+    assert gemm_ns > 0
+    m, p = _total(what_if(run, parse_what_if("gemm=2")))
+    assert 0.9 * gemm_ns <= p - m <= gemm_ns
