@@ -82,3 +82,15 @@ def cpu_subtree_classes(
         inside = np.cumsum(d)[:n] > 0  # by pre-order index
         out[inside[pre] & ~keep] = WC[name]
     return out
+
+
+def early_launch_notes(delta: np.ndarray) -> list[str]:
+    """The note on GPU ops timestamped before their launch call (``delta``: op start minus launch
+    call start, per launched op): edges the times contradict, kept as measured by calibration."""
+    early = delta < 0
+    if not early.any():
+        return []
+    return [
+        f"{int(early.sum())} GPU ops start before their launch call ({-int(delta[early].sum()) / 1e6:.3f} ms "
+        "in all): those launch edges were kept as measured and never scaled"
+    ]

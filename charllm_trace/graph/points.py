@@ -27,7 +27,7 @@ import polars as pl
 
 from charllm_trace.analysis.classify import classify, launch_calls
 from charllm_trace.graph.calibrate import append_edges, calibrate
-from charllm_trace.graph.classes import cpu_subtree_classes, node_classes
+from charllm_trace.graph.classes import cpu_subtree_classes, early_launch_notes, node_classes
 from charllm_trace.graph.cuda_sync import cuda_sync_edges, sync_notes
 from charllm_trace.graph.inferred import kick_edges, launch_model, wake_edges
 from charllm_trace.graph.lanes import (
@@ -222,17 +222,12 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         r = launcher[gl]
         if measured:
             delta = start[gl] - start[r]
-            early = delta < 0
-            if early.any():  # contradicting edges: counted, kept as fixed lags by calibrate
-                notes.append(
-                    f"{int(early.sum())} GPU ops start before their launch call "
-                    f"({-int(delta[early].sum()) / 1e6:.3f} ms in all): those launch edges were "
-                    "kept as measured and never scaled"
-                )
             model = launch_model(delta, start, end, gl, chain, chain_lane, gpu, n, end[r] - start[r])
         else:
             model = np.zeros(len(gl), dtype=np.int64)
         add_edges(2 * r, 2 * gl, model, EK["launch"], CAT["launch"], WC["launch"], r, PRIO_CROSS)
+    if measured and len(gl):  # contradicting edges: counted (calibrate keeps them as fixed lags)
+        notes.extend(early_launch_notes(start[gl] - start[launcher[gl]]))
 
     # ---- sync: GPU op end -> end of the CPU call that waited for it ----
     sync_fix: tuple[np.ndarray, np.ndarray] | None = None
