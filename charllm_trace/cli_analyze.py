@@ -34,19 +34,30 @@ SAMPLE_HELP = (
 )
 
 WHAT_IF_HELP = (
-    "Predict step times with durations scaled by class, e.g. comm=0.5,gemm=0.8,launch=0 "
-    "(classes: gemm, attention, kernel, comm, memcpy, launch, cpu, idle; aliases: gpu/compute = "
-    "gemm+attention+kernel, network = comm, cpu_all = cpu+launch). Figures labelled PREDICTED."
+    "Predict step times under a change, e.g. gemm=2,comm=0.5,launch=0: classes gemm, attention, "
+    "elementwise, kernel, comm, memcpy (alias memory), launch, cpu, idle (aliases gpu/compute, network, "
+    "cpu_all) scaled by a factor > 0 (launch=0 allowed); tp/cp/dp/pp/ep=FACTOR scales one parallel "
+    "dimension's communication; comm=100GB/s or dp=50GB/s re-times transfers at that bandwidth; "
+    "cpu_op+=50us adds a fixed CPU cost to every operator. Figures labelled PREDICTED, with their range."
 )
 
 
 def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
-    """``--what-if`` text -> {class: factor}; bad text is a UsageError (one line, exit 2)."""
+    """``--what-if`` text -> {key: value}; bad text is a UsageError (one line, exit 2), before
+    anything is read (with ``--scheduler``, keys that need the whole run are refused too)."""
     if text is None:
         return None
-    from charllm_trace.analysis.whatif import parse_what_if
+    from charllm_trace import engine
+    from charllm_trace.analysis.whatif_keys import parse_what_if, per_edge_keys
+    from charllm_trace.errors import UsageError
 
-    return parse_what_if(text)
+    out = parse_what_if(text)
+    if engine.scheduler() and per_edge_keys(out):
+        raise UsageError(
+            f"--what-if: {per_edge_keys(out)[0]} needs the whole run's collectives and operators: "
+            "run it without --scheduler"
+        )
+    return out
 
 
 @click.command("analyze")
@@ -82,7 +93,7 @@ def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
 )
 @click.option("--energy-method", type=click.Choice(ENERGY_METHODS), default="trapezoid", show_default=True,
               help="Power integration between telemetry samples; counter: the energy counter's own increments.")  # fmt: skip
-@click.option("--what-if", "what_if", default=None, metavar="CLASS=FACTOR,...", help=WHAT_IF_HELP)
+@click.option("--what-if", "what_if", default=None, metavar="KEY=VALUE,...", help=WHAT_IF_HELP)
 @click.option("--no-critical-path", is_flag=True, help="Skip the critical path through the execution graph.")
 @wide_option
 @click.option("--breakdown-top", type=click.IntRange(min=1), default=None, metavar="N",
@@ -205,7 +216,7 @@ def analyze_cmd(
     is_flag=True,
     help="Rebuild a timeline for ETs without timestamps (figures labelled simulated).",
 )
-@click.option("--what-if", "what_if", default=None, metavar="CLASS=FACTOR,...", help=WHAT_IF_HELP)
+@click.option("--what-if", "what_if", default=None, metavar="KEY=VALUE,...", help=WHAT_IF_HELP)
 @click.option("--ranks", default=None, help=RANKS_HELP.replace("analyse", "draw"))
 @click.option("--sample", type=int, default=None, metavar="N", help=SAMPLE_HELP.replace("Analyse", "Draw"))
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT (and the --save file) if it exists.")

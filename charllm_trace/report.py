@@ -23,7 +23,7 @@ from charllm_trace.analysis.findings import Finding, findings
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.pipeline_results import PipelineResult
-from charllm_trace.analysis.results import CP_CATEGORIES, BreakdownResult, RunAnalysis
+from charllm_trace.analysis.results import CP_CATEGORIES, BreakdownResult, RunAnalysis, WhatIfResult
 from charllm_trace.model import Run
 from charllm_trace.render.breakdown_html import breakdown_parts
 from charllm_trace.render.report_ranks import rank_step_section
@@ -82,6 +82,7 @@ class ReportData:
     what_if_factors: dict[str, float] = field(default_factory=dict)
     what_if_fixed_wait_pct: float | None = None
     what_if_notes: list[str] = field(default_factory=list)
+    what_if_result: WhatIfResult | None = None  # the prediction (its range and basis: render/whatif_text.py)
     idle_time: IdleTimeResult | None = None  # GPU idle per stream (render/report_streams.py)
     launch: LaunchResult | None = None
     breakdown: BreakdownResult | None = None  # the time breakdown (render/breakdown_html.py)
@@ -201,6 +202,7 @@ def report_data_from(views: ReportViews, an: RunAnalysis, title: str | None = No
         data.what_if_factors = dict(wi.factors)
         data.what_if_fixed_wait_pct = wi.fixed_wait_pct
         data.what_if_notes = [n for n in wi.notes if n not in data.critical_notes]
+        data.what_if_result = wi
     return data
 
 

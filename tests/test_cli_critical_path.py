@@ -171,10 +171,20 @@ def test_what_if_factor_one_predicts_the_measured_times(source: Path) -> None:
     "text, says",
     [
         ("comm=x", "is not a number"),
-        ("foo=1", "is not NAME=FACTOR"),
+        ("foo=1", "unknown key 'foo'"),
         ("comm", "is not NAME=FACTOR"),
-        ("comm=-1", "must be a finite number >= 0"),
-        ("", "give at least one NAME=FACTOR"),
+        ("comm=-1", "must be a finite number > 0"),
+        ("gemm=0", "must be a finite number > 0"),
+        ("launch=-1", "must be a finite number >= 0"),
+        ("comm=inf", "is not a finite number"),
+        ("dp=nanGB/s", "is not a finite number"),
+        ("dp=0GB/s", "must be > 0 GB/s"),
+        ("gemm=5GB/s", "a bandwidth applies to comm or"),
+        ("cpu_op+=5", "is not a time with a unit"),
+        ("cpu_op+=-5us", "must be > 0"),
+        ("gemm+=5us", "'+=' applies to cpu_op"),
+        ("comm=2,comm=100GB/s", "comm is given twice"),
+        ("", "give at least one key"),
     ],
 )
 def test_bad_what_if_is_one_line_exit_2(gloo_ets: Path, tmp_path: Path, text: str, says: str) -> None:
@@ -202,8 +212,9 @@ def test_no_critical_path(gloo_ets: Path) -> None:
 def test_help_names_the_classes() -> None:
     out = _invoke("analyze", "--help").output
     flat = re.sub(r"\s+", " ", out)
-    for word in ("--what-if", "--no-critical-path", "gemm, attention, kernel, comm, memcpy, launch, cpu, idle",
-                 "comm=0.5,gemm=0.8,launch=0", "cpu_all"):  # fmt: skip
+    for word in ("--what-if", "--no-critical-path", "gemm, attention, elementwise, kernel, comm, memcpy",
+                 "gemm=2,comm=0.5,launch=0", "cpu_all", "tp/cp/dp/pp/ep=FACTOR", "dp=50GB/s",
+                 "cpu_op+=50us"):  # fmt: skip
         assert word in flat, word
     rep = re.sub(r"\s+", " ", _invoke("report", "--help").output)
     assert "--what-if" in rep and "--simulate" in rep

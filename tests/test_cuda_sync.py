@@ -381,3 +381,33 @@ def test_et_roundtrip_keeps_kind_and_args(profile_paths, tmp_path: Path) -> None
     assert back.nodes.filter(sel).select(cols).sort("id").equals(t.nodes.filter(sel).select(cols).sort("id"))
     assert cuda_sync_edges(back.nodes).sort(pl.all()).equals(cuda_sync_edges(t.nodes).sort(pl.all()))
     assert cuda_sync_edges(back.nodes).height == 5
+
+
+def test_what_is_ignored_is_counted(trace) -> None:
+    """A wait on an event recorded for no op of the trace, and an edge the times contradict, are
+    counted for the graph's notes (``points.build``: one note each, with the time they touch)."""
+    from charllm_trace.graph.cuda_sync import sync_notes
+
+    tally: dict[str, int] = {}
+    cuda_sync_edges(trace.nodes, tally)
+    assert tally.get("unrecorded", 0) == 0 and tally.get("contradicting", 0) == 0 and sync_notes(tally) == []
+    # without its cudaEventRecord call, the stream wait's event was recorded for no op in the trace
+    n = trace.nodes.filter(pl.col("name") != "cudaEventRecord")
+    waits = n.filter((pl.col("kind") == "sync") & (pl.col("name") == "Stream Wait Event"))
+    tally = {}
+    assert cuda_sync_edges(n, tally).filter(~pl.col("dst_end")).height == 0
+    assert tally["unrecorded"] == waits.height == 1 and tally["unrecorded_ns"] == int(waits["dur_ns"].sum())
+    assert sync_notes(tally)[0].startswith(
+        "1 waits on a CUDA event recorded for no op in the trace were ignored"
+    )
+    # K2 moved to start before K1 ends (test_contradicted_edges_are_left_out): one edge contradicted
+    gemm_end = trace.nodes.filter(pl.col("name") == "sm90_xmma_gemm_f32f32_tf32f32")["start_ns"][0] + 50_000
+    n = trace.nodes.with_columns(
+        pl.when(pl.col("name") == "add_kernel")
+        .then(pl.lit(gemm_end - 1_000, dtype=pl.Int64))
+        .otherwise(pl.col("start_ns"))
+        .alias("start_ns")
+    )
+    tally = {}
+    cuda_sync_edges(n, tally)
+    assert tally["contradicting"] >= 1 and "contradict the measured times" in sync_notes(tally)[-1]

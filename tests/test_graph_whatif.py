@@ -46,7 +46,7 @@ def test_parse_what_if():
 def test_aliases_expand_to_classes_and_later_names_win():
     f = factor_array({"gpu": 0.5, "gemm": 0.25})
     got = dict(zip(P.WHATIF_CLASSES, f.tolist(), strict=True))
-    assert got == {"gemm": 0.25, "attention": 0.5, "kernel": 0.5, "comm": 1.0, "memcpy": 1.0, "launch": 1.0,
+    assert got == {"gemm": 0.25, "attention": 0.5, "elementwise": 0.5, "kernel": 0.5, "comm": 1.0, "memcpy": 1.0, "launch": 1.0,
                    "cpu": 1.0, "idle": 1.0}  # fmt: skip
     assert dict(zip(P.WHATIF_CLASSES, factor_array({"cpu_all": 0}).tolist(), strict=True))["launch"] == 0
     assert factor_array({"network": 3})[P.WC["comm"]] == 3

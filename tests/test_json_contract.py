@@ -57,7 +57,9 @@ def test_every_column_of_every_frame_is_described() -> None:
     assert len(undocumented) < 0.5 * sum(len(s["items"]["properties"]) for s in frames.values()), undocumented
 
 
-@pytest.mark.parametrize("extra", [[], ["--per-step", "--what-if", "comm=0.5"]])
+@pytest.mark.parametrize(
+    "extra", [[], ["--per-step", "--what-if", "comm=0.5"], ["--what-if", "gemm=2,comm=100GB/s,cpu_op+=5us"]]
+)
 def test_analyze_json_validates_on_the_collected_run(cache_dir, extra) -> None:
     _validate("analyze", _json("analyze", str(RUN), "--json", *extra))
 

@@ -103,7 +103,14 @@ def test_report_has_the_critical_path_and_what_if(source: Path, tmp_path: Path) 
     assert got_ops == exp_ops
 
     w = _section(page, "what-if")
-    assert "PREDICTED, not measured" in w and "comm x 0.5, gemm x 0.8" in w
+    assert "PREDICTED, not measured" in w and "comm×0.5, gemm×0.8" in w
+    # the prediction with its range over steps (the WhatIfResult's figures)
+    lo, hi = wi.predicted_low_ns, wi.predicted_high_ns
+    assert wi.n_steps > 0 and lo is not None and hi is not None and lo <= wi.predicted_median_ns <= hi
+    assert (
+        f"PREDICTED step time {wi.predicted_median_ns / 1e6:,.3f} ms (median; range {lo / 1e6:,.3f}–{hi / 1e6:,.3f} ms"
+        in w
+    )
     (wt,) = _tables(w)
     assert len(wt) - 1 == wi.steps.height
     for got, exp in zip(wt[1:], wi.steps.iter_rows(named=True), strict=True):

@@ -111,7 +111,11 @@ def _graph_analyses(
     try:
         graph = build_run_graph(run, classified)
         cp = critical_path(run, graph=graph, segments=False) if options.critical_path else None
-        wi = what_if(run, dict(options.what_if), graph=graph) if options.what_if else None
+        wi = (
+            what_if(run, dict(options.what_if), graph=graph, dims=run_dims(run, options))
+            if options.what_if
+            else None
+        )
     except CycleError as exc:
         skip_cycles(options, skipped, exc.problem)
         return None, None

@@ -76,6 +76,7 @@ FRAME_SCHEMAS: dict[str, tuple[str, dict[str, pl.DataType]]] = {
 #: The modules whose ``*_SCHEMA`` tables (with a comment beside each column) are imported above.
 DEFINED_IN = (
     "charllm_trace.analysis.results",
+    "charllm_trace.analysis.whatif_results",  # WHATIF_SCHEMA (re-exported by results)
     "charllm_trace.analysis.idle_results",
     "charllm_trace.analysis.config_results",
     "charllm_trace.analysis.results_breakdown",

@@ -23,6 +23,7 @@ from charllm_trace.analysis.results import (
     frame,
 )
 from charllm_trace.analysis.whatif import SIMULATED_WI, fixed_wait_pct, whatif_steps
+from charllm_trace.analysis.whatif_spread import step_spread
 from charllm_trace.graph import engine
 
 
@@ -172,10 +173,12 @@ def whatif_from(
     notes = list(notes)
     if not measured:
         notes.insert(0, SIMULATED_WI)
+    steps = whatif_steps(rows)
     return WhatIfResult(
-        steps=whatif_steps(rows),
+        steps=steps,
         factors=dict(factors),
         fixed_wait_pct=fixed_wait_pct(fixed, length, measured),
         simulated=not measured,
         notes=notes,
+        **dataclasses.asdict(step_spread(steps)),
     )

@@ -95,13 +95,48 @@ CATEGORY_RULES: tuple[tuple[str, str], ...] = (
 CLASS_CATEGORY = {"comm": "communication", "memcpy": "memcpy_memset", "memset": "memcpy_memset"}
 
 
+#: CPU operators that do the work themselves (CPU-only traces: no GPU kernel does it for them):
+#: (category, regex on the operator name); the first match wins. ``aten::linear`` is a GEMM: its
+#: children (``aten::t``, ``aten::addmm``) are part of it (``graph.classes``).
+CPU_OP_RULES: tuple[tuple[str, str], ...] = (
+    (
+        "attention",
+        r"^aten::(scaled_dot_product_attention|_scaled_dot_product_\w+|_flash_attention_\w+"
+        r"|_efficient_attention_\w+)$",
+    ),
+    (
+        "gemm",
+        r"^aten::(mm|addmm|bmm|baddbmm|addbmm|matmul|linear|addmv|mv|dot|vdot|einsum|tensordot"
+        r"|_addmm_activation|mkldnn_linear|_mkldnn_linear\w*|mkldnn_matmul|_int_mm|_scaled_mm"
+        r"|chain_matmul|linalg_multi_dot)$",
+    ),
+    (
+        "elementwise",
+        r"^aten::(add|sub|mul|div|relu|gelu|silu|sigmoid|tanh|exp|log|pow|sqrt|rsqrt|neg|abs|clamp"
+        r"|where|dropout|native_dropout|threshold|threshold_backward|gelu_backward|silu_backward"
+        r"|sigmoid_backward|tanh_backward|masked_fill|addcmul|addcdiv|lerp|maximum|minimum|sign"
+        r"|fill|zero|hardtanh|leaky_relu)_?$",
+    ),
+    ("memcpy_memset", r"^aten::(copy_|clone|_to_copy|contiguous|cat|stack)$"),
+)
+
+
+def cpu_op_categories(names: pl.Series) -> pl.Series:
+    """The category of each CPU operator name by :data:`CPU_OP_RULES` (null when none matches)."""
+    return _by_rules(names, CPU_OP_RULES, None)
+
+
 def name_categories(names: pl.Series) -> pl.Series:
     """The category of each compute-kernel name (``other`` when no rule matches; a null name is
     ``other``). Evaluates the rules once per distinct name."""
+    return _by_rules(names, CATEGORY_RULES, "other")
+
+
+def _by_rules(names: pl.Series, rules: tuple[tuple[str, str], ...], default: str | None) -> pl.Series:
     nm = names.cast(pl.String).fill_null("")
     u = nm.unique(maintain_order=True)
-    expr: pl.Expr = pl.lit("other")
-    for cat, pattern in reversed(CATEGORY_RULES):
+    expr: pl.Expr = pl.lit(default, dtype=pl.String)
+    for cat, pattern in reversed(rules):
         expr = pl.when(pl.col("_nm").str.contains(pattern)).then(pl.lit(cat)).otherwise(expr)
     cats = pl.DataFrame({"_nm": u}).select(expr.alias("category"))["category"]
     codes = nm.cast(pl.Enum(u)).to_physical()

@@ -35,6 +35,7 @@ from charllm_trace.analysis.iterations_results import IterationsResult
 from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results_breakdown import BreakdownResult
 from charllm_trace.analysis.spread_results import empty_rank_spread
+from charllm_trace.analysis.whatif_results import WHATIF_SCHEMA, WhatIfResult  # noqa: F401 - re-exported
 
 # ---------------------------------------------------------------------------
 # The words of notes and skip reasons the CLI recognises (render.tables.cli_hint adds its flags);
@@ -377,32 +378,6 @@ class CriticalPathResult:
     paths: pl.DataFrame  # CRITICAL_PATH_SCHEMA
     top_ops: pl.DataFrame  # CRITICAL_OPS_SCHEMA
     segments: pl.DataFrame  # CRITICAL_SEGMENT_SCHEMA (empty from ``analyze_run``: see critical_path())
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)
-
-
-#: One row per (rank, step) (step null: the whole trace): measured vs predicted.
-WHATIF_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int64,
-    "step": pl.Int64,
-    "measured_ns": pl.Int64,  # step span (ProfilerStep window), or the trace's span
-    "predicted_ns": pl.Int64,
-    "change_pct": pl.Float64,  # 100 * (predicted - measured) / measured
-    "measured_exposed_comm_ns": pl.Int64,
-    "predicted_exposed_comm_ns": pl.Int64,
-    "measured_overlap_pct": pl.Float64,
-    "predicted_overlap_pct": pl.Float64,
-}
-
-
-@dataclass
-class WhatIfResult:
-    """A what-if replay: durations scaled by class, the graph re-timed (PREDICTED figures)."""
-
-    steps: pl.DataFrame  # WHATIF_SCHEMA
-    factors: dict[str, float]
-    fixed_wait_pct: float | None = None  # % of the measured whole-trace critical paths that is waiting the
-    # graph does not explain (kept as measured by the replay); null without timestamps
     simulated: bool = False
     notes: list[str] = field(default_factory=list)
 

@@ -1,7 +1,8 @@
 """What-if replay on the execution graph, and ``--simulate`` for traces without timestamps.
 
-A what-if scales the *scalable* part of every lag by its class's factor (``parse_what_if``:
-``comm=0.5,gemm=0.8,launch=0``), re-times the graph (``critical_path.retime``: every
+A what-if scales the *scalable* part of every lag by its class's factor, a parallel dimension's
+factor or a link bandwidth, or adds a fixed CPU cost per operator (``whatif_keys.parse_what_if``:
+``comm=0.5,gemm=2,launch=0,dp=50GB/s,cpu_op+=50us``; ``whatif_edges.edge_lags``), re-times the graph (``critical_path.retime``: every
 dependency honoured, one op at a time on each CPU thread and GPU stream, in the measured
 order) and reads step times, overlap and exposed communication off the re-timed trace
 with the same analyses as the measured one. Every figure is PREDICTED. Unexplained waits
@@ -20,7 +21,9 @@ import polars as pl
 from charllm_trace.analysis.critical import retime, windows
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.results import WHATIF_SCHEMA, WhatIfResult, frame
-from charllm_trace.errors import UsageError
+from charllm_trace.analysis.whatif_edges import edge_lags, factor_array
+from charllm_trace.analysis.whatif_keys import parse_what_if
+from charllm_trace.analysis.whatif_spread import path_basis, step_spread
 from charllm_trace.graph import engine
 from charllm_trace.graph import points as P
 from charllm_trace.graph.run import RunGraph, build_run_graph
@@ -29,41 +32,7 @@ from charllm_trace.model import Run, Trace
 #: the first note of a what-if on a trace without timestamps
 SIMULATED_WI = "the trace has no timestamps: the measured side is the simulated timeline"
 
-
-def parse_what_if(text: str) -> dict[str, float]:
-    """``"comm=0.5,gemm=0.8,launch=0"`` -> {"comm": 0.5, ...}; names are ``points.WHATIF_CLASSES``
-    or an alias (``gpu``, ``compute``, ``network``, ``cpu_all``)."""
-    out: dict[str, float] = {}
-    known = set(P.WHATIF_CLASSES) | set(P.WHATIF_ALIASES)
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        name, sep, val = part.partition("=")
-        name = name.strip().lower()
-        if not sep or name not in known:
-            raise UsageError(
-                f"--what-if: '{part}' is not NAME=FACTOR with NAME one of {', '.join(sorted(known))}"
-            )
-        try:
-            f = float(val)
-        except ValueError:
-            raise UsageError(f"--what-if: '{val.strip()}' is not a number (in '{part}')") from None
-        if not np.isfinite(f) or f < 0:
-            raise UsageError(
-                f"--what-if: the factor of {name} must be a finite number >= 0, not {val.strip()}"
-            )
-        out[name] = f
-    if not out:
-        raise UsageError("--what-if: give at least one NAME=FACTOR, e.g. comm=0.5,gemm=0.8")
-    return out
-
-
-def factor_array(factors: dict[str, float]) -> np.ndarray:
-    arr = np.ones(len(P.WHATIF_CLASSES), dtype=np.float64)
-    for name, f in factors.items():
-        for c in P.WHATIF_ALIASES.get(name, (name,)):
-            arr[P.WC[c]] = f
-    return arr
+__all__ = ["factor_array", "parse_what_if", "retimed_traces", "simulate", "what_if"]
 
 
 def retimed_traces(run: Run, rg: RunGraph, time: np.ndarray) -> dict[int, Trace]:
@@ -140,20 +109,31 @@ def fixed_wait_pct(fixed: int, length: int, measured: bool) -> float | None:
     return 100.0 * fixed / length if length > 0 and measured else None
 
 
+def _replay(rg: RunGraph, lags: np.ndarray) -> np.ndarray:
+    g = rg.g
+    time, _, done = engine.longest_path(g.n_points, g.src, g.dst, lags, g.prio, g.root)
+    if done < g.n_points:
+        raise engine.cycle_error("execution graph", g.n_points - done)
+    return time
+
+
 def what_if(
     run: Run,
     factors: dict[str, float],
     *,
     graph: RunGraph | None = None,
     classified: dict[int, pl.DataFrame] | None = None,
+    dims: dict[str, str | None] | None = None,
 ) -> WhatIfResult:
-    """Predicted step times, overlap and exposed communication with durations scaled by class."""
+    """Predicted step times, overlap and exposed communication under ``factors``
+    (``parse_what_if``; ``dims``: process group -> parallel dimension, for ``dp=`` ... keys)."""
     rg = graph or build_run_graph(run, classified)
-    notes = list(rg.notes)
+    lags, lag_notes = edge_lags(rg, run, factors, dims)
+    notes = list(rg.notes) + lag_notes
     if not rg.g.measured:
         notes.insert(0, SIMULATED_WI)
     base_t, base_bind = retime(rg)
-    new_t, _ = retime(rg, factor_array(factors))
+    new_t = _replay(rg, lags)
     measured = retimed_traces(run, rg, base_t) if not rg.g.measured else {r: run.traces[r] for r in rg.ranks}
     predicted = retimed_traces(run, rg, new_t)
     # the whole trace: the critical path's window (first step start -> last step or GPU op end)
@@ -167,21 +147,17 @@ def what_if(
         for r in rg.ranks
     ]
     steps = whatif_steps(frames)
-    g = rg.g
-    # how much of the measured critical paths is waiting the graph does not explain (kept fixed)
-    fixed = length = 0
-    for sink, w0 in m_win.values():
-        path = engine.walk_back(g.src, base_bind, base_t, sink, int(base_t[w0]))
-        if len(path) > 1:
-            fixed += int(np.maximum(g.fixed[base_bind[path[:-1]]], 0).sum())
-            length += int(base_t[sink] - base_t[path[-1]])
-    fixed_pct = fixed_wait_pct(fixed, length, g.measured)
+    # what the prediction rests on: waits kept as measured, inferred edges, spread over steps
+    basis = path_basis(rg.g, base_t, base_bind, list(m_win.values()))
+    sp = step_spread(steps)
     return WhatIfResult(
         steps=steps,
         factors=dict(factors),
-        fixed_wait_pct=fixed_pct,
-        simulated=not g.measured,
+        fixed_wait_pct=fixed_wait_pct(basis.fixed_ns, basis.length_ns, rg.g.measured),
+        simulated=not rg.g.measured,
         notes=notes,
+        inferred_pct=basis.pct(basis.inferred_ns) if rg.g.measured else None,
+        **dataclasses.asdict(sp),
     )
 
 

@@ -22,6 +22,8 @@ from charllm_trace.analysis import graph_merge as gm
 from charllm_trace.analysis import rank_graph as rgm
 from charllm_trace.analysis.results import AnalyzeOptions, CriticalPathResult, WhatIfResult
 from charllm_trace.analysis.whatif import factor_array
+from charllm_trace.analysis.whatif_keys import per_edge_keys
+from charllm_trace.errors import UsageError
 from charllm_trace.graph.engine import cycle_error
 from charllm_trace.graph.run import match_instances
 
@@ -91,6 +93,12 @@ def graph_step(
         return None, None
     sets: dict[str, np.ndarray | None] = {"base": None}
     if options.what_if:
+        per_edge = per_edge_keys(options.what_if)
+        if per_edge:
+            raise UsageError(
+                f"--what-if: {per_edge[0]} needs the whole run's collectives and operators: "
+                "run it without --scheduler"
+            )
         sets["new"] = factor_array(dict(options.what_if))
     rgs = eng.map(build_task, handles)
     try:

@@ -176,8 +176,12 @@ def _scatter(n: int, got: pl.DataFrame) -> pl.Series:
     return out
 
 
-def cuda_sync_edges(nodes: pl.DataFrame) -> pl.DataFrame:
+def cuda_sync_edges(nodes: pl.DataFrame, tally: dict[str, int] | None = None) -> pl.DataFrame:
     """Node-level edges implied by the trace's ``cuda_sync`` records (module docstring).
+
+    ``tally`` (if given) counts what was ignored: ``unrecorded`` event waits and syncs whose event
+    no op in the trace was recorded for, with ``unrecorded_ns`` the time of those sync records, and
+    ``contradicting`` edges the measured times contradict.
 
     Returns columns ``src``, ``src_end``, ``dst``, ``dst_end`` (node ids; ``*_end``: the edge
     leaves / reaches the node's end point, else its start), one row per distinct edge:
@@ -223,6 +227,7 @@ def cuda_sync_edges(nodes: pl.DataFrame) -> pl.DataFrame:
                 .otherwise(_match(w, "s_start", "stream", ops, "op_start", forward=True, exact=True))
                 .alias("dst")
             )
+            _count_unrecorded(w, tally)
             parts.append(_edge_rows(w, "dst", src_end=True, dst_end=False))
 
         # (b) event sync: recorded op (else the last op on the event's stream) -> end of the call
@@ -233,6 +238,7 @@ def cuda_sync_edges(nodes: pl.DataFrame) -> pl.DataFrame:
                     "src", _match(es, "s_end", "wait_stream", ops, "op_end", forward=False, exact=True)
                 ).alias("src")
             )
+            _count_unrecorded(es, tally)
             parts.append(_edge_rows(es, "rt_id", src_end=True, dst_end=True))
 
     # (b) stream sync: the last op on the stream that ended by the record's end -> end of the call
@@ -259,11 +265,25 @@ def cuda_sync_edges(nodes: pl.DataFrame) -> pl.DataFrame:
     if not parts:
         return _empty()
     edges = pl.concat(parts).drop_nulls(["src", "dst"]).filter(pl.col("src") != pl.col("dst"))
-    return _consistent(edges, ops, rt).unique(maintain_order=True).cast(EDGE_SCHEMA)  # type: ignore[arg-type]
+    kept = _consistent(edges, ops, rt)
+    if tally is not None:
+        tally["contradicting"] = tally.get("contradicting", 0) + kept.filter(~pl.col("_ok")).height
+    kept = kept.filter(pl.col("_ok")).select(list(EDGE_SCHEMA))
+    return kept.unique(maintain_order=True).cast(EDGE_SCHEMA)  # type: ignore[arg-type]
+
+
+def _count_unrecorded(df: pl.DataFrame, tally: dict[str, int] | None) -> None:
+    """Count the waits whose event was recorded for no op of the trace (``src`` null)."""
+    if tally is None:
+        return
+    miss = df.filter(pl.col("src").is_null())
+    tally["unrecorded"] = tally.get("unrecorded", 0) + miss.height
+    ns = miss.select((pl.col("s_end") - pl.col("s_start")).sum()).item() if miss.height else 0
+    tally["unrecorded_ns"] = tally.get("unrecorded_ns", 0) + int(ns or 0)
 
 
 def _consistent(edges: pl.DataFrame, ops: pl.DataFrame, rt: pl.DataFrame) -> pl.DataFrame:
-    """Leave out edges within one stream and edges whose measured times contradict them."""
+    """Edges within one stream left out; ``_ok`` false where the measured times contradict them."""
     ends = pl.concat([edges["src"], edges["dst"]]).unique().implode()
     pt = pl.concat(
         [
@@ -291,8 +311,9 @@ def _consistent(edges: pl.DataFrame, ops: pl.DataFrame, rt: pl.DataFrame) -> pl.
     return (
         edges.join(src, on="src", how="left", maintain_order="left")
         .join(dst, on="dst", how="left", maintain_order="left")
-        .filter(~same_stream.fill_null(False) & (t_dst >= t_src).fill_null(True))
-        .select(list(EDGE_SCHEMA))
+        .filter(~same_stream.fill_null(False))
+        .with_columns(_ok=(t_dst >= t_src).fill_null(True))
+        .select([*EDGE_SCHEMA, "_ok"])
     )
 
 
@@ -301,3 +322,19 @@ def _edge_rows(df: pl.DataFrame, dst: str, *, src_end: bool, dst_end: bool) -> p
     return df.select(
         "src", pl.lit(src_end).alias("src_end"), pl.col(dst).alias("dst"), pl.lit(dst_end).alias("dst_end")
     )
+
+
+def sync_notes(tally: dict[str, int]) -> list[str]:
+    """The notes of what :func:`cuda_sync_edges` ignored (its ``tally``)."""
+    out = []
+    if tally.get("unrecorded"):
+        out.append(
+            f"{tally['unrecorded']} waits on a CUDA event recorded for no op in the trace were ignored "
+            f"(their sync records cover {tally.get('unrecorded_ns', 0) / 1e6:.3f} ms)"
+        )
+    if tally.get("contradicting"):
+        out.append(
+            f"{tally['contradicting']} synchronisation edges contradict the measured times (the waiting "
+            "point measured before what it waited for) and were not used"
+        )
+    return out

@@ -10,15 +10,30 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# What-if classes of the scalable part of a lag (``--what-if NAME=FACTOR``).
-WHATIF_CLASSES = ("gemm", "attention", "kernel", "comm", "memcpy", "launch", "cpu", "idle")
+# What-if classes of the scalable part of a lag (``--what-if NAME=FACTOR``). GPU kernels get theirs
+# from the time-breakdown categories (``analysis.kernel_category``: gemm, attention, elementwise;
+# ``kernel`` is every other compute kernel); on a trace without GPU ops, CPU operators that do the
+# work themselves get one too (``kernel_category.CPU_OP_RULES``, ``graph.classes``).
+WHATIF_CLASSES = ("gemm", "attention", "elementwise", "kernel", "comm", "memcpy", "launch", "cpu", "idle")
 WC = {c: i for i, c in enumerate(WHATIF_CLASSES)}
 #: aliases accepted by ``--what-if``: name -> classes it scales
 WHATIF_ALIASES = {
-    "gpu": ("gemm", "attention", "kernel"),
-    "compute": ("gemm", "attention", "kernel"),
+    "gpu": ("gemm", "attention", "elementwise", "kernel"),
+    "compute": ("gemm", "attention", "elementwise", "kernel"),
+    "memory": ("memcpy",),
     "network": ("comm",),
     "cpu_all": ("cpu", "launch"),
+}
+#: the what-if class of each time-breakdown category (``analysis.kernel_category.CATEGORIES``)
+CATEGORY_WCLASS = {
+    "gemm": "gemm",
+    "attention": "attention",
+    "elementwise": "elementwise",
+    "convolution": "kernel",
+    "reduction_norm": "kernel",
+    "other": "kernel",
+    "communication": "comm",
+    "memcpy_memset": "memcpy",
 }
 
 # Edge kinds in the point graph (node-level kinds of model.EXEC_DEP_KINDS, plus a node's own span).
@@ -39,8 +54,6 @@ EK = {k: i for i, k in enumerate(EDGE_KINDS)}
 CATEGORIES = ("gpu_compute", "gpu_memory", "communication", "cpu_op", "launch", "sync_wait", "idle")
 CAT = {c: i for i, c in enumerate(CATEGORIES)}
 
-GEMM_RE = r"(?i)gemm|cutlass|cublas|xmma|matmul|^Cijk_|_tn_|_nt_|_nn_|_tt_|wgrad|dgrad|s884|s1688|h884|h1688"
-ATTN_RE = r"(?i)flash|fmha|attention|attn|sdpa|softmax_warp"
 #: runtime calls that wait for the device: any accelerator's stream / device / event / context
 #: synchronize (``cudaDeviceSynchronize``, ``hipStreamSynchronize``, ``mtiaDeviceSynchronize`` ...),
 #: CUDA/HIP queries and blocking copies

@@ -27,7 +27,8 @@ import polars as pl
 
 from charllm_trace.analysis.classify import classify, launch_calls
 from charllm_trace.graph.calibrate import append_edges, calibrate
-from charllm_trace.graph.cuda_sync import cuda_sync_edges
+from charllm_trace.graph.classes import cpu_subtree_classes, early_launch_notes, node_classes
+from charllm_trace.graph.cuda_sync import cuda_sync_edges, sync_notes
 from charllm_trace.graph.inferred import kick_edges, launch_model, wake_edges
 from charllm_trace.graph.lanes import (
     dense_codes,
@@ -39,12 +40,10 @@ from charllm_trace.graph.lanes import (
     time_parents,
 )
 from charllm_trace.graph.pointgraph import (  # noqa: F401 - the vocabulary, re-exported for callers
-    ATTN_RE,
     CAT,
     CATEGORIES,
     EDGE_KINDS,
     EK,
-    GEMM_RE,
     KICK_NS,
     PRIO_CROSS,
     PRIO_LANE,
@@ -59,38 +58,6 @@ from charllm_trace.graph.pointgraph import (  # noqa: F401 - the vocabulary, re-
     PointGraph,
 )
 from charllm_trace.model import Trace
-
-
-# What-if classes of the scalable part of a lag (``--what-if NAME=FACTOR``).
-def _classes(nodes: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(what-if class, category of own time, is a runtime call, is a synchronising runtime call)
-    per row of ``nodes`` (classified); name patterns are matched once per distinct name."""
-    cls = nodes["cls"].to_numpy()
-    kind = nodes["kind"].fill_null("other").to_numpy()
-    names = nodes["name"].fill_null("")
-    u = names.unique(maintain_order=True)
-    codes = names.cast(pl.Enum(u)).to_physical().to_numpy()  # each distinct name matched once
-    gemm = u.str.contains(GEMM_RE).to_numpy()[codes]
-    attn = u.str.contains(ATTN_RE).to_numpy()[codes]
-    sync_call = u.str.contains(SYNC_CALL_RE).to_numpy()[codes]
-    del codes
-    runtime = kind == "runtime"
-    wc = np.full(len(cls), WC["cpu"], dtype=np.int8)
-    cat = np.full(len(cls), CAT["cpu_op"], dtype=np.int8)
-    gpu_compute = cls == "compute"
-    wc[gpu_compute] = WC["kernel"]
-    wc[gpu_compute & attn] = WC["attention"]
-    wc[gpu_compute & gemm] = WC["gemm"]
-    cat[gpu_compute] = CAT["gpu_compute"]
-    mem = (cls == "memcpy") | (cls == "memset")
-    wc[mem] = WC["memcpy"]
-    cat[mem] = CAT["gpu_memory"]
-    comm = (cls == "comm") | (cls == "cpu_comm")
-    wc[comm] = WC["comm"]
-    cat[comm] = CAT["communication"]
-    wc[runtime] = WC["launch"]
-    cat[runtime] = CAT["launch"]
-    return wc, cat, runtime, sync_call & runtime
 
 
 def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: bool = True) -> PointGraph:
@@ -112,7 +79,7 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         active &= (nodes["start_ns"].is_not_null() & nodes["dur_ns"].is_not_null()).to_numpy()
     rows = np.flatnonzero(active)
     # name-based flags on the full frame (per distinct name), then only numeric columns are gathered
-    wc, cat, runtime, sync_call = (x[rows] for x in _classes(nodes))
+    wc, cat, runtime, sync_call, cpu_work = (x[rows] for x in node_classes(nodes))
     sub = len(rows) < nodes.height
 
     def col(name: str, fill: int | bool) -> np.ndarray:  # one numeric column of the active rows
@@ -178,6 +145,8 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     pre[order] = np.arange(n)
     del order, key
     last = subtree_last(pre, ppos, depth)  # pre-order index of the last node of each subtree
+    wc = cpu_subtree_classes(wc, cpu_work, pre, last, gpu)  # CPU-only ranks: aten::mm ... are work
+    del cpu_work
     # points: 2*i start, 2*i+1 end; sort key (lane, slot, is_end, -depth)
     pts = np.concatenate([2 * np.arange(n), 2 * np.arange(n) + 1])
     slot = np.concatenate([pre, last])
@@ -249,7 +218,9 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     gk = np.flatnonzero(gpu)
     # the trace's cuda_sync records (read once: the launch latency leaves out the ops that waited
     # for an event, the sync edges below use them)
-    cs = cuda_sync_edges(nodes) if measured and len(gk) else None
+    sync_tally: dict[str, int] = {}
+    cs = cuda_sync_edges(nodes, sync_tally) if measured and len(gk) else None
+    notes.extend(sync_notes(sync_tally))
     launcher = launch_calls(ids, gpu, runtime, col("correlation", -1), col("launch_id", -1))
     gl = np.flatnonzero(gpu & (launcher >= 0))
     if len(gl):
@@ -267,6 +238,8 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         else:
             model = np.zeros(len(gl), dtype=np.int64)
         add_edges(2 * r, 2 * gl, model, EK["launch"], CAT["launch"], WC["launch"], r, PRIO_CROSS)
+    if measured and len(gl):  # contradicting edges: counted (calibrate keeps them as fixed lags)
+        notes.extend(early_launch_notes(start[gl] - start[launcher[gl]]))
 
     # ---- sync: GPU op end -> end of the CPU call that waited for it ----
     sync_fix: tuple[np.ndarray, np.ndarray] | None = None

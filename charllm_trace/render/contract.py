@@ -165,9 +165,41 @@ def analyze_schema() -> dict[str, Any]:
                 "properties": frames,
                 "additionalProperties": False,
             },
-            "what_if": {
-                "type": "object",
-                "description": "with --what-if: the factors; figures are PREDICTED",
-            },
+            "what_if": _WHAT_IF,
         },
     }
+
+
+_NUM = {"type": ["number", "null"]}
+_INT = {"type": ["integer", "null"]}
+#: the ``what_if`` entry of ``analyze --format json`` (render/export.py; docs/analyses.md section 8)
+_WHAT_IF = {
+    "type": "object",
+    "description": "with --what-if: the keys and what the PREDICTED figures rest on",
+    "properties": {
+        "predicted": {"type": "boolean"},
+        "factors": {
+            "type": "object",
+            "description": "KEY: factor; NAME_gbps: a bandwidth in GB/s; cpu_op_add_ns: added ns per CPU op",
+            "additionalProperties": {"type": "number"},
+        },
+        "fixed_wait_pct": {
+            **_NUM,
+            "description": "% of the measured whole-trace paths on waits kept as measured",
+        },
+        "inferred_pct": {**_NUM, "description": "% of the measured whole-trace paths on inferred edges"},
+        "simulated": {"type": "boolean"},
+        "n_steps": {"type": "integer", "description": "rank-steps the range is over (0: none)"},
+        "step_ns": {
+            "type": "object",
+            "properties": {k: _INT for k in ("measured_median", "median", "low", "high")},
+            "additionalProperties": False,
+        },
+        "change_pct": {
+            "type": "object",
+            "properties": {k: _NUM for k in ("median", "low", "high")},
+            "additionalProperties": False,
+        },
+    },
+    "additionalProperties": False,
+}

@@ -72,7 +72,21 @@ def _head(res: RunAnalysis) -> dict[str, Any]:
             "predicted": True,
             "factors": dict(res.what_if.factors),
             "fixed_wait_pct": res.what_if.fixed_wait_pct,
+            "inferred_pct": res.what_if.inferred_pct,
             "simulated": res.what_if.simulated,
+            # the prediction over steps (every rank's; the whole trace where there are none)
+            "n_steps": res.what_if.n_steps,
+            "step_ns": {
+                "measured_median": res.what_if.measured_median_ns,
+                "median": res.what_if.predicted_median_ns,
+                "low": res.what_if.predicted_low_ns,
+                "high": res.what_if.predicted_high_ns,
+            },
+            "change_pct": {
+                "median": res.what_if.change_median_pct,
+                "low": res.what_if.change_low_pct,
+                "high": res.what_if.change_high_pct,
+            },
         }
     return stamp("analyze", doc)
 

@@ -137,11 +137,17 @@ def what_if_parts(data: Any) -> list[str]:
     w = data.what_if
     if w is None:
         return [f'<p class="empty">{esc(data.skipped.get("what_if", "not computed"))}</p>']
-    factors = ", ".join(f"{k} x {v:g}" for k, v in data.what_if_factors.items())
+    from charllm_trace.analysis.whatif_keys import describe
+    from charllm_trace.render.whatif_text import basis, headline
+
+    wi = data.what_if_result
+    factors = describe(data.what_if_factors)
     parts = [
-        f'<p class="predicted">PREDICTED, not measured: durations scaled by class ({esc(factors)}) '
-        "and the execution graph re-timed, every dependency honoured.</p>"
+        f'<p class="predicted">PREDICTED, not measured: {esc(factors)}; the execution graph re-timed, '
+        "every dependency honoured.</p>"
     ]
+    if wi is not None:
+        parts.append(f'<p class="predicted"><b>{esc(headline(wi))}</b></p>')
     rows = [
         [
             r["rank"],
@@ -174,7 +180,10 @@ def what_if_parts(data: Any) -> list[str]:
         )
     )
     notes = list(data.what_if_notes)
-    if data.what_if_fixed_wait_pct is not None:
+    rests = basis(wi) if wi is not None else None
+    if rests is not None:
+        notes.insert(0, rests)
+    elif data.what_if_fixed_wait_pct is not None:
         notes.insert(
             0,
             f"{data.what_if_fixed_wait_pct:.1f} % of the measured critical path is waiting the trace does not explain; "

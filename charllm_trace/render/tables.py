@@ -356,15 +356,13 @@ def render_critical_path(res: RunAnalysis, console: Console) -> None:
     _notes(console, cp.notes)
 
 
-def _factors(f: dict[str, float]) -> str:
-    return ", ".join(f"{k}×{v:g}" for k, v in f.items())
-
-
 def render_what_if(res: RunAnalysis, console: Console, printed: list[str] | None = None) -> None:
+    from charllm_trace.render.whatif_text import basis, headline, keys_text
+
     wi = res.what_if
     assert wi is not None
     t = _compact(
-        f"What-if (PREDICTED): {_factors(wi.factors)}" + simulated_label(res),
+        f"What-if (PREDICTED): {keys_text(wi)}" + simulated_label(res),
         [("rank", "right"), ("step", "right"), ("meas ms", "right"), ("pred ms", "right"), ("chg %", "right"),
          ("meas exp", "right"), ("pred exp", "right"), ("meas ovl", "right"), ("pred ovl", "right")],
     )  # fmt: skip
@@ -376,17 +374,15 @@ def render_what_if(res: RunAnalysis, console: Console, printed: list[str] | None
             _pct1(r["predicted_overlap_pct"]),
         )  # fmt: skip
     console.print(t)
+    console.print("  " + headline(wi), style="bold", markup=False, highlight=False)
     dim_line(
         console,
         "  meas = measured, pred = PREDICTED by replaying the execution graph with scaled durations; "
         "exp = exposed communication (ms), ovl = communication overlapped with compute (%)",
     )
-    if wi.fixed_wait_pct is not None:
-        dim_line(
-            console,
-            f"  note: {wi.fixed_wait_pct:.1f} % of the measured critical path is waiting the trace does not explain; "
-            "it is kept as measured in the prediction",
-        )
+    rests = basis(wi)
+    if rests is not None:
+        dim_line(console, "  " + rests)
     _notes(console, [n for n in wi.notes if n not in (printed or [])])
 
 
