@@ -42,5 +42,5 @@ def dim_line(console: Console, text: str, style: str | None = "dim") -> None:
     ) or [""]  # fmt: skip
     for line in lines:
         console.print(
-            " " * lead + line, style="dim", markup=False, highlight=False, overflow="ignore", crop=False
+            " " * lead + line, style=style, markup=False, highlight=False, overflow="ignore", crop=False
         )

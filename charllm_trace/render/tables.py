@@ -374,7 +374,7 @@ def render_what_if(res: RunAnalysis, console: Console, printed: list[str] | None
             _pct1(r["predicted_overlap_pct"]),
         )  # fmt: skip
     console.print(t)
-    console.print("  " + headline(wi), style="bold", markup=False, highlight=False)
+    dim_line(console, "  " + headline(wi), style="bold")
     dim_line(
         console,
         "  meas = measured, pred = PREDICTED by replaying the execution graph with scaled durations; "
