@@ -1,0 +1,256 @@
+"""Issue 22 item 2: `analyze --what-if` against real runs in which the change was made.
+
+``record DIR``: one ``charllm-trace collect`` per intervention around a 2-rank gloo run of
+examples/train_tiny.py (each rank pinned to its own core, one thread). Every run has the switches
+installed and changes odd steps only (``--change-on odd``), so each changed step has two base
+neighbours that ran under the same load: the comparison is paired, which is what survives a
+shared 2-core machine. The ``null`` run changes nothing: its pairs are the noise.
+
+``compare DIR``: for each run, ``analyze RUN --per-step --what-if KEY --format json`` (the base
+steps predict their changed neighbour), the naive estimate (the base step plus (factor - 1) x the
+category's time in the step; for the CPU delay, plus delays x delay), and the errors against
+the measured changed step. Also read from the switch log: the paired change over the steps that
+were not traced. Works on the GPU runs of benchmarks/gpu_interventions.sh too (``--gpu``).
+
+    python benchmarks/interventions.py record runs/iv --steps 40 --traced 4-9
+    python benchmarks/interventions.py compare runs/iv [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-c", "import sys; from charllm_trace.cli import main; sys.exit(main())"]
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm")
+DELAY_US = 200
+#: big enough that matrix products are most of a step (a step of ~0.1 s on an idle core)
+MODEL = "--d-model 128 --seq 64 --batch 8"
+
+#: name -> (switch options, what-if key or None, category the naive estimate scales, factor)
+INTERVENTIONS: dict[str, tuple[list[str], str | None, str | None, float]] = {
+    "null": ([], None, None, 1.0),
+    "mm2": (["--mm-repeat", "2"], "gemm=2", "gemm", 2.0),
+    "ar2": (["--allreduce-repeat", "2"], "comm=2", "comm", 2.0),
+    "delay": (["--cpu-delay-us", str(DELAY_US)], f"cpu_op+={DELAY_US}us", "delay", 1.0),
+    "cores": (["--fewer-cpus", "0"], None, None, 1.0),
+}
+
+
+# ---------------------------------------------------------------------------------------- record
+def record(out: Path, names: list[str], steps: int, traced: str, world: int, model: list[str]) -> None:
+    for name in names:
+        d = out / name
+        d.mkdir(parents=True, exist_ok=True)
+        cmd = [*CLI, "collect", "-o", str(d / "run"), "--steps", traced, "--", sys.executable, "-m",
+               "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
+               str(ROOT / "examples" / "train_tiny.py"), "--steps", str(steps), "--switches",
+               "--change-on", "odd", "--cpus", ",".join(map(str, range(world))),
+               "--switch-log", str(d / "switch_log.json"), *model, *INTERVENTIONS[name][0]]  # fmt: skip
+        print(f"== {name}: {' '.join(INTERVENTIONS[name][0]) or '(no change)'}", flush=True)
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
+        if p.returncode != 0:
+            sys.exit(f"{name}: collect failed ({p.returncode}): {p.stderr[-2000:]}")
+
+
+# ----------------------------------------------------------------------------------- measure
+def _union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Length of the union of [start, end) intervals."""
+    if starts.size == 0:
+        return 0
+    o = np.argsort(starts, kind="stable")
+    s, e = starts[o], np.maximum.accumulate(ends[o])
+    new = np.ones(s.size, dtype=bool)
+    new[1:] = s[1:] > e[:-1]
+    idx = np.flatnonzero(new)
+    last = np.append(idx[1:] - 1, s.size - 1)
+    return int((e[last] - s[idx]).sum())
+
+
+def _category_nodes(nodes: pl.DataFrame, category: str) -> pl.DataFrame:
+    from charllm_trace.analysis.kernel_category import name_categories
+
+    gpu = nodes.filter(pl.col("on_gpu"))
+    if category == "comm":
+        g = gpu.filter(pl.col("coll_type").is_not_null())
+        if g.height:
+            return g
+        return nodes.filter(~pl.col("on_gpu") & pl.col("name").str.starts_with("gloo:"))
+    g = gpu.filter(pl.col("kind") == "kernel") if "kind" in gpu.columns else gpu
+    g = g.filter(name_categories(g["name"]) == category) if g.height else g
+    if g.height:
+        return g
+    return nodes.filter(~pl.col("on_gpu") & pl.col("name").is_in(MATMUL_OPS))
+
+
+def category_ns(run: object, category: str) -> dict[tuple[int, int], int]:
+    """(rank, step) -> time the category's work covers inside the step window (union)."""
+    out: dict[tuple[int, int], int] = {}
+    for r, tr in run.traces.items():  # type: ignore[attr-defined]
+        nodes = _category_nodes(tr.nodes.filter(pl.col("start_ns").is_not_null()), category)
+        s = nodes["start_ns"].to_numpy()
+        e = s + nodes["dur_ns"].to_numpy()
+        for step, lo, hi in tr.steps().select("step", "start_ns", "end_ns").iter_rows():
+            keep = (s < hi) & (e > lo)
+            out[(r, step)] = _union_ns(np.maximum(s[keep], lo), np.minimum(e[keep], hi))
+    return out
+
+
+def what_if_rows(path: Path, key: str | None) -> tuple[list[dict], str | None]:
+    """Per-(rank, step) measured and predicted step times; the key's refusal if it was refused."""
+    cmd = [*CLI, "analyze", str(path), "--per-step", "--format", "json", "--no-cache"]
+    p = subprocess.run([*cmd, "--what-if", key or "comm=1"], capture_output=True, text=True, cwd=ROOT)
+    if p.returncode != 0:
+        return [], p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"
+    rows = json.loads(p.stdout)["frames"]["what_if"]
+    return [r for r in rows if r["step"] is not None], None
+
+
+def _per_step(rows: list[dict], col: str) -> dict[int, float]:
+    df = pl.DataFrame(rows).group_by("step").agg(pl.col(col).mean())
+    return dict(zip(df["step"].to_list(), df[col].to_list(), strict=True))
+
+
+def _naive(name: str, base: dict[int, float], cat: dict[tuple[int, int], int], log: dict) -> dict[int, float]:
+    _, _, category, factor = INTERVENTIONS[name]
+    if category is None:
+        return {}
+    if category == "delay":
+        delays = {s["step"]: s["delays"] for s in log["steps"]}
+        # the delays rank 0 ran in the changed neighbour step, at the delay each
+        return {b: base[b] + delays.get(b + 1, 0) * DELAY_US * 1e3 for b in base}
+    ranks = {r for r, _ in cat}
+    return {b: base[b] + (factor - 1) * np.mean([cat.get((r, b), 0) for r in ranks]) for b in base}
+
+
+def traced_pairs(name: str, d: Path) -> dict:
+    """Changed traced steps against the mean of their traced base neighbours."""
+    log = json.loads((d / "switch_log.json").read_text())
+    path = d / "run" if (d / "run").exists() else d / "et"
+    key = INTERVENTIONS[name][1]
+    rows, refused = what_if_rows(path, key)
+    if not rows:
+        rows, _ = what_if_rows(path, None)
+    meas, pred = _per_step(rows, "measured_ns"), _per_step(rows, "predicted_ns")
+    category = INTERVENTIONS[name][2]
+    cat = {}
+    if category not in (None, "delay"):
+        from charllm_trace.loader import load
+
+        cat = category_ns(load(path), category)
+    naive = _naive(name, meas, cat, log)
+    pairs = []
+    for c in sorted(s for s in meas if s % 2 == 1):
+        nb = [b for b in (c - 1, c + 1) if b in meas]
+        if not nb:
+            continue
+        base = float(np.mean([meas[b] for b in nb]))
+        p = float(np.mean([pred[b] for b in nb])) if key and not refused else None
+        n = float(np.mean([naive[b] for b in nb])) if naive else None
+        pairs.append({"step": c, "base_ns": base, "measured_ns": meas[c], "predicted_ns": p, "naive_ns": n})
+    return {"key": key, "refused": refused, "pairs": pairs}
+
+
+def untraced_change(log: dict, traced: set[int]) -> list[float]:
+    """Paired relative change of every untraced changed step against its two base neighbours
+    (steps next to the traced ones, and the first two, are left out: profiler start/stop)."""
+    t = {s["step"]: s["s"] for s in log["steps"]}
+    skip = set(range(2)) | {x for s in traced for x in (s - 1, s, s + 1)} | {max(t)}
+    out = []
+    for c in sorted(t):
+        if c % 2 == 1 and c not in skip and c - 1 in t and c + 1 in t and not ({c - 1, c + 1} & skip):
+            base = (t[c - 1] + t[c + 1]) / 2
+            out.append((t[c] - base) / base)
+    return out
+
+
+def summarize(name: str, d: Path) -> dict:
+    res = traced_pairs(name, d)
+    log = json.loads((d / "switch_log.json").read_text())
+    traced = {p["step"] for p in res["pairs"]} | {p["step"] - 1 for p in res["pairs"]}
+    ch = untraced_change(log, traced | {p["step"] + 1 for p in res["pairs"]})
+    res["untraced_change"] = ch
+    P = res["pairs"]
+    res["base_ms"] = _med([p["base_ns"] for p in P]) / 1e6 if P else None
+    res["measured_ms"] = _med([p["measured_ns"] for p in P]) / 1e6 if P else None
+    res["change_pct"] = _med([100 * (p["measured_ns"] / p["base_ns"] - 1) for p in P]) if P else None
+    for k in ("predicted", "naive"):
+        v = [p[f"{k}_ns"] for p in P if p[f"{k}_ns"] is not None]
+        res[f"{k}_ms"] = _med(v) / 1e6 if v else None
+        errs = [100 * abs(p[f"{k}_ns"] / p["measured_ns"] - 1) for p in P if p[f"{k}_ns"] is not None]
+        res[f"{k}_err_pct"] = _med(errs) if errs else None
+    res["untraced_change_pct"] = 100 * _med(ch) if ch else None
+    res["untraced_iqr_pct"] = [100 * float(np.percentile(ch, q)) for q in (25, 75)] if len(ch) > 1 else None
+    return res
+
+
+def _med(v: list[float]) -> float:
+    return float(np.median(v))
+
+
+def compare(dirs: Path) -> dict[str, dict]:
+    out = {}
+    for name in INTERVENTIONS:
+        if (dirs / name / "switch_log.json").exists():
+            out[name] = summarize(name, dirs / name)
+    noise = out.get("null", {})
+    for res in out.values():
+        res["noise_pct"] = noise.get("change_pct")
+        res["noise_untraced_iqr_pct"] = noise.get("untraced_iqr_pct")
+    return out
+
+
+def _fmt(v: float | None, unit: str = "") -> str:
+    return "n/a" if v is None else f"{v:,.1f}{unit}"
+
+
+def table(results: dict[str, dict]) -> str:
+    head = ("| run | what-if | base step | measured changed | change | predicted | error | naive | "
+            "naive error | untraced change (IQR) |\n|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+    lines = [head]
+    for name, r in results.items():
+        key = r["key"] or "(none)"
+        if r["refused"]:
+            key += " (refused)"
+        iqr = r["untraced_iqr_pct"]
+        unt = f"{_fmt(r['untraced_change_pct'], ' %')} ({_fmt(iqr[0])}..{_fmt(iqr[1])})" if iqr else "n/a"
+        lines.append(
+            f"| {name} | {key} | {_fmt(r['base_ms'], ' ms')} | {_fmt(r['measured_ms'], ' ms')} | "
+            f"{_fmt(r['change_pct'], ' %')} | {_fmt(r['predicted_ms'], ' ms')} | {_fmt(r['predicted_err_pct'], ' %')} | "
+            f"{_fmt(r['naive_ms'], ' ms')} | {_fmt(r['naive_err_pct'], ' %')} | {unt} |"
+        )  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("record")
+    r.add_argument("dir", type=Path)
+    r.add_argument("--steps", type=int, default=40)
+    r.add_argument("--traced", default="4-9")
+    r.add_argument("--world", type=int, default=2)
+    r.add_argument("--only", default=",".join(INTERVENTIONS))
+    r.add_argument("--model", default=MODEL, help="train_tiny.py options (model size)")
+    c = sub.add_parser("compare")
+    c.add_argument("dir", type=Path)
+    c.add_argument("--json", type=Path, default=None)
+    a = ap.parse_args()
+    if a.cmd == "record":
+        record(a.dir, a.only.split(","), a.steps, a.traced, a.world, a.model.split())
+        return
+    res = compare(a.dir)
+    print(table(res))
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Issue 22 item 2: the intervention switches of the examples change what they say, and the
+what-if's predictions are compared with real recorded runs in which the change was made
+(tests/fixtures/traces/interventions, recorded by benchmarks/interventions.py)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import FIXTURES, HAVE_TORCH, ROOT
+
+PAIRS = FIXTURES / "interventions"
+
+
+def _module(name: str, path):  # noqa: ANN001, ANN202
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def harness():  # noqa: ANN201
+    return _module("interventions_harness", ROOT / "benchmarks" / "interventions.py")
+
+
+# ---------------------------------------------------------------------------- the switches
+torch_only = pytest.mark.skipif(not HAVE_TORCH, reason="needs torch")
+
+
+def _switches(**kw):  # noqa: ANN003, ANN202
+    mod = _module("example_interventions", ROOT / "examples" / "interventions.py")
+    ap = argparse.ArgumentParser()
+    mod.add_arguments(ap)
+    argv = ["--switches"] + [x for k, v in kw.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+    return mod, mod.Switches(ap.parse_args(argv), 0, 1)
+
+
+def _profiled_mm_count(sw, step: int) -> tuple[int, int]:  # noqa: ANN001
+    """aten::mm records the profiler sees for one forward+backward of a matrix product, and the
+    matrix products the switch counted."""
+    import torch
+
+    a = torch.randn(16, 16, requires_grad=True)
+    b = torch.randn(16, 16)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof, sw.installed():
+        sw.start_step(step)
+        (a @ b).sum().backward()
+        sw.end_step(step, 0.0)
+    names = [e.name for e in prof.events()]
+    return names.count("aten::mm"), sw.log[-1]["matmuls"]
+
+
+@torch_only
+def test_mm_repeat_runs_each_matrix_product_n_times_only_on_changed_steps() -> None:
+    _, sw = _switches(mm_repeat=3, change_on="odd")
+    base, base_mm = _profiled_mm_count(sw, 0)
+    changed, changed_mm = _profiled_mm_count(sw, 1)
+    # forward a@b and backward grad_a = g @ b^T: 2 matrix products, each seen by the switch once
+    assert base_mm == changed_mm == 2
+    # base: each outer call and its one inner call; changed: the outer one and 3 inner ones
+    assert base == 2 * 2 and changed == 2 * 4
+    assert [s["changed"] for s in sw.log] == [False, True]
+
+
+@torch_only
+def test_cpu_delay_busy_waits_before_every_operator() -> None:
+    import time
+
+    import torch
+
+    _, sw = _switches(cpu_delay_us=2000)
+    x = torch.ones(4)
+    with sw.installed():
+        sw.start_step(0)
+        t = time.perf_counter()
+        for _ in range(5):
+            x = x + 1
+        took = time.perf_counter() - t
+        sw.end_step(0, took)
+    assert sw.log[0]["delays"] == 5
+    assert took >= 5 * 2e-3  # a lower bound only: the waits happened
+
+
+def test_parse_cores_and_share_between_ranks() -> None:
+    mod = _module("example_interventions_c", ROOT / "examples" / "interventions.py")
+    assert mod.parse_cores("0-3,6") == [0, 1, 2, 3, 6]
+    assert mod._share([0, 1], 1, 2) == {1}
+    assert mod._share([0], 1, 2) == {0}  # fewer cores than ranks: they share
+
+
+def test_union_of_nested_and_overlapping_intervals(harness) -> None:  # noqa: ANN001
+    s = np.array([0, 2, 5, 20, 21], dtype=np.int64)
+    e = np.array([10, 4, 12, 25, 22], dtype=np.int64)
+    assert harness._union_ns(s, e) == 12 + 5
+    assert harness._union_ns(s[:0], e[:0]) == 0
