@@ -9,7 +9,8 @@ only difference between a base step and a changed step is the change itself:
   backward) is computed N times (a TorchDispatchMode that is present with N = 1 in base steps);
 - ``--allreduce-repeat N``: every gradient all-reduce is issued N times (N - 1 extra all-reduces of
   a zero buffer of the same size and type, before the real one), and so is every other collective
-  of the step (the examples' explicit collectives, the parameter all-gather): communication x N;
+  of the step (the examples' explicit collectives, the parameter all-gather; not DDP's broadcast of
+  the model's buffers before each forward): communication x N;
 - ``--cpu-delay-us X``   : a busy-wait of X µs on the CPU before every operator that reaches the
   dispatcher (host-bound steps);
 - ``--cpus A`` / ``--fewer-cpus B``: the cores the process may run on in base / changed steps
