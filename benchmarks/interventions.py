@@ -13,7 +13,11 @@ the measured changed step. Also read from the switch log: the paired change over
 were not traced. Works on the GPU runs of benchmarks/gpu_interventions.sh too (``--gpu``).
 
     python benchmarks/interventions.py record runs/iv --steps 40 --traced 4-9
-    python benchmarks/interventions.py compare runs/iv [--json out.json]
+    python benchmarks/interventions.py compare runs/iv [runs/iv2 ...] [--json out.json]
+
+Every figure is a median over the pairs (pooled over the recordings given). "error" is the median
+over pairs of |estimate - measured| / measured; "noise" is the null run's median |change| between
+a step and its base neighbours (what a pair differs by when nothing was changed).
 """
 
 from __future__ import annotations
@@ -171,16 +175,26 @@ def untraced_change(log: dict, traced: set[int]) -> list[float]:
     return out
 
 
-def summarize(name: str, d: Path) -> dict:
+def recorded(name: str, d: Path) -> dict:
+    """The traced pairs of one recording, and the paired changes of its untraced steps."""
     res = traced_pairs(name, d)
     log = json.loads((d / "switch_log.json").read_text())
-    traced = {p["step"] for p in res["pairs"]} | {p["step"] - 1 for p in res["pairs"]}
-    ch = untraced_change(log, traced | {p["step"] + 1 for p in res["pairs"]})
-    res["untraced_change"] = ch
-    P = res["pairs"]
+    near = {p["step"] + k for p in res["pairs"] for k in (-1, 0, 1)}
+    res["untraced_change"] = untraced_change(log, near)
+    return res
+
+
+def summarize(parts: list[dict]) -> dict:
+    """Medians over the pairs of one or more recordings of the same intervention."""
+    P = [p for r in parts for p in r["pairs"]]
+    ch = [c for r in parts for c in r["untraced_change"]]
+    res = {"key": parts[0]["key"], "refused": parts[0]["refused"], "pairs": P, "untraced_change": ch}
+    res["n_pairs"], res["n_untraced"] = len(P), len(ch)
     res["base_ms"] = _med([p["base_ns"] for p in P]) / 1e6 if P else None
     res["measured_ms"] = _med([p["measured_ns"] for p in P]) / 1e6 if P else None
-    res["change_pct"] = _med([100 * (p["measured_ns"] / p["base_ns"] - 1) for p in P]) if P else None
+    rel = [100 * (p["measured_ns"] / p["base_ns"] - 1) for p in P]
+    res["change_pct"] = _med(rel) if P else None
+    res["abs_change_pct"] = _med([abs(x) for x in rel]) if P else None  # of the null run: the noise
     for k in ("predicted", "naive"):
         v = [p[f"{k}_ns"] for p in P if p[f"{k}_ns"] is not None]
         res[f"{k}_ms"] = _med(v) / 1e6 if v else None
@@ -195,15 +209,17 @@ def _med(v: list[float]) -> float:
     return float(np.median(v))
 
 
-def compare(dirs: Path) -> dict[str, dict]:
+def compare(dirs: Path | list[Path]) -> dict[str, dict]:
+    """Every intervention recorded under the directories (several recordings are pooled)."""
+    dirs = [dirs] if isinstance(dirs, Path) else dirs
     out = {}
     for name in INTERVENTIONS:
-        if (dirs / name / "switch_log.json").exists():
-            out[name] = summarize(name, dirs / name)
+        parts = [recorded(name, d / name) for d in dirs if (d / name / "switch_log.json").exists()]
+        if parts:
+            out[name] = summarize(parts)
     noise = out.get("null", {})
     for res in out.values():
-        res["noise_pct"] = noise.get("change_pct")
-        res["noise_untraced_iqr_pct"] = noise.get("untraced_iqr_pct")
+        res["noise_pct"] = noise.get("abs_change_pct")
     return out
 
 
@@ -212,8 +228,8 @@ def _fmt(v: float | None, unit: str = "") -> str:
 
 
 def table(results: dict[str, dict]) -> str:
-    head = ("| run | what-if | base step | measured changed | change | predicted | error | naive | "
-            "naive error | untraced change (IQR) |\n|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+    head = ("| run | what-if | pairs | base step | measured changed | change | predicted | error | naive | "
+            "naive error | noise | untraced change (IQR) |\n|---|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
     lines = [head]
     for name, r in results.items():
         key = r["key"] or "(none)"
@@ -222,9 +238,9 @@ def table(results: dict[str, dict]) -> str:
         iqr = r["untraced_iqr_pct"]
         unt = f"{_fmt(r['untraced_change_pct'], ' %')} ({_fmt(iqr[0])}..{_fmt(iqr[1])})" if iqr else "n/a"
         lines.append(
-            f"| {name} | {key} | {_fmt(r['base_ms'], ' ms')} | {_fmt(r['measured_ms'], ' ms')} | "
+            f"| {name} | {key} | {r['n_pairs']} | {_fmt(r['base_ms'], ' ms')} | {_fmt(r['measured_ms'], ' ms')} | "
             f"{_fmt(r['change_pct'], ' %')} | {_fmt(r['predicted_ms'], ' ms')} | {_fmt(r['predicted_err_pct'], ' %')} | "
-            f"{_fmt(r['naive_ms'], ' ms')} | {_fmt(r['naive_err_pct'], ' %')} | {unt} |"
+            f"{_fmt(r['naive_ms'], ' ms')} | {_fmt(r['naive_err_pct'], ' %')} | {_fmt(r['noise_pct'], ' %')} | {unt} |"
         )  # fmt: skip
     return "\n".join(lines)
 
@@ -240,7 +256,7 @@ def main() -> None:
     r.add_argument("--only", default=",".join(INTERVENTIONS))
     r.add_argument("--model", default=MODEL, help="train_tiny.py options (model size)")
     c = sub.add_parser("compare")
-    c.add_argument("dir", type=Path)
+    c.add_argument("dir", type=Path, nargs="+", help="recordings (several are pooled)")
     c.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
     if a.cmd == "record":
