@@ -122,20 +122,31 @@ def _per_step(rows: list[dict], col: str) -> dict[int, float]:
     return dict(zip(df["step"].to_list(), df[col].to_list(), strict=True))
 
 
-def _naive(name: str, base: dict[int, float], cat: dict[tuple[int, int], int], log: dict) -> dict[int, float]:
+def _naive_extra(name: str, cat: dict[tuple[int, int], int]) -> dict[int, float]:
+    """Base window -> (factor - 1) x the category's time in it (mean over ranks)."""
     _, _, category, factor = INTERVENTIONS[name]
-    if category is None:
-        return {}
-    if category == "delay":
-        delays = {s["step"]: s["delays"] for s in log["steps"]}
-        # the delays rank 0 ran in the changed neighbour step, at the delay each
-        return {b: base[b] + delays.get(b + 1, 0) * DELAY_US * 1e3 for b in base}
     ranks = {r for r, _ in cat}
-    return {b: base[b] + (factor - 1) * np.mean([cat.get((r, b), 0) for r in ranks]) for b in base}
+    steps = {s for _, s in cat}
+    return {b: (factor - 1) * float(np.mean([cat.get((r, b), 0) for r in ranks])) for b in steps}
+
+
+def window_shift(meas: dict[int, float], log: dict) -> int:
+    """0 when ``ProfilerStep`` window N holds iteration N's time, 1 when it holds iteration N-1's
+    (a GPU run whose iteration ends with a sync after ``optimizer.step()``: window N waits for
+    iteration N-1's kernels). Chosen as the shift under which the traced windows best match the
+    per-iteration wall times of the switch log (first and last traced window left out)."""
+    t = {s["step"]: s["s"] * 1e9 for s in log["steps"]}
+    inner = sorted(meas)[1:-1]
+
+    def cost(k: int) -> float:
+        d = [abs(meas[w] - t[w - k]) for w in inner if w - k in t]
+        return float(np.median(d)) if d else np.inf
+
+    return min((0, 1), key=cost)
 
 
 def traced_pairs(name: str, d: Path) -> dict:
-    """Changed traced steps against the mean of their traced base neighbours."""
+    """Changed traced windows against the mean of their traced base neighbours."""
     log = json.loads((d / "switch_log.json").read_text())
     path = d / "run" if (d / "run").exists() else d / "et"
     key = INTERVENTIONS[name][1]
@@ -144,22 +155,28 @@ def traced_pairs(name: str, d: Path) -> dict:
         rows, _ = what_if_rows(path, None)
     meas, pred = _per_step(rows, "measured_ns"), _per_step(rows, "predicted_ns")
     category = INTERVENTIONS[name][2]
-    cat = {}
+    extra: dict[int, float] = {}
     if category not in (None, "delay"):
         from charllm_trace.loader import load
 
-        cat = category_ns(load(path), category)
-    naive = _naive(name, meas, cat, log)
+        extra = _naive_extra(name, category_ns(load(path), category))
+    shift = window_shift(meas, log)
+    it = {s["step"]: s for s in log["steps"]}
     pairs = []
-    for c in sorted(s for s in meas if s % 2 == 1):
-        nb = [b for b in (c - 1, c + 1) if b in meas]
+    # with shift 1 the first traced window waits for an iteration launched before tracing began
+    first = min(meas) if shift else None
+    for c in sorted(w for w in meas if it.get(w - shift, {}).get("changed") and w != first):
+        nb = [b for b in (c - 1, c + 1) if b in meas and not it.get(b - shift, {}).get("changed", True)]
         if not nb:
             continue
         base = float(np.mean([meas[b] for b in nb]))
         p = float(np.mean([pred[b] for b in nb])) if key and not refused else None
-        n = float(np.mean([naive[b] for b in nb])) if naive else None
+        if category == "delay":  # the busy-waits rank 0 ran in the changed iteration
+            n = base + it[c - shift]["delays"] * DELAY_US * 1e3
+        else:
+            n = base + float(np.mean([extra.get(b, 0.0) for b in nb])) if category else None
         pairs.append({"step": c, "base_ns": base, "measured_ns": meas[c], "predicted_ns": p, "naive_ns": n})
-    return {"key": key, "refused": refused, "pairs": pairs}
+    return {"key": key, "refused": refused, "shift": shift, "pairs": pairs}
 
 
 def untraced_change(log: dict, traced: set[int]) -> list[float]:
@@ -189,6 +206,7 @@ def summarize(parts: list[dict]) -> dict:
     P = [p for r in parts for p in r["pairs"]]
     ch = [c for r in parts for c in r["untraced_change"]]
     res = {"key": parts[0]["key"], "refused": parts[0]["refused"], "pairs": P, "untraced_change": ch}
+    res["window_shift"] = [r["shift"] for r in parts]
     res["n_pairs"], res["n_untraced"] = len(P), len(ch)
     res["base_ms"] = _med([p["base_ns"] for p in P]) / 1e6 if P else None
     res["measured_ms"] = _med([p["measured_ns"] for p in P]) / 1e6 if P else None
