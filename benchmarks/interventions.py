@@ -17,7 +17,9 @@ were not traced. Works on the GPU runs of benchmarks/gpu_interventions.sh too (`
 
 Every figure is a median over the pairs (pooled over the recordings given). "error" is the median
 over pairs of |estimate - measured| / measured; "noise" is the null run's median |change| between
-a step and its base neighbours (what a pair differs by when nothing was changed).
+a step and its base neighbours (what a pair differs by when nothing was changed). The last two
+columns give the estimates as a change of their base window and their error against the
+untraced change (steps without the profiler, often much quieter than the traced ones).
 """
 
 from __future__ import annotations
@@ -219,6 +221,11 @@ def summarize(parts: list[dict]) -> dict:
         errs = [100 * abs(p[f"{k}_ns"] / p["measured_ns"] - 1) for p in P if p[f"{k}_ns"] is not None]
         res[f"{k}_err_pct"] = _med(errs) if errs else None
     res["untraced_change_pct"] = 100 * _med(ch) if ch else None
+    # the estimates as a change of their base window, against the untraced (quieter) change
+    for k in ("predicted", "naive"):
+        v = [p[f"{k}_ns"] / p["base_ns"] - 1 for p in P if p[f"{k}_ns"] is not None]
+        res[f"{k}_change_pct"] = 100 * _med(v) if v else None
+        res[f"{k}_vs_untraced_err_pct"] = 100 * abs((1 + _med(v)) / (1 + _med(ch)) - 1) if v and ch else None
     res["untraced_iqr_pct"] = [100 * float(np.percentile(ch, q)) for q in (25, 75)] if len(ch) > 1 else None
     return res
 
@@ -247,7 +254,8 @@ def _fmt(v: float | None, unit: str = "") -> str:
 
 def table(results: dict[str, dict]) -> str:
     head = ("| run | what-if | pairs | base step | measured changed | change | predicted | error | naive | "
-            "naive error | noise | untraced change (IQR) |\n|---|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+            "naive error | noise | untraced change (IQR) | predicted / naive change | their error vs untraced |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
     lines = [head]
     for name, r in results.items():
         key = r["key"] or "(none)"
@@ -258,7 +266,9 @@ def table(results: dict[str, dict]) -> str:
         lines.append(
             f"| {name} | {key} | {r['n_pairs']} | {_fmt(r['base_ms'], ' ms')} | {_fmt(r['measured_ms'], ' ms')} | "
             f"{_fmt(r['change_pct'], ' %')} | {_fmt(r['predicted_ms'], ' ms')} | {_fmt(r['predicted_err_pct'], ' %')} | "
-            f"{_fmt(r['naive_ms'], ' ms')} | {_fmt(r['naive_err_pct'], ' %')} | {_fmt(r['noise_pct'], ' %')} | {unt} |"
+            f"{_fmt(r['naive_ms'], ' ms')} | {_fmt(r['naive_err_pct'], ' %')} | {_fmt(r['noise_pct'], ' %')} | {unt} | "
+            f"{_fmt(r['predicted_change_pct'], ' %')} / {_fmt(r['naive_change_pct'], ' %')} | "
+            f"{_fmt(r['predicted_vs_untraced_err_pct'], ' %')} / {_fmt(r['naive_vs_untraced_err_pct'], ' %')} |"
         )  # fmt: skip
     return "\n".join(lines)
 
