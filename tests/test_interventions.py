@@ -184,3 +184,13 @@ def test_cpu_delay_measured_and_predicted(results) -> None:  # noqa: ANN001
     if r["refused"]:
         pytest.skip(f"no per-operator CPU cost key yet (branch whatif): {r['refused']}")
     assert _err(p, "predicted") < _err(p, "naive")
+
+
+def test_window_shift_matches_windows_to_iterations(harness) -> None:  # noqa: ANN001
+    # iteration times 100 ms (base) / 170 ms (changed, odd); windows 4..9 of a CPU-like run hold
+    # their own iteration, those of a GPU run that syncs after optimizer.step() the previous one
+    log = {"steps": [{"step": i, "s": 0.17 if i % 2 else 0.10} for i in range(12)]}
+    own = {w: (170e6 if w % 2 else 100e6) + 3e6 for w in range(4, 10)}
+    prev = {w: (170e6 if (w - 1) % 2 else 100e6) - 2e6 for w in range(4, 10)}
+    assert harness.window_shift(own, log) == 0
+    assert harness.window_shift(prev, log) == 1
