@@ -8,7 +8,9 @@ only difference between a base step and a changed step is the change itself:
 - ``--mm-repeat N``      : every matrix product (aten mm/addmm/bmm/baddbmm/addbmm, forward and
   backward) is computed N times (a TorchDispatchMode that is present with N = 1 in base steps);
 - ``--allreduce-repeat N``: every gradient all-reduce is issued N times (N - 1 extra all-reduces of
-  a zero buffer of the same size and type, before the real one);
+  a zero buffer of the same size and type, before the real one), and so is every other collective
+  of the step (the examples' explicit collectives, the parameter all-gather; not DDP's broadcast of
+  the model's buffers before each forward): communication x N;
 - ``--cpu-delay-us X``   : a busy-wait of X µs on the CPU before every operator that reaches the
   dispatcher (host-bound steps);
 - ``--cpus A`` / ``--fewer-cpus B``: the cores the process may run on in base / changed steps
@@ -131,7 +133,13 @@ class Switches:
         if self.enabled:
             self.mode.on = False
             self.log.append(
-                {"step": step, "changed": self.changed, "s": seconds, "delays": self.mode.delays, "matmuls": self.mode.matmuls}
+                {
+                    "step": step,
+                    "changed": self.changed,
+                    "s": seconds,
+                    "delays": self.mode.delays,
+                    "matmuls": self.mode.matmuls,
+                }
             )
 
     def extra_allreduces(self, t: torch.Tensor, op: object) -> list[object]:
@@ -143,6 +151,10 @@ class Switches:
             self._scratch[key] = torch.zeros_like(t)
         buf = self._scratch[key]
         return [dist.all_reduce(buf, op=op, async_op=True) for _ in range(self.args.allreduce_repeat - 1)]
+
+    def comm_repeats(self) -> int:
+        """How many times the step's other collectives run (1 unless a changed step repeats them)."""
+        return self.args.allreduce_repeat if self.enabled and self.changed else 1
 
     def ddp_hook(self, state, bucket):  # noqa: ANN001, ANN201 (DDP checks the annotations)
         """DDP's default all-reduce (sum, then mean) with the extra all-reduces before it."""

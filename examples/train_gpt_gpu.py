@@ -86,7 +86,12 @@ class BucketReducer:
     """
 
     def __init__(
-        self, params: list[nn.Parameter], bucket_bytes: int, world: int, overlap: bool, switches: Switches | None = None
+        self,
+        params: list[nn.Parameter],
+        bucket_bytes: int,
+        world: int,
+        overlap: bool,
+        switches: Switches | None = None,
     ) -> None:
         self.world = world
         self.switches = switches
@@ -139,7 +144,7 @@ class BucketReducer:
         self.left = [len(b) for b in self.buckets]
 
 
-def gather_parameters(params: list[torch.nn.Parameter], rank: int, world: int) -> int:
+def gather_parameters(params: list[torch.nn.Parameter], rank: int, world: int, repeats: int = 1) -> int:
     """All-gather each rank's shard of the flattened parameters (as ZeRO-1 does after its update);
     returns the bytes each rank contributed."""
     with torch.no_grad():
@@ -147,7 +152,8 @@ def gather_parameters(params: list[torch.nn.Parameter], rank: int, world: int) -
         shard = (flat.numel() + world - 1) // world
         flat = F.pad(flat, (0, shard * world - flat.numel()))
         out = torch.empty_like(flat)
-        _all_gather(out, flat[rank * shard : (rank + 1) * shard].contiguous())
+        for _ in range(repeats):  # an intervention repeats the collective
+            _all_gather(out, flat[rank * shard : (rank + 1) * shard].contiguous())
         off = 0
         for p in params:
             n = p.numel()
@@ -188,7 +194,11 @@ def main() -> None:
     n_params = sum(p.numel() for p in params)
     sw = Switches(args, rank, world)
     reducer = BucketReducer(
-        params, int(args.bucket_mb * 1e6), world, overlap=not args.no_overlap, switches=sw if sw.enabled else None
+        params,
+        int(args.bucket_mb * 1e6),
+        world,
+        overlap=not args.no_overlap,
+        switches=sw if sw.enabled else None,
     )
     opt = torch.optim.AdamW(params, lr=1e-4, fused=dev.type == "cuda")
     gen = torch.Generator(device=dev).manual_seed(1234 + rank)
@@ -209,7 +219,7 @@ def main() -> None:
             loss.backward()
             reducer.finish()
             opt.step()
-            gather_parameters(params, rank, world)
+            gather_parameters(params, rank, world, sw.comm_repeats())
             sync(dev)
             times.append(time.perf_counter() - ts)
             sw.end_step(step, times[-1])

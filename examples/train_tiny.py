@@ -126,7 +126,8 @@ def main() -> None:
             loss = F.cross_entropy(logits.reshape(-1, args.vocab), idx[:, 1:].reshape(-1))
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            explicit_collectives(args.coll_elems, rank, world)
+            for _ in range(sw.comm_repeats()):
+                explicit_collectives(args.coll_elems, rank, world)
             opt.step()
             times.append(time.perf_counter() - ts)
             sw.end_step(step, times[-1])
