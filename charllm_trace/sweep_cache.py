@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from charllm_trace.et import cache as et_cache
+from charllm_trace.et.cache_owner import ROW_KEY, owned
 from charllm_trace.results_cache import analyze_path, results_key
 
 if TYPE_CHECKING:
@@ -65,7 +66,9 @@ def _lookup(key: str, path: str | os.PathLike[str]) -> dict[str, Any] | None:
         ok = isinstance(row, dict) and all(isinstance(k, str) and _plain(v) for k, v in row.items())
     except ValueError:
         ok = False
-    if not ok:
+    if ok:
+        row.pop(ROW_KEY, None)
+    elif owned(entry, KIND):  # a file of someone else's is left alone
         try:
             entry.unlink()
         except OSError:
@@ -80,11 +83,13 @@ def _lookup(key: str, path: str | os.PathLike[str]) -> dict[str, Any] | None:
 def _store(key: str, row: dict[str, Any]) -> None:
     try:
         entry = _entry(key)
+        if os.path.lexists(entry) and not owned(entry, KIND):
+            return  # someone else's file under our name: never replaced
         entry.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", dir=entry.parent)
         try:
             with os.fdopen(fd, "w") as f:
-                json.dump(row, f)
+                json.dump({ROW_KEY: "charllm-trace compare", **row}, f)  # its marker first (cache_owner)
             os.replace(tmp, entry)
         finally:
             if os.path.exists(tmp):
