@@ -68,16 +68,19 @@ def _lookup(key: str, path: str | os.PathLike[str]) -> dict[str, Any] | None:
         ok = False
     if ok:
         row.pop(ROW_KEY, None)
-    elif owned(entry, KIND):  # a file of someone else's is left alone
-        try:
-            entry.unlink()
-        except OSError:
-            pass
+        return row
+    if not owned(entry, KIND):  # a file of someone else's under our name: left alone
         print(
-            f"note: the cached compare row for {path} was corrupt; deleted, computing again", file=sys.stderr
+            f"note: {entry} is not a cache entry of charllm-trace; left alone, computing again",
+            file=sys.stderr,
         )
         return None
-    return row
+    try:
+        entry.unlink()
+    except OSError:
+        pass
+    print(f"note: the cached compare row for {path} was corrupt; deleted, computing again", file=sys.stderr)
+    return None
 
 
 def _store(key: str, row: dict[str, Any]) -> None:
