@@ -115,11 +115,12 @@ def compare_cmd(
 
 def _row(path: str, labels: dict[str, str]) -> dict[str, Any]:
     """The run's row of the table (``regress.sweep.run_row``), from the caches when they hold it."""
+    from charllm_trace.engine import is_url
     from charllm_trace.errors import UsageError
     from charllm_trace.results_store import is_results_file
 
     layout = {k: labels[k] for k in LAYOUT_KEYS if k in labels}
-    if is_results_file(path):
+    if not is_url(path) and is_results_file(path):
         from charllm_trace.regress.sweep import run_row
         from charllm_trace.results_store import load_results
 

@@ -242,7 +242,7 @@ def analyze_path(
             analyze_distributed(os.fspath(path), options, ranks, cache=cache, sample=sample), None, False
         )
     key = None
-    if cache:
+    if cache and not engine.is_url(path):  # a URL's results are not kept (the loader copies its bytes)
         try:
             key = results_key(path, options, ranks, sample)
         except OSError:

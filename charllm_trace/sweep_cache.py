@@ -106,12 +106,13 @@ def summary_row(
 ) -> dict[str, Any]:
     """The sweep row of the input at ``path`` analysed with ``options``: from the cache when it
     holds it, else analysed (through the results cache) and stored. InputError for bad input."""
+    from charllm_trace.engine import is_url
     from charllm_trace.regress.sweep import run_row
 
     if cache is None:
         cache = et_cache.enabled()
     key = None
-    if cache:
+    if cache and not is_url(path):  # a URL's rows are not kept (the loader copies its bytes)
         try:
             key = hashlib.sha256(f"{results_key(path, options)}|{code_fingerprint()}".encode()).hexdigest()
         except OSError:
