@@ -33,6 +33,8 @@ def parse_labels(texts: tuple[str, ...], n: int) -> list[dict[str, str]]:
         if not m:
             raise UsageError(f"--label {t!r}: expected KEY=VALUE or N:KEY=VALUE")
         idx, key, value = m.group(1), m.group(2).lower(), m.group(3).strip()
+        if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in t):  # a terminal escape would reach the terminal
+            raise UsageError(f"--label {t!r}: control characters are not allowed")
         if idx is not None:
             i = int(idx) - 1
             if not 0 <= i < n:
