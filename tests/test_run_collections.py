@@ -39,3 +39,18 @@ def test_ranks_traced_far_apart_are_two_collections(tmp_path: Path, seconds: int
         f"error: {run}: rank 1 was traced 3,600 s after rank 0's trace ended: files of two collections "
         "in one folder? (the ranks of a run trace the same steps)"
     )
+
+
+def test_a_telemetry_csv_no_metadata_names_is_said(tmp_path: Path, cache_dir: Path) -> None:
+    """A CSV that no ``telemetry-*.meta.json`` names is never read: a note says so on every read
+    (from the cache too), instead of nothing."""
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "cpu-2rank-gloo", run)
+    (run / "telemetry-other.csv").write_bytes(b"garbage\x00\xff")
+    want = f"note: {run}: ignored 1 telemetry CSV(s) that no telemetry metadata names (telemetry-other.csv): not read"
+    for _ in range(2):  # converted, then from the cache
+        r = CliRunner().invoke(main, ["analyze", str(run), "--format", "json", "--no-critical-path"])
+        assert r.exit_code == 0, r.output
+        assert want in r.stderr.splitlines(), r.stderr
+    clean = CliRunner().invoke(main, ["analyze", str(FIXTURES / "cpu-2rank-gloo"), "--no-critical-path"])
+    assert "telemetry CSV" not in clean.stderr
