@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from charllm_trace.telemetry_import import read_log
 from charllm_trace.telemetry_import.common import ParseOptions
@@ -42,3 +43,16 @@ def test_samples_out_of_time_order_are_said(tmp_path: Path) -> None:
     assert any("2 samples are earlier than the sample before them" in n for n in log.notes), log.notes
     assert log.samples.filter(pl.col("device") == 0)["time_ns"].is_sorted()
     assert not any("earlier than" in n for n in read_log(LOGS / "zeus-powermonitor.csv", "zeus").notes)
+
+
+def test_local_times_keep_nanoseconds_and_refuse_past_2261() -> None:
+    """Local date-times are checked for the int64 range before they become ns (year 9999 wrapped
+    to a negative time), and the nanoseconds a zeus_monitor file writes are kept."""
+    from charllm_trace.errors import InputError
+    from charllm_trace.telemetry_import.common import local_times_ns
+
+    fmt = "%Y-%m-%d %H:%M:%S%.f"
+    got = local_times_ns(Path("z.csv"), pl.Series(["2024-04-03 14:25:51.123456789"]), fmt, "UTC", "time")
+    assert got.to_list() == [1_712_154_351_123_456_789]  # date -u -d '2024-04-03 14:25:51' +%s = 1712154351
+    with pytest.raises(InputError, match="outside 1971..2261"):
+        local_times_ns(Path("z.csv"), pl.Series(["9999-12-31 23:59:59.999"]), fmt, "UTC", "time")

@@ -172,16 +172,16 @@ def local_times_ns(path: Path, s: pl.Series, fmt: str, tz: str, what: str) -> pl
     """Zone-less local date-times (strings in ``fmt``) in ``tz`` as Unix-epoch ns (Int64)."""
     full = s.str.strip_chars()
     s = full.unique().drop_nulls()  # GPUs of one poll share a time: each distinct time once
-    dt = s.str.strptime(pl.Datetime("us"), fmt, strict=False)
-    bad = dt.is_null() & s.is_not_null()
+    us = s.str.strptime(pl.Datetime("us"), fmt, strict=False)  # no wrap past 2262, unlike ns
+    bad = us.is_null() & s.is_not_null()
     if bad.any():
         raise InputError(path, f"{what} {s.filter(bad)[0]!r:.60} is not a time of the form {fmt}")
-    far = (dt.dt.year() < 1971) | (dt.dt.year() > 2261)  # ns of int64 cover 1677..2262 (UTC)
+    far = (us.dt.year() < 1971) | (us.dt.year() > 2261)  # ns of int64 cover 1677..2262 (UTC)
     if far.any():
         raise InputError(
             path, f"{what} {s.filter(far)[0]!r:.60} is outside 1971..2261 (Unix-epoch ns in int64)"
         )
-    dt = dt.cast(pl.Datetime("ns"))
+    dt = s.str.strptime(pl.Datetime("ns"), fmt, strict=False)  # in range: nanoseconds kept
     ns = (
         pl.DataFrame({"t": dt})
         .select(
