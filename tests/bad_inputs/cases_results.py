@@ -151,3 +151,19 @@ for _name, _make, _needles in [
             return [c, str(p)] + (["-o", str(d / "out.html")] if c == "report" else [])
 
         CASES.append(Case(f"results:{_name}/{_cmd}", _build, _needles))
+
+
+def _sanitize_arrow_bomb(d: Path) -> list[str]:
+    """A run folder holding a 400 MB column of zeros as a zstd Arrow file of a few KB (sanitize
+    was killed within 3 s)."""
+    import numpy as np
+    import polars as pl
+
+    run = valid.run_dir(d)
+    (run / "extra.arrow").write_bytes(_ipc(pl.DataFrame({"z": np.zeros(50_000_000, dtype=np.int64)})))
+    return ["sanitize", str(run), "-o", str(d / "clean")]
+
+
+CASES.append(
+    Case("results:arrow_bomb_in_a_run_folder/sanitize", _sanitize_arrow_bomb, ("extra.arrow", "decodes to"))
+)
