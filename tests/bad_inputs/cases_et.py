@@ -201,3 +201,10 @@ def et_without_global_metadata(d: Path) -> Path:  # issue 28: sanitize's DecodeE
 
     p = valid.et(d)
     return et_edit._write(p, et_edit._messages(p)[1:])
+
+
+@bad_input("et", ("rank-0.et", "charllm.run is not a JSON object"), only=_GRAPH_CMDS)
+def et_manifest_a_list(d: Path) -> Path:  # issue 28: accepted silently
+    from tests.bad_inputs import et_edit
+
+    return et_edit.with_global_attr(valid.et(d), "charllm.run", "[1, 2]")
