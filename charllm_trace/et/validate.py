@@ -111,6 +111,15 @@ def check_times(trace: Any, path: str | os.PathLike[str] | None) -> None:
             else f"start {r['start_ns']} ns and duration {r['dur_ns']} ns, beyond any real trace"
         )
         raise InputError(path, f"node {r['id']} ({r['name']!r:.60}) has {what} ({bad.height:,} such nodes)")
+    if "comm_bytes" in nodes.columns:
+        neg = nodes.filter(pl.col("comm_bytes") < 0)
+        if neg.height:
+            r = neg.row(0, named=True)
+            raise InputError(
+                path,
+                f"node {r['id']} ({r['name']!r:.60}) has a negative comm_size ({r['comm_bytes']} bytes; "
+                f"{neg.height:,} such nodes)",
+            )
 
 
 def check_versions(gm: Any, path: Any) -> None:

@@ -208,3 +208,16 @@ def et_manifest_a_list(d: Path) -> Path:  # issue 28: accepted silently
     from tests.bad_inputs import et_edit
 
     return et_edit.with_global_attr(valid.et(d), "charllm.run", "[1, 2]")
+
+
+@bad_input("et", ("rank-0.et", "negative comm_size"), only=_GRAPH_CMDS)
+def et_negative_comm_size(d: Path) -> Path:  # issue 28: accepted silently
+    import polars as pl
+
+    def change(t: Any) -> Any:
+        t.nodes = t.nodes.with_columns(
+            pl.Series("comm_bytes", [None, None, -(4 << 20), 1024], dtype=pl.Int64)
+        )
+        return t
+
+    return _et_of(d, change)
