@@ -140,6 +140,8 @@ def analyze_cmd(
         raise UsageError("--format parquet needs -o FILE")
     if fmt == "table" and output is not None:
         raise UsageError("-o needs --format json, csv or parquet")
+    if output is not None and fmt == "json" and not is_url(output):
+        refuse_existing(output, force)  # before the analysis, not after it (a dangling link too)
     if not is_url(path) and is_results_file(path):
         from charllm_trace.results_store import load_results
 

@@ -33,6 +33,8 @@ def parse_labels(texts: tuple[str, ...], n: int) -> list[dict[str, str]]:
         if not m:
             raise UsageError(f"--label {t!r}: expected KEY=VALUE or N:KEY=VALUE")
         idx, key, value = m.group(1), m.group(2).lower(), m.group(3).strip()
+        if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in t):  # a terminal escape would reach the terminal
+            raise UsageError(f"--label {t!r}: control characters are not allowed")
         if idx is not None:
             i = int(idx) - 1
             if not 0 <= i < n:
@@ -115,11 +117,12 @@ def compare_cmd(
 
 def _row(path: str, labels: dict[str, str]) -> dict[str, Any]:
     """The run's row of the table (``regress.sweep.run_row``), from the caches when they hold it."""
+    from charllm_trace.engine import is_url
     from charllm_trace.errors import UsageError
     from charllm_trace.results_store import is_results_file
 
     layout = {k: labels[k] for k in LAYOUT_KEYS if k in labels}
-    if is_results_file(path):
+    if not is_url(path) and is_results_file(path):
         from charllm_trace.regress.sweep import run_row
         from charllm_trace.results_store import load_results
 

@@ -170,7 +170,16 @@ def lookup(key: str, path: str | os.PathLike[str], *, views: bool = False) -> Sa
     return saved
 
 
+def _owned(entry: Path) -> bool:
+    from charllm_trace.et.cache_owner import owned
+
+    return owned(entry, KIND)
+
+
 def _discard(entry: Path, what: str, why: str) -> None:
+    if not _owned(entry):
+        _note(f"{entry} is not a cache entry of charllm-trace; left alone, analysing {what} again")
+        return
     try:
         entry.unlink()
     except OSError:
@@ -183,6 +192,8 @@ def store(key: str, res: RunAnalysis, views: ReportViews | None = None) -> None:
     """Remember ``res`` (and the report's ``views``) under ``key``; best effort (errors ignored)."""
     try:
         entry = _entry(key)
+        if os.path.lexists(entry) and not _owned(entry):
+            return  # someone else's file under our name: never replaced
         entry.parent.mkdir(parents=True, exist_ok=True)
         data = results_bytes(res, views)
         fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", dir=entry.parent)
@@ -231,7 +242,7 @@ def analyze_path(
             analyze_distributed(os.fspath(path), options, ranks, cache=cache, sample=sample), None, False
         )
     key = None
-    if cache:
+    if cache and not engine.is_url(path):  # a URL's results are not kept (the loader copies its bytes)
         try:
             key = results_key(path, options, ranks, sample)
         except OSError:

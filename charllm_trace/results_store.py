@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from charllm_trace import results_checks as checks
 from charllm_trace.analysis.comm_wait_results import CommWaitResult
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
@@ -81,8 +82,7 @@ RESULT_TYPES: dict[str, type] = {
     "comm_wait": CommWaitResult,
     "iterations": IterationsResult,
 }
-#: results added to version 1 after its first files were written: a file without them reads them as
-#: None, each (but the configuration, None when unknown) with a reason in ``skipped``
+#: results added to version 1 after its first files were written: read as None from a file without them (with a reason in ``skipped``, but the configuration)
 ADDED_RESULTS = ("idle_time", "launch", "config", "breakdown", "flops", "pipeline", "comm_wait", "iterations")
 #: analysis options added to version 1 after its first files were written: a file without them
 #: was analysed as their defaults do (display options: the figures do not depend on them)
@@ -392,7 +392,7 @@ class SavedResults:
             )
         try:
             return _decode_views(self._views, self._members)
-        except (_Bad, KeyError, TypeError, ValueError, IndexError) as exc:
+        except (_Bad, IndexError, *checks.READ_ERRORS) as exc:
             raise InputError(self.path, f"corrupt charllm-trace results ({exc})") from None
 
 
@@ -492,9 +492,11 @@ def _read(data: bytes | None, path: Path) -> SavedResults:
                 f"{name}: checksum mismatch",
             )
             members[name] = got
+    _check(not (why := checks.frames_bound(members, limit)), str(why))
     analysis = _decode_analysis(body.get("analysis"), members, body.get("written_by"))
     views = body.get("views")
     _check(views is None or isinstance(views, dict), "views: malformed")
+    _check(not (why := checks.saved_problem(analysis, views)), str(why))
     return SavedResults(str(path), analysis, views, members)
 
 
@@ -508,8 +510,7 @@ def read_results(path: str | os.PathLike[str], data: bytes | None = None) -> Sav
         raise InputError(p, str(exc)) from None
     except OSError as exc:
         raise InputError(p, f"cannot read: {exc.strerror or exc}") from None
-    except (zipfile.BadZipFile, KeyError, TypeError, ValueError, EOFError, NotImplementedError) as exc:
-        # zipfile's CRC and header errors, a missing member, a malformed value
+    except checks.READ_ERRORS as exc:
         first = " ".join(str(exc).split())[:120]
         raise InputError(p, f"corrupt charllm-trace results ({type(exc).__name__}: {first})") from None
 

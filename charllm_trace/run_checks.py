@@ -155,3 +155,36 @@ def note_on_results_hit(path: str | os.PathLike[str]) -> None:
 
 
 _RANK_FILE = __import__("re").compile(r"rank-(\d+)\.kineto\.json")
+
+
+#: ranks of one run are traced over the same steps: spans this far apart are two collections
+APART_NS = 60 * 10**9
+
+
+def check_one_collection(run_dir: str | os.PathLike[str], traces: dict[int, Any]) -> None:
+    """InputError when two ranks' traced spans (first start to last end of their timed nodes) are
+    more than a minute apart: files of two collections in one folder, which the run ids (absent
+    in files of older collections and other tools) cannot tell."""
+    import polars as pl
+
+    spans = []
+    for rank, t in sorted(traces.items()):
+        if not t.meta.has_timestamps or t.nodes.height == 0:
+            continue
+        lo, hi = t.nodes.select(
+            start=pl.col("start_ns").min(),
+            end=(pl.col("start_ns") + pl.col("dur_ns")).max(),
+        ).row(0)
+        if lo is not None and hi is not None:
+            spans.append((int(lo), int(hi), rank))
+    if len(spans) < 2:
+        return
+    first_end = min(spans, key=lambda s: s[1])
+    last_start = max(spans, key=lambda s: s[0])
+    gap = last_start[0] - first_end[1]
+    if gap > APART_NS:
+        raise InputError(
+            run_dir,
+            f"rank {last_start[2]} was traced {gap / 1e9:,.0f} s after rank {first_end[2]}'s trace ended: "
+            "files of two collections in one folder? (the ranks of a run trace the same steps)",
+        )

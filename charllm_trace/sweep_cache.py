@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from charllm_trace.et import cache as et_cache
+from charllm_trace.et.cache_owner import ROW_KEY, owned
 from charllm_trace.results_cache import analyze_path, results_key
 
 if TYPE_CHECKING:
@@ -65,26 +66,33 @@ def _lookup(key: str, path: str | os.PathLike[str]) -> dict[str, Any] | None:
         ok = isinstance(row, dict) and all(isinstance(k, str) and _plain(v) for k, v in row.items())
     except ValueError:
         ok = False
-    if not ok:
-        try:
-            entry.unlink()
-        except OSError:
-            pass
+    if ok:
+        row.pop(ROW_KEY, None)
+        return row
+    if not owned(entry, KIND):  # a file of someone else's under our name: left alone
         print(
-            f"note: the cached compare row for {path} was corrupt; deleted, computing again", file=sys.stderr
+            f"note: {entry} is not a cache entry of charllm-trace; left alone, computing again",
+            file=sys.stderr,
         )
         return None
-    return row
+    try:
+        entry.unlink()
+    except OSError:
+        pass
+    print(f"note: the cached compare row for {path} was corrupt; deleted, computing again", file=sys.stderr)
+    return None
 
 
 def _store(key: str, row: dict[str, Any]) -> None:
     try:
         entry = _entry(key)
+        if os.path.lexists(entry) and not owned(entry, KIND):
+            return  # someone else's file under our name: never replaced
         entry.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", dir=entry.parent)
         try:
             with os.fdopen(fd, "w") as f:
-                json.dump(row, f)
+                json.dump({ROW_KEY: "charllm-trace compare", **row}, f)  # its marker first (cache_owner)
             os.replace(tmp, entry)
         finally:
             if os.path.exists(tmp):
@@ -98,12 +106,13 @@ def summary_row(
 ) -> dict[str, Any]:
     """The sweep row of the input at ``path`` analysed with ``options``: from the cache when it
     holds it, else analysed (through the results cache) and stored. InputError for bad input."""
+    from charllm_trace.engine import is_url
     from charllm_trace.regress.sweep import run_row
 
     if cache is None:
         cache = et_cache.enabled()
     key = None
-    if cache:
+    if cache and not is_url(path):  # a URL's rows are not kept (the loader copies its bytes)
         try:
             key = hashlib.sha256(f"{results_key(path, options)}|{code_fingerprint()}".encode()).hexdigest()
         except OSError:

@@ -26,8 +26,9 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         ["export", "perfetto", str(FIXTURE), "-o"],
         ["analyze", str(FIXTURE), "--save"],
         ["baseline", str(FIXTURE), "-o"],
+        ["analyze", str(FIXTURE), "--format", "json", "-o"],
     ],
-    ids=["report", "export-perfetto", "analyze-save", "baseline"],
+    ids=["report", "export-perfetto", "analyze-save", "baseline", "analyze-json"],
 )
 @pytest.mark.parametrize("where", ["missing-dir", "under-a-file", "a-directory"])
 def test_bad_output_places_are_one_line_before_the_analysis(

@@ -362,10 +362,15 @@ def test_compare_rows_are_cached_and_never_trusted(runs: list[Path], cache_dir: 
     monkeypatch.setattr(sweep_cache, "analyze_path", fail)
     assert sweep_cache.summary_row(runs[0], opts) == first  # the cached row, nothing analysed
     (entry,) = (cache_dir / "compare").iterdir()
-    entry.write_text('{"step_time_ms": [1, 2]}')
+    entry.write_text('{"_written_by": "charllm-trace compare", "step_time_ms": [1, 2]}')
     monkeypatch.setattr(sweep_cache, "analyze_path", analyse)
     assert sweep_cache.summary_row(runs[0], opts) == first  # a bad entry: deleted, computed again
-    assert json.loads(entry.read_text()) == first
+    assert json.loads(entry.read_text()) == {"_written_by": "charllm-trace compare", **first}
+    entry.write_text('{"step_time_ms": [1, 2]}')  # no marker: someone else's file, left alone
+    assert sweep_cache.summary_row(runs[0], opts) == first
+    assert entry.read_text() == '{"step_time_ms": [1, 2]}'
+    entry.unlink()
+    assert sweep_cache.summary_row(runs[0], opts) == first
     info = _cli("cache", "info", "--json")
     assert info.exit_code == 0 and json.loads(info.output)["kinds"]["compare"]["entries"] == 1
 

@@ -48,3 +48,14 @@ def test_parallel_option_bounded_too() -> None:
 def test_large_but_possible_layout_label_still_works() -> None:
     r = CliRunner().invoke(main, ["compare", GLOO, GLOO, "--json", "--no-cache", "--label", "2:tp=2048"])
     assert r.exit_code == 0, r.output
+
+
+def test_a_free_label_past_int64_is_a_float_column() -> None:
+    """``--label x=99999999999999999999 --label x=1`` (issue 28: an Int128 column, exit 3): the
+    values are numbers beyond int64, so the column is Float64, each value as given."""
+    import json
+
+    args = ["compare", GLOO, GLOO, "--json", "--no-cache", "--label", "x=99999999999999999999"]
+    r = CliRunner().invoke(main, [*args, "--label", "x=1"])
+    assert r.exit_code == 0, r.output
+    assert [row["x"] for row in json.loads(r.stdout)["rows"]] == [1e20, 1.0]

@@ -76,7 +76,7 @@ def traces(draw: st.DrawFn) -> Trace:
             "rf_id": col(opt(I64)),
             "external_id": col(opt(I64)),
             "coll_type": col(opt(st.sampled_from(COLL_TYPES))),
-            "comm_bytes": col(opt(I64)),
+            "comm_bytes": col(opt(st.integers(0, 2**63 - 1))),  # the reader refuses negative sizes
             "dtype": col(opt(TEXT)),
             "num_elems": col(opt(I64)),
             "pg_name": col(opt(TEXT)),
@@ -131,9 +131,10 @@ def traces(draw: st.DrawFn) -> Trace:
         },
     )
     pg_names = draw(st.lists(TEXT, unique=True, max_size=3))
+    world = draw(opt(st.integers(1, 1024)))
     meta = TraceMeta(
-        rank=draw(opt(st.integers(0, 1023))),
-        world_size=draw(opt(st.integers(1, 1024))),
+        rank=draw(opt(st.integers(0, (world or 1024) - 1))),  # the reader refuses a rank >= the world size
+        world_size=world,
         device_model=draw(opt(TEXT)),
         device_index=draw(opt(st.integers(0, 15))),
         hostname=draw(opt(TEXT)),

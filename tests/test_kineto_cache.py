@@ -17,6 +17,7 @@ import pytest
 from charllm_trace import loader
 from charllm_trace.converters import run_dir
 from charllm_trace.et import cache as et_cache
+from charllm_trace.et.cache_owner import mark_dir
 from tests.conftest import shared_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,16 +125,22 @@ def test_stale_temporaries_are_pruned(cache_dir: Path) -> None:
     loader.load(FIXTURE)
     old = cache_dir / "kineto" / ".0123456789abcdef-interrupted"
     old.mkdir()
+    mark_dir(old)  # what an interrupted store leaves: its marker is written first
     (old / "0.nodes.bin").write_bytes(b"x" * 100)
     past = time.time() - 2 * et_cache.STALE_S
     os.utime(old, (past, past))
     fresh = cache_dir / "kineto" / ".fedcba9876543210-running"
     fresh.mkdir()
+    mark_dir(fresh)
     foreign = cache_dir / "kineto" / "notes.txt"
     foreign.write_text("mine")
+    draft = cache_dir / "kineto" / ".0123456789abcdef-draft"  # named like a temporary, not ours
+    draft.mkdir()
+    (draft / "data.txt").write_text("mine")
+    os.utime(draft, (past, past))
     et_cache.prune()
     assert not old.exists()
-    assert fresh.exists() and foreign.exists()
+    assert fresh.exists() and foreign.exists() and (draft / "data.txt").read_text() == "mine"
 
 
 # ---------------------------------------------------------------------------

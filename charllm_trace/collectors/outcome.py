@@ -207,8 +207,13 @@ def reader_note(
     what happened and what is usable; None for a run that finished cleanly."""
     what = interruption(run_dir, manifest) if manifest else None
     temps = hidden_temporaries(run_dir)
+    stray = unnamed_telemetry(run_dir)
     if what is None and not temps:
-        return None
+        if not stray:
+            return None
+        return (
+            f"ignored {len(stray)} telemetry CSV(s) that no telemetry metadata names ({stray[0]}): not read"
+        )
     parts = [what] if what else []
     expected = sorted(
         {int(r) for r in (manifest.get("steps") or {}).get("traced", {}) if str(r).isdigit()}
@@ -226,7 +231,19 @@ def reader_note(
         parts.append(
             f"ignored {len(temps)} half-written file(s) ({temps[0]}{', ...' if len(temps) > 1 else ''})"
         )
+    if stray:
+        parts.append(f"ignored {len(stray)} telemetry CSV(s) that no telemetry metadata names ({stray[0]})")
     return "; ".join(parts)
+
+
+def unnamed_telemetry(run_dir: Path) -> list[str]:
+    """``telemetry-*.csv`` files no ``telemetry-*.meta.json`` names: never read, so said."""
+    named = set()
+    for p in sorted(run_dir.glob("telemetry-*.meta.json")):
+        d = read_json(p)
+        if d is not None and isinstance(d.get("file"), str):
+            named.add(d["file"])
+    return sorted(p.name for p in run_dir.glob("telemetry-*.csv") if p.name not in named)
 
 
 def _ranges(ranks: list[int]) -> str:

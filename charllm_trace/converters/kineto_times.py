@@ -57,10 +57,18 @@ def plain_us_to_ns(texts: pl.Series) -> pl.DataFrame:
     )
 
 
+def _decoded(raw: Any) -> Any:
+    """The JSON value ``raw`` (None when missing); a number past float64 (``1e999``) as its text."""
+    try:
+        return msgspec.json.decode(raw) if len(raw) else None
+    except msgspec.ValidationError:
+        return bytes(raw).decode(errors="replace")[:40]
+
+
 def _one(raw: Any) -> tuple[Any, int | None, bool]:
     """One value the vectorised path did not take: (its decoded value, its exact ns or None
     when it is not a number of microseconds below MAX_US, whether it is negative)."""
-    v = msgspec.json.decode(raw) if len(raw) else None
+    v = _decoded(raw)
     if type(v) not in (int, float):
         return v, None, False
     f = Fraction(bytes(raw).decode())
@@ -96,6 +104,5 @@ def strict_text_us_to_ns(
         bad |= negative
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        v = msgspec.json.decode(raws[i]) if len(raws[i]) else None
-        raise time_error(path, key, name_of(i), v)
+        raise time_error(path, key, name_of(i), _decoded(raws[i]))
     return ns

@@ -326,6 +326,9 @@ def convert_run(
             raise InputError(d, f"two sets of files are rank {trace.meta.rank}")
         traces[trace.meta.rank if trace.meta.rank is not None else rank] = trace
     attach_run_facts(d, traces, manifest)
+    from charllm_trace.run_checks import check_one_collection
+
+    check_one_collection(d, traces)
     partial = [j.rank for j in jobs if j.kineto is None or j.host_et is None]
     note = reader_note(d, manifest, sorted(traces), partial)
     if note:  # an interrupted or failed run: what happened and what is usable, kept with the run

@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from charllm_trace.errors import InputError, UsageError
+from charllm_trace.et.cache_owner import index_text, mark_dir, owned, read_index
 from charllm_trace.model import MODEL_VERSION, Trace, TraceMeta
 
 CACHE_FORMAT = "6"
@@ -154,15 +156,12 @@ def file_digest(path: str | os.PathLike[str]) -> str:
     """SHA-256 of a file's bytes, remembered by stat key (a re-load does not hash again)."""
     sk = stat_key(path)
     idx = cache_root() / "file-index" / sk
-    try:
-        got = idx.read_text().strip()
-        if _KEY.match(got):
-            return got
-    except OSError:
-        pass
+    got = read_index(idx)
+    if got is not None:
+        return got
     with open(path, "rb") as f:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
-    _write_small(idx, digest)
+    _write_small(idx, index_text(digest))
     return digest
 
 
@@ -184,7 +183,10 @@ def run_key(path: str | os.PathLike[str]) -> str:
 
 
 def _write_small(target: Path, text: str) -> None:
+    """Write an index record (never over a file without this tool's marker)."""
     try:
+        if os.path.lexists(target) and not owned(target, target.parent.name):
+            return
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmpname = tempfile.mkstemp(prefix=f".{target.name[:16]}-", dir=target.parent)
         with os.fdopen(fd, "w") as f:
@@ -210,6 +212,7 @@ def _write_entry(entry: Path, traces: dict[str, Trace], info: dict[str, Any]) ->
         return
     tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name[:16]}-", dir=entry.parent))
     try:
+        mark_dir(tmp)  # first: what the clean-ups look for before deleting (cache_owner)
         for prefix, trace in traces.items():
             for name in _TABLES:
                 write_frame(getattr(trace, name), tmp / f"{prefix}{name}.bin", tmp / f"{prefix}{name}.json")
@@ -254,7 +257,11 @@ def _read_entry(entry: Path) -> tuple[list[Trace], dict[str, Any]]:
 
 
 def _discard(entry: Path, what: str, why: str) -> None:
-    """Delete a corrupt entry (rename first, so no reader sees it half-deleted) and say so."""
+    """Delete a corrupt entry (rename first, so no reader sees it half-deleted) and say so; an
+    entry without this tool's marker is someone else's: left alone."""
+    if not owned(entry, entry.parent.name):
+        _note(f"{entry} is not a cache entry of charllm-trace; left alone, converting {what} again")
+        return
     dead = entry.parent / f".dead-{entry.name[:16]}-{os.getpid()}"
     try:
         os.replace(entry, dead)
@@ -283,6 +290,8 @@ def _put(kind: str, key: str, traces: dict[str, Trace], info: dict[str, Any]) ->
     try:
         _write_entry(_entries(kind) / key, traces, info)
         prune()
+    except InputError:
+        raise  # a bad CHARLLM_TRACE_CACHE_MAX_GB
     except Exception:  # noqa: BLE001 - caching is best effort
         return
 
@@ -292,14 +301,8 @@ def _put(kind: str, key: str, traces: dict[str, Trace], info: dict[str, Any]) ->
 
 def lookup(path: str | os.PathLike[str]) -> tuple[Trace, dict | None] | None:
     """The cached decode of the ET ``path``, or None."""
-    try:
-        idx = _index() / stat_key(path)
-        if not idx.is_file():
-            return None
-        ck = idx.read_text().strip()
-    except OSError:
-        return None
-    if not _KEY.match(ck):
+    ck = read_index(_index() / stat_key(path))
+    if ck is None:
         return None
     hit = _get("et", ck, str(path))
     if hit is None:
@@ -312,8 +315,10 @@ def store(path: str | os.PathLike[str], key: str, trace: Trace, manifest: dict |
     """Remember ``trace`` as the decode of ``path`` (content key ``key``); errors are ignored."""
     try:
         _write_entry(_entries("et") / key, {"": trace}, {"manifest": manifest, "source": str(path)})
-        _write_small(_index() / stat_key(path), key)
+        _write_small(_index() / stat_key(path), index_text(key))
         prune()
+    except InputError:
+        raise  # a bad CHARLLM_TRACE_CACHE_MAX_GB
     except Exception:  # noqa: BLE001 - caching is best effort
         return
 
@@ -378,13 +383,26 @@ def _ours(root: Path) -> list[tuple[str, Path]]:
             items = list(d.iterdir())
         except OSError:
             continue
-        out += [(sub, e) for e in items if _KEY.match(e.name) or _TEMP.match(e.name)]
+        out += [(sub, e) for e in items if (_KEY.match(e.name) or _TEMP.match(e.name)) and owned(e, sub)]
     return out
+
+
+def max_gb() -> float:
+    """The size cap, ``$CHARLLM_TRACE_CACHE_MAX_GB`` (default 20; ``inf``: none); UsageError for a
+    value that is not a number of GB, 0 or more."""
+    text = os.environ.get("CHARLLM_TRACE_CACHE_MAX_GB", "20")
+    try:
+        gb = float(text)
+    except ValueError:
+        gb = float("nan")
+    if not gb >= 0:  # also NaN
+        raise UsageError(f"CHARLLM_TRACE_CACHE_MAX_GB={text!r:.40} is not a number of GB (0 or more, or inf)")
+    return gb
 
 
 def prune() -> None:
     """Remove stale temporaries and, above the size cap, least recently used entries."""
-    limit = float(os.environ.get("CHARLLM_TRACE_CACHE_MAX_GB", "20")) * 1e9
+    limit = max_gb() * 1e9
     now = time.time()
     entries = []
     total = 0
@@ -427,7 +445,7 @@ def info() -> dict[str, Any]:
         "root": str(root),
         "exists": root.is_dir(),
         "enabled": enabled(),
-        "max_gb": float(os.environ.get("CHARLLM_TRACE_CACHE_MAX_GB", "20")),
+        "max_gb": max_gb(),
         "entries": sum(kinds[k]["entries"] for k in KINDS),
         "bytes": sum(v["bytes"] for v in kinds.values()),
         "kinds": kinds,

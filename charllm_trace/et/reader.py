@@ -99,6 +99,8 @@ def _meta_from_global(gm: pb.GlobalMetadata, path: Any) -> tuple[TraceMeta, pl.D
         extra = orjson.loads(attrs[cv.M_EXTRA]) if cv.M_EXTRA in attrs else {}
         if cv.M_RUN in attrs:
             manifest = orjson.loads(attrs[cv.M_RUN])
+            if not isinstance(manifest, dict):
+                raise TypeError(f"{cv.M_RUN} is not a JSON object")
     except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
         raise InputError(path, f"corrupt charllm metadata in the ET header ({exc})") from exc
     meta = TraceMeta(

@@ -16,6 +16,7 @@ import polars as pl
 
 from charllm_trace.errors import InputError
 from charllm_trace.et import conventions as cv
+from charllm_trace.limits import MAX_RANK
 
 
 def check_graph(trace: Any, path: str | os.PathLike[str] | None, ours: bool = True) -> None:
@@ -110,6 +111,15 @@ def check_times(trace: Any, path: str | os.PathLike[str] | None) -> None:
             else f"start {r['start_ns']} ns and duration {r['dur_ns']} ns, beyond any real trace"
         )
         raise InputError(path, f"node {r['id']} ({r['name']!r:.60}) has {what} ({bad.height:,} such nodes)")
+    if "comm_bytes" in nodes.columns:
+        neg = nodes.filter(pl.col("comm_bytes") < 0)
+        if neg.height:
+            r = neg.row(0, named=True)
+            raise InputError(
+                path,
+                f"node {r['id']} ({r['name']!r:.60}) has a negative comm_size ({r['comm_bytes']} bytes; "
+                f"{neg.height:,} such nodes)",
+            )
 
 
 def check_versions(gm: Any, path: Any) -> None:
@@ -122,6 +132,7 @@ def check_versions(gm: Any, path: Any) -> None:
             path,
             f"Chakra ET version {gm.version!r} is not supported (this charllm-trace reads 0.0.x; it writes {cv.ET_VERSION})",
         )
+    _check_header_ints(gm, path)
     for a in gm.attr:
         if a.name == cv.M_MODEL_VERSION:
             v = _attr_value(a)
@@ -148,3 +159,20 @@ def _attr_value(a: Any) -> Any:
     """A scalar attribute's value (a list attribute: its message, never equal to a scalar)."""
     which = a.WhichOneof("value")
     return None if which is None else getattr(a, which)
+
+
+#: header attributes that are whole numbers: name -> (lowest, highest + 1)
+_HEADER_INTS = {cv.M_RANK: (0, MAX_RANK), cv.M_WORLD_SIZE: (1, MAX_RANK + 1), cv.M_DEVICE_INDEX: (0, 1 << 31)}
+
+
+def _check_header_ints(gm: Any, path: Any) -> None:
+    """The rank, world size and device index of our header are integers in range, rank < world
+    (a string rank reached polars as text: exit 3)."""
+    got = {a.name: _attr_value(a) for a in gm.attr if a.name in _HEADER_INTS}
+    for name, v in got.items():
+        lo, hi = _HEADER_INTS[name]
+        if type(v) is not int or not lo <= v < hi:
+            raise InputError(path, f"{name} is {v!r:.40}, expected an integer from {lo} to {hi - 1:,}")
+    rank, world = got.get(cv.M_RANK), got.get(cv.M_WORLD_SIZE)
+    if rank is not None and world is not None and rank >= world:
+        raise InputError(path, f"{cv.M_RANK} {rank} is not below {cv.M_WORLD_SIZE} {world}")

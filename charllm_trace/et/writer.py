@@ -12,6 +12,7 @@ import gzip
 import io
 import os
 import re
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -420,7 +421,43 @@ def write_run(
     for p in present:  # an earlier run's rank files this run does not have (convert wrote them)
         if p.name not in keep:
             p.unlink()
+    for p in _stale_temps(out):  # of a convert killed while writing here
+        p.unlink(missing_ok=True)
     tmp = out / f"{RUN_MARKER}.tmp"
     tmp.write_bytes(orjson.dumps({"written_by": "charllm-trace convert", "files": sorted(keep)}))
     os.replace(tmp, out / RUN_MARKER)
     return paths
+
+
+_TEMP = re.compile(r"\.rank-\d+\.et(?:\.gz)?\.tmp-(\d+)")
+
+
+def _stale_temps(out: Path) -> list[Path]:
+    """Temporaries ``write_et`` left in ``out`` when killed: named as it names them, of a process
+    no longer running, and holding the header it writes (``charllm.model_version``): a file of
+    someone else's named so is left alone."""
+    found = []
+    for p in out.iterdir():
+        m = _TEMP.fullmatch(p.name)
+        if m is None or p.is_symlink() or not p.is_file() or _alive(int(m.group(1))):
+            continue
+        try:
+            with open(p, "rb") as f:
+                head = f.read(4096)
+            if head[:2] == b"\x1f\x8b":
+                head = zlib.decompressobj(31).decompress(head, 4096)
+        except (OSError, zlib.error):
+            continue
+        if cv.M_MODEL_VERSION.encode() in head:
+            found.append(p)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process, or a number no pid is: leave it
+    return True

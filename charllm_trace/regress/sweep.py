@@ -307,12 +307,17 @@ class Sweep:
 
 
 def _label_value(v: str) -> int | float | str:
-    for cast in (int, float):
-        try:
-            return cast(v)
-        except ValueError:
-            continue
-    return v
+    """A label's value as a number where it is one: an int within int64, else a float, else text."""
+    try:
+        i = int(v)
+        if -(1 << 63) <= i < 1 << 63:
+            return i
+    except ValueError:
+        pass
+    try:
+        return float(v)
+    except ValueError:
+        return v
 
 
 def sweep(
@@ -364,6 +369,11 @@ def sweep_rows(
         if keys & {"tokens_per_step", "global_batch", "seq_len"}:  # labels give the tokens
             if "tokens_per_step" not in keys:
                 row["tokens_per_step"] = tokens_per_step(row["global_batch"], row["seq_len"])
+                if (row["tokens_per_step"] or 0) >= 1 << 63:
+                    raise ValueError(
+                        f"labels gbs={row['global_batch']} and seq={row['seq_len']}: tokens per step "
+                        "(their product) is 2**63 or more"
+                    )
             per_token(row)
     for k in extra:  # numbers where every run's value is one
         vals = [r.get(k) for r in rows]

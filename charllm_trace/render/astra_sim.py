@@ -394,6 +394,10 @@ def _write_atomic(path: Path, data: bytes) -> None:
             tmp.unlink()
 
 
+#: the longest file name most file systems take (bytes)
+NAME_MAX = 255
+
+
 def export_astra_sim(
     run: Run,
     out_dir: str | os.PathLike[str],
@@ -412,11 +416,19 @@ def export_astra_sim(
     plans, groups, notes = plan_run(run, host_gaps=host_gaps, align_starts=align_starts)
     files = [out / f"{prefix}.{r}.et" for r in sorted(plans)]
     cg = out / f"{prefix}.comm_group.json"
-    if not force:
-        for f in [*files, cg]:
-            if f.exists():
-                raise InputError(f, "already exists; pass --force to overwrite it")
-    out.mkdir(parents=True, exist_ok=True)
+    for f in [*files, cg]:
+        if len(f.name.encode()) > NAME_MAX:
+            raise InputError(out, f"--prefix {prefix[:40]!r}...: file names longer than {NAME_MAX} bytes")
+        if os.path.isdir(f) and not os.path.islink(f):
+            raise InputError(
+                f, "is a directory; --force replaces files only: move it away or give another -o/--prefix"
+            )
+        if os.path.lexists(f) and not force:  # a dangling link too: it is the user's
+            raise InputError(f, "already exists; pass --force to overwrite it")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(out, f"cannot create the directory: {exc.strerror or exc}") from None
     for r, f in zip(sorted(plans), files, strict=True):
         _write_atomic(f, encode_rank(plans[r], len(plans), run.source))
     _write_atomic(cg, orjson.dumps(groups, option=orjson.OPT_INDENT_2) + b"\n")

@@ -143,6 +143,20 @@ def frame_paths(output: str | os.PathLike[str], res: RunAnalysis, ext: str) -> d
     return {name: p.with_name(f"{stem}.{name}.{ext}") for name in res.frames()}
 
 
+def check_output(path: Path, force: bool) -> None:
+    """Refuse an output path before writing: an existing one (a dangling link too: the user's)
+    without ``force``, a directory, a parent that is missing or not a directory, a name too long."""
+    if os.path.isdir(path):
+        raise InputError(path, "is a directory; give a file name to write")
+    if os.path.lexists(path) and not force:
+        raise InputError(path, "already exists; pass --force to overwrite it")
+    if not path.parent.is_dir():
+        what = "does not exist" if not os.path.lexists(path.parent) else "is not a directory"
+        raise InputError(path.parent, f"{what}: cannot write {path.name} in it")
+    if len(path.name.encode()) > 255:
+        raise InputError(path, "the file name is longer than 255 bytes")
+
+
 def write(
     res: RunAnalysis, fmt: str, output: str | os.PathLike[str] | None, *, force: bool = False
 ) -> list[str]:
@@ -158,10 +172,7 @@ def write(
     else:
         targets = frame_paths(output, res, fmt)
     for path in targets.values():
-        if path.exists() and not force:
-            raise InputError(path, "already exists; pass --force to overwrite it")
-        if not path.parent.exists():
-            raise InputError(path.parent, "directory does not exist")
+        check_output(path, force)
     if fmt == "json":
         _write_json(res, Path(output))
         return [str(output)]

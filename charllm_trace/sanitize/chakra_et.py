@@ -86,7 +86,10 @@ def collect(sc: Scrubber, path: Path, data: bytes) -> None:
     first = next(iter_messages(data, path), None)
     if first is not None:
         gm = GlobalMetadata()
-        gm.ParseFromString(first)
+        try:
+            gm.ParseFromString(first)
+        except Exception as exc:  # protobuf's DecodeError: not our header
+            raise InputError(path, "not a Chakra ET: the first message is not a GlobalMetadata") from exc
         _clean_attr_list(sc, gm.attr, collect_only=True)
 
 

@@ -98,7 +98,17 @@ def _table_read(kind: str, data: bytes):  # -> pl.DataFrame
 
     if kind == "parquet":
         return pl.read_parquet(io.BytesIO(data))
+    from charllm_trace.ipc_bounds import decoded_bytes
+    from charllm_trace.limits import gzip_out_limit
+
+    size, limit = decoded_bytes(data), gzip_out_limit(len(data))  # NotIpc (a ValueError) when not IPC
+    if size > limit:  # a zstd frame of zeros: bounded like gzip, read from the frame's own metadata
+        raise _Bomb(f"decodes to {size:,} bytes, past the limit of {limit:,} for this file")
     return pl.read_ipc(io.BytesIO(data))
+
+
+class _Bomb(Exception):
+    """A table whose decoded size is past the limit (the message says how far)."""
 
 
 def table_clean(sc: Scrubber, kind: str, path: Path, data: bytes) -> bytes:
@@ -106,6 +116,8 @@ def table_clean(sc: Scrubber, kind: str, path: Path, data: bytes) -> bytes:
 
     try:
         df = _table_read(kind, data)
+    except _Bomb as exc:
+        raise InputError(path, str(exc)) from None
     except Exception as exc:
         raise InputError(path, f"cannot read as {kind} ({type(exc).__name__})") from exc
     drop = [c for c in df.columns if c.lower() in DROP_KEYS]

@@ -65,3 +65,8 @@ ENDPOINT_RE = re.compile(
     re.IGNORECASE,
 )
 ENDPOINT_FLAG = re.compile(rf"{_ENDPOINT_OPT}", re.IGNORECASE)
+
+#: a device UUID (NVML's ``GPU-``/``MIG-`` form or bare, AMD SMI's): identifies one physical device
+UUID_RE = re.compile(
+    r"(?<![0-9A-Za-z])((?:GPU|MIG)-)?([0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12})(?![0-9A-Za-z])"
+)

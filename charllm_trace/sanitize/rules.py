@@ -20,6 +20,7 @@ from charllm_trace.sanitize.patterns import (
     IPV4_RE,
     IPV6_RE,
     PATH_RE,
+    UUID_RE,
     is_ipv6,
 )
 
@@ -46,6 +47,7 @@ DROP_KEYS = frozenset(
         "python parent id",
         "python module id",
         "python thread",
+        "pid_start",  # the process's start time (in clock ticks): with the pid it identifies the process
     }
 )
 #: Keys whose value names a host (compared lower-case).
@@ -131,6 +133,7 @@ class Scrubber:
 
     def __init__(self, redact: Iterable[str]) -> None:
         self.hosts: dict[str, str] = {}  # lower-case name -> pseudonym
+        self.uuids: dict[str, int] = {}  # device UUID (bare, lower-case) -> its pseudonym's number
         self.users: set[str] = set()
         self.redact = {w for w in redact if w}
         self.paths: set[str] = set()
@@ -339,11 +342,19 @@ class Scrubber:
         pat = self._pattern()
         if pat is not None:
             out = pat.sub(self._word, out)
+        if "-" in out and len(out) >= 36:
+            out = UUID_RE.sub(self._uuid, out)
         if self.ids:
             out = _ID_TEXT_RE.sub(self._id_text, out)
         if len(self._memo) < 2_000_000:
             self._memo[s] = out
         return out
+
+    def _uuid(self, m: re.Match[str]) -> str:
+        """A device UUID's stable pseudonym (its ``GPU-`` form and its bare form map alike)."""
+        bare = m.group(2).lower()
+        n = self.uuids.setdefault(bare, len(self.uuids))
+        return f"{m.group(1) or ''}00000000-0000-4000-8000-{n:012x}"
 
     def host_value(self, v: Any) -> Any:
         if isinstance(v, str):
@@ -384,6 +395,8 @@ class Scrubber:
             }
         if isinstance(v, list):
             return [self.hw_value(x) for x in v]
+        if isinstance(v, str) and UUID_RE.search(v):
+            return UUID_RE.sub(self._uuid, v)  # a device UUID identifies the device: a pseudonym
         if isinstance(v, str) and len(v) >= 3:
             self.hardware.add(v)
         return v

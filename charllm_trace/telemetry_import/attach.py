@@ -121,8 +121,10 @@ def attach_to_run(
     _check_gpus(log, rank_gpus, Path(log_path))
     span = _run_span(d)
     note = _span_note(log.samples.filter(pl.col("device").is_in(list(rank_gpus.values()))), *span)
-    if note:
-        notes.append(note.replace("traced span", "run's span (manifest started/finished)"))
+    if note:  # it would replace the sampler's samples with ones of another time
+        raise InputError(
+            Path(log_path), note.replace("traced span", "run's span (manifest started/finished)")
+        )
     tag = host_tag(host) + IMPORT_SUFFIX
     csv = d / f"telemetry-{tag}.csv"
     meta = d / f"telemetry-{tag}.meta.json"

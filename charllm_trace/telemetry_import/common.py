@@ -14,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
+from charllm_trace.collectors.telemetry.ranges import MAX_TIME_NS, MIN_TIME_NS, check_times, check_values
 from charllm_trace.errors import InputError
 from charllm_trace.model import TELEMETRY_SCHEMA, conform
 
@@ -54,6 +55,12 @@ COLUMN_UNITS = {
     "util_pct": "%",
     "power_limit_w": "W",
 }
+
+
+#: the largest Unix-epoch seconds whose nanoseconds fit int64 (2262-04-11)
+MAX_EPOCH_S = MAX_TIME_NS // 10**9
+#: the longest sampling interval of a log whose rows carry no time (a day)
+MAX_INTERVAL_MS = 86_400_000.0
 
 
 @dataclass
@@ -165,10 +172,16 @@ def local_times_ns(path: Path, s: pl.Series, fmt: str, tz: str, what: str) -> pl
     """Zone-less local date-times (strings in ``fmt``) in ``tz`` as Unix-epoch ns (Int64)."""
     full = s.str.strip_chars()
     s = full.unique().drop_nulls()  # GPUs of one poll share a time: each distinct time once
-    dt = s.str.strptime(pl.Datetime("ns"), fmt, strict=False)
-    bad = dt.is_null() & s.is_not_null()
+    us = s.str.strptime(pl.Datetime("us"), fmt, strict=False)  # no wrap past 2262, unlike ns
+    bad = us.is_null() & s.is_not_null()
     if bad.any():
         raise InputError(path, f"{what} {s.filter(bad)[0]!r:.60} is not a time of the form {fmt}")
+    far = (us.dt.year() < 1971) | (us.dt.year() > 2261)  # ns of int64 cover 1677..2262 (UTC)
+    if far.any():
+        raise InputError(
+            path, f"{what} {s.filter(far)[0]!r:.60} is outside 1971..2261 (Unix-epoch ns in int64)"
+        )
+    dt = s.str.strptime(pl.Datetime("ns"), fmt, strict=False)  # in range: nanoseconds kept
     ns = (
         pl.DataFrame({"t": dt})
         .select(
@@ -191,6 +204,10 @@ def epoch_seconds_ns(path: Path, s: pl.Series, what: str) -> pl.Series:
     parts = pl.DataFrame({"s": s}).select(
         pl.col("s").str.split_exact(".", 1).struct.rename_fields(["i", "f"]).alias("p")
     )
+    whole = parts.unnest("p")["i"].cast(pl.Int64)
+    if whole.len() and (whole.max() or 0) > MAX_EPOCH_S:  # type: ignore[operator]
+        first = s.filter(whole > MAX_EPOCH_S)[0]
+        raise InputError(path, f"{what} {first!r:.60} is past 2262: its nanoseconds do not fit int64")
     frame = parts.unnest("p").select(
         pl.col("i").cast(pl.Int64) * 1_000_000_000
         + pl.col("f").fill_null("").str.pad_end(9, "0").str.slice(0, 9).replace("", "0").cast(pl.Int64)
@@ -282,9 +299,19 @@ def finish(path: Path, log: ImportedLog, frame: pl.DataFrame, opts: ParseOptions
     if frame["time_ns"].null_count() or frame["device"].null_count():
         raise InputError(path, "a sample without a time or GPU index")
     if opts.clock_offset_ns:
+        _check_shift(path, frame["time_ns"], opts.clock_offset_ns)
         frame = frame.with_columns(pl.col("time_ns") + opts.clock_offset_ns)
         log.clock_offset_ns = opts.clock_offset_ns
-    frame = conform(frame, TELEMETRY_SCHEMA).sort("device", "time_ns")
+    frame = conform(frame, TELEMETRY_SCHEMA)
+    check_times(path, frame)
+    back = frame.select((pl.col("time_ns").diff().over("device") < 0).sum()).item()
+    if back:
+        log.notes.append(
+            f"{back} samples are earlier than the sample before them on their GPU (a clock step?): "
+            "the samples are sorted by time"
+        )
+    frame, nulled = check_values(path, frame.sort("device", "time_ns"))
+    log.notes.extend(nulled)
     dup = frame.select(pl.struct("device", "time_ns").is_duplicated().sum()).item()
     if dup:
         log.notes.append(f"{dup} samples share a GPU and time with another; the first of each is used")
@@ -293,6 +320,15 @@ def finish(path: Path, log: ImportedLog, frame: pl.DataFrame, opts: ParseOptions
         log.notes.append("the log has no power values: energy and power cannot be computed from it")
     log.samples = frame
     return log
+
+
+def _check_shift(path: Path, t: pl.Series, offset_ns: int) -> None:
+    """Refuse a clock offset that moves a sample outside Unix-epoch ns of int64."""
+    lo, hi = int(t.min()) + offset_ns, int(t.max()) + offset_ns  # type: ignore[arg-type]
+    if lo < MIN_TIME_NS or hi > MAX_TIME_NS:
+        raise InputError(
+            path, f"the clock offset {offset_ns / 1e9:+g} s moves samples outside 1990..2262 (int64 ns)"
+        )
 
 
 def split_prefix_times(path: Path, lines: pl.Series) -> tuple[pl.Series, pl.Series | None]:
@@ -327,8 +363,14 @@ def derived_times(
         raise InputError(
             path, f"{log.tool} rows carry no time and the tool has no fixed interval: give the interval"
         )
-    if ms <= 0:
-        raise InputError(path, f"the sampling interval must be positive, not {ms} ms")
+    if not (0 < ms <= MAX_INTERVAL_MS):  # also NaN
+        raise InputError(
+            path, f"the sampling interval must be in (0, {MAX_INTERVAL_MS:g}] ms (a day), not {ms} ms"
+        )
+    if t0 + index.len() * ms * 1e6 > MAX_TIME_NS:
+        raise InputError(
+            path, f"{index.len()} samples every {ms:g} ms from the start run past 2262 (int64 ns)"
+        )
     log.time_source = f"derived: given start + sample number x {ms:g} ms (the log's rows carry no time)"
     log.notes.append(
         f"sample times are derived (start + n x {ms:g} ms): the tool sleeps the interval between reads, "

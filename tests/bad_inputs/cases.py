@@ -8,7 +8,14 @@ built by compressing repeated bytes, so nothing large is stored in the repositor
 
 from __future__ import annotations
 
-from tests.bad_inputs import cases_et, cases_kineto, cases_runs  # noqa: F401 - they register their cases
+from tests.bad_inputs import (  # noqa: F401 - they register their cases
+    cases_et,
+    cases_kineto,
+    cases_outputs,
+    cases_results,
+    cases_runs,
+    cases_telemetry,
+)
 from tests.bad_inputs.registry import CASES, Case
 
 __all__ = ["CASES", "Case"]

@@ -177,3 +177,47 @@ def et_cut_at_message_boundary(d: Path) -> Path:
     from tests.bad_inputs import et_edit
 
     return et_edit.drop_last_message(valid.et(d))
+
+
+@bad_input("et", ("rank-0.et", "charllm.rank", "expected an integer"), only=_GRAPH_CMDS)
+def et_rank_a_string(d: Path) -> Path:  # issue 28: polars' InvalidOperationError, exit 3
+    from tests.bad_inputs import et_edit
+
+    return et_edit.with_global_attr(valid.et(d), "charllm.rank", "zero")
+
+
+@bad_input("et", ("rank-0.et", "charllm.rank", "not below"), only=_GRAPH_CMDS)
+def et_rank_5_of_world_2(d: Path) -> Path:
+    from tests.bad_inputs import et_edit
+
+    return et_edit.with_global_attr(
+        et_edit.with_global_attr(valid.et(d), "charllm.world_size", 2), "charllm.rank", 5
+    )
+
+
+@bad_input("et", ("rank-0.et", "GlobalMetadata"))
+def et_without_global_metadata(d: Path) -> Path:  # issue 28: sanitize's DecodeError, exit 3
+    from tests.bad_inputs import et_edit
+
+    p = valid.et(d)
+    return et_edit._write(p, et_edit._messages(p)[1:])
+
+
+@bad_input("et", ("rank-0.et", "charllm.run is not a JSON object"), only=_GRAPH_CMDS)
+def et_manifest_a_list(d: Path) -> Path:  # issue 28: accepted silently
+    from tests.bad_inputs import et_edit
+
+    return et_edit.with_global_attr(valid.et(d), "charllm.run", "[1, 2]")
+
+
+@bad_input("et", ("rank-0.et", "negative comm_size"), only=_GRAPH_CMDS)
+def et_negative_comm_size(d: Path) -> Path:  # issue 28: accepted silently
+    import polars as pl
+
+    def change(t: Any) -> Any:
+        t.nodes = t.nodes.with_columns(
+            pl.Series("comm_bytes", [None, None, -(4 << 20), 1024], dtype=pl.Int64)
+        )
+        return t
+
+    return _et_of(d, change)

@@ -13,6 +13,7 @@ from tests.bad_inputs import valid
 from tests.bad_inputs.registry import (
     _events,
     _gzip_bomb,
+    _kernel,
     _raw,
     bad_input,
 )
@@ -196,3 +197,22 @@ def kineto_symlink_loop(d: Path) -> Path:
 def kineto_directory_named_json(d: Path) -> Path:
     (d / "rank-0.json").mkdir()
     return d / "rank-0.json"
+
+
+def _kernel_time_text(d: Path, key: str, text: str) -> Path:
+    """The first kernel's ``key`` written as the raw JSON number ``text`` (past float64: 1e999)."""
+    doc = valid.kineto_doc()
+    _kernel(doc["traceEvents"])[key] = 12345.678
+    p = d / "rank-0.json"
+    p.write_text(json.dumps(doc).replace("12345.678", text))
+    return p
+
+
+@bad_input("kineto", ("rank-0.json", "dur is '1e999'"))
+def kineto_dur_1e999(d: Path) -> Path:  # issue 28: msgspec's "Number out of range", exit 3
+    return _kernel_time_text(d, "dur", "1e999")
+
+
+@bad_input("kineto", ("rank-0.json", "ts is '-1e999'"))
+def kineto_ts_minus_1e999(d: Path) -> Path:
+    return _kernel_time_text(d, "ts", "-1e999")

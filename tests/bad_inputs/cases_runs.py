@@ -300,3 +300,16 @@ for _name, _members, _needles in [
             return [c, str(p)] + (["-o", str(d / "out.html")] if c == "report" else [])
 
         CASES.append(Case(f"results:{_name}/{_cmd}", _build, _needles))
+
+
+def run_ranks_of_two_collections(r: Path) -> None:
+    """Rank 1's profile from a collection an hour later (no run ids to tell: issue 28)."""
+    import gzip
+
+    p = r / "rank-1.kineto.json.gz"
+    doc = json.loads(gzip.decompress(p.read_bytes()))
+    doc["baseTimeNanoseconds"] += 3600 * 10**9
+    p.write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+
+_run_case(run_ranks_of_two_collections, ("run", "two collections"), only=("info", "analyze", "convert"))

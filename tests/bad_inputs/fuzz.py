@@ -163,6 +163,8 @@ def _readers(tmp: Path) -> list[tuple[str, Callable[[Path], Any], str, st.Search
         m = read_manifest(d)
         return check_manifest(d / "manifest.json", m)
 
+    imported = _imported_log_readers()
+    res_doc, results_manifest = _results_reader(tmp)
     real: list[tuple[str, Callable[[Path], Any], str, st.SearchStrategy[bytes]]] = []
     if SHARED.is_dir():  # real traces others recorded (skipped where ../shared is absent)
         import gzip
@@ -189,7 +191,71 @@ def _readers(tmp: Path) -> list[tuple[str, Callable[[Path], Any], str, st.Search
         ("telemetry-meta-values", telemetry_meta, "telemetry-vm.meta.json", value_mutants(tmeta)),
         ("telemetry-csv-bytes", telemetry_csv, "telemetry-vm.csv", byte_mutants(tcsv)),
         ("baseline-bytes", read_baseline, "b.json", byte_mutants(json.dumps(base).encode())),
+        *imported,
+        ("results-manifest-values", results_manifest, "charllm-results.json", value_mutants(res_doc)),
     ]
+
+
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "telemetry_logs"
+
+
+def _imported_log_readers() -> list[tuple[str, Callable[[Path], Any], str, st.SearchStrategy[bytes]]]:
+    """``telemetry import``'s readers of the five tools' logs (issue 28), byte by byte."""
+    from charllm_trace.telemetry_import import read_log
+    from charllm_trace.telemetry_import.common import ParseOptions
+
+    opts = ParseOptions(tz="UTC", start="1716423322", interval_ms=100.0)
+    logs = [("nvidia-smi", "nvidia-smi-a100.csv"), ("dcgm", "dcgmi-dmon-ts.log"), ("amd-smi", "amd-smi-metric.csv"),
+            ("rocm-smi", "rocm-smi-ts.log"), ("zeus", "zeus-powermonitor.csv")]  # fmt: skip
+    return [
+        (
+            f"telemetry-import-{fmt}-bytes",
+            lambda p, fmt=fmt: read_log(p, fmt, opts),
+            name,
+            byte_mutants((LOGS / name).read_bytes()),
+        )
+        for fmt, name in logs
+    ]
+
+
+def _results_reader(tmp: Path) -> tuple[Any, Callable[[Path], Any]]:
+    """A saved results file of a small profile (with the report's views), and a reader that puts a
+    mutated manifest into it with the member table recomputed (as a sender can) and reads it all."""
+    import hashlib
+    import zipfile
+
+    from click.testing import CliRunner
+
+    from charllm_trace.cli import main
+    from charllm_trace.results_store import MANIFEST, read_results
+
+    seed = tmp / "seed-results.zip"
+    r = CliRunner().invoke(
+        main, ["analyze", str(valid.kineto(tmp, "seed.json")), "--save", str(seed), "--no-cache"]
+    )
+    assert r.exit_code == 0, r.output
+    with zipfile.ZipFile(seed) as zf:
+        members = {n: zf.read(n) for n in zf.namelist() if n != MANIFEST}
+        doc = json.loads(zf.read(MANIFEST))
+
+    def read(p: Path) -> Any:
+        try:
+            body = json.loads(p.read_bytes())
+        except ValueError:
+            body = None
+        if isinstance(body, dict):
+            body["members"] = {
+                n: {"size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for n, b in members.items()
+            }
+        out = p.with_name("r.zip")
+        with zipfile.ZipFile(out, "w") as zf:
+            zf.writestr(MANIFEST, json.dumps(body) if isinstance(body, dict) else p.read_bytes())
+            for n, b in members.items():
+                zf.writestr(n, b)
+        saved = read_results(out)
+        return saved.views() if saved.has_views else saved.analysis
+
+    return doc, read
 
 
 def main() -> int:

@@ -11,6 +11,7 @@ from typing import Any
 import polars as pl
 
 from charllm_trace.collectors.telemetry.format import CSV_COLUMNS, meta_path, read_meta
+from charllm_trace.collectors.telemetry.ranges import check_refused, check_times
 from charllm_trace.errors import InputError
 from charllm_trace.model import TELEMETRY_SCHEMA, conform, empty_frame
 
@@ -39,7 +40,10 @@ def read_samples(path: str | os.PathLike[str]) -> pl.DataFrame:
         df = pl.read_csv(data, schema=dict(TELEMETRY_SCHEMA), has_header=True)
     except Exception as exc:
         raise InputError(p, f"telemetry CSV does not parse: {' '.join(str(exc).split())[:200]}") from None
-    return conform(df, TELEMETRY_SCHEMA).sort(["device", "time_ns"])
+    df = conform(df, TELEMETRY_SCHEMA)
+    check_times(p, df.drop_nulls("time_ns"), low=0)
+    check_refused(p, df)
+    return df.sort(["device", "time_ns"])
 
 
 def telemetry_metas(run_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
@@ -79,10 +83,33 @@ def read_telemetry(run_dir: str | os.PathLike[str]) -> pl.DataFrame:
         if not os.path.lexists(csv):
             raise InputError(csv, "telemetry file named by its metadata is missing")
         df = read_samples(csv)
+        if isinstance(m.get("imported"), dict):
+            _check_import_overlaps(run_dir, csv, df)
         frames.append(df.with_columns(pl.lit(host, dtype=pl.String).alias(HOST_COLUMN)))
     if not frames:
         return empty_frame({**TELEMETRY_SCHEMA, HOST_COLUMN: pl.String})
     return pl.concat(frames, how="vertical").sort([HOST_COLUMN, "device", "time_ns"])
+
+
+def _check_import_overlaps(run_dir: str | os.PathLike[str], csv: str, df: pl.DataFrame) -> None:
+    """An imported log replaces the sampler's samples of its node: refuse one with no sample inside
+    the run's span (manifest ``started_ns``..``finished_ns``), whose energy would be of another time."""
+    from charllm_trace.inputs import read_regular
+
+    try:
+        m = json.loads(read_regular(os.path.join(os.fspath(run_dir), "manifest.json"), "a JSON manifest"))
+    except (InputError, ValueError, RecursionError):
+        return  # the manifest's own reader says what is wrong with it
+    a, b = (m.get("started_ns"), m.get("finished_ns")) if isinstance(m, dict) else (None, None)
+    if type(a) is not int or type(b) is not int or df.height == 0:
+        return
+    if not df["time_ns"].is_between(a, b).any():
+        raise InputError(
+            csv,
+            "imported telemetry has no sample inside the run's span (manifest started/finished): it "
+            "would replace the sampler's samples with ones of another time; import the log again with "
+            "the right --tz/--clock-offset, or move these files away",
+        )
 
 
 def _rank_infos(run_dir: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
