@@ -52,6 +52,7 @@ def _batch_ms(run: Path) -> float:
     return sum(durs) / len(durs) / 1e3
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.skipif(not HAVE_TORCH, reason="needs torch")
 def test_compare_sweep_columns_and_a_starved_core(tmp_path: Path) -> None:
