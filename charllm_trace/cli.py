@@ -222,6 +222,7 @@ def collect_cmd(
     step_marker: str | None,
     window: str | None,
     cpu_hz: float,
+    cpus: str | None,
     ranks: str,
     telemetry_hz: float,
     telemetry_source: str,
@@ -247,7 +248,7 @@ def collect_cmd(
     result = collect(
         list(command),
         run_dir,
-        **iteration_args(step_marker, window, steps, cpu_hz),
+        **iteration_args(step_marker, window, steps, cpu_hz, cpus),
         ranks=parse_ranks(ranks),
         telemetry_hz=telemetry_hz,
         telemetry_source=telemetry_source,

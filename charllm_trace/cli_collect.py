@@ -12,7 +12,14 @@ from charllm_trace.errors import UsageError
 
 
 def iteration_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--step-marker NAME``, ``--window DELAY+DURATION`` and ``--cpu-hz``."""
+    """``--step-marker NAME``, ``--window DELAY+DURATION``, ``--cpu-hz`` and ``--cpus``."""
+    f = click.option(
+        "--cpus",
+        default=None,
+        metavar="N",
+        help="Run each rank process on N cores of its own (all local ranks share N cores when there "
+        "are too few); the allocation goes into the manifest (docs/collect.md).",
+    )(f)
     f = click.option(
         "--cpu-hz",
         type=float,
@@ -37,13 +44,17 @@ def iteration_options(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
-def iteration_args(step_marker: str | None, window: str | None, steps: str, cpu_hz: float) -> dict[str, Any]:
-    """``collect()`` keyword arguments: the marker or the window, and the parsed ``--steps``
-    (iteration 0 can be traced by a marker: its range opens after the hook is in place)."""
+def iteration_args(
+    step_marker: str | None, window: str | None, steps: str, cpu_hz: float, cpus: str | None = None
+) -> dict[str, Any]:
+    """``collect()`` keyword arguments: the marker or the window, the parsed ``--steps``
+    (iteration 0 can be traced by a marker: its range opens after the hook is in place), the CPU
+    telemetry rate and ``--cpus`` (cores per rank)."""
+    from charllm_trace.collectors.cpu_alloc import parse_cpus
 
     if not cpu_hz >= 0 or cpu_hz > 1000:
         raise UsageError("--cpu-hz must be between 0 (off) and 1000")
-    return {"cpu_hz": cpu_hz, **_iterations(step_marker, window, steps)}
+    return {"cpu_hz": cpu_hz, "cpus": parse_cpus(cpus), **_iterations(step_marker, window, steps)}
 
 
 def _iterations(step_marker: str | None, window: str | None, steps: str) -> dict[str, Any]:

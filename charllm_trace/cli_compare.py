@@ -82,7 +82,9 @@ def compare_cmd(
 ) -> None:  # fmt: skip
     """Compare RUNs (run directories, ETs, Kineto profiles or saved results) in one table, one row
     per run: configuration, step time, throughput, overlap, exposed communication, bus bandwidth
-    per dimension and message size, power, energy per step and per token, throttling. The best
+    per dimension and message size, power, energy per step and per token, throttling, and over a
+    CPU-allocation sweep (collect --cpus, or --label cores=N) iteration latency, GPU idle and CPU
+    wait per step. The best
     value of each column is marked. Each run is analysed once and its results cached: comparing
     the same runs again reads the cached results (docs/cache.md)."""
     from charllm_trace.cli_results import refuse_existing
@@ -97,7 +99,9 @@ def compare_cmd(
     if output is not None:
         refuse_existing(output, force)
     per_run = parse_labels(labels, len(runs))
-    rows = [_row(path, lab) for path, lab in zip(runs, per_run, strict=True)]
+    from charllm_trace.cpu_wait_run import cpu_columns
+
+    rows = [{**_row(path, lab), **cpu_columns(path)} for path, lab in zip(runs, per_run, strict=True)]
 
     from charllm_trace.regress.sweep import sweep_rows
 

@@ -16,34 +16,9 @@ import click
 def cpu_wait_cmd(run: str, step_marker: str | None, as_json: bool) -> None:
     """Is the CPU starving the GPU? Per rank and step: the launching thread's run, wait and other
     time, the GPU idle time and the thread's wait inside it, and cgroup throttling."""
-    import os
+    from charllm_trace.cpu_wait_run import cpu_wait_rows
 
-    import polars as pl
-
-    from charllm_trace.analysis.classify import classify
-    from charllm_trace.analysis.cpu_wait import cpu_wait
-    from charllm_trace.analysis.marker_steps import with_marker_steps
-    from charllm_trace.analysis.step_windows import step_windows
-    from charllm_trace.converters.cpu_sched import read_cpu_sched
-    from charllm_trace.errors import InputError
-    from charllm_trace.loader import load
-
-    if not os.path.isdir(run):
-        raise InputError(
-            run, "not a run directory (cpu-wait reads the CPU scheduler telemetry collect wrote)"
-        )
-    threads, cgroup, notes = read_cpu_sched(run)
-    if threads.height == 0:
-        raise InputError(run, "no CPU scheduler telemetry (cpusched-<host>.csv): collect with --cpu-hz > 0")
-    frames = []
-    for rank, tr in sorted(load(run).traces.items()):
-        if step_marker:
-            tr, _ = with_marker_steps(tr, step_marker)
-        classified = classify(tr.nodes)
-        df, n = cpu_wait(rank, classified, step_windows(tr, classified), threads, cgroup)
-        frames.append(df)
-        notes.extend(n)
-    out = pl.concat(frames)
+    out, notes = cpu_wait_rows(run, step_marker)
     if as_json:
         import orjson
 

@@ -236,6 +236,7 @@ def collect(
     step_marker: str | None = None,
     window: tuple[float, float] | None = None,
     cpu_hz: float = 0.0,
+    cpus: int | None = None,
 ) -> CollectResult:
     """Run ``command`` with collection; return its exit code and what was written."""
     from charllm_trace.collectors.manifest import write_manifest, write_node_info
@@ -265,6 +266,9 @@ def collect(
     prepare_run_dir(rd, force=force, run_id=run_id)
     launcher = this_process()
     started_ns = time.time_ns()
+    from charllm_trace.collectors import cpu_alloc  # collect --cpus: cores per rank
+
+    alloc = cpu_alloc.plan(cpus, command) if cpus else None
     manifest_args: dict[str, Any] = {
         "command": list(command),
         "steps": steps,
@@ -274,6 +278,8 @@ def collect(
         "workload": workload,
         "started_ns": started_ns,
         "node_rank": nrank,
+        "cpus": alloc,
+        "step_marker": step_marker,
     }
     ids = {"run_id": run_id, "launcher": launcher}
     write_node_info(rd, command=command, node_rank=nrank, status="running", **ids)
@@ -307,6 +313,7 @@ def collect(
         "launcher_pid": os.getpid(),
         "marker": step_marker,  # iterations: ranges of this record_function name (marker_hook.py)
         "window": list(window) if window else None,  # or seconds DELAY, DURATION from the start
+        "cpus": alloc["lists"] if alloc else None,  # each local rank's cores (_inject/sitecustomize)
     }
     env = dict(os.environ)
     env[ENV_CONFIG] = json.dumps(cfg)
@@ -316,7 +323,7 @@ def collect(
 
     subreaper = set_subreaper(True)  # ranks whose parent dies become ours, to be stopped at the end
     try:
-        proc = subprocess.Popen(command, env=env)
+        proc = subprocess.Popen(command, env=env, preexec_fn=cpu_alloc.pin_command(alloc) if alloc else None)
     except OSError as exc:
         if subreaper:
             set_subreaper(False)

@@ -120,6 +120,8 @@ def build_manifest(
     failure: str | None = None,
     interrupted_by: str | None = None,
     workload: dict[str, Any] | None = None,
+    cpus: dict[str, Any] | None = None,
+    step_marker: str | None = None,
 ) -> dict[str, Any]:
     from charllm_trace import __version__
 
@@ -233,6 +235,8 @@ def build_manifest(
             ),
         },
         "launcher_node_rank": node_rank,
+        "cpus": cpus,  # collect --cpus: per_rank, lists (by local rank), shared, quota (collectors/cpu_alloc.py)
+        "step_marker": step_marker,  # collect --step-marker: iterations are this range's occurrences
     }
 
 

@@ -81,8 +81,11 @@ CONFIG_COLUMNS: tuple[Col, ...] = (
     Col("global_batch", "gbs"),
     Col("seq_len", "seq"),
     Col("tokens_per_step", "tok/step"),
+    Col("cpus_per_rank", "cores/rank"),
     Col("run_id", "run id"),
 )
+#: configuration columns that are not in the analysis' configuration (collect --cpus: the manifest)
+RUN_SCHEMA = {**CONFIG_SCHEMA, "cpus_per_rank": pl.Int64}
 
 #: The metric columns and the direction in which each is better: the one table of directions.
 METRIC_COLUMNS: tuple[Col, ...] = (
@@ -99,10 +102,15 @@ METRIC_COLUMNS: tuple[Col, ...] = (
     Col("energy_per_step_j", "J/step", "J", LOWER, "power", 2),
     Col("energy_per_token_j", "J/token", "J", LOWER, "power", 4),
     Col("throttled_pct", "throttled %", "%", LOWER, "power", 1),
+    Col("iter_ms", "iteration ms", "ms", LOWER, "cpu", 3),  # regress.cpu_sweep
+    Col("gpu_idle_ms", "GPU idle ms/step", "ms", LOWER, "cpu", 3),
+    Col("cpu_wait_ms", "CPU wait ms/step", "ms", LOWER, "cpu", 3),
+    Col("idle_wait_ms", "wait in idle ms/step", "ms", LOWER, "cpu", 3),
 )
 
 #: Short label keys for configuration columns (``--label gbs=512`` sets ``global_batch``).
-LABEL_ALIASES = {"mbs": "micro_batch", "gbs": "global_batch", "seq": "seq_len", "world": "world_size"}
+LABEL_ALIASES = {"mbs": "micro_batch", "gbs": "global_batch", "seq": "seq_len", "world": "world_size",
+                 "cores": "cpus_per_rank"}  # fmt: skip
 
 BUCKET_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 
@@ -351,8 +359,8 @@ def sweep_rows(
             k = LABEL_ALIASES.get(k, k)
             if k == "run":
                 row["run"] = v
-            elif k in CONFIG_SCHEMA:
-                if CONFIG_SCHEMA[k] == pl.Int64:
+            elif k in RUN_SCHEMA:
+                if RUN_SCHEMA[k] == pl.Int64:
                     if not (v.strip().isascii() and v.strip().isdigit() and int(v) < 1 << 63):
                         raise ValueError(f"label {k}={v}: {k} is a whole number (below 2**63)")
                     row[k] = int(v)
@@ -408,8 +416,8 @@ def sweep_rows(
 
 
 def _dtype(c: Col, values: list[Any]) -> pl.DataType:
-    if c.name in CONFIG_SCHEMA:
-        return CONFIG_SCHEMA[c.name]
+    if c.name in RUN_SCHEMA:
+        return RUN_SCHEMA[c.name]
     if c.better is not None:
         return pl.Float64()
     if c.name == "n_steps":

@@ -25,6 +25,19 @@ def _install() -> None:
     mod.install_from_env()
 
 
+def _pin() -> None:
+    """``collect --cpus``: a rank process (``LOCAL_RANK`` set) narrows itself to its local rank's
+    cores before any thread starts (collectors/cpu_alloc.py); other processes keep the cores the
+    launcher gave the command."""
+    import json
+
+    raw = os.environ.get("CHARLLM_TRACE_CONFIG")
+    lists = json.loads(raw).get("cpus") if raw else None
+    local = os.environ.get("LOCAL_RANK", "")
+    if lists and local.isdigit():
+        os.sched_setaffinity(0, lists[int(local) % len(lists)])
+
+
 def _chain() -> None:
     others = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", others)
@@ -35,6 +48,10 @@ def _chain() -> None:
     spec.loader.exec_module(mod)
 
 
+try:
+    _pin()
+except Exception as _exc:  # the allocation must never stop training from starting
+    print(f"charllm-trace: --cpus not applied in this process: {type(_exc).__name__}: {_exc}", file=sys.stderr)
 try:
     _install()
 except Exception as _exc:  # tracing must never stop training from starting
