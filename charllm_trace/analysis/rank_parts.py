@@ -56,11 +56,8 @@ from charllm_trace.analysis.telemetry_source import telemetry_source_note
 from charllm_trace.analysis.whatif import simulate
 from charllm_trace.model import Trace, TraceMeta, rank_ranges
 
-#: The note of ``--per-step`` on a trace without steps.
-NO_STEPS = (
-    "--per-step: the trace has no steps (no ProfilerStep ranges): whole-trace figures only "
-    "(--step-marker NAME splits it by a repeated range)"
-)
+#: The note of per-step figures asked of a trace without steps (the CLI adds how to split it).
+NO_STEPS = "per-step figures asked for, but the trace has no steps (no ProfilerStep ranges): whole-trace figures only"
 #: Why a trace without timestamps or durations is not simulated.
 NO_DURATIONS = (
     "this trace records neither times nor durations (a host execution trace alone): a simulated "

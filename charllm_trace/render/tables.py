@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 from rich.console import Console
 
+from charllm_trace.analysis.rank_parts import NO_STEPS
 from charllm_trace.analysis.results import CAN_SIMULATE, CP_CATEGORIES, NO_PEAK, WARNING, RunAnalysis
 from charllm_trace.render.fit import FitTable, table_console
 from charllm_trace.render.table_style import dim_line, simulated_label
@@ -24,6 +25,7 @@ MAX_RANK_OPS = 4  # with more ranks, the top operators of the job's critical pat
 CLI_HINTS: tuple[tuple[str, str], ...] = (
     (CAN_SIMULATE, "rerun with --simulate"),
     (NO_PEAK, "give one with --peak-gbps"),
+    (NO_STEPS, "--step-marker NAME splits it by a repeated range"),
     (
         "convert it together with its Kineto profile",
         "charllm-trace convert KINETO.json --host-et HOST_ET.json -o DIR",
