@@ -486,13 +486,18 @@ def _configs(tmp: Path, npus: int) -> tuple[Path, Path, Path]:
     return system, network, memory
 
 
-def run_astra_sim(out: Path, prefix: str, npus: int, tmp: Path, roofline: bool = False) -> str:
+def run_astra_sim(
+    out: Path, prefix: str, npus: int, tmp: Path, roofline: bool = False, track_mem: bool = False
+) -> str:
     binary = os.environ["ASTRA_SIM_BIN"]
     system, network, memory = _configs(tmp / "cfg", npus)
-    if roofline:  # compute times from num_ops / tensor_size instead of duration_micros
+    if roofline or track_mem:  # roofline: compute times from num_ops / tensor_size
         doc = json.loads(system.read_text())
-        doc["roofline-enabled"] = 1
-        system = tmp / "cfg" / "system_roofline.json"
+        doc["roofline-enabled"] = int(roofline)
+        if track_mem:  # the local memory model reads every node's inputs / outputs
+            doc["track-local-mem"] = 1
+            doc["local-mem-trace-filename"] = str(tmp / "local_mem_trace")
+        system = tmp / "cfg" / "system_variant.json"
         system.write_text(json.dumps(doc))
     logs = tmp / "logs"
     logs.mkdir()
@@ -510,7 +515,17 @@ def run_astra_sim(out: Path, prefix: str, npus: int, tmp: Path, roofline: bool =
         )
     for bad in ("[critical]", "terminate called", "Assertion"):
         assert bad not in text, text[-3000:]
+    if track_mem:
+        for r in range(npus):
+            assert re.search(rf"sys\[{r}\] peak memory usage: [\d.]+ \w+", text), text[-3000:]
+            assert (tmp / f"local_mem_trace.{r}.json").is_file()
     return text
+
+
+def _peak_bytes(text: str, rank: int) -> float:
+    m = re.search(rf"sys\[{rank}\] peak memory usage: ([\d.]+) (\w+)", text)
+    assert m, text[-3000:]
+    return float(m.group(1)) * {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}[m.group(2)]
 
 
 @pytest.mark.skipif(
@@ -530,3 +545,41 @@ def test_astra_sim_finishes_every_rank(gloo_ets: Path, tmp_path: Path) -> None:
         run_astra_sim(tmp_path / "dlrm", "dlrm", 8, tmp_path / "d_roofline", roofline=True)
     export_astra_sim(_handmade(), tmp_path / "hm", "hm")  # send/recv, a sub-group, a replayed barrier
     run_astra_sim(tmp_path / "hm", "hm", 4, tmp_path / "h")
+
+
+def _tensor_io(*tensors: tuple[int, int]) -> dict[str, str]:
+    """A host ET ``inputs`` / ``outputs`` record of float32 tensors (id, elements) on the CPU."""
+    values = [[t, t, 0, n, 4, "cpu"] for t, n in tensors]
+    return {
+        "values": json.dumps(values),
+        "shapes": "[]",
+        "types": json.dumps(["Tensor(float)"] * len(tensors)),
+    }
+
+
+def _with_tensors() -> Run:
+    """2 ranks: op 1 writes A (1,000,000 B), op 2 reads A and writes B (2,000,000 B), op 3 reads B;
+    A and B are both live while op 2 runs, so ASTRA-sim's local memory peaks at 3,000,000 B."""
+    none = _tensor_io()
+    rows = [
+        {**_op(1, 0, 10 * US, "aten::ones"), "inputs": none, "outputs": _tensor_io((5, 250_000))},
+        {**_op(2, 20 * US, 10 * US, "aten::mul"), "inputs": _tensor_io((5, 250_000)), "outputs": _tensor_io((6, 500_000))},
+        {**_op(3, 40 * US, 10 * US, "aten::sum"), "inputs": _tensor_io((6, 500_000)), "outputs": none},
+        {**_coll(10, 60 * US, 20 * US, "all_reduce", 0, size=1 << 20), "inputs": none, "outputs": none},
+    ]  # fmt: skip
+    return _run(*(_trace(r, rows) for r in range(2)))
+
+
+@pytest.mark.skipif(
+    not os.environ.get("ASTRA_SIM_BIN"), reason="set ASTRA_SIM_BIN to an ASTRA-sim analytical binary"
+)
+def test_astra_sim_tracks_local_memory(gloo_ets: Path, tmp_path: Path) -> None:
+    """``track-local-mem: 1`` reads inputs / outputs on every node: the runs finish, and the peak
+    of a constructed run is the sum of the tensors it holds at once."""
+    export_astra_sim(_with_tensors(), tmp_path / "t", "t")
+    text = run_astra_sim(tmp_path / "t", "t", 2, tmp_path / "tm", track_mem=True)
+    for r in range(2):
+        assert abs(_peak_bytes(text, r) - 3_000_000) < 0.01 * 2**20, text[-3000:]
+    export_astra_sim(ct.load(gloo_ets), tmp_path / "g", "g")
+    text = run_astra_sim(tmp_path / "g", "g", 2, tmp_path / "gm", track_mem=True)
+    assert all(_peak_bytes(text, r) > 0 for r in range(2))  # the host ET's tensors were tracked

@@ -10,7 +10,10 @@ written once (a second write of the same name is an assertion there).
   tensors a node records, ``Tensor(...)`` entries of its ``inputs`` / ``outputs`` values
   ``[tensor id, storage id, offset, elements, element bytes, device]``, named
   ``t<tensor id>@<device>`` with size elements × element bytes. A tensor written again (an
-  in-place op) gets a new version, ``t<id>@<device>#<k>``, and later readers read that one;
+  in-place op) gets a new version, ``t<id>@<device>#<k>``, and later readers read that one. A
+  tensor read before the trace writes it (a parameter, a batch) is read as version 1, the bare
+  name, and its first write is ``#2``: ASTRA-sim books a read of a name never written as that
+  name's write at time 0 (and asserts on a later write of it);
 - **reduced form** otherwise (a node without recorded tensors: Kineto-only nodes, GPU kernels,
   collectives without a host op's record): both lists present and empty, which ASTRA-sim
   accepts and tracks as no memory.
@@ -54,12 +57,12 @@ def io_lists(nodes: pl.DataFrame) -> Iterator[tuple[list[str], list[str]]]:
     rows = (
         nodes.select("inputs", "outputs").iter_rows() if has else ((None, None) for _ in range(nodes.height))
     )
-    version: dict[str, int] = {}  # tensor -> times written
+    version: dict[str, int] = {}  # tensor -> its current version (1: as it came, or first written)
     for ins, outs in rows:
         read = []
         for name, size in tensors(ins):
-            k = version.get(name, 0)
-            read += [name if k <= 1 else f"{name}#{k}", str(size)]
+            k = version.setdefault(name, 1)  # read before any write: the value it had, version 1
+            read += [name if k == 1 else f"{name}#{k}", str(size)]
         written = []
         for name, size in tensors(outs):
             k = version.get(name, 0) + 1
