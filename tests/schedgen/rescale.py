@@ -15,15 +15,18 @@ def _scaled(op: Op, gemm: float, gpu: float, comm: float) -> Op:
         return dataclasses.replace(op, dur=round(op.dur * f))
     if isinstance(op, GraphLaunch):  # its kernels are not GEMMs (``graph_kernel_i``)
         return dataclasses.replace(op, durs=tuple(round(d * gpu) for d in op.durs))
-    if isinstance(op, AllReduce):
-        return dataclasses.replace(op, transfer=round(op.transfer * comm))
+    if isinstance(op, AllReduce):  # the collective's CPU op's own time is communication too
+        return dataclasses.replace(
+            op, transfer=round(op.transfer * comm), pre=round(op.pre * comm), post=round(op.post * comm)
+        )
     return op
 
 
 def rescaled(s: Schedule, *, gemm: float | None = None, gpu: float = 1.0, comm: float = 1.0) -> Schedule:
     """``s`` simulated again with GEMM kernels (their names say ``gemm``) times ``gemm`` (default:
     ``gpu``), the other compute kernels and graph-launched kernels times ``gpu``, and every
-    all-reduce's transfer times ``comm`` (the what-if keys ``gemm=``, ``gpu=``, ``comm=``)."""
+    all-reduce's transfer and its CPU op's own time (``analysis.classify``: communication) times
+    ``comm`` (the what-if keys ``gemm=``, ``gpu=``, ``comm=``)."""
     steps, costs, world, scale = s.spec
     g = gpu if gemm is None else gemm
     new = [[_scaled(op, g, gpu, comm) for op in step] for step in steps]
