@@ -251,7 +251,10 @@ def test_sync_waits_for_the_last_kernel_that_ended_during_the_call():
         ]
     )
     got = edge_set(execution_deps(tr))
-    assert {e for e in got if e[2] == "sync"} == {(3, 11, "sync", True, True, None), (4, 11, "sync", True, True, None)}
+    assert {e for e in got if e[2] == "sync"} == {
+        (3, 11, "sync", True, True, None),
+        (4, 11, "sync", True, True, None),
+    }
     # the wait is the GPU's: the call's own span keeps only what is left after the kernel ended
     g = P.build(tr)
     i3 = int(np.flatnonzero(g.ids == 3)[0])

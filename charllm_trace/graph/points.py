@@ -39,7 +39,6 @@ from charllm_trace.graph.lanes import (
     subtree_last,
     time_parents,
 )
-from charllm_trace.graph.sync_waits import launched_before_edges, per_call_min, sync_kinds
 from charllm_trace.graph.pointgraph import (  # noqa: F401 - the vocabulary, re-exported for callers
     CAT,
     CATEGORIES,
@@ -58,6 +57,7 @@ from charllm_trace.graph.pointgraph import (  # noqa: F401 - the vocabulary, re-
     WHATIF_CLASSES,
     PointGraph,
 )
+from charllm_trace.graph.sync_waits import launched_before_edges, per_call_min, sync_kinds
 from charllm_trace.model import Trace
 
 

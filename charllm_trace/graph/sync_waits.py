@@ -53,8 +53,13 @@ def _per_lane_last(
 
 
 def _stream_of_calls(
-    ops: np.ndarray, ls: np.ndarray, op_lane: np.ndarray, thread: np.ndarray, calls: np.ndarray,
-    call_thread: np.ndarray, t: np.ndarray,
+    ops: np.ndarray,
+    ls: np.ndarray,
+    op_lane: np.ndarray,
+    thread: np.ndarray,
+    calls: np.ndarray,
+    call_thread: np.ndarray,
+    t: np.ndarray,
 ) -> np.ndarray:
     """The GPU lane of the last op each call's own thread launched before it (-1: none)."""
     out = np.full(len(calls), -1, dtype=np.int64)
@@ -94,7 +99,13 @@ def launched_before_edges(
     stream_calls = np.flatnonzero(~is_device)
     if len(stream_calls):
         sl = _stream_of_calls(
-            gl, ls, op_lane, lane[launcher[gl]], calls[stream_calls], lane[calls[stream_calls]], t[stream_calls]
+            gl,
+            ls,
+            op_lane,
+            lane[launcher[gl]],
+            calls[stream_calls],
+            lane[calls[stream_calls]],
+            t[stream_calls],
         )
         want[:, stream_calls] = lanes[:, None] == sl[None, :]
     li, ci = np.nonzero(want & (last >= 0))
