@@ -243,20 +243,25 @@ def test_sync_waits_for_the_last_kernel_that_ended_during_the_call():
             N(1, "cudaLaunchKernel", "runtime", 0, 5, corr=1),
             N(2, "cudaLaunchKernel", "runtime", 6, 5, corr=2),
             N(3, "cudaStreamSynchronize", "runtime", 12, 50),  # [12, 62]: k2 ends at 60 inside it
-            N(4, "cudaDeviceSynchronize", "runtime", 70, 3),  # [70, 73]: nothing ends in it: no edge
+            # [70, 73]: nothing ends in it, but it waits for what was launched before it (k2): an edge
+            # that does not bind now (lag 3, its own time) and would if k2 ran longer
+            N(4, "cudaDeviceSynchronize", "runtime", 70, 3),
             N(10, "k1", "kernel", 5, 30, gpu=True, stream=7, corr=1),
             N(11, "k2", "kernel", 35, 25, gpu=True, stream=7, corr=2),
         ]
     )
     got = edge_set(execution_deps(tr))
-    assert {e for e in got if e[2] == "sync"} == {(3, 11, "sync", True, True, None)}
+    assert {e for e in got if e[2] == "sync"} == {
+        (3, 11, "sync", True, True, None),
+        (4, 11, "sync", True, True, None),
+    }
     # the wait is the GPU's: the call's own span keeps only what is left after the kernel ended
     g = P.build(tr)
     i3 = int(np.flatnonzero(g.ids == 3)[0])
     span3 = np.flatnonzero((g.kind == P.EK["span"]) & (g.dst == 2 * i3 + 1))
     assert g.base[span3].tolist() == [2]  # ends at 62, the kernel at 60
     sync = np.flatnonzero(g.kind == P.EK["sync"])
-    assert g.lags()[sync].tolist() == [2] and g.cat[sync].tolist() == [P.CAT["sync_wait"]]
+    assert sorted(g.lags()[sync].tolist()) == [2, 3] and set(g.cat[sync].tolist()) == {P.CAT["sync_wait"]}
 
 
 def test_data_deps_from_the_trace_and_ctrl_deps_not_used_on_a_timed_trace():

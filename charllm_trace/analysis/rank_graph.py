@@ -30,7 +30,7 @@ import polars as pl
 
 from charllm_trace.analysis.classify import classify
 from charllm_trace.analysis.critical import PathPiece, name_codes, path_piece, windows
-from charllm_trace.analysis.whatif import retimed_traces, whatif_rank_rows
+from charllm_trace.analysis.whatif import retimed_traces, step_spans, whatif_rank_rows
 from charllm_trace.graph import engine
 from charllm_trace.graph import points as P
 from charllm_trace.graph.run import RunGraph, break_cycles, collective_edges, cut_spans, instances
@@ -204,11 +204,13 @@ def whatif_rows(rg: RankGraph) -> tuple[pl.DataFrame, tuple[int, int, int] | Non
     one = rg.run_graph()
     measured = retimed_traces(run, one, base_t)[rg.rank] if not g.measured else rg.trace
     predicted = retimed_traces(run, one, new_t)[rg.rank]
-    m_win = next(((sink, w0) for _, s, sink, w0 in windows(one, run, base_t) if s is None), None)
-    p_win = next(((sink, w0) for _, s, sink, w0 in windows(one, run, new_t) if s is None), None)
+    m_all, p_all = windows(one, run, base_t), windows(one, run, new_t)
+    m_win = next(((sink, w0) for _, s, sink, w0 in m_all if s is None), None)
+    p_win = next(((sink, w0) for _, s, sink, w0 in p_all if s is None), None)
+    spans = (step_spans(m_all, base_t).get(rg.rank, {}), step_spans(p_all, new_t).get(rg.rank, {}))
     m_whole = int(base_t[m_win[0]] - base_t[m_win[1]]) if m_win is not None else None
     p_whole = int(new_t[p_win[0]] - new_t[p_win[1]]) if p_win is not None else None
-    rows = whatif_rank_rows(rg.rank, measured, predicted, m_whole, p_whole)
+    rows = whatif_rank_rows(rg.rank, measured, predicted, m_whole, p_whole, spans)
     win = (m_win[0], int(base_t[m_win[1]]), int(base_t[m_win[0]])) if m_win is not None else None
     return rows, win
 

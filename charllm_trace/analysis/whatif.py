@@ -59,8 +59,13 @@ def retimed_traces(run: Run, rg: RunGraph, time: np.ndarray) -> dict[int, Trace]
     return out
 
 
-def _step_rows(tr: Trace, rank: int, whole_ns: int | None) -> pl.DataFrame:
+def _step_rows(tr: Trace, rank: int, whole_ns: int | None, spans: dict[int, int] | None) -> pl.DataFrame:
     st = tr.steps().select("step", (pl.col("end_ns") - pl.col("start_ns")).alias("ns"))
+    if spans:  # the critical path's step windows (they tile the trace), where the graph has them
+        got = pl.DataFrame(
+            {"step": list(spans), "_w": list(spans.values())}, schema={"step": pl.Int64, "_w": pl.Int64}
+        )
+        st = st.join(got, on="step", how="left").select("step", pl.coalesce("_w", "ns").alias("ns"))
     total = pl.DataFrame({"step": [None], "ns": [whole_ns]}, schema={"step": pl.Int64, "ns": pl.Int64})
     return pl.concat([st, total]).with_columns(rank=pl.lit(rank, dtype=pl.Int64))
 
@@ -74,13 +79,31 @@ def _whole(t: np.ndarray, win: tuple[int, int] | None) -> int | None:
     return int(t[win[0]] - t[win[1]]) if win is not None else None
 
 
+def step_spans(wins: list[tuple[int, int | None, int, int]], t: np.ndarray) -> dict[int, dict[int, int]]:
+    """Per rank, each step's window length on times ``t`` (``critical.windows``: the steps tile
+    the trace, from the start of the first GPU op a step launched to the next step's)."""
+    out: dict[int, dict[int, int]] = {}
+    for r, s, sink, w0 in wins:
+        if s is not None:
+            out.setdefault(r, {})[s] = int(t[sink] - t[w0])
+    return out
+
+
 def whatif_rank_rows(
-    r: int, measured: Trace, predicted: Trace, m_whole: int | None, p_whole: int | None
+    r: int,
+    measured: Trace,
+    predicted: Trace,
+    m_whole: int | None,
+    p_whole: int | None,
+    spans: tuple[dict[int, int], dict[int, int]] | None = None,
 ) -> pl.DataFrame:
     """One rank's rows of a what-if: step times, overlap and exposed communication of its measured
-    and predicted traces (``m_whole``, ``p_whole``: its whole-trace windows' lengths)."""
-    m = _step_rows(measured, r, m_whole).rename({"ns": "measured_ns"})
-    p = _step_rows(predicted, r, p_whole).rename({"ns": "predicted_ns"}).drop("rank")
+    and predicted traces (``m_whole``, ``p_whole``: its whole-trace windows' lengths; ``spans``:
+    the measured and predicted step windows' lengths, :func:`step_spans`; a step without one
+    keeps its ``ProfilerStep`` range)."""
+    ms, ps = spans if spans is not None else (None, None)
+    m = _step_rows(measured, r, m_whole, ms).rename({"ns": "measured_ns"})
+    p = _step_rows(predicted, r, p_whole, ps).rename({"ns": "predicted_ns"}).drop("rank")
     mo = _overlap_rows(measured).rename(
         {"exposed": "measured_exposed_comm_ns", "pct": "measured_overlap_pct"}
     )
@@ -138,11 +161,18 @@ def what_if(
     predicted = retimed_traces(run, rg, new_t)
     # the whole trace: the critical path's window (first step start -> last step or GPU op end)
     # (each side's own last point: what ends last may change under the factors)
-    m_win = {r: (sink, w0) for r, s, sink, w0 in windows(rg, run, base_t) if s is None}
-    p_win = {r: (sink, w0) for r, s, sink, w0 in windows(rg, run, new_t) if s is None}
+    m_all, p_all = windows(rg, run, base_t), windows(rg, run, new_t)
+    m_win = {r: (sink, w0) for r, s, sink, w0 in m_all if s is None}
+    p_win = {r: (sink, w0) for r, s, sink, w0 in p_all if s is None}
+    m_sp, p_sp = step_spans(m_all, base_t), step_spans(p_all, new_t)
     frames = [
         whatif_rank_rows(
-            r, measured[r], predicted[r], _whole(base_t, m_win.get(r)), _whole(new_t, p_win.get(r))
+            r,
+            measured[r],
+            predicted[r],
+            _whole(base_t, m_win.get(r)),
+            _whole(new_t, p_win.get(r)),
+            (m_sp.get(r, {}), p_sp.get(r, {})),
         )
         for r in rg.ranks
     ]

@@ -57,6 +57,7 @@ from charllm_trace.graph.pointgraph import (  # noqa: F401 - the vocabulary, re-
     WHATIF_CLASSES,
     PointGraph,
 )
+from charllm_trace.graph.sync_waits import launched_before_edges, per_call_min, sync_kinds
 from charllm_trace.model import Trace
 
 
@@ -249,8 +250,9 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
 
     def sync_edges(srow: np.ndarray, grow: np.ndarray) -> None:
         """Sync edges: the waited GPU op's end -> the end of the CPU call that waited for it (the
-        call's own time: from the later of its start and the op's end; kept for the fix below)."""
-        own_t = end[srow] - np.maximum(start[srow], end[grow])
+        call's own time: from the later of its start and the op's end, the least over the ops one
+        call waits for, so only the op that ended last binds it; kept for the fix below)."""
+        own_t = per_call_min(srow, end[srow] - np.maximum(start[srow], end[grow]))
         add_edges(2 * grow + 1, 2 * srow + 1, own_t, EK["sync"], CAT["sync_wait"], -1, srow, PRIO_CROSS)
         fix_rows.append(srow)
         fix_own.append(own_t)
@@ -284,6 +286,15 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
         # the heuristic for the other synchronising calls: the GPU op that ended last inside them
         sync_rows = np.flatnonzero(runtime & sync_call)
         sync_rows = sync_rows[~np.isin(sync_rows, exact_calls)]
+        # device and stream synchronizes: the ops launched before them (sync_waits), not timing
+        is_dev, is_str = sync_kinds(nodes["name"].gather(rows[sync_rows] if sub else sync_rows))
+        by_order = is_dev | is_str
+        srow, grow = launched_before_edges(
+            sync_rows[by_order], is_dev[by_order], start, end, lane, gl, launcher
+        )
+        if len(srow):
+            sync_edges(srow, grow)
+            sync_rows = sync_rows[~np.isin(sync_rows, srow)]
         if len(sync_rows):
             g_order = gk[np.argsort(end[gk], kind="stable")]
             g_end = end[g_order]

@@ -60,6 +60,7 @@ class AllReduce:
     transfer: int
     pre: int = 5_000
     nbytes: int = 1 << 24
+    post: int = 2_000  # CPU time of the collective's op after its launch call
 
 
 Op = Kernel | GraphLaunch | Cpu | Sync | WaitEvent | AllReduce
@@ -303,7 +304,7 @@ class Schedule:
             ce = self._runtime(
                 rk, "cudaLaunchKernel", call, self.cpu(rk, c.launch_call), correlation=self.corr
             )
-            b = self.after(ce, self.cpu(rk, 2_000), "communication")
+            b = self.after(ce, self.cpu(rk, op.post), "communication")
             self.ev(rk, "nccl:all_reduce", "cpu_op", a, b)
             rk.cur = self.after(b, self.cpu(rk, c.cpu_gap), "cpu_op")
         last = max((p for p, _ in arrive.values()), key=self.t)
