@@ -181,7 +181,7 @@ def test_a_module_forward_as_marker_on_the_tracelens_inference_profile() -> None
 
 def test_per_step_without_steps_says_so(tmp_path: Path) -> None:
     from charllm_trace.analysis import AnalyzeOptions, analyze_run
-    from charllm_trace.analysis.rank_parts import NO_STEPS
+    from charllm_trace.analysis.results import NO_STEPS
     from charllm_trace.model import Run
     from tests.kineto_builder import trace_of
 

@@ -1,6 +1,6 @@
 """Issue 22 item 2: the intervention switches of the examples change what they say, and the
 what-if's predictions are compared with real recorded runs in which the change was made
-(tests/fixtures/traces/interventions, recorded by benchmarks/interventions.py)."""
+(tests/fixtures/interventions, recorded by benchmarks/interventions.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import FIXTURES, HAVE_TORCH, ROOT
 
-PAIRS = FIXTURES / "interventions"
+PAIRS = FIXTURES.parent / "interventions"
 
 
 def _module(name: str, path):  # noqa: ANN001, ANN202

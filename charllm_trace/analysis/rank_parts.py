@@ -35,6 +35,7 @@ from charllm_trace.analysis.pipeline import NO_LABELS, pipeline_from, rank_micro
 from charllm_trace.analysis.power import power
 from charllm_trace.analysis.rank_spread import rank_spread
 from charllm_trace.analysis.results import (
+    NO_STEPS,
     NO_TELEMETRY,
     NO_TIMESTAMPS,
     SIMULATED_NOTE,
@@ -56,8 +57,6 @@ from charllm_trace.analysis.telemetry_source import telemetry_source_note
 from charllm_trace.analysis.whatif import simulate
 from charllm_trace.model import Trace, TraceMeta, rank_ranges
 
-#: The note of per-step figures asked of a trace without steps (the CLI adds how to split it).
-NO_STEPS = "per-step figures asked for, but the trace has no steps (no ProfilerStep ranges): whole-trace figures only"
 #: Why a trace without timestamps or durations is not simulated.
 NO_DURATIONS = (
     "this trace records neither times nor durations (a host execution trace alone): a simulated "

@@ -60,6 +60,8 @@ NO_TELEMETRY = "no telemetry in this trace: energy and power not computed"
 WARNING = "WARNING: "
 #: The note of a device whose link peak is not known (the CLI names its own option for it).
 NO_PEAK = "device model unknown: no link peak, utilisation not computed (a peak can be given: peak_gbps)"
+#: The note of per-step figures asked of a trace without steps (the CLI adds how to split it).
+NO_STEPS = "per-step figures asked for, but the trace has no steps (no ProfilerStep ranges): whole-trace figures only"
 
 # ---------------------------------------------------------------------------
 # Overlap
@@ -477,7 +479,16 @@ class RunAnalysis:
     def notes(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         analyses = ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if", "idle_time")
-        for name in (*analyses, "launch", "config", "breakdown", "flops", "pipeline", "comm_wait", "iterations"):
+        for name in (
+            *analyses,
+            "launch",
+            "config",
+            "breakdown",
+            "flops",
+            "pipeline",
+            "comm_wait",
+            "iterations",
+        ):
             r: Any = getattr(self, name)
             if r is not None and r.notes:
                 out[name] = list(r.notes)

@@ -10,8 +10,14 @@ from typing import Any
 import polars as pl
 from rich.console import Console
 
-from charllm_trace.analysis.rank_parts import NO_STEPS
-from charllm_trace.analysis.results import CAN_SIMULATE, CP_CATEGORIES, NO_PEAK, WARNING, RunAnalysis
+from charllm_trace.analysis.results import (
+    CAN_SIMULATE,
+    CP_CATEGORIES,
+    NO_PEAK,
+    NO_STEPS,
+    WARNING,
+    RunAnalysis,
+)
 from charllm_trace.render.fit import FitTable, table_console
 from charllm_trace.render.table_style import dim_line, simulated_label
 from charllm_trace.render.tables_spread import render_rank_spread
