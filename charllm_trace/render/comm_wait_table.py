@@ -12,7 +12,7 @@ from rich.console import Console
 
 from charllm_trace.analysis.results import RunAnalysis
 from charllm_trace.render.fit import FitTable
-from charllm_trace.render.table_style import simulated_label
+from charllm_trace.render.table_style import dim_line, simulated_label
 
 TOP_RANKS = 8
 
@@ -61,12 +61,12 @@ def render_comm_wait(res: RunAnalysis, console: Console) -> None:
             _ms(r["wait_ns"]),
         )  # fmt: skip
     console.print(t)
-    console.print(
+    dim_line(
+        console,
         "  wait = the part of each op before its last participant started (the peer of a send/recv, "
         "every rank of a collective's group); xfer = transfer, the rest; busbw in GB/s over the whole op "
         "and over transfer alone; caused = the other participants' waiting at ops this rank started last; "
         "every op: --format json (frame comm_wait)",
-        style="dim", markup=False, highlight=False,
-    )  # fmt: skip
+    )
     for n in cw.notes:
-        console.print(f"  note: {n}", style="dim", markup=False, highlight=False)
+        dim_line(console, f"  note: {n}")

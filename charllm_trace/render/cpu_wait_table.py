@@ -8,7 +8,7 @@ from typing import Any
 import polars as pl
 from rich.console import Console
 
-from charllm_trace.render.table_style import plain_table
+from charllm_trace.render.table_style import dim_line, plain_table
 
 
 def _ms(v: Any) -> str:
@@ -27,10 +27,10 @@ def render_cpu_wait(df: pl.DataFrame, notes: list[str], console: Console) -> Non
                   _ms(r["wait_ns"]), _ms(r["other_ns"]), f"{r['wait_pct']:.1f}", _ms(r["gpu_idle_ns"]),
                   _ms(r["idle_wait_ns"]), _ms(r["throttled_ns"]))  # fmt: skip
     console.print(t)
-    console.print(
+    dim_line(
+        console,
         "  run = on a CPU; wait = runnable, waiting for a core; other = sleeping or blocked "
         "(docs/analyses.md, section 16)",
-        style="dim",
     )
     for n in notes:
-        console.print(f"  note: {n}", style="dim", markup=False, highlight=False)
+        dim_line(console, f"  note: {n}")

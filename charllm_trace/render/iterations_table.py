@@ -10,7 +10,7 @@ import polars as pl
 from rich.console import Console
 
 from charllm_trace.analysis.results import RunAnalysis
-from charllm_trace.render.table_style import plain_table, simulated_label
+from charllm_trace.render.table_style import dim_line, plain_table, simulated_label
 
 MAX_ROWS = 20  # iterations shown (the JSON output has them all)
 
@@ -37,9 +37,7 @@ def render_iterations(res: RunAnalysis, console: Console) -> None:
                 *[_ms(cpu.get((r["rank"], r["step"], p))) for p in names],
             )  # fmt: skip
         console.print(t)
-        console.print(
-            "  CPU = the step's range; window = its GPU-time window; phases: their CPU time", style="dim"
-        )
+        dim_line(console, "  CPU = the step's range; window = its GPU-time window; phases: their CPU time")
         if it.iterations.height > MAX_ROWS:
             console.print(
                 f"  ... {it.iterations.height - MAX_ROWS} more iterations (--json has all)", style="dim"
@@ -47,7 +45,7 @@ def render_iterations(res: RunAnalysis, console: Console) -> None:
     _whole_phases(it.phases, console)
     _requests(it.requests, console)
     for n in it.notes:
-        console.print(f"  note: {n}", style="dim", markup=False, highlight=False)
+        dim_line(console, f"  note: {n}")
 
 
 def _whole_phases(phases: pl.DataFrame, console: Console) -> None:
@@ -85,6 +83,4 @@ def _requests(req: pl.DataFrame, console: Console) -> None:
         t.add_row(str(r["rank"]), str(r["n"]), str(r["tokens"]), _ms(r["ttft_mean"]), _ms(r["ttft_p50"]),
                   _ms(r["ttft_max"]), _ms(r["tpot_mean"]))  # fmt: skip
     console.print(t)
-    console.print(
-        "  request#ID start = arrival; token#ID end = a token on the host (docs/analyses.md)", style="dim"
-    )
+    dim_line(console, "  request#ID start = arrival; token#ID end = a token on the host (docs/analyses.md)")

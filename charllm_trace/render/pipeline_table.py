@@ -11,7 +11,7 @@ from rich.console import Console
 
 from charllm_trace.analysis.results import RunAnalysis
 from charllm_trace.render.fit import FitTable
-from charllm_trace.render.table_style import simulated_label
+from charllm_trace.render.table_style import dim_line, simulated_label
 
 
 def _ms(v: Any) -> str:
@@ -38,11 +38,11 @@ def render_pipeline(res: RunAnalysis, console: Console) -> None:
             _ms(r["steady_bubble_ns"]), _ms(r["cooldown_bubble_ns"]),
         )  # fmt: skip
     console.print(t)
-    console.print(
+    dim_line(
+        console,
         "  window = first to last microbatch of the stage's pipeline in the step; bubble = window - "
         "the stage's labelled work; theory = (p-1)/(m+p-1); warm-up, steady, cool-down = bubble (ms) "
         "in each phase; every microbatch: --format json (frame pipeline_microbatches)",
-        style="dim", markup=False, highlight=False,
-    )  # fmt: skip
+    )
     for n in pipe.notes:
-        console.print(f"  note: {n}", style="dim", markup=False, highlight=False)
+        dim_line(console, f"  note: {n}")
