@@ -57,18 +57,15 @@ def op_peaks(ops: pl.DataFrame, model: str | None, dp: DevicePeaks | None) -> pl
                 f"compared with the tf32 peak ({dp.tflops['tf32']:g} TFLOP/s): fp32 {name} ran at "
                 f"{rate:.1f} TFLOP/s, above the {fp32_peak:g} fp32 peak, so TF32 was in use"
             )
-    cache: dict[tuple[str, str | None], tuple[float | None, str | None]] = {}
+    kinds = ops.select("op_class", "dtype").unique(maintain_order=True)
     peak, why = [], []
-    for c, d in ops.select("op_class", "dtype").iter_rows():
-        key = (c, d)
-        if key not in cache:
-            evidence = bool(tf32_why and d == "fp32" and c in MATMUL_CLASSES)
-            p, w = peak_or_reason(model, "tf32" if evidence else _base_dtype(c, d, has_tf32))
-            cache[key] = (p, tf32_why if evidence and p is not None else w)
-        p, w = cache[key]
+    for c, d in kinds.iter_rows():  # each distinct (class, dtype) once, not each op
+        evidence = bool(tf32_why and d == "fp32" and c in MATMUL_CLASSES)
+        p, w = peak_or_reason(model, "tf32" if evidence else _base_dtype(c, d, has_tf32))
         peak.append(p)
-        why.append(w)
-    return ops.with_columns(peak=pl.Series(peak, dtype=pl.Float64), mfu_why=pl.Series(why, dtype=pl.String))
+        why.append(tf32_why if evidence and p is not None else w)
+    kinds = kinds.with_columns(peak=pl.Series(peak, dtype=pl.Float64), mfu_why=pl.Series(why, dtype=pl.String))
+    return ops.join(kinds, on=["op_class", "dtype"], how="left", nulls_equal=True, maintain_order="left")
 
 
 def peak_notes(ops: pl.DataFrame) -> list[str]:
