@@ -92,6 +92,25 @@ def test_cpu_wait_refuses_a_run_without_telemetry(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "no CPU scheduler telemetry" in r.output and r.output.strip().count("\n") == 0
 
 
+
+def test_cpu_wait_refuses_a_file_that_is_no_run(tmp_path: Path) -> None:
+    from tests.conftest import invoke
+
+    f = tmp_path / "notes.txt"
+    f.write_text("not a run\n")
+    r = invoke("cpu-wait", str(f))
+    assert r.exit_code == 2 and "not a run directory" in r.output and r.output.strip().count("\n") == 0
+
+
+@pytest.mark.parametrize("hz", ["-1", "nan", "inf", "1e9"])
+def test_collect_refuses_a_bad_cpu_rate_before_running(hz: str, tmp_path: Path) -> None:
+    from tests.conftest import invoke
+
+    r = invoke("collect", "--cpu-hz", hz, "-o", str(tmp_path / "run"), "--", "true")
+    assert r.exit_code == 2 and r.output.strip().count("\n") == 0, r.output
+    assert "--cpu-hz" in r.output or "cpu-hz" in r.output, r.output
+    assert not (tmp_path / "run").exists()
+
 @pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.skipif(not HAVE_TORCH or shutil.which("taskset") is None, reason="needs torch and taskset")
