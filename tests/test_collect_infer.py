@@ -158,7 +158,7 @@ def test_a_time_window(tmp_path: Path) -> None:
     assert (info["mode"], info["state"], info["steps_traced"]) == ("window", "done", [0])
     steps = [x for x in _ranges(tmp_path / "w") if x[2].startswith("ProfilerStep#")]
     assert [s[2] for s in steps] == ["ProfilerStep#0"]
-    assert 0.3e6 <= steps[0][1] - steps[0][0] < 0.6e6  # µs: the window (a signal lands between bytecodes)
+    assert steps[0][1] - steps[0][0] >= 0.3e6  # µs: at least the window asked for (its end waits for a bytecode boundary)
 
 
 @pytest.mark.parametrize(
