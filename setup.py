@@ -30,8 +30,8 @@ def ctypes_helper(module: str, sources: list[str], headers: tuple[str, ...] = ()
 setup(
     ext_modules=[
         Extension(
-            "charllm_trace.graph._dag",
-            sources=["charllm_trace/graph/_dag.c"],
+            "charllm_trace.core._dag",
+            sources=["charllm_trace/core/_dag.c"],
             extra_compile_args=["-O2"],
         ),
         # the ET scanner (et/_native.py); the Kineto JSON framer (converters/jsonframe.py) and

@@ -41,7 +41,7 @@ def child(path: str, repeat: int) -> dict:
     import charllm_trace as ct
     from charllm_trace.analysis import AnalyzeOptions, analyze_run
     from charllm_trace.analysis.breakdown import run_breakdown
-    from charllm_trace.analysis.classify import classify
+    from charllm_trace.core.classify import classify
 
     t = time.perf_counter()
     run = ct.load(path, cache=False)

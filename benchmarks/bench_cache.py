@@ -84,7 +84,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     global CWD
-    exe = [sys.executable, "-m", "charllm_trace.cli"]
+    exe = [sys.executable, "-m", "charllm_trace.cli.app"]
     args.inputs = [str(Path(p).resolve()) for p in args.inputs]  # the commands run elsewhere
     snapshot = Path(tempfile.mkdtemp(prefix="bench-cache-code-"))
     shutil.copytree(Path(__file__).resolve().parent.parent / "charllm_trace", snapshot / "charllm_trace")

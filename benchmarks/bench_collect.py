@@ -133,7 +133,7 @@ def run_example(steps: int, collect: bool) -> tuple[list[float], dict | None]:
             cmd = [
                 sys.executable,
                 "-m",
-                "charllm_trace.cli",
+                "charllm_trace.cli.app",
                 "collect",
                 "--steps",
                 "10-14",

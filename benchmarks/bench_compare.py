@@ -42,9 +42,9 @@ def _variants(n: int, out: Path) -> list[Path]:
     import numpy as np
     import polars as pl
 
+    from charllm_trace.core.model import Run
     from charllm_trace.et.writer import write_run
-    from charllm_trace.loader import load
-    from charllm_trace.model import Run
+    from charllm_trace.inputs.loader import load
 
     base = load(FIXTURE, cache=False)
     paths = []
@@ -124,7 +124,7 @@ def main() -> None:
     work = a.keep or Path(tempfile.mkdtemp(prefix="bench-compare-"))
     work.mkdir(parents=True, exist_ok=True)
     runs = _copies(a.source, a.runs, work) if a.source else _variants(a.runs, work)
-    cli = [sys.executable, "-m", "charllm_trace.cli", "compare", *map(str, runs)]
+    cli = [sys.executable, "-m", "charllm_trace.cli.app", "compare", *map(str, runs)]
     print(f"{len(runs)} runs under {work}; load average {os.getloadavg()[0]:.1f}")
     for k in range(a.rounds):
         cache = Path(tempfile.mkdtemp(prefix="bench-compare-cache-"))

@@ -105,7 +105,7 @@ def default_cli() -> list[str]:
     found = shutil.which("charllm-trace")
     if found:
         return [found]
-    return [sys.executable, "-m", "charllm_trace.cli"]
+    return [sys.executable, "-m", "charllm_trace.cli.app"]
 
 
 def count_events(path: Path) -> int | None:

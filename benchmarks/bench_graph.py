@@ -56,9 +56,9 @@ def _factors(text: str) -> dict[str, float]:
 
 def child_graph(path: str, factors: str) -> dict:
     import charllm_trace as ct
-    from charllm_trace.analysis.classify import classify
     from charllm_trace.analysis.critical import critical_path, retime
     from charllm_trace.analysis.whatif import factor_array, what_if
+    from charllm_trace.core.classify import classify
     from charllm_trace.graph.run import build_run_graph
 
     out: dict = {}

@@ -39,7 +39,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 CHILD = r"""
 import json, resource, sys
-from charllm_trace.cli import main
+from charllm_trace.cli.app import main
 code = 0
 try:
     main(sys.argv[1:], standalone_mode=False)

@@ -19,7 +19,7 @@ from charllm_trace.analysis.api import analyze_run, run_dims
 from charllm_trace.analysis.comm_wait import comm_wait_from, rank_comm_ops
 from charllm_trace.analysis.pipeline import pipeline_from, rank_microbatches
 from charllm_trace.analysis.results import AnalyzeOptions
-from charllm_trace.loader import load
+from charllm_trace.inputs.loader import load
 
 
 def main() -> None:

@@ -32,8 +32,8 @@ TARGET = 1_000_000
 def _big_run():
     import polars as pl
 
-    from charllm_trace import loader
-    from charllm_trace.model import Run, Trace
+    from charllm_trace.core.model import Run, Trace
+    from charllm_trace.inputs import loader
 
     base = loader.load(SRC)
     (tr,) = list(base)
@@ -59,14 +59,14 @@ def _big_run():
 def _child(what: str, out: str) -> None:
     t0 = time.perf_counter()
     if what == "perfetto":
-        from charllm_trace.render.perfetto import write_chrome_trace
+        from charllm_trace.exports.perfetto import write_chrome_trace
 
         run, n = _big_run()
         t1 = time.perf_counter()
         write_chrome_trace(run, out)
     elif what == "report":
         from charllm_trace.analysis import AnalyzeOptions, analyze_run
-        from charllm_trace.report import render_report, report_data
+        from charllm_trace.render.report import render_report, report_data
 
         run, n = _big_run()
         t1 = time.perf_counter()

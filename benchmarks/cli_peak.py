@@ -10,7 +10,7 @@ import time
 
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
+from charllm_trace.cli.app import main
 
 
 def go() -> None:

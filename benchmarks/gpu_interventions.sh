@@ -32,7 +32,7 @@ else
 fi
 export PYTHONUNBUFFERED=1
 python3 setup.py -q build_ext --inplace > "$W/build.log" 2>&1 || { echo "C helpers not built: numpy oracles"; tail -5 "$W/build.log"; export CHARLLM_TRACE_NATIVE=0; }
-CT=(python3 -c 'import sys; from charllm_trace.cli import main; sys.exit(main())')
+CT=(python3 -c 'import sys; from charllm_trace.cli.app import main; sys.exit(main())')
 date -u +%FT%TZ
 DEV_OPT=${CPU:+--cpu}
 [ -z "${CPU:-}" ] && nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv | tee "$W/gpu.csv"

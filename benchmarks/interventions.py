@@ -34,7 +34,7 @@ import numpy as np
 import polars as pl
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-c", "import sys; from charllm_trace.cli import main; sys.exit(main())"]
+CLI = [sys.executable, "-c", "import sys; from charllm_trace.cli.app import main; sys.exit(main())"]
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm")
 DELAY_US = 200
 #: big enough that matrix products are most of a step (a step of ~0.1 s on an idle core)
@@ -81,7 +81,7 @@ def _union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
 
 
 def _category_nodes(nodes: pl.DataFrame, category: str) -> pl.DataFrame:
-    from charllm_trace.analysis.kernel_category import name_categories
+    from charllm_trace.core.kernel_category import name_categories
 
     gpu = nodes.filter(pl.col("on_gpu"))
     if category == "comm":
@@ -159,7 +159,7 @@ def traced_pairs(name: str, d: Path) -> dict:
     category = INTERVENTIONS[name][2]
     extra: dict[int, float] = {}
     if category not in (None, "delay"):
-        from charllm_trace.loader import load
+        from charllm_trace.inputs.loader import load
 
         extra = _naive_extra(name, category_ns(load(path), category))
     shift = window_shift(meas, log)

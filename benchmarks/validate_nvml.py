@@ -9,7 +9,7 @@ sustained bf16 matrix-product burst for ``--burst`` seconds, then idle again, an
   sampler can reach), and the rate of our backend's full read (``NvmlBackend.read``: every sensor);
 - the sensor update period of each power source (``NVML_FI_DEV_POWER_INSTANT`` and
   ``nvmlDeviceGetPowerUsage``) and of the energy counter: the median time between changes of the
-  reading (``collectors/telemetry/stats.py``'s rule);
+  reading (``core/telemetry_stats.py``'s rule);
 - the largest gap between consecutive readings;
 - the energy counter's delta over the window against the time integral (trapezoid) of each power
   source over the same window: the difference in percent;

@@ -92,7 +92,7 @@ def gloo_ets(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The 2-rank gloo fixture run converted to one ET per rank (once per session)."""
     from click.testing import CliRunner
 
-    from charllm_trace.cli import main
+    from charllm_trace.cli.app import main
 
     out = tmp_path_factory.mktemp("gloo") / "ets"
     r = CliRunner().invoke(
@@ -116,7 +116,7 @@ def invoke(*args: str):
     """``charllm-trace ARGS`` in this process (exceptions raised, not caught)."""
     from click.testing import CliRunner
 
-    from charllm_trace.cli import main
+    from charllm_trace.cli.app import main
 
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 

@@ -45,7 +45,7 @@ def main(names: list[str]) -> int:
     for f in todo:
         out = baseline_path(f)
         # relative paths: the baseline records only the file name, but keep commands readable
-        cmd = [sys.executable, "-m", "charllm_trace.cli", "baseline", f.name, "-o", out.name, "--force"]
+        cmd = [sys.executable, "-m", "charllm_trace.cli.app", "baseline", f.name, "-o", out.name, "--force"]
         print("$ charllm-trace", " ".join(cmd[4:]), flush=True)
         r = subprocess.run(cmd, cwd=FIXTURES)
         rc = rc or r.returncode

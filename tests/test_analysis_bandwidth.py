@@ -7,7 +7,7 @@ import pytest
 
 from charllm_trace.analysis.bandwidth import bandwidth, bus_factor, size_bucket_label
 from charllm_trace.analysis.hardware import link_peak
-from charllm_trace.model import ProcessGroup, Run
+from charllm_trace.core.model import ProcessGroup, Run
 from tests.analysis_helpers import cpu, kernel, make_trace
 
 PG4 = ProcessGroup(name="0", desc="default_pg", ranks=(0, 1, 2, 3))
@@ -151,7 +151,7 @@ def test_collectives_without_sizes_aggregate_to_unknown_not_zero(tmp_path, monke
 
     from click.testing import CliRunner
 
-    from charllm_trace.cli import main
+    from charllm_trace.cli.app import main
     from tests.bad_inputs import valid
 
     monkeypatch.setenv("CHARLLM_TRACE_CACHE_DIR", str(tmp_path / "cache"))

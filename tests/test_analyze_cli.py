@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
+from charllm_trace.cli.app import main
 from tests.conftest import SHARED_TRACES, shared_trace
 
 A100 = "hta/a100_ddp_nccl_rank0.json.gz"
@@ -202,7 +202,7 @@ def test_a_note_shared_by_every_rank_is_printed_once(tmp_path, monkeypatch) -> N
     """The 8-rank DLRM set printed the same note 8 times (issue 14: notes de-duplicated)."""
     from click.testing import CliRunner
 
-    from charllm_trace.cli import main
+    from charllm_trace.cli.app import main
     from tests.conftest import shared_trace
 
     monkeypatch.setenv("CHARLLM_TRACE_CACHE_DIR", str(tmp_path / "cache"))
@@ -220,7 +220,7 @@ def test_json_flag_on_every_command_with_a_json_format(tmp_path, monkeypatch) ->
 
     from click.testing import CliRunner
 
-    from charllm_trace.cli import main
+    from charllm_trace.cli.app import main
 
     monkeypatch.setenv("CHARLLM_TRACE_CACHE_DIR", str(tmp_path / "cache"))
     from pathlib import Path

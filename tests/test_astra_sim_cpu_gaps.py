@@ -9,8 +9,8 @@ from pathlib import Path
 import polars as pl
 
 import charllm_trace as ct
-from charllm_trace.render.astra_sim import plan_run
-from charllm_trace.render.astra_sim_plan import HOST_LANE, host_gaps
+from charllm_trace.exports.astra_sim import plan_run
+from charllm_trace.exports.astra_sim_plan import HOST_LANE, host_gaps
 
 MS = 1_000_000
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
+from charllm_trace.cli.app import main
 from charllm_trace.et.writer import RUN_MARKER
 from tests.bad_inputs import valid
 
@@ -70,8 +70,8 @@ def test_interrupted_run_is_read_with_its_note_every_time(tmp_path: Path) -> Non
 
 
 def _ets(tmp_path: Path, ranks: list[int], name: str = "ets") -> Path:
+    from charllm_trace.core.model import Run
     from charllm_trace.et.writer import write_run
-    from charllm_trace.model import Run
     from tests.test_et_roundtrip import small_trace
 
     out = tmp_path / name

@@ -10,11 +10,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-import charllm_trace.analysis.classify as cl
-from charllm_trace import loader
+import charllm_trace.core.classify as cl
 from charllm_trace.analysis import AnalyzeOptions, RunAnalysis, analyze_run
-from charllm_trace.model import Run, Trace
-from charllm_trace.report import report_data
+from charllm_trace.core.model import Run, Trace
+from charllm_trace.inputs import loader
+from charllm_trace.render.report import report_data
 from tests.conftest import SHARED_TRACES
 
 GLOO = Path(__file__).parent / "fixtures" / "traces" / "cpu-2rank-gloo"

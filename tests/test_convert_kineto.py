@@ -13,8 +13,8 @@ import pytest
 
 from charllm_trace.converters.build import kineto_trace
 from charllm_trace.converters.kineto import read_kineto
-from charllm_trace.errors import InputError
-from charllm_trace.loader import load
+from charllm_trace.core.errors import InputError
+from charllm_trace.inputs.loader import load
 from tests.conftest import shared_trace
 
 KINETO_FILES = [

@@ -12,7 +12,7 @@ import pytest
 from charllm_trace.converters import kineto, kineto_stream, kineto_vocab
 from charllm_trace.converters._io import load_json
 from charllm_trace.converters.kineto import parse_kineto, read_kineto
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 from tests.conftest import shared_trace
 from tests.test_convert_kineto import KINETO_FILES
 

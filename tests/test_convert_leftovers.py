@@ -11,7 +11,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
+from charllm_trace.cli.app import main
 from tests.conftest import FIXTURES
 
 RUN = FIXTURES / "cpu-2rank-gloo"

@@ -70,7 +70,7 @@ def test_no_usable_counter_falls_back_to_trapezoid_with_a_note(counter: list, wh
 def test_the_command_line_offers_every_method() -> None:
     from click.testing import CliRunner
 
-    from charllm_trace.cli import main
+    from charllm_trace.cli.app import main
 
     out = CliRunner().invoke(main, ["analyze", "--help"]).output
     assert all(m in out for m in ENERGY_METHODS)

@@ -14,10 +14,10 @@ import pytest
 from chakra.schema.protobuf import et_def_pb2 as pb
 from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
 
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import ProcessGroup, Run, Trace, TraceMeta
 from charllm_trace.et.reader import read_et, read_et_dir
 from charllm_trace.et.writer import write_et, write_run
-from charllm_trace.model import ProcessGroup, Run, Trace, TraceMeta
 from tests.conftest import shared_trace
 
 T0 = 1_700_000_000_123_456_789  # a Unix-epoch ns time with sub-µs digits

@@ -16,7 +16,7 @@ from charllm_trace.analysis import AnalyzeOptions, analyze_run, analyze_trace
 from charllm_trace.analysis.flops import flops
 from charllm_trace.analysis.flops_formulas import dtype_of, op_flops
 from charllm_trace.analysis.peaks import peak_or_reason
-from charllm_trace.model import Run
+from charllm_trace.core.model import Run
 
 # ---------------------------------------------------------------------------
 # formulas, by hand
@@ -270,10 +270,10 @@ def test_ops_without_shapes_are_null() -> None:
 
 
 def test_analyze_run_wires_flops_into_frames_tables_store_and_report() -> None:
+    from charllm_trace.render.report import render_report, report_data_from
+    from charllm_trace.render.report_views import report_views
     from charllm_trace.render.tables import render_analysis
-    from charllm_trace.report import render_report, report_data_from
-    from charllm_trace.report_views import report_views
-    from charllm_trace.results_store import read_results, results_bytes
+    from charllm_trace.store.results import read_results, results_bytes
 
     tr = _built()
     res = analyze_trace(tr, AnalyzeOptions(per_step=True, critical_path=False))
@@ -397,8 +397,8 @@ def testkernel_launchers_match_classify() -> None:
     import numpy as np
 
     import charllm_trace as ct
-    from charllm_trace.analysis.classify import classify, launcher_positions
     from charllm_trace.analysis.flops import kernel_launchers
+    from charllm_trace.core.classify import classify, launcher_positions
 
     for p in (
         shared_trace("tracelens/h100_qwen1.5-0.5b_inference.json.gz"),

@@ -12,9 +12,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+from charllm_trace.core.model import EXEC_DEP_KINDS, EXEC_DEP_SCHEMA, Run, Trace, TraceMeta
 from charllm_trace.graph import execution_deps, run_execution_deps, to_networkx
 from charllm_trace.graph import points as P
-from charllm_trace.model import EXEC_DEP_KINDS, EXEC_DEP_SCHEMA, Run, Trace, TraceMeta
 
 # ---------------------------------------------------------------------------
 # builders (also used by tests/test_graph_critical.py and tests/test_graph_whatif.py)
@@ -470,7 +470,7 @@ def test_dangling_dependency_ids_are_ignored_with_a_note():
 def test_data_dep_on_an_ancestor_at_equal_times_makes_no_cycle():
     """A zero-length child at its parent's very end with a data dependency on the parent (seen
     in the DLRM host ETs: ``detach_`` inside ``aten::detach_``, times in whole µs)."""
-    from charllm_trace.graph import engine
+    from charllm_trace.core import dag as engine
 
     tr = mk_trace(
         [

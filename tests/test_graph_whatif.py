@@ -22,10 +22,10 @@ import charllm_trace as ct
 from charllm_trace.analysis.critical import retime
 from charllm_trace.analysis.results import WHATIF_SCHEMA
 from charllm_trace.analysis.whatif import factor_array, parse_what_if, retimed_traces, simulate, what_if
-from charllm_trace.errors import UsageError
+from charllm_trace.core.errors import UsageError
+from charllm_trace.core.model import Run, Trace
 from charllm_trace.graph import points as P
 from charllm_trace.graph.run import build_run_graph
-from charllm_trace.model import Run, Trace
 from tests.conftest import FIXTURES, shared_trace
 from tests.test_graph_critical import gpu_step
 from tests.test_graph_deps import N, coll_rank, mk_trace

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
+from charllm_trace.cli.app import main
 from charllm_trace.render.contract import analyze_schema
 from tests.conftest import FIXTURES, shared_trace
 
@@ -122,7 +122,7 @@ def test_diff_cpu_operator_time_is_exclusive(cache_dir) -> None:
     """The CPU-only run: an op's time excludes its CPU children (nested ops counted twice before)."""
     import polars as pl
 
-    from charllm_trace.loader import load
+    from charllm_trace.inputs.loader import load
 
     d = _json("diff", str(RUN), str(RUN), "--json")
     ops = next(s for s in d["sections"] if s["name"] == "operators")

@@ -16,7 +16,7 @@ from charllm_trace.converters import jsonframe, kineto, kineto_columns, kineto_n
 from charllm_trace.converters._io import load_json
 from charllm_trace.converters.build import kineto_trace
 from charllm_trace.converters.kineto import parse_kineto, read_kineto
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 from tests.conftest import shared_trace
 from tests.test_convert_kineto import KINETO_FILES
 from tests.test_convert_kineto_fast import _same

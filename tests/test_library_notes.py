@@ -15,10 +15,10 @@ import pytest
 from rich.console import Console
 
 import charllm_trace.analysis as analysis_pkg
-from charllm_trace import loader
 from charllm_trace.analysis import AnalyzeOptions, RunAnalysis, analyze_run, analyze_trace
 from charllm_trace.analysis.api import CAN_SIMULATE, NO_TIMESTAMPS
-from charllm_trace.model import Run, Trace
+from charllm_trace.core.model import Run, Trace
+from charllm_trace.inputs import loader
 from charllm_trace.render.tables import cli_hint, render_analysis
 
 GLOO = Path(__file__).parent / "fixtures" / "traces" / "cpu-2rank-gloo"
@@ -82,7 +82,7 @@ def test_cli_analyze_and_report_name_the_flag(tmp_path: Path, untimed: Run) -> N
     """Through the command line: an ET written without timestamps."""
     from click.testing import CliRunner
 
-    from charllm_trace.cli import main
+    from charllm_trace.cli.app import main
     from charllm_trace.et.writer import write_et
 
     tr = untimed.traces[untimed.ranks[0]]

@@ -13,9 +13,9 @@ from charllm_trace.analysis import graph_merge as gm
 from charllm_trace.analysis import rank_graph as rgm
 from charllm_trace.analysis.critical import retime
 from charllm_trace.analysis.whatif import factor_array
-from charllm_trace.graph.engine import NONE
+from charllm_trace.core.dag import NONE
 from charllm_trace.graph.run import build_run_graph, match_instances
-from charllm_trace.loader import load
+from charllm_trace.inputs.loader import load
 
 
 def test_reduce_pairs_drops_what_another_virtual_point_explains():

@@ -9,7 +9,7 @@ import re
 from click.testing import CliRunner
 from rich.console import Console
 
-from charllm_trace.cli import main
+from charllm_trace.cli.app import main
 from charllm_trace.render.fit import FitTable
 from tests.conftest import shared_trace
 

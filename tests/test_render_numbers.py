@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from conftest import shared_trace
 from rich.console import Console
 
-from charllm_trace.cli import main
+from charllm_trace.cli.app import main
 from charllm_trace.render.fit import shorten_middle, shorten_names
 from charllm_trace.render.table_style import dim_line, plain_table
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
+from charllm_trace.cli.app import main
 from charllm_trace.sanitize.rules import ID_BASE
 from tests.conftest import shared_trace
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
+from charllm_trace.cli.app import main
 
 FIX = Path(__file__).parent / "fixtures" / "traces" / "cpu-2rank-gloo"
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import polars as pl
 
 from charllm_trace.analysis.whatif import what_if
+from charllm_trace.core.model import Run
 from charllm_trace.graph import execution_deps
-from charllm_trace.model import Run
 from tests.test_graph_deps import N, edge_set, mk_trace
 
 GEMM = "volta_sgemm_128x64_nn"

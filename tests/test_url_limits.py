@@ -9,7 +9,7 @@ import gzip
 import pytest
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
+from charllm_trace.cli.app import main
 from tests.conftest import FIXTURES
 
 fsspec = pytest.importorskip("fsspec")

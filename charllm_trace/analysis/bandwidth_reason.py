@@ -16,7 +16,7 @@ from collections import Counter
 
 import polars as pl
 
-from charllm_trace.model import COMM_NODE_TYPES, Trace
+from charllm_trace.core.model import COMM_NODE_TYPES, Trace
 
 #: collective names shown in the reason
 SHOWN = 4

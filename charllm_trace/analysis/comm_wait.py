@@ -21,7 +21,7 @@ from charllm_trace.analysis.comm_wait_results import (
 )
 from charllm_trace.analysis.pipeline import profiler_steps, stage_of
 from charllm_trace.analysis.results import frame
-from charllm_trace.model import COMM_NODE_TYPES, Trace
+from charllm_trace.core.model import COMM_NODE_TYPES, Trace
 
 P2P = ("send", "recv")
 #: The columns of one rank's communication ops handed to :func:`comm_wait_from`.

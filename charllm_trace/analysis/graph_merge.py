@@ -24,7 +24,7 @@ from charllm_trace.analysis.results import (
 )
 from charllm_trace.analysis.whatif import SIMULATED_WI, fixed_wait_pct, whatif_steps
 from charllm_trace.analysis.whatif_spread import step_spread
-from charllm_trace.graph import engine
+from charllm_trace.core import dag as engine
 
 
 def skip_untimed(options: AnalyzeOptions, skipped: dict[str, str], no_ts: list[int]) -> bool:

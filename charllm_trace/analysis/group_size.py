@@ -3,7 +3,7 @@
 The bandwidth analysis takes ``n`` from the collective's process group (its ranks), else the
 kernel's ``Group size`` arg, else the world size. An all_gather's output holds ``n`` times its
 input, a reduce_scatter's input ``n`` times its output: where the converter knew both element
-counts it wrote their ratio into the node's ``attrs`` (:data:`~charllm_trace.model.ATTR_TENSOR_GROUP`).
+counts it wrote their ratio into the node's ``attrs`` (:data:`~charllm_trace.core.model.ATTR_TENSOR_GROUP`).
 When that ratio disagrees with the group's or world's size (a subgroup whose ranks the trace does
 not record, read as the whole world), the tensors win: ``n`` is the ratio, and a note says how many
 collectives it changed.
@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace.model import ATTR_TENSOR_GROUP
+from charllm_trace.core.model import ATTR_TENSOR_GROUP
 
 #: the collectives whose element counts give their group size
 TENSOR_SIZED = ("all_gather", "reduce_scatter")

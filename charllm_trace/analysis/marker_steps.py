@@ -20,8 +20,8 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.step_windows import launch_step_index
-from charllm_trace.errors import UsageError
-from charllm_trace.model import STEP_SCHEMA, Trace
+from charllm_trace.core.errors import UsageError
+from charllm_trace.core.model import STEP_SCHEMA, Trace
 
 
 def outermost(start: np.ndarray, end: np.ndarray) -> np.ndarray:

@@ -24,8 +24,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from charllm_trace.errors import UsageError
-from charllm_trace.model import ProcessGroup
+from charllm_trace.core.errors import UsageError
+from charllm_trace.core.model import ProcessGroup
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 
@@ -62,9 +62,9 @@ def parse_parallel(text: str) -> dict[str, int]:
 
 def check_world(layout: Mapping[str, int], what: str) -> None:
     """UsageError (``what``: the option) when the layout's world size is past the largest job
-    charllm-trace reads (:data:`charllm_trace.limits.MAX_RANK` ranks): its groups are built rank
+    charllm-trace reads (:data:`charllm_trace.core.limits.MAX_RANK` ranks): its groups are built rank
     by rank, so a mistyped size would exhaust memory."""
-    from charllm_trace.limits import MAX_RANK
+    from charllm_trace.core.limits import MAX_RANK
 
     world = 1
     for d in ("tp", "cp", "dp", "pp"):

@@ -16,7 +16,7 @@ import polars as pl
 
 from charllm_trace.analysis.pipeline_results import PIPELINE_MB_SCHEMA, PIPELINE_STAGE_SCHEMA, PipelineResult
 from charllm_trace.analysis.results import frame
-from charllm_trace.model import COMM_NODE_TYPES, ProcessGroup, Trace
+from charllm_trace.core.model import COMM_NODE_TYPES, ProcessGroup, Trace
 
 #: A microbatch label: forward|fwd|backward|bwd, then mb|microbatch|micro_batch, then its number.
 LABEL = r"(?i)^(forward|fwd|backward|bwd)[_ .:-]?(?:mb|microbatch|micro_batch)[_ .:=#-]?(\d+)$"

@@ -12,7 +12,7 @@ arrival, told by the driver). What crosses ranks is only what goes through the V
   K instances). The driver solves the Vs on those (``graph_merge.solve_virtual``) and the rank
   re-times its graph with them (:func:`finish`): every point's time is the run graph's;
 - binding edges: chosen among a point's in-edges by (bound, priority, edge index), never by the
-  order points are visited (``graph/_dag.c``), so the rank's graph binds its points as the run's
+  order points are visited (``core/_dag.c``), so the rank's graph binds its points as the run's
   does; a V binds to its latest participant (ties: the highest rank: the last edge);
 - a critical path walked back through a V leaves the rank: the walk is done in pieces, one rank
   at a time (:func:`walk`, ``critical.path_piece``), the driver following it from rank to rank.
@@ -28,13 +28,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from charllm_trace.analysis.classify import classify
 from charllm_trace.analysis.critical import PathPiece, name_codes, path_piece, windows
 from charllm_trace.analysis.whatif import retimed_traces, step_spans, whatif_rank_rows
-from charllm_trace.graph import engine
+from charllm_trace.core import dag as engine
+from charllm_trace.core.classify import classify
+from charllm_trace.core.model import Run, Trace
 from charllm_trace.graph import points as P
 from charllm_trace.graph.run import RunGraph, break_cycles, collective_edges, cut_spans, instances
-from charllm_trace.model import Run, Trace
 
 NONE = engine.NONE
 

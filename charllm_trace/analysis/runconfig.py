@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from charllm_trace.analysis.results import CONFIG_SCHEMA, RunConfig, frame
-from charllm_trace.model import Run, TraceMeta
+from charllm_trace.core.model import Run, TraceMeta
 
 #: ``workload`` keys of the manifest, and the column each fills
 WORKLOAD_KEYS = {

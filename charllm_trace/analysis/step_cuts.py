@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from charllm_trace.model import Trace
+from charllm_trace.core.model import Trace
 
 #: a ProfilerStep ending this close to the end of the recording was closed by the profiler stopping
 END_SLACK_NS = 1_000

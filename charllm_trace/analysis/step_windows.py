@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from charllm_trace.model import Trace
+from charllm_trace.core.model import Trace
 
 #: the classes (analysis.classify) of GPU activity: what defines and fills GPU windows
 GPU_ACTIVITY = ("compute", "comm", "memcpy", "memset")

@@ -13,7 +13,7 @@ from charllm_trace.analysis.launch_stats import launch_stats
 from charllm_trace.analysis.results import SIMULATED_NOTE, AnalyzeOptions
 from charllm_trace.analysis.step_windows import StepWindows, step_windows
 from charllm_trace.analysis.stream_ops import stream_ops
-from charllm_trace.model import Trace, rank_ranges
+from charllm_trace.core.model import Trace, rank_ranges
 
 #: Why the two analyses are missing from a run without GPU operators on streams.
 NO_STREAM_OPS = (

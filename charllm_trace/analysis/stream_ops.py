@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from charllm_trace.analysis.classify import classify
 from charllm_trace.analysis.step_windows import StepWindows, launch_step_index, step_windows
-from charllm_trace.model import Trace
+from charllm_trace.core.classify import classify
+from charllm_trace.core.model import Trace
 
 #: The classes of GPU operators on streams.
 STREAM_OP_CLASSES = ("compute", "comm", "memcpy", "memset")

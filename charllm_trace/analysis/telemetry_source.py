@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from charllm_trace.model import Trace
+from charllm_trace.core.model import Trace
 
 
 def telemetry_source_note(trace: Trace) -> str | None:

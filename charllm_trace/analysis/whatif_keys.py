@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 
 from charllm_trace.analysis.parallel import DIMS
-from charllm_trace.errors import UsageError
+from charllm_trace.core.errors import UsageError
 from charllm_trace.graph.pointgraph import WHATIF_ALIASES, WHATIF_CLASSES
 
 CLASS_KEYS = tuple(WHATIF_CLASSES) + tuple(WHATIF_ALIASES)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from charllm_trace.graph import engine
+from charllm_trace.core import dag as engine
 from charllm_trace.graph import points as P
 
 

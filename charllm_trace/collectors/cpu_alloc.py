@@ -18,7 +18,7 @@ import os
 import re
 from typing import Any
 
-from charllm_trace.errors import UsageError
+from charllm_trace.core.errors import UsageError
 
 _NPROC = re.compile(r"^--nproc[-_]per[-_]node(?:=(.*))?$")
 

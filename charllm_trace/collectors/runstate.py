@@ -118,7 +118,7 @@ def new_run_id() -> str:
 
 def shared_run_id(command: list[str]) -> str | None:
     """The run id every node derives alike (environment, Slurm, torchrun --rdzv-id), or None."""
-    from charllm_trace.errors import UsageError
+    from charllm_trace.core.errors import UsageError
 
     v = os.environ.get(ENV_RUN_ID, "").strip()
     if v:
@@ -144,8 +144,8 @@ def shared_run_id(command: list[str]) -> str | None:
 def read_json(p: Path) -> dict[str, Any] | None:
     """The JSON object in ``p``, or None when it is missing, unreadable, not JSON or not a regular
     file (a FIFO is never opened blocking: the readers that need the file name the problem)."""
-    from charllm_trace.errors import InputError
-    from charllm_trace.inputs import read_regular
+    from charllm_trace.core.errors import InputError
+    from charllm_trace.core.files import read_regular
 
     try:
         d = json.loads(read_regular(p))
@@ -165,7 +165,7 @@ def launcher_gone(manifest: dict[str, Any]) -> bool | None:
 
 def adopt_run_id(run_dir: Path, node_rank: int) -> str:
     """A node other than 0 with no shared run id: node 0's, from its ``running`` manifest."""
-    from charllm_trace.errors import InputError
+    from charllm_trace.core.errors import InputError
 
     try:
         wait = float(os.environ.get(ENV_RUN_ID_WAIT, "60"))

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from charllm_trace.collectors.hook import StepTracer, env_local_rank, env_rank, rank_file
-from charllm_trace.errors import InputError, UsageError
+from charllm_trace.core.errors import InputError, UsageError
 
 
 def _launcher_active() -> bool:

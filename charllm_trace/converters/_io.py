@@ -8,13 +8,13 @@ from typing import Any
 
 import orjson
 
-from charllm_trace.errors import InputError
-from charllm_trace.inputs import GZIP_MAGIC, gunzip, read_regular
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.files import GZIP_MAGIC, gunzip, read_regular
 
 
 def read_bytes(path: str | os.PathLike[str]) -> bytes:
     """The decompressed bytes of ``path`` (gzip is detected by its magic number, not the name),
-    a regular file; gzip expansion bounded (:func:`charllm_trace.inputs.gunzip`)."""
+    a regular file; gzip expansion bounded (:func:`charllm_trace.core.files.gunzip`)."""
     p = Path(path)
     raw = read_regular(p)
     if not raw:

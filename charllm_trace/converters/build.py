@@ -1,4 +1,4 @@
-"""Assemble the trace model (:class:`~charllm_trace.model.Trace`) from a parsed Kineto profile,
+"""Assemble the trace model (:class:`~charllm_trace.core.model.Trace`) from a parsed Kineto profile,
 optionally joined with a PyTorch host execution trace.
 
 Node ids: in a Kineto-only conversion a node's id is its row in the profile's
@@ -19,7 +19,6 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace._alloc import trim_heap
 from charllm_trace.converters.annotate import annotate_collectives
 from charllm_trace.converters.build_steps import (
     attrs_column,
@@ -30,7 +29,8 @@ from charllm_trace.converters.build_steps import (
     node_types,
 )
 from charllm_trace.converters.kineto_profile import KinetoProfile
-from charllm_trace.model import Trace
+from charllm_trace.core.alloc import trim_heap
+from charllm_trace.core.model import Trace
 
 
 def kineto_trace(prof: KinetoProfile) -> tuple[Trace, dict[str, Any]]:

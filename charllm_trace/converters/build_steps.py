@@ -10,8 +10,8 @@ import polars as pl
 
 from charllm_trace.converters import collectives as C
 from charllm_trace.converters.kineto_profile import KinetoProfile
-from charllm_trace.converters.tree import nest_parents
-from charllm_trace.model import DEP_SCHEMA, ProcessGroup, TraceMeta
+from charllm_trace.core.model import DEP_SCHEMA, ProcessGroup, TraceMeta
+from charllm_trace.core.tree import nest_parents
 
 
 def cpu_tree(ev: pl.DataFrame) -> pl.DataFrame:

@@ -8,7 +8,7 @@ read, so that the whole document never has to be in memory.
 
 The C scanner (``_jsonframe.c``) is built with the package (``setup.py``) as the extension
 module ``charllm_trace.converters._jsonframe`` and called with ctypes (see
-:mod:`charllm_trace._native_libs`). It is required: when it is missing or broken, reading a
+:mod:`charllm_trace.core.native_libs`). It is required: when it is missing or broken, reading a
 Kineto profile stops with one error naming the module and the fix (``NativeModuleMissing``).
 ``CHARLLM_TRACE_NATIVE=0`` selects the numpy scanner of ``jsonframe_oracle.py`` instead, the
 tests' oracle.
@@ -20,7 +20,7 @@ import ctypes
 
 import numpy as np
 
-from charllm_trace import _native_libs
+from charllm_trace.core import native_libs as _native_libs
 
 MODULE = "charllm_trace.converters._jsonframe"
 _p = ctypes.c_void_p

@@ -33,7 +33,7 @@ import polars as pl
 
 from charllm_trace.converters._io import is_host_et, is_kineto
 from charllm_trace.converters.kineto_devices import ProcessNames, mark_device_activity
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 
 #: Kineto category (lower-cased) -> (kind, on_gpu). Categories not listed become kind "other" (CPU).
 CATEGORY_KIND: dict[str, tuple[str, bool]] = {
@@ -197,7 +197,7 @@ def check_times(path: str | os.PathLike[str], ts: np.ndarray, dur: np.ndarray, b
 
 def checked_rank(path: str | os.PathLike[str], dist: dict[str, Any]) -> tuple[int | None, int | None]:
     """``distributedInfo``'s rank and world size: JSON integers, 0 <= rank < world_size <= MAX_RANK."""
-    from charllm_trace.limits import MAX_RANK
+    from charllm_trace.core.limits import MAX_RANK
 
     out = []
     for key, lo in (("rank", 0), ("world_size", 1)):

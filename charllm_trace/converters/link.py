@@ -27,7 +27,7 @@ import polars as pl
 
 from charllm_trace.converters.host_et import PG_INIT, HostET
 from charllm_trace.converters.link_window import best_window, no_window_reason
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 
 #: host ET bookkeeping nodes with no Kineto counterpart
 ROOT_PREFIX = "[pytorch|profiler|execution_"

@@ -1,4 +1,4 @@
-"""Convert files and run directories into :class:`~charllm_trace.model.Run` objects.
+"""Convert files and run directories into :class:`~charllm_trace.core.model.Run` objects.
 
 A run directory holds, per rank, a Kineto profile and optionally a host execution trace
 (``rank-<N>.kineto.json.gz`` + ``rank-<N>.host_et.json.gz`` as ``charllm-trace collect`` writes
@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from charllm_trace.converters._io import kind_of, load_json
-from charllm_trace.errors import InputError
-from charllm_trace.model import Run, Trace
-from charllm_trace.progress import report
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import Run, Trace
+from charllm_trace.core.progress import report
 
 PEEK_BYTES = 1 << 16
 #: compressed input size from which convert_run uses worker processes by default
@@ -123,7 +123,7 @@ class RankFiles:
 
 
 def _peek(p: Path) -> bytes:
-    from charllm_trace.inputs import open_regular
+    from charllm_trace.core.files import open_regular
 
     try:
         with open_regular(p, "a trace file") as fh:
@@ -158,7 +158,7 @@ def classify_head(head: bytes, name: str) -> tuple[str, int | None]:
 
 def pair_files(run_dir: str | os.PathLike[str]) -> list[RankFiles]:
     """Pair the Kineto profiles and host ETs of a run directory by rank."""
-    from charllm_trace.inputs import trace_entries
+    from charllm_trace.core.files import trace_entries
 
     d = Path(run_dir)
     # hidden entries (a half-written temporary) are never traces; every other *.json(.gz) must be
@@ -266,7 +266,7 @@ def convert_run(
     the number of CPUs, at most the number of ranks; 1 converts in this process). ``only``: convert
     just these ranks (``--ranks`` / ``--sample``); the other ranks' files are paired by their first
     bytes and names but never read whole."""
-    from charllm_trace.inputs import path_kind
+    from charllm_trace.core.files import path_kind
 
     d = Path(run_dir)
     if path_kind(d) != "dir":
@@ -326,7 +326,7 @@ def convert_run(
             raise InputError(d, f"two sets of files are rank {trace.meta.rank}")
         traces[trace.meta.rank if trace.meta.rank is not None else rank] = trace
     attach_run_facts(d, traces, manifest)
-    from charllm_trace.run_checks import check_one_collection
+    from charllm_trace.collectors.run_checks import check_one_collection
 
     check_one_collection(d, traces)
     partial = [j.rank for j in jobs if j.kineto is None or j.host_et is None]
@@ -341,7 +341,7 @@ def convert_run(
 
 
 def read_manifest(d: Path) -> dict[str, Any]:
-    from charllm_trace.inputs import read_regular
+    from charllm_trace.core.files import read_regular
 
     mp = d / "manifest.json"
     if not os.path.lexists(mp):
@@ -363,7 +363,7 @@ def convert_path(
     progress: Progress | None = None,
 ) -> Run:
     """Convert a run directory, one Kineto profile / host ET, or (with ``host_et``) one pair."""
-    from charllm_trace.inputs import path_kind, regular_file
+    from charllm_trace.core.files import path_kind, regular_file
 
     p = Path(path)
     if host_et is not None:
@@ -371,7 +371,7 @@ def convert_path(
     if path_kind(p) == "dir":
         if host_et is not None:
             raise InputError(p, "--host-et goes with a single Kineto file, not a directory")
-        from charllm_trace.run_checks import label_partial
+        from charllm_trace.collectors.run_checks import label_partial
 
         run = convert_run(p, workers=workers, progress=progress)
         label_partial(run, p)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 
 #: times Dask runs a task again when its worker died (or it raised something else than bad input)
 RETRIES = 2

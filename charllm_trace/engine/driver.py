@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from charllm_trace.core.errors import InputError
 from charllm_trace.engine import is_url, keep_going, scheduler
 from charllm_trace.engine.plan import Plan, plan
 from charllm_trace.engine.tasks import (
@@ -21,7 +22,6 @@ from charllm_trace.engine.tasks import (
     load_rank,
     rank_meta,
 )
-from charllm_trace.errors import InputError
 
 
 def _note(text: str) -> None:
@@ -90,7 +90,7 @@ def _read(eng: Any, path: str, ranks: list[int] | None, cache: bool, sample: int
 
 def _choose(path: str, present: list[int], ranks: list[int] | None, sample: int | None) -> list[int] | None:
     """``limits.choose_ranks`` (``--ranks``, then ``--sample``), its error naming ``path``."""
-    from charllm_trace.limits import choose_ranks
+    from charllm_trace.core.limits import choose_ranks
 
     try:
         return choose_ranks(present, ranks, sample)
@@ -103,7 +103,7 @@ def _label(g: Gathered, worlds: set[int]) -> None:
     ranks left out by --keep-going: printed, and kept as the run's ``partial`` note."""
     notes = []
     if g.plan.kind in ("run_dir", "et_dir"):
-        from charllm_trace.run_checks import check_complete
+        from charllm_trace.collectors.run_checks import check_complete
 
         if g.plan.kind == "run_dir" and not is_url(g.plan.source):
             from charllm_trace.collectors.outcome import reader_note
@@ -193,9 +193,9 @@ def convert_distributed(
     """``convert`` on workers: each writes its rank's ET under a temporary name in ``output``
     (a directory or URL every worker reaches); once all are written, the driver renames them
     into place (nothing is left half written). Returns (summary lines, files written)."""
-    from charllm_trace.engine import urls
     from charllm_trace.engine.cluster import open_engine
     from charllm_trace.et.writer import RUN_MARKER, rank_file_name
+    from charllm_trace.inputs import urls
 
     address = scheduler()
     assert address is not None
@@ -244,7 +244,7 @@ def existing_rank_files(output: str) -> list[str]:
 
     pat = re.compile(r"^rank-\d+\.et(\.gz)?$")
     if is_url(output):
-        from charllm_trace.engine import urls
+        from charllm_trace.inputs import urls
 
         try:
             return [n for n, _, _ in urls.list_dir(output) if pat.match(n)]
@@ -258,7 +258,7 @@ def existing_rank_files(output: str) -> list[str]:
 
 def _remove_partials(output: str, token: str) -> None:
     if is_url(output):
-        from charllm_trace.engine import urls
+        from charllm_trace.inputs import urls
 
         try:
             for n, u, _ in urls.list_dir(output):

@@ -23,8 +23,8 @@ from charllm_trace.analysis import rank_graph as rgm
 from charllm_trace.analysis.results import AnalyzeOptions, CriticalPathResult, WhatIfResult
 from charllm_trace.analysis.whatif import factor_array
 from charllm_trace.analysis.whatif_keys import per_edge_keys
-from charllm_trace.errors import UsageError
-from charllm_trace.graph.engine import cycle_error
+from charllm_trace.core.dag import cycle_error
+from charllm_trace.core.errors import UsageError
 from charllm_trace.graph.run import match_instances
 
 #: top ops kept per path (``critical.critical_path``'s default)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from charllm_trace.core.errors import InputError
 from charllm_trace.engine import is_url
-from charllm_trace.errors import InputError
 
 ET_SUFFIXES = (".et", ".et.gz")
 JSON_SUFFIXES = (".json", ".json.gz")
@@ -68,7 +68,7 @@ def plan(path: str) -> Plan:
     """The ranks of the input at ``path`` (InputError for what cannot be read)."""
     if is_url(path):
         return _plan_url(path)
-    from charllm_trace.inputs import path_kind, trace_entries
+    from charllm_trace.core.files import path_kind, trace_entries
 
     p = Path(path)
     if path_kind(p) != "dir":
@@ -99,7 +99,7 @@ def _run_plan(source: str, manifest: dict[str, Any], jobs: list[Any], side: list
 
 
 def _plan_url(url: str) -> Plan:
-    from charllm_trace.engine import urls
+    from charllm_trace.inputs import urls
 
     if urls.url_kind(url) == "file":
         name = _UrlFile(url).name

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import ProcessGroup, Trace
 from charllm_trace.engine import is_url
 from charllm_trace.engine.plan import RankSpec
-from charllm_trace.errors import InputError
-from charllm_trace.model import ProcessGroup, Trace
 
 
 @dataclass
@@ -48,7 +48,7 @@ class RankMeta:
 
 def _localize(spec: RankSpec, tmp: Path) -> tuple[dict[str, str], str | None, dict[str, str]]:
     """Local copies of a URL spec's files (and its run's other files); (files, root, local name -> URL)."""
-    from charllm_trace.engine import urls
+    from charllm_trace.inputs import urls
 
     back: dict[str, str] = {}
     files = {}
@@ -153,15 +153,15 @@ def convert_task(
     """Write one rank's Chakra ET under a temporary name in ``out`` (the driver renames it into
     place once every rank is written). Returns (rank, temporary name, summary line)."""
     from charllm_trace.converters.run_dir import summary_lines
+    from charllm_trace.core.model import Run
     from charllm_trace.et.writer import encode_et, rank_file_name
-    from charllm_trace.model import Run
 
     data = encode_et(loaded.trace, manifest)
     if gz:
         data = gzip.compress(data, compresslevel=6, mtime=0)
     tmp_name = f".{rank_file_name(loaded.rank, gz=gz)}.partial-{token}"
     if is_url(out):
-        from charllm_trace.engine import urls
+        from charllm_trace.inputs import urls
 
         fs, p = urls.fs_of(out)
         with fs.open(p.rstrip("/") + "/" + tmp_name, "wb") as f:

@@ -271,7 +271,7 @@ def read_frame(data_path: Path, meta_path: Path) -> pl.DataFrame:
 
 
 def _dtype(text: str) -> pl.DataType:
-    from charllm_trace.model import DEP_SCHEMA, NODE_SCHEMA, TELEMETRY_SCHEMA
+    from charllm_trace.core.model import DEP_SCHEMA, NODE_SCHEMA, TELEMETRY_SCHEMA
 
     for schema in (NODE_SCHEMA, DEP_SCHEMA, TELEMETRY_SCHEMA):
         for dt in schema.values():

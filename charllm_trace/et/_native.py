@@ -1,7 +1,7 @@
 """The C scanner (``_etscan.c``), built with the package (``setup.py``) and called with ctypes.
 
 :func:`lib` opens the extension module ``charllm_trace.et._etscan`` through
-:mod:`charllm_trace._native_libs`. The scanner is required: when it is missing or broken,
+:mod:`charllm_trace.core.native_libs`. The scanner is required: when it is missing or broken,
 :func:`lib` raises :class:`ScannerMissing` (one line naming the module, why, and the fix); there
 is no slow path. ``CHARLLM_TRACE_NATIVE=0`` makes it return None: the tests' switch to the numpy
 oracle (``et/oracle.py``) that they compare the scanner with.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 
-from charllm_trace import _native_libs
+from charllm_trace.core import native_libs as _native_libs
 
 MODULE = "charllm_trace.et._etscan"
 

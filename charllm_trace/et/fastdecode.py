@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from charllm_trace.core.model import DEP_SCHEMA, NODE_SCHEMA, conform
 from charllm_trace.et import conventions as cv
 from charllm_trace.et._arrow import enum_column, view_column
 from charllm_trace.et.attrcols import assign_attrs
@@ -32,7 +33,6 @@ from charllm_trace.et.nodescan import (
     split_point,
     strings,
 )
-from charllm_trace.model import DEP_SCHEMA, NODE_SCHEMA, conform
 
 __all__ = ["PAD", "SPLIT_BYTES", "Corrupt", "NodeColumns", "decode_nodes"]
 

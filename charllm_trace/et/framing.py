@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -101,8 +101,8 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
     """The uncompressed bytes of the ET at ``path`` (a regular file); ``InputError`` for
     unreadable/corrupt files. A gzip file's start is checked as an ET (a first message that can
     be a GlobalMetadata) before the rest is decompressed, and its expansion is bounded
-    (:func:`charllm_trace.inputs.gunzip`)."""
-    from charllm_trace.inputs import gunzip, read_regular
+    (:func:`charllm_trace.core.files.gunzip`)."""
+    from charllm_trace.core.files import gunzip, read_regular
 
     p = Path(path)
     data = read_regular(p, "a Chakra ET file")

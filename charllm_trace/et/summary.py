@@ -6,8 +6,8 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace.analysis.launch_gap import lost_device_activity
-from charllm_trace.model import COMM_NODE_TYPES, NODE_TYPES, Run, Trace, rank_ranges
+from charllm_trace.core.launch_gap import lost_device_activity
+from charllm_trace.core.model import COMM_NODE_TYPES, NODE_TYPES, Run, Trace, rank_ranges
 
 #: node types whose coll_type counts as a collective/point-to-point operation
 

@@ -21,11 +21,11 @@ import numpy as np
 import orjson
 import polars as pl
 
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import TELEMETRY_SCHEMA, Run, Trace
 from charllm_trace.et import conventions as cv
 from charllm_trace.et import schema as pb
 from charllm_trace.et.framing import encode_varint, frame
-from charllm_trace.model import TELEMETRY_SCHEMA, Run, Trace
 
 _MASK64 = (1 << 64) - 1
 _INT64_MIN = -(1 << 63)

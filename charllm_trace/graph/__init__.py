@@ -7,7 +7,7 @@
 - :func:`to_networkx` — a rank's graph for notebooks.
 
 How it is built: ``graph/points.py`` (one rank) and ``graph/run.py`` (ranks joined at
-collectives); the longest-path kernel is compiled C (``graph/_dag.c``), built at install.
+collectives); the longest-path kernel is compiled C (``core/_dag.c``), built at install.
 """
 
 from charllm_trace.graph.deps import execution_deps, run_execution_deps

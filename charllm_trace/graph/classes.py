@@ -1,6 +1,6 @@
 """What-if class and time category of every node of a point graph (``--what-if NAME=FACTOR``).
 
-A GPU node's class follows its time-breakdown category (:mod:`charllm_trace.analysis.kernel_category`,
+A GPU node's class follows its time-breakdown category (:mod:`charllm_trace.core.kernel_category`,
 the one place that names them): GEMM, attention and elementwise kernels have their own class,
 every other compute kernel is ``kernel``, NCCL/gloo work ``comm``, copies and fills ``memcpy``.
 Runtime calls (``cudaLaunchKernel``, ``cudaGraphLaunch`` ...) are ``launch``; other CPU time ``cpu``.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from charllm_trace.analysis.kernel_category import cpu_op_categories, name_categories
+from charllm_trace.core.kernel_category import cpu_op_categories, name_categories
 from charllm_trace.graph.pointgraph import CAT, CATEGORY_WCLASS, SYNC_CALL_RE, WC
 
 #: CPU classes in the order they are assigned (the last assigned wins where subtrees nest)

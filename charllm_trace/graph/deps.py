@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from charllm_trace.core.model import EXEC_DEP_SCHEMA, Run, Trace, conform
 from charllm_trace.graph import points as P
 from charllm_trace.graph.run import RunGraph, build_run_graph
-from charllm_trace.model import EXEC_DEP_SCHEMA, Run, Trace, conform
 
 
 def _frame(node, dep, kind_codes, dep_end, node_end, dep_rank=None) -> pl.DataFrame:

@@ -55,7 +55,7 @@ def depth_of(ppos: np.ndarray) -> np.ndarray:
 
 def time_parents(start: np.ndarray, end: np.ndarray, lane: np.ndarray, gpu: np.ndarray) -> np.ndarray:
     """Innermost enclosing op on the same CPU lane (-1: none); GPU ops have none."""
-    from charllm_trace.converters.tree import prev_greater_equal
+    from charllm_trace.core.tree import prev_greater_equal
 
     n = len(start)
     ppos = np.full(n, -1, dtype=np.int64)

@@ -14,8 +14,8 @@ from typing import Any
 
 import polars as pl
 
+from charllm_trace.core.model import Trace
 from charllm_trace.graph import points as P
-from charllm_trace.model import Trace
 
 
 def to_networkx(trace: Trace, classified: pl.DataFrame | None = None) -> Any:

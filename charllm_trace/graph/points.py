@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from charllm_trace.analysis.classify import classify, launch_calls
+from charllm_trace.core.classify import classify, launch_calls
+from charllm_trace.core.model import Trace
 from charllm_trace.graph.calibrate import append_edges, calibrate
 from charllm_trace.graph.classes import cpu_subtree_classes, early_launch_notes, node_classes
 from charllm_trace.graph.cuda_sync import cuda_sync_edges, sync_notes
@@ -58,7 +59,6 @@ from charllm_trace.graph.pointgraph import (  # noqa: F401 - the vocabulary, re-
     PointGraph,
 )
 from charllm_trace.graph.sync_waits import launched_before_edges, per_call_min, sync_kinds
-from charllm_trace.model import Trace
 
 
 def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: bool = True) -> PointGraph:
@@ -440,7 +440,7 @@ def _recorded_order(
     used). A lane chained by raw id could otherwise contradict a dependency and close a cycle.
     Dependencies on a cycle among themselves do not constrain the order (``graph.run`` leaves
     them out of the graph, with a note)."""
-    from charllm_trace.graph import engine
+    from charllm_trace.core import dag as engine
 
     n = len(ids)
     dd = trace.deps

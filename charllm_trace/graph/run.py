@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from charllm_trace.analysis.classify import classify
+from charllm_trace.core.classify import classify
+from charllm_trace.core.model import Run, Trace
 from charllm_trace.graph import points as P
-from charllm_trace.model import Run, Trace
 
 
 @dataclass
@@ -275,7 +275,7 @@ def break_cycles(g: P.PointGraph, notes: list[str]) -> np.ndarray:
     """Drop tensor-data edges that close dependency cycles (the only edges not implied by a lane's
     order, a launch or a measured wait), with a note. Returns the mask of edges kept; a cycle
     without data edges is left to the caller (``engine.CycleError`` when re-timed)."""
-    from charllm_trace.graph import engine
+    from charllm_trace.core import dag as engine
 
     kept = np.ones(len(g.src), dtype=bool)
     while True:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from charllm_trace.analysis.results import AnalyzeOptions, RunAnalysis
-from charllm_trace.errors import InputError
-from charllm_trace.model import Run
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import Run
 from charllm_trace.regress.baseline import Baseline, make_baseline, read_baseline
 from charllm_trace.regress.compare import Comparison, compare
 from charllm_trace.regress.diff import RunDiff, diff_runs
@@ -59,7 +59,7 @@ def options_from_baseline(b: Baseline) -> AnalyzeOptions:
 
 def baseline_run(path: str | os.PathLike[str], options: AnalyzeOptions | None = None) -> Baseline:
     """Load ``path``, analyse it and return its baseline (not yet written)."""
-    from charllm_trace.loader import load
+    from charllm_trace.inputs.loader import load
 
     run = load(path)
     an = analyze(run, options)
@@ -91,7 +91,7 @@ def check_run(
 ) -> CheckResult:
     """Compare the run at ``path`` against the baseline file, analysed with the baseline's options."""
     from charllm_trace import engine
-    from charllm_trace.loader import load
+    from charllm_trace.inputs.loader import load
 
     b = read_baseline(baseline_path)  # bad baseline first: no point analysing the run
     if engine.scheduler() is not None:  # on the Dask cluster: headline figures need no node table
@@ -118,7 +118,7 @@ def diff_paths(
     *,
     top: int = 15,
 ) -> RunDiff:
-    from charllm_trace.loader import load
+    from charllm_trace.inputs.loader import load
 
     run_a = load(path_a)
     run_b = load(path_b)

@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from charllm_trace.analysis.energy_methods import ENERGY_METHODS
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 
 FORMAT = "charllm-trace-baseline"
 FORMAT_VERSION = 1
@@ -235,7 +235,7 @@ def _check_options(opts: Any, path: str | os.PathLike[str] | None) -> None:
 
 def read_baseline(path: str | os.PathLike[str]) -> Baseline:
     """Read and validate a baseline file. Raises :class:`InputError` for anything wrong with it."""
-    from charllm_trace.inputs import read_regular
+    from charllm_trace.core.files import read_regular
 
     p = Path(path)
     data = read_regular(p, "a baseline JSON file")

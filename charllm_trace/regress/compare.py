@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 from charllm_trace.regress.baseline import HIGHER, METRIC_CLASSES, Metric
 from charllm_trace.regress.tolerance import DEFAULT_TOLERANCES, Tolerance
 

@@ -26,7 +26,7 @@ from typing import Any
 import polars as pl
 
 from charllm_trace.analysis.results import RunAnalysis
-from charllm_trace.model import Run
+from charllm_trace.core.model import Run
 
 NS_PER_MS = 1e6
 

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from charllm_trace.errors import UsageError
+from charllm_trace.core.errors import UsageError
 from charllm_trace.regress.baseline import METRIC_CLASSES
 
 #: Absolute units each class accepts, with the factor to the class's own unit.

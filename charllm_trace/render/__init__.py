@@ -1,1 +1,1 @@
-"""Renderers: tables, machine formats, HTML, Perfetto. They format; they never compute."""
+"""Renderers: terminal tables, machine formats (JSON, CSV, Parquet), the HTML report. They format; they never compute."""

@@ -9,8 +9,8 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace.analysis.kernel_category import CATEGORIES, CATEGORY_LABELS
 from charllm_trace.analysis.results_breakdown import BreakdownResult
+from charllm_trace.core.kernel_category import CATEGORIES, CATEGORY_LABELS
 from charllm_trace.render.charts import legend, stack_bar, table
 from charllm_trace.render.svg import esc
 

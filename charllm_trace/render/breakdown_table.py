@@ -9,8 +9,8 @@ from typing import Any
 import polars as pl
 from rich.console import Console
 
-from charllm_trace.analysis.kernel_category import CATEGORIES
 from charllm_trace.analysis.results_breakdown import BreakdownResult
+from charllm_trace.core.kernel_category import CATEGORIES
 from charllm_trace.render.fit import FitTable
 from charllm_trace.render.table_style import dim_line, plain_table
 

@@ -29,7 +29,7 @@ import polars as pl
 
 from charllm_trace.analysis.frame_schemas import FRAME_SCHEMAS, NOT_REQUESTED
 from charllm_trace.analysis.results import RunAnalysis
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 from charllm_trace.render.contract import stamp
 
 FORMATS = ("json", "csv", "parquet")

@@ -54,7 +54,7 @@ __all__ = [
     "table",
 ]
 
-#: ``H._esc``: the name the report builder (report.py) uses for :func:`esc`.
+#: ``H._esc``: the name the report builder (render/report.py) uses for :func:`esc`.
 _esc = esc
 
 _CSS = """

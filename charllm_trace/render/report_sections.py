@@ -1,4 +1,4 @@
-"""Sections of the HTML report beyond the charts of ``report.py``: the findings at the top and
+"""Sections of the HTML report beyond the charts of ``render/report.py``: the findings at the top and
 the stragglers table. Formatting only: the sentences come from ``analysis.findings``, the
 numbers from the analyses' frames."""
 
@@ -12,8 +12,8 @@ import polars as pl
 from charllm_trace.analysis.findings import Finding
 from charllm_trace.render import charts as H
 from charllm_trace.render.charts import table
+from charllm_trace.render.report_views import DeviceSeries, RankLanes
 from charllm_trace.render.svg import esc
-from charllm_trace.report_views import DeviceSeries, RankLanes
 
 #: Section anchors a finding may link to, and the words of the link.
 SECTION_WORDS = {

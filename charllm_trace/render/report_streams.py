@@ -1,4 +1,4 @@
-"""The report's section on GPU idle time per stream and launch statistics (``report.py`` adds
+"""The report's section on GPU idle time per stream and launch statistics (``render/report.py`` adds
 it). Drawing only: every figure comes from ``RunAnalysis.idle_time`` / ``RunAnalysis.launch``."""
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import polars as pl
 
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 from charllm_trace.regress.sweep import HIGHER, LOWER, Col, Sweep
 from charllm_trace.render.contract import stamp
 from charllm_trace.render.table_style import dim_line

@@ -49,7 +49,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 from charllm_trace.sanitize import formats
 from charllm_trace.sanitize.rules import (
     DROP_KEYS,
@@ -147,7 +147,7 @@ def sanitize_run(
     """
     s = Path(src)
     d = Path(dst)
-    from charllm_trace.inputs import path_kind
+    from charllm_trace.core.files import path_kind
 
     path_kind(s)  # a regular file or a directory; anything else (FIFO, dangling link ...) refused
     rs, rd = s.resolve(), d.resolve()

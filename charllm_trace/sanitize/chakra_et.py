@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 from charllm_trace.et.conventions import PREFIX
 from charllm_trace.et.framing import frame, iter_messages
 from charllm_trace.sanitize.rules import (

@@ -25,7 +25,7 @@ __all__ = ["FORMATS", "read_log"]
 
 
 def read_log(path: str | os.PathLike[str], fmt: str, opts: ParseOptions | None = None) -> ImportedLog:
-    """Read one tool's log. Raises :class:`~charllm_trace.errors.InputError` for a bad log."""
+    """Read one tool's log. Raises :class:`~charllm_trace.core.errors.InputError` for a bad log."""
     from charllm_trace.telemetry_import.common import ParseOptions
 
     opts = opts or ParseOptions()

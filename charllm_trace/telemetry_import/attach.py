@@ -23,8 +23,8 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace.errors import InputError
-from charllm_trace.model import Run, Trace
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import Run, Trace
 from charllm_trace.telemetry_import.common import ImportedLog
 
 IMPORT_SUFFIX = "-import"
@@ -166,7 +166,7 @@ def _run_span(d: Path) -> tuple[int | None, int | None]:
     """The run's start and end (Unix ns) from its manifest, (None, None) when unknown."""
     import json
 
-    from charllm_trace.inputs import read_regular
+    from charllm_trace.core.files import read_regular
 
     try:
         m = json.loads(read_regular(d / "manifest.json", "a JSON manifest"))
@@ -256,7 +256,7 @@ def write_with_telemetry(
     """Load ``source`` (ET, ET directory, Kineto profile) and write it with the log's samples as a
     new ET (a directory of ``rank-<N>.et`` for several ranks). The input is never replaced; an
     existing output is replaced only with ``force`` and only if this command wrote it."""
-    from charllm_trace.loader import load
+    from charllm_trace.inputs.loader import load
 
     src = Path(source)
     run = load(src)

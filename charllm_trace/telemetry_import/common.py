@@ -15,8 +15,8 @@ from pathlib import Path
 import polars as pl
 
 from charllm_trace.collectors.telemetry.ranges import MAX_TIME_NS, MIN_TIME_NS, check_times, check_values
-from charllm_trace.errors import InputError
-from charllm_trace.model import TELEMETRY_SCHEMA, conform
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import TELEMETRY_SCHEMA, conform
 
 #: cells that mean "no value" in the tools' outputs (compared after stripping, case-insensitive)
 NULL_WORDS = (
@@ -420,7 +420,7 @@ def row_times(
 def read_text(path: Path) -> str:
     """The log's text (UTF-8, CRLF tolerated), a last line cut short (the tool was killed while
     writing it) dropped."""
-    from charllm_trace.inputs import read_regular
+    from charllm_trace.core.files import read_regular
 
     data = read_regular(path, "a telemetry log")
     if not data.strip():

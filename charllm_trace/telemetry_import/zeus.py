@@ -21,7 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 from charllm_trace.telemetry_import.common import (
     ImportedLog,
     ParseOptions,

@@ -27,7 +27,7 @@ def _valid_members() -> dict[str, bytes]:
 
         from click.testing import CliRunner
 
-        from charllm_trace.cli import main
+        from charllm_trace.cli.app import main
 
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "r.zip"

@@ -81,7 +81,7 @@ for _ms in ("nan", "inf", "-5", "1e300"):
 def _imported_moved_to_2100(d: Path) -> list[str]:
     from click.testing import CliRunner
 
-    from charllm_trace.cli import main
+    from charllm_trace.cli.app import main
 
     argv = _import(d, LOGS / "zeus-powermonitor.csv", "zeus")
     r = CliRunner().invoke(main, argv)

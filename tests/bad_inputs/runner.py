@@ -32,7 +32,7 @@ def _alarm(signum: int, frame: object) -> None:
 def run_cases(inputs: list[str] | None) -> list[dict]:
     from click.testing import CliRunner
 
-    from charllm_trace.cli import main
+    from charllm_trace.cli.app import main
     from tests.bad_inputs.cases import CASES
 
     limit = int(os.environ.get("CORPUS_CASE_SECONDS", "60"))

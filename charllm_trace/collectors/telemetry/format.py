@@ -113,8 +113,8 @@ def write_meta(path: str, meta: dict[str, Any]) -> None:
 
 
 def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
-    from charllm_trace.errors import InputError
-    from charllm_trace.inputs import read_regular
+    from charllm_trace.core.errors import InputError
+    from charllm_trace.core.files import read_regular
 
     try:
         d = json.loads(read_regular(path, "a telemetry metadata file"))

@@ -13,7 +13,7 @@ import os
 
 import polars as pl
 
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 
 #: most power one device may report (W): a whole 8-GPU node draws about 10 kW
 MAX_POWER_W = 20_000.0

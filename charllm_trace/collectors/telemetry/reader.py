@@ -12,8 +12,8 @@ import polars as pl
 
 from charllm_trace.collectors.telemetry.format import CSV_COLUMNS, meta_path, read_meta
 from charllm_trace.collectors.telemetry.ranges import check_refused, check_times
-from charllm_trace.errors import InputError
-from charllm_trace.model import TELEMETRY_SCHEMA, conform, empty_frame
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import TELEMETRY_SCHEMA, conform, empty_frame
 
 #: ``read_telemetry`` returns TELEMETRY_SCHEMA plus this column.
 HOST_COLUMN = "host"
@@ -25,7 +25,7 @@ def read_samples(path: str | os.PathLike[str]) -> pl.DataFrame:
     A last line cut short (the sampler was killed mid-write) is dropped; anything else that does
     not parse is an :class:`InputError`.
     """
-    from charllm_trace.inputs import read_regular
+    from charllm_trace.core.files import read_regular
 
     p = Path(path)
     data = read_regular(p, "a telemetry CSV")
@@ -94,7 +94,7 @@ def read_telemetry(run_dir: str | os.PathLike[str]) -> pl.DataFrame:
 def _check_import_overlaps(run_dir: str | os.PathLike[str], csv: str, df: pl.DataFrame) -> None:
     """An imported log replaces the sampler's samples of its node: refuse one with no sample inside
     the run's span (manifest ``started_ns``..``finished_ns``), whose energy would be of another time."""
-    from charllm_trace.inputs import read_regular
+    from charllm_trace.core.files import read_regular
 
     try:
         m = json.loads(read_regular(os.path.join(os.fspath(run_dir), "manifest.json"), "a JSON manifest"))
@@ -114,7 +114,7 @@ def _check_import_overlaps(run_dir: str | os.PathLike[str], csv: str, df: pl.Dat
 
 def _rank_infos(run_dir: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
     out: dict[int, dict[str, Any]] = {}
-    from charllm_trace.inputs import read_regular
+    from charllm_trace.core.files import read_regular
 
     for p in glob.glob(os.path.join(os.fspath(run_dir), "rank-*.info.json")):
         try:

@@ -243,7 +243,7 @@ class Sampler:
     def _stats(self) -> dict[str, Any]:
         """Per-device achieved rate and detected sensor update period, from the file written."""
         from charllm_trace.collectors.telemetry.reader import read_samples
-        from charllm_trace.collectors.telemetry.stats import achieved_rate_hz, sensor_update_period_ns
+        from charllm_trace.core.telemetry_stats import achieved_rate_hz, sensor_update_period_ns
 
         try:
             df = read_samples(self.csv_path)

@@ -1,0 +1,127 @@
+"""``charllm-trace cache info|clear``: the cache of decoded and converted inputs and of analysis
+results (docs/cache.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+
+def no_cache_option(f: Any) -> Any:
+    """``--no-cache`` for a reading command: turns the cache off for the whole process (also for
+    the library calls the command makes), without changing the command's signature."""
+
+    def turn_off(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+        if value:
+            from charllm_trace.et.cache import set_enabled
+
+            set_enabled(False)
+            ctx.call_on_close(lambda: set_enabled(None))  # in-process callers (tests) get it back
+        return value
+
+    return click.option(
+        "--no-cache",
+        is_flag=True,
+        expose_value=False,
+        callback=turn_off,
+        help="Read, convert and analyse the input again; neither use nor fill the cache.",
+    )(f)
+
+
+def allow_partial_option(f: Any) -> Any:
+    """``--allow-partial`` for a reading command: analyse the ranks a run holds when some are
+    missing (labelled), instead of refusing the run (see charllm_trace.collectors.run_checks)."""
+
+    def turn_on(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+        if value:
+            from charllm_trace.collectors.run_checks import set_allow_partial
+
+            set_allow_partial(True)
+            ctx.call_on_close(lambda: set_allow_partial(None))
+        return value
+
+    return click.option(
+        "--allow-partial",
+        is_flag=True,
+        expose_value=False,
+        callback=turn_on,
+        help="Analyse the ranks present when a run lacks some (labelled); by default such a run is refused.",
+    )(f)
+
+
+def json_flag(f: Any) -> Any:
+    """``--json``: the same as ``--format json`` (``info`` has had it; now every command with a
+    JSON format takes it). With another explicit ``--format`` it is a usage error."""
+    import functools
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, as_json: bool = False, **kw: Any) -> Any:
+        if as_json:
+            if kw.get("fmt") not in ("table", "json"):
+                from charllm_trace.core.errors import UsageError
+
+                raise UsageError(f"--json and --format {kw.get('fmt')} ask for two formats; give one")
+            kw["fmt"] = "json"
+        return f(*args, **kw)
+
+    return click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(wrapper)
+
+
+def wide_option(f: Any) -> Any:
+    """``--wide``: print every table whole, however wide (by default a table wider than the
+    terminal, or than 80 columns when piped, is split into parts; no number is cut)."""
+    return click.option(
+        "--wide", is_flag=True, help="Print every table whole, however wide (default: fit the terminal)."
+    )(f)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"  # pragma: no cover
+
+
+@click.group("cache")
+def cache_group() -> None:
+    """The cache of decoded ETs, converted Kineto profiles and run directories, and analysis results."""
+
+
+@cache_group.command("info")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (sizes in bytes).")
+def cache_info(as_json: bool) -> None:
+    """Where the cache is, how many entries of each kind it holds and their size."""
+    from charllm_trace.et import cache
+
+    d = cache.info()
+    if as_json:
+        import orjson
+
+        click.echo(orjson.dumps(d, option=orjson.OPT_INDENT_2).decode())
+        return
+    state = "" if d["exists"] else " (not created yet)"
+    click.echo(f"cache: {d['root']}{state}")
+    click.echo(
+        f"{d['entries']} entries, {_size(d['bytes'])} (cap {d['max_gb']:g} GB"
+        f"{'' if d['enabled'] else '; turned off by CHARLLM_TRACE_NO_CACHE'})"
+    )
+    for kind, what in cache.KINDS.items():
+        k = d["kinds"][kind]
+        click.echo(f"  {kind:<7} {k['entries']:>5} entries  {_size(k['bytes']):>9}  {what}")
+    n_index = sum(d["kinds"][i]["entries"] for i in cache.INDEXES)
+    click.echo(f"  index   {n_index:>5} records")
+    if d["temporaries"]:
+        click.echo(f"  {d['temporaries']} temporaries of interrupted or running stores")
+
+
+@cache_group.command("clear")
+def cache_clear() -> None:
+    """Delete every cache entry this tool wrote (other files in the directory stay)."""
+    from charllm_trace.et import cache
+
+    before = cache.info()
+    removed = cache.clear()
+    n = sum(v for k, v in removed.items() if k in cache.KINDS)
+    click.echo(f"removed {n} entries ({_size(before['bytes'])}) from {before['root']}")

@@ -1,0 +1,280 @@
+"""The results cache: a second ``analyze`` (or ``report``) of the same input with the same options
+loads the stored analysis instead of loading the trace and analysing it again (docs/cache.md,
+"Results").
+
+An entry is one results file (``store/results.py``; zip of Arrow IPC frames + JSON, every member
+checksummed) at ``<cache root>/results/<key>``. The key is the SHA-256 of
+
+- the input's content key, as the input cache computes it (``et/cache.py``): ``json_key`` for a
+  JSON file, ``run_key`` for a directory (run directory or directory of ETs; every file's
+  content), the SHA-256 of the bytes for an ET file, with the ET reader's code fingerprint for
+  ETs; a re-read finds the content hashes by stat key, without hashing the file again;
+- the analysis options and the ranks selected;
+- a fingerprint of the code that computes results: the ``.py``/``.c`` sources of ``analysis/``,
+  ``graph/``, ``core/``, ``inputs/loader.py``, ``render/report_views.py`` (the report's views) and the results
+  file code, plus the versions of Python, polars and numpy;
+- the results format version.
+
+A hit replaces the stored ``source`` by the path given now (two copies of a file share an
+entry; the output names the copy analysed). Entries are never trusted: a file that fails any
+check of ``results_store.read_results`` is deleted with a one-line note and the input analysed
+again. The entries are counted, cleared and pruned (size cap, least recently used first) with
+the input cache's (``et/cache.py`` ``info``/``clear``/``prune``, kind ``results``).
+
+On a hit nothing of the analyses, the graph engine, the converters or numpy is imported: the
+key needs only the stat index, the entry only zipfile, JSON and polars.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from charllm_trace.et import cache as et_cache
+from charllm_trace.store.results import VERSION, SavedResults, read_results, results_bytes
+
+if TYPE_CHECKING:
+    from charllm_trace.analysis.results import AnalyzeOptions, RunAnalysis
+    from charllm_trace.core.model import Run
+    from charllm_trace.render.report_views import ReportViews
+
+KIND = "results"
+#: sources whose code decides the results (relative to the package); the input's reading and
+#: conversion are in the input key already (et/cache.py fingerprints)
+CODE = (
+    "analysis",
+    "graph",
+    "core",  # the model, classification, intervals, the DAG kernel, limits (--sample's ranks)
+    "inputs/loader.py",
+    "render/report_views.py",
+    "store/results.py",
+    "store/results_cache.py",
+)
+
+_fingerprint: str | None = None
+_noted: set[str] = set()
+
+
+def _note(text: str) -> None:
+    if text not in _noted:
+        _noted.add(text)
+        print(f"note: {text}", file=sys.stderr, flush=True)
+
+
+def code_fingerprint() -> str:
+    """SHA-256 of the sources in ``CODE`` and the versions of Python, polars and numpy (once per process)."""
+    global _fingerprint
+    if _fingerprint is None:
+        import importlib.metadata
+
+        import polars
+
+        pkg = Path(__file__).resolve().parent.parent
+        h = hashlib.sha256(f"results|{sys.version}|polars {polars.__version__}".encode())
+        try:
+            h.update(f"|numpy {importlib.metadata.version('numpy')}".encode())
+        except importlib.metadata.PackageNotFoundError:
+            pass
+        for part in CODE:
+            p = pkg / part
+            for f in sorted(p.rglob("*")) if p.is_dir() else [p]:
+                if f.suffix in (".py", ".c") and f.is_file():
+                    h.update(f"{f.relative_to(pkg)}\0".encode())
+                    h.update(f.read_bytes())
+        _fingerprint = h.hexdigest()
+    return _fingerprint
+
+
+def input_key(path: str | os.PathLike[str]) -> str:
+    """The input's content key (see the module's docstring); OSError when it cannot be read."""
+    p = Path(path)
+    if p.is_dir():
+        return f"{et_cache.run_key(p)}|{et_cache.code_fingerprint('et')}"
+    if p.name.lower().endswith((".json", ".json.gz")):
+        return et_cache.json_key(p)
+    return f"et|{et_cache.file_digest(p)}|{et_cache.code_fingerprint('et')}"
+
+
+def options_text(options: AnalyzeOptions) -> str:
+    """The options as canonical JSON (part of the key)."""
+    d = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+    for k, v in d.items():
+        if v is not None and hasattr(v, "items"):
+            d[k] = dict(v)
+    return json.dumps(d, sort_keys=True)
+
+
+def allow_partial() -> bool:
+    from charllm_trace.collectors.run_checks import allow_partial as allowed
+
+    return allowed()
+
+
+def results_key(
+    path: str | os.PathLike[str],
+    options: AnalyzeOptions,
+    ranks: list[int] | None = None,
+    sample: int | None = None,
+) -> str:
+    """The key of the results of analysing ``path`` (ranks ``ranks``, all when None; ``sample``: N
+    of them, ``--sample``) with ``options``."""
+    raw = "\n".join(
+        [
+            f"results|{VERSION}",
+            input_key(path),
+            options_text(options),
+            "all" if ranks is None else ",".join(map(str, ranks)),
+            "" if sample is None else f"sample={sample}",
+            "partial-allowed" if allow_partial() else "whole-only",
+            code_fingerprint(),
+        ]
+    )
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def _entry(key: str) -> Path:
+    return et_cache.cache_root() / KIND / key
+
+
+def lookup(key: str, path: str | os.PathLike[str], *, views: bool = False) -> SavedResults | None:
+    """The stored results of ``key`` (None: not stored, or stored without the report's views and
+    ``views`` asked for them). A damaged entry is deleted with a note (None)."""
+    entry = _entry(key)
+    try:
+        data = entry.read_bytes()
+    except OSError:
+        return None
+    try:
+        saved = read_results(entry, data)
+    except Exception as exc:  # noqa: BLE001 - a broken entry is deleted and rebuilt, never trusted
+        why = getattr(exc, "problem", None) or str(exc) or type(exc).__name__
+        _discard(entry, str(path), why)
+        return None
+    if views and not saved.has_views:
+        return None
+    now = time.time()
+    try:
+        os.utime(entry, (now, now))  # least recently used goes first when pruning
+    except OSError:
+        pass
+    saved.set_source(str(Path(path)))  # what the loader names the input (Run.source)
+    return saved
+
+
+def _owned(entry: Path) -> bool:
+    from charllm_trace.et.cache_owner import owned
+
+    return owned(entry, KIND)
+
+
+def _discard(entry: Path, what: str, why: str) -> None:
+    if not _owned(entry):
+        _note(f"{entry} is not a cache entry of charllm-trace; left alone, analysing {what} again")
+        return
+    try:
+        entry.unlink()
+    except OSError:
+        pass
+    why = " ".join(str(why).split())[:120]
+    _note(f"the cached results for {what} were corrupt ({why}); deleted, analysing again")
+
+
+def store(key: str, res: RunAnalysis, views: ReportViews | None = None) -> None:
+    """Remember ``res`` (and the report's ``views``) under ``key``; best effort (errors ignored)."""
+    try:
+        entry = _entry(key)
+        if os.path.lexists(entry) and not _owned(entry):
+            return  # someone else's file under our name: never replaced
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        data = results_bytes(res, views)
+        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", dir=entry.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, entry)  # replaces an entry without views by one with them
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        et_cache.prune()
+    except Exception:  # noqa: BLE001 - caching is best effort
+        return
+
+
+@dataclass
+class Analysed:
+    """The results of analysing an input, and whether they came from the cache."""
+
+    analysis: RunAnalysis
+    views: ReportViews | None
+    hit: bool
+
+
+def analyze_path(
+    path: str | os.PathLike[str],
+    options: AnalyzeOptions,
+    ranks: list[int] | None = None,
+    *,
+    views: bool = False,
+    cache: bool | None = None,
+    sample: int | None = None,
+) -> Analysed:
+    """``analyze_run`` of the input at ``path`` (only ``ranks`` when given), from the results cache
+    when it holds them; ``views``: also the report's views of the trace (``report_views.report_views``).
+    ``cache``: use the caches (default: unless turned off, ``et.cache.set_enabled(False)`` or
+    ``CHARLLM_TRACE_NO_CACHE=1``). Raises InputError for bad input."""
+    if cache is None:
+        cache = et_cache.enabled()
+    from charllm_trace import engine
+
+    if engine.scheduler() is not None and not views:  # on the Dask cluster (docs/scale.md)
+        from charllm_trace.engine.driver import analyze_distributed
+
+        return Analysed(
+            analyze_distributed(os.fspath(path), options, ranks, cache=cache, sample=sample), None, False
+        )
+    key = None
+    if cache and not engine.is_url(path):  # a URL's results are not kept (the loader copies its bytes)
+        try:
+            key = results_key(path, options, ranks, sample)
+        except OSError:
+            key = None  # unreadable: loading words the error
+    if key is not None:
+        hit = lookup(key, path, views=views)
+        if hit is not None:
+            from charllm_trace.collectors.run_checks import note_on_results_hit
+
+            note_on_results_hit(path)
+            return Analysed(hit.analysis, hit.views() if views else None, True)
+    run, res = _analyze(path, options, ranks, cache=cache, sample=sample)
+    vw = None
+    if views:
+        from charllm_trace.render.report_views import drawn_run, report_views
+
+        vw = report_views(drawn_run(run, res), res.classified)
+    if key is not None:
+        store(key, res, vw)
+    return Analysed(res, vw, False)
+
+
+def _analyze(
+    path: str | os.PathLike[str],
+    options: AnalyzeOptions,
+    ranks: list[int] | None,
+    *,
+    cache: bool,
+    sample: int | None = None,
+) -> tuple[Run, RunAnalysis]:
+    from charllm_trace.analysis.api import analyze_run
+    from charllm_trace.inputs.loader import load
+
+    # the ranks are chosen before their files are read (loader.load)
+    run = load(path, cache=cache, ranks=ranks, sample=sample)
+    return run, analyze_run(run, options)
