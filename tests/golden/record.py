@@ -31,7 +31,7 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from charllm_trace.cli import main as cli_main
+from charllm_trace.cli.app import main as cli_main
 
 from . import normalise as N
 from .cases import ALL_CASES, BY_NAME, ROOT, SHARED_TRACES, Case
