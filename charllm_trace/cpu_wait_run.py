@@ -15,7 +15,7 @@ def cpu_wait_rows(run: str, step_marker: str | None = None) -> tuple[pl.DataFram
     """Per rank and step (CPU_WAIT_SCHEMA) and notes; steps are ``step_marker``'s ranges when given.
     InputError for a path that is no run directory or has no scheduler telemetry."""
     from charllm_trace.analysis.classify import classify
-    from charllm_trace.analysis.cpu_wait import cpu_wait
+    from charllm_trace.analysis.cpu_wait import cgroup_quota, cpu_wait
     from charllm_trace.analysis.marker_steps import with_marker_steps
     from charllm_trace.analysis.step_windows import step_windows
     from charllm_trace.converters.cpu_sched import read_cpu_sched
@@ -34,6 +34,8 @@ def cpu_wait_rows(run: str, step_marker: str | None = None) -> tuple[pl.DataFram
         df, n = cpu_wait(rank, classified, step_windows(tr, classified), threads, cgroup)
         frames.append(df)
         notes.extend(n)
+    if (q := cgroup_quota(cgroup)) is not None:  # the quota, beside the throttling figures
+        notes.append(f"cgroup CPU quota (cpu.max): {q['cores']:.2f} cores ({q['quota_us']} µs per {q['period_us']} µs)")
     return pl.concat(frames), notes
 
 

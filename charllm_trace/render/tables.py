@@ -457,3 +457,8 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
 
         render_iterations(res, console)
         console.print()
+    if res.cpu_wait is not None:  # only for a run with CPU scheduler telemetry (collect --cpu-hz)
+        from charllm_trace.render.cpu_wait_table import render_cpu_wait_analysis
+
+        render_cpu_wait_analysis(res.cpu_wait, console)
+        console.print()
