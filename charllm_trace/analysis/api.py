@@ -10,6 +10,7 @@ import polars as pl
 from charllm_trace.analysis.bandwidth import run_hosts
 from charllm_trace.analysis.cpu_wait import run_cpu_wait, thread_states
 from charllm_trace.analysis.critical import critical_path
+from charllm_trace.analysis.graph_launches import run_graph_launches
 from charllm_trace.analysis.graph_merge import keep_steps, skip_cycles, skip_untimed
 from charllm_trace.analysis.group_size import ranks_per_node
 from charllm_trace.analysis.parallel import name_groups
@@ -107,6 +108,7 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
     res.classified = classified
     if run.cpu_sched is not None:  # collect --cpu-hz: is the CPU starving the GPU? (analysis/cpu_wait.py)
         res.cpu_wait = run_cpu_wait(work.traces, classified, run.cpu_sched)
+    res.graph_launches = run_graph_launches(work.traces, classified)  # None without graph launches
     return res
 
 
