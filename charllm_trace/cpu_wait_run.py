@@ -15,7 +15,7 @@ def cpu_wait_rows(run: str, step_marker: str | None = None) -> tuple[pl.DataFram
     """Per rank and step (CPU_WAIT_SCHEMA) and notes; steps are ``step_marker``'s ranges when given.
     InputError for a path that is no run directory or has no scheduler telemetry."""
     from charllm_trace.analysis.classify import classify
-    from charllm_trace.analysis.cpu_wait import cgroup_quota, cpu_wait
+    from charllm_trace.analysis.cpu_wait import cgroup_quota, cpu_wait, untraced_note
     from charllm_trace.analysis.marker_steps import with_marker_steps
     from charllm_trace.analysis.step_windows import step_windows
     from charllm_trace.converters.cpu_sched import read_cpu_sched
@@ -27,7 +27,9 @@ def cpu_wait_rows(run: str, step_marker: str | None = None) -> tuple[pl.DataFram
     if threads.height == 0:
         raise InputError(run, "no CPU scheduler telemetry (cpusched-<host>.csv): collect with --cpu-hz > 0")
     frames = []
-    for rank, tr in sorted(load(run).traces.items()):
+    traces = load(run).traces
+    notes.extend(untraced_note(threads, [traces[r].nodes for r in sorted(traces)]))
+    for rank, tr in sorted(traces.items()):
         if step_marker:
             tr, _ = with_marker_steps(tr, step_marker)
         classified = classify(tr.nodes)

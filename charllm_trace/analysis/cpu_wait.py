@@ -262,6 +262,19 @@ def rank_cpu_wait(
     return steps, idle, phase_rows(rank, phases, trace.steps(), idle, sm), notes
 
 
+def untraced_note(threads: pl.DataFrame, nodes: list[pl.DataFrame]) -> list[str]:
+    """A note counting the samples of threads that appear in no trace (not used: threads without
+    events, or ids that match nothing), empty when there are none."""
+    cols = [n.filter(~pl.col("on_gpu").fill_null(False)).select(pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64))
+            for n in nodes if {"pid", "tid", "on_gpu"} <= set(n.columns)]  # fmt: skip
+    traced = pl.concat(cols).unique() if cols else pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64})
+    other = threads.join(traced, on=["pid", "tid"], how="anti")
+    if other.height == 0:
+        return []
+    k = other.select(pl.struct("pid", "tid").n_unique()).item()
+    return [f"CPU scheduler telemetry: {other.height} samples of {k} threads that appear in no trace not used"]
+
+
 def cgroup_quota(cgroup: pl.DataFrame | None) -> dict[str, float] | None:
     """The cgroup's cpu.max as last sampled: quota_us, period_us, cores; None without a quota."""
     if cgroup is None or "quota_us" not in cgroup.columns:
@@ -283,7 +296,7 @@ def run_cpu_wait(
     threads, cgroup, read_notes = samples
     if threads.height == 0:
         return None
-    parts, notes = [], list(read_notes)
+    parts, notes = [], [*read_notes, *untraced_note(threads, [traces[r].nodes for r in sorted(traces)])]
     for rank in sorted(classified):
         if rank in traces:
             *frames, n = rank_cpu_wait(rank, traces[rank], classified[rank], threads, cgroup)
