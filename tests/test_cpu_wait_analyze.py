@@ -5,6 +5,7 @@ and the Perfetto thread-state slices."""
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.api import analyze_run
@@ -144,3 +145,13 @@ def test_report_has_the_finding_and_the_section() -> None:
     html0 = render_report(report_data_from(report_views(drawn_run(Run.single(_trace()), plain), plain.classified),
                                            plain, title="t"))  # fmt: skip
     assert "cpu-wait" not in html0 and not [x for x in findings(plain) if x.section == "cpu-wait"]
+
+
+def test_run_and_wait_never_exceed_the_interval() -> None:
+    """A sampler reads each thread a little after its sample time: counters may grow by more than
+    the period (run 80 + wait 60 over 100 ns). The split is bounded by the interval."""
+    from charllm_trace.analysis.cpu_wait import Samples
+
+    sm = Samples(_samples(11, 5, [0, 100, 200], [0, 80, 80], [0, 60, 60]), None)
+    st = sm.state(np.array([T0, T0 + 50]), np.array([T0 + 100, T0 + 60]))
+    assert st["run_ns"].tolist() == [80, 8] and st["wait_ns"].tolist() == [20, 2] and st["other_ns"].tolist() == [0, 0]

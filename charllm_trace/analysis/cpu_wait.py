@@ -86,10 +86,17 @@ class Samples:
             self.cg = cg["time_ns"].to_numpy(), cg["throttled_usec"].to_numpy()
 
     def state(self, a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray | None]:
-        """run, wait, other (the rest) and throttled ns over each ``[a, b)``."""
-        run, wait = _delta(self.t, self.run, a, b), _delta(self.t, self.wait, a, b)
+        """run, wait, other (the rest) and throttled ns over each ``[a, b)``. run and wait are at
+        most the interval together (the sampler reads each thread a little after its sample time:
+        interpolated inside one period, the two may add up to a little more)."""
+        run = np.clip(_delta(self.t, self.run, a, b), 0, b - a)
+        wait = np.clip(_delta(self.t, self.wait, a, b), 0, b - a - run)
         thr = None if self.cg is None else 1000 * _delta(*self.cg, a, b)
         return {"run_ns": run, "wait_ns": wait, "other_ns": np.maximum(b - a - run - wait, 0), "throttled_ns": thr}
+
+    def period(self) -> int:
+        """The median sampling period (ns)."""
+        return int(np.median(np.diff(self.t)))
 
     def outside(self, a: np.ndarray, b: np.ndarray) -> int:
         return int(((a < self.t[0]) | (b > self.t[-1])).sum())
@@ -135,7 +142,7 @@ def _step_rows(rank: int, tid: int, classified: pl.DataFrame, windows: StepWindo
         _, k, ps, pe = windows.pieces(*idle)
         out["gpu_idle_ns"] = np.bincount(k, weights=pe - ps, minlength=windows.n).astype(np.int64)
         out["gpu_idle_pct"] = 100.0 * out["gpu_idle_ns"] / np.maximum(b - a, 1)  # type: ignore[operator]
-        w = _delta(sm.t, sm.wait, ps, pe)
+        w = np.clip(_delta(sm.t, sm.wait, ps, pe), 0, pe - ps)
         out["idle_wait_ns"] = np.bincount(k, weights=w, minlength=windows.n).astype(np.int64)
     df = _frame(out, CPU_WAIT_SCHEMA)
     return df.with_columns(rank=pl.lit(rank, pl.Int64), tid=pl.lit(tid, pl.Int64))
@@ -259,7 +266,21 @@ def rank_cpu_wait(
     phases = phase_ranges(trace.nodes)
     idle = host_idle(rank, who[1], classified, stream_ops(trace, classified=classified, windows=windows)[0],
                      windows, phases, sm)  # fmt: skip
-    return steps, idle, phase_rows(rank, phases, trace.steps(), idle, sm), notes
+    return steps, idle, phase_rows(rank, phases, trace.steps(), idle, sm), notes + _short_note(rank, sm, phases, idle)
+
+
+def _short_note(rank: int, sm: Samples, phases: pl.DataFrame, idle: pl.DataFrame) -> list[str]:
+    """How many phase ranges and idle intervals are shorter than the sampling period."""
+    p = sm.period()
+    n_ph = int(((phases["end_ns"] - phases["start_ns"]) < p).sum()) if phases.height else 0
+    n_id = int((idle["dur_ns"] < p).sum()) if idle.height else 0
+    if not (n_ph or n_id):
+        return []
+    return [
+        f"rank {rank}: {n_ph} of {phases.height} phase ranges and {n_id} of {idle.height} host-blamed idle "
+        f"intervals are shorter than the sampling period ({p / 1e6:.3g} ms): their run / wait split is "
+        "interpolated between samples, an estimate"
+    ]
 
 
 def untraced_note(threads: pl.DataFrame, nodes: list[pl.DataFrame]) -> list[str]:
@@ -272,7 +293,10 @@ def untraced_note(threads: pl.DataFrame, nodes: list[pl.DataFrame]) -> list[str]
     if other.height == 0:
         return []
     k = other.select(pl.struct("pid", "tid").n_unique()).item()
-    return [f"CPU scheduler telemetry: {other.height} samples of {k} threads that appear in no trace not used"]
+    return [
+        f"CPU scheduler telemetry: {other.height} samples of {k} thread{'s' if k != 1 else ''} that appear "
+        "in no trace not used"
+    ]
 
 
 def cgroup_quota(cgroup: pl.DataFrame | None) -> dict[str, float] | None:
