@@ -22,7 +22,9 @@ def cpu_wait_rows(run: str, step_marker: str | None = None) -> tuple[pl.DataFram
     from charllm_trace.loader import load
 
     if not os.path.isdir(run):
-        raise InputError(run, "not a run directory (cpu-wait reads the CPU scheduler telemetry collect wrote)")
+        raise InputError(
+            run, "not a run directory (cpu-wait reads the CPU scheduler telemetry collect wrote)"
+        )
     threads, cgroup, notes = read_cpu_sched(run)
     if threads.height == 0:
         raise InputError(run, "no CPU scheduler telemetry (cpusched-<host>.csv): collect with --cpu-hz > 0")
@@ -37,7 +39,9 @@ def cpu_wait_rows(run: str, step_marker: str | None = None) -> tuple[pl.DataFram
         frames.append(df)
         notes.extend(n)
     if (q := cgroup_quota(cgroup)) is not None:  # the quota, beside the throttling figures
-        notes.append(f"cgroup CPU quota (cpu.max): {q['cores']:.2f} cores ({q['quota_us']} µs per {q['period_us']} µs)")
+        notes.append(
+            f"cgroup CPU quota (cpu.max): {q['cores']:.2f} cores ({q['quota_us']} µs per {q['period_us']} µs)"
+        )
     return pl.concat(frames), notes
 
 

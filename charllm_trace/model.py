@@ -371,7 +371,9 @@ class Run:
     source: str | None = None  # path the run was loaded from, for messages
     #: CPU scheduler telemetry of a collected run (``collect --cpu-hz``): the threads' samples, the
     #: cgroup's, and the reader's notes (``converters.cpu_sched.read_cpu_sched``); None: none
-    cpu_sched: tuple[pl.DataFrame, pl.DataFrame, list[str]] | None = field(default=None, compare=False, repr=False)
+    cpu_sched: tuple[pl.DataFrame, pl.DataFrame, list[str]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def __iter__(self) -> Iterator[Trace]:
         return iter(self.traces[r] for r in sorted(self.traces))

@@ -39,10 +39,10 @@ import polars as pl
 
 from charllm_trace import results_checks as checks
 from charllm_trace.analysis.comm_wait_results import CommWaitResult
-from charllm_trace.analysis.optional_results import OPTIONAL_RESULT_TYPES
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.iterations_results import IterationsResult
+from charllm_trace.analysis.optional_results import OPTIONAL_RESULT_TYPES
 from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results import (
     AnalyzeOptions,
@@ -84,7 +84,7 @@ RESULT_TYPES: dict[str, type] = {
     **OPTIONAL_RESULT_TYPES,
 }
 #: results added to version 1 after its first files were written: read as None from a file without them (with a reason in ``skipped``, but the configuration and the optional results: computed only where the run has their data)
-ADDED_RESULTS = (*"idle_time launch config breakdown flops pipeline comm_wait iterations".split(), *OPTIONAL_RESULT_TYPES)
+ADDED_RESULTS = (*"idle_time launch config breakdown flops pipeline comm_wait iterations".split(), *OPTIONAL_RESULT_TYPES)  # fmt: skip
 #: analysis options added to version 1 after its first files were written: a file without them was analysed as their defaults do (display options: the figures do not depend on them)
 ADDED_OPTIONS = ("breakdown_top", "step_marker")
 _ZIP_MAGIC = b"PK\x03\x04"

@@ -40,7 +40,11 @@ def test_v2_with_cpu_controller_gets_a_quota_of_its_cores(tmp_path: Path) -> Non
     child = d / "charllm-cpus-42"
     assert q == {"set": True, "cgroup": str(child), "quota_us": 300_000, "period_us": 100_000}
     assert (child / "cpu.max").read_text() == "300000 100000"
-    assert cpu_quota.read_cpu_max(str(child)) == {"cgroup": str(child), "quota_us": 300_000, "period_us": 100_000}
+    assert cpu_quota.read_cpu_max(str(child)) == {
+        "cgroup": str(child),
+        "quota_us": 300_000,
+        "period_us": 100_000,
+    }
     (child / "cpu.max").unlink()  # a real cgroup's files vanish with it; here rmdir needs it empty
     cpu_quota.remove(q)
     assert not child.exists()
@@ -60,7 +64,11 @@ def test_v2_unwritable_falls_back(tmp_path: Path) -> None:
 
 def test_read_cpu_max_v2_and_v1(tmp_path: Path) -> None:
     (tmp_path / "cpu.max").write_text("max 100000\n")
-    assert cpu_quota.read_cpu_max(str(tmp_path)) == {"cgroup": str(tmp_path), "quota_us": None, "period_us": 100000}
+    assert cpu_quota.read_cpu_max(str(tmp_path)) == {
+        "cgroup": str(tmp_path),
+        "quota_us": None,
+        "period_us": 100000,
+    }
     v1 = tmp_path / "v1"
     v1.mkdir()
     (v1 / "cpu.cfs_quota_us").write_text("50000\n")

@@ -69,9 +69,11 @@ def test_host_blamed_idle_and_phases_known_answer() -> None:
     assert got == [(0, "prefill", 11, T0 + 200 * US, 400 * US, 300 * US, "cudaLaunchKernel", 100 * US, 150 * US,
                     150 * US, 300 * US)]  # fmt: skip
     # prefill 0-400 µs: wait 200, run 0; decode 400-1000 µs: wait 250-200 = 50, run 500
-    rows = phases.filter(pl.col("step") == 0).select(
-        "phase", "n", "cpu_ns", "run_ns", "wait_ns", "other_ns", "host_idle_ns", "host_idle_wait_ns"
-    ).rows()
+    rows = (
+        phases.filter(pl.col("step") == 0)
+        .select("phase", "n", "cpu_ns", "run_ns", "wait_ns", "other_ns", "host_idle_ns", "host_idle_wait_ns")
+        .rows()
+    )
     assert rows == [("decode", 1, 600 * US, 500 * US, 50 * US, 50 * US, 0, 0),
                     ("prefill", 1, 400 * US, 0, 200 * US, 200 * US, 400 * US, 150 * US)]  # fmt: skip
     whole = phases.filter(pl.col("step").is_null())
@@ -92,7 +94,11 @@ def test_analyze_has_the_frames_only_with_cpu_telemetry() -> None:
     assert doc["frames"]["cpu_wait"][0]["idle_wait_ns"] == 150 * US
     assert {r["phase"] for r in doc["frames"]["cpu_wait_phases"]} == {"prefill", "decode"}
     assert doc["notes"]["cpu_wait"] == ["a reader note"]
-    assert res.cpu_wait is not None and res.cpu_wait.quota == {"quota_us": 50_000, "period_us": 100_000, "cores": 0.5}
+    assert res.cpu_wait is not None and res.cpu_wait.quota == {
+        "quota_us": 50_000,
+        "period_us": 100_000,
+        "cores": 0.5,
+    }
     # every other frame is as without the telemetry
     assert {k: v for k, v in doc["frames"].items() if not k.startswith("cpu_wait")} == plain["frames"]
 
@@ -154,4 +160,8 @@ def test_run_and_wait_never_exceed_the_interval() -> None:
 
     sm = Samples(_samples(11, 5, [0, 100, 200], [0, 80, 80], [0, 60, 60]), None)
     st = sm.state(np.array([T0, T0 + 50]), np.array([T0 + 100, T0 + 60]))
-    assert st["run_ns"].tolist() == [80, 8] and st["wait_ns"].tolist() == [20, 2] and st["other_ns"].tolist() == [0, 0]
+    assert (
+        st["run_ns"].tolist() == [80, 8]
+        and st["wait_ns"].tolist() == [20, 2]
+        and st["other_ns"].tolist() == [0, 0]
+    )

@@ -57,7 +57,10 @@ def test_known_answer_per_step(docs: tuple[dict, dict, Path]) -> None:
         assert abs(r["wait_ns"] - w / 2) <= 1 and abs(r["run_ns"] - w / 4) <= 1
         assert abs(r["other_ns"] - w / 4) <= 2 and r["throttled_ns"] == 0
         # summed over the step's idle pieces, each rounded to a whole ns: within 1e-5 of the answer
-        assert r["gpu_idle_ns"] > 0 and abs(r["idle_wait_ns"] - r["gpu_idle_ns"] / 2) <= 1 + r["gpu_idle_ns"] * 1e-5
+        assert (
+            r["gpu_idle_ns"] > 0
+            and abs(r["idle_wait_ns"] - r["gpu_idle_ns"] / 2) <= 1 + r["gpu_idle_ns"] * 1e-5
+        )
     for r in doc["frames"]["cpu_wait_idle"]:  # every host-blamed interval: the thread waited half of it
         assert r["end_ns"] > r["start_ns"] and 0 < r["late_ns"] <= r["dur_ns"]
         assert abs(r["wait_ns"] - r["dur_ns"] / 2) <= 1

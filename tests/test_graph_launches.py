@@ -37,7 +37,12 @@ def test_per_launch_and_per_kernel_known_answer(tmp_path: Path, flavour: str) ->
     span = N * DUR + (N - 1) * C.gap
     for r in lf.iter_rows(named=True):  # the stream is free at every launch (the step ends with a sync)
         assert (r["n_kernels"], r["call_dur_ns"], r["launch_to_first_ns"]) == (N, 20_000, C.latency)
-        assert (r["span_ns"], r["busy_ns"], r["idle_ns"], r["kernel_ns"]) == (span, N * DUR, (N - 1) * C.gap, N * DUR)
+        assert (r["span_ns"], r["busy_ns"], r["idle_ns"], r["kernel_ns"]) == (
+            span,
+            N * DUR,
+            (N - 1) * C.gap,
+            N * DUR,
+        )
     k = gl.kernels.filter(pl.col("correlation") == lf["correlation"][0])
     assert k["index"].to_list() == list(range(N))
     assert k["since_call_ns"].to_list() == [C.latency + i * (DUR + C.gap) for i in range(N)]

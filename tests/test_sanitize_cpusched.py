@@ -25,7 +25,9 @@ def test_cpusched_ids_follow_the_trace(tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(RUN, run)
     _telemetry(run)
-    (run / "cpusched-vm.meta.json").write_text(json.dumps({"format": "charllm-cpusched-csv", "root_pid": PID}))
+    (run / "cpusched-vm.meta.json").write_text(
+        json.dumps({"format": "charllm-cpusched-csv", "root_pid": PID})
+    )
     out = tmp_path / "clean"
     sanitize_run(run, out)
     rows = list(csv.DictReader((out / "cpusched-host0.csv").open()))

@@ -92,7 +92,12 @@ class Samples:
         run = np.clip(_delta(self.t, self.run, a, b), 0, b - a)
         wait = np.clip(_delta(self.t, self.wait, a, b), 0, b - a - run)
         thr = None if self.cg is None else 1000 * _delta(*self.cg, a, b)
-        return {"run_ns": run, "wait_ns": wait, "other_ns": np.maximum(b - a - run - wait, 0), "throttled_ns": thr}
+        return {
+            "run_ns": run,
+            "wait_ns": wait,
+            "other_ns": np.maximum(b - a - run - wait, 0),
+            "throttled_ns": thr,
+        }
 
     def period(self) -> int:
         """The median sampling period (ns)."""
@@ -126,14 +131,20 @@ def gpu_idle_intervals(classified: pl.DataFrame, lo: int, hi: int) -> tuple[np.n
 
 
 def _conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
-    return df.select([(pl.col(c) if c in df.columns else pl.lit(None)).cast(ty).alias(c) for c, ty in schema.items()])
+    return df.select(
+        [(pl.col(c) if c in df.columns else pl.lit(None)).cast(ty).alias(c) for c, ty in schema.items()]
+    )
 
 
 def _frame(cols: dict[str, object], schema: dict[str, pl.DataType]) -> pl.DataFrame:
-    return _conform(pl.DataFrame({k: v for k, v in cols.items() if v is not None and not np.isscalar(v)}), schema)
+    return _conform(
+        pl.DataFrame({k: v for k, v in cols.items() if v is not None and not np.isscalar(v)}), schema
+    )
 
 
-def _step_rows(rank: int, tid: int, classified: pl.DataFrame, windows: StepWindows, sm: Samples) -> pl.DataFrame:
+def _step_rows(
+    rank: int, tid: int, classified: pl.DataFrame, windows: StepWindows, sm: Samples
+) -> pl.DataFrame:
     a, b = windows.start, windows.end
     out: dict[str, object] = {"step": windows.step, "window_ns": b - a, **sm.state(a, b)}
     out["wait_pct"] = 100.0 * out["wait_ns"] / np.maximum(b - a, 1)  # type: ignore[operator]
@@ -216,10 +227,14 @@ def host_idle(
         "late_ns": np.minimum(g["call_start_ns"].to_numpy() - a, b - a),
         "call_name": g["call_name"], **sm.state(a, b),
     }  # fmt: skip
-    return _frame(cols, CPU_WAIT_IDLE_SCHEMA).with_columns(rank=pl.lit(rank, pl.Int64), tid=pl.lit(tid, pl.Int64))
+    return _frame(cols, CPU_WAIT_IDLE_SCHEMA).with_columns(
+        rank=pl.lit(rank, pl.Int64), tid=pl.lit(tid, pl.Int64)
+    )
 
 
-def phase_rows(rank: int, phases: pl.DataFrame, steps: pl.DataFrame, idle: pl.DataFrame, sm: Samples) -> pl.DataFrame:
+def phase_rows(
+    rank: int, phases: pl.DataFrame, steps: pl.DataFrame, idle: pl.DataFrame, sm: Samples
+) -> pl.DataFrame:
     """Per (step, phase) and per phase (step null): CPU_WAIT_PHASE_SCHEMA (module docstring)."""
     if phases.height == 0:
         return pl.DataFrame(schema=CPU_WAIT_PHASE_SCHEMA)
@@ -237,7 +252,9 @@ def phase_rows(rank: int, phases: pl.DataFrame, steps: pl.DataFrame, idle: pl.Da
         cpu_ns=pl.lit(0, pl.Int64), run_ns=pl.lit(0, pl.Int64), wait_ns=pl.lit(0, pl.Int64), n=pl.lit(0, pl.Int64),
     )  # fmt: skip
     both = pl.concat([per, hid.select(per.columns)])
-    sums = [pl.col(c).sum() for c in ("n", "cpu_ns", "run_ns", "wait_ns", "host_idle_ns", "host_idle_wait_ns")]
+    sums = [
+        pl.col(c).sum() for c in ("n", "cpu_ns", "run_ns", "wait_ns", "host_idle_ns", "host_idle_wait_ns")
+    ]
     by_step = both.filter(pl.col("step") >= 0).group_by("step", "phase").agg(sums)
     whole = both.group_by("phase").agg(sums).with_columns(step=pl.lit(None, pl.Int64))
     out = pl.concat([by_step, whole.select(by_step.columns)]).with_columns(
@@ -258,15 +275,24 @@ def rank_cpu_wait(
              pl.DataFrame(schema=CPU_WAIT_PHASE_SCHEMA))  # fmt: skip
     mine = thread_samples(threads, who) if who is not None else threads.clear()
     if who is None or mine.height < 2:
-        return *empty, [f"rank {rank}: no scheduler samples of its launching thread" + (f" {who[1]}" if who else "")]
+        return *empty, [
+            f"rank {rank}: no scheduler samples of its launching thread" + (f" {who[1]}" if who else "")
+        ]
     sm = Samples(mine, cgroup)
     steps, notes = (_step_rows(rank, who[1], classified, windows, sm), []) if windows.n else (empty[0], [])
     if windows.n and (outside := sm.outside(windows.start, windows.end)):
-        notes.append(f"rank {rank}: {outside} step windows reach outside the sampled time (counted as no change there)")
+        notes.append(
+            f"rank {rank}: {outside} step windows reach outside the sampled time (counted as no change there)"
+        )
     phases = phase_ranges(trace.nodes)
     idle = host_idle(rank, who[1], classified, stream_ops(trace, classified=classified, windows=windows)[0],
                      windows, phases, sm)  # fmt: skip
-    return steps, idle, phase_rows(rank, phases, trace.steps(), idle, sm), notes + _short_note(rank, sm, phases, idle)
+    return (
+        steps,
+        idle,
+        phase_rows(rank, phases, trace.steps(), idle, sm),
+        notes + _short_note(rank, sm, phases, idle),
+    )
 
 
 def _short_note(rank: int, sm: Samples, phases: pl.DataFrame, idle: pl.DataFrame) -> list[str]:
@@ -348,10 +374,18 @@ def thread_states(nodes: pl.DataFrame, threads: pl.DataFrame) -> pl.DataFrame:
     run = np.clip(np.diff(mine["run_ns"].to_numpy()), 0, d)
     wait = np.clip(np.diff(mine["wait_ns"].to_numpy()), 0, d - run)
     a = t[:-1]
-    cuts = [(a, a + run, "running"), (a + run, a + run + wait, "runnable"), (a + run + wait, t[1:], "sleeping")]
+    cuts = [
+        (a, a + run, "running"),
+        (a + run, a + run + wait, "runnable"),
+        (a + run + wait, t[1:], "sleeping"),
+    ]
     out = pl.concat(
-        [pl.DataFrame({"start_ns": s, "end_ns": e}, schema={"start_ns": pl.Int64, "end_ns": pl.Int64})
-         .with_columns(state=pl.lit(name)) for s, e, name in cuts]  # fmt: skip
+        [
+            pl.DataFrame(
+                {"start_ns": s, "end_ns": e}, schema={"start_ns": pl.Int64, "end_ns": pl.Int64}
+            ).with_columns(state=pl.lit(name))
+            for s, e, name in cuts
+        ]  # fmt: skip
     )
     out = out.filter(pl.col("end_ns") > pl.col("start_ns")).sort("start_ns")
     return out.with_columns(tid=pl.lit(who[1], pl.Int64)).select(list(schema))

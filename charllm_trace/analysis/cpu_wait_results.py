@@ -5,6 +5,7 @@ scheduler telemetry (``collect --cpu-hz``): its frames are not in every document
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 import polars as pl
 
 #: One row per (rank, step): how the launching thread spent the step window.

@@ -20,7 +20,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from charllm_trace.analysis.graph_launch_results import GRAPH_KERNEL_SCHEMA, GRAPH_LAUNCH_SCHEMA, GraphLaunchResult
+from charllm_trace.analysis.graph_launch_results import (
+    GRAPH_KERNEL_SCHEMA,
+    GRAPH_LAUNCH_SCHEMA,
+    GraphLaunchResult,
+)
 from charllm_trace.analysis.step_windows import GPU_ACTIVITY, step_windows
 from charllm_trace.model import Trace
 
@@ -34,12 +38,18 @@ def graph_kernels(classified: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]
     gpu = pl.col("on_gpu").fill_null(False)
     calls = (
         classified.lazy()
-        .filter(~gpu & pl.col("correlation").is_not_null() & pl.col("start_ns").is_not_null()
-                & pl.col("name").str.contains(GRAPH_LAUNCH_RE))  # fmt: skip
+        .filter(
+            ~gpu
+            & pl.col("correlation").is_not_null()
+            & pl.col("start_ns").is_not_null()
+            & pl.col("name").str.contains(GRAPH_LAUNCH_RE)
+        )  # fmt: skip
         .group_by("correlation")
-        .agg(pl.col("name").sort_by("start_ns").first().alias("call_name"),
-             pl.col("start_ns").min().alias("call_start_ns"),
-             pl.col("dur_ns").sort_by("start_ns").first().alias("call_dur_ns"))  # fmt: skip
+        .agg(
+            pl.col("name").sort_by("start_ns").first().alias("call_name"),
+            pl.col("start_ns").min().alias("call_start_ns"),
+            pl.col("dur_ns").sort_by("start_ns").first().alias("call_dur_ns"),
+        )  # fmt: skip
         .collect()
     )
     if calls.height == 0:
@@ -74,7 +84,11 @@ def rank_graph_launches(
     if calls.height == 0:
         return *empty, []
     n_none = calls.height - (ks["correlation"].n_unique() if ks.height else 0)
-    notes = [f"rank {rank}: {n_none} graph launch calls have no GPU activity in the trace (not listed)"] if n_none else []
+    notes = (
+        [f"rank {rank}: {n_none} graph launch calls have no GPU activity in the trace (not listed)"]
+        if n_none
+        else []
+    )
     if ks.height == 0:
         return *empty, notes
     per = ks.group_by("correlation").agg(
@@ -102,7 +116,9 @@ def _cast(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     return df.select([pl.col(c).cast(t) for c, t in schema.items()])
 
 
-def run_graph_launches(traces: dict[int, Trace], classified: dict[int, pl.DataFrame]) -> GraphLaunchResult | None:
+def run_graph_launches(
+    traces: dict[int, Trace], classified: dict[int, pl.DataFrame]
+) -> GraphLaunchResult | None:
     """Every rank's graph launches; None when no rank has one (the result is optional)."""
     parts = [rank_graph_launches(r, traces[r], classified[r]) for r in sorted(classified) if r in traces]
     if not any(p[0].height or p[2] for p in parts):

@@ -27,11 +27,11 @@ from typing import Any
 import polars as pl
 
 from charllm_trace.analysis.comm_wait_results import CommWaitResult
-from charllm_trace.analysis.cpu_wait_results import CpuWaitResult
-from charllm_trace.analysis.graph_launch_results import GraphLaunchResult
 from charllm_trace.analysis.config_results import CONFIG_SCHEMA, RunConfig  # noqa: F401 - re-exported
+from charllm_trace.analysis.cpu_wait_results import CpuWaitResult
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.frame_build import frame  # noqa: F401 - re-exported (every analysis builds with it)
+from charllm_trace.analysis.graph_launch_results import GraphLaunchResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.iterations_results import IterationsResult
 from charllm_trace.analysis.pipeline_results import PipelineResult

@@ -38,7 +38,9 @@ def own_v2_dir(root: str = ROOT, proc_cgroup: str | None = None) -> tuple[str | 
         return None, "no cgroup information (/proc/self/cgroup unreadable)"
     lines = text.split()
     v2 = [ln[3:] for ln in lines if ln.startswith("0::")]
-    cpu_v1 = any(not ln.startswith("0::") and "cpu" in ln.split(":", 2)[1].split(",") for ln in lines if ":" in ln)
+    cpu_v1 = any(
+        not ln.startswith("0::") and "cpu" in ln.split(":", 2)[1].split(",") for ln in lines if ":" in ln
+    )
     if cpu_v1 or not v2:
         return None, "the cpu controller is in a cgroup v1 hierarchy here"
     d = os.path.join(root, v2[0].lstrip("/"))

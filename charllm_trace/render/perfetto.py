@@ -461,7 +461,9 @@ def write_chrome_trace(
         if pipeline is not None and rank is not None:
             chunks.extend(_pipeline_track(pipeline, rank, pid, int(tracks["out_tid"].max() or 0) + 2, origin))
         if cpu_states is not None and rank in cpu_states:
-            chunks.extend(state_track(cpu_states[rank], pid, int(tracks["out_tid"].max() or 0) + 3, origin, _us))
+            chunks.extend(
+                state_track(cpu_states[rank], pid, int(tracks["out_tid"].max() or 0) + 3, origin, _us)
+            )
         if timed.height:
             sl = _slice_lines(timed, pid, origin)
             n_slices += sl.len()

@@ -16,7 +16,9 @@ import polars as pl
 STATE_TRACK = "CPU thread {tid} state (rank {rank}; schedstat samples)"
 
 
-def state_track(states: pl.DataFrame, pid: int, tid: int, origin: int, us: Callable[[pl.Expr], pl.Expr]) -> list[str]:
+def state_track(
+    states: pl.DataFrame, pid: int, tid: int, origin: int, us: Callable[[pl.Expr], pl.Expr]
+) -> list[str]:
     """The metadata and B/E lines of the track (nothing without slices). ``us``: the exporter's
     ns -> exact microseconds text expression builder."""
     if states.height == 0:
