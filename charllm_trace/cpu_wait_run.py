@@ -8,18 +8,18 @@ import os
 
 import polars as pl
 
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 
 
 def cpu_wait_rows(run: str, step_marker: str | None = None) -> tuple[pl.DataFrame, list[str]]:
     """Per rank and step (CPU_WAIT_SCHEMA) and notes; steps are ``step_marker``'s ranges when given.
     InputError for a path that is no run directory or has no scheduler telemetry."""
-    from charllm_trace.analysis.classify import classify
     from charllm_trace.analysis.cpu_wait import cgroup_quota, cpu_wait, untraced_note
     from charllm_trace.analysis.marker_steps import with_marker_steps
     from charllm_trace.analysis.step_windows import step_windows
     from charllm_trace.converters.cpu_sched import read_cpu_sched
-    from charllm_trace.loader import load
+    from charllm_trace.core.classify import classify
+    from charllm_trace.inputs.loader import load
 
     if not os.path.isdir(run):
         raise InputError(

@@ -41,7 +41,7 @@ READ_ERRORS = (
 
 def frames_bound(members: dict[str, bytes], limit: int) -> str | None:
     """Why the ``.arrow`` members may not be decoded (None: they may)."""
-    from charllm_trace.ipc_bounds import NotIpc, decoded_bytes
+    from charllm_trace.core.ipc_bounds import NotIpc, decoded_bytes
 
     total = 0
     for name, data in members.items():
@@ -74,7 +74,7 @@ def frame_problem(res: RunAnalysis) -> str | None:
 
 
 def rank_problem(ranks: Any, what: str) -> str | None:
-    from charllm_trace.limits import MAX_RANK
+    from charllm_trace.core.limits import MAX_RANK
 
     bad = [r for r in ranks if type(r) is not int or not 0 <= r < MAX_RANK]
     return f"{what}: rank {bad[0]!r:.40} is not in 0..{MAX_RANK - 1}" if bad else None

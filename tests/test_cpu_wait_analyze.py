@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+from charllm_trace.core.classify import classify
+from charllm_trace.core.model import Run
 
 from charllm_trace.analysis.api import analyze_run
-from charllm_trace.analysis.classify import classify
 from charllm_trace.analysis.cpu_wait import rank_cpu_wait, thread_states
 from charllm_trace.converters.cpu_sched import CGROUP_SCHEMA
-from charllm_trace.model import Run
 from charllm_trace.render.export import to_document
 from tests.analysis_helpers import T0, cpu, kernel, make_trace
 from tests.test_cpu_sched import _samples
@@ -115,7 +115,7 @@ def test_thread_states_cut_each_period_by_the_counters() -> None:
 
 
 def test_saved_results_keep_the_cpu_wait(tmp_path) -> None:
-    from charllm_trace.results_store import load_results, save_results
+    from charllm_trace.store.results import load_results, save_results
 
     res = analyze_run(Run(traces={0: _trace()}, cpu_sched=(_threads(), _cgroup(), [])))
     save_results(res, tmp_path / "r.zip")
@@ -128,9 +128,10 @@ def test_saved_results_keep_the_cpu_wait(tmp_path) -> None:
 
 
 def test_report_has_the_finding_and_the_section() -> None:
+    from charllm_trace.render.report import render_report, report_data_from
+    from charllm_trace.render.report_views import drawn_run, report_views
+
     from charllm_trace.analysis.findings import findings
-    from charllm_trace.report import render_report, report_data_from
-    from charllm_trace.report_views import drawn_run, report_views
 
     run = Run(traces={0: _trace()}, cpu_sched=(_threads(), _cgroup(), []))
     res = analyze_run(run)

@@ -12,8 +12,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from charllm_trace import loader
 from charllm_trace.analysis.api import analyze_run
+from charllm_trace.inputs import loader
 from charllm_trace.render.export import to_document
 from tests import schedgen as G
 

@@ -44,7 +44,7 @@ from charllm_trace.analysis.cpu_wait_results import (
 from charllm_trace.analysis.iterations import phase_ranges
 from charllm_trace.analysis.step_windows import GPU_ACTIVITY, StepWindows, launch_step_index, step_windows
 from charllm_trace.analysis.stream_ops import stream_ops
-from charllm_trace.model import Trace
+from charllm_trace.core.model import Trace
 
 
 def launching_thread(classified: pl.DataFrame) -> tuple[int, int] | None:

@@ -26,7 +26,7 @@ from charllm_trace.analysis.graph_launch_results import (
     GraphLaunchResult,
 )
 from charllm_trace.analysis.step_windows import GPU_ACTIVITY, step_windows
-from charllm_trace.model import Trace
+from charllm_trace.core.model import Trace
 
 #: graph launch calls (CUDA runtime and driver, HIP), matched on the call's name
 GRAPH_LAUNCH_RE = r"^(?:cuda|cu|hip)GraphLaunch"

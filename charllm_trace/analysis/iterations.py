@@ -27,7 +27,7 @@ from charllm_trace.analysis.iterations_results import (
 )
 from charllm_trace.analysis.marker_steps import named_ranges
 from charllm_trace.analysis.step_windows import GPU_ACTIVITY, StepWindows, launch_step_index, launch_times_of
-from charllm_trace.model import Trace
+from charllm_trace.core.model import Trace
 
 _PHASE_RE = rf"(?i)^({'|'.join(PHASES)})(?:$|[#_:.\s(])"
 

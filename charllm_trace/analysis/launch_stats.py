@@ -29,13 +29,13 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from charllm_trace.analysis.classify import classify
 from charllm_trace.analysis.graph_launches import GRAPH_LAUNCH_RE
 from charllm_trace.analysis.idle_results import LAUNCH_SCHEMA, QUEUE_SCHEMA, LaunchResult
 from charllm_trace.analysis.results import frame
 from charllm_trace.analysis.step_windows import step_windows
 from charllm_trace.analysis.stream_ops import rank_stream_ops
-from charllm_trace.model import Trace
+from charllm_trace.core.classify import classify
+from charllm_trace.core.model import Trace
 
 #: Bins of the queue time series per rank.
 QUEUE_BINS = 48

@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from charllm_trace.collectors import cpu_quota
-from charllm_trace.errors import UsageError
+from charllm_trace.core.errors import UsageError
 
 _NPROC = re.compile(r"^--nproc[-_]per[-_]node(?:=(.*))?$")
 

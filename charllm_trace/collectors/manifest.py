@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from charllm_trace.collectors.hook import STEP_NUMBERING, rank_file
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1

@@ -12,7 +12,7 @@ import os
 
 import polars as pl
 
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 
 THREAD_SCHEMA: dict[str, pl.DataType] = {
     "time_ns": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "comm": pl.String, "state": pl.String,

@@ -1,4 +1,4 @@
-"""Export a :class:`~charllm_trace.model.Run` as a Chrome-trace JSON for the Perfetto UI.
+"""Export a :class:`~charllm_trace.core.model.Run` as a Chrome-trace JSON for the Perfetto UI.
 
 Layout of the file:
 
@@ -10,7 +10,7 @@ Layout of the file:
   where set, the collective fields and the linking keys;
 - slices nest on every track: a slice that partially overlaps another (Perfetto would drop it)
   goes, with its exact times, to an overlap track beside its thread or stream,
-  ``CPU thread 4242 (overlaps)`` (the rule: :mod:`charllm_trace.render.perfetto_layout`);
+  ``CPU thread 4242 (overlaps)`` (the rule: :mod:`charllm_trace.exports.perfetto_layout`);
 - a flow arrow (``"ph": "s"`` / ``"f"``, category ``launch``) from the begin of each GPU op's
   launch call (its ``runtime`` call, else its launching CPU op) to the begin of the GPU op
   (``kernel``, ``memcpy``, ``memset``), bound to those two slices; an arrow that would run
@@ -28,7 +28,7 @@ Layout of the file:
   they never overlap, so the track nests;
 - with a :class:`~charllm_trace.analysis.pipeline_results.PipelineResult`, a track
   ``pipeline (rank N, stage S)`` per rank with labelled microbatches: phases and bubbles
-  (:mod:`charllm_trace.render.perfetto_pipeline`);
+  (:mod:`charllm_trace.exports.perfetto_pipeline`);
 - for a run with CPU scheduler telemetry, a track per rank with its launching thread's
   running / runnable / sleeping slices (:mod:`charllm_trace.render.perfetto_cpu`).
 
@@ -53,10 +53,10 @@ import polars as pl
 
 from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results import CriticalPathResult
-from charllm_trace.errors import InputError
-from charllm_trace.model import Run, Trace
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import Run, Trace
+from charllm_trace.exports.perfetto_layout import last_at_start, launch_flows, nest_lanes, overlap_label
 from charllm_trace.render.perfetto_cpu import state_track
-from charllm_trace.render.perfetto_layout import last_at_start, launch_flows, nest_lanes, overlap_label
 
 #: Name of the critical-path track of a rank (its thread name in the file).
 CRITICAL_TRACK = "critical path (rank {rank})"
@@ -373,7 +373,7 @@ def _rank_segments(cp: CriticalPathResult, rank: int) -> pl.DataFrame:
 
 
 def _pipeline_track(pipe: PipelineResult, rank: int, pid: int, tid: int, origin: int) -> list[str]:
-    from charllm_trace.render.perfetto_pipeline import PIPELINE_TRACK, pipeline_lines
+    from charllm_trace.exports.perfetto_pipeline import PIPELINE_TRACK, pipeline_lines
 
     lines = pipeline_lines(pipe, rank, pid, tid, origin, _us)
     if lines.len() == 0:
@@ -406,7 +406,7 @@ def write_chrome_trace(
     ``critical_path`` (from :func:`charllm_trace.analysis.critical.critical_path` of the
     same run): each rank's whole-trace path is drawn on a track ``critical path (rank N)``.
     ``pipeline`` (``RunAnalysis.pipeline``): each stage's phases and bubbles on a track of its own
-    (:mod:`charllm_trace.render.perfetto_pipeline`). ``cpu_states``: per rank, its launching thread's
+    (:mod:`charllm_trace.exports.perfetto_pipeline`). ``cpu_states``: per rank, its launching thread's
     states (``analysis.cpu_wait.thread_states``) on a track of their own (``render/perfetto_cpu.py``).
 
     Raises :class:`InputError` when no rank has any timestamp (nothing to place on a

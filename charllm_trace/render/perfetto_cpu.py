@@ -1,4 +1,4 @@
-"""The thread-state track of a rank in the Perfetto export (``render/perfetto.py``): the launching
+"""The thread-state track of a rank in the Perfetto export (``exports/perfetto.py``): the launching
 thread's time cut into ``running`` / ``runnable`` (waiting for a core) / ``sleeping`` slices from
 its scheduler samples (``collect --cpu-hz``). Drawing only: the slices come from
 :func:`charllm_trace.analysis.cpu_wait.thread_states` (per sampling period the counters' increases,

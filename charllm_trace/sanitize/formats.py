@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from charllm_trace.errors import InputError
-from charllm_trace.inputs import GZIP_MAGIC, gunzip, read_regular
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.files import GZIP_MAGIC, gunzip, read_regular
 from charllm_trace.sanitize import chakra_et
 from charllm_trace.sanitize.csv_ids import csv_clean, csv_collect
 from charllm_trace.sanitize.rules import (
@@ -63,7 +63,7 @@ def _first_byte_ok(path: Path, head: bytes) -> None:
 
 def read(path: Path) -> bytes:
     """The bytes of ``path`` (a regular file), gzip decompressed within
-    :func:`charllm_trace.limits.gzip_out_limit`; JSON names must start with JSON text."""
+    :func:`charllm_trace.core.limits.gzip_out_limit`; JSON names must start with JSON text."""
     raw = read_regular(path)
     if raw[:2] != GZIP_MAGIC:
         return raw
@@ -99,8 +99,8 @@ def _table_read(kind: str, data: bytes):  # -> pl.DataFrame
 
     if kind == "parquet":
         return pl.read_parquet(io.BytesIO(data))
-    from charllm_trace.ipc_bounds import decoded_bytes
-    from charllm_trace.limits import gzip_out_limit
+    from charllm_trace.core.ipc_bounds import decoded_bytes
+    from charllm_trace.core.limits import gzip_out_limit
 
     size, limit = decoded_bytes(data), gzip_out_limit(len(data))  # NotIpc (a ValueError) when not IPC
     if size > limit:  # a zstd frame of zeros: bounded like gzip, read from the frame's own metadata
