@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from charllm_trace.collectors import cpu_alloc
+from charllm_trace.collectors import cpu_alloc, cpu_quota
 from charllm_trace.core.errors import UsageError
 from tests.conftest import HAVE_TORCH, ROOT
 
@@ -64,7 +64,6 @@ def test_plan_own_cores_when_they_fit_else_shared(monkeypatch: pytest.MonkeyPatc
     c = cpu_alloc.plan(1, ["python", "x.py"])
     assert c["local_ranks"] == 1 and c["lists"] == [[2]]
     assert cpu_alloc.local_ranks(["torchrun", "--nproc_per_node", "4", "x.py"]) == 4
-    assert c["quota"]["set"] is False and c["quota"]["note"]
 
 
 def test_single_process_runs_on_its_cores_and_manifest_says_so(tmp_path: Path) -> None:
@@ -74,6 +73,15 @@ def test_single_process_runs_on_its_cores_and_manifest_says_so(tmp_path: Path) -
     m = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert m["cpus"]["per_rank"] == 1 and len(m["cpus"]["lists"]) == 1
     assert _cores((tmp_path / "cpus-none.txt").read_text()) == m["cpus"]["lists"][0]
+    # the quota: set where cgroup v2 lets the collector make one, else affinity only, said why
+    q = m["cpus"]["quota"]
+    own, why = cpu_quota.own_v2_dir()
+    if own is None:  # this machine's case (cgroup v1 cpu controller): the fallback path
+        assert q["set"] is False and "affinity only" in q["note"] and why in q["note"]
+    else:
+        assert q["set"] is True or "affinity only" in q["note"]
+    assert "cgroup_cpu_max" in m  # recorded with --cpus (null where no cgroup cpu files are readable)
+    assert not any(p.name.startswith("charllm-cpus-") for p in Path(own or "/nonexistent").glob("*"))
 
 
 @pytest.mark.torch

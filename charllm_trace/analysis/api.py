@@ -8,7 +8,9 @@ from typing import Any
 import polars as pl
 
 from charllm_trace.analysis.bandwidth import run_hosts
+from charllm_trace.analysis.cpu_wait import run_cpu_wait, thread_states
 from charllm_trace.analysis.critical import critical_path
+from charllm_trace.analysis.graph_launches import run_graph_launches
 from charllm_trace.analysis.graph_merge import keep_steps, skip_cycles, skip_untimed
 from charllm_trace.analysis.group_size import ranks_per_node
 from charllm_trace.analysis.parallel import name_groups
@@ -62,6 +64,15 @@ def pipeline_of_run(run: Run, options: AnalyzeOptions | None = None) -> Pipeline
     return pipeline_from([f for f, _ in parts], [n for _, ns in parts for n in ns])
 
 
+def export_overlays(run: Run) -> dict[str, Any]:
+    """What the Perfetto export draws beside the trace's nodes: the pipeline view, and per rank the
+    launching thread's states from the run's CPU scheduler telemetry (``cpu_wait.thread_states``)."""
+    states = None
+    if run.cpu_sched is not None:
+        states = {k: thread_states(t.nodes, run.cpu_sched[0]) for k, t in run.traces.items()}
+    return {"pipeline": pipeline_of_run(run), "cpu_states": states}
+
+
 def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
     """Overlap, bandwidth, energy and power of every rank of ``run``.
 
@@ -95,6 +106,9 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
 
     res = merge_parts(parts, options, manifest=run.manifest, source=run.source, graph_step=graph_step)
     res.classified = classified
+    if run.cpu_sched is not None:  # collect --cpu-hz: is the CPU starving the GPU? (analysis/cpu_wait.py)
+        res.cpu_wait = run_cpu_wait(work.traces, classified, run.cpu_sched)
+    res.graph_launches = run_graph_launches(work.traces, classified)  # None without graph launches
     return res
 
 

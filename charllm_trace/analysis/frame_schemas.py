@@ -15,9 +15,19 @@ from charllm_trace.analysis.comm_wait_results import (
     COMM_WAIT_SCHEMA,
 )
 from charllm_trace.analysis.config_results import CONFIG_SCHEMA
+from charllm_trace.analysis.cpu_wait_results import (  # noqa: F401 - named here for the schema's comments
+    CPU_WAIT_IDLE_SCHEMA,
+    CPU_WAIT_PHASE_SCHEMA,
+    CPU_WAIT_SCHEMA,
+)
 from charllm_trace.analysis.flops_results import FLOPS_DEVICE_SCHEMA, FLOPS_OP_SCHEMA, FLOPS_SCHEMA
+from charllm_trace.analysis.graph_launch_results import (  # noqa: F401 - named here for the schema's comments
+    GRAPH_KERNEL_SCHEMA,
+    GRAPH_LAUNCH_SCHEMA,
+)
 from charllm_trace.analysis.idle_results import IDLE_TIME_SCHEMA, LAUNCH_SCHEMA, QUEUE_SCHEMA
 from charllm_trace.analysis.iterations_results import ITERATION_SCHEMA, PHASE_SCHEMA, REQUEST_SCHEMA
+from charllm_trace.analysis.optional_results import OPTIONAL_FRAMES  # noqa: F401 - re-exported (below)
 from charllm_trace.analysis.pipeline_results import PIPELINE_MB_SCHEMA, PIPELINE_STAGE_SCHEMA
 from charllm_trace.analysis.results import (
     BANDWIDTH_SUMMARY_SCHEMA,
@@ -85,7 +95,12 @@ DEFINED_IN = (
     "charllm_trace.analysis.spread_results",
     "charllm_trace.analysis.pipeline_results",
     "charllm_trace.analysis.comm_wait_results",
+    "charllm_trace.analysis.cpu_wait_results",
+    "charllm_trace.analysis.graph_launch_results",
 )
+
+# OPTIONAL_FRAMES (analysis/optional_results.py): frames in the document only when their analysis
+# ran on data the run has (not in every document, unlike FRAME_SCHEMAS)
 
 #: Why a frame is empty when its analysis was not asked for (no entry in ``skipped``).
 NOT_REQUESTED = "not requested"

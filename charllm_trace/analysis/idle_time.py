@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from charllm_trace.analysis.graph_launches import GRAPH_LAUNCH_RE
 from charllm_trace.analysis.idle_results import IDLE_CATEGORIES, IDLE_TIME_SCHEMA, IdleTimeResult
 from charllm_trace.analysis.results import frame
 from charllm_trace.analysis.stream_ops import rank_stream_ops
@@ -64,6 +65,22 @@ def classify_gaps(
     )
 
 
+def _graph_note(g: pl.DataFrame) -> list[str]:
+    """The idle time between the operators of one graph launch (``cudaGraphLaunch`` ...): counted
+    apart in a note (its gaps are kernel wait or other: the launch call came before them)."""
+    graph = pl.col("call_name").str.contains(GRAPH_LAUNCH_RE).fill_null(False)
+    later = pl.col("start_ns").rank("ordinal").over([*_KEYS, "call_start_ns", "call_name"]) > 1
+    inner = g.filter(graph & later & (pl.col("gap_ns").fill_null(0) > 0))
+    n_ops = int(g.select(graph.sum()).item())
+    if n_ops == 0:
+        return []
+    return [
+        f"{n_ops} GPU operators were started by graph launches; {inner.height} idle gaps, "
+        f"{int(inner['gap_ns'].sum()):,} ns, lie between the operators of one graph launch on a stream "
+        "(kernel wait or other: the launch call came before them; per launch: the graph_launches frame)"
+    ]
+
+
 def _aggregate(g: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     cat, gap = pl.col("category"), pl.col("gap_ns")
     positive = gap.fill_null(0) > 0
@@ -102,6 +119,7 @@ def idle_time(
     if per_step and g["step"].is_not_null().any():
         parts.append(_aggregate(g.filter(pl.col("step").is_not_null()), ["step", *_KEYS]))
     out = frame(pl.concat(parts, how="diagonal_relaxed").with_columns(rank=pl.lit(rank)), IDLE_TIME_SCHEMA)
+    notes.extend(_graph_note(g))
     unl = int(out.filter(pl.col("step").is_null())["n_unlaunched"].sum())
     if unl:
         notes.append(

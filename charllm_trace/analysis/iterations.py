@@ -38,7 +38,7 @@ def rank_iterations(
     """One rank's iterations, phases and requests; None when the trace marks no phase and no request
     and its steps are not from a marker (``marked``: ``--step-marker``)."""
     steps = trace.steps()
-    phases = _phase_ranges(trace.nodes)
+    phases = phase_ranges(trace.nodes)
     req = _requests(trace.nodes)
     if not marked and phases.height == 0 and req.height == 0:
         return None
@@ -68,7 +68,7 @@ def _cast(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     )
 
 
-def _phase_ranges(nodes: pl.DataFrame) -> pl.DataFrame:
+def phase_ranges(nodes: pl.DataFrame) -> pl.DataFrame:
     """Outermost ranges of each phase (marker_steps.outermost, per phase): phase, start_ns, end_ns."""
     r = named_ranges(nodes, pl.col("name").str.contains(_PHASE_RE))
     reach = pl.col("end_ns").cum_max().shift(1).over("phase")  # the end of the earlier ranges

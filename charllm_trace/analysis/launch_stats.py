@@ -10,6 +10,10 @@ For each GPU operator with a launch call (``stream_ops``):
   interpolation between order statistics, as numpy and pandas, rounded to ns) and max;
 - **shorter than its launch**: the op's duration < its launch call's duration (the CPU cannot
   launch such operators as fast as the GPU runs them);
+- operators started by a **graph launch** (``cudaGraphLaunch`` ...: one call, many operators
+  sharing its correlation) are counted apart: in ``n_ops`` and the queue, in no delay or
+  shorter-than-launch figure (``n_launched`` leaves them out); a note counts them, and
+  ``analysis/graph_launches.py`` gives their figures per launch and per kernel;
 - **queue length**: the number of operators launched and not finished, q(t) = #{ops: launch ≤ t
   < end} (an op without a launch call counts from its start), per stream and for all streams of
   the rank; its maximum and time-weighted mean over a window: the step's window for a step row
@@ -25,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from charllm_trace.analysis.graph_launches import GRAPH_LAUNCH_RE
 from charllm_trace.analysis.idle_results import LAUNCH_SCHEMA, QUEUE_SCHEMA, LaunchResult
 from charllm_trace.analysis.results import frame
 from charllm_trace.analysis.step_windows import step_windows
@@ -87,7 +92,7 @@ def launch_delay(hta_compat: bool) -> pl.Expr:
 
 def _delay_stats(ops: pl.DataFrame, keys: list[str], hta_compat: bool) -> pl.DataFrame:
     d = launch_delay(hta_compat)
-    has = pl.col("call_start_ns").is_not_null()
+    has = pl.col("call_start_ns").is_not_null() & ~_graph  # a graph launch's kernels: graph_launches
     if hta_compat:  # HTA counts the operators of its four launch calls only
         has = has & pl.col("call_name").is_in(list(HTA_LAUNCH_CALLS)).fill_null(False)
     shorter = ((pl.col("dur_ns") < pl.col("call_dur_ns")) & has).fill_null(False)
@@ -103,6 +108,23 @@ def _delay_stats(ops: pl.DataFrame, keys: list[str], hta_compat: bool) -> pl.Dat
     out = ops.group_by(keys, maintain_order=True).agg(agg) if keys else ops.select(agg)
     n = pl.col("n_launched")
     return out.with_columns(shorter_pct=pl.when(n > 0).then(100.0 * pl.col("n_shorter_than_launch") / n))
+
+
+#: an operator started by a graph launch (cudaGraphLaunch ...: many operators share one call)
+_graph = pl.col("call_name").str.contains(GRAPH_LAUNCH_RE).fill_null(False)
+
+
+def _graph_note(got: pl.DataFrame) -> list[str]:
+    """The note on operators started by graph launches: counted apart (not in any delay figure)."""
+    g = got.filter(_graph)
+    if g.height == 0:
+        return []
+    n = g.select(pl.struct("call_start_ns", "call_name").n_unique()).item()
+    return [
+        f"{g.height} GPU operators were started by {n} graph launches ({g['call_name'][0]} ...): they are "
+        "in no launch delay or shorter-than-launch figure (a graph launch starts many operators; per launch "
+        "and per kernel: the graph_launches frames), only in the queue"
+    ]
 
 
 def _not_hta_calls(got: pl.DataFrame) -> list[str]:
@@ -209,6 +231,5 @@ def launch_stats(
     n_none = int(got["call_start_ns"].is_null().sum())
     if n_none:
         notes.append(f"{n_none} GPU operators have no launch call in the trace: no launch delay")
-    if hta_compat:
-        notes.extend(_not_hta_calls(got))
+    notes.extend(_not_hta_calls(got) if hta_compat else _graph_note(got))
     return LaunchResult(stats, frame(queue, QUEUE_SCHEMA), hta_compat, simulated, notes)

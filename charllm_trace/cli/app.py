@@ -439,11 +439,11 @@ def export_perfetto(
         traces = {k: (t if t.meta.has_timestamps else sim(t)) for k, t in r.traces.items()}
         r = Run(traces=traces, manifest=r.manifest, source=r.source)
     cp, why = (None, None) if no_critical_path else _critical_path_for_export(r)
-    from charllm_trace.analysis.api import pipeline_of_run
+    from charllm_trace.analysis.api import export_overlays
     from charllm_trace.inputs.localize import url_output
 
     with url_output(output) as out:  # an fsspec URL: written here, uploaded whole
-        stats = write_chrome_trace(r, out, flows=not no_flows, critical_path=cp, pipeline=pipeline_of_run(r))
+        stats = write_chrome_trace(r, out, flows=not no_flows, critical_path=cp, **export_overlays(r))
     click.echo(
         f"wrote {output}: {stats.ranks} ranks, {stats.tracks} tracks, {stats.slices} slices, "
         f"{stats.counter_samples} counter samples, {stats.flows} launch flows"

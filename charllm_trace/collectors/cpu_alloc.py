@@ -8,8 +8,9 @@ number of local ranks the command starts (torchrun's ``--nproc-per-node``, else 
 
 The command's process is started with the union of the lists; each rank process (the injected
 ``sitecustomize``) narrows itself to its own list by ``LOCAL_RANK`` before anything else runs, so
-every thread it starts inherits it. A cgroup CPU quota (``cpu.max``) is not set: the manifest
-says why (``quota``). The plan is recorded in the manifest's ``cpus``.
+every thread it starts inherits it. Where the machine allows it the command also runs under a
+cgroup v2 CPU quota (``cpu.max``, ``collectors/cpu_quota.py``); the manifest's ``cpus.quota`` says
+whether one was set, and why not. The plan is recorded in the manifest's ``cpus``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import re
 from typing import Any
 
+from charllm_trace.collectors import cpu_quota
 from charllm_trace.core.errors import UsageError
 
 _NPROC = re.compile(r"^--nproc[-_]per[-_]node(?:=(.*))?$")
@@ -53,18 +55,6 @@ def local_ranks(command: list[str]) -> int:
     return 1
 
 
-def quota_note() -> str:
-    """Why no cgroup CPU quota is set (the affinity is the allocation)."""
-    try:
-        with open("/proc/self/cgroup") as f:
-            lines = f.read().split()
-    except OSError:
-        return "no cgroup information (/proc/self/cgroup unreadable): affinity only"
-    if any(not ln.startswith("0::") for ln in lines):
-        return "cgroup v1 hierarchy: collect sets no cpu.max quota there; affinity only"
-    return "collect sets no cgroup cpu.max quota (it would need a delegated cgroup v2 subtree); affinity only"
-
-
 def plan(per_rank: int, command: list[str]) -> dict[str, Any]:
     """The allocation of ``per_rank`` cores to each local rank of ``command`` (module docstring)."""
     cores = available_cores()
@@ -79,15 +69,17 @@ def plan(per_rank: int, command: list[str]) -> dict[str, Any]:
         "shared": shared,
         "command_cores": union,
         "available": cores,
-        "quota": {"set": False, "note": quota_note()},
     }
 
 
 def pin_command(alloc: dict[str, Any]) -> Any:
-    """A ``preexec_fn`` that puts the command on the union of the ranks' cores."""
+    """A ``preexec_fn`` that puts the command on the union of the ranks' cores, and in the quota's
+    cgroup when one was made (``alloc["quota"]``, ``cpu_quota.prepare``)."""
     cores = set(alloc["command_cores"])
+    quota = alloc.get("quota") or {}
 
     def pin() -> None:
         os.sched_setaffinity(0, cores)
+        cpu_quota.join(quota)
 
     return pin

@@ -10,7 +10,8 @@ library only. Per node, in the run directory (docs/collect.md, "CPU scheduler te
   from ``/proc/<pid>/task/<tid>/schedstat``: time on a CPU, and time runnable waiting for one);
 - ``cpusched-cgroup-<host>.csv``: the command's cgroup ``cpu.stat`` (``nr_periods``,
   ``nr_throttled``, ``throttled_usec``) and ``cpu.max`` per sample;
-- ``cpusched-<host>.meta.json``: rate, clock ticks per second, the cgroup, and notes (a file the
+- ``cpusched-<host>.meta.json``: rate, clock ticks per second, the cgroup and its ``cpu_max``
+  (quota and period, µs, at the start; null quota: no limit), and notes (a file the
   kernel does not provide, e.g. schedstat without ``CONFIG_SCHED_INFO``: its columns stay empty).
 
 Rows are appended and flushed at least every 0.25 s, so a killed sampler loses at most that much;
@@ -25,6 +26,8 @@ import os
 import signal
 import sys
 import time
+
+from charllm_trace.collectors.cpu_quota import read_cpu_max
 
 COLUMNS = ("time_ns", "pid", "tid", "comm", "state", "utime_ticks", "stime_ticks", "run_ns", "wait_ns",
            "slices", "vol_cs", "invol_cs")  # fmt: skip
@@ -135,7 +138,7 @@ def run(run_dir: str, root: int, hz: float, host: str) -> None:
     missing: set[str] = set()
     meta = {"format": "charllm-cpusched-csv", "version": 1, "root_pid": root, "rate_hz": hz,
             "clock_ticks_per_s": os.sysconf("SC_CLK_TCK"), "cgroup": cg, "columns": list(COLUMNS),
-            "cgroup_columns": list(CGROUP_COLUMNS), "notes": []}  # fmt: skip
+            "cgroup_columns": list(CGROUP_COLUMNS), "cpu_max": read_cpu_max(cg), "notes": []}  # fmt: skip
     if cg is None:
         meta["notes"].append("no cgroup v2 cpu.stat for the command: no throttling figures")
     with open(p["threads"], "w") as out, open(p["cgroup"], "w") as cout:

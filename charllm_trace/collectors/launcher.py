@@ -266,9 +266,11 @@ def collect(
     prepare_run_dir(rd, force=force, run_id=run_id)
     launcher = this_process()
     started_ns = time.time_ns()
-    from charllm_trace.collectors import cpu_alloc  # collect --cpus: cores per rank
+    from charllm_trace.collectors import cpu_alloc, cpu_quota, cpu_sched  # collect --cpus, --cpu-hz
 
     alloc = cpu_alloc.plan(cpus, command) if cpus else None
+    if alloc is not None:  # a cgroup cpu.max quota where the machine allows one (cpu_quota.py)
+        alloc["quota"] = cpu_quota.prepare(len(alloc["command_cores"]), str(os.getpid()))
     manifest_args: dict[str, Any] = {
         "command": list(command),
         "steps": steps,
@@ -281,6 +283,9 @@ def collect(
         "cpus": alloc,
         "step_marker": step_marker,
     }
+    if alloc is not None or cpu_hz > 0:  # the command's cgroup CPU quota, with the CPU figures
+        mine = alloc["quota"].get("cgroup") if alloc is not None else None
+        manifest_args["cgroup_cpu_max"] = cpu_quota.read_cpu_max(mine or cpu_sched.cgroup_dir(os.getpid()))
     ids = {"run_id": run_id, "launcher": launcher}
     write_node_info(rd, command=command, node_rank=nrank, status="running", **ids)
     if nrank == 0:
@@ -334,12 +339,11 @@ def collect(
         for p in rd.iterdir():  # nothing ran: leave the directory as it was
             if (p.name == "manifest.json" and nrank == 0) or p.name == f"node-{host_tag()}.json":
                 p.unlink()
+        cpu_quota.remove(alloc["quota"] if alloc else None)
         raise InputError(command[0], f"cannot run the training command: {exc.strerror}") from None
     from charllm_trace.collectors.runstate import proc_start
 
     tell(warden, {"child": proc.pid, "start": proc_start(proc.pid)})
-    from charllm_trace.collectors import cpu_sched  # scheduler state of the command's threads
-
     cpu = cpu_sched.start(str(rd), proc.pid, cpu_hz, host_tag()) if cpu_hz > 0 else None
     interrupted_by: list[str] = []
 
@@ -367,6 +371,7 @@ def collect(
         stop_sampler_process(sampler)
     if cpu is not None:
         cpu_sched.stop(cpu)
+    cpu_quota.remove(alloc["quota"] if alloc else None)
     _release(lock)
     finished_ns = time.time_ns()
     write_node_info(

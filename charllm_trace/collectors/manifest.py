@@ -122,6 +122,7 @@ def build_manifest(
     workload: dict[str, Any] | None = None,
     cpus: dict[str, Any] | None = None,
     step_marker: str | None = None,
+    cgroup_cpu_max: dict[str, Any] | None | bool = False,
 ) -> dict[str, Any]:
     from charllm_trace import __version__
 
@@ -237,6 +238,8 @@ def build_manifest(
         "launcher_node_rank": node_rank,
         "cpus": cpus,  # collect --cpus: per_rank, lists (by local rank), shared, quota (collectors/cpu_alloc.py)
         "step_marker": step_marker,  # collect --step-marker: iterations are this range's occurrences
+        # with --cpus or --cpu-hz: the command's cgroup cpu.max (collectors/cpu_quota.read_cpu_max)
+        **({} if cgroup_cpu_max is False else {"cgroup_cpu_max": cgroup_cpu_max}),
     }
 
 

@@ -28,9 +28,18 @@ _COUNTERS = ("utime_ticks", "stime_ticks", "run_ns", "wait_ns", "slices", "vol_c
 
 def _csv(path: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     try:
+        with open(path, "rb") as f:
+            head = f.readline(4096).rstrip(b"\r\n")
+        if head != ",".join(schema).encode():
+            first = ",".join(list(schema)[:3])
+            raise InputError(
+                path, f"not a CPU scheduler telemetry file: its first line is not the header ({first},...)"
+            )
         df = pl.read_csv(path, schema=schema, truncate_ragged_lines=True, ignore_errors=True)
-    except (pl.exceptions.ComputeError, pl.exceptions.NoDataError, OSError) as exc:
-        raise InputError(path, f"not a CPU scheduler telemetry file: {str(exc).splitlines()[0]}") from None
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise InputError(
+            path, f"not a CPU scheduler telemetry file: {str(exc).splitlines()[0]:.200}"
+        ) from None
     # a last line cut short (a killed sampler) has no tail: a complete row has every one of these
     need = ("state", "utime_ticks", "stime_ticks") if "state" in schema else ("nr_periods",)
     return df.filter(pl.all_horizontal([pl.col(c).is_not_null() for c in ("time_ns", *need)]))

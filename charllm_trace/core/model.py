@@ -369,6 +369,11 @@ class Run:
     traces: dict[int, Trace]
     manifest: dict[str, Any] = field(default_factory=dict)
     source: str | None = None  # path the run was loaded from, for messages
+    #: CPU scheduler telemetry of a collected run (``collect --cpu-hz``): the threads' samples, the
+    #: cgroup's, and the reader's notes (``converters.cpu_sched.read_cpu_sched``); None: none
+    cpu_sched: tuple[pl.DataFrame, pl.DataFrame, list[str]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def __iter__(self) -> Iterator[Trace]:
         return iter(self.traces[r] for r in sorted(self.traces))
@@ -382,7 +387,7 @@ class Run:
 
     def select(self, ranks: Iterable[int]) -> Run:
         keep = {r: self.traces[r] for r in ranks if r in self.traces}
-        return Run(traces=keep, manifest=self.manifest, source=self.source)
+        return Run(traces=keep, manifest=self.manifest, source=self.source, cpu_sched=self.cpu_sched)
 
     @classmethod
     def single(cls, trace: Trace, source: str | None = None) -> Run:

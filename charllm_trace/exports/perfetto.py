@@ -28,7 +28,9 @@ Layout of the file:
   they never overlap, so the track nests;
 - with a :class:`~charllm_trace.analysis.pipeline_results.PipelineResult`, a track
   ``pipeline (rank N, stage S)`` per rank with labelled microbatches: phases and bubbles
-  (:mod:`charllm_trace.exports.perfetto_pipeline`).
+  (:mod:`charllm_trace.exports.perfetto_pipeline`);
+- for a run with CPU scheduler telemetry, a track per rank with its launching thread's
+  running / runnable / sleeping slices (:mod:`charllm_trace.render.perfetto_cpu`).
 
 Times: Chrome-trace ``ts``/``dur`` are microseconds. We write them as exact decimal
 literals with three fractional digits (nanosecond precision), relative to the run's
@@ -54,6 +56,7 @@ from charllm_trace.analysis.results import CriticalPathResult
 from charllm_trace.core.errors import InputError
 from charllm_trace.core.model import Run, Trace
 from charllm_trace.exports.perfetto_layout import last_at_start, launch_flows, nest_lanes, overlap_label
+from charllm_trace.render.perfetto_cpu import state_track
 
 #: Name of the critical-path track of a rank (its thread name in the file).
 CRITICAL_TRACK = "critical path (rank {rank})"
@@ -396,13 +399,15 @@ def write_chrome_trace(
     flows: bool = True,
     critical_path: CriticalPathResult | None = None,
     pipeline: PipelineResult | None = None,
+    cpu_states: dict[int, pl.DataFrame] | None = None,
 ) -> ExportStats:
     """Write ``run`` as a Chrome-trace JSON (gzip-compressed when ``path`` ends in ``.gz``).
 
     ``critical_path`` (from :func:`charllm_trace.analysis.critical.critical_path` of the
     same run): each rank's whole-trace path is drawn on a track ``critical path (rank N)``.
     ``pipeline`` (``RunAnalysis.pipeline``): each stage's phases and bubbles on a track of its own
-    (:mod:`charllm_trace.exports.perfetto_pipeline`).
+    (:mod:`charllm_trace.exports.perfetto_pipeline`). ``cpu_states``: per rank, its launching thread's
+    states (``analysis.cpu_wait.thread_states``) on a track of their own (``render/perfetto_cpu.py``).
 
     Raises :class:`InputError` when no rank has any timestamp (nothing to place on a
     timeline, e.g. a Chakra ET written by Chakra's own converter; pass it through
@@ -455,6 +460,10 @@ def write_chrome_trace(
                 chunks.append(_critical_lines(seg, pid, cp_tid, origin).str.join(",\n").item())
         if pipeline is not None and rank is not None:
             chunks.extend(_pipeline_track(pipeline, rank, pid, int(tracks["out_tid"].max() or 0) + 2, origin))
+        if cpu_states is not None and rank in cpu_states:
+            chunks.extend(
+                state_track(cpu_states[rank], pid, int(tracks["out_tid"].max() or 0) + 3, origin, _us)
+            )
         if timed.height:
             sl = _slice_lines(timed, pid, origin)
             n_slices += sl.len()

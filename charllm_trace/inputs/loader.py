@@ -70,7 +70,7 @@ def load(
     and first bytes, and only the chosen ranks' files are read and converted."""
     from charllm_trace.collectors.run_checks import label_partial
     from charllm_trace.core.limits import choose_ranks
-    from charllm_trace.engine import is_url
+    from charllm_trace.inputs.urls import is_url
 
     if is_url(path):  # read here from a local copy (with --scheduler, workers read URLs themselves)
         from charllm_trace.inputs.localize import localize_input, url_errors
@@ -87,10 +87,10 @@ def load(
             only = choose_ranks(present, ranks, sample)
         except InputError as exc:
             raise InputError(path, exc.problem) from None
-        run = _load(path, cache=cache, only=only)
+        run = _with_cpu_sched(_load(path, cache=cache, only=only), path)
         label_partial(run, path, present=present)
         return run
-    run = _load(path, cache=cache)
+    run = _with_cpu_sched(_load(path, cache=cache), path)
     if os.path.isdir(path):
         label_partial(run, path)
     if ranks is not None or sample is not None:
@@ -98,6 +98,15 @@ def load(
             run = run.select(choose_ranks(run.ranks, ranks, sample) or run.ranks)
         except InputError as exc:
             raise InputError(path, exc.problem) from None
+    return run
+
+
+def _with_cpu_sched(run: Run, path: str | os.PathLike[str]) -> Run:
+    """``run`` with the CPU scheduler telemetry of its directory (``collect --cpu-hz``), if any."""
+    if os.path.isdir(path) and any(Path(path).glob("cpusched-*.csv")):
+        from charllm_trace.converters.cpu_sched import read_cpu_sched
+
+        run.cpu_sched = read_cpu_sched(path)
     return run
 
 

@@ -92,7 +92,7 @@ def _frame_schema(columns: dict[str, pl.DataType], comments: dict[str, str]) -> 
 def analyze_schema() -> dict[str, Any]:
     """The JSON Schema of ``analyze --format json``."""
     from charllm_trace.analysis import frame_schemas
-    from charllm_trace.analysis.frame_schemas import FRAME_SCHEMAS
+    from charllm_trace.analysis.frame_schemas import FRAME_SCHEMAS, OPTIONAL_FRAMES
 
     # each column table by its name, and the modules that define them (their comments are there)
     names: dict[int, str] = {}
@@ -104,15 +104,16 @@ def analyze_schema() -> dict[str, Any]:
         modules.append(importlib.import_module(mod_name))
     comments = column_comments(modules)
     frames = {}
-    for name, (_field, cols) in FRAME_SCHEMAS.items():
+    for name, (_field, cols) in {**FRAME_SCHEMAS, **OPTIONAL_FRAMES}.items():
         frames[name] = _frame_schema(cols, comments.get(names.get(id(cols), ""), {}))
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://charllm-trace.dev/schema/analyze.schema.json",
         "title": "charllm-trace analyze --format json",
         "description": (
-            "The analyses of a run. Every frame is always present (an empty list when its "
-            "analysis was not computed; skipped says why). Times are integer ns, energy J, power W, "
+            "The analyses of a run. Every required frame is always present (an empty list when its "
+            "analysis was not computed; skipped says why); the others (cpu_wait*) only where the run "
+            "has their data (CPU scheduler telemetry). Times are integer ns, energy J, power W, "
             "bandwidth GB/s (GB = 1e9 bytes); null is unknown."
         ),
         "type": "object",

@@ -457,3 +457,13 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
 
         render_iterations(res, console)
         console.print()
+    if res.graph_launches is not None:  # only for traces with CUDA/HIP graph launches
+        from charllm_trace.render.graph_launch_table import render_graph_launches
+
+        render_graph_launches(res.graph_launches, console)
+        console.print()
+    if res.cpu_wait is not None:  # only for a run with CPU scheduler telemetry (collect --cpu-hz)
+        from charllm_trace.render.cpu_wait_table import render_cpu_wait_analysis
+
+        render_cpu_wait_analysis(res.cpu_wait, console)
+        console.print()

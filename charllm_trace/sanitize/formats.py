@@ -1,7 +1,7 @@
 """The file formats :mod:`charllm_trace.sanitize` reads and writes, and what it cleans in each.
 
 JSON (``.json``, ``.json.gz``: manifests, host execution traces, Kineto profiles), line-delimited
-JSON (``.jsonl``, ``.ndjson``), CSV (every line scrubbed as text), Parquet and Arrow IPC tables;
+JSON (``.jsonl``, ``.ndjson``), CSV (every line scrubbed as text, id columns remapped: ``csv_ids``), Parquet and Arrow IPC tables;
 Chakra ET files are in :mod:`charllm_trace.sanitize.chakra_et`. Each format has a ``collect``
 step (learn host and user names from its headers) and a ``clean`` step (the cleaned bytes), both
 through :func:`collect` and :func:`clean`; the rules themselves are in
@@ -20,6 +20,7 @@ import orjson
 from charllm_trace.core.errors import InputError
 from charllm_trace.core.files import GZIP_MAGIC, gunzip, read_regular
 from charllm_trace.sanitize import chakra_et
+from charllm_trace.sanitize.csv_ids import csv_clean, csv_collect
 from charllm_trace.sanitize.rules import (
     DROP_KEYS,
     HOST_KEYS,
@@ -166,14 +167,6 @@ def table_collect(sc: Scrubber, kind: str, data: bytes) -> None:
                 sc.add_id(v)
 
 
-def text_clean(sc: Scrubber, data: bytes) -> bytes:
-    """CSV and other line text: every line scrubbed as a string (numbers pass unchanged)."""
-    text = data.decode("utf-8", errors="surrogateescape")
-    return "".join(sc.text(ln) for ln in text.splitlines(keepends=True)).encode(
-        "utf-8", errors="surrogateescape"
-    )
-
-
 # ---- dispatch -------------------------------------------------------------
 
 
@@ -204,7 +197,9 @@ def _collect(sc: Scrubber, kind: str, path: Path, data: bytes) -> None:
                 sc.collect(load_json(path, line))
     elif kind == "et":
         chakra_et.collect(sc, path, data)
-    elif kind != "csv":
+    elif kind == "csv":
+        csv_collect(sc, data)
+    else:
         table_collect(sc, kind, data)
 
 
@@ -221,5 +216,5 @@ def _clean(sc: Scrubber, kind: str, path: Path, data: bytes) -> bytes:
     if kind == "et":
         return chakra_et.clean(sc, path, data)
     if kind == "csv":
-        return text_clean(sc, data)
+        return csv_clean(sc, data)
     return table_clean(sc, kind, path, data)

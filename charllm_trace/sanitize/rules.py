@@ -88,7 +88,7 @@ HW_KEYS = frozenset(
     }
 )
 #: Keys whose integer value is an operating-system process or thread id: remapped (see ``Scrubber.ids``).
-ID_KEYS = frozenset({"pid", "tid", "ppid", "launcher_pid", "sort_index", "system_tid", "fw_tid"})
+ID_KEYS = frozenset({"pid", "tid", "ppid", "launcher_pid", "sort_index", "system_tid", "fw_tid", "root_pid"})
 #: Kineto categories of GPU events (their ``pid`` is a device index, their ``tid`` a stream).
 GPU_CATS = frozenset(
     {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "memcpy", "memset", "mtia_ccp_events"}

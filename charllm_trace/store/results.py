@@ -6,8 +6,7 @@ A results file holds a :class:`~charllm_trace.analysis.results.RunAnalysis` whol
 and scalar of each analysis, the notes, skipped reasons, ranks, options and source — and,
 optionally, what the report draws from the trace itself
 (:class:`charllm_trace.render.report_views.ReportViews`: activity lanes, telemetry series, time origin).
-Not saved: ``RunAnalysis.classified`` (the analyses' input, as large as the trace; the views keep
-what the report draws from it).
+Not saved: ``RunAnalysis.classified`` (the analyses' input, as large as the trace; the views keep what the report draws from it).
 
 Format (``VERSION``): one zip file (``zipfile``, members stored uncompressed):
 
@@ -42,6 +41,7 @@ from charllm_trace.analysis.comm_wait_results import CommWaitResult
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.iterations_results import IterationsResult
+from charllm_trace.analysis.optional_results import OPTIONAL_RESULT_TYPES
 from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results import (
     AnalyzeOptions,
@@ -81,11 +81,11 @@ RESULT_TYPES: dict[str, type] = {
     "pipeline": PipelineResult,
     "comm_wait": CommWaitResult,
     "iterations": IterationsResult,
+    **OPTIONAL_RESULT_TYPES,
 }
-#: results added to version 1 after its first files were written: read as None from a file without them (with a reason in ``skipped``, but the configuration)
-ADDED_RESULTS = ("idle_time", "launch", "config", "breakdown", "flops", "pipeline", "comm_wait", "iterations")
-#: analysis options added to version 1 after its first files were written: a file without them
-#: was analysed as their defaults do (display options: the figures do not depend on them)
+#: results added to version 1 after its first files were written: read as None from a file without them (with a reason in ``skipped``, but the configuration and the optional results: computed only where the run has their data)
+ADDED_RESULTS = (*"idle_time launch config breakdown flops pipeline comm_wait iterations".split(), *OPTIONAL_RESULT_TYPES)  # fmt: skip
+#: analysis options added to version 1 after its first files were written: a file without them was analysed as their defaults do (display options: the figures do not depend on them)
 ADDED_OPTIONS = ("breakdown_top", "step_marker")
 _ZIP_MAGIC = b"PK\x03\x04"
 
@@ -356,7 +356,7 @@ def _decode_analysis(doc: Any, members: dict[str, bytes], written_by: Any = None
     res = RunAnalysis(**kw, **_values(RunAnalysis, rest, "analysis"))
     by = f" (written by {written_by})" if isinstance(written_by, str) else ""
     for k in absent:
-        if k != "config":
+        if k not in ("config", *OPTIONAL_RESULT_TYPES):
             res.skipped.setdefault(
                 k, f"not in this results file{by}, saved before the analysis existed: analyse the trace again"
             )
