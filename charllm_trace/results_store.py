@@ -6,8 +6,7 @@ A results file holds a :class:`~charllm_trace.analysis.results.RunAnalysis` whol
 and scalar of each analysis, the notes, skipped reasons, ranks, options and source — and,
 optionally, what the report draws from the trace itself
 (:class:`charllm_trace.report_views.ReportViews`: activity lanes, telemetry series, time origin).
-Not saved: ``RunAnalysis.classified`` (the analyses' input, as large as the trace; the views keep
-what the report draws from it).
+Not saved: ``RunAnalysis.classified`` (the analyses' input, as large as the trace).
 
 Format (``VERSION``): one zip file (``zipfile``, members stored uncompressed):
 
@@ -21,8 +20,7 @@ Nothing read back is trusted: ``zipfile`` checks every member's CRC-32 as it is 
 member's size and SHA-256 must match the manifest, the members must be exactly those the manifest
 lists, and the analysis' fields exactly those of this version's result types. Anything else is an
 :class:`InputError` naming the file (exit 2 in the CLI): not a zip, not ours, another version,
-truncated or corrupt.
-"""
+truncated or corrupt."""
 
 from __future__ import annotations
 
@@ -40,6 +38,7 @@ import polars as pl
 
 from charllm_trace import results_checks as checks
 from charllm_trace.analysis.comm_wait_results import CommWaitResult
+from charllm_trace.analysis.dims_results import DimsResult
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.iterations_results import IterationsResult
@@ -81,9 +80,10 @@ RESULT_TYPES: dict[str, type] = {
     "pipeline": PipelineResult,
     "comm_wait": CommWaitResult,
     "iterations": IterationsResult,
+    "dims": DimsResult,
 }
 #: results added to version 1 after its first files were written: read as None from a file without them (with a reason in ``skipped``, but the configuration)
-ADDED_RESULTS = ("idle_time", "launch", "config", "breakdown", "flops", "pipeline", "comm_wait", "iterations")
+ADDED_RESULTS = tuple(RESULT_TYPES)[6:]  # all after what_if: idle_time, launch, ..., iterations, dims
 #: analysis options added to version 1 after its first files were written: a file without them
 #: was analysed as their defaults do (display options: the figures do not depend on them)
 ADDED_OPTIONS = ("breakdown_top", "step_marker")

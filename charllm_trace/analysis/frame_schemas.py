@@ -15,6 +15,7 @@ from charllm_trace.analysis.comm_wait_results import (
     COMM_WAIT_SCHEMA,
 )
 from charllm_trace.analysis.config_results import CONFIG_SCHEMA
+from charllm_trace.analysis.dims_results import DIM_SIZES_SCHEMA, DIMS_SCHEMA
 from charllm_trace.analysis.flops_results import FLOPS_DEVICE_SCHEMA, FLOPS_OP_SCHEMA, FLOPS_SCHEMA
 from charllm_trace.analysis.idle_results import IDLE_TIME_SCHEMA, LAUNCH_SCHEMA, QUEUE_SCHEMA
 from charllm_trace.analysis.iterations_results import ITERATION_SCHEMA, PHASE_SCHEMA, REQUEST_SCHEMA
@@ -71,6 +72,8 @@ FRAME_SCHEMAS: dict[str, tuple[str, dict[str, pl.DataType]]] = {
     "iterations": ("iterations", ITERATION_SCHEMA),
     "phases": ("iterations", PHASE_SCHEMA),
     "requests": ("iterations", REQUEST_SCHEMA),
+    "dims": ("dims", DIMS_SCHEMA),
+    "dim_msg_sizes": ("dims", DIM_SIZES_SCHEMA),
 }
 
 #: The modules whose ``*_SCHEMA`` tables (with a comment beside each column) are imported above.
@@ -85,6 +88,7 @@ DEFINED_IN = (
     "charllm_trace.analysis.spread_results",
     "charllm_trace.analysis.pipeline_results",
     "charllm_trace.analysis.comm_wait_results",
+    "charllm_trace.analysis.dims_results",
 )
 
 #: Why a frame is empty when its analysis was not asked for (no entry in ``skipped``).

@@ -22,6 +22,7 @@ from charllm_trace.analysis.bandwidth_reason import comm_facts, no_bandwidth_rea
 from charllm_trace.analysis.breakdown import RankBreakdown, breakdown_from, rank_breakdown
 from charllm_trace.analysis.classify import classify, with_phase
 from charllm_trace.analysis.comm_wait import NO_MATCH, comm_wait_from, rank_comm_ops
+from charllm_trace.analysis.dims import NO_DIMS, dims_from
 from charllm_trace.analysis.energy import energy
 from charllm_trace.analysis.flops import flops_from, rank_flops
 from charllm_trace.analysis.flops_results import FlopsResult
@@ -415,6 +416,9 @@ def merge_parts(
     )
     if cw is None:
         skipped["comm_wait"] = NO_MATCH
+    dm = dims_from(ov, bw, cw, pipe, simulated=simulated)
+    if dm is None:
+        skipped["dims"] = NO_DIMS
     if no_dur and len(no_dur) == len(no_ts):
         for k in ("critical_path", "what_if"):
             if k in skipped:
@@ -438,6 +442,7 @@ def merge_parts(
         flops=fl,
         pipeline=pipe,
         comm_wait=cw,
+        dims=dm,
         iterations=iterations_from(its, merge_notes([(r, i.notes) for r, i in its], multi)),
         bandwidth=bw,
         energy=en,
@@ -454,7 +459,7 @@ def merge_parts(
         target.notes.extend(dup)
     partial = manifest.get("partial") if isinstance(manifest, dict) else None
     if isinstance(partial, str):  # --allow-partial: every result says it covers part of the run
-        for r in (ov, bw, en, pw, idle, launch, bd, fl, pipe, cw):
+        for r in (ov, bw, en, pw, idle, launch, bd, fl, pipe, cw, dm):
             if r is not None:
                 r.notes.insert(0, partial)
     return res

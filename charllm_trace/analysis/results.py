@@ -28,6 +28,7 @@ import polars as pl
 
 from charllm_trace.analysis.comm_wait_results import CommWaitResult
 from charllm_trace.analysis.config_results import CONFIG_SCHEMA, RunConfig  # noqa: F401 - re-exported
+from charllm_trace.analysis.dims_results import DimsResult
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.frame_build import frame  # noqa: F401 - re-exported (every analysis builds with it)
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
@@ -420,6 +421,7 @@ class RunAnalysis:
     pipeline: PipelineResult | None = None  # microbatches and bubbles per stage (analysis.pipeline)
     comm_wait: CommWaitResult | None = None  # waiting vs transferring of matched communication
     iterations: IterationsResult | None = None  # iterations, phases, requests (analysis.iterations)
+    dims: DimsResult | None = None  # every headline figure by parallel dimension (analysis.dims)
     skipped: dict[str, str] = field(default_factory=dict)
     ranks: list[int] = field(default_factory=list)
     simulated: bool = False
@@ -471,7 +473,7 @@ class RunAnalysis:
             out["flops"] = self.flops.per_step
             out["flops_by_op"] = self.flops.by_op
             out["flops_devices"] = self.flops.devices
-        for extra in (self.pipeline, self.comm_wait, self.iterations):
+        for extra in (self.pipeline, self.comm_wait, self.iterations, self.dims):
             if extra is not None:
                 out.update(extra.frames())
         return out
@@ -488,6 +490,7 @@ class RunAnalysis:
             "pipeline",
             "comm_wait",
             "iterations",
+            "dims",
         ):
             r: Any = getattr(self, name)
             if r is not None and r.notes:
