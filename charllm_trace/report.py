@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.comm_wait_results import CommWaitResult
+from charllm_trace.analysis.dims_results import DimsResult
 from charllm_trace.analysis.energy import IDLE
 from charllm_trace.analysis.findings import Finding, findings
 from charllm_trace.analysis.flops_results import FlopsResult
@@ -89,6 +90,7 @@ class ReportData:
     flops: FlopsResult | None = None  # achieved FLOP/s and MFU (estimates)
     pipeline: PipelineResult | None = None  # microbatches and bubbles (render/pipeline_html.py)
     comm_wait: CommWaitResult | None = None  # waiting vs transfer (render/comm_wait_html.py)
+    dims: DimsResult | None = None  # figures by parallel dimension (render/dims_html.py)
     simulated: bool = False
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -182,7 +184,7 @@ def report_data_from(views: ReportViews, an: RunAnalysis, title: str | None = No
     data.idle_time, data.launch = an.idle_time, an.launch
     data.breakdown = an.breakdown
     data.flops = an.flops
-    data.pipeline, data.comm_wait = an.pipeline, an.comm_wait
+    data.pipeline, data.comm_wait, data.dims = an.pipeline, an.comm_wait, an.dims
     if an.critical_path is not None:
         cp = an.critical_path
         data.critical_paths = cp.paths
@@ -368,6 +370,10 @@ def render_report(data: ReportData) -> str:
 
     if parts := comm_wait_parts(data.comm_wait):
         rep.add("Waiting and transfer", *parts, note=COMM_WAIT_NOTE, sid="comm-wait")
+    from charllm_trace.render.dims_html import DIMS_NOTE, dims_parts
+
+    if parts := dims_parts(data.dims):
+        rep.add("By parallel dimension", *parts, note=DIMS_NOTE, sid="dims")
     from charllm_trace.render.flops_html import flops_parts
 
     rep.add(

@@ -87,13 +87,23 @@ def test_dimensions_that_partition_the_communication_add_up_to_the_run(partition
     assert partitioned.dims is not None and not partitioned.dims.notes
 
 
-def test_histogram_counts_are_the_collectives_and_chunking_is_noted() -> None:
+SMALL, BIG = 256 << 10, 4 << 20
+
+
+def chunked_run() -> Run:
     # dp: 20 messages of 256 KiB at 1 ms each (0.26 GB/s) carry 5 of its 9 MiB; one of 4 MiB in 0.5 ms
-    small, big = 256 << 10, 4 << 20
-    rows = [coll(i, "7", i, i * 2 * MS, MS, small) for i in range(20)]
-    rows.append(coll(20, "7", 20, 50 * MS, MS // 2, big))
-    rows.append(coll(21, "5", 0, 60 * MS, MS, big))
-    res = analyze_run(run_of({0: rows, 1: rows}), AnalyzeOptions(critical_path=False, peak_gbps=100.0))
+    rows = [coll(i, "7", i, i * 2 * MS, MS, SMALL) for i in range(20)]
+    rows.append(coll(20, "7", 20, 50 * MS, MS // 2, BIG))
+    rows.append(coll(21, "5", 0, 60 * MS, MS, BIG))
+    return run_of({0: rows, 1: rows})
+
+
+CHUNK_OPTS = AnalyzeOptions(critical_path=False, peak_gbps=100.0)
+
+
+def test_histogram_counts_are_the_collectives_and_chunking_is_noted() -> None:
+    small, big = SMALL, BIG
+    res = analyze_run(chunked_run(), CHUNK_OPTS)
     assert res.dims is not None and res.bandwidth is not None
     h = res.dims.sizes
     assert h["count"].sum() == res.bandwidth.collectives.height == 44
@@ -149,3 +159,13 @@ def test_analyze_prints_the_dimension_table() -> None:
     out = invoke("analyze", str(FIXTURES / "cpu-4rank-pp2-dp2"), "--no-critical-path", "--no-cache")
     assert out.exit_code == 0, out.output
     assert "By parallel dimension" in out.output and "Messages by size, per dimension" in out.output
+
+
+def test_report_has_the_dimension_table_and_the_bandwidth_by_size_charts() -> None:
+    from charllm_trace.report import render_report, report_data
+
+    run = chunked_run()
+    page = render_report(report_data(run, analyze_run(run, CHUNK_OPTS)))
+    assert 'id="dims"' in page and "transfer-only busbw GB/s" in page
+    assert "Bus bandwidth by message size: dp" in page and "Bus bandwidth by message size: tp" in page
+    assert "link peak (GB/s)" in page and "dp: 40 messages under 4MiB" in page
