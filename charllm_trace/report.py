@@ -23,6 +23,7 @@ from charllm_trace.analysis.energy import IDLE
 from charllm_trace.analysis.findings import Finding, findings
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
+from charllm_trace.analysis.phase_power_results import PhasePowerResult
 from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results import CP_CATEGORIES, BreakdownResult, RunAnalysis, WhatIfResult
 from charllm_trace.model import Run
@@ -91,6 +92,7 @@ class ReportData:
     pipeline: PipelineResult | None = None  # microbatches and bubbles (render/pipeline_html.py)
     comm_wait: CommWaitResult | None = None  # waiting vs transfer (render/comm_wait_html.py)
     dims: DimsResult | None = None  # figures by parallel dimension (render/dims_html.py)
+    phase_power: PhasePowerResult | None = None  # power per phase, excursions (render/phase_power_html.py)
     simulated: bool = False
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -184,7 +186,12 @@ def report_data_from(views: ReportViews, an: RunAnalysis, title: str | None = No
     data.idle_time, data.launch = an.idle_time, an.launch
     data.breakdown = an.breakdown
     data.flops = an.flops
-    data.pipeline, data.comm_wait, data.dims = an.pipeline, an.comm_wait, an.dims
+    data.pipeline, data.comm_wait, data.dims, data.phase_power = (
+        an.pipeline,
+        an.comm_wait,
+        an.dims,
+        an.phase_power,
+    )
     if an.critical_path is not None:
         cp = an.critical_path
         data.critical_paths = cp.paths
@@ -404,6 +411,10 @@ def render_report(data: ReportData) -> str:
     if not figs:
         figs.append(H.empty("Power, temperature and SM clock", data.skipped.get("power", "no telemetry")))
     rep.add("Power and thermal", *figs)
+    from charllm_trace.render.phase_power_html import PHASE_POWER_NOTE, phase_power_parts
+
+    if parts := phase_power_parts(data.phase_power):
+        rep.add("Power per microbatch phase", *parts, note=PHASE_POWER_NOTE, sid="power-phases")
     if data.notes:
         rep.add("Notes", "<ul>" + "".join(f"<li>{H._esc(n)}</li>" for n in data.notes) + "</ul>")
     present = {sid for sid, _, _ in rep.sections}

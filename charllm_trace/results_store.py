@@ -19,8 +19,7 @@ Format (``VERSION``): one zip file (``zipfile``, members stored uncompressed):
 Nothing read back is trusted: ``zipfile`` checks every member's CRC-32 as it is read, each
 member's size and SHA-256 must match the manifest, the members must be exactly those the manifest
 lists, and the analysis' fields exactly those of this version's result types. Anything else is an
-:class:`InputError` naming the file (exit 2 in the CLI): not a zip, not ours, another version,
-truncated or corrupt."""
+:class:`InputError` naming the file (exit 2): not a zip, not ours, another version, or corrupt."""
 
 from __future__ import annotations
 
@@ -30,7 +29,6 @@ import io
 import json
 import os
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +40,7 @@ from charllm_trace.analysis.dims_results import DimsResult
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.iterations_results import IterationsResult
+from charllm_trace.analysis.phase_power_results import PhasePowerResult
 from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results import (
     AnalyzeOptions,
@@ -81,9 +80,10 @@ RESULT_TYPES: dict[str, type] = {
     "comm_wait": CommWaitResult,
     "iterations": IterationsResult,
     "dims": DimsResult,
+    "phase_power": PhasePowerResult,
 }
 #: results added to version 1 after its first files were written: read as None from a file without them (with a reason in ``skipped``, but the configuration)
-ADDED_RESULTS = tuple(RESULT_TYPES)[6:]  # all after what_if: idle_time, launch, ..., iterations, dims
+ADDED_RESULTS = tuple(RESULT_TYPES)[6:]  # all after what_if: idle_time, launch, ..., phase_power
 #: analysis options added to version 1 after its first files were written: a file without them
 #: was analysed as their defaults do (display options: the figures do not depend on them)
 ADDED_OPTIONS = ("breakdown_top", "step_marker")
@@ -363,7 +363,7 @@ def _decode_analysis(doc: Any, members: dict[str, bytes], written_by: Any = None
     return res
 
 
-@dataclass
+@dataclasses.dataclass
 class SavedResults:
     """A results file, read and checked: the analysis, and the report's views if saved."""
 

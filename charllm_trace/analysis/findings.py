@@ -18,7 +18,8 @@ Findings, in order (each only when its analysis was computed):
 5. power: the highest peak power and the throttled time of the whole window;
 6. energy: the total energy of the window and the least and most that the operators of a traced
    step used (energy by step, without its ``(idle)`` and ``(outside steps)`` rows);
-7. and 8., pipeline bubbles and waiting at communication: ``analysis/findings_pipeline.py``.
+7. and 8., pipeline bubbles and waiting at communication: ``analysis/findings_pipeline.py``; 9., power
+   excursions above the power limit: ``analysis/findings_power.py``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import polars as pl
 from charllm_trace.analysis.finding_types import Fact, Finding  # noqa: F401 - Fact: this module's interface
 from charllm_trace.analysis.finding_types import fact as _fact
 from charllm_trace.analysis.findings_pipeline import pipeline_findings, waiting_findings
+from charllm_trace.analysis.findings_power import power_excursion_findings
 from charllm_trace.analysis.results import RunAnalysis
 
 MIB = 1 << 20
@@ -243,4 +245,4 @@ def _energy(an: RunAnalysis) -> list[Finding]:
 def findings(an: RunAnalysis) -> list[Finding]:
     """The findings of ``an``, in the order of the module docstring."""
     return [*_time(an), *_bandwidth(an), *_stragglers(an), *_power(an), *_energy(an), *pipeline_findings(an),
-            *waiting_findings(an)]  # fmt: skip
+            *waiting_findings(an), *power_excursion_findings(an)]  # fmt: skip

@@ -33,6 +33,7 @@ from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.frame_build import frame  # noqa: F401 - re-exported (every analysis builds with it)
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.iterations_results import IterationsResult
+from charllm_trace.analysis.phase_power_results import PhasePowerResult
 from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results_breakdown import BreakdownResult
 from charllm_trace.analysis.spread_results import empty_rank_spread
@@ -422,6 +423,9 @@ class RunAnalysis:
     comm_wait: CommWaitResult | None = None  # waiting vs transferring of matched communication
     iterations: IterationsResult | None = None  # iterations, phases, requests (analysis.iterations)
     dims: DimsResult | None = None  # every headline figure by parallel dimension (analysis.dims)
+    phase_power: PhasePowerResult | None = (
+        None  # power per microbatch phase, excursions (analysis.phase_power)
+    )
     skipped: dict[str, str] = field(default_factory=dict)
     ranks: list[int] = field(default_factory=list)
     simulated: bool = False
@@ -473,7 +477,7 @@ class RunAnalysis:
             out["flops"] = self.flops.per_step
             out["flops_by_op"] = self.flops.by_op
             out["flops_devices"] = self.flops.devices
-        for extra in (self.pipeline, self.comm_wait, self.iterations, self.dims):
+        for extra in (self.pipeline, self.comm_wait, self.iterations, self.dims, self.phase_power):
             if extra is not None:
                 out.update(extra.frames())
         return out
@@ -491,6 +495,7 @@ class RunAnalysis:
             "comm_wait",
             "iterations",
             "dims",
+            "phase_power",
         ):
             r: Any = getattr(self, name)
             if r is not None and r.notes:

@@ -457,6 +457,11 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
 
         render_dims(res, console)
         console.print()
+    if res.phase_power is not None:  # only with power telemetry
+        from charllm_trace.render.phase_power_table import render_phase_power
+
+        render_phase_power(res, console)
+        console.print()
     if res.iterations is not None:
         from charllm_trace.render.iterations_table import render_iterations
 
