@@ -19,7 +19,9 @@ from charllm_trace.analysis.results import RunAnalysis
 def _phase(an: RunAnalysis, r: dict) -> tuple[str, list[Fact]]:
     assert an.phase_power is not None
     ph = an.phase_power.phases.filter(
-        (pl.col("rank") == r["rank"]) & (pl.col("device") == r["device"]) & pl.col("step").eq_missing(r["step"])
+        (pl.col("rank") == r["rank"])
+        & (pl.col("device") == r["device"])
+        & pl.col("step").eq_missing(r["step"])
     ).filter(pl.col("avg_w").is_not_null())
     if ph.height == 0:
         return "", []
