@@ -6,6 +6,8 @@ forwards, 500 W in its backwards and 100 W otherwise), and the excursions of the
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 import pytest
 
@@ -40,13 +42,28 @@ def _with_power(run: Run, tl: dict, p: int) -> Run:
     return Run(traces=traces)
 
 
+MM_FLOP = 2 * 64 * 512 * 512  # aten::mm [64, 512] x [512, 512]
+
+
+def _with_matmuls(run: Run) -> Run:
+    """One counted aten::mm in every forward label and two in every backward label."""
+    traces = {}
+    for r, tr in run.traces.items():
+        rows = tr.nodes.to_dicts()
+        for lab in [x for x in rows if x["name"].startswith(("forward_mb", "backward_mb"))]:
+            for k in range(1 if lab["name"].startswith("forward") else 2):
+                rows.append({**lab, "id": len(rows) + 100, "name": "aten::mm", "parent": lab["id"],
+                             "start_ns": lab["start_ns"] + 100 + k * 200_000, "dur_ns": 100_000,
+                             "inputs": {"values": None, "shapes": json.dumps([[64, 512], [512, 512]]),
+                                        "types": json.dumps(["Tensor(float)"] * 2)}})  # fmt: skip
+        traces[r] = make_trace(rows, rank=r, process_groups=tr.meta.process_groups)
+    return Run(traces=traces)
+
+
 @pytest.fixture(scope="module")
 def synthetic() -> RunAnalysis:
     tl = timeline(2, 4, MS, 2 * MS)
-    nodes = pipeline_run(tl, 2)
-    for tr in nodes.traces.values():  # the builder's times are offsets: shift them as make_trace does
-        assert tr.nodes["start_ns"].min() >= T0
-    return analyze_run(_with_power(nodes, tl, 2), STEP)
+    return analyze_run(_with_power(_with_matmuls(pipeline_run(tl, 2)), tl, 2), STEP)
 
 
 def test_each_phase_has_its_power_and_energy(synthetic: RunAnalysis) -> None:
@@ -62,6 +79,15 @@ def test_each_phase_has_its_power_and_energy(synthetic: RunAnalysis) -> None:
     # window 15 ms: 4 forwards of 1 ms, 4 backwards of 2 ms, 3 ms of bubble on each stage
     assert [by[(0, k)]["time_ns"] for k in ("forward", "backward", "bubble")] == [4 * MS, 8 * MS, 3 * MS]
     assert by[(0, "forward")]["count"] == 4 and by[(0, "bubble")]["count"] is None
+    # FLOPs of the counted ops in the spans: one mm per forward, two per backward, none in the bubble
+    for s in (0, 1):
+        assert [by[(s, k)]["flop"] for k in ("forward", "backward", "bubble")] == [
+            4 * MM_FLOP,
+            8 * MM_FLOP,
+            0,
+        ]
+        assert by[(s, "forward")]["flops_per_s"] == pytest.approx(4 * MM_FLOP / 4e-3)
+        assert by[(s, "backward")]["flops_per_s"] == pytest.approx(8 * MM_FLOP / 8e-3)
     # the bubble is the pipeline view's (no communication nested in the labels here)
     assert synthetic.pipeline is not None
     st = synthetic.pipeline.stages.sort("stage")

@@ -10,6 +10,8 @@ docs/analyses.md, "Power per microbatch phase". Pure: no I/O."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import polars as pl
 
@@ -77,8 +79,33 @@ def _energies(
     return e, cov.astype(np.int64)
 
 
+def _flop_in(t: np.ndarray, f: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """FLOPs of the ops running at ``t`` (``f`` each) inside each of the disjoint intervals [a, b)."""
+    order = np.argsort(a, kind="stable")
+    sa, sb = a[order], b[order]
+    i = np.searchsorted(sa, t, side="right") - 1
+    ok = (i >= 0) & (t < sb[np.maximum(i, 0)]) & (t >= 0)
+    out = np.zeros(a.size, np.int64)
+    np.add.at(out, order[i[ok]], f[ok])
+    return out
+
+
+def _with_flop(
+    mb: pl.DataFrame, st: pl.DataFrame, ops: pl.DataFrame | None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``mb`` and ``st`` with the FLOPs of the counted ops in each span / window (null: none counted)."""
+    if ops is None or ops.height == 0:
+        none = pl.lit(None, pl.Int64).alias("flop")
+        return mb.with_columns(none), st.with_columns(none)
+    t, f = ops["t_ns"].to_numpy(), ops["flop"].fill_null(0).to_numpy()
+    in_mb = _flop_in(t, f, mb["start_ns"].to_numpy(), mb["end_ns"].to_numpy())
+    in_st = _flop_in(t, f, st["start_ns"].to_numpy(), st["end_ns"].to_numpy())
+    return mb.with_columns(flop=pl.Series(in_mb)), st.with_columns(flop=pl.Series(in_st))
+
+
 def _device_phases(mb: pl.DataFrame, st: pl.DataFrame, smp: pl.DataFrame, method: str) -> pl.DataFrame:
-    """One rank's, one device's rows: ``mb`` its labelled spans, ``st`` its stage rows (windows)."""
+    """One rank's, one device's rows: ``mb`` its labelled spans, ``st`` its stage rows (windows),
+    each with its ``flop``."""
     t = smp["time_ns"].to_numpy().astype(np.int64)
     p = smp["power_w"].to_numpy().astype(np.float64)
     e, cov = _energies(t, p, mb["start_ns"].to_numpy(), mb["end_ns"].to_numpy(), method)
@@ -90,6 +117,7 @@ def _device_phases(mb: pl.DataFrame, st: pl.DataFrame, smp: pl.DataFrame, method
             pl.col("dur_ns").sum().alias("time_ns"),
             pl.col("covered_ns").sum(),
             pl.col("energy_j").sum(),
+            pl.when(pl.col("flop").is_not_null().any()).then(pl.col("flop").sum()).alias("flop"),
         )  # fmt: skip
         .rename({"kind": "phase"})
     )
@@ -98,9 +126,10 @@ def _device_phases(mb: pl.DataFrame, st: pl.DataFrame, smp: pl.DataFrame, method
         pl.col("time_ns").sum().alias("_t"),
         pl.col("covered_ns").sum().alias("_c"),
         pl.col("energy_j").sum().alias("_e"),
+        pl.col("flop").sum().alias("_f"),
     )
     bubble = (
-        st.select("step", "stage", "window_ns")
+        st.select("step", "stage", "window_ns", "flop")
         .with_columns(_ew=pl.Series(ew), _cw=pl.Series(covw))
         .join(inside, on="step", how="left")
         .select(
@@ -108,6 +137,7 @@ def _device_phases(mb: pl.DataFrame, st: pl.DataFrame, smp: pl.DataFrame, method
             time_ns=pl.col("window_ns") - pl.col("_t").fill_null(0),
             covered_ns=pl.col("_cw") - pl.col("_c").fill_null(0),
             energy_j=pl.col("_ew") - pl.col("_e").fill_null(0.0),
+            flop=pl.col("flop") - pl.col("_f").fill_null(0),
         )
     )  # fmt: skip
     return pl.concat([spans, bubble], how="diagonal_relaxed").with_columns(
@@ -116,9 +146,14 @@ def _device_phases(mb: pl.DataFrame, st: pl.DataFrame, smp: pl.DataFrame, method
 
 
 def phases(
-    pipe: PipelineResult | None, samples: list[pl.DataFrame], method: str = "trapezoid"
+    pipe: PipelineResult | None,
+    samples: list[pl.DataFrame],
+    method: str = "trapezoid",
+    op_flops: Mapping[int, pl.DataFrame] | None = None,
 ) -> pl.DataFrame:
-    """The POWER_PHASE_SCHEMA rows: every rank with labelled microbatches and power samples."""
+    """The POWER_PHASE_SCHEMA rows: every rank with labelled microbatches and power samples;
+    ``op_flops``: each rank's counted ops (``FlopsResult.op_times``) where the FLOP/s analysis has
+    them."""
     if pipe is None or not samples:
         return frame({}, POWER_PHASE_SCHEMA)
     mb = pipe.microbatches.filter(pl.col("step").is_not_null())
@@ -128,6 +163,7 @@ def phases(
         mine, st = mb.filter(pl.col("rank") == rank), pipe.stages.filter(pl.col("rank") == rank)
         if mine.height == 0 or st.height == 0:
             continue
+        mine, st = _with_flop(mine, st, (op_flops or {}).get(rank))
         for (_dev,), s in smp.group_by("device", maintain_order=True):  # a rank's devices: few
             rows.append(_device_phases(mine, st, s, method).with_columns(rank=pl.lit(rank, pl.Int64)))
     if not rows:
@@ -136,6 +172,7 @@ def phases(
     out = pl.concat(rows, how="diagonal_relaxed").with_columns(
         avg_w=pl.when(pl.col("covered_ns") > 0).then(pl.col("energy_j") / (pl.col("covered_ns") * 1e-9)),
         _o=pl.col("phase").replace_strict(order, return_dtype=pl.Int64),
+        flops_per_s=pl.when(pl.col("time_ns") > 0).then(pl.col("flop") / (pl.col("time_ns") * 1e-9)),
     )
     return frame(out.sort("rank", "device", "step", "_o"), POWER_PHASE_SCHEMA)
 
@@ -146,12 +183,14 @@ def phase_power_from(
     samples: list[pl.DataFrame],
     *,
     method: str = "trapezoid",
+    op_flops: Mapping[int, pl.DataFrame] | None = None,
     simulated: bool = False,
 ) -> PhasePowerResult | None:
-    """The run's power per microbatch phase and excursions; None without power telemetry."""
+    """The run's power per microbatch phase and excursions; None without power telemetry.
+    ``op_flops``: each rank's counted ops with their times (``FlopsResult.op_times``)."""
     if pw is None:
         return None
-    ph = phases(pipe, samples, method)
+    ph = phases(pipe, samples, method, op_flops)
     notes = []
     if pipe is not None and ph.height == 0:
         notes.append("no rank with labelled microbatches has power samples: no power per microbatch phase")

@@ -20,6 +20,8 @@ POWER_PHASE_SCHEMA: dict[str, pl.DataType] = {
     "covered_ns": pl.Int64,  # the part of time_ns inside the telemetry window
     "energy_j": pl.Float64,  # ∫ P dt over those intervals (the energy method's integral)
     "avg_w": pl.Float64,  # energy_j / covered time
+    "flop": pl.Int64,  # FLOPs of the counted ops (FLOP/s analysis) that run in these intervals; null: none counted
+    "flops_per_s": pl.Float64,  # flop / time_ns
 }
 
 #: One row per (rank, device, step) of the power analysis (step null: its whole window): how far

@@ -423,7 +423,10 @@ def merge_parts(
     dm = dims_from(ov, bw, cw, pipe, simulated=simulated)
     method = "step" if options.energy_method == "step" else "trapezoid"
     samples = [p.power_samples for p in parts if p.power_samples is not None]
-    ph = phase_power_from(pipe, pw, samples, method=method, simulated=simulated)
+    op_flops = {
+        p.rank: p.flops[1].op_times for p in parts if p.power_samples is not None and p.flops is not None
+    }
+    ph = phase_power_from(pipe, pw, samples, method=method, op_flops=op_flops, simulated=simulated)
     if ph is None:
         skipped["phase_power"] = skipped.get("power", NO_POWER)
     if dm is None:

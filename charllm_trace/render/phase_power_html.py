@@ -27,10 +27,21 @@ def phase_power_parts(pp: PhasePowerResult | None) -> list[str]:
         return []
     parts = []
     if pp.phases.height:
-        head = ["rank", "device", "step", "stage", "phase", "spans", "time ms", "energy J", "mean W"]
+        head = [
+            "rank",
+            "device",
+            "step",
+            "stage",
+            "phase",
+            "spans",
+            "time ms",
+            "energy J",
+            "mean W",
+            "GFLOP/s",
+        ]
         rows = [
             [r["rank"], r["device"], r["step"], r["stage"], r["phase"], _n(r["count"], "{:,}"), ms(r["time_ns"]),
-             _n(r["energy_j"], "{:,.3f}"), _n(r["avg_w"])]
+             _n(r["energy_j"], "{:,.3f}"), _n(r["avg_w"]), _n(r["flops_per_s"] and r["flops_per_s"] / 1e9, "{:,.2f}")]
             for r in pp.phases.iter_rows(named=True)
         ]  # fmt: skip
         parts.append(H.table(head, rows, scroll=True))

@@ -31,14 +31,14 @@ def render_phase_power(res: RunAnalysis, console: Console) -> None:
         t = _table(
             "Power per microbatch phase" + simulated_label(res),
             [("rank", "right"), ("dev", "right"), ("step", "right"), ("stage", "right"), ("phase", "left"),
-             ("spans", "right"), ("ms", "right"), ("J", "right"), ("avg W", "right")],
+             ("spans", "right"), ("ms", "right"), ("J", "right"), ("avg W", "right"), ("GFLOP/s", "right")],
             keys=5,
         )  # fmt: skip
         for r in pp.phases.iter_rows(named=True):
             t.add_row(
                 str(r["rank"]), str(r["device"]), str(r["step"]), str(r["stage"]), r["phase"],
                 _f(r["count"], "{:,}"), _f(r["time_ns"] / 1e6, "{:,.3f}"), _f(r["energy_j"], "{:,.3f}"),
-                _f(r["avg_w"], "{:,.1f}"),
+                _f(r["avg_w"], "{:,.1f}"), _f(r["flops_per_s"] and r["flops_per_s"] / 1e9, "{:,.2f}"),
             )  # fmt: skip
         console.print(t)
     t = _table(
