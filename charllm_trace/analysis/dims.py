@@ -232,4 +232,11 @@ def dims_from(
             "communication of no named dimension (a collective without a process group, as gloo's, or "
             "of a group no layout names) is the row '-': the dimensions' rows do not add up to 'all'"
         )
+    whole = dims.filter(pl.col("dim") == ALL)["comm_ns"]
+    if whole.len() and whole[0] is not None and (named["comm_ns"].sum() or 0) > whole[0]:
+        notes.append(
+            f"the dimensions' communication overlaps in time on a rank (Σ {named['comm_ns'].sum() / 1e6:,.1f} ms "
+            f"over the dimensions, {whole[0] / 1e6:,.1f} ms in all): their comm and exposed columns add up "
+            "to more than 'all'"
+        )
     return DimsResult(dims=dims, sizes=sizes, simulated=simulated, notes=notes)
