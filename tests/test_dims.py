@@ -169,3 +169,12 @@ def test_report_has_the_dimension_table_and_the_bandwidth_by_size_charts() -> No
     assert 'id="dims"' in page and "transfer-only busbw GB/s" in page
     assert "Bus bandwidth by message size: dp" in page and "Bus bandwidth by message size: tp" in page
     assert "link peak (GB/s)" in page and "dp: 40 messages under 4MiB" in page
+
+
+def test_compare_columns_are_the_dims_rows(pp2dp2: RunAnalysis) -> None:
+    from charllm_trace.regress.sweep import run_row
+
+    row, d = run_row(pp2dp2), dims_of(pp2dp2)
+    assert row["bubble_pp_pct"] == d["pp"]["bubble_pct"] and row["wait_pp_pct"] == d["pp"]["wait_pct"]
+    assert row["xfer_busbw_pp_gbps"] == d["pp"]["transfer_busbw_gbps"]
+    assert row["exposed_pp_ms"] is None and row["exposed_dp_ms"] is None  # gloo: no group, no overlap row
