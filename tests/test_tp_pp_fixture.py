@@ -83,7 +83,7 @@ def test_the_hook_wraps_each_call_in_its_group_range(monkeypatch: pytest.MonkeyP
         log.append("send")
 
     fake = SimpleNamespace(all_reduce=all_reduce, send=send,
-                           distributed_c10d=SimpleNamespace(_get_default_group=lambda: world))  # fmt: skip
+                           group=SimpleNamespace(WORLD=world))  # fmt: skip
     import torch.distributed
     import torch.profiler
 

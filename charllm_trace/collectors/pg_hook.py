@@ -30,7 +30,7 @@ _MARK = "_charllm_pg_wrapped"
 
 def _group_name(dist: Any, group: Any) -> str | None:
     try:
-        g = group if group is not None else dist.distributed_c10d._get_default_group()
+        g = group if group is not None else dist.group.WORLD
         name = getattr(g, "group_name", None)
         return str(name) if name else None
     except Exception:  # never break a collective because its name could not be read
