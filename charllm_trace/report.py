@@ -414,7 +414,13 @@ def render_report(data: ReportData) -> str:
     from charllm_trace.render.phase_power_html import PHASE_POWER_NOTE, phase_power_parts
 
     if parts := phase_power_parts(data.phase_power):
-        rep.add("Power per microbatch phase", *parts, note=PHASE_POWER_NOTE, sid="power-phases")
+        pp = data.phase_power
+        title = (
+            "Power per microbatch phase"
+            if pp is not None and pp.phases.height
+            else "Power excursions per step"
+        )
+        rep.add(title, *parts, note=PHASE_POWER_NOTE, sid="power-phases")
     if data.notes:
         rep.add("Notes", "<ul>" + "".join(f"<li>{H._esc(n)}</li>" for n in data.notes) + "</ul>")
     present = {sid for sid, _, _ in rep.sections}

@@ -145,3 +145,12 @@ def test_analyze_prints_the_excursions_of_the_h200_run() -> None:
     )
     assert out.exit_code == 0, out.output
     assert "Power excursion per step" in out.output and "Power per microbatch phase" not in out.output
+
+
+def test_report_of_a_run_without_pipeline_shows_the_excursions() -> None:
+    from charllm_trace.report import render_report, report_data
+
+    run = load(FIXTURES / "h200-1rank-nccl")
+    page = render_report(report_data(run, analyze_run(run, STEP)))
+    assert 'id="power-phases"' in page and "<h2>Power excursions per step</h2>" in page
+    assert "<h2>Power per microbatch phase</h2>" not in page
