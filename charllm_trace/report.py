@@ -2,7 +2,7 @@
 
 :func:`report_data` picks and reshapes already-defined quantities into the frames
 the charts draw: what comes from the trace itself — the per-rank activity lanes and the
-telemetry series — from :mod:`charllm_trace.report_views` (saved with results, so
+telemetry series — from :mod:`charllm_trace.render.report_views` (saved with results, so
 :func:`report_data_from` redraws a report without the trace); the overlap, bandwidth,
 energy and power figures straight from :class:`RunAnalysis`, the critical paths and the
 what-if prediction straight from ``RunAnalysis.critical_path`` / ``RunAnalysis.what_if``.
@@ -26,7 +26,7 @@ from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.phase_power_results import PhasePowerResult
 from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results import CP_CATEGORIES, BreakdownResult, RunAnalysis, WhatIfResult
-from charllm_trace.model import Run
+from charllm_trace.core.model import Run
 from charllm_trace.render.breakdown_html import breakdown_parts
 from charllm_trace.render.report_ranks import rank_step_section
 from charllm_trace.render.report_sections import findings_html, power_figures, stragglers_html
@@ -34,8 +34,7 @@ from charllm_trace.render.report_sections import ms as _ms
 from charllm_trace.render.report_sections import notes_list as _notes_list
 from charllm_trace.render.report_sections import pct as _pct
 from charllm_trace.render.report_sections import what_if_parts as _what_if_parts
-from charllm_trace.render.svg import fmt_bytes
-from charllm_trace.report_views import (  # noqa: F401 - the views' names are part of this module's interface
+from charllm_trace.render.report_views import (  # noqa: F401 - the views' names are part of this module's interface
     MAX_DEVICE_CHARTS,
     MAX_LANES,
     DeviceSeries,
@@ -44,6 +43,7 @@ from charllm_trace.report_views import (  # noqa: F401 - the views' names are pa
     drawn_run,
     report_views,
 )
+from charllm_trace.render.svg import fmt_bytes
 
 TOP_OPS = 15  # operators in the energy chart
 CP_TOP_OPS = 10  # operators listed per critical path

@@ -10,12 +10,12 @@ from typing import Any
 
 import polars as pl
 import pytest
+from charllm_trace.core.model import ProcessGroup, Run
+from charllm_trace.inputs.loader import load
 
 from charllm_trace.analysis.api import analyze_run
 from charllm_trace.analysis.dims import ALL, NO_DIMS
 from charllm_trace.analysis.results import AnalyzeOptions, RunAnalysis
-from charllm_trace.loader import load
-from charllm_trace.model import ProcessGroup, Run
 from charllm_trace.render.export import to_document
 from tests.analysis_helpers import kernel, make_trace
 from tests.conftest import FIXTURES, invoke
@@ -162,7 +162,7 @@ def test_analyze_prints_the_dimension_table() -> None:
 
 
 def test_report_has_the_dimension_table_and_the_bandwidth_by_size_charts() -> None:
-    from charllm_trace.report import render_report, report_data
+    from charllm_trace.render.report import render_report, report_data
 
     run = chunked_run()
     page = render_report(report_data(run, analyze_run(run, CHUNK_OPTS)))

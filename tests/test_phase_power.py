@@ -10,12 +10,12 @@ import json
 
 import polars as pl
 import pytest
+from charllm_trace.core.model import Run
+from charllm_trace.inputs.loader import load
 
 from charllm_trace.analysis.api import analyze_run
 from charllm_trace.analysis.findings import findings
 from charllm_trace.analysis.results import AnalyzeOptions, RunAnalysis
-from charllm_trace.loader import load
-from charllm_trace.model import Run
 from tests.analysis_helpers import T0, make_trace
 from tests.conftest import FIXTURES
 from tests.test_pipeline import MS, pipeline_run, timeline
@@ -126,7 +126,7 @@ def test_real_h200_run_peaks_above_its_limit() -> None:
 
 
 def test_report_and_terminal_show_the_phases(synthetic: RunAnalysis) -> None:
-    from charllm_trace.report import render_report, report_data
+    from charllm_trace.render.report import render_report, report_data
 
     tl = timeline(2, 4, MS, 2 * MS)
     run = _with_power(pipeline_run(tl, 2), tl, 2)
@@ -148,7 +148,7 @@ def test_analyze_prints_the_excursions_of_the_h200_run() -> None:
 
 
 def test_report_of_a_run_without_pipeline_shows_the_excursions() -> None:
-    from charllm_trace.report import render_report, report_data
+    from charllm_trace.render.report import render_report, report_data
 
     run = load(FIXTURES / "h200-1rank-nccl")
     page = render_report(report_data(run, analyze_run(run, STEP)))

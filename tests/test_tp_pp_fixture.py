@@ -12,11 +12,11 @@ from typing import Any
 
 import polars as pl
 import pytest
+from charllm_trace.inputs.loader import load
 
 from charllm_trace.analysis import AnalyzeOptions, analyze_run
 from charllm_trace.analysis.results import RunAnalysis
 from charllm_trace.converters.collectives import PG_MARK
-from charllm_trace.loader import load
 from tests.conftest import FIXTURES
 
 RUN = FIXTURES / "cpu-4rank-tp2-pp2"

@@ -24,7 +24,7 @@ from charllm_trace.analysis.phase_power_results import (
 )
 from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results import PowerResult
-from charllm_trace.model import Trace
+from charllm_trace.core.model import Trace
 
 #: Columns of a rank's power samples kept for the phases (``rank_power_samples``).
 SAMPLE_SCHEMA: dict[str, pl.DataType] = {

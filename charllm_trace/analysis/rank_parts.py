@@ -20,7 +20,6 @@ import polars as pl
 from charllm_trace.analysis.bandwidth import bandwidth_from, collectives
 from charllm_trace.analysis.bandwidth_reason import comm_facts, no_bandwidth_reason
 from charllm_trace.analysis.breakdown import RankBreakdown, breakdown_from, rank_breakdown
-from charllm_trace.analysis.classify import classify, with_phase
 from charllm_trace.analysis.comm_wait import NO_MATCH, comm_wait_from, rank_comm_ops
 from charllm_trace.analysis.dims import NO_DIMS, dims_from
 from charllm_trace.analysis.energy import energy
@@ -29,7 +28,6 @@ from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.group_size import Tally
 from charllm_trace.analysis.iterations import iterations_from, rank_iterations
 from charllm_trace.analysis.iterations_results import IterationsResult
-from charllm_trace.analysis.launch_gap import lost_device_activity
 from charllm_trace.analysis.marker_steps import with_marker_steps
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.phase_power import NO_POWER, phase_power_from, rank_power_samples
@@ -57,7 +55,9 @@ from charllm_trace.analysis.step_windows import step_windows
 from charllm_trace.analysis.stream_analyses import RankStreams, rank_stream_analyses, stream_analyses_from
 from charllm_trace.analysis.telemetry_source import telemetry_source_note
 from charllm_trace.analysis.whatif import simulate
-from charllm_trace.model import Trace, TraceMeta, rank_ranges
+from charllm_trace.core.classify import classify, with_phase
+from charllm_trace.core.launch_gap import lost_device_activity
+from charllm_trace.core.model import Trace, TraceMeta, rank_ranges
 
 #: Why a trace without timestamps or durations is not simulated.
 NO_DURATIONS = (

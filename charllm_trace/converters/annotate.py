@@ -20,9 +20,9 @@ import polars as pl
 from charllm_trace.converters import collectives as C
 from charllm_trace.converters.kineto_profile import KinetoProfile
 from charllm_trace.converters.lone_collectives import context_key, lone_device_work
-from charllm_trace.errors import InputError
-from charllm_trace.limits import MAX_RANK
-from charllm_trace.model import ATTR_TENSOR_GROUP
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.limits import MAX_RANK
+from charllm_trace.core.model import ATTR_TENSOR_GROUP
 
 #: IO info of a node used for collective sizes: (shapes, types, values) lists.
 IO = tuple[Any, Any, Any]

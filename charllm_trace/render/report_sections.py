@@ -12,8 +12,8 @@ import polars as pl
 from charllm_trace.analysis.findings import Finding
 from charllm_trace.render import charts as H
 from charllm_trace.render.charts import table
+from charllm_trace.render.report_views import DeviceSeries, RankLanes
 from charllm_trace.render.svg import esc
-from charllm_trace.report_views import DeviceSeries, RankLanes
 
 #: Section anchors a finding may link to, and the words of the link.
 SECTION_WORDS = {
