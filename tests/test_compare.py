@@ -104,6 +104,15 @@ def _expected(doc: dict[str, Any]) -> dict[str, Any]:
     for b in bw["size_bucket"].unique().to_list():
         out[f"busbw_{b}_gbps"] = weighted(bw.filter(pl.col("size_bucket") == b))
     out["busbw_dp_gbps"] = weighted(bw.filter(pl.col("dim") == "dp"))
+    # the columns per dimension: the analyze JSON's dims frame (whole trace, summed over ranks)
+    dims = {r["dim"]: r for r in doc["frames"]["dims"]}
+    for d in ("tp", "cp", "dp", "pp", "ep"):
+        r = dims.get(d, {})
+        out[f"exposed_{d}_ms"] = r["exposed_comm_ns"] / 1e6 if r.get("exposed_comm_ns") is not None else None
+        out[f"overlap_{d}_pct"] = r.get("overlap_pct")
+        out[f"wait_{d}_pct"] = r.get("wait_pct")
+        out[f"xfer_busbw_{d}_gbps"] = r.get("transfer_busbw_gbps")
+    out["bubble_pp_pct"] = dims.get("pp", {}).get("bubble_pct")
     if doc["frames"].get("power"):
         pw = pl.DataFrame(doc["frames"]["power"])
         w = pw.filter(pl.col("step").is_null())
@@ -160,6 +169,9 @@ def test_table_values_equal_each_runs_analyze_json(runs: list[Path]) -> None:
     assert math.isclose(slow["step_time_ms"] / fast["step_time_ms"], 1.5, rel_tol=1e-6)
     assert math.isclose(fast["busbw_dp_gbps"] / slow["busbw_dp_gbps"], 1.5, rel_tol=1e-6)
     assert bare["busbw_dp_gbps"] is None  # no layout: its group has no dimension
+    assert fast["exposed_dp_ms"] > 0 and fast["wait_dp_pct"] is not None and bare["exposed_dp_ms"] is None
+    assert math.isclose(slow["exposed_dp_ms"] / fast["exposed_dp_ms"], 1.5, rel_tol=1e-6)
+    assert math.isclose(fast["overlap_dp_pct"], slow["overlap_dp_pct"], rel_tol=1e-3)  # times rounded to ns
     assert slow["avg_power_w"] > fast["avg_power_w"] > 0 and bare["avg_power_w"] is None
     assert (
         fast["tflops"] is not None and fast["tflops"] > 0

@@ -210,7 +210,7 @@ def test_report_of_a_real_trace_in_chromium(tmp_path: Path) -> None:
 
     run, periods = _with_telemetry(loader.load(src))
     an = analyze_run(run, AnalyzeOptions(per_step=True))
-    assert set(an.skipped) <= {"pipeline", "comm_wait"}  # one rank, no microbatch labels
+    assert set(an.skipped) <= {"pipeline", "comm_wait", "dims"}  # one rank, no microbatch labels, no layout
     page = render_report(report_data(run, an, title="A100 DDP"))
     assert "<script" not in page
     assert str(src.parent) not in page and src.name in page  # the input's name, never its path

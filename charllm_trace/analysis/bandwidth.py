@@ -91,18 +91,26 @@ def _fmt_bytes(b: int) -> str:
     return "0B"
 
 
+def size_bucket_low(nbytes: int) -> int:
+    """The lower bound 4^k of the bucket of ``nbytes`` (0 for a size of 0 or less)."""
+    if nbytes <= 0:
+        return 0
+    k = int(math.floor(math.log(nbytes, 4)))
+    while 4**k > nbytes:  # guard float error
+        k -= 1
+    while 4 ** (k + 1) <= nbytes:
+        k += 1
+    return int(4**k)
+
+
 def size_bucket_label(nbytes: int | None) -> str | None:
     """Powers-of-4 buckets in binary units: ``[4^k, 4^(k+1))``, e.g. ``1MiB-4MiB``."""
     if nbytes is None:
         return None
     if nbytes <= 0:
         return "0B"
-    k = int(math.floor(math.log(nbytes, 4)))
-    while 4**k > nbytes:  # guard float error
-        k -= 1
-    while 4 ** (k + 1) <= nbytes:
-        k += 1
-    return f"{_fmt_bytes(4**k)}-{_fmt_bytes(4 ** (k + 1))}"
+    low = size_bucket_low(nbytes)
+    return f"{_fmt_bytes(low)}-{_fmt_bytes(4 * low)}"
 
 
 #: Collectives whose bus factor does not depend on the group size (1 for any n).

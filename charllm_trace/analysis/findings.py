@@ -19,7 +19,8 @@ Findings, in order (each only when its analysis was computed):
 6. energy: the total energy of the window and the least and most that the operators of a traced
    step used (energy by step, without its ``(idle)`` and ``(outside steps)`` rows);
 7. and 8., pipeline bubbles and waiting at communication: ``analysis/findings_pipeline.py``;
-9. is the CPU starving the GPU (runs with CPU scheduler telemetry): ``analysis/findings_cpu.py``.
+9. is the CPU starving the GPU (runs with CPU scheduler telemetry): ``analysis/findings_cpu.py``;
+10. power excursions above the power limit: ``analysis/findings_power.py``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from charllm_trace.analysis.finding_types import Fact, Finding  # noqa: F401 - F
 from charllm_trace.analysis.finding_types import fact as _fact
 from charllm_trace.analysis.findings_cpu import cpu_wait_findings
 from charllm_trace.analysis.findings_pipeline import pipeline_findings, waiting_findings
+from charllm_trace.analysis.findings_power import power_excursion_findings
 from charllm_trace.analysis.results import RunAnalysis
 
 MIB = 1 << 20
@@ -245,4 +247,5 @@ def _energy(an: RunAnalysis) -> list[Finding]:
 def findings(an: RunAnalysis) -> list[Finding]:
     """The findings of ``an``, in the order of the module docstring."""
     return [*_time(an), *_bandwidth(an), *_stragglers(an), *_power(an), *_energy(an), *pipeline_findings(an),
-            *waiting_findings(an), *cpu_wait_findings(an)]  # fmt: skip
+            *waiting_findings(an), *cpu_wait_findings(an),
+            *power_excursion_findings(an)]  # fmt: skip

@@ -224,6 +224,7 @@ def flops(
             np.where(sidx[counted] >= 0, step_no[np.maximum(sidx[counted], 0)], 0), dtype=pl.Int64
         ),
         _in_step=pl.Series(sidx[counted] >= 0),
+        t_ns=pl.Series(t_op[counted], dtype=pl.Int64),
     )
     ops = op_peaks(ops, model, dp)  # the peak each op is compared with, and why
     ops = ops.with_columns(ideal_ns=pl.col("flop") / (pl.col("peak") * 1e3))
@@ -274,7 +275,9 @@ def flops(
     notes = _notes(cnt, counted, missing, ops, model, gpu_mode)
     if per_step and steps.height and not per["step"].is_not_null().any():
         notes.append("no GEMM/attention/convolution op in any step window: FLOP/s for the whole trace only")
-    return FlopsResult(per, by_op, devices, mode="gpu" if gpu_mode else "cpu", notes=notes)
+    res = FlopsResult(per, by_op, devices, mode="gpu" if gpu_mode else "cpu", notes=notes)
+    res.op_times = ops.select("t_ns", "flop")
+    return res
 
 
 def _ratio(a: pl.Expr, b: pl.Expr) -> pl.Expr:

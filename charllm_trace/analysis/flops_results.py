@@ -70,6 +70,13 @@ class FlopsResult:
     simulated: bool = False
     notes: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        #: One rank's counted ops, when they run (``t_ns``: CPU mode the op's start, GPU mode its
+        #: first kernel's; -1 unknown) and their ``flop``: what power per microbatch phase sums in
+        #: each span (analysis/phase_power.py). An input of another analysis, not a result: not a
+        #: dataclass field (not saved, compared or exported); None after merging ranks.
+        self.op_times: pl.DataFrame | None = None
+
     def total(self, rank: int | None = None) -> pl.DataFrame:
         """The whole-trace rows (step null), optionally of one rank."""
         df = self.per_step.filter(pl.col("step").is_null())

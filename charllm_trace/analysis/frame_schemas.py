@@ -20,6 +20,7 @@ from charllm_trace.analysis.cpu_wait_results import (  # noqa: F401 - named here
     CPU_WAIT_PHASE_SCHEMA,
     CPU_WAIT_SCHEMA,
 )
+from charllm_trace.analysis.dims_results import DIM_SIZES_SCHEMA, DIMS_SCHEMA
 from charllm_trace.analysis.flops_results import FLOPS_DEVICE_SCHEMA, FLOPS_OP_SCHEMA, FLOPS_SCHEMA
 from charllm_trace.analysis.graph_launch_results import (  # noqa: F401 - named here for the schema's comments
     GRAPH_KERNEL_SCHEMA,
@@ -28,6 +29,7 @@ from charllm_trace.analysis.graph_launch_results import (  # noqa: F401 - named 
 from charllm_trace.analysis.idle_results import IDLE_TIME_SCHEMA, LAUNCH_SCHEMA, QUEUE_SCHEMA
 from charllm_trace.analysis.iterations_results import ITERATION_SCHEMA, PHASE_SCHEMA, REQUEST_SCHEMA
 from charllm_trace.analysis.optional_results import OPTIONAL_FRAMES  # noqa: F401 - re-exported (below)
+from charllm_trace.analysis.phase_power_results import POWER_EXCURSION_SCHEMA, POWER_PHASE_SCHEMA
 from charllm_trace.analysis.pipeline_results import PIPELINE_MB_SCHEMA, PIPELINE_STAGE_SCHEMA
 from charllm_trace.analysis.results import (
     BANDWIDTH_SUMMARY_SCHEMA,
@@ -81,6 +83,10 @@ FRAME_SCHEMAS: dict[str, tuple[str, dict[str, pl.DataType]]] = {
     "iterations": ("iterations", ITERATION_SCHEMA),
     "phases": ("iterations", PHASE_SCHEMA),
     "requests": ("iterations", REQUEST_SCHEMA),
+    "dims": ("dims", DIMS_SCHEMA),
+    "dim_msg_sizes": ("dims", DIM_SIZES_SCHEMA),
+    "power_phases": ("phase_power", POWER_PHASE_SCHEMA),
+    "power_excursions": ("phase_power", POWER_EXCURSION_SCHEMA),
 }
 
 #: The modules whose ``*_SCHEMA`` tables (with a comment beside each column) are imported above.
@@ -97,6 +103,8 @@ DEFINED_IN = (
     "charllm_trace.analysis.comm_wait_results",
     "charllm_trace.analysis.cpu_wait_results",
     "charllm_trace.analysis.graph_launch_results",
+    "charllm_trace.analysis.dims_results",
+    "charllm_trace.analysis.phase_power_results",
 )
 
 # OPTIONAL_FRAMES (analysis/optional_results.py): frames in the document only when their analysis

@@ -21,6 +21,7 @@ from charllm_trace.analysis.bandwidth import bandwidth_from, collectives
 from charllm_trace.analysis.bandwidth_reason import comm_facts, no_bandwidth_reason
 from charllm_trace.analysis.breakdown import RankBreakdown, breakdown_from, rank_breakdown
 from charllm_trace.analysis.comm_wait import NO_MATCH, comm_wait_from, rank_comm_ops
+from charllm_trace.analysis.dims import NO_DIMS, dims_from
 from charllm_trace.analysis.energy import energy
 from charllm_trace.analysis.flops import flops_from, rank_flops
 from charllm_trace.analysis.flops_results import FlopsResult
@@ -29,6 +30,7 @@ from charllm_trace.analysis.iterations import iterations_from, rank_iterations
 from charllm_trace.analysis.iterations_results import IterationsResult
 from charllm_trace.analysis.marker_steps import with_marker_steps
 from charllm_trace.analysis.overlap import overlap
+from charllm_trace.analysis.phase_power import NO_POWER, phase_power_from, rank_power_samples
 from charllm_trace.analysis.pipeline import NO_LABELS, pipeline_from, rank_microbatches
 from charllm_trace.analysis.power import power
 from charllm_trace.analysis.rank_spread import rank_spread
@@ -98,6 +100,7 @@ class RankPart:
     pipe: pl.DataFrame | None = None  # labelled microbatch spans (analysis/pipeline.py)
     pipe_notes: list[str] = field(default_factory=list)
     comm_ops: pl.DataFrame | None = None  # communication ops to match across ranks (analysis/comm_wait.py)
+    power_samples: pl.DataFrame | None = None  # a pipeline rank's power samples (analysis/phase_power.py)
     comm_notes: list[str] = field(default_factory=list)
     meta: TraceMeta | None = None  # the rank's metadata, without process groups or extras (run_config)
     # kept by the local path only (the report's views and the execution graph need them)
@@ -243,6 +246,8 @@ def analyze_rank(
     part.lost = lost_device_activity(tr.nodes)
     part.pipe, part.pipe_notes = rank_microbatches(rank, tr, dims)
     part.comm_ops, part.comm_notes = rank_comm_ops(rank, tr, dims)
+    if part.power is not None and part.pipe is not None and part.pipe.height:
+        part.power_samples = rank_power_samples(rank, tr)
     part.meta = dataclasses.replace(tr.meta, process_groups=(), extra={})
     part.dup_notes = duplicate_step_notes(tr)
     if options.per_step and not part.no_ts and tr.steps().height == 0:
@@ -415,6 +420,17 @@ def merge_parts(
     )
     if cw is None:
         skipped["comm_wait"] = NO_MATCH
+    dm = dims_from(ov, bw, cw, pipe, simulated=simulated)
+    method = "step" if options.energy_method == "step" else "trapezoid"
+    samples = [p.power_samples for p in parts if p.power_samples is not None]
+    op_flops = {
+        p.rank: p.flops[1].op_times for p in parts if p.power_samples is not None and p.flops is not None
+    }
+    ph = phase_power_from(pipe, pw, samples, method=method, op_flops=op_flops, simulated=simulated)
+    if ph is None:
+        skipped["phase_power"] = skipped.get("power", NO_POWER)
+    if dm is None:
+        skipped["dims"] = NO_DIMS
     if no_dur and len(no_dur) == len(no_ts):
         for k in ("critical_path", "what_if"):
             if k in skipped:
@@ -438,6 +454,8 @@ def merge_parts(
         flops=fl,
         pipeline=pipe,
         comm_wait=cw,
+        dims=dm,
+        phase_power=ph,
         iterations=iterations_from(its, merge_notes([(r, i.notes) for r, i in its], multi)),
         bandwidth=bw,
         energy=en,
@@ -454,7 +472,7 @@ def merge_parts(
         target.notes.extend(dup)
     partial = manifest.get("partial") if isinstance(manifest, dict) else None
     if isinstance(partial, str):  # --allow-partial: every result says it covers part of the run
-        for r in (ov, bw, en, pw, idle, launch, bd, fl, pipe, cw):
+        for r in (ov, bw, en, pw, idle, launch, bd, fl, pipe, cw, dm, ph):
             if r is not None:
                 r.notes.insert(0, partial)
     return res

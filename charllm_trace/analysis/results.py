@@ -29,11 +29,13 @@ import polars as pl
 from charllm_trace.analysis.comm_wait_results import CommWaitResult
 from charllm_trace.analysis.config_results import CONFIG_SCHEMA, RunConfig  # noqa: F401 - re-exported
 from charllm_trace.analysis.cpu_wait_results import CpuWaitResult
+from charllm_trace.analysis.dims_results import DimsResult
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.frame_build import frame  # noqa: F401 - re-exported (every analysis builds with it)
 from charllm_trace.analysis.graph_launch_results import GraphLaunchResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.iterations_results import IterationsResult
+from charllm_trace.analysis.phase_power_results import PhasePowerResult
 from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results_breakdown import BreakdownResult
 from charllm_trace.analysis.spread_results import empty_rank_spread
@@ -424,6 +426,10 @@ class RunAnalysis:
     iterations: IterationsResult | None = None  # iterations, phases, requests (analysis.iterations)
     cpu_wait: CpuWaitResult | None = None  # the launching thread's scheduler state (analysis.cpu_wait)
     graph_launches: GraphLaunchResult | None = None  # CUDA/HIP graph launches (analysis.graph_launches)
+    dims: DimsResult | None = None  # every headline figure by parallel dimension (analysis.dims)
+    phase_power: PhasePowerResult | None = (
+        None  # power per microbatch phase, excursions (analysis.phase_power)
+    )
     skipped: dict[str, str] = field(default_factory=dict)
     ranks: list[int] = field(default_factory=list)
     simulated: bool = False
@@ -475,7 +481,10 @@ class RunAnalysis:
             out["flops"] = self.flops.per_step
             out["flops_by_op"] = self.flops.by_op
             out["flops_devices"] = self.flops.devices
-        for extra in (self.pipeline, self.comm_wait, self.iterations, self.cpu_wait, self.graph_launches):
+        for extra in (
+            self.pipeline, self.comm_wait, self.iterations, self.cpu_wait, self.graph_launches,
+            self.dims, self.phase_power,
+        ):
             if extra is not None:
                 out.update(extra.frames())
         return out
@@ -494,6 +503,8 @@ class RunAnalysis:
             "iterations",
             "cpu_wait",
             "graph_launches",
+            "dims",
+            "phase_power",
         ):
             r: Any = getattr(self, name)
             if r is not None and r.notes:

@@ -297,6 +297,7 @@ class StepTracer:
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():  # CUDA and ROCm/HIP both appear as CUDA here
             activities.append(ProfilerActivity.CUDA)
+        _sibling("pg_hook").install()  # each collective's process group, which gloo does not record
         self._et = ExecutionTraceObserver().register_callback(self._tmp("host_et"))
         self._prof = profile(
             activities=activities,

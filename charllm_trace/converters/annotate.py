@@ -78,6 +78,17 @@ class _Tree:
         return out
 
 
+def _marked_group(tree: _Tree, starts: list[int]) -> str | None:
+    """The group named by the innermost ``charllm_pg:<name>`` range around one of ``starts``
+    (``collectors/pg_hook.py`` wraps each collective call in one)."""
+    for s in starts:
+        for a in [s, *tree.ancestors(s)] if s >= 0 else []:
+            name = tree.name_of(a) or ""
+            if name.startswith(C.PG_MARK):
+                return name[len(C.PG_MARK) :] or None
+    return None
+
+
 def _pg_table(prof: KinetoProfile, extra_pgs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     pgs: dict[str, dict[str, Any]] = {}
     ws = prof.world_size
@@ -364,8 +375,8 @@ def annotate_collectives(
             info["_c10d_out"] = c10d_out
             info["size_source"] = "inputs" if (n_in is not None or c10d_out is not None) else None
             info["_elem_size"] = size
-        # Process group.
-        pg_name = info.get("pg_name")
+        # Process group: the op's own, else the collector's range around the call (gloo records none)
+        pg_name = info.get("pg_name") or _marked_group(tree, [ctx.get("c10d", -1), ctx.get("ann", -1), i])
         if pg_name is not None and pg_name not in pgs:
             pgs[pg_name] = {"desc": info.get("pg_desc"), "ranks": info.get("pg_ranks") or []}
         elif pg_name is not None:

@@ -29,6 +29,9 @@ import orjson
 
 # Element sizes by every spelling we meet: Kineto ``dtype`` (c10 ScalarType names),
 # Kineto ``Input type`` (C++ type names), host-ET ``Tensor(<type>)``.
+#: The range the collector puts around a collective call, named after its process group
+#: (``collectors/pg_hook.py`` writes the same prefix): ``charllm_pg:<group name>``.
+PG_MARK = "charllm_pg:"
 _ELEM_SIZE = {
     "float": 4,
     "float32": 4,

@@ -36,9 +36,11 @@ from typing import Any
 
 import polars as pl
 
+from charllm_trace.analysis.dims import busbw_weighted
 from charllm_trace.analysis.results import CONFIG_SCHEMA, RunAnalysis
 from charllm_trace.analysis.runconfig import tokens_per_step
 from charllm_trace.regress.diff import step_totals
+from charllm_trace.regress.dim_columns import dim_column_specs, dim_figures
 
 LOWER, HIGHER = "lower", "higher"
 #: a row's notes on its configuration (one string: rows hold plain values), not a column
@@ -97,6 +99,7 @@ METRIC_COLUMNS: tuple[Col, ...] = (
     Col("exposed_comm_ms", "exposed ms/step", "ms", LOWER, "comm", 3),
     Col("busbw_gbps", "busbw all", "GB/s", HIGHER, "busbw", 2),
     *(Col(f"busbw_{d}_gbps", f"busbw {d}", "GB/s", HIGHER, "busbw", 2) for d in DIMS),
+    *(Col(n, t, u, b, "by dimension", k) for n, t, u, b, k in dim_column_specs()),
     Col("avg_power_w", "avg W", "W", LOWER, "power", 1),
     Col("peak_power_w", "peak W", "W", LOWER, "power", 1),
     Col("energy_per_step_j", "J/step", "J", LOWER, "power", 2),
@@ -169,20 +172,16 @@ def busbw_by(an: RunAnalysis, key: str | None) -> dict[Any, float | None]:
     """Time-weighted busbw (GB/s) of the collective instances grouped by ``key`` (``dim``,
     ``size_bucket``; None: all in one, under the key None): Σ(busbw × duration) / Σ duration over
     the instances with a busbw (a size and a bus factor), i.e. Σ(bytes × factor) / Σ duration."""
-    if an.bandwidth is None:
+    if an.bandwidth is None or an.bandwidth.collectives.height == 0:
         return {}
-    df = an.bandwidth.collectives.filter(
-        pl.col("busbw_gbps").is_not_null() & pl.col("busbw_gbps").is_finite() & (pl.col("dur_ns") > 0)
+    agg = busbw_weighted(an.bandwidth.collectives, [] if key is None else [key])
+    return dict(
+        zip(
+            [None] * agg.height if key is None else agg[key].to_list(),
+            agg["busbw_gbps"].to_list(),
+            strict=True,
+        )
     )
-    if df.height == 0:
-        return {}
-    k = pl.lit(None, pl.String).alias("_k") if key is None else pl.col(key).alias("_k")
-    agg = (
-        df.with_columns(k)
-        .group_by("_k")
-        .agg(((pl.col("busbw_gbps") * pl.col("dur_ns")).sum() / pl.col("dur_ns").sum()).alias("bw"))
-    )
-    return dict(zip(agg["_k"].to_list(), agg["bw"].to_list(), strict=True))
 
 
 def achieved_tflops(an: RunAnalysis) -> float | None:
@@ -250,6 +249,7 @@ def run_row(an: RunAnalysis) -> dict[str, Any]:
     dims = busbw_by(an, "dim")
     for d in DIMS:
         row[f"busbw_{d}_gbps"] = dims.get(d)
+    row.update(dim_figures(an))
     row.update(power_figures(an))
     per_token(row)
     for b, v in busbw_by(an, "size_bucket").items():

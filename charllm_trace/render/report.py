@@ -19,10 +19,12 @@ import polars as pl
 
 from charllm_trace.analysis.comm_wait_results import CommWaitResult
 from charllm_trace.analysis.cpu_wait_results import CpuWaitResult
+from charllm_trace.analysis.dims_results import DimsResult
 from charllm_trace.analysis.energy import IDLE
 from charllm_trace.analysis.findings import Finding, findings
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
+from charllm_trace.analysis.phase_power_results import PhasePowerResult
 from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results import CP_CATEGORIES, BreakdownResult, RunAnalysis, WhatIfResult
 from charllm_trace.core.model import Run
@@ -91,6 +93,8 @@ class ReportData:
     pipeline: PipelineResult | None = None  # microbatches and bubbles (render/pipeline_html.py)
     comm_wait: CommWaitResult | None = None  # waiting vs transfer (render/comm_wait_html.py)
     cpu_wait: CpuWaitResult | None = None  # the launching thread's scheduler state (render/cpu_wait_html.py)
+    dims: DimsResult | None = None  # figures by parallel dimension (render/dims_html.py)
+    phase_power: PhasePowerResult | None = None  # power per phase, excursions (render/phase_power_html.py)
     simulated: bool = False
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -185,6 +189,7 @@ def report_data_from(views: ReportViews, an: RunAnalysis, title: str | None = No
     data.breakdown = an.breakdown
     data.flops = an.flops
     data.pipeline, data.comm_wait, data.cpu_wait = an.pipeline, an.comm_wait, an.cpu_wait
+    data.dims, data.phase_power = an.dims, an.phase_power
     if an.critical_path is not None:
         cp = an.critical_path
         data.critical_paths = cp.paths
@@ -374,6 +379,10 @@ def render_report(data: ReportData) -> str:
 
     if parts := cpu_wait_parts(data.cpu_wait):
         rep.add("Is the CPU starving the GPU?", *parts, note=CPU_WAIT_NOTE, sid="cpu-wait")
+    from charllm_trace.render.dims_html import DIMS_NOTE, dims_parts
+
+    if parts := dims_parts(data.dims):
+        rep.add("By parallel dimension", *parts, note=DIMS_NOTE, sid="dims")
     from charllm_trace.render.flops_html import flops_parts
 
     rep.add(
@@ -404,6 +413,16 @@ def render_report(data: ReportData) -> str:
     if not figs:
         figs.append(H.empty("Power, temperature and SM clock", data.skipped.get("power", "no telemetry")))
     rep.add("Power and thermal", *figs)
+    from charllm_trace.render.phase_power_html import PHASE_POWER_NOTE, phase_power_parts
+
+    if parts := phase_power_parts(data.phase_power):
+        pp = data.phase_power
+        title = (
+            "Power per microbatch phase"
+            if pp is not None and pp.phases.height
+            else "Power excursions per step"
+        )
+        rep.add(title, *parts, note=PHASE_POWER_NOTE, sid="power-phases")
     if data.notes:
         rep.add("Notes", "<ul>" + "".join(f"<li>{H._esc(n)}</li>" for n in data.notes) + "</ul>")
     present = {sid for sid, _, _ in rep.sections}

@@ -22,6 +22,7 @@ SECTION_WORDS = {
     "stragglers": "stragglers",
     "power-and-thermal": "power",
     "energy": "energy",
+    "power-phases": "power per phase",
 }
 
 

@@ -452,6 +452,16 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
         from charllm_trace.render.comm_wait_table import render_comm_wait
 
         render_comm_wait(res, console)
+    if res.dims is not None:  # only where a parallel dimension is named
+        from charllm_trace.render.dims_table import render_dims
+
+        render_dims(res, console)
+        console.print()
+    if res.phase_power is not None:  # only with power telemetry
+        from charllm_trace.render.phase_power_table import render_phase_power
+
+        render_phase_power(res, console)
+        console.print()
     if res.iterations is not None:
         from charllm_trace.render.iterations_table import render_iterations
 

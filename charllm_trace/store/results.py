@@ -19,9 +19,7 @@ Format (``VERSION``): one zip file (``zipfile``, members stored uncompressed):
 Nothing read back is trusted: ``zipfile`` checks every member's CRC-32 as it is read, each
 member's size and SHA-256 must match the manifest, the members must be exactly those the manifest
 lists, and the analysis' fields exactly those of this version's result types. Anything else is an
-:class:`InputError` naming the file (exit 2 in the CLI): not a zip, not ours, another version,
-truncated or corrupt.
-"""
+:class:`InputError` naming the file (exit 2): not a zip, not ours, another version, or corrupt."""
 
 from __future__ import annotations
 
@@ -31,17 +29,18 @@ import io
 import json
 import os
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from charllm_trace.analysis.comm_wait_results import CommWaitResult
+from charllm_trace.analysis.dims_results import DimsResult
 from charllm_trace.analysis.flops_results import FlopsResult
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.iterations_results import IterationsResult
 from charllm_trace.analysis.optional_results import OPTIONAL_RESULT_TYPES
+from charllm_trace.analysis.phase_power_results import PhasePowerResult
 from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results import (
     AnalyzeOptions,
@@ -81,10 +80,12 @@ RESULT_TYPES: dict[str, type] = {
     "pipeline": PipelineResult,
     "comm_wait": CommWaitResult,
     "iterations": IterationsResult,
+    "dims": DimsResult,
+    "phase_power": PhasePowerResult,
     **OPTIONAL_RESULT_TYPES,
 }
 #: results added to version 1 after its first files were written: read as None from a file without them (with a reason in ``skipped``, but the configuration and the optional results: computed only where the run has their data)
-ADDED_RESULTS = (*"idle_time launch config breakdown flops pipeline comm_wait iterations".split(), *OPTIONAL_RESULT_TYPES)  # fmt: skip
+ADDED_RESULTS = (*"idle_time launch config breakdown flops pipeline comm_wait iterations dims phase_power".split(), *OPTIONAL_RESULT_TYPES)  # fmt: skip
 #: analysis options added to version 1 after its first files were written: a file without them was analysed as their defaults do (display options: the figures do not depend on them)
 ADDED_OPTIONS = ("breakdown_top", "step_marker")
 _ZIP_MAGIC = b"PK\x03\x04"
@@ -363,7 +364,7 @@ def _decode_analysis(doc: Any, members: dict[str, bytes], written_by: Any = None
     return res
 
 
-@dataclass
+@dataclasses.dataclass
 class SavedResults:
     """A results file, read and checked: the analysis, and the report's views if saved."""
 
