@@ -37,6 +37,7 @@ FIXTURE_CASES = (
     Case("cpu-2rank-gloo", "fixtures", "traces/cpu-2rank-gloo"),
     Case("cpu-4rank-pp2-dp2", "fixtures", "traces/cpu-4rank-pp2-dp2"),
     Case("cpu-4rank-pp2-dp2-delay20", "fixtures", "traces/cpu-4rank-pp2-dp2-delay20"),
+    Case("cpu-4rank-tp2-pp2", "fixtures", "traces/cpu-4rank-tp2-pp2"),
     Case("h200-1rank-nccl", "fixtures", "traces/h200-1rank-nccl"),
     Case("interventions-ar2", "fixtures", "interventions/ar2/run"),
     Case("interventions-mm2", "fixtures", "interventions/mm2/run"),
