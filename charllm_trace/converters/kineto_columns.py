@@ -448,7 +448,7 @@ class Columns:
             parts.clear()
             if valid.all():
                 return pl.Series(vals, dtype=pl.Int64)
-            return pl.Series(vals, dtype=pl.Int64).scatter(np.flatnonzero(~valid), None)  # no numpy.ma import
+            return pl.Series(np.ma.masked_array(vals, mask=~valid), dtype=pl.Int64)  # masked: null
 
         cat_codes = np.concatenate(self.cat_parts) if self.cat_parts else np.zeros(0, np.uint32)
         self.cat_parts.clear()
