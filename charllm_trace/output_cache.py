@@ -29,7 +29,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -84,15 +83,16 @@ def code_fingerprint() -> str:
     """SHA-256 of every ``.py``/``.c`` source of the package and the library versions (once per process)."""
     global _fingerprint
     if _fingerprint is None:
-        pkg = Path(__file__).resolve().parent
+        pkg = os.path.dirname(os.path.realpath(__file__))
         h = hashlib.sha256(f"outputs|{_FORMAT}|{_dist_versions()}".encode())
-        for root, dirs, files in os.walk(pkg):
+        for root, dirs, files in os.walk(pkg):  # plain strings: this runs on every hit
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            rel = os.path.relpath(root, pkg)
             for name in sorted(files):
                 if name.endswith((".py", ".c", ".h")):
-                    f = Path(root) / name
-                    h.update(f"{f.relative_to(pkg)}\0".encode())
-                    h.update(f.read_bytes())
+                    h.update(f"{rel}/{name}\0".encode())
+                    with open(os.path.join(root, name), "rb") as f:
+                        h.update(f.read())
         _fingerprint = h.hexdigest()
     return _fingerprint
 
@@ -183,6 +183,8 @@ def store(key: str, payload: bytes) -> None:
         if os.path.lexists(entry) and not owned(entry, KIND):
             return
         entry.parent.mkdir(parents=True, exist_ok=True)
+        import tempfile  # here, on a miss: its import (shutil, random, bz2, lzma) is ~10 ms of a hit
+
         fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", dir=entry.parent)
         try:
             with os.fdopen(fd, "wb") as f:
