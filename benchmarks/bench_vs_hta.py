@@ -247,6 +247,7 @@ def main() -> None:
     ap.add_argument("--workdir", default=None, help="keep (and reuse) the profiles here")
     ap.add_argument("--json", default=None, help="also write the per-profile summaries to this file")
     ap.add_argument("--repeat", action="store_true", help="also time a first analyze and its cache hit")
+    ap.add_argument("--repeat-only", action="store_true", help="only --repeat (HTA not run)")
     a = ap.parse_args()
     wanted = a.profiles.split(",")
     profiles = [p for p in PROFILES if p.name in wanted]
@@ -276,10 +277,13 @@ def main() -> None:
         os.sync()
         smallest = min(paths.values(), key=lambda q: q.stat().st_size)
         run_measured(ours_cmd(smallest), env, work / "warm.out", a.timeout)  # untimed warm-up
-        run_measured(hta_cmd(a.hta_python, smallest, False), env, work / "warm.out", a.timeout)
-        if a.repeat:
+        if not a.repeat_only:
+            run_measured(hta_cmd(a.hta_python, smallest, False), env, work / "warm.out", a.timeout)
+        if a.repeat or a.repeat_only:
             for p in profiles:
                 repeat_rounds(p.name, paths[p.name], env, work, a.rounds, a.timeout)
+            if a.repeat_only:
+                return
         rows = []
         for p in profiles:
             runs: dict[str, list[Measured]] = {"ours": [], "hta": []}
