@@ -21,7 +21,7 @@ inference     Qwen1.5-0.5B inference on an H100 (TraceLens; no CUDA graph      2
 The two tools, each as a fresh process on the same file, alternated (the order flips every
 round), caches off:
 
-- ours: ``python -m charllm_trace.cli analyze FILE --no-cache --format json`` (the default
+- ours: ``python -m charllm_trace.cli.app analyze FILE --no-cache --format json`` (the default
   analysis, critical path on), stdout to a file;
 - HTA: ``TraceAnalysis(trace_dir=...)`` (load) + ``get_comm_comp_overlap`` +
   ``get_temporal_breakdown`` in the interpreter of ``--hta-python`` (HTA's own venv, outside
@@ -144,7 +144,7 @@ def run_measured(cmd: list[str], env: dict[str, str], stdout_path: Path, timeout
 
 
 def ours_cmd(path: Path, cache: bool = False) -> list[str]:
-    cmd = [sys.executable, "-m", "charllm_trace.cli", "analyze", str(path), "--format", "json"]
+    cmd = [sys.executable, "-m", "charllm_trace.cli.app", "analyze", str(path), "--format", "json"]
     return cmd if cache else [*cmd, "--no-cache"]
 
 

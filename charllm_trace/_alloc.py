@@ -12,7 +12,7 @@ good (``muzzy_decay_ms:0``), with its background thread doing the purging. Measu
 
 This changes the whole process, so the library never does it by itself (``import charllm_trace``
 has no side effects): the ``charllm-trace`` command calls it first thing
-(``charllm_trace.cli.main``); a program that uses the library may call
+(``charllm_trace.cli.app.main``); a program that uses the library may call
 ``charllm_trace.tune_polars_allocator()`` before it, or anything else, imports polars.
 
 jemalloc reads its settings from ``_RJEM_MALLOC_CONF`` as polars loads (polars appends the

@@ -14,16 +14,16 @@ from typing import Any
 
 import click
 
-from charllm_trace._native_libs import NativeModuleMissing
-from charllm_trace.cli_analyze import analyze_cmd, report_cmd
-from charllm_trace.cli_cache import allow_partial_option, cache_group, json_flag, no_cache_option, wide_option
-from charllm_trace.cli_collect import iteration_args, iteration_options
-from charllm_trace.cli_compare import compare_cmd
-from charllm_trace.cli_cpu_wait import cpu_wait_cmd
-from charllm_trace.cli_results import refuse_existing
-from charllm_trace.cli_scale import scheduler_option
-from charllm_trace.cli_telemetry import telemetry_group
-from charllm_trace.errors import InputError, debug_first, print_traceback
+from charllm_trace.cli.analyze import analyze_cmd, report_cmd
+from charllm_trace.cli.cache import allow_partial_option, cache_group, json_flag, no_cache_option, wide_option
+from charllm_trace.cli.collect import iteration_args, iteration_options
+from charllm_trace.cli.compare import compare_cmd
+from charllm_trace.cli.cpu_wait import cpu_wait_cmd
+from charllm_trace.cli.results import refuse_existing
+from charllm_trace.cli.scale import scheduler_option
+from charllm_trace.cli.telemetry import telemetry_group
+from charllm_trace.core.errors import InputError, debug_first, print_traceback
+from charllm_trace.core.native_libs import NativeModuleMissing
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
@@ -71,9 +71,9 @@ def main(debug: bool) -> None:
     """Power, performance and thermal analysis of distributed training traces."""
     # Process-wide tuning is the program's choice, not the library's: polars' allocator returns
     # freed memory sooner, and the C heap is trimmed after reads and builds (lower peak RSS;
-    # charllm_trace/_alloc.py). Nothing above has imported polars yet; a subcommand's own
+    # charllm_trace/core/alloc.py). Nothing above has imported polars yet; a subcommand's own
     # imports do (when they do: a repeated analysis printed from the cache imports no polars).
-    from charllm_trace._alloc import trim_heap_after_reads, tune_polars_allocator_on_import
+    from charllm_trace.core.alloc import trim_heap_after_reads, tune_polars_allocator_on_import
 
     tune_polars_allocator_on_import()
     trim_heap_after_reads()
@@ -102,7 +102,7 @@ def info_cmd(path: str, as_json: bool, no_cache: bool, wide: bool) -> None:
         summary = info_distributed(path, cache=not no_cache)
     else:
         from charllm_trace.et.summary import run_summary
-        from charllm_trace.loader import load
+        from charllm_trace.inputs.loader import load
 
         summary = run_summary(load(path, cache=not no_cache))
     if as_json:
@@ -151,10 +151,10 @@ def convert_cmd(
             click.echo(line)
         click.echo(f"wrote {len(paths)} Chakra ET file(s) to {output}")
         return
-    from charllm_trace.cli_progress import input_progress
+    from charllm_trace.cli.progress import input_progress
     from charllm_trace.converters.run_dir import convert_path, summary_lines
-    from charllm_trace.engine.localize import localize_input, url_errors, url_output
     from charllm_trace.et.writer import write_run
+    from charllm_trace.inputs.localize import localize_input, url_errors, url_output
 
     with input_progress("converting"):
         if engine.is_url(path):
@@ -288,7 +288,7 @@ def baseline_cmd(run: str, output: str, hta_compat: bool, simulate: bool, force:
     from charllm_trace.render.tables import cli_hint
 
     refuse_existing(output, force)  # before the analysis, not after it
-    from charllm_trace.engine.localize import url_output
+    from charllm_trace.inputs.localize import url_output
 
     b = baseline_run(run, AnalyzeOptions(hta_compat=hta_compat, simulate=simulate))
     with url_output(output) as out:  # an fsspec URL: written here, uploaded whole
@@ -390,7 +390,7 @@ def export_group() -> None:
     """Export a run to other tools' formats."""
 
 
-from charllm_trace.cli_astra import astra_sim_command  # noqa: E402
+from charllm_trace.cli.astra import astra_sim_command  # noqa: E402
 
 export_group.add_command(
     scheduler_option("astra-sim")(allow_partial_option(no_cache_option(astra_sim_command)))
@@ -419,9 +419,9 @@ def export_perfetto(
     """Write RUN as a Chrome-trace JSON for the Perfetto UI (ui.perfetto.dev): one process per
     rank, one track per CPU thread and GPU stream, power/temperature/clock counters per GPU,
     and each rank's critical path (whole trace) on a track of its own."""
-    from charllm_trace import loader
-    from charllm_trace.model import Run
-    from charllm_trace.render.perfetto import write_chrome_trace
+    from charllm_trace.core.model import Run
+    from charllm_trace.exports.perfetto import write_chrome_trace
+    from charllm_trace.inputs import loader
 
     refuse_existing(output, force)
     r = loader.load(run)
@@ -440,7 +440,7 @@ def export_perfetto(
         r = Run(traces=traces, manifest=r.manifest, source=r.source)
     cp, why = (None, None) if no_critical_path else _critical_path_for_export(r)
     from charllm_trace.analysis.api import pipeline_of_run
-    from charllm_trace.engine.localize import url_output
+    from charllm_trace.inputs.localize import url_output
 
     with url_output(output) as out:  # an fsspec URL: written here, uploaded whole
         stats = write_chrome_trace(r, out, flows=not no_flows, critical_path=cp, pipeline=pipeline_of_run(r))
@@ -473,7 +473,7 @@ def export_perfetto(
 def _critical_path_for_export(run: Any) -> tuple[Any, str | None]:
     """The run's critical paths for the Perfetto track, or (None, why not)."""
     from charllm_trace.analysis.critical import critical_path
-    from charllm_trace.graph.engine import CycleError
+    from charllm_trace.core.dag import CycleError
 
     untimed = [k for k, t in run.traces.items() if not t.meta.has_timestamps]
     if untimed:

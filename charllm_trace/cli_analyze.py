@@ -1,5 +1,5 @@
 """``charllm-trace analyze`` and ``report``: the commands that analyse a run (through the results
-cache, ``results_cache.py``) or draw saved results again (``results_store.py``). Registered on the
+cache, ``store/results_cache.py``) or draw saved results again (``store/results.py``). Registered on the
 ``charllm-trace`` group by ``cli.py``."""
 
 from __future__ import annotations
@@ -7,22 +7,22 @@ from __future__ import annotations
 import click
 
 from charllm_trace.analysis.energy_methods import ENERGY_METHODS
-from charllm_trace.cli_cache import allow_partial_option, json_flag, no_cache_option, wide_option
-from charllm_trace.cli_results import (
+from charllm_trace.cli.cache import allow_partial_option, json_flag, no_cache_option, wide_option
+from charllm_trace.cli.results import (
     refuse_analysis_options,
     refuse_existing,
     refuse_existing_save,
     save_option,
     wrote,
 )
-from charllm_trace.cli_scale import scheduler_option
-from charllm_trace.engine import is_url
+from charllm_trace.cli.scale import scheduler_option
+from charllm_trace.inputs.urls import is_url
 
 # --- analyze (issue 5) -----------------------------------------------------
 
 
 def _parse_ranks_option(text: str | None) -> list[int] | None:
-    from charllm_trace.limits import parse_ranks
+    from charllm_trace.core.limits import parse_ranks
 
     return parse_ranks(text)
 
@@ -49,7 +49,7 @@ def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
         return None
     from charllm_trace import engine
     from charllm_trace.analysis.whatif_keys import parse_what_if, per_edge_keys
-    from charllm_trace.errors import UsageError
+    from charllm_trace.core.errors import UsageError
 
     out = parse_what_if(text)
     if engine.scheduler() and per_edge_keys(out):
@@ -73,7 +73,7 @@ def _output_key(ctx: click.Context, path: str, fmt: str, output: str | None, sav
         return None
     if not output_cache.enabled():
         return None
-    from charllm_trace.run_checks import allow_partial
+    from charllm_trace.collectors.run_checks import allow_partial
 
     return output_cache.output_key(path, dict(ctx.params), fmt, allow_partial())
 
@@ -85,7 +85,7 @@ def _print_cached_output(path: str, key: str) -> bool:
     data = output_cache.lookup(key)
     if data is None:
         return False
-    from charllm_trace.run_checks import note_on_results_hit
+    from charllm_trace.collectors.run_checks import note_on_results_hit
 
     note_on_results_hit(path)
     click.echo(data, nl=False)
@@ -168,8 +168,8 @@ def analyze_cmd(
     okey = _output_key(ctx, path, fmt, output, save)
     if okey is not None and _print_cached_output(path, okey):
         return  # printed what the same analysis printed before (output_cache.py)
-    from charllm_trace.errors import UsageError
-    from charllm_trace.results_store import is_results_file
+    from charllm_trace.core.errors import UsageError
+    from charllm_trace.store.results import is_results_file
 
     if fmt == "parquet" and output is None:
         raise UsageError("--format parquet needs -o FILE")
@@ -178,14 +178,14 @@ def analyze_cmd(
     if output is not None and fmt == "json" and not is_url(output):
         refuse_existing(output, force)  # before the analysis, not after it (a dangling link too)
     if not is_url(path) and is_results_file(path):
-        from charllm_trace.results_store import load_results
+        from charllm_trace.store.results import load_results
 
         refuse_analysis_options(ctx, path, ("path", "fmt", "as_json", "output", "force"))
         res = load_results(path)
     else:
         from charllm_trace.analysis.parallel import parse_parallel
         from charllm_trace.analysis.results import AnalyzeOptions
-        from charllm_trace.results_cache import analyze_path
+        from charllm_trace.store.results_cache import analyze_path
 
         if peak_gbps is not None and not peak_gbps > 0:
             raise UsageError("--peak-gbps must be > 0")
@@ -202,12 +202,12 @@ def analyze_cmd(
             breakdown_top=breakdown_top,
             step_marker=step_marker or None,
         )
-        from charllm_trace.limits import parse_sample
+        from charllm_trace.core.limits import parse_sample
 
         wanted, n_sample = _parse_ranks_option(ranks), parse_sample(sample)
         refuse_existing_save(save, force)
         from charllm_trace import engine
-        from charllm_trace.cli_progress import input_progress
+        from charllm_trace.cli.progress import input_progress
 
         with input_progress("reading"):  # with a scheduler, --save keeps no report views (docs/scale.md)
             got = analyze_path(
@@ -215,7 +215,7 @@ def analyze_cmd(
             )
         res = got.analysis
         if save is not None:
-            from charllm_trace.results_store import save_results
+            from charllm_trace.store.results import save_results
 
             wrote(save_results(res, save, views=got.views, force=force))
     if fmt == "table":
@@ -245,7 +245,7 @@ def analyze_cmd(
         return
     from pathlib import Path
 
-    from charllm_trace.engine.localize import url_output
+    from charllm_trace.inputs.localize import url_output
 
     with url_output(output) as out:  # an fsspec URL: written here, uploaded whole
         written = export.write(res, fmt, out, force=force)
@@ -284,10 +284,10 @@ def report_cmd(
     report or analyze): the page is drawn again without the trace."""
     from pathlib import Path
 
-    from charllm_trace.errors import UsageError
+    from charllm_trace.core.errors import UsageError
+    from charllm_trace.render.report import render_report, report_data_from
     from charllm_trace.render.tables import cli_hint
-    from charllm_trace.report import render_report, report_data_from
-    from charllm_trace.results_store import is_results_file, read_results
+    from charllm_trace.store.results import is_results_file, read_results
 
     refuse_existing(output, force)
     if not is_url(run) and is_results_file(run):
@@ -296,24 +296,24 @@ def report_cmd(
         an, views = saved.analysis, saved.views()
     else:
         from charllm_trace.analysis.results import AnalyzeOptions
-        from charllm_trace.results_cache import analyze_path
+        from charllm_trace.store.results_cache import analyze_path
 
         if peak_gbps is not None and not peak_gbps > 0:
             raise UsageError("--peak-gbps must be > 0")
-        from charllm_trace.limits import parse_sample
+        from charllm_trace.core.limits import parse_sample
 
         factors = _parse_what_if_option(what_if)
         wanted, n_sample = _parse_ranks_option(ranks), parse_sample(sample)
         refuse_existing_save(save, force)
         opts = AnalyzeOptions(per_step=True, peak_gbps=peak_gbps, simulate=simulate, what_if=factors)
-        from charllm_trace.cli_progress import input_progress
+        from charllm_trace.cli.progress import input_progress
 
         with input_progress("reading"):
             got = analyze_path(run, opts, wanted, views=True, sample=n_sample)
         an, views = got.analysis, got.views
         assert views is not None
         if save is not None:
-            from charllm_trace.results_store import save_results
+            from charllm_trace.store.results import save_results
 
             wrote(save_results(an, save, views=views, force=force))
     name = Path(views.source).name if views.source else Path(run).name
@@ -323,7 +323,7 @@ def report_cmd(
     data.notes = [cli_hint(n) for n in data.notes]
     data.critical_notes = [cli_hint(n) for n in data.critical_notes]
     data.what_if_notes = [cli_hint(n) for n in data.what_if_notes]
-    from charllm_trace.engine.localize import url_output
+    from charllm_trace.inputs.localize import url_output
 
     with url_output(output) as out:  # an fsspec URL: written here, uploaded whole
         Path(out).write_text(render_report(data), encoding="utf-8")

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from charllm_trace.progress import reporting
+from charllm_trace.core.progress import reporting
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -3,7 +3,7 @@ with the same options prints the bytes the first run printed, without importing 
 the analyses or the results file code (issue 26 item 2: a hit was 0.25 s, of which polars' import
 0.11 s; Python's own start-up is ~0.02 s).
 
-It sits in front of the results cache (``results_cache.py``), which it does not replace: a miss
+It sits in front of the results cache (``store/results_cache.py``), which it does not replace: a miss
 here goes through the results cache as before, and the output printed is then stored here too.
 
 An entry is ``<cache root>/outputs/<key>``: :data:`HEAD`, the SHA-256 of the payload in hex, a

@@ -11,9 +11,10 @@ import random
 import numpy as np
 import polars as pl
 import pytest
+from charllm_trace.core import dag as engine
+from charllm_trace.core.model import Run
 from polars.testing import assert_frame_equal
 
-from charllm_trace import loader
 from charllm_trace.analysis.critical import (
     critical_path,
     name_codes,
@@ -23,10 +24,9 @@ from charllm_trace.analysis.critical import (
     windows,
 )
 from charllm_trace.analysis.results import CRITICAL_OPS_SCHEMA, frame
-from charllm_trace.graph import engine
 from charllm_trace.graph import points as P
 from charllm_trace.graph.run import build_run_graph
-from charllm_trace.model import Run
+from charllm_trace.inputs import loader
 from tests.conftest import FIXTURES, shared_trace
 from tests.test_graph_critical import random_run
 

@@ -10,12 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import charllm_trace.inputs.loader
 import pytest
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
 
-import charllm_trace.loader
 from charllm_trace import output_cache
-from charllm_trace.cli import main
 from tests.conftest import FIXTURES
 
 GLOO = FIXTURES / "cpu-2rank-gloo"
@@ -38,8 +38,8 @@ def no_load(monkeypatch: pytest.MonkeyPatch):
         def boom(*_a, **_k):
             raise AssertionError("the trace was loaded on an output-cache hit")
 
-        monkeypatch.setattr(charllm_trace.loader, "load", boom)
-        monkeypatch.setattr("charllm_trace.results_cache.lookup", boom)  # not even the results cache
+        monkeypatch.setattr(charllm_trace.inputs.loader, "load", boom)
+        monkeypatch.setattr("charllm_trace.store.results_cache.lookup", boom)  # not even the results cache
 
     return forbid
 
@@ -131,7 +131,7 @@ def test_a_hit_as_a_process_prints_the_same_and_imports_no_polars(cache_dir: Pat
     env = {**os.environ, "CHARLLM_TRACE_CACHE_DIR": str(cache_dir)}
     env.pop("CHARLLM_TRACE_NO_CACHE", None)
     probe = (
-        "import sys\nfrom charllm_trace.cli import main\n"
+        "import sys\nfrom charllm_trace.cli.app import main\n"
         "try:\n    main(sys.argv[1:], standalone_mode=False)\n"
         "finally:\n    print('HEAVY', sorted(m for m in ('polars', 'numpy', 'rich') if m in sys.modules), file=sys.stderr)\n"
     )

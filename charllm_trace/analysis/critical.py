@@ -36,10 +36,10 @@ from charllm_trace.analysis.results import (
     CriticalPathResult,
     frame,
 )
-from charllm_trace.graph import engine
+from charllm_trace.core import dag as engine
+from charllm_trace.core.model import Run
 from charllm_trace.graph import points as P
 from charllm_trace.graph.run import RunGraph, build_run_graph
-from charllm_trace.model import Run
 
 assert P.CATEGORIES == CP_CATEGORIES  # one vocabulary
 

@@ -40,9 +40,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from charllm_trace.errors import InputError, UsageError
+from charllm_trace.core.errors import InputError, UsageError
+from charllm_trace.core.model import MODEL_VERSION, Trace, TraceMeta
 from charllm_trace.et.cache_owner import index_text, mark_dir, owned, read_index
-from charllm_trace.model import MODEL_VERSION, Trace, TraceMeta
 
 CACHE_FORMAT = "6"
 #: kinds of entries: directory name -> what they hold
@@ -50,9 +50,9 @@ KINDS = {
     "et": "decoded Chakra ET files",
     "kineto": "converted Kineto profiles / host-ET JSON files",
     "run": "converted run directories",
-    # one file per entry, written and read by charllm_trace/results_cache.py (not by this module)
+    # one file per entry, written and read by charllm_trace/store/results_cache.py (not by this module)
     "results": "saved analysis results (analyze, report)",
-    # one file per entry, written and read by charllm_trace/sweep_cache.py
+    # one file per entry, written and read by charllm_trace/store/sweep_cache.py
     "compare": "per-run summaries of compare",
     # one file per entry, written and read by charllm_trace/output_cache.py
     "outputs": "printed outputs of analyze --format json",
@@ -116,7 +116,7 @@ def _index() -> Path:
 
 
 def _stat_raw(path: str | os.PathLike[str]) -> str:
-    from charllm_trace.inputs import path_kind
+    from charllm_trace.core.files import path_kind
 
     path_kind(path)  # a missing path, a dangling link or a loop: InputError naming it
     p = Path(path).resolve()
