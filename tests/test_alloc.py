@@ -64,7 +64,7 @@ def test_import_has_no_side_effects() -> None:
 
 def test_opt_in_configures_jemalloc_and_leaves_the_environment() -> None:
     code = (
-        "import os, charllm_trace; from charllm_trace import _alloc; "
+        "import os, charllm_trace; from charllm_trace.core import alloc as _alloc; "
         "_alloc.POLARS_MALLOC_CONF += ',stats_print:true'; "  # jemalloc reports its options at exit
         "print(charllm_trace.tune_polars_allocator(), os.environ.get('_RJEM_MALLOC_CONF'))"
     )
@@ -84,14 +84,33 @@ def test_without_opt_in_polars_keeps_its_own_settings() -> None:
 
 
 def test_the_command_opts_in_before_polars_loads(tmp_path: Path) -> None:
-    code = HOOK + (
-        "from charllm_trace.cli.app import main\n"
+    """The command asks for the setting first thing, and it is applied when polars is imported
+    (by the subcommand, if at all: a repeated analysis printed from the cache imports none);
+    jemalloc's own report says what it was configured with; the variable is left as polars sets it."""
+    code = (
+        "import os, sys\n"
+        "from charllm_trace.core import alloc as _alloc\nfrom charllm_trace.cli.app import main\n"
+        "_alloc.POLARS_MALLOC_CONF += ',stats_print:true'\n"
         f"try:\n    main(['info', {str(FIXTURE)!r}], standalone_mode=False)\n"
-        "finally:\n    print('SEEN', SEEN)\n"
+        "finally:\n    print('POLARS', 'polars' in sys.modules, 'VAR', os.environ.get('_RJEM_MALLOC_CONF'))\n"
     )
     r = _run(code, CHARLLM_TRACE_CACHE_DIR=str(tmp_path / "cache"))
-    seen = r.stdout.split("SEEN", 1)[1]
-    assert "dirty_decay_ms:100,muzzy_decay_ms:0" in seen, r.stdout
+    assert "POLARS True VAR" in r.stdout, r.stdout
+    assert "dirty_decay_ms:100" not in r.stdout.split("POLARS True VAR", 1)[1]  # children: polars' own
+    opts = _jemalloc_opts(r.stderr)
+    assert opts["dirty_decay_ms"] == "100" and opts["muzzy_decay_ms"] == "0", opts
+    assert opts["background_thread"] == "true"
+    # a command that never imports polars (a repeated analysis, printed from the output cache)
+    # leaves it out, and the environment alone
+    again = (
+        "import os, sys\nbefore = dict(os.environ)\nfrom charllm_trace.cli.app import main\n"
+        f"try:\n    main(['analyze', {str(FIXTURE)!r}, '--format', 'json'], standalone_mode=False)\n"
+        "finally:\n    print('POLARS', 'polars' in sys.modules, 'ENV', dict(os.environ) == before)\n"
+    )
+    first = _run(again, CHARLLM_TRACE_CACHE_DIR=str(tmp_path / "cache"))
+    assert "POLARS True" in first.stdout
+    r = _run(again, CHARLLM_TRACE_CACHE_DIR=str(tmp_path / "cache"))
+    assert "POLARS False ENV True" in r.stdout, r.stdout
     # a library user who does not opt in gets polars' defaults
     r = _run(HOOK + "import charllm_trace as ct\nct.load(" + repr(str(FIXTURE)) + ")\nprint('SEEN', SEEN)",
              CHARLLM_TRACE_CACHE_DIR=str(tmp_path / "cache"))  # fmt: skip
@@ -100,7 +119,7 @@ def test_the_command_opts_in_before_polars_loads(tmp_path: Path) -> None:
 
 def test_a_users_own_setting_or_opt_out_wins() -> None:
     code = (
-        "import os, sys; import charllm_trace; from charllm_trace import _alloc; "
+        "import os, sys; import charllm_trace; from charllm_trace.core import alloc as _alloc; "
         "print(_alloc.tune_polars_allocator(), os.environ.get('_RJEM_MALLOC_CONF'))"
     )
     mine = _run(code, _RJEM_MALLOC_CONF="dirty_decay_ms:5000").stdout.split()
@@ -146,7 +165,7 @@ def test_heap_trim_only_after_opt_in(mode: str) -> None:
 
 def test_the_command_opts_in_to_heap_trim() -> None:
     code = (
-        "from click.testing import CliRunner; from charllm_trace import cli, _alloc; "
+        "from click.testing import CliRunner; from charllm_trace.cli import app as cli; from charllm_trace.core import alloc as _alloc; "
         "r = CliRunner().invoke(cli.main, ['cache', '--help']); "
         "print(r.exit_code, _alloc.trim_heap_enabled())"
     )

@@ -33,9 +33,11 @@ def test_info_clear_and_foreign_files(cache_dir: Path) -> None:
     code, out = cli("analyze", str(FIXTURE), "--format", "json", "--no-critical-path")
     assert code == 0, out
     d = _info()
-    assert d["root"] == str(cache_dir) and d["entries"] == 2  # the converted input and the results
+    # the converted input, the results and the printed output
+    assert d["root"] == str(cache_dir) and d["entries"] == 3
     assert d["kinds"]["kineto"]["entries"] == 1 and d["kinds"]["kineto"]["bytes"] > 0
     assert d["kinds"]["results"]["entries"] == 1 and d["kinds"]["results"]["bytes"] > 0
+    assert d["kinds"]["outputs"]["entries"] == 1 and d["kinds"]["outputs"]["bytes"] > 0
     assert d["kinds"]["file-index"]["entries"] >= 1
     code, out = cli("cache", "info")
     assert code == 0 and "kineto" in out and "results" in out and "1 entries" in out
@@ -44,7 +46,7 @@ def test_info_clear_and_foreign_files(cache_dir: Path) -> None:
     foreign_in_kind = cache_dir / "kineto" / "keep-me"
     foreign_in_kind.write_text("not the tool's either")
     code, out = cli("cache", "clear")
-    assert code == 0 and "removed 2 entries" in out, out
+    assert code == 0 and "removed 3 entries" in out, out
     assert foreign.read_text() == "not the tool's" and foreign_in_kind.exists()
     assert _info()["entries"] == 0
     assert not (cache_dir / "file-index").exists()  # emptied directories of ours go
@@ -56,7 +58,7 @@ def test_no_cache_bypasses_and_is_reset(cache_dir: Path) -> None:
     assert not cache_dir.exists()
     assert et_cache.enabled()  # the flag lasts for its command only
     code, cached = cli("analyze", str(FIXTURE), "--format", "json", "--no-critical-path")
-    assert code == 0 and _info()["entries"] == 2
+    assert code == 0 and _info()["entries"] == 3  # input, results, printed output
     code, again = cli("analyze", str(FIXTURE), "--format", "json", "--no-critical-path", "--no-cache")
     assert code == 0 and again == cached
 

@@ -28,6 +28,7 @@ def _users_files(root: Path) -> dict[Path, str]:
         root / "kineto" / ".0123456789abcdef-draft" / "x.txt": "my draft",
         root / "results" / HEX: "my results",
         root / "compare" / HEX: '{"mine": 1}',
+        root / "outputs" / HEX: '{"my": "output"}',
         root / "et-index" / HEX: "not an index record",
     }
     for p, text in files.items():
@@ -46,9 +47,10 @@ def _analyze() -> None:
 def test_clear_removes_only_marked_entries(cache_dir: Path) -> None:
     files = _users_files(cache_dir)
     _analyze()
-    assert et_cache.info()["entries"] == 2  # the converted profile and its results; none of the user's
+    # the converted profile, its results and the printed output; none of the user's
+    assert et_cache.info()["entries"] == 3
     r = CliRunner().invoke(main, ["cache", "clear"])
-    assert r.exit_code == 0 and "removed 2 entries" in r.output, r.output
+    assert r.exit_code == 0 and "removed 3 entries" in r.output, r.output
     for p, text in files.items():
         assert p.read_text() == text, p
     assert et_cache.info()["entries"] == 0

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from charllm_trace.analysis.critical_batch import PathKeys, edge_keys, top_ops_all
 from charllm_trace.analysis.results import (
     CP_CATEGORIES,
-    CRITICAL_OPS_SCHEMA,
     CRITICAL_PATH_SCHEMA,
     CRITICAL_SEGMENT_SCHEMA,
     CriticalPathResult,
@@ -200,7 +200,6 @@ def critical_path(
     f = np.ones(len(P.WHATIF_CLASSES)) if factors is None else factors
     rows: list[dict] = []
     seg_frames: list[pl.DataFrame] = []
-    op_frames: list[pl.DataFrame] = []
     # per rank: each active node's name as a code into that rank's distinct names (no strings per edge)
     vocab: dict[int, pl.Series] = {}
     code_of: dict[int, np.ndarray] = {}
@@ -219,15 +218,17 @@ def critical_path(
     if len(whole) > 1:
         sink = max((w[0] for w in whole), key=lambda p: time[p])
         targets.append(("job", None, None, int(sink), min(w[1] for w in whole)))
-    for scope, r, s, sink, w0 in targets:
+    keys, lengths = PathKeys.empty(), []  # every path's edges: their top ops in one pass
+    for i, (scope, r, s, sink, w0) in enumerate(targets):
         path = engine.walk_back(g.src, bind, time, sink, w0)
         edges = bind[path[:-1]] if len(path) > 1 else np.zeros(0, np.int64)
-        pc = path_piece(g, time, path, edges, f, rg.point_rank[path], rg.owner_rank[edges], code_of)
+        pc = path_piece(g, time, path, edges, f, rg.point_rank[path], None, None)
         rows.append(path_row(scope, r, s, w0, int(time[sink]), [pc]))
+        lengths.append((scope, r, s, int(time[sink] - time[path[-1]])))
         if len(edges) == 0:
             continue
-        length = int(time[sink] - time[path[-1]])
-        op_frames.append(top_ops_of(name_codes(pc.ops, vocab, top), scope, r, s, length, top))
+        orank = rg.owner_rank[edges]
+        keys.add(i, orank, *edge_keys(g, time, path, edges, orank, code_of))
         if segments and s is None:  # the timelines draw the whole-trace paths: their segments only
             seg_cat = np.where((g.fixed[edges] > 0) & (g.base[edges] <= 0), P.CAT["sync_wait"], g.cat[edges])
             seg_frames.append(_segments(scope, r, s, edges, path, time, seg_cat, g, rg, code_of, vocab))
@@ -237,9 +238,7 @@ def critical_path(
         if seg_frames
         else frame({}, CRITICAL_SEGMENT_SCHEMA)
     )
-    top_ops = (
-        frame(pl.concat(op_frames), CRITICAL_OPS_SCHEMA) if op_frames else frame({}, CRITICAL_OPS_SCHEMA)
-    )
+    top_ops = top_ops_all(keys, lengths, vocab, top)
     notes = list(rg.notes)
     if not g.measured:
         notes.insert(0, SIMULATED_CP)
@@ -271,13 +270,14 @@ class PathPiece:
     n_edges: int
     ranks: set[int]  # ranks of its (real) points
     last_time: int  # time of its last point (the path's start, for the last piece)
-    ops: pl.DataFrame  # (orank, code, cat, time_ns, count) of its edges that take time
+    ops: pl.DataFrame | None  # (orank, code, cat, time_ns, count) of its edges that take time
+    # (None where the caller sums the ops of many paths at once: critical_batch)
 
 
 def path_piece(g, time, path, edges, f, path_ranks, orank, code_of) -> PathPiece:
     """The :class:`PathPiece` of points ``path`` (latest first; ``path_ranks``: their ranks, -1 for
     a virtual point) joined by ``edges`` (``orank``: the rank owning each edge; ``code_of``: rank ->
-    each active node's name code); ``f``: factors."""
+    each active node's name code; None: no ``ops``); ``f``: factors."""
     cats = np.zeros(len(CP_CATEGORIES), dtype=np.int64)
     wait = 0
     if len(edges):
@@ -289,23 +289,7 @@ def path_piece(g, time, path, edges, f, path_ranks, orank, code_of) -> PathPiece
         np.add.at(cats, g.cat[edges], scaled + np.minimum(fx, 0))
         wait = int(np.maximum(fx, 0).sum())
         cats[P.CAT["sync_wait"]] += wait
-    seg_t = time[path[:-1]] - time[path[1:]]
-    seg_cat = np.where((g.fixed[edges] > 0) & (g.base[edges] <= 0), P.CAT["sync_wait"], g.cat[edges])
-    own = g.owner[edges]
-    code = np.full(len(edges), -1, dtype=np.int64)
-    for rr in np.unique(orank).tolist():
-        sel = np.flatnonzero((orank == rr) & (own >= 0))
-        if len(sel) and rr in code_of:
-            code[sel] = code_of[rr][own[sel]]
-    key = pl.DataFrame(
-        {"orank": np.asarray(orank, np.int64), "code": code, "cat": seg_cat.astype(np.int64), "t": seg_t},
-        schema={"orank": pl.Int64, "code": pl.Int64, "cat": pl.Int64, "t": pl.Int64},
-    )
-    ops = (
-        key.filter(pl.col("t") > 0)  # pieces that take time (as the segments count them)
-        .group_by("orank", "code", "cat")
-        .agg(time_ns=pl.col("t").sum(), count=pl.len().cast(pl.Int64))
-    )
+    ops = None if code_of is None else _piece_ops(g, time, path, edges, orank, code_of)
     return PathPiece(
         cats=cats,
         wait=wait,
@@ -314,6 +298,19 @@ def path_piece(g, time, path, edges, f, path_ranks, orank, code_of) -> PathPiece
         ranks={int(x) for x in np.unique(path_ranks) if x >= 0},
         last_time=int(time[path[-1]]),
         ops=ops,
+    )
+
+
+def _piece_ops(g, time, path, edges, orank, code_of) -> pl.DataFrame:
+    code, seg_cat, seg_t = edge_keys(g, time, path, edges, orank, code_of)
+    key = pl.DataFrame(
+        {"orank": np.asarray(orank, np.int64), "code": code, "cat": seg_cat.astype(np.int64), "t": seg_t},
+        schema={"orank": pl.Int64, "code": pl.Int64, "cat": pl.Int64, "t": pl.Int64},
+    )
+    return (
+        key.filter(pl.col("t") > 0)  # pieces that take time (as the segments count them)
+        .group_by("orank", "code", "cat")
+        .agg(time_ns=pl.col("t").sum(), count=pl.len().cast(pl.Int64))
     )
 
 

@@ -60,6 +60,38 @@ def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
     return out
 
 
+#: the largest printed output the output cache keeps (bytes)
+OUTPUT_CACHE_MAX = 64 << 20
+
+
+def _output_key(ctx: click.Context, path: str, fmt: str, output: str | None, save: str | None) -> str | None:
+    """The output cache's key of this command (None: its output is not cached: not JSON to
+    stdout, a --save, a URL, a scheduler, or the caches turned off)."""
+    from charllm_trace import engine, output_cache
+
+    if fmt != "json" or output is not None or save is not None or is_url(path) or engine.scheduler():
+        return None
+    if not output_cache.enabled():
+        return None
+    from charllm_trace.collectors.run_checks import allow_partial
+
+    return output_cache.output_key(path, dict(ctx.params), fmt, allow_partial())
+
+
+def _print_cached_output(path: str, key: str) -> bool:
+    """Print the stored output of ``key`` (True), with the note a results-cache hit gives."""
+    from charllm_trace import output_cache
+
+    data = output_cache.lookup(key)
+    if data is None:
+        return False
+    from charllm_trace.collectors.run_checks import note_on_results_hit
+
+    note_on_results_hit(path)
+    click.echo(data, nl=False)
+    return True
+
+
 @click.command("analyze")
 @click.argument("path", type=click.Path())
 @click.option("--per-step", is_flag=True, help="Also split every figure by ProfilerStep.")
@@ -133,6 +165,9 @@ def analyze_cmd(
 
     A second analysis of the same input with the same options prints the results stored by the
     first (the results cache, docs/cache.md); --no-cache analyses again."""
+    okey = _output_key(ctx, path, fmt, output, save)
+    if okey is not None and _print_cached_output(path, okey):
+        return  # printed what the same analysis printed before (output_cache.py)
     from charllm_trace.core.errors import UsageError
     from charllm_trace.store.results import is_results_file
 
@@ -191,8 +226,19 @@ def analyze_cmd(
     from charllm_trace.render import export
 
     if output is None and fmt == "json":  # a piece at a time (1,024 ranks: 150 MB)
+        kept: list[bytes] | None = [] if okey is not None else None
+        size = 0
         for piece in export.iter_json(res):
             click.echo(piece, nl=False)
+            size += len(piece)
+            if kept is not None and size > OUTPUT_CACHE_MAX:
+                kept = None  # a huge output is not kept
+            elif kept is not None:
+                kept.append(piece)
+        if kept is not None and okey is not None:
+            from charllm_trace import output_cache
+
+            output_cache.store(okey, b"".join(kept))
         return
     if output is None:
         click.echo(export.render_stdout(res, fmt), nl=False)

@@ -72,10 +72,10 @@ def main(debug: bool) -> None:
     # Process-wide tuning is the program's choice, not the library's: polars' allocator returns
     # freed memory sooner, and the C heap is trimmed after reads and builds (lower peak RSS;
     # charllm_trace/core/alloc.py). Nothing above has imported polars yet; a subcommand's own
-    # imports do.
-    from charllm_trace.core.alloc import trim_heap_after_reads, tune_polars_allocator
+    # imports do (when they do: a repeated analysis printed from the cache imports no polars).
+    from charllm_trace.core.alloc import trim_heap_after_reads, tune_polars_allocator_on_import
 
-    tune_polars_allocator()
+    tune_polars_allocator_on_import()
     trim_heap_after_reads()
 
 

@@ -4,25 +4,45 @@ rate and elapsed time, on stderr, only when stderr is a terminal (never in pipes
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Iterator
-
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TransferSpeedColumn,
-)
+from typing import TYPE_CHECKING
 
 from charllm_trace.core.progress import reporting
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def _maybe_terminal() -> bool:
+    """Whether stderr may be a terminal for rich (a TTY, or rich told so by its variables): when
+    not, rich is not imported at all (``rich.progress`` costs ~50 ms of CPU at start-up)."""
+    if any(os.environ.get(v) for v in ("FORCE_TERMINAL", "TTY_INTERACTIVE", "TTY_COMPATIBLE")):
+        return True
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 @contextlib.contextmanager
 def input_progress(verb: str, console: Console | None = None) -> Iterator[None]:
     """Show ``verb`` (e.g. "converting") with the bytes of input done while the block runs."""
+    if console is None and not _maybe_terminal():
+        yield
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TransferSpeedColumn,
+    )
+
     err = console or Console(stderr=True)
     if not err.is_terminal:
         yield

@@ -10,7 +10,8 @@ cap or a damaged-entry clean-up deletes anything, it checks the thing holds this
 - an index record (``et-index``, ``file-index``): :data:`INDEX_HEAD` then the key (records of
   earlier releases: exactly 64 hex digits);
 - a saved-results entry: a zip whose first member is ``charllm-results.json``;
-- a compare row: JSON starting with :data:`ROW_MARK`.
+- a compare row: JSON starting with :data:`ROW_MARK`;
+- a printed output (``output_cache.py``): :data:`OUTPUT_HEAD` first.
 
 Symbolic links are never ours (the cache writes none). Anything else is left where it is.
 """
@@ -28,6 +29,7 @@ ROW_MARK = b'{"_written_by": "charllm-trace compare"'
 ROW_KEY = "_written_by"
 RESULTS_HEAD = b"PK\x03\x04"
 RESULTS_FIRST = b"charllm-results.json"
+OUTPUT_HEAD = b"charllm-trace output 1 "  # output_cache.HEAD
 _HEX64 = re.compile(rb"^[0-9a-f]{64}$")
 
 
@@ -80,6 +82,8 @@ def _file_owned(p: Path, kind: str) -> bool:
         return head[:4] == RESULTS_HEAD and head[30:] == RESULTS_FIRST
     if kind == "compare":
         return _head(p, len(ROW_MARK)) == ROW_MARK
+    if kind == "outputs":
+        return _head(p, len(OUTPUT_HEAD)) == OUTPUT_HEAD
     if kind in ("et-index", "file-index"):
         return read_index(p) is not None
     return False
