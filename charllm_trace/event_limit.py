@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 
-from charllm_trace.errors import InputError
-from charllm_trace.limits import _env_int
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.limits import _env_int
 
 #: complete events (or ET nodes) of one rank's trace: 5 M is about 4 GB for ``analyze`` (measured
 #: above); real per-rank profiles of 50-200 MB of JSON hold 0.2-1 M

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+from charllm_trace.core.errors import InputError
 
 from charllm_trace.converters.host_et_checks import check_parent_cycle
-from charllm_trace.errors import InputError
 from tests.conftest import SHARED_TRACES
 
 

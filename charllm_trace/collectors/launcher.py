@@ -41,8 +41,8 @@ from typing import Any
 
 from charllm_trace.collectors.hook import ENV_CONFIG
 from charllm_trace.collectors.outcome import traced_unsaved
-from charllm_trace.errors import InputError, UsageError
-from charllm_trace.limits import parse_ranks  # noqa: F401 - the launcher's --ranks (tests import it here)
+from charllm_trace.core.errors import InputError, UsageError
+from charllm_trace.core.limits import parse_ranks  # noqa: F401 - the launcher's --ranks (tests import it here)
 
 INJECT_DIR = str(Path(__file__).resolve().parent / "_inject")
 PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "sp", "vpp")

@@ -179,7 +179,7 @@ def check_one_run(run_dir: Path, manifest: dict[str, Any]) -> None:
     """Raise InputError if the run's manifest, node files and rank info files carry different
     run ids (files of two runs in one directory). Files without a run id (older collections,
     other tools) are not judged."""
-    from charllm_trace.errors import InputError
+    from charllm_trace.core.errors import InputError
 
     seen: dict[str, str] = {}
     if isinstance(manifest.get("run_id"), str):

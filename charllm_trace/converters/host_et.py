@@ -24,8 +24,8 @@ import polars as pl
 
 from charllm_trace.converters._io import is_host_et, is_kineto, load_json
 from charllm_trace.converters.host_et_checks import check_fields, check_parent_cycle, node_objects
-from charllm_trace.errors import InputError
-from charllm_trace.model import DEP_SCHEMA, ProcessGroup, Trace, TraceMeta
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import DEP_SCHEMA, ProcessGroup, Trace, TraceMeta
 
 PG_INIT = "## process_group:init ##"
 #: RecordScope.USER_SCOPE: record_function ranges (ProfilerStep#N, ## forward ## ...)

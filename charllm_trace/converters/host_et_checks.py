@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 
 
 def node_objects(path: str | os.PathLike[str], nodes: list[Any]) -> list[dict[str, Any]]:

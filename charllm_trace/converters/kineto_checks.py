@@ -17,7 +17,7 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 
 #: the args keys behind the id columns, as the error names them
 ID_KEYS = {

@@ -40,7 +40,7 @@ from charllm_trace.converters.kineto_profile import (
 )
 from charllm_trace.converters.kineto_times import strict_text_us_to_ns
 from charllm_trace.converters.kineto_vocab import COMM_HINT, Vocab, comm_hits
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 
 _COMM_FIELDS = {f"c{i}": key for i, key in enumerate(COMM_ARG_KEYS)}
 _SYNC_FIELDS = {f"s{i}": key for i, key in enumerate(SYNC_ARG_KEYS)}

@@ -39,7 +39,7 @@ from charllm_trace.converters.kineto_checks import (
     first_odd_name,
 )
 from charllm_trace.converters.kineto_devices import ProcessNames, mark_device_activity
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 from charllm_trace.event_limit import check_event_count, max_events
 
 #: Kineto category (lower-cased) -> (kind, on_gpu). Categories not listed become kind "other" (CPU).
@@ -204,7 +204,7 @@ def check_times(path: str | os.PathLike[str], ts: np.ndarray, dur: np.ndarray, b
 
 def checked_rank(path: str | os.PathLike[str], dist: dict[str, Any]) -> tuple[int | None, int | None]:
     """``distributedInfo``'s rank and world size: JSON integers, 0 <= rank < world_size <= MAX_RANK."""
-    from charllm_trace.limits import MAX_RANK
+    from charllm_trace.core.limits import MAX_RANK
 
     out = []
     for key, lo in (("rank", 0), ("world_size", 1)):

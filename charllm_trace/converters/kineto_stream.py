@@ -18,11 +18,11 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from charllm_trace._alloc import trim_heap
 from charllm_trace.converters.kineto_checks import check_name_value
 from charllm_trace.converters.kineto_columns import Columns, decode_top
 from charllm_trace.converters.kineto_profile import KinetoProfile
-from charllm_trace.errors import InputError
+from charllm_trace.core.alloc import trim_heap
+from charllm_trace.core.errors import InputError
 from charllm_trace.event_limit import check_event_count, max_events
 
 #: events decoded at a time
@@ -37,7 +37,7 @@ def _open_stream(path: str | os.PathLike[str]) -> Any:
 
     from isal import igzip
 
-    from charllm_trace.inputs import BoundedGzip, open_regular
+    from charllm_trace.core.files import BoundedGzip, open_regular
 
     p = Path(path)
     fh = open_regular(p, "a Kineto profile file")  # closed by the caller (or below)
@@ -53,7 +53,7 @@ def _open_stream(path: str | os.PathLike[str]) -> Any:
 
 
 def _gzip_limit(fh: Any) -> int:
-    from charllm_trace.limits import gzip_out_limit
+    from charllm_trace.core.limits import gzip_out_limit
 
     return gzip_out_limit(os.fstat(fh.fileno()).st_size)
 

@@ -1,8 +1,8 @@
 """Read Chakra ET files (ours or anyone's) into the trace model.
 
-``read_et`` reads one file into a :class:`~charllm_trace.model.Trace`;
+``read_et`` reads one file into a :class:`~charllm_trace.core.model.Trace`;
 ``read_et_dir`` reads a directory of per-rank files into a
-:class:`~charllm_trace.model.Run`. Both raise :class:`InputError` for bad
+:class:`~charllm_trace.core.model.Run`. Both raise :class:`InputError` for bad
 input (truncated, corrupt, not an ET, ranks that do not belong together).
 """
 
@@ -21,7 +21,17 @@ import polars as pl
 from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.limits import MAX_TELEMETRY_ROWS
+from charllm_trace.core.model import (
+    DEP_SCHEMA,
+    NODE_SCHEMA,
+    TELEMETRY_SCHEMA,
+    ProcessGroup,
+    Run,
+    Trace,
+    TraceMeta,
+)
 from charllm_trace.et import _native
 from charllm_trace.et import cache as et_cache
 from charllm_trace.et import conventions as cv
@@ -37,16 +47,6 @@ from charllm_trace.et.framing import (
     sniff_text,
 )
 from charllm_trace.et.validate import check_graph, check_node_count, check_times, check_versions, one_producer
-from charllm_trace.limits import MAX_TELEMETRY_ROWS
-from charllm_trace.model import (
-    DEP_SCHEMA,
-    NODE_SCHEMA,
-    TELEMETRY_SCHEMA,
-    ProcessGroup,
-    Run,
-    Trace,
-    TraceMeta,
-)
 
 _I64 = np.int64
 
@@ -328,7 +328,7 @@ def load_buffer(path: str | os.PathLike[str]) -> tuple[np.ndarray, int]:
     (gzip, or the numpy decoder, which reads a little past message ends) the bytes
     are copied into an array followed by ``PAD`` zero bytes.
     """
-    from charllm_trace.inputs import open_regular
+    from charllm_trace.core.files import open_regular
 
     p = Path(path)
     try:
@@ -443,7 +443,7 @@ def rank_from_name(name: str) -> int | None:
 
 def et_files(path: Path) -> list[Path]:
     """The ``.et`` / ``.et.gz`` files of a directory (each a regular file, or ``InputError``)."""
-    from charllm_trace.inputs import trace_entries
+    from charllm_trace.core.files import trace_entries
 
     return trace_entries(path, (".et", ".et.gz"))
 
@@ -460,7 +460,7 @@ def read_et_dir(
     ``only``: read just the files of these ranks (``--ranks`` / ``--sample``), told by the rank
     in the file name (a file without one is read, and kept when its header names a wanted rank).
     """
-    from charllm_trace.inputs import path_kind
+    from charllm_trace.core.files import path_kind
 
     d = Path(path)
     if path_kind(d) != "dir":

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.limits import MAX_RANK
 from charllm_trace.et import conventions as cv
 from charllm_trace.event_limit import check_event_count, max_events
-from charllm_trace.limits import MAX_RANK
 
 
 def check_graph(trace: Any, path: str | os.PathLike[str] | None, ours: bool = True) -> None:
@@ -74,7 +74,7 @@ def check_graph(trace: Any, path: str | os.PathLike[str] | None, ours: bool = Tr
         keep = ~loops
         trace.deps = deps = deps.filter(pl.Series(keep))
         pdep, pnode = pdep[keep], pnode[keep]
-    from charllm_trace.graph.engine import topo_order
+    from charllm_trace.core.dag import topo_order
 
     # control dependencies (parent, issue order) of a file we wrote never form a cycle; tensor-data
     # ones can (the run graph drops the data edges that close one, with a note). Chakra's own
@@ -162,7 +162,7 @@ def one_producer(traces: dict[int, Any], origin: dict[int, Any]) -> None:
 def check_versions(gm: Any, path: Any) -> None:
     """The Chakra ET version (``GlobalMetadata.version``) and, in our files, the charllm-trace model
     version are ones this reader knows: Chakra 0.0.x, model 1.x."""
-    from charllm_trace.model import MODEL_VERSION
+    from charllm_trace.core.model import MODEL_VERSION
 
     if gm.version and not re.fullmatch(r"0\.0\.\d+", gm.version):
         raise InputError(

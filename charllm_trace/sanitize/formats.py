@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from charllm_trace.errors import InputError
-from charllm_trace.inputs import GZIP_MAGIC, gunzip, read_regular
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.files import GZIP_MAGIC, gunzip, read_regular
 from charllm_trace.sanitize import chakra_et
 from charllm_trace.sanitize.rules import (
     DROP_KEYS,
@@ -62,7 +62,7 @@ def _first_byte_ok(path: Path, head: bytes) -> None:
 
 def read(path: Path) -> bytes:
     """The bytes of ``path`` (a regular file), gzip decompressed within
-    :func:`charllm_trace.limits.gzip_out_limit`; JSON names must start with JSON text."""
+    :func:`charllm_trace.core.limits.gzip_out_limit`; JSON names must start with JSON text."""
     raw = read_regular(path)
     if raw[:2] != GZIP_MAGIC:
         return raw
@@ -96,8 +96,8 @@ def clean_json_doc(sc: Scrubber, doc: Any) -> Any:
 def _table_read(kind: str, data: bytes):  # -> pl.DataFrame
     import polars as pl
 
-    from charllm_trace.ipc_bounds import decoded_bytes
-    from charllm_trace.limits import gzip_out_limit
+    from charllm_trace.core.ipc_bounds import decoded_bytes
+    from charllm_trace.core.limits import gzip_out_limit
     from charllm_trace.parquet_bounds import decoded_bytes as parquet_bytes
 
     # NotIpc / NotParquet (ValueErrors) when the file is not what its name says

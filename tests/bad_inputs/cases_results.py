@@ -25,9 +25,8 @@ def _valid_members() -> dict[str, bytes]:
     if not _VALID:
         import tempfile
 
+        from charllm_trace.cli.app import main
         from click.testing import CliRunner
-
-        from charllm_trace.cli import main
 
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "r.zip"

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from charllm_trace.core.errors import InputError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from charllm_trace.errors import InputError
 from tests.bad_inputs import valid
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))
@@ -122,13 +122,14 @@ def _check(read: Callable[[Path], Any], data: bytes, name: str) -> None:
 
 
 def _readers(tmp: Path) -> list[tuple[str, Callable[[Path], Any], str, st.SearchStrategy[bytes]]]:
+    from charllm_trace.collectors.run_checks import check_manifest
+
     from charllm_trace.converters import host_et as host_et_mod
     from charllm_trace.converters._io import load_json
     from charllm_trace.converters.kineto import read_kineto
     from charllm_trace.converters.run_dir import read_manifest
     from charllm_trace.et.reader import read_et
     from charllm_trace.regress.baseline import read_baseline
-    from charllm_trace.run_checks import check_manifest
 
     kdoc = valid.kineto_doc()
     kbytes = json.dumps(kdoc).encode()
@@ -226,10 +227,9 @@ def _results_reader(tmp: Path) -> tuple[Any, Callable[[Path], Any]]:
     import hashlib
     import zipfile
 
+    from charllm_trace.cli.app import main
+    from charllm_trace.store.results import MANIFEST, read_results
     from click.testing import CliRunner
-
-    from charllm_trace.cli import main
-    from charllm_trace.results_store import MANIFEST, read_results
 
     seed = tmp / "seed-results.zip"
     r = CliRunner().invoke(
@@ -266,7 +266,7 @@ def _results_frame_reader(tmp: Path) -> tuple[bytes, Callable[[Path], Any]]:
     import hashlib
     import zipfile
 
-    from charllm_trace.results_store import MANIFEST, read_results
+    from charllm_trace.store.results import MANIFEST, read_results
 
     with zipfile.ZipFile(tmp / "seed-results.zip") as zf:  # made by _results_reader
         members = {n: zf.read(n) for n in zf.namelist() if n != MANIFEST}

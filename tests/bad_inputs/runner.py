@@ -30,9 +30,9 @@ def _alarm(signum: int, frame: object) -> None:
 
 
 def run_cases(inputs: list[str] | None) -> list[dict]:
+    from charllm_trace.cli.app import main
     from click.testing import CliRunner
 
-    from charllm_trace.cli import main
     from tests.bad_inputs.cases import CASES
 
     limit = int(os.environ.get("CORPUS_CASE_SECONDS", "60"))
