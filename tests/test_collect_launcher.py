@@ -134,3 +134,19 @@ def test_collectors_import_no_torch_nvml_amdsmi() -> None:
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "[]", p.stderr
+
+
+def test_a_killed_run_says_what_its_ranks_traced(tmp_path: Path) -> None:
+    """Issue 28: after a kill, the launcher said "no rank traced any step" while rank-0.info.json
+    listed steps_traced 3..400 (the profile was never saved); it now says what was traced."""
+    out = tmp_path / "run"
+    info = {"rank": 0, "world_size": 1, "steps_traced": list(range(3, 401)), "steps_completed": 400}
+    code = (
+        "import json, os, pathlib, signal; "
+        f"pathlib.Path({str(out / 'rank-0.info.json')!r}).write_text(json.dumps({info!r})); "
+        "os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    p = cli("collect", "-o", str(out), "--", sys.executable, "-c", code)
+    assert p.returncode == 137, p.stderr
+    assert "no rank traced any step" not in p.stderr
+    assert "no rank's trace was saved: rank 0 traced steps 3-400 (rank-*.info.json)" in p.stderr, p.stderr

@@ -236,9 +236,9 @@ def test_real_profiles_in_small_chunks_with_the_numpy_scanner(
 def test_odd_names_and_categories_match_the_plain_reader(
     scanner: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Names that are not strings (taken by ``str``), missing names, categories in any case and
-    spellings of the profiler's own "Trace" span, across batches."""
-    names = [5, "5", None, True, "True", [1, 2], {"a": 1}, 1.5, "ncclKernel_AllReduce", "NCCL:all_reduce"]
+    """Names that look like other values, categories in any case and spellings of the profiler's
+    own "Trace" span, across batches (names that are not strings are refused: see below)."""
+    names = ["5", "", "True", "[1, 2]", "1.5", "ncclKernel_AllReduce", "NCCL:all_reduce"]
     cats = [
         "kernel",
         "Kernel",
@@ -268,6 +268,32 @@ def test_odd_names_and_categories_match_the_plain_reader(
     for batch in (1, 7, 1000):
         monkeypatch.setattr(kineto_stream, "BATCH", batch)
         _same(read_kineto(p), want)
+
+
+@pytest.mark.parametrize("name", [5, None, True, [1, 2], {"a": 1}, 1.5])
+def test_a_name_that_is_not_a_string_is_refused_by_both_readers(
+    scanner: str, name: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28: a complete event without a name, or whose name is a number, list or object, was
+    taken by ``str`` without a word; both readers refuse it, in whatever batch it falls."""
+    evs = [
+        {"ph": "X", "pid": 1, "tid": 1, "ts": i, "dur": 1, "cat": "cpu_op", "name": f"op{i}"}
+        for i in range(30)
+    ]
+    if name is None:
+        del evs[17]["name"]
+    else:
+        evs[17]["name"] = name
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": evs}))
+    with pytest.raises(InputError, match="has no name" if name is None else "name is .*expected a string"):
+        parse_kineto(load_json(p), p)
+    for batch in (1, 7, 1000):
+        monkeypatch.setattr(kineto_stream, "BATCH", batch)
+        with pytest.raises(
+            InputError, match="has no name" if name is None else "name is .*expected a string"
+        ):
+            read_kineto(p)
 
 
 def test_the_reading_thread_stops_with_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

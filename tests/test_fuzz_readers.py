@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 READERS = ["kineto-real-bytes", "kineto-real-values", "et-real-bytes", "kineto-bytes", "kineto-values", "et-bytes", "host-et-values", "manifest-values", "baseline-values",
            "baseline-bytes", "telemetry-meta-values", "telemetry-csv-bytes", "telemetry-import-nvidia-smi-bytes",
            "telemetry-import-dcgm-bytes", "telemetry-import-amd-smi-bytes", "telemetry-import-rocm-smi-bytes",
-           "telemetry-import-zeus-bytes", "results-manifest-values"]  # fmt: skip
+           "telemetry-import-zeus-bytes", "results-manifest-values", "results-frame-bytes"]  # fmt: skip
 
 
 @pytest.mark.parametrize("reader", READERS)

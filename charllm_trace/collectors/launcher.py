@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from charllm_trace.collectors.hook import ENV_CONFIG
+from charllm_trace.collectors.outcome import traced_unsaved
 from charllm_trace.core.errors import InputError, UsageError
 from charllm_trace.core.limits import parse_ranks  # noqa: F401 - the launcher's --ranks (tests import it here)
 
@@ -398,8 +399,13 @@ def collect(
     if note:
         say(note)
     if nrank == 0 and manifest and not manifest.get("ranks_traced"):
-        done = [i.get("steps_completed") for i in _rank_infos(rd)]
-        if done:
+        infos = _rank_infos(rd)
+        done = [i.get("steps_completed") for i in infos]
+        if traced_unsaved(infos):
+            say(
+                f"no rank's trace was saved: {traced_unsaved(infos)} (rank-*.info.json), but the command {status} before the profiler wrote it"
+            )
+        elif done:
             say(
                 f"no rank traced any step: the ranks completed {max(done)} {'iterations' if step_marker else 'optimizer steps'}, "
                 f"the window was {steps[0]}-{steps[1]}"

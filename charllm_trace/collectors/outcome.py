@@ -254,3 +254,17 @@ def _ranges(ranks: list[int]) -> str:
         else:
             out.append(str(r))
     return ",".join(out) if out else "none"
+
+
+def traced_unsaved(infos: list[dict[str, Any]]) -> str | None:
+    """What the ranks' info files say they traced (``steps_traced``), for a run none of whose
+    profiles was saved (killed while tracing or exporting): "rank 0 traced steps 3-400", or None."""
+    parts = []
+    for i in sorted(infos, key=lambda d: d.get("rank") if type(d.get("rank")) is int else -1):
+        steps = [s for s in i.get("steps_traced") or [] if type(s) is int]
+        if steps and type(i.get("rank")) is int:
+            parts.append(f"rank {i['rank']} traced steps {_ranges(steps)}")
+    if not parts:
+        return None
+    more = f" and {len(parts) - 4} more ranks" if len(parts) > 4 else ""
+    return "; ".join(parts[:4]) + more

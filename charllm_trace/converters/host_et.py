@@ -23,6 +23,7 @@ import orjson
 import polars as pl
 
 from charllm_trace.converters._io import is_host_et, is_kineto, load_json
+from charllm_trace.converters.host_et_checks import check_fields, check_parent_cycle, node_objects
 from charllm_trace.core.errors import InputError
 from charllm_trace.core.model import DEP_SCHEMA, ProcessGroup, Trace, TraceMeta
 
@@ -149,8 +150,9 @@ def _parse_host_et(doc: dict[str, Any], path: str | os.PathLike[str]) -> HostET:
             path,
             f"host ET schema {doc.get('schema')!r} is not supported (charllm-trace reads 1.0.x and 1.1.x)",
         )
-    raw = [n for n in doc["nodes"] if isinstance(n, dict) and type(n.get("id")) is int]
+    raw = node_objects(path, doc["nodes"])
     _check_ids(path, raw)
+    check_fields(path, raw)
     ids, names, parents, rf_ids, tids, scopes = [], [], [], [], [], []
     in_j, out_j, attrs_j = [], [], []
     io: dict[int, tuple[Any, Any, Any]] = {}
@@ -230,6 +232,7 @@ def _parse_host_et(doc: dict[str, Any], path: str | os.PathLike[str]) -> HostET:
         .otherwise(pl.lit("cpu_op"))
         .alias("kind"),
     )
+    check_parent_cycle(path, nodes)
     pid = doc.get("pid") if isinstance(doc.get("pid"), int) else None
     return HostET(
         path=os.fspath(path),

@@ -34,8 +34,8 @@ from charllm_trace.converters.kineto_profile import (
     KinetoProfile,
     base_time_ns,
     check_times,
+    checked_ints,
     gpu_columns,
-    int_or_none,
     make_profile,
 )
 from charllm_trace.converters.kineto_times import strict_text_us_to_ns
@@ -513,8 +513,4 @@ def _int_series(values: list[Any], path: str | os.PathLike[str] = "", key: str =
     try:
         return pl.Series(values, dtype=pl.Int64, strict=True)
     except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
-        ints = [int_or_none(v) for v in values]
-        big = next((v for v in ints if v is not None and not -(2**63) <= v < 2**63), None)
-        if big is not None:
-            raise InputError(path, f"Kineto event {key} {big} is beyond a 64-bit integer") from None
-        return pl.Series(ints, dtype=pl.Int64)
+        return pl.Series(checked_ints(path, key, values), dtype=pl.Int64)

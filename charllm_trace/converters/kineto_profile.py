@@ -32,8 +32,15 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.converters._io import is_host_et, is_kineto
+from charllm_trace.converters.kineto_checks import (
+    check_events,
+    check_id_values,
+    check_name_value,
+    first_odd_name,
+)
 from charllm_trace.converters.kineto_devices import ProcessNames, mark_device_activity
 from charllm_trace.core.errors import InputError
+from charllm_trace.event_limit import check_event_count, max_events
 
 #: Kineto category (lower-cased) -> (kind, on_gpu). Categories not listed become kind "other" (CPU).
 CATEGORY_KIND: dict[str, tuple[str, bool]] = {
@@ -244,6 +251,17 @@ def int_or_none(v: Any) -> int | None:
     return None
 
 
+def checked_ints(path: str | os.PathLike[str], key: str, values: list[Any]) -> list[int | None]:
+    """The id column ``key`` (pid, tid, args.correlation ...) of events, each value read by
+    ``int_or_none``; ``InputError`` for a value beyond int64 or given but not an integer."""
+    ints = [int_or_none(v) for v in values]
+    big = next((v for v in ints if v is not None and not -(2**63) <= v < 2**63), None)
+    if big is not None:
+        raise InputError(path, f"Kineto event {key} {big} is beyond a 64-bit integer")
+    check_id_values(path, key, values, ints)
+    return ints
+
+
 def may_be_comm(name: str, kind: str) -> bool:
     """Whether an event's args may describe a collective (kept in ``comm_args``). ``kind`` is its
     category's (``other`` for a category not listed: it may be an accelerator's device activity)."""
@@ -276,6 +294,9 @@ def parse_kineto(doc: dict[str, Any], path: str | os.PathLike[str]) -> KinetoPro
         xs = [e for e, k in zip(xs, keep, strict=True) if k]
         cats = [c for c, k in zip(cats, keep, strict=True) if k]
     n = len(xs)
+    check_event_count(path, n, max_events())
+    raw_names = [e.get("name") for e in xs]
+    check_name_value(path, first_odd_name(raw_names), None in raw_names)
     names = [str(e.get("name", "")) for e in xs]
     kinds_gpu = [CATEGORY_KIND.get(c, ("other", False)) for c in cats]
     kinds = [k for k, _ in kinds_gpu]
@@ -288,15 +309,11 @@ def parse_kineto(doc: dict[str, Any], path: str | os.PathLike[str]) -> KinetoPro
     base_ns = base_time_ns(path, doc.get("baseTimeNanoseconds"))
     check_times(path, ts, dur, base_ns)
 
-    def icol(values: list[Any]) -> pl.Series:
-        ints = [int_or_none(v) for v in values]
-        big = next((v for v in ints if v is not None and not -(2**63) <= v < 2**63), None)
-        if big is not None:
-            raise InputError(path, f"Kineto event id or index {big} is beyond a 64-bit integer")
-        return pl.Series(ints, dtype=pl.Int64)
+    def icol(values: list[Any], key: str) -> pl.Series:
+        return pl.Series(checked_ints(path, key, values), dtype=pl.Int64)
 
-    pids = icol([e.get("pid") for e in xs])
-    tids = icol([e.get("tid") for e in xs])
+    pids = icol([e.get("pid") for e in xs], "pid")
+    tids = icol([e.get("tid") for e in xs], "tid")
     events = pl.DataFrame(
         {
             "row": pl.Series(np.arange(n, dtype=np.int64)),
@@ -306,13 +323,13 @@ def parse_kineto(doc: dict[str, Any], path: str | os.PathLike[str]) -> KinetoPro
             "on_gpu": pl.Series(on_gpu, dtype=pl.Boolean),
             "pid": pids,
             "tid": tids,
-            "device": icol([a.get("device") for a in args]).cast(pl.Int32),
-            "stream": icol([a.get("stream") for a in args]),
+            "device": icol([a.get("device") for a in args], "device").cast(pl.Int32),
+            "stream": icol([a.get("stream") for a in args], "stream"),
             "start_ns": pl.Series(ts + base_ns, dtype=pl.Int64),
             "dur_ns": pl.Series(dur, dtype=pl.Int64),
-            "correlation": icol([a.get("correlation") for a in args]),
-            "external_id": icol([a.get("External id") for a in args]),
-            "rf_id": icol([a.get("Record function id") for a in args]),
+            "correlation": icol([a.get("correlation") for a in args], "correlation"),
+            "external_id": icol([a.get("External id") for a in args], "external_id"),
+            "rf_id": icol([a.get("Record function id") for a in args], "rf_id"),
         }
     )
     procs = ProcessNames()
@@ -371,6 +388,7 @@ def make_profile(
     if not isinstance(dist, dict):
         dist = {}
     rank, world_size = checked_rank(path, dist)
+    check_events(path, events)
     pg_config = dist.get("pg_config") or []
     return KinetoProfile(
         path=os.fspath(path),

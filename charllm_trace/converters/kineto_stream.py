@@ -18,10 +18,12 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from charllm_trace.converters.kineto_checks import check_name_value
 from charllm_trace.converters.kineto_columns import Columns, decode_top
 from charllm_trace.converters.kineto_profile import KinetoProfile
 from charllm_trace.core.alloc import trim_heap
 from charllm_trace.core.errors import InputError
+from charllm_trace.event_limit import check_event_count, max_events
 
 #: events decoded at a time
 BATCH = 50_000
@@ -186,6 +188,8 @@ def _read_columns(path: str | os.PathLike[str], stream: Any, cols: Columns) -> K
             part = raws[b : b + BATCH]
             cols.add(b"[" + b",".join(part) + b"]", len(part))
         del raws
+    check_event_count(path, cols.row0, max_events())
+    check_name_value(path, cols.names.odd, None in cols.names.index)
     return cols.finish(top)
 
 
@@ -290,6 +294,7 @@ def _decode_spans(
             data = view[a : z + 1]
             n = cols.add(data, e - k)
             data.release()
+        check_event_count(path, cols.row0, max_events())  # refused as it passes, not at the end
         if n != e - k and not (n == 0 and closed and last == 1 and bounds[0] == list_open):
             # an empty element (",," or a trailing comma) decodes as nothing; only "[]" may be empty
             raise InputError(path, "not valid JSON (truncated or corrupt?): an empty element in traceEvents")

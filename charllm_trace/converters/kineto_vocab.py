@@ -71,6 +71,7 @@ class Vocab:
         self.regex = re.compile(pattern) if pattern is not None else None
         self.lower = lower
         self.flags = np.zeros(0, dtype=bool)
+        self.odd: Any = None  # the first value seen that is neither a string nor None (kineto_checks)
 
     def encode(self, raw: list[Any]) -> np.ndarray:
         try:
@@ -83,6 +84,8 @@ class Vocab:
         except TypeError:  # an unhashable value (a list or dict as a name)
             plain = False
         if not plain:  # numbers, lists ...: every value as its string
+            if self.odd is None:
+                self.odd = next((v for v in raw if v is not None and v.__class__ is not str), None)
             raw = ["" if v is None else str(v) for v in raw]
             new = {v for v in set(raw) if v not in self.index}
         keys = sorted(new, key=lambda v: (v is not None, v or ""))

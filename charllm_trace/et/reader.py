@@ -46,7 +46,7 @@ from charllm_trace.et.framing import (
     read_bytes,
     sniff_text,
 )
-from charllm_trace.et.validate import check_graph, check_node_count, check_times, check_versions
+from charllm_trace.et.validate import check_graph, check_node_count, check_times, check_versions, one_producer
 
 _I64 = np.int64
 
@@ -510,6 +510,7 @@ def read_et_dir(
                 manifest, manifest_from = man, f
         traces[rank] = trace
         origin[rank] = f
+    one_producer(traces, origin)
     if world is not None:
         outside = [r for r in traces if r >= world]
         if outside:

@@ -17,6 +17,7 @@ import polars as pl
 from charllm_trace.core.errors import InputError
 from charllm_trace.core.limits import MAX_RANK
 from charllm_trace.et import conventions as cv
+from charllm_trace.event_limit import check_event_count, max_events
 
 
 def check_graph(trace: Any, path: str | os.PathLike[str] | None, ours: bool = True) -> None:
@@ -88,7 +89,7 @@ def check_graph(trace: Any, path: str | os.PathLike[str] | None, ours: bool = Tr
         raise InputError(path, f"the control dependencies form a cycle ({n - placed:,} nodes on or after it)")
 
 
-#: node start times (ns since 1970) and durations an ET may hold: |start| <= 2**62 (the year 2116)
+#: node start times (ns since 1970) and durations an ET may hold: 0 <= start <= 2**62 (the year 2116)
 #: and 0 <= dur <= 2**61 (73 years), so that every end and difference fits int64
 MAX_ABS_START_NS = 1 << 62
 MAX_DUR_NS = 1 << 61
@@ -101,16 +102,19 @@ def check_times(trace: Any, path: str | os.PathLike[str] | None) -> None:
     bad = nodes.filter(
         (pl.col("dur_ns") < 0)
         | (pl.col("dur_ns") > MAX_DUR_NS)
-        | (pl.col("start_ns").abs() > MAX_ABS_START_NS)
+        | (pl.col("start_ns") < 0)
+        | (pl.col("start_ns") > MAX_ABS_START_NS)
     )
     if bad.height:
         r = bad.row(0, named=True)
-        what = (
-            f"a negative duration ({r['dur_ns']} ns)"
-            if r["dur_ns"] is not None and r["dur_ns"] < 0
-            else f"start {r['start_ns']} ns and duration {r['dur_ns']} ns, beyond any real trace"
-        )
+        if r["dur_ns"] is not None and r["dur_ns"] < 0:
+            what = f"a negative duration ({r['dur_ns']} ns)"
+        elif r["start_ns"] < 0:  # before 1970: spans between such starts and real ones pass int64
+            what = f"a negative start ({r['start_ns']} ns, before 1970)"
+        else:
+            what = f"start {r['start_ns']} ns and duration {r['dur_ns']} ns, beyond any real trace"
         raise InputError(path, f"node {r['id']} ({r['name']!r:.60}) has {what} ({bad.height:,} such nodes)")
+    _check_node_types(nodes, path)
     if "comm_bytes" in nodes.columns:
         neg = nodes.filter(pl.col("comm_bytes") < 0)
         if neg.height:
@@ -120,6 +124,39 @@ def check_times(trace: Any, path: str | os.PathLike[str] | None) -> None:
                 f"node {r['id']} ({r['name']!r:.60}) has a negative comm_size ({r['comm_bytes']} bytes; "
                 f"{neg.height:,} such nodes)",
             )
+
+
+def _check_node_types(nodes: pl.DataFrame, path: str | os.PathLike[str] | None) -> None:
+    """Node types are Chakra's (METADATA_NODE .. COMM_COLL_NODE): a type past the enum (99) was read
+    as INVALID_NODE, which no converter writes, and its node silently counted as nothing."""
+    if "node_type" not in nodes.columns:
+        return
+    bad = nodes.filter(pl.col("node_type") == "INVALID")
+    if bad.height:
+        r = bad.row(0, named=True)
+        raise InputError(
+            path,
+            f"node {r['id']} ({r['name']!r:.60}) has no Chakra node type (INVALID_NODE or a number "
+            f"past COMM_COLL_NODE; {bad.height:,} such nodes)",
+        )
+
+
+def _producer(trace: Any) -> str:
+    return "Chakra's converter" if trace.meta.source == "chakra-et" else "charllm-trace"
+
+
+def one_producer(traces: dict[int, Any], origin: dict[int, Any]) -> None:
+    """The ETs of one folder come from one converter: files of charllm-trace beside a file of
+    Chakra's converter (no run metadata to tell its run) are two runs' files, not one run."""
+    made = {r: _producer(t) for r, t in traces.items()}
+    if len(set(made.values())) > 1:
+        ours = min(r for r, m in made.items() if m == "charllm-trace")
+        other = min(r for r, m in made.items() if m != "charllm-trace")
+        raise InputError(
+            origin[other],
+            f"mixes two runs: made by Chakra's converter, but {origin[ours].name} was made by charllm-trace "
+            "(the ranks of one run come from one converter)",
+        )
 
 
 def check_versions(gm: Any, path: Any) -> None:
@@ -133,6 +170,9 @@ def check_versions(gm: Any, path: Any) -> None:
             f"Chakra ET version {gm.version!r} is not supported (this charllm-trace reads 0.0.x; it writes {cv.ET_VERSION})",
         )
     _check_header_ints(gm, path)
+    declared = next((_attr_value(a) for a in gm.attr if a.name == cv.M_NODE_COUNT), None)
+    if type(declared) is int:  # refused before the nodes are decoded
+        check_event_count(path, declared, max_events(), "nodes (declared in the header)")
     for a in gm.attr:
         if a.name == cv.M_MODEL_VERSION:
             v = _attr_value(a)
@@ -145,7 +185,9 @@ def check_versions(gm: Any, path: Any) -> None:
 
 
 def check_node_count(gm: Any, n: int, path: Any) -> None:
-    """Files we write record their node count: a file cut at a message boundary is found."""
+    """Files we write record their node count: a file cut at a message boundary is found. Any
+    file: no more nodes than ``event_limit`` allows (ours were checked before decoding)."""
+    check_event_count(path, n, max_events(), "nodes")
     for a in gm.attr:
         if a.name == cv.M_NODE_COUNT:
             want = _attr_value(a)

@@ -97,15 +97,16 @@ def clean_json_doc(sc: Scrubber, doc: Any) -> Any:
 def _table_read(kind: str, data: bytes):  # -> pl.DataFrame
     import polars as pl
 
-    if kind == "parquet":
-        return pl.read_parquet(io.BytesIO(data))
     from charllm_trace.core.ipc_bounds import decoded_bytes
     from charllm_trace.core.limits import gzip_out_limit
+    from charllm_trace.parquet_bounds import decoded_bytes as parquet_bytes
 
-    size, limit = decoded_bytes(data), gzip_out_limit(len(data))  # NotIpc (a ValueError) when not IPC
+    # NotIpc / NotParquet (ValueErrors) when the file is not what its name says
+    size = (parquet_bytes if kind == "parquet" else decoded_bytes)(data)
+    limit = gzip_out_limit(len(data))
     if size > limit:  # a zstd frame of zeros: bounded like gzip, read from the frame's own metadata
         raise _Bomb(f"decodes to {size:,} bytes, past the limit of {limit:,} for this file")
-    return pl.read_ipc(io.BytesIO(data))
+    return pl.read_parquet(io.BytesIO(data)) if kind == "parquet" else pl.read_ipc(io.BytesIO(data))
 
 
 class _Bomb(Exception):

@@ -14,6 +14,7 @@ from tests.bad_inputs import (  # noqa: F401 - they register their cases
     cases_outputs,
     cases_results,
     cases_runs,
+    cases_silent,
     cases_telemetry,
 )
 from tests.bad_inputs.registry import CASES, Case

@@ -167,3 +167,25 @@ def _sanitize_arrow_bomb(d: Path) -> list[str]:
 CASES.append(
     Case("results:arrow_bomb_in_a_run_folder/sanitize", _sanitize_arrow_bomb, ("extra.arrow", "decodes to"))
 )
+
+
+def _sanitize_parquet_bomb(d: Path) -> list[str]:
+    """A run folder holding 50 M zeros as a Parquet file of a few KB (dictionary and run-length
+    encoded, then zstd): bounded like the Arrow file above, from the file's own footer (issue 28)."""
+    import numpy as np
+    import polars as pl
+
+    run = valid.run_dir(d)
+    pl.DataFrame({"z": np.zeros(50_000_000, dtype=np.int64)}).write_parquet(
+        run / "extra.parquet", compression="zstd"
+    )
+    return ["sanitize", str(run), "-o", str(d / "clean")]
+
+
+CASES.append(
+    Case(
+        "results:parquet_bomb_in_a_run_folder/sanitize",
+        _sanitize_parquet_bomb,
+        ("extra.parquet", "decodes to"),
+    )
+)

@@ -165,6 +165,7 @@ def _readers(tmp: Path) -> list[tuple[str, Callable[[Path], Any], str, st.Search
 
     imported = _imported_log_readers()
     res_doc, results_manifest = _results_reader(tmp)
+    frame_seed, results_frame = _results_frame_reader(tmp)
     real: list[tuple[str, Callable[[Path], Any], str, st.SearchStrategy[bytes]]] = []
     if SHARED.is_dir():  # real traces others recorded (skipped where ../shared is absent)
         import gzip
@@ -193,6 +194,7 @@ def _readers(tmp: Path) -> list[tuple[str, Callable[[Path], Any], str, st.Search
         ("baseline-bytes", read_baseline, "b.json", byte_mutants(json.dumps(base).encode())),
         *imported,
         ("results-manifest-values", results_manifest, "charllm-results.json", value_mutants(res_doc)),
+        ("results-frame-bytes", results_frame, "frame.arrow", byte_mutants(frame_seed)),
     ]
 
 
@@ -256,6 +258,35 @@ def _results_reader(tmp: Path) -> tuple[Any, Callable[[Path], Any]]:
         return saved.views() if saved.has_views else saved.analysis
 
     return doc, read
+
+
+def _results_frame_reader(tmp: Path) -> tuple[bytes, Callable[[Path], Any]]:
+    """The first Arrow frame of a saved results file, and a reader that puts a mutated frame back
+    with the member table recomputed (as a sender can) and reads the results and their views."""
+    import hashlib
+    import zipfile
+
+    from charllm_trace.store.results import MANIFEST, read_results
+
+    with zipfile.ZipFile(tmp / "seed-results.zip") as zf:  # made by _results_reader
+        members = {n: zf.read(n) for n in zf.namelist() if n != MANIFEST}
+        doc = json.loads(zf.read(MANIFEST))
+    frame = min(n for n in members if n.endswith(".arrow"))
+
+    def read(p: Path) -> Any:
+        got = {**members, frame: p.read_bytes()}
+        doc["members"] = {
+            n: {"size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for n, b in got.items()
+        }
+        out = p.with_name("r.zip")
+        with zipfile.ZipFile(out, "w") as zf:
+            zf.writestr(MANIFEST, json.dumps(doc))
+            for n, b in got.items():
+                zf.writestr(n, b)
+        saved = read_results(out)
+        return saved.views() if saved.has_views else saved.analysis
+
+    return members[frame], read
 
 
 def main() -> int:

@@ -44,6 +44,7 @@ def run_cases(inputs: list[str] | None) -> list[dict]:
         with tempfile.TemporaryDirectory(prefix="corpus-") as tmp:
             d = Path(tmp)
             os.environ["CHARLLM_TRACE_CACHE_DIR"] = str(d / "cache")
+            os.environ.pop("CHARLLM_TRACE_MAX_EVENTS", None)  # a case may set a small one
             rec: dict = {"name": case.name, "needles": list(case.needles)}
             t = time.monotonic()
             try:
