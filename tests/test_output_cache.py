@@ -1,4 +1,4 @@
-"""The printed-output cache (``charllm_trace/output_cache.py``): a repeated ``analyze --format
+"""The printed-output cache (``charllm_trace/store/output_cache.py``): a repeated ``analyze --format
 json`` of an unchanged input with the same options prints the first run's bytes without loading
 the trace (and, as a whole process, without importing polars: ``test_results_cache``); a changed
 input, other options, ``--no-cache``, other formats and damaged or foreign entries are handled."""
@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 import charllm_trace.inputs.loader
-from charllm_trace import output_cache
 from charllm_trace.cli.app import main
+from charllm_trace.store import output_cache
 from tests.conftest import FIXTURES
 
 GLOO = FIXTURES / "cpu-2rank-gloo"

@@ -270,5 +270,5 @@ def test_hit_imports_no_analysis(fmt: str, cache_dir: Path) -> None:
     hit = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, env=env)
     assert hit.returncode == 0, hit.stderr
     assert hit.stdout == miss.stdout
-    # JSON to stdout comes from the printed-output cache (output_cache.py): not even polars
+    # JSON to stdout comes from the printed-output cache (store/output_cache.py): not even polars
     assert ("HEAVY \n" if fmt == "json" else "HEAVY polars\n") in hit.stderr, hit.stderr

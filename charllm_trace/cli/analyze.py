@@ -16,7 +16,7 @@ from charllm_trace.cli.results import (
     wrote,
 )
 from charllm_trace.cli.scale import scheduler_option
-from charllm_trace.engine import is_url
+from charllm_trace.inputs.urls import is_url
 
 # --- analyze (issue 5) -----------------------------------------------------
 
@@ -67,7 +67,8 @@ OUTPUT_CACHE_MAX = 64 << 20
 def _output_key(ctx: click.Context, path: str, fmt: str, output: str | None, save: str | None) -> str | None:
     """The output cache's key of this command (None: its output is not cached: not JSON to
     stdout, a --save, a URL, a scheduler, or the caches turned off)."""
-    from charllm_trace import engine, output_cache
+    from charllm_trace import engine
+    from charllm_trace.store import output_cache
 
     if fmt != "json" or output is not None or save is not None or is_url(path) or engine.scheduler():
         return None
@@ -80,7 +81,7 @@ def _output_key(ctx: click.Context, path: str, fmt: str, output: str | None, sav
 
 def _print_cached_output(path: str, key: str) -> bool:
     """Print the stored output of ``key`` (True), with the note a results-cache hit gives."""
-    from charllm_trace import output_cache
+    from charllm_trace.store import output_cache
 
     data = output_cache.lookup(key)
     if data is None:
@@ -167,7 +168,7 @@ def analyze_cmd(
     first (the results cache, docs/cache.md); --no-cache analyses again."""
     okey = _output_key(ctx, path, fmt, output, save)
     if okey is not None and _print_cached_output(path, okey):
-        return  # printed what the same analysis printed before (output_cache.py)
+        return  # printed what the same analysis printed before (store/output_cache.py)
     from charllm_trace.core.errors import UsageError
     from charllm_trace.store.results import is_results_file
 
@@ -236,7 +237,7 @@ def analyze_cmd(
             elif kept is not None:
                 kept.append(piece)
         if kept is not None and okey is not None:
-            from charllm_trace import output_cache
+            from charllm_trace.store import output_cache
 
             output_cache.store(okey, b"".join(kept))
         return

@@ -40,7 +40,7 @@ from charllm_trace.converters.kineto_checks import (
 )
 from charllm_trace.converters.kineto_devices import ProcessNames, mark_device_activity
 from charllm_trace.core.errors import InputError
-from charllm_trace.event_limit import check_event_count, max_events
+from charllm_trace.core.event_limit import check_event_count, max_events
 
 #: Kineto category (lower-cased) -> (kind, on_gpu). Categories not listed become kind "other" (CPU).
 CATEGORY_KIND: dict[str, tuple[str, bool]] = {

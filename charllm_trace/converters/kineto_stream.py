@@ -23,7 +23,7 @@ from charllm_trace.converters.kineto_columns import Columns, decode_top
 from charllm_trace.converters.kineto_profile import KinetoProfile
 from charllm_trace.core.alloc import trim_heap
 from charllm_trace.core.errors import InputError
-from charllm_trace.event_limit import check_event_count, max_events
+from charllm_trace.core.event_limit import check_event_count, max_events
 
 #: events decoded at a time
 BATCH = 50_000

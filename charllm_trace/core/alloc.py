@@ -90,7 +90,7 @@ class _OnPolarsImport:
 
 def tune_polars_allocator_on_import() -> bool:
     """:func:`tune_polars_allocator` when polars is first imported, not now: a command that ends
-    without polars (a repeated analysis printed from the cache, ``output_cache.py``) does not pay
+    without polars (a repeated analysis printed from the cache, ``store/output_cache.py``) does not pay
     its import (0.11 s). Returns whether it will be applied (the same conditions)."""
     if not _may_tune():
         return False

@@ -54,7 +54,7 @@ KINDS = {
     "results": "saved analysis results (analyze, report)",
     # one file per entry, written and read by charllm_trace/store/sweep_cache.py
     "compare": "per-run summaries of compare",
-    # one file per entry, written and read by charllm_trace/output_cache.py
+    # one file per entry, written and read by charllm_trace/store/output_cache.py
     "outputs": "printed outputs of analyze --format json",
 }
 INDEXES = ("et-index", "file-index")

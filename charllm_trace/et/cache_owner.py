@@ -11,7 +11,7 @@ cap or a damaged-entry clean-up deletes anything, it checks the thing holds this
   earlier releases: exactly 64 hex digits);
 - a saved-results entry: a zip whose first member is ``charllm-results.json``;
 - a compare row: JSON starting with :data:`ROW_MARK`;
-- a printed output (``output_cache.py``): :data:`OUTPUT_HEAD` first.
+- a printed output (``store/output_cache.py``): :data:`OUTPUT_HEAD` first.
 
 Symbolic links are never ours (the cache writes none). Anything else is left where it is.
 """

@@ -15,9 +15,9 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.core.errors import InputError
+from charllm_trace.core.event_limit import check_event_count, max_events
 from charllm_trace.core.limits import MAX_RANK
 from charllm_trace.et import conventions as cv
-from charllm_trace.event_limit import check_event_count, max_events
 
 
 def check_graph(trace: Any, path: str | os.PathLike[str] | None, ours: bool = True) -> None:

@@ -99,7 +99,7 @@ def _table_read(kind: str, data: bytes):  # -> pl.DataFrame
 
     from charllm_trace.core.ipc_bounds import decoded_bytes
     from charllm_trace.core.limits import gzip_out_limit
-    from charllm_trace.parquet_bounds import decoded_bytes as parquet_bytes
+    from charllm_trace.core.parquet_bounds import decoded_bytes as parquet_bytes
 
     # NotIpc / NotParquet (ValueErrors) when the file is not what its name says
     size = (parquet_bytes if kind == "parquet" else decoded_bytes)(data)

@@ -83,7 +83,7 @@ def code_fingerprint() -> str:
     """SHA-256 of every ``.py``/``.c`` source of the package and the library versions (once per process)."""
     global _fingerprint
     if _fingerprint is None:
-        pkg = os.path.dirname(os.path.realpath(__file__))
+        pkg = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # the package, above store/
         h = hashlib.sha256(f"outputs|{_FORMAT}|{_dist_versions()}".encode())
         for root, dirs, files in os.walk(pkg):  # plain strings: this runs on every hit
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
