@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from charllm_trace import service
 from charllm_trace._native_libs import NativeModuleMissing
 from charllm_trace.cli_analyze import analyze_cmd, report_cmd
 from charllm_trace.cli_cache import allow_partial_option, cache_group, json_flag, no_cache_option, wide_option
@@ -23,6 +24,7 @@ from charllm_trace.cli_cpu_wait import cpu_wait_cmd
 from charllm_trace.cli_results import refuse_existing
 from charllm_trace.cli_scale import scheduler_option
 from charllm_trace.cli_telemetry import telemetry_group
+from charllm_trace.engine import Cluster
 from charllm_trace.errors import InputError, debug_first, print_traceback
 
 EXIT_OK = 0
@@ -91,15 +93,13 @@ def main(debug: bool) -> None:
 @allow_partial_option
 @wide_option
 @scheduler_option("info")
-def info_cmd(path: str, as_json: bool, no_cache: bool, wide: bool) -> None:
+def info_cmd(path: str, as_json: bool, no_cache: bool, wide: bool, cluster: Cluster | None) -> None:
     """Summarise an ET file or a directory of per-rank ETs (or any run charllm-trace reads):
     ranks, node counts by type, time span, collectives and bytes, process groups, devices, telemetry."""
-    from charllm_trace import engine
-
-    if engine.scheduler():  # each rank summarised on a worker (docs/scale.md)
+    if cluster is not None:  # each rank summarised on a worker (docs/scale.md)
         from charllm_trace.engine.driver import info_distributed
 
-        summary = info_distributed(path, cache=not no_cache)
+        summary = info_distributed(path, cluster=cluster, cache=not no_cache)
     else:
         from charllm_trace.et.summary import run_summary
         from charllm_trace.loader import load
@@ -133,8 +133,9 @@ def info_cmd(path: str, as_json: bool, no_cache: bool, wide: bool) -> None:
 @allow_partial_option
 @scheduler_option("convert")
 def convert_cmd(
-    path: str, output: str, host_et: str | None, workers: int | None, gz: bool, force: bool
-) -> None:
+    path: str, output: str, host_et: str | None, workers: int | None, gz: bool, force: bool,
+    cluster: Cluster | None,
+) -> None:  # fmt: skip
     """Convert a run directory, or one Kineto profile / host ET, to one Chakra ET per rank.
 
     \b
@@ -143,10 +144,10 @@ def convert_cmd(
     """
     from charllm_trace import engine
 
-    if engine.scheduler() and host_et is None:  # each rank converted and written by a worker
+    if cluster is not None and host_et is None:  # each rank converted and written by a worker
         from charllm_trace.engine.driver import convert_distributed
 
-        lines, paths = convert_distributed(path, output, gz=gz, force=force)
+        lines, paths = convert_distributed(path, output, cluster=cluster, gz=gz, force=force)
         for line in lines:
             click.echo(line)
         click.echo(f"wrote {len(paths)} Chakra ET file(s) to {output}")
@@ -283,14 +284,15 @@ def baseline_cmd(run: str, output: str, hta_compat: bool, simulate: bool, force:
     energy, power, throttling) in a baseline file for `check`."""
 
     from charllm_trace.analysis.results import AnalyzeOptions
-    from charllm_trace.regress.api import baseline_run
+    from charllm_trace.engine.localize import url_output
+    from charllm_trace.regress.api import baseline_of, regress_options
     from charllm_trace.regress.baseline import write_baseline
     from charllm_trace.render.tables import cli_hint
 
     refuse_existing(output, force)  # before the analysis, not after it
-    from charllm_trace.engine.localize import url_output
-
-    b = baseline_run(run, AnalyzeOptions(hta_compat=hta_compat, simulate=simulate))
+    opts = regress_options(AnalyzeOptions(hta_compat=hta_compat, simulate=simulate))
+    got = service.analyze(run, opts, service.Request(run=True))
+    b = baseline_of(run, got.loaded(), got.results())
     with url_output(output) as out:  # an fsspec URL: written here, uploaded whole
         write_baseline(b, out, force=force)
     counts: dict[str, int] = {}
@@ -322,15 +324,18 @@ def baseline_cmd(run: str, output: str, hta_compat: bool, simulate: bool, force:
 @scheduler_option("check")
 def check_cmd(
     run: str, baseline_path: str, tolerance: str | None, allow_missing: bool, show_all: bool, fmt: str,
-    wide: bool,
+    wide: bool, cluster: Cluster | None,
 ) -> None:  # fmt: skip
     """Compare RUN with a baseline: exit 0 within tolerance, 1 when a metric regressed
     (or went missing), 2 for bad input."""
-    from charllm_trace.regress.api import check_run
+    from charllm_trace.regress.api import check_analysis, options_from_baseline, regress_options
+    from charllm_trace.regress.baseline import read_baseline
     from charllm_trace.regress.tolerance import parse_tolerances
 
     tols = parse_tolerances(tolerance)
-    res = check_run(run, baseline_path, tols, allow_missing=allow_missing)
+    b = read_baseline(baseline_path)  # bad baseline first: no point analysing the run
+    got = service.analyze(run, regress_options(options_from_baseline(b)), scheduler=cluster)
+    res = check_analysis(b, got.results(), tols, allow_missing=allow_missing, baseline_path=baseline_path)
     if fmt == "json":
         import orjson
 
@@ -364,9 +369,14 @@ def diff_cmd(run_a: str, run_b: str, top: int, hta_compat: bool, fmt: str, wide:
     """Show two runs side by side: per collective type, per operator, per step (and energy
     per phase), with absolute and relative change from RUN_A to RUN_B."""
     from charllm_trace.analysis.results import AnalyzeOptions
-    from charllm_trace.regress.api import diff_paths
+    from charllm_trace.regress.api import regress_options
+    from charllm_trace.regress.diff import diff_runs
 
-    d = diff_paths(run_a, run_b, AnalyzeOptions(hta_compat=hta_compat), top=top)
+    a, b = (
+        service.analyze(p, regress_options(AnalyzeOptions(hta_compat=hta_compat)), service.Request(run=True))
+        for p in (run_a, run_b)
+    )
+    d = diff_runs(a.loaded(), a.results(), b.loaded(), b.results(), top=top)
     if fmt == "json":
         import orjson
 

@@ -1,5 +1,5 @@
-"""``charllm-trace analyze`` and ``report``: the commands that analyse a run (through the results
-cache, ``results_cache.py``) or draw saved results again (``results_store.py``). Registered on the
+"""``charllm-trace analyze`` and ``report``: the commands that analyse a run or draw saved results
+again, both through the service (``service.py``: input, cache, where it runs). Registered on the
 ``charllm-trace`` group by ``cli.py``."""
 
 from __future__ import annotations
@@ -16,15 +16,11 @@ from charllm_trace.cli_results import (
     wrote,
 )
 from charllm_trace.cli_scale import scheduler_option
-from charllm_trace.engine import is_url
+from charllm_trace.cli_service import AnalysisArgs, analysed, analysis_args
+from charllm_trace.engine import Cluster, is_url
+from charllm_trace.service import is_saved
 
 # --- analyze (issue 5) -----------------------------------------------------
-
-
-def _parse_ranks_option(text: str | None) -> list[int] | None:
-    from charllm_trace.limits import parse_ranks
-
-    return parse_ranks(text)
 
 
 RANKS_HELP = "Ranks to analyse, e.g. 0-7,512,1016-1023 (default: all); only their files are read."
@@ -40,24 +36,6 @@ WHAT_IF_HELP = (
     "dimension's communication; comm=100GB/s or dp=50GB/s re-times transfers at that bandwidth; "
     "cpu_op+=50us adds a fixed CPU cost to every operator. Figures labelled PREDICTED, with their range."
 )
-
-
-def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
-    """``--what-if`` text -> {key: value}; bad text is a UsageError (one line, exit 2), before
-    anything is read (with ``--scheduler``, keys that need the whole run are refused too)."""
-    if text is None:
-        return None
-    from charllm_trace import engine
-    from charllm_trace.analysis.whatif_keys import parse_what_if, per_edge_keys
-    from charllm_trace.errors import UsageError
-
-    out = parse_what_if(text)
-    if engine.scheduler() and per_edge_keys(out):
-        raise UsageError(
-            f"--what-if: {per_edge_keys(out)[0]} needs the whole run's collectives and operators: "
-            "run it without --scheduler"
-        )
-    return out
 
 
 @click.command("analyze")
@@ -103,28 +81,18 @@ def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
 @no_cache_option
 @allow_partial_option
 @scheduler_option("analyze")
+@analysis_args
 @click.pass_context
 def analyze_cmd(
     ctx: click.Context,
     path: str,
-    per_step: bool,
-    step_marker: str | None,
-    ranks: str | None,
-    sample: int | None,
     fmt: str,
     output: str | None,
     force: bool,
-    hta_compat: bool,
-    hta_keep_last_step: bool,
-    peak_gbps: float | None,
-    parallel: str | None,
-    simulate: bool,
-    energy_method: str,
-    what_if: str | None,
-    no_critical_path: bool,
     wide: bool,
-    breakdown_top: int | None,
     save: str | None,
+    args: AnalysisArgs,
+    cluster: Cluster | None,
 ) -> None:
     """Overlap, bandwidth per collective, energy per operator, power per step and the critical
     path of PATH (a .et, a directory of per-rank ETs, a collected run directory or a Kineto
@@ -134,7 +102,6 @@ def analyze_cmd(
     A second analysis of the same input with the same options prints the results stored by the
     first (the results cache, docs/cache.md); --no-cache analyses again."""
     from charllm_trace.errors import UsageError
-    from charllm_trace.results_store import is_results_file
 
     if fmt == "parquet" and output is None:
         raise UsageError("--format parquet needs -o FILE")
@@ -142,43 +109,14 @@ def analyze_cmd(
         raise UsageError("-o needs --format json, csv or parquet")
     if output is not None and fmt == "json" and not is_url(output):
         refuse_existing(output, force)  # before the analysis, not after it (a dangling link too)
-    if not is_url(path) and is_results_file(path):
-        from charllm_trace.results_store import load_results
-
+    if is_saved(path):
         refuse_analysis_options(ctx, path, ("path", "fmt", "as_json", "output", "force"))
-        res = load_results(path)
+        res = analysed(path).results()
     else:
-        from charllm_trace.analysis.parallel import parse_parallel
-        from charllm_trace.analysis.results import AnalyzeOptions
-        from charllm_trace.results_cache import analyze_path
-
-        if peak_gbps is not None and not peak_gbps > 0:
-            raise UsageError("--peak-gbps must be > 0")
-        opts = AnalyzeOptions(
-            per_step=per_step,
-            hta_compat=hta_compat or hta_keep_last_step,
-            hta_keep_last_step=hta_keep_last_step,
-            peak_gbps=peak_gbps,
-            parallel=parse_parallel(parallel) if parallel else None,
-            simulate=simulate,
-            energy_method=energy_method,
-            critical_path=not no_critical_path,
-            what_if=_parse_what_if_option(what_if),
-            breakdown_top=breakdown_top,
-            step_marker=step_marker or None,
-        )
-        from charllm_trace.limits import parse_sample
-
-        wanted, n_sample = _parse_ranks_option(ranks), parse_sample(sample)
-        refuse_existing_save(save, force)
-        from charllm_trace import engine
-        from charllm_trace.cli_progress import input_progress
-
-        with input_progress("reading"):  # with a scheduler, --save keeps no report views (docs/scale.md)
-            got = analyze_path(
-                path, opts, wanted, views=save is not None and not engine.scheduler(), sample=n_sample
-            )
-        res = got.analysis
+        opts, req = args.options(cluster), args.request(views=save is not None and cluster is None)
+        refuse_existing_save(save, force)  # with a scheduler, --save keeps no report views (docs/scale.md)
+        got = analysed(path, opts, req, cluster)
+        res = got.results()
         if save is not None:
             from charllm_trace.results_store import save_results
 
@@ -226,10 +164,11 @@ def analyze_cmd(
 @no_cache_option
 @allow_partial_option
 @scheduler_option("report")
+@analysis_args
 @click.pass_context
 def report_cmd(
-    ctx: click.Context, run: str, output: str, peak_gbps: float | None, title: str | None, simulate: bool,
-    what_if: str | None, ranks: str | None, sample: int | None, force: bool, save: str | None,
+    ctx: click.Context, run: str, output: str, title: str | None, force: bool, save: str | None,
+    args: AnalysisArgs,
 ) -> None:  # fmt: skip
     """Write one self-contained HTML page (opens offline) with the run's timeline and power,
     overlap per step, bus bandwidth vs message size, energy by operator, power /
@@ -238,38 +177,23 @@ def report_cmd(
     report or analyze): the page is drawn again without the trace."""
     from pathlib import Path
 
-    from charllm_trace.errors import UsageError
     from charllm_trace.render.tables import cli_hint
     from charllm_trace.report import render_report, report_data_from
-    from charllm_trace.results_store import is_results_file, read_results
 
     refuse_existing(output, force)
-    if not is_url(run) and is_results_file(run):
+    if is_saved(run):
         refuse_analysis_options(ctx, run, ("run", "output", "title", "force"))
-        saved = read_results(run)
-        an, views = saved.analysis, saved.views()
+        got = analysed(run, request=args.request(views=True))
     else:
-        from charllm_trace.analysis.results import AnalyzeOptions
-        from charllm_trace.results_cache import analyze_path
-
-        if peak_gbps is not None and not peak_gbps > 0:
-            raise UsageError("--peak-gbps must be > 0")
-        from charllm_trace.limits import parse_sample
-
-        factors = _parse_what_if_option(what_if)
-        wanted, n_sample = _parse_ranks_option(ranks), parse_sample(sample)
+        opts, req = args.options(per_step=True), args.request(views=True)
         refuse_existing_save(save, force)
-        opts = AnalyzeOptions(per_step=True, peak_gbps=peak_gbps, simulate=simulate, what_if=factors)
-        from charllm_trace.cli_progress import input_progress
+        got = analysed(run, opts, req)
+    an, views = got.results(), got.views
+    assert views is not None
+    if save is not None and not got.saved:
+        from charllm_trace.results_store import save_results
 
-        with input_progress("reading"):
-            got = analyze_path(run, opts, wanted, views=True, sample=n_sample)
-        an, views = got.analysis, got.views
-        assert views is not None
-        if save is not None:
-            from charllm_trace.results_store import save_results
-
-            wrote(save_results(an, save, views=views, force=force))
+        wrote(save_results(an, save, views=views, force=force))
     name = Path(views.source).name if views.source else Path(run).name
     data = report_data_from(views, an, title=title or f"charllm-trace report: {name}")
     # the page is the CLI's output: its notes name the CLI's flags where one helps

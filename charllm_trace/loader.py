@@ -73,14 +73,9 @@ def load(
     from charllm_trace.run_checks import label_partial
 
     if is_url(path):  # read here from a local copy (with --scheduler, workers read URLs themselves)
-        from charllm_trace.engine.localize import localize_input, url_errors
+        from charllm_trace.engine.localize import localize_input
 
-        url = str(path)
-        local = localize_input(url)
-        with url_errors(url, local):
-            run = load(local, cache=False, ranks=ranks, sample=sample)
-        run.source = url
-        return run
+        return load_copy(str(path), localize_input(str(path)), ranks=ranks, sample=sample)
     present = dir_ranks(path) if (ranks is not None or sample is not None) else None
     if present is not None:
         try:
@@ -98,6 +93,18 @@ def load(
             run = run.select(choose_ranks(run.ranks, ranks, sample) or run.ranks)
         except InputError as exc:
             raise InputError(path, exc.problem) from None
+    return run
+
+
+def load_copy(url: str, local: Path, *, ranks: list[int] | None = None, sample: int | None = None) -> Run:
+    """:func:`load` of ``local``, a copy of ``url`` (``engine.localize.localize_input``): the run
+    and its errors name the URL; the copy's decoded tables are not cached (the results are, by
+    their content: ``service.py``)."""
+    from charllm_trace.engine.localize import url_errors
+
+    with url_errors(url, local):
+        run = load(local, cache=False, ranks=ranks, sample=sample)
+    run.source = url
     return run
 
 
