@@ -4,6 +4,8 @@ again, both through the service (``service.py``: input, cache, where it runs). R
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from charllm_trace.analysis.energy_methods import ENERGY_METHODS
@@ -19,6 +21,9 @@ from charllm_trace.cli_scale import scheduler_option
 from charllm_trace.cli_service import AnalysisArgs, analysed, analysis_args
 from charllm_trace.engine import Cluster, is_url
 from charllm_trace.service import is_saved
+
+if TYPE_CHECKING:
+    from charllm_trace.analysis.results import RunAnalysis
 
 # --- analyze (issue 5) -----------------------------------------------------
 
@@ -109,18 +114,29 @@ def analyze_cmd(
         raise UsageError("-o needs --format json, csv or parquet")
     if output is not None and fmt == "json" and not is_url(output):
         refuse_existing(output, force)  # before the analysis, not after it (a dangling link too)
+    res = _results(ctx, path, args, save, force, cluster)
+    _emit(res, fmt, output, force, wide)
+
+
+def _results(
+    ctx: click.Context, path: str, args: AnalysisArgs, save: str | None, force: bool, cluster: Cluster | None
+) -> RunAnalysis:
+    """``analyze``'s results: a results file's as saved, else through the service (and saved)."""
     if is_saved(path):
         refuse_analysis_options(ctx, path, ("path", "fmt", "as_json", "output", "force"))
-        res = analysed(path).results()
-    else:
-        opts, req = args.options(cluster), args.request(views=save is not None and cluster is None)
-        refuse_existing_save(save, force)  # with a scheduler, --save keeps no report views (docs/scale.md)
-        got = analysed(path, opts, req, cluster)
-        res = got.results()
-        if save is not None:
-            from charllm_trace.results_store import save_results
+        return analysed(path).results()
+    opts, req = args.options(cluster), args.request(views=save is not None and cluster is None)
+    refuse_existing_save(save, force)  # with a scheduler, --save keeps no report views (docs/scale.md)
+    got = analysed(path, opts, req, cluster)
+    if save is not None:
+        from charllm_trace.results_store import save_results
 
-            wrote(save_results(res, save, views=got.views, force=force))
+        wrote(save_results(got.results(), save, views=got.views, force=force))
+    return got.results()
+
+
+def _emit(res: RunAnalysis, fmt: str, output: str | None, force: bool, wide: bool) -> None:
+    """Print or write ``res`` in ``fmt``."""
     if fmt == "table":
         from charllm_trace.render.tables import render_analysis
 

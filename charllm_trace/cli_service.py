@@ -111,3 +111,13 @@ def analysed(
 
     with input_progress("reading"):
         return service.analyze(source, options, request, scheduler=cluster)
+
+
+def regress_analysed(
+    source: str, options: AnalyzeOptions, *, run: bool = False, cluster: Cluster | None = None
+) -> service.Analysis:
+    """``service.analyze`` with the per-step rows headline figures need (``regress.api.
+    regress_options``; ``check``, ``baseline``, ``diff``); ``run``: the loaded run too."""
+    from charllm_trace.regress.api import regress_options
+
+    return service.analyze(source, regress_options(options), service.Request(run=run), scheduler=cluster)
