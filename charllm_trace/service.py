@@ -121,7 +121,7 @@ def analyze(
     src = os.fspath(source)
     if not req.run and is_saved(src):
         return _saved(src, req)
-    cluster = Cluster(scheduler) if isinstance(scheduler, str) else scheduler
+    cluster = Cluster(scheduler) if isinstance(scheduler, str) and scheduler else scheduler or None
     if cluster is not None and not (req.views or req.run):
         return _on_cluster(src, options, req, cluster)
     return _here(src, options, req)
