@@ -16,11 +16,12 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from charllm_trace.inputs.loader import load
+
 from charllm_trace.analysis.rank_parts import analyze_rank
 from charllm_trace.analysis.results import AnalyzeOptions
 from charllm_trace.engine import graph_step as gs
 from charllm_trace.engine.tasks import Loaded
-from charllm_trace.loader import load
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = [

@@ -16,19 +16,19 @@ Importing the package has no side effects: it does not change the environment or
 process-wide setting, and it does not even load polars until a name below is first used.
 Process-wide tuning is the program's choice: the ``charllm-trace`` command asks for it,
 library users may call :func:`charllm_trace.tune_polars_allocator` before polars is imported
-and :func:`charllm_trace.trim_heap_after_reads` (see ``charllm_trace/_alloc.py``).
+and :func:`charllm_trace.trim_heap_after_reads` (see ``charllm_trace/core/alloc.py``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
 
 if TYPE_CHECKING:
-    from charllm_trace._alloc import trim_heap_after_reads, tune_polars_allocator
-    from charllm_trace.loader import load
-    from charllm_trace.model import ProcessGroup, Run, Trace, TraceMeta
+    from charllm_trace.core.alloc import trim_heap_after_reads, tune_polars_allocator
+    from charllm_trace.core.model import ProcessGroup, Run, Trace, TraceMeta
+    from charllm_trace.inputs.loader import load
     from charllm_trace.service import Analysis, Request, analyze
 
 __version__ = "0.1.0"
@@ -53,13 +53,13 @@ _LAZY = {
     "analyze": "charllm_trace.service",
     "Analysis": "charllm_trace.service",
     "Request": "charllm_trace.service",
-    "load": "charllm_trace.loader",
-    "ProcessGroup": "charllm_trace.model",
-    "Run": "charllm_trace.model",
-    "Trace": "charllm_trace.model",
-    "TraceMeta": "charllm_trace.model",
-    "trim_heap_after_reads": "charllm_trace._alloc",
-    "tune_polars_allocator": "charllm_trace._alloc",
+    "load": "charllm_trace.inputs.loader",
+    "ProcessGroup": "charllm_trace.core.model",
+    "Run": "charllm_trace.core.model",
+    "Trace": "charllm_trace.core.model",
+    "TraceMeta": "charllm_trace.core.model",
+    "trim_heap_after_reads": "charllm_trace.core.alloc",
+    "tune_polars_allocator": "charllm_trace.core.alloc",
 }
 
 

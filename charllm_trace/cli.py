@@ -14,23 +14,23 @@ from typing import Any
 
 import click
 
-from charllm_trace._native_libs import NativeModuleMissing
-from charllm_trace.cli_analyze import analyze_cmd, report_cmd
-from charllm_trace.cli_cache import allow_partial_option, cache_group, no_cache_option, wide_option
-from charllm_trace.cli_collect import iteration_args, iteration_options
-from charllm_trace.cli_compare import compare_cmd
-from charllm_trace.cli_cpu_wait import cpu_wait_cmd
+from charllm_trace.cli.analyze import analyze_cmd, report_cmd
+from charllm_trace.cli.cache import allow_partial_option, cache_group, no_cache_option, wide_option
+from charllm_trace.cli.collect import iteration_args, iteration_options
+from charllm_trace.cli.compare import compare_cmd
+from charllm_trace.cli.cpu_wait import cpu_wait_cmd
+from charllm_trace.cli.results import refuse_existing
+from charllm_trace.cli.scale import scheduler_option
+from charllm_trace.cli.telemetry import telemetry_group
 from charllm_trace.cli_regress import (  # EXIT_REGRESSION: listed with the other exit codes
     EXIT_REGRESSION,  # noqa: F401
     baseline_cmd,
     check_cmd,
     diff_cmd,
 )
-from charllm_trace.cli_results import refuse_existing
-from charllm_trace.cli_scale import scheduler_option
-from charllm_trace.cli_telemetry import telemetry_group
+from charllm_trace.core.errors import InputError, debug_first, print_traceback
+from charllm_trace.core.native_libs import NativeModuleMissing
 from charllm_trace.engine import Cluster
-from charllm_trace.errors import InputError, debug_first, print_traceback
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -77,9 +77,9 @@ def main(debug: bool) -> None:
     """Power, performance and thermal analysis of distributed training traces."""
     # Process-wide tuning is the program's choice, not the library's: polars' allocator returns
     # freed memory sooner, and the C heap is trimmed after reads and builds (lower peak RSS;
-    # charllm_trace/_alloc.py). Nothing above has imported polars yet; a subcommand's own
+    # charllm_trace/core/alloc.py). Nothing above has imported polars yet; a subcommand's own
     # imports do.
-    from charllm_trace._alloc import trim_heap_after_reads, tune_polars_allocator
+    from charllm_trace.core.alloc import trim_heap_after_reads, tune_polars_allocator
 
     tune_polars_allocator()
     trim_heap_after_reads()
@@ -106,7 +106,7 @@ def info_cmd(path: str, as_json: bool, no_cache: bool, wide: bool, cluster: Clus
         summary = info_distributed(path, cluster=cluster, cache=not no_cache)
     else:
         from charllm_trace.et.summary import run_summary
-        from charllm_trace.loader import load
+        from charllm_trace.inputs.loader import load
 
         summary = run_summary(load(path, cache=not no_cache))
     if as_json:
@@ -156,10 +156,10 @@ def convert_cmd(
             click.echo(line)
         click.echo(f"wrote {len(paths)} Chakra ET file(s) to {output}")
         return
-    from charllm_trace.cli_progress import input_progress
+    from charllm_trace.cli.progress import input_progress
     from charllm_trace.converters.run_dir import convert_path, summary_lines
-    from charllm_trace.engine.localize import localize_input, url_errors, url_output
     from charllm_trace.et.writer import write_run
+    from charllm_trace.inputs.localize import localize_input, url_errors, url_output
 
     with input_progress("converting"):
         if engine.is_url(path):
@@ -279,7 +279,7 @@ def export_group() -> None:
     """Export a run to other tools' formats."""
 
 
-from charllm_trace.cli_astra import astra_sim_command  # noqa: E402
+from charllm_trace.cli.astra import astra_sim_command  # noqa: E402
 
 export_group.add_command(
     scheduler_option("astra-sim")(allow_partial_option(no_cache_option(astra_sim_command)))
@@ -308,9 +308,9 @@ def export_perfetto(
     """Write RUN as a Chrome-trace JSON for the Perfetto UI (ui.perfetto.dev): one process per
     rank, one track per CPU thread and GPU stream, power/temperature/clock counters per GPU,
     and each rank's critical path (whole trace) on a track of its own."""
-    from charllm_trace import loader
-    from charllm_trace.model import Run
-    from charllm_trace.render.perfetto import write_chrome_trace
+    from charllm_trace.core.model import Run
+    from charllm_trace.exports.perfetto import write_chrome_trace
+    from charllm_trace.inputs import loader
 
     refuse_existing(output, force)
     r = loader.load(run)
@@ -329,7 +329,7 @@ def export_perfetto(
         r = Run(traces=traces, manifest=r.manifest, source=r.source)
     cp, why = (None, None) if no_critical_path else _critical_path_for_export(r)
     from charllm_trace.analysis.api import pipeline_of_run
-    from charllm_trace.engine.localize import url_output
+    from charllm_trace.inputs.localize import url_output
 
     with url_output(output) as out:  # an fsspec URL: written here, uploaded whole
         stats = write_chrome_trace(r, out, flows=not no_flows, critical_path=cp, pipeline=pipeline_of_run(r))
@@ -362,7 +362,7 @@ def export_perfetto(
 def _critical_path_for_export(run: Any) -> tuple[Any, str | None]:
     """The run's critical paths for the Perfetto track, or (None, why not)."""
     from charllm_trace.analysis.critical import critical_path
-    from charllm_trace.graph.engine import CycleError
+    from charllm_trace.core.dag import CycleError
 
     untimed = [k for k, t in run.traces.items() if not t.meta.has_timestamps]
     if untimed:

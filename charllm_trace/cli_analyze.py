@@ -9,17 +9,18 @@ from typing import TYPE_CHECKING
 import click
 
 from charllm_trace.analysis.energy_methods import ENERGY_METHODS
-from charllm_trace.cli_cache import allow_partial_option, json_flag, no_cache_option, wide_option
-from charllm_trace.cli_results import (
+from charllm_trace.cli.cache import allow_partial_option, json_flag, no_cache_option, wide_option
+from charllm_trace.cli.results import (
     refuse_analysis_options,
     refuse_existing,
     refuse_existing_save,
     save_option,
     wrote,
 )
-from charllm_trace.cli_scale import scheduler_option
+from charllm_trace.cli.scale import scheduler_option
 from charllm_trace.cli_service import AnalysisArgs, analysed, analysis_args
-from charllm_trace.engine import Cluster, is_url
+from charllm_trace.engine import Cluster
+from charllm_trace.inputs.urls import is_url
 from charllm_trace.service import is_saved
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def analyze_cmd(
 
     A second analysis of the same input with the same options prints the results stored by the
     first (the results cache, docs/cache.md); --no-cache analyses again."""
-    from charllm_trace.errors import UsageError
+    from charllm_trace.core.errors import UsageError
 
     if fmt == "parquet" and output is None:
         raise UsageError("--format parquet needs -o FILE")
@@ -129,7 +130,7 @@ def _results(
     refuse_existing_save(save, force)  # with a scheduler, --save keeps no report views (docs/scale.md)
     got = analysed(path, opts, req, cluster)
     if save is not None:
-        from charllm_trace.results_store import save_results
+        from charllm_trace.store.results import save_results
 
         wrote(save_results(got.results(), save, views=got.views, force=force))
     return got.results()
@@ -153,7 +154,7 @@ def _emit(res: RunAnalysis, fmt: str, output: str | None, force: bool, wide: boo
         return
     from pathlib import Path
 
-    from charllm_trace.engine.localize import url_output
+    from charllm_trace.inputs.localize import url_output
 
     with url_output(output) as out:  # an fsspec URL: written here, uploaded whole
         written = export.write(res, fmt, out, force=force)
@@ -193,8 +194,8 @@ def report_cmd(
     report or analyze): the page is drawn again without the trace."""
     from pathlib import Path
 
+    from charllm_trace.render.report import render_report, report_data_from
     from charllm_trace.render.tables import cli_hint
-    from charllm_trace.report import render_report, report_data_from
 
     refuse_existing(output, force)
     if is_saved(run):
@@ -207,7 +208,7 @@ def report_cmd(
     an, views = got.results(), got.views
     assert views is not None
     if save is not None and not got.saved:
-        from charllm_trace.results_store import save_results
+        from charllm_trace.store.results import save_results
 
         wrote(save_results(an, save, views=views, force=force))
     name = Path(views.source).name if views.source else Path(run).name
@@ -217,7 +218,7 @@ def report_cmd(
     data.notes = [cli_hint(n) for n in data.notes]
     data.critical_notes = [cli_hint(n) for n in data.critical_notes]
     data.what_if_notes = [cli_hint(n) for n in data.what_if_notes]
-    from charllm_trace.engine.localize import url_output
+    from charllm_trace.inputs.localize import url_output
 
     with url_output(output) as out:  # an fsspec URL: written here, uploaded whole
         Path(out).write_text(render_report(data), encoding="utf-8")

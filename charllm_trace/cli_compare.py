@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from charllm_trace import service
-from charllm_trace.cli_cache import allow_partial_option, json_flag, no_cache_option
+from charllm_trace.cli.cache import allow_partial_option, json_flag, no_cache_option
 from charllm_trace.service import is_saved
 
 LABEL_HELP = (
@@ -26,7 +26,7 @@ LAYOUT_KEYS = ("tp", "cp", "pp", "dp", "ep")
 
 def parse_labels(texts: tuple[str, ...], n: int) -> list[dict[str, str]]:
     """``--label`` texts -> one dict of labels per run (UsageError for bad text)."""
-    from charllm_trace.errors import UsageError
+    from charllm_trace.core.errors import UsageError
 
     out: list[dict[str, str]] = [{} for _ in range(n)]
     seen: dict[str, int] = {}  # key -> runs labelled in order so far
@@ -89,8 +89,8 @@ def compare_cmd(
     wait per step. The best
     value of each column is marked. Each run is analysed once and its results cached: comparing
     the same runs again reads the cached results (docs/cache.md)."""
-    from charllm_trace.cli_results import refuse_existing
-    from charllm_trace.errors import UsageError
+    from charllm_trace.cli.results import refuse_existing
+    from charllm_trace.core.errors import UsageError
 
     if len(runs) < 2:
         raise UsageError("compare needs at least two runs ('analyze' shows one)")
@@ -101,7 +101,7 @@ def compare_cmd(
     if output is not None:
         refuse_existing(output, force)
     per_run = parse_labels(labels, len(runs))
-    from charllm_trace.cpu_wait_run import cpu_columns
+    from charllm_trace.regress.cpu_wait_run import cpu_columns
 
     rows = [{**_row(path, lab), **cpu_columns(path)} for path, lab in zip(runs, per_run, strict=True)]
 
@@ -126,7 +126,7 @@ def _row(path: str, labels: dict[str, str]) -> dict[str, Any]:
     cache when it holds it; a results file's as it was saved (its groups were named when it was
     analysed)."""
     from charllm_trace.analysis.results import AnalyzeOptions
-    from charllm_trace.errors import UsageError
+    from charllm_trace.core.errors import UsageError
 
     layout = {k: labels[k] for k in LAYOUT_KEYS if k in labels}
     parallel = None

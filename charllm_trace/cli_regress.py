@@ -9,9 +9,9 @@ import sys
 
 import click
 
-from charllm_trace.cli_cache import allow_partial_option, json_flag, no_cache_option, wide_option
-from charllm_trace.cli_results import refuse_existing
-from charllm_trace.cli_scale import scheduler_option
+from charllm_trace.cli.cache import allow_partial_option, json_flag, no_cache_option, wide_option
+from charllm_trace.cli.results import refuse_existing
+from charllm_trace.cli.scale import scheduler_option
 from charllm_trace.cli_service import regress_analysed
 from charllm_trace.engine import Cluster
 
@@ -35,7 +35,7 @@ def baseline_cmd(run: str, output: str, hta_compat: bool, simulate: bool, force:
     energy, power, throttling) in a baseline file for `check`."""
 
     from charllm_trace.analysis.results import AnalyzeOptions
-    from charllm_trace.engine.localize import url_output
+    from charllm_trace.inputs.localize import url_output
     from charllm_trace.regress.api import baseline_of
     from charllm_trace.regress.baseline import write_baseline
     from charllm_trace.render.tables import cli_hint

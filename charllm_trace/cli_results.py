@@ -35,7 +35,7 @@ def given_options(ctx: click.Context, allowed: tuple[str, ...]) -> list[str]:
 def refuse_analysis_options(ctx: click.Context, path: str, allowed: tuple[str, ...]) -> None:
     """Saved results are drawn as they were analysed: options that would change the analysis are
     refused (one line, exit 2) rather than silently ignored."""
-    from charllm_trace.errors import InputError
+    from charllm_trace.core.errors import InputError
 
     given = given_options(ctx, (*allowed, "no_cache"))
     if given:
@@ -52,11 +52,11 @@ def refuse_existing(path: str, force: bool) -> None:
     (one line, exit 2) instead of failing after the whole analysis."""
     import os
 
-    from charllm_trace.engine import is_url
-    from charllm_trace.errors import InputError
+    from charllm_trace.core.errors import InputError
+    from charllm_trace.inputs.urls import is_url
 
     if is_url(path):  # an fsspec URL (docs/scale.md): refused when it exists, unless --force
-        from charllm_trace.engine import urls
+        from charllm_trace.inputs import urls
 
         if urls.exists(path) and not force:
             raise InputError(path, "already exists; pass --force to overwrite it")

@@ -1,7 +1,7 @@
 """How the commands that analyse a run call the service (``service.analyze``): the analysis
 options they share, gathered into one typed value (:class:`AnalysisArgs`) and checked in one
-place, and the call itself with its progress line. Used by ``cli_analyze.py``, ``cli.py``
-(``check``, ``baseline``, ``diff``) and ``cli_compare.py``."""
+place, and the call itself with its progress line. Used by ``cli/analyze.py``, ``cli.py``
+(``check``, ``baseline``, ``diff``) and ``cli/compare.py``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from charllm_trace import service
-from charllm_trace.errors import UsageError
+from charllm_trace.core.errors import UsageError
 
 if TYPE_CHECKING:
     from charllm_trace.analysis.results import AnalyzeOptions
@@ -63,7 +63,7 @@ class AnalysisArgs:
 
     def request(self, **kw: Any) -> service.Request:
         """The service request: ``--ranks`` and ``--sample`` parsed, ``kw`` its other fields."""
-        from charllm_trace.limits import parse_ranks, parse_sample
+        from charllm_trace.core.limits import parse_ranks, parse_sample
 
         wanted, n_sample = parse_ranks(self.ranks), parse_sample(self.sample)
         return service.Request(ranks=None if wanted is None else tuple(wanted), sample=n_sample, **kw)
@@ -107,7 +107,7 @@ def analysed(
     cluster: Cluster | None = None,
 ) -> service.Analysis:
     """``service.analyze`` with the reading progress line on the terminal."""
-    from charllm_trace.cli_progress import input_progress
+    from charllm_trace.cli.progress import input_progress
 
     with input_progress("reading"):
         return service.analyze(source, options, request, scheduler=cluster)

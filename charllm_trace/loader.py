@@ -18,8 +18,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from charllm_trace.errors import InputError
-from charllm_trace.model import Run
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import Run
 
 ET_SUFFIXES = (".et", ".et.gz")
 JSON_SUFFIXES = (".json", ".json.gz")
@@ -68,12 +68,12 @@ def load(
     ``ranks`` / ``sample``: just these ranks (``--ranks``), then an even sample of N of them
     (``--sample``, ``limits.sample_ranks``). In a directory the ranks are told from the file names
     and first bytes, and only the chosen ranks' files are read and converted."""
-    from charllm_trace.engine import is_url
-    from charllm_trace.limits import choose_ranks
-    from charllm_trace.run_checks import label_partial
+    from charllm_trace.collectors.run_checks import label_partial
+    from charllm_trace.core.limits import choose_ranks
+    from charllm_trace.inputs.urls import is_url
 
     if is_url(path):  # read here from a local copy (with --scheduler, workers read URLs themselves)
-        from charllm_trace.engine.localize import localize_input
+        from charllm_trace.inputs.localize import localize_input
 
         return load_copy(str(path), localize_input(str(path)), ranks=ranks, sample=sample)
     present = dir_ranks(path) if (ranks is not None or sample is not None) else None
@@ -100,7 +100,7 @@ def load_copy(url: str, local: Path, *, ranks: list[int] | None = None, sample: 
     """:func:`load` of ``local``, a copy of ``url`` (``engine.localize.localize_input``): the run
     and its errors name the URL; the copy's decoded tables are not cached (the results are, by
     their content: ``service.py``)."""
-    from charllm_trace.engine.localize import url_errors
+    from charllm_trace.inputs.localize import url_errors
 
     with url_errors(url, local):
         run = load(local, cache=False, ranks=ranks, sample=sample)
@@ -112,7 +112,7 @@ def dir_ranks(path: str | os.PathLike[str]) -> list[int] | None:
     """The ranks of a directory told without reading its files whole: a run directory's files
     paired by rank (their names and first bytes), or per-rank ETs by their names; None when that
     cannot tell (not a directory; an ET without a rank in its name)."""
-    from charllm_trace.inputs import path_kind, trace_entries
+    from charllm_trace.core.files import path_kind, trace_entries
 
     p = Path(path)
     if path_kind(p) != "dir":
@@ -138,14 +138,14 @@ def _load(path: str | os.PathLike[str], *, cache: bool | None = None, only: list
         from charllm_trace.et.cache import enabled
 
         cache = enabled()
-    from charllm_trace.inputs import open_regular, path_kind
+    from charllm_trace.core.files import open_regular, path_kind
 
     p = Path(path)
     if path_kind(p) == "dir":
         entries = [e for e in p.iterdir() if not e.name.startswith(".")]
         if not entries:
             raise InputError(p, "directory is empty")
-        from charllm_trace.inputs import trace_entries
+        from charllm_trace.core.files import trace_entries
 
         if trace_entries(p, ET_SUFFIXES):
             from charllm_trace.et.reader import read_et_dir
@@ -163,7 +163,7 @@ def _load(path: str | os.PathLike[str], *, cache: bool | None = None, only: list
         head = f.read(4)
         if not head:
             raise InputError(p, "file is empty")
-        if head == b"PK\x03\x04":  # a zip: what `analyze --save` writes (results_store.py)
+        if head == b"PK\x03\x04":  # a zip: what `analyze --save` writes (store/results.py)
             raise InputError(
                 p,
                 "a zip file, not a trace: charllm-trace results (analyze --save) are read by "

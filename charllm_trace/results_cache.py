@@ -3,7 +3,7 @@ they all go through ``service.analyze``, the cache's one front end) loads the st
 instead of loading the trace and analysing it again (docs/cache.md, "Results"). This module holds
 the entries (key, lookup, store); ``service.py`` decides when to use them.
 
-An entry is one results file (``results_store.py``; zip of Arrow IPC frames + JSON, every member
+An entry is one results file (``store/results.py``; zip of Arrow IPC frames + JSON, every member
 checksummed) at ``<cache root>/results/<key>``. The key is the SHA-256 of
 
 - the input's content key, as the input cache computes it (``et/cache.py``): ``json_key`` for a
@@ -12,7 +12,7 @@ checksummed) at ``<cache root>/results/<key>``. The key is the SHA-256 of
   ETs; a re-read finds the content hashes by stat key, without hashing the file again;
 - the analysis options and the ranks selected;
 - a fingerprint of the code that computes results: the ``.py``/``.c`` sources of ``analysis/``,
-  ``graph/``, ``model.py``, ``loader.py``, ``report_views.py`` (the report's views), ``service.py``
+  ``graph/``, ``model.py``, ``loader.py``, ``render/report_views.py`` (the report's views), ``service.py``
   (what is run) and the results file code, plus the versions of Python, polars and numpy;
 - the results format version.
 
@@ -38,13 +38,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from charllm_trace.engine import is_url
 from charllm_trace.et import cache as et_cache
-from charllm_trace.results_store import VERSION, SavedResults, read_results, results_bytes
+from charllm_trace.inputs.urls import is_url
+from charllm_trace.store.results import VERSION, SavedResults, read_results, results_bytes
 
 if TYPE_CHECKING:
     from charllm_trace.analysis.results import AnalyzeOptions, RunAnalysis
-    from charllm_trace.report_views import ReportViews
+    from charllm_trace.render.report_views import ReportViews
 
 KIND = "results"
 #: sources whose code decides the results (relative to the package); the input's reading and
@@ -55,9 +55,9 @@ CODE = (
     "model.py",
     "loader.py",
     "limits.py",  # which ranks --sample chooses (limits.sample_ranks)
-    "report_views.py",
-    "results_store.py",
-    "results_cache.py",
+    "render/report_views.py",
+    "store/results.py",
+    "store/results_cache.py",
     "service.py",  # the road from input to results
 )
 
@@ -115,7 +115,7 @@ def options_text(options: AnalyzeOptions) -> str:
 
 
 def allow_partial() -> bool:
-    from charllm_trace.run_checks import allow_partial as allowed
+    from charllm_trace.collectors.run_checks import allow_partial as allowed
 
     return allowed()
 

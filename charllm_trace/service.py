@@ -5,10 +5,10 @@ directory, a Kineto or host JSON, an fsspec URL of any of these, or a results fi
 ``--save`` — and returns an :class:`Analysis`. It
 
 1. resolves the input: a results file is read back (no trace, no cache); a URL is copied here
-   once (``engine/localize.py``) and the copy read, its results named by the URL;
-2. consults the one cache front end: the results entry (``results_cache.py``) keyed by the
+   once (``inputs/localize.py``) and the copy read, its results named by the URL;
+2. consults the one cache front end: the results entry (``store/results_cache.py``) keyed by the
    input's content, the options, the ranks chosen and the code, and beside it compare's sweep row
-   (``sweep_cache.py``, keyed by the results key);
+   (``store/sweep_cache.py``, keyed by the results key);
 3. runs the analyses here (``loader.load`` then ``analysis.api.analyze_run``) or, given a
    ``scheduler``, on a Dask cluster (``engine/driver.py``): the cluster is an argument, never
    process state;
@@ -19,7 +19,7 @@ Every command that analyses a run (``analyze``, ``report``, ``check``, ``baselin
 ``compare``) and the library's ``charllm_trace.analyze`` call it (tests/test_service.py).
 
 On a cache hit nothing of the analyses, the graph engine, the converters or numpy is imported
-(``results_cache.py``): those modules are imported inside the functions that run them.
+(``store/results_cache.py``): those modules are imported inside the functions that run them.
 """
 
 from __future__ import annotations
@@ -29,15 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from charllm_trace import results_cache, sweep_cache
-from charllm_trace.engine import Cluster, is_url
+from charllm_trace.engine import Cluster
 from charllm_trace.et import cache as et_cache
-from charllm_trace.results_store import is_results_file, read_results
+from charllm_trace.inputs.urls import is_url
+from charllm_trace.store import results_cache, sweep_cache
+from charllm_trace.store.results import is_results_file, read_results
 
 if TYPE_CHECKING:
     from charllm_trace.analysis.results import AnalyzeOptions, RunAnalysis
-    from charllm_trace.model import Run
-    from charllm_trace.report_views import ReportViews
+    from charllm_trace.core.model import Run
+    from charllm_trace.render.report_views import ReportViews
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ class _Input:
 def _resolve(src: str) -> _Input:
     if not is_url(src):
         return _Input(src, src)
-    from charllm_trace.engine.localize import localize_input
+    from charllm_trace.inputs.localize import localize_input
 
     return _Input(src, str(localize_input(src)))
 
@@ -185,7 +186,7 @@ def _here(src: str, options: AnalyzeOptions, req: Request) -> Analysis:
     run, res = _load_and_analyze(inp, options, req)
     got = Analysis(src, res, run=run if req.run else None)
     if req.views:
-        from charllm_trace.report_views import drawn_run, report_views
+        from charllm_trace.render.report_views import drawn_run, report_views
 
         got.views = report_views(drawn_run(run, res), res.classified)
     if key is not None:
@@ -229,13 +230,13 @@ def _note_hit(inp: _Input, req: Request) -> None:
     nor for a URL's copy: the engine does not say it for URLs either)."""
     if req.run or inp.url:
         return
-    from charllm_trace.run_checks import note_on_results_hit
+    from charllm_trace.collectors.run_checks import note_on_results_hit
 
     note_on_results_hit(inp.source)
 
 
 def _load(inp: _Input, req: Request) -> Run:
-    from charllm_trace import loader
+    from charllm_trace.inputs import loader
 
     if inp.url:
         return loader.load_copy(inp.source, Path(inp.local), ranks=req.rank_list(), sample=req.sample)

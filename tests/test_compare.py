@@ -11,10 +11,10 @@ from typing import Any
 
 import polars as pl
 import pytest
+from charllm_trace.cli.app import main
+from charllm_trace.core.model import Run
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
-from charllm_trace.model import Run
 from tests.conftest import FIXTURES
 from tests.results_helpers import with_telemetry
 
@@ -55,8 +55,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """Three variants of the collected gloo run, as ET directories: (fast) telemetry, a workload
     and a dp=2 layout in the manifest; (slow) 1.5x every time, 1.2x the power, twice the global
     batch; (bare) no telemetry, no workload."""
+    from charllm_trace.inputs.loader import load
+
     from charllm_trace.et.writer import write_run
-    from charllm_trace.loader import load
 
     base = load(GLOO, cache=False)
     d = tmp_path_factory.mktemp("sweep")
@@ -387,7 +388,7 @@ def test_results_saved_before_the_config_field_still_load(runs: list[Path], tmp_
     import io
     import zipfile
 
-    from charllm_trace.results_store import MANIFEST, load_results
+    from charllm_trace.store.results import MANIFEST, load_results
 
     z = tmp_path / "new.zip"
     assert _cli("analyze", str(runs[2]), "--per-step", "--save", str(z)).exit_code == 0

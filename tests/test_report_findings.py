@@ -10,10 +10,10 @@ import json
 import re
 from pathlib import Path
 
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
 
 from charllm_trace.analysis.findings import Fact, findings
-from charllm_trace.cli import main
 from tests.browser import open_page, require_browser
 from tests.conftest import FIXTURES, shared_trace
 from tests.test_report_html import _with_telemetry
@@ -42,10 +42,11 @@ def _check_against_json(found, doc: dict, page: str) -> None:
 
 
 def test_findings_of_the_a100_profile_equal_the_json_and_show_in_chromium(tmp_path: Path) -> None:
-    from charllm_trace import loader
+    from charllm_trace.render.report import render_report, report_data
+
     from charllm_trace.analysis import AnalyzeOptions, analyze_run
+    from charllm_trace.inputs import loader
     from charllm_trace.render.export import to_document
-    from charllm_trace.report import render_report, report_data
 
     run, _ = _with_telemetry(loader.load(shared_trace("hta/a100_ddp_nccl_rank0.json.gz")))
     an = analyze_run(run, AnalyzeOptions(per_step=True))

@@ -11,15 +11,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+import charllm_trace.inputs.loader
 import pytest
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
 
 import charllm_trace
 import charllm_trace.analysis.api
-import charllm_trace.loader
 from charllm_trace import engine, service
 from charllm_trace.analysis.results import AnalyzeOptions
-from charllm_trace.cli import main
 from charllm_trace.engine import Cluster
 from tests.conftest import FIXTURES
 
@@ -57,7 +57,7 @@ def road(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, service.Request]]:
         return guarded
 
     monkeypatch.setattr(service, "analyze", spy)
-    monkeypatch.setattr(charllm_trace.loader, "load", only_inside("loader.load", charllm_trace.loader.load))
+    monkeypatch.setattr(charllm_trace.inputs.loader, "load", only_inside("loader.load", charllm_trace.inputs.loader.load))
     api = charllm_trace.analysis.api
     monkeypatch.setattr(api, "analyze_run", only_inside("analyze_run", api.analyze_run))
     return calls
@@ -144,7 +144,7 @@ def fake_cluster(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Cluster, str | N
         seen.append((cluster, os.environ.get(engine.ENV)))
         from charllm_trace.analysis.api import analyze_run
 
-        return analyze_run(charllm_trace.loader.load(path, ranks=ranks), options)
+        return analyze_run(charllm_trace.inputs.loader.load(path, ranks=ranks), options)
 
     monkeypatch.setattr(driver, "analyze_distributed", fake)
     return seen
@@ -202,7 +202,7 @@ def test_a_url_is_analysed_with_the_cache_on_and_its_results_cached(
         raise AssertionError("the URL's trace was loaded on a hit")
 
     with monkeypatch.context() as m:
-        m.setattr(charllm_trace.loader, "load_copy", no_load)
+        m.setattr(charllm_trace.inputs.loader, "load_copy", no_load)
         assert _ok("analyze", url, *opts) == fresh  # read back, the URL named as given (// kept)
     # the same bytes under a local path share the entry (keyed by content), each named as given
     local = json.loads(_ok("analyze", str(et), *opts))

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from charllm_trace.engine import Cluster, is_url
+from charllm_trace.core.errors import InputError
+from charllm_trace.engine import Cluster
 from charllm_trace.engine.plan import Plan, plan
 from charllm_trace.engine.tasks import (
     Failure,
@@ -21,7 +22,7 @@ from charllm_trace.engine.tasks import (
     load_rank,
     rank_meta,
 )
-from charllm_trace.errors import InputError
+from charllm_trace.inputs.urls import is_url
 
 
 def _note(text: str) -> None:
@@ -92,7 +93,7 @@ def _read(
 
 def _choose(path: str, present: list[int], ranks: list[int] | None, sample: int | None) -> list[int] | None:
     """``limits.choose_ranks`` (``--ranks``, then ``--sample``), its error naming ``path``."""
-    from charllm_trace.limits import choose_ranks
+    from charllm_trace.core.limits import choose_ranks
 
     try:
         return choose_ranks(present, ranks, sample)
@@ -105,7 +106,7 @@ def _label(g: Gathered, worlds: set[int]) -> None:
     ranks left out by --keep-going: printed, and kept as the run's ``partial`` note."""
     notes = []
     if g.plan.kind in ("run_dir", "et_dir"):
-        from charllm_trace.run_checks import check_complete
+        from charllm_trace.collectors.run_checks import check_complete
 
         if g.plan.kind == "run_dir" and not is_url(g.plan.source):
             from charllm_trace.collectors.outcome import reader_note
@@ -197,9 +198,9 @@ def convert_distributed(
     """``convert`` on workers: each writes its rank's ET under a temporary name in ``output``
     (a directory or URL every worker reaches); once all are written, the driver renames them
     into place (nothing is left half written). Returns (summary lines, files written)."""
-    from charllm_trace.engine import urls
     from charllm_trace.engine.cluster import open_engine
     from charllm_trace.et.writer import RUN_MARKER, rank_file_name
+    from charllm_trace.inputs import urls
 
     existing = existing_rank_files(output)
     if existing and not force:
@@ -246,7 +247,7 @@ def existing_rank_files(output: str) -> list[str]:
 
     pat = re.compile(r"^rank-\d+\.et(\.gz)?$")
     if is_url(output):
-        from charllm_trace.engine import urls
+        from charllm_trace.inputs import urls
 
         try:
             return [n for n, _, _ in urls.list_dir(output) if pat.match(n)]
@@ -260,7 +261,7 @@ def existing_rank_files(output: str) -> list[str]:
 
 def _remove_partials(output: str, token: str) -> None:
     if is_url(output):
-        from charllm_trace.engine import urls
+        from charllm_trace.inputs import urls
 
         try:
             for n, u, _ in urls.list_dir(output):

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from charllm_trace.analysis.results import AnalyzeOptions, RunAnalysis
-from charllm_trace.errors import InputError
-from charllm_trace.model import Run
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import Run
 from charllm_trace.regress.baseline import Baseline, make_baseline
 from charllm_trace.regress.compare import Comparison, compare
 from charllm_trace.regress.headline import headline
