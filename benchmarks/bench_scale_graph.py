@@ -106,11 +106,8 @@ def main(paths: list[Path]) -> None:
 
 
 def on_cluster(address: str, path: str) -> None:
-    import os
+    from charllm_trace.engine import Cluster, driver
 
-    from charllm_trace.engine import driver
-
-    os.environ["CHARLLM_TRACE_SCHEDULER"] = address
     spent: list[float] = []
     inner = gs.graph_step
 
@@ -123,7 +120,7 @@ def on_cluster(address: str, path: str) -> None:
 
     gs.graph_step = timed
     t0 = time.perf_counter()
-    driver.analyze_distributed(path, AnalyzeOptions(), cache=False)
+    driver.analyze_distributed(path, AnalyzeOptions(), cluster=Cluster(address), cache=False)
     load1 = open("/proc/loadavg").read().split()[0]
     print(
         f"{path}: analyze {time.perf_counter() - t0:.1f} s, of which graph rounds {spent[0]:.1f} s (load {load1})"

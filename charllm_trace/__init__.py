@@ -6,6 +6,11 @@ The public API is small::
     run = ct.load("run-dir/")          # a Run: one Trace (polars tables) per rank
     trace = run.traces[0]
     trace.nodes, trace.deps, trace.telemetry, trace.meta
+    result = ct.analyze("run-dir/").analysis   # any input, through the results cache
+
+``analyze`` is the service every command uses (``charllm_trace/service.py``): any input (a file,
+a directory, a run, an fsspec URL, saved results), one cache, here or on a Dask cluster
+(``scheduler=``), typed results.
 
 Importing the package has no side effects: it does not change the environment or any
 process-wide setting, and it does not even load polars until a name below is first used.
@@ -24,15 +29,19 @@ if TYPE_CHECKING:
     from charllm_trace.core.alloc import trim_heap_after_reads, tune_polars_allocator
     from charllm_trace.core.model import ProcessGroup, Run, Trace, TraceMeta
     from charllm_trace.inputs.loader import load
+    from charllm_trace.service import Analysis, Request, analyze
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Analysis",
     "InputError",
     "ProcessGroup",
     "Run",
     "Trace",
+    "Request",
     "TraceMeta",
+    "analyze",
     "load",
     "trim_heap_after_reads",
     "tune_polars_allocator",
@@ -41,6 +50,9 @@ __all__ = [
 
 # name -> module it comes from, imported on first use (PEP 562)
 _LAZY = {
+    "analyze": "charllm_trace.service",
+    "Analysis": "charllm_trace.service",
+    "Request": "charllm_trace.service",
     "load": "charllm_trace.inputs.loader",
     "ProcessGroup": "charllm_trace.core.model",
     "Run": "charllm_trace.core.model",

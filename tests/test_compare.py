@@ -303,11 +303,11 @@ def test_saved_results_and_cache(runs: list[Path], tmp_path: Path, cache_dir: Pa
     for k in ("step_time_ms", "avg_power_w", "tokens_per_step", "busbw_dp_gbps", "model"):
         assert _close(a[0][k], b[0][k]) if not isinstance(a[0][k], str) else a[0][k] == b[0][k]
     # a second compare reads the cached results of both runs
+    from charllm_trace import service
     from charllm_trace.analysis.results import AnalyzeOptions
-    from charllm_trace.store.results_cache import analyze_path
 
     for p in runs[:2]:
-        assert analyze_path(p, AnalyzeOptions(per_step=True)).hit
+        assert service.analyze(p, AnalyzeOptions(per_step=True)).hit
 
 
 def test_bad_inputs_exit_2_naming_the_file(runs: list[Path], tmp_path: Path) -> None:
@@ -361,28 +361,35 @@ def test_run_config_from_manifest_workload_and_layout() -> None:
 
 
 def test_compare_rows_are_cached_and_never_trusted(runs: list[Path], cache_dir: Path, monkeypatch) -> None:
+    from charllm_trace import service
     from charllm_trace.analysis.results import AnalyzeOptions
-    from charllm_trace.store import sweep_cache
 
     opts = AnalyzeOptions(per_step=True)
-    first = sweep_cache.summary_row(runs[0], opts)
+
+    def summary_row() -> dict[str, Any]:
+        got = service.analyze(runs[0], opts, service.Request(row=True))
+        assert got.row is not None
+        return got.row
+
+    first = summary_row()
 
     def fail(*a: Any, **k: Any) -> Any:
         raise AssertionError("analysed again")
 
-    analyse = sweep_cache.analyze_path
-    monkeypatch.setattr(sweep_cache, "analyze_path", fail)
-    assert sweep_cache.summary_row(runs[0], opts) == first  # the cached row, nothing analysed
+    with monkeypatch.context() as m:
+        m.setattr(service, "_load_and_analyze", fail)
+        m.setattr(service.results_cache, "lookup", fail)
+        assert summary_row() == first  # the cached row: neither analysed nor the results entry read
     (entry,) = (cache_dir / "compare").iterdir()
     entry.write_text('{"_written_by": "charllm-trace compare", "step_time_ms": [1, 2]}')
-    monkeypatch.setattr(sweep_cache, "analyze_path", analyse)
-    assert sweep_cache.summary_row(runs[0], opts) == first  # a bad entry: deleted, computed again
+    monkeypatch.setattr(service, "_load_and_analyze", fail)
+    assert summary_row() == first  # a bad entry: deleted, computed again from the results entry
     assert json.loads(entry.read_text()) == {"_written_by": "charllm-trace compare", **first}
     entry.write_text('{"step_time_ms": [1, 2]}')  # no marker: someone else's file, left alone
-    assert sweep_cache.summary_row(runs[0], opts) == first
+    assert summary_row() == first
     assert entry.read_text() == '{"step_time_ms": [1, 2]}'
     entry.unlink()
-    assert sweep_cache.summary_row(runs[0], opts) == first
+    assert summary_row() == first
     info = _cli("cache", "info", "--json")
     assert info.exit_code == 0 and json.loads(info.output)["kinds"]["compare"]["entries"] == 1
 

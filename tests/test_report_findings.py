@@ -84,9 +84,9 @@ def test_report_of_a_collected_run_has_findings_and_stragglers(tmp_path: Path, c
     doc = json.loads(CliRunner().invoke(main, ["analyze", str(RUN), "--json", "--per-step"]).stdout)
     page = out.read_text(encoding="utf-8")
     from charllm_trace.analysis import AnalyzeOptions
-    from charllm_trace.store.results_cache import analyze_path
+    from charllm_trace.service import analyze
 
-    an = analyze_path(str(RUN), AnalyzeOptions(per_step=True)).analysis
+    an = analyze(str(RUN), AnalyzeOptions(per_step=True)).analysis
     found = findings(an)
     assert {f.section for f in found} >= {"overlap", "collective-bandwidth", "stragglers"}
     _check_against_json(found, doc, page)
@@ -110,9 +110,9 @@ def test_findings_of_the_h200_run_one_rank_groups_and_energy_per_step(tmp_path: 
     assert r.exit_code == 0, r.output
     doc = json.loads(CliRunner().invoke(main, ["analyze", str(run), "--json", "--per-step"]).stdout)
     from charllm_trace.analysis import AnalyzeOptions
-    from charllm_trace.store.results_cache import analyze_path
+    from charllm_trace.service import analyze
 
-    found = findings(analyze_path(str(run), AnalyzeOptions(per_step=True)).analysis)
+    found = findings(analyze(str(run), AnalyzeOptions(per_step=True)).analysis)
     _check_against_json(found, doc, out.read_text(encoding="utf-8"))
     text = {f.section: f.text for f in found}
     assert "28 collectives ran in groups of one rank" in text["collective-bandwidth"]

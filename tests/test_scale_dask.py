@@ -70,9 +70,12 @@ def _local(path: str | Path, options: AnalyzeOptions):
 
 
 def _distributed(path: str, options: AnalyzeOptions, ranks=None, sample=None):
-    from charllm_trace.engine.driver import analyze_distributed
+    """Through the service, on the cluster the ``scheduler`` fixture names (in the environment
+    variable the CLI's --scheduler defaults to; the library reads it nowhere)."""
+    from charllm_trace import service
 
-    return analyze_distributed(path, options, ranks, cache=False, sample=sample)
+    req = service.Request(ranks=None if ranks is None else tuple(ranks), sample=sample, cache=False)
+    return service.analyze(path, options, req, scheduler=os.environ[engine.ENV]).results()
 
 
 def assert_same_analysis(local, dist) -> None:

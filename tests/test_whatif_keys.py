@@ -382,13 +382,13 @@ def test_gpu_bound_fixture_gemm_x2_adds_about_the_gemm_time():
 
 @pytest.mark.parametrize("key", ["dp=2", "comm=100GB/s", "cpu_op+=5us"])
 def test_cli_per_edge_keys_are_refused_with_a_scheduler_before_reading(monkeypatch, key: str):
-    from charllm_trace.store import results_cache
+    from charllm_trace import service
     from tests.conftest import FIXTURES
 
     def no_read(*a, **k):
         raise AssertionError("the run was read")
 
-    monkeypatch.setattr(results_cache, "analyze_path", no_read)
+    monkeypatch.setattr(service, "analyze", no_read)
     r = _cli("analyze", str(FIXTURES / "cpu-2rank-gloo"), "--scheduler", "local:1", "--what-if", key)
     assert r.exit_code == 2, r.output
     lines = r.output.strip().splitlines()

@@ -1,13 +1,16 @@
-"""``charllm-trace analyze`` and ``report``: the commands that analyse a run (through the results
-cache, ``store/results_cache.py``) or draw saved results again (``store/results.py``). Registered on the
+"""``charllm-trace analyze`` and ``report``: the commands that analyse a run or draw saved results
+again, both through the service (``service.py``: input, cache, where it runs). Registered on the
 ``charllm-trace`` group by ``cli/app.py``."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import click
 
 from charllm_trace.analysis.energy_methods import ENERGY_METHODS
 from charllm_trace.cli.cache import allow_partial_option, json_flag, no_cache_option, wide_option
+from charllm_trace.cli.options import AnalysisArgs, analysed, analysis_args
 from charllm_trace.cli.results import (
     refuse_analysis_options,
     refuse_existing,
@@ -16,15 +19,14 @@ from charllm_trace.cli.results import (
     wrote,
 )
 from charllm_trace.cli.scale import scheduler_option
-from charllm_trace.engine import is_url
+from charllm_trace.engine import Cluster
+from charllm_trace.inputs.urls import is_url
+from charllm_trace.service import is_saved
+
+if TYPE_CHECKING:
+    from charllm_trace.analysis.results import RunAnalysis
 
 # --- analyze (issue 5) -----------------------------------------------------
-
-
-def _parse_ranks_option(text: str | None) -> list[int] | None:
-    from charllm_trace.core.limits import parse_ranks
-
-    return parse_ranks(text)
 
 
 RANKS_HELP = "Ranks to analyse, e.g. 0-7,512,1016-1023 (default: all); only their files are read."
@@ -42,35 +44,18 @@ WHAT_IF_HELP = (
 )
 
 
-def _parse_what_if_option(text: str | None) -> dict[str, float] | None:
-    """``--what-if`` text -> {key: value}; bad text is a UsageError (one line, exit 2), before
-    anything is read (with ``--scheduler``, keys that need the whole run are refused too)."""
-    if text is None:
-        return None
-    from charllm_trace import engine
-    from charllm_trace.analysis.whatif_keys import parse_what_if, per_edge_keys
-    from charllm_trace.core.errors import UsageError
-
-    out = parse_what_if(text)
-    if engine.scheduler() and per_edge_keys(out):
-        raise UsageError(
-            f"--what-if: {per_edge_keys(out)[0]} needs the whole run's collectives and operators: "
-            "run it without --scheduler"
-        )
-    return out
-
-
 #: the largest printed output the output cache keeps (bytes)
 OUTPUT_CACHE_MAX = 64 << 20
 
 
-def _output_key(ctx: click.Context, path: str, fmt: str, output: str | None, save: str | None) -> str | None:
+def _output_key(
+    ctx: click.Context, path: str, fmt: str, output: str | None, save: str | None, cluster: Cluster | None
+) -> str | None:
     """The output cache's key of this command (None: its output is not cached: not JSON to
     stdout, a --save, a URL, a scheduler, or the caches turned off)."""
-    from charllm_trace import engine
     from charllm_trace.store import output_cache
 
-    if fmt != "json" or output is not None or save is not None or is_url(path) or engine.scheduler():
+    if fmt != "json" or output is not None or save is not None or is_url(path) or cluster is not None:
         return None
     if not output_cache.enabled():
         return None
@@ -91,6 +76,26 @@ def _print_cached_output(path: str, key: str) -> bool:
     note_on_results_hit(path)
     click.echo(data, nl=False)
     return True
+
+
+def _print_json(res: RunAnalysis, okey: str | None) -> None:
+    """Print ``res`` as JSON a piece at a time (1,024 ranks: 150 MB), keeping the bytes for the
+    output cache under ``okey`` (not when they pass ``OUTPUT_CACHE_MAX``)."""
+    from charllm_trace.render import export
+
+    kept: list[bytes] | None = [] if okey is not None else None
+    size = 0
+    for piece in export.iter_json(res):
+        click.echo(piece, nl=False)
+        size += len(piece)
+        if kept is not None and size > OUTPUT_CACHE_MAX:
+            kept = None  # a huge output is not kept
+        elif kept is not None:
+            kept.append(piece)
+    if kept is not None and okey is not None:
+        from charllm_trace.store import output_cache
+
+        output_cache.store(okey, b"".join(kept))
 
 
 @click.command("analyze")
@@ -136,28 +141,18 @@ def _print_cached_output(path: str, key: str) -> bool:
 @no_cache_option
 @allow_partial_option
 @scheduler_option("analyze")
+@analysis_args
 @click.pass_context
 def analyze_cmd(
     ctx: click.Context,
     path: str,
-    per_step: bool,
-    step_marker: str | None,
-    ranks: str | None,
-    sample: int | None,
     fmt: str,
     output: str | None,
     force: bool,
-    hta_compat: bool,
-    hta_keep_last_step: bool,
-    peak_gbps: float | None,
-    parallel: str | None,
-    simulate: bool,
-    energy_method: str,
-    what_if: str | None,
-    no_critical_path: bool,
     wide: bool,
-    breakdown_top: int | None,
     save: str | None,
+    args: AnalysisArgs,
+    cluster: Cluster | None,
 ) -> None:
     """Overlap, bandwidth per collective, energy per operator, power per step and the critical
     path of PATH (a .et, a directory of per-rank ETs, a collected run directory or a Kineto
@@ -166,11 +161,10 @@ def analyze_cmd(
 
     A second analysis of the same input with the same options prints the results stored by the
     first (the results cache, docs/cache.md); --no-cache analyses again."""
-    okey = _output_key(ctx, path, fmt, output, save)
+    okey = _output_key(ctx, path, fmt, output, save, cluster)
     if okey is not None and _print_cached_output(path, okey):
         return  # printed what the same analysis printed before (store/output_cache.py)
     from charllm_trace.core.errors import UsageError
-    from charllm_trace.store.results import is_results_file
 
     if fmt == "parquet" and output is None:
         raise UsageError("--format parquet needs -o FILE")
@@ -178,47 +172,29 @@ def analyze_cmd(
         raise UsageError("-o needs --format json, csv or parquet")
     if output is not None and fmt == "json" and not is_url(output):
         refuse_existing(output, force)  # before the analysis, not after it (a dangling link too)
-    if not is_url(path) and is_results_file(path):
-        from charllm_trace.store.results import load_results
+    res = _results(ctx, path, args, save, force, cluster)
+    _emit(res, fmt, output, force, wide, okey)
 
+
+def _results(
+    ctx: click.Context, path: str, args: AnalysisArgs, save: str | None, force: bool, cluster: Cluster | None
+) -> RunAnalysis:
+    """``analyze``'s results: a results file's as saved, else through the service (and saved)."""
+    if is_saved(path):
         refuse_analysis_options(ctx, path, ("path", "fmt", "as_json", "output", "force"))
-        res = load_results(path)
-    else:
-        from charllm_trace.analysis.parallel import parse_parallel
-        from charllm_trace.analysis.results import AnalyzeOptions
-        from charllm_trace.store.results_cache import analyze_path
+        return analysed(path).results()
+    opts, req = args.options(cluster), args.request(views=save is not None and cluster is None)
+    refuse_existing_save(save, force)  # with a scheduler, --save keeps no report views (docs/scale.md)
+    got = analysed(path, opts, req, cluster)
+    if save is not None:
+        from charllm_trace.store.results import save_results
 
-        if peak_gbps is not None and not peak_gbps > 0:
-            raise UsageError("--peak-gbps must be > 0")
-        opts = AnalyzeOptions(
-            per_step=per_step,
-            hta_compat=hta_compat or hta_keep_last_step,
-            hta_keep_last_step=hta_keep_last_step,
-            peak_gbps=peak_gbps,
-            parallel=parse_parallel(parallel) if parallel else None,
-            simulate=simulate,
-            energy_method=energy_method,
-            critical_path=not no_critical_path,
-            what_if=_parse_what_if_option(what_if),
-            breakdown_top=breakdown_top,
-            step_marker=step_marker or None,
-        )
-        from charllm_trace.core.limits import parse_sample
+        wrote(save_results(got.results(), save, views=got.views, force=force))
+    return got.results()
 
-        wanted, n_sample = _parse_ranks_option(ranks), parse_sample(sample)
-        refuse_existing_save(save, force)
-        from charllm_trace import engine
-        from charllm_trace.cli.progress import input_progress
 
-        with input_progress("reading"):  # with a scheduler, --save keeps no report views (docs/scale.md)
-            got = analyze_path(
-                path, opts, wanted, views=save is not None and not engine.scheduler(), sample=n_sample
-            )
-        res = got.analysis
-        if save is not None:
-            from charllm_trace.store.results import save_results
-
-            wrote(save_results(res, save, views=got.views, force=force))
+def _emit(res: RunAnalysis, fmt: str, output: str | None, force: bool, wide: bool, okey: str | None = None) -> None:
+    """Print or write ``res`` in ``fmt``."""
     if fmt == "table":
         from charllm_trace.render.tables import render_analysis
 
@@ -226,20 +202,8 @@ def analyze_cmd(
         return
     from charllm_trace.render import export
 
-    if output is None and fmt == "json":  # a piece at a time (1,024 ranks: 150 MB)
-        kept: list[bytes] | None = [] if okey is not None else None
-        size = 0
-        for piece in export.iter_json(res):
-            click.echo(piece, nl=False)
-            size += len(piece)
-            if kept is not None and size > OUTPUT_CACHE_MAX:
-                kept = None  # a huge output is not kept
-            elif kept is not None:
-                kept.append(piece)
-        if kept is not None and okey is not None:
-            from charllm_trace.store import output_cache
-
-            output_cache.store(okey, b"".join(kept))
+    if output is None and fmt == "json":
+        _print_json(res, okey)
         return
     if output is None:
         click.echo(export.render_stdout(res, fmt), nl=False)
@@ -273,10 +237,11 @@ def analyze_cmd(
 @no_cache_option
 @allow_partial_option
 @scheduler_option("report")
+@analysis_args
 @click.pass_context
 def report_cmd(
-    ctx: click.Context, run: str, output: str, peak_gbps: float | None, title: str | None, simulate: bool,
-    what_if: str | None, ranks: str | None, sample: int | None, force: bool, save: str | None,
+    ctx: click.Context, run: str, output: str, title: str | None, force: bool, save: str | None,
+    args: AnalysisArgs,
 ) -> None:  # fmt: skip
     """Write one self-contained HTML page (opens offline) with the run's timeline and power,
     overlap per step, bus bandwidth vs message size, energy by operator, power /
@@ -285,38 +250,23 @@ def report_cmd(
     report or analyze): the page is drawn again without the trace."""
     from pathlib import Path
 
-    from charllm_trace.core.errors import UsageError
     from charllm_trace.render.report import render_report, report_data_from
     from charllm_trace.render.tables import cli_hint
-    from charllm_trace.store.results import is_results_file, read_results
 
     refuse_existing(output, force)
-    if not is_url(run) and is_results_file(run):
+    if is_saved(run):
         refuse_analysis_options(ctx, run, ("run", "output", "title", "force"))
-        saved = read_results(run)
-        an, views = saved.analysis, saved.views()
+        got = analysed(run, request=args.request(views=True))
     else:
-        from charllm_trace.analysis.results import AnalyzeOptions
-        from charllm_trace.store.results_cache import analyze_path
-
-        if peak_gbps is not None and not peak_gbps > 0:
-            raise UsageError("--peak-gbps must be > 0")
-        from charllm_trace.core.limits import parse_sample
-
-        factors = _parse_what_if_option(what_if)
-        wanted, n_sample = _parse_ranks_option(ranks), parse_sample(sample)
+        opts, req = args.options(per_step=True), args.request(views=True)
         refuse_existing_save(save, force)
-        opts = AnalyzeOptions(per_step=True, peak_gbps=peak_gbps, simulate=simulate, what_if=factors)
-        from charllm_trace.cli.progress import input_progress
+        got = analysed(run, opts, req)
+    an, views = got.results(), got.views
+    assert views is not None
+    if save is not None and not got.saved:
+        from charllm_trace.store.results import save_results
 
-        with input_progress("reading"):
-            got = analyze_path(run, opts, wanted, views=True, sample=n_sample)
-        an, views = got.analysis, got.views
-        assert views is not None
-        if save is not None:
-            from charllm_trace.store.results import save_results
-
-            wrote(save_results(an, save, views=views, force=force))
+        wrote(save_results(an, save, views=views, force=force))
     name = Path(views.source).name if views.source else Path(run).name
     data = report_data_from(views, an, title=title or f"charllm-trace report: {name}")
     # the page is the CLI's output: its notes name the CLI's flags where one helps

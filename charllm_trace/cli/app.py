@@ -19,14 +19,20 @@ from charllm_trace.cli.cache import allow_partial_option, cache_group, json_flag
 from charllm_trace.cli.collect import iteration_args, iteration_options
 from charllm_trace.cli.compare import compare_cmd
 from charllm_trace.cli.cpu_wait import cpu_wait_cmd
+from charllm_trace.cli.regress import (  # EXIT_REGRESSION: listed with the other exit codes; noqa: F401
+    EXIT_REGRESSION,
+    baseline_cmd,
+    check_cmd,
+    diff_cmd,
+)
 from charllm_trace.cli.results import refuse_existing
 from charllm_trace.cli.scale import scheduler_option
 from charllm_trace.cli.telemetry import telemetry_group
 from charllm_trace.core.errors import InputError, debug_first, print_traceback
 from charllm_trace.core.native_libs import NativeModuleMissing
+from charllm_trace.engine import Cluster
 
 EXIT_OK = 0
-EXIT_REGRESSION = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
 
@@ -91,15 +97,13 @@ def main(debug: bool) -> None:
 @allow_partial_option
 @wide_option
 @scheduler_option("info")
-def info_cmd(path: str, as_json: bool, no_cache: bool, wide: bool) -> None:
+def info_cmd(path: str, as_json: bool, no_cache: bool, wide: bool, cluster: Cluster | None) -> None:
     """Summarise an ET file or a directory of per-rank ETs (or any run charllm-trace reads):
     ranks, node counts by type, time span, collectives and bytes, process groups, devices, telemetry."""
-    from charllm_trace import engine
-
-    if engine.scheduler():  # each rank summarised on a worker (docs/scale.md)
+    if cluster is not None:  # each rank summarised on a worker (docs/scale.md)
         from charllm_trace.engine.driver import info_distributed
 
-        summary = info_distributed(path, cache=not no_cache)
+        summary = info_distributed(path, cluster=cluster, cache=not no_cache)
     else:
         from charllm_trace.et.summary import run_summary
         from charllm_trace.inputs.loader import load
@@ -133,8 +137,9 @@ def info_cmd(path: str, as_json: bool, no_cache: bool, wide: bool) -> None:
 @allow_partial_option
 @scheduler_option("convert")
 def convert_cmd(
-    path: str, output: str, host_et: str | None, workers: int | None, gz: bool, force: bool
-) -> None:
+    path: str, output: str, host_et: str | None, workers: int | None, gz: bool, force: bool,
+    cluster: Cluster | None,
+) -> None:  # fmt: skip
     """Convert a run directory, or one Kineto profile / host ET, to one Chakra ET per rank.
 
     \b
@@ -143,10 +148,10 @@ def convert_cmd(
     """
     from charllm_trace import engine
 
-    if engine.scheduler() and host_et is None:  # each rank converted and written by a worker
+    if cluster is not None and host_et is None:  # each rank converted and written by a worker
         from charllm_trace.engine.driver import convert_distributed
 
-        lines, paths = convert_distributed(path, output, gz=gz, force=force)
+        lines, paths = convert_distributed(path, output, cluster=cluster, gz=gz, force=force)
         for line in lines:
             click.echo(line)
         click.echo(f"wrote {len(paths)} Chakra ET file(s) to {output}")
@@ -509,6 +514,9 @@ def sanitize_cmd(run: str, output: str, redact: tuple[str, ...], force: bool) ->
 
 
 main.add_command(analyze_cmd)
+main.add_command(baseline_cmd)
+main.add_command(check_cmd)
+main.add_command(diff_cmd)
 main.add_command(report_cmd)
 main.add_command(cache_group)
 main.add_command(telemetry_group)

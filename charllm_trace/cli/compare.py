@@ -1,5 +1,5 @@
 """``charllm-trace compare RUN RUN ...``: a configuration sweep in one table (one row per run).
-Thin: parses the options, analyses each run through the results cache (``store/results_cache.py``), and
+Thin: parses the options, analyses each run through the service (``service.py``; its cache), and
 hands :func:`charllm_trace.regress.sweep.sweep`'s table to a renderer. Registered by ``cli/app.py``."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from typing import Any
 
 import click
 
+from charllm_trace import service
 from charllm_trace.cli.cache import allow_partial_option, json_flag, no_cache_option
+from charllm_trace.service import is_saved
 
 LABEL_HELP = (
     "A label of one run: N:KEY=VALUE for run N (1 = the first RUN), or KEY=VALUE repeated in run "
@@ -120,29 +122,24 @@ def compare_cmd(
 
 
 def _row(path: str, labels: dict[str, str]) -> dict[str, Any]:
-    """The run's row of the table (``regress.sweep.run_row``), from the caches when they hold it."""
+    """The run's row of the table (``regress.sweep.run_row``), through the service: from the
+    cache when it holds it; a results file's as it was saved (its groups were named when it was
+    analysed)."""
+    from charllm_trace.analysis.results import AnalyzeOptions
     from charllm_trace.core.errors import UsageError
-    from charllm_trace.engine import is_url
-    from charllm_trace.store.results import is_results_file
 
     layout = {k: labels[k] for k in LAYOUT_KEYS if k in labels}
-    if not is_url(path) and is_results_file(path):
-        from charllm_trace.regress.sweep import run_row
-        from charllm_trace.store.results import load_results
-
-        return run_row(load_results(path))  # its groups were named when it was analysed
-    from charllm_trace.analysis.results import AnalyzeOptions
-    from charllm_trace.store.sweep_cache import summary_row
-
     parallel = None
-    if layout:
+    if layout and not is_saved(path):
         from charllm_trace.analysis.parallel import check_world
 
         if not all(v.isascii() and v.isdigit() and int(v) >= 1 for v in layout.values()):
             raise UsageError(f"--label for {path}: tp, cp, pp, dp and ep are whole numbers ≥ 1")
         parallel = {k: int(v) for k, v in layout.items()}
         check_world(parallel, f"--label for {path}")
-    return summary_row(path, AnalyzeOptions(per_step=True, parallel=parallel))
+    got = service.analyze(path, AnalyzeOptions(per_step=True, parallel=parallel), service.Request(row=True))
+    assert got.row is not None
+    return got.row
 
 
 def _emit(sw, fmt: str, output: str | None, wide: bool, title: str | None) -> None:  # noqa: ANN001

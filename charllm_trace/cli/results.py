@@ -18,7 +18,8 @@ def save_option(f: Any) -> Any:
 
 
 def given_options(ctx: click.Context, allowed: tuple[str, ...]) -> list[str]:
-    """The command's options given on the command line (not defaults) other than ``allowed``."""
+    """The command's options given on the command line (not defaults, nor an environment
+    variable's value) other than ``allowed``."""
     from click.core import ParameterSource
 
     out = []
@@ -26,7 +27,7 @@ def given_options(ctx: click.Context, allowed: tuple[str, ...]) -> list[str]:
         if p.name in allowed or p.name is None or isinstance(p, click.Argument):
             continue
         src = ctx.get_parameter_source(p.name)
-        if src not in (None, ParameterSource.DEFAULT):
+        if src not in (None, ParameterSource.DEFAULT, ParameterSource.ENVIRONMENT):  # --scheduler's env
             out.append(p.opts[0])
     return out
 
@@ -52,7 +53,7 @@ def refuse_existing(path: str, force: bool) -> None:
     import os
 
     from charllm_trace.core.errors import InputError
-    from charllm_trace.engine import is_url
+    from charllm_trace.inputs.urls import is_url
 
     if is_url(path):  # an fsspec URL (docs/scale.md): refused when it exists, unless --force
         from charllm_trace.inputs import urls

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from charllm_trace.core.errors import InputError
-from charllm_trace.engine import is_url, keep_going, scheduler
+from charllm_trace.engine import Cluster
 from charllm_trace.engine.plan import Plan, plan
 from charllm_trace.engine.tasks import (
     Failure,
@@ -22,6 +22,7 @@ from charllm_trace.engine.tasks import (
     load_rank,
     rank_meta,
 )
+from charllm_trace.inputs.urls import is_url
 
 
 def _note(text: str) -> None:
@@ -39,7 +40,9 @@ class Gathered:
     manifest: dict[str, Any]
 
 
-def _read(eng: Any, path: str, ranks: list[int] | None, cache: bool, sample: int | None = None) -> Gathered:
+def _read(
+    eng: Any, path: str, ranks: list[int] | None, cache: bool, sample: int | None = None, *, keep_going: bool
+) -> Gathered:
     pl_ = plan(path)
     specs = pl_.specs
     late = sample is not None and any(s.rank is None for s in specs)  # ranks told once read
@@ -50,7 +53,7 @@ def _read(eng: Any, path: str, ranks: list[int] | None, cache: bool, sample: int
     handles = eng.map(load_rank, specs, cache=cache)
     metas = eng.gather(eng.map(rank_meta, handles))
     failed = [m for m in metas if isinstance(m, Failure)]
-    if failed and not keep_going():
+    if failed and not keep_going:
         f = failed[0]
         more = f" (and {len(failed) - 1} other rank file(s) failed; --keep-going analyses the rest)"
         raise InputError(
@@ -130,7 +133,13 @@ def _label(g: Gathered, worlds: set[int]) -> None:
 
 
 def analyze_distributed(
-    path: str, options: Any, ranks: list[int] | None = None, *, cache: bool = True, sample: int | None = None
+    path: str,
+    options: Any,
+    ranks: list[int] | None = None,
+    *,
+    cluster: Cluster,
+    cache: bool = True,
+    sample: int | None = None,
 ) -> Any:
     """``analyze_run`` of the input at ``path`` on the scheduler's workers (see the module's docstring)."""
     from charllm_trace.analysis.api import dims_of
@@ -141,10 +150,8 @@ def analyze_distributed(
     from charllm_trace.engine.compact import compact_batch
     from charllm_trace.engine.graph_step import graph_step as graph_rounds
 
-    address = scheduler()
-    assert address is not None
-    with open_engine(address) as eng:
-        g = _read(eng, path, ranks, cache, sample)
+    with open_engine(cluster.address) as eng:
+        g = _read(eng, path, ranks, cache, sample, keep_going=cluster.keep_going)
         dims = dims_of([m.groups for m in g.metas], g.manifest, options)
         hosts = hosts_of(g.manifest, {m.rank: m.hostname for m in g.metas})
         node_gpus = ranks_per_node(g.manifest)
@@ -173,22 +180,20 @@ def analyze_distributed(
     return res
 
 
-def info_distributed(path: str, *, cache: bool = True) -> dict[str, Any]:
+def info_distributed(path: str, *, cluster: Cluster, cache: bool = True) -> dict[str, Any]:
     """``info``'s summary of the input at ``path``, each rank summarised on a worker."""
     from charllm_trace.engine.cluster import open_engine
     from charllm_trace.et.summary import merge_rank_infos
 
-    address = scheduler()
-    assert address is not None
-    with open_engine(address) as eng:
-        g = _read(eng, path, None, cache)
+    with open_engine(cluster.address) as eng:
+        g = _read(eng, path, None, cache, keep_going=cluster.keep_going)
         parts = eng.gather(eng.map(info_task, g.handles))
         eng.release(g.handles)
     return merge_rank_infos(g.plan.source, parts)
 
 
 def convert_distributed(
-    path: str, output: str, *, gz: bool = False, force: bool = False
+    path: str, output: str, *, cluster: Cluster, gz: bool = False, force: bool = False
 ) -> tuple[list[str], list[str]]:
     """``convert`` on workers: each writes its rank's ET under a temporary name in ``output``
     (a directory or URL every worker reaches); once all are written, the driver renames them
@@ -197,8 +202,6 @@ def convert_distributed(
     from charllm_trace.et.writer import RUN_MARKER, rank_file_name
     from charllm_trace.inputs import urls
 
-    address = scheduler()
-    assert address is not None
     existing = existing_rank_files(output)
     if existing and not force:
         raise InputError(
@@ -207,8 +210,8 @@ def convert_distributed(
     urls.makedirs(output) if is_url(output) else Path(output).mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex[:12]
     written: list[tuple[int, str, str]] = []
-    with open_engine(address) as eng:
-        g = _read(eng, path, None, cache=True)
+    with open_engine(cluster.address) as eng:
+        g = _read(eng, path, None, cache=True, keep_going=cluster.keep_going)
         futs = eng.map(convert_task, g.handles, out=output, gz=gz, manifest=g.manifest, token=token)
         try:
             written = eng.gather(futs)

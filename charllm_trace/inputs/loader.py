@@ -70,17 +70,12 @@ def load(
     and first bytes, and only the chosen ranks' files are read and converted."""
     from charllm_trace.collectors.run_checks import label_partial
     from charllm_trace.core.limits import choose_ranks
-    from charllm_trace.engine import is_url
+    from charllm_trace.inputs.urls import is_url
 
     if is_url(path):  # read here from a local copy (with --scheduler, workers read URLs themselves)
-        from charllm_trace.inputs.localize import localize_input, url_errors
+        from charllm_trace.inputs.localize import localize_input
 
-        url = str(path)
-        local = localize_input(url)
-        with url_errors(url, local):
-            run = load(local, cache=False, ranks=ranks, sample=sample)
-        run.source = url
-        return run
+        return load_copy(str(path), localize_input(str(path)), ranks=ranks, sample=sample)
     present = dir_ranks(path) if (ranks is not None or sample is not None) else None
     if present is not None:
         try:
@@ -107,6 +102,18 @@ def _with_cpu_sched(run: Run, path: str | os.PathLike[str]) -> Run:
         from charllm_trace.converters.cpu_sched import read_cpu_sched
 
         run.cpu_sched = read_cpu_sched(path)
+    return run
+
+
+def load_copy(url: str, local: Path, *, ranks: list[int] | None = None, sample: int | None = None) -> Run:
+    """:func:`load` of ``local``, a copy of ``url`` (``engine.localize.localize_input``): the run
+    and its errors name the URL; the copy's decoded tables are not cached (the results are, by
+    their content: ``service.py``)."""
+    from charllm_trace.inputs.localize import url_errors
+
+    with url_errors(url, local):
+        run = load(local, cache=False, ranks=ranks, sample=sample)
+    run.source = url
     return run
 
 

@@ -1,4 +1,5 @@
-"""The library calls behind ``baseline``, ``check`` and ``diff``: load, analyse, extract, compare.
+"""The library calls behind ``baseline``, ``check`` and ``diff``: from a run's results (analysed by
+``service.analyze`` with :func:`regress_options`) to a baseline, a check, a diff.
 
 The analysis options a baseline was made with are stored in it (``input.options``)
 and reused by ``check``, so both sides are computed the same way.
@@ -15,9 +16,8 @@ from typing import Any
 from charllm_trace.analysis.results import AnalyzeOptions, RunAnalysis
 from charllm_trace.core.errors import InputError
 from charllm_trace.core.model import Run
-from charllm_trace.regress.baseline import Baseline, make_baseline, read_baseline
+from charllm_trace.regress.baseline import Baseline, make_baseline
 from charllm_trace.regress.compare import Comparison, compare
-from charllm_trace.regress.diff import RunDiff, diff_runs
 from charllm_trace.regress.headline import headline
 from charllm_trace.regress.tolerance import Tolerance
 
@@ -25,12 +25,16 @@ from charllm_trace.regress.tolerance import Tolerance
 RECORDED_OPTIONS = ("hta_compat", "simulate", "energy_method")
 
 
+def regress_options(options: AnalyzeOptions | None = None) -> AnalyzeOptions:
+    """``options`` with per-step rows (headline metrics are per step); the caller's stay as they were."""
+    return dataclasses.replace(options or AnalyzeOptions(), per_step=True)
+
+
 def analyze(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
-    """The four analyses with per-step rows (headline metrics are per step)."""
+    """The analyses of a loaded run with per-step rows (:func:`regress_options`)."""
     from charllm_trace.analysis import analyze_run
 
-    opts = dataclasses.replace(options or AnalyzeOptions(), per_step=True)  # the caller's stays as it was
-    return analyze_run(run, opts)
+    return analyze_run(run, regress_options(options))
 
 
 def describe_input(path: str | os.PathLike[str], run: Run, an: RunAnalysis) -> dict[str, Any]:
@@ -57,12 +61,9 @@ def options_from_baseline(b: Baseline) -> AnalyzeOptions:
     return AnalyzeOptions(**{k: recorded[k] for k in RECORDED_OPTIONS if k in recorded})
 
 
-def baseline_run(path: str | os.PathLike[str], options: AnalyzeOptions | None = None) -> Baseline:
-    """Load ``path``, analyse it and return its baseline (not yet written)."""
-    from charllm_trace.inputs.loader import load
-
-    run = load(path)
-    an = analyze(run, options)
+def baseline_of(path: str | os.PathLike[str], run: Run, an: RunAnalysis) -> Baseline:
+    """The baseline (not yet written) of ``run``, loaded from ``path`` and analysed as ``an``
+    (with :func:`regress_options`): InputError when it has no headline figure to record."""
     metrics = headline(an)
     if not metrics:
         reasons = dict(an.skipped)
@@ -82,45 +83,21 @@ class CheckResult:
     analysis: RunAnalysis
 
 
-def check_run(
-    path: str | os.PathLike[str],
-    baseline_path: str | os.PathLike[str],
+def check_analysis(
+    b: Baseline,
+    an: RunAnalysis,
     tolerances: dict[str, Tolerance] | None = None,
     *,
     allow_missing: bool = False,
+    baseline_path: str | os.PathLike[str] | None = None,
 ) -> CheckResult:
-    """Compare the run at ``path`` against the baseline file, analysed with the baseline's options."""
-    from charllm_trace import engine
-    from charllm_trace.inputs.loader import load
-
-    b = read_baseline(baseline_path)  # bad baseline first: no point analysing the run
-    if engine.scheduler() is not None:  # on the Dask cluster: headline figures need no node table
-        from charllm_trace.engine.driver import analyze_distributed
-
-        opts = dataclasses.replace(options_from_baseline(b), per_step=True)
-        an = analyze_distributed(os.fspath(path), opts)
-    else:
-        an = analyze(load(path), options_from_baseline(b))
+    """Compare a run's results ``an`` (analysed with ``regress_options(options_from_baseline(b))``)
+    against the baseline ``b`` (read from ``baseline_path``)."""
     cmp = compare(
         b.metrics,
         headline(an),
         tolerances,
         allow_missing=allow_missing,
-        baseline_path=os.fspath(baseline_path),
+        baseline_path=None if baseline_path is None else os.fspath(baseline_path),
     )
     return CheckResult(comparison=cmp, baseline=b, analysis=an)
-
-
-def diff_paths(
-    path_a: str | os.PathLike[str],
-    path_b: str | os.PathLike[str],
-    options: AnalyzeOptions | None = None,
-    *,
-    top: int = 15,
-) -> RunDiff:
-    from charllm_trace.inputs.loader import load
-
-    run_a = load(path_a)
-    run_b = load(path_b)
-    opts_b = dataclasses.replace(options) if options is not None else None
-    return diff_runs(run_a, analyze(run_a, options), run_b, analyze(run_b, opts_b), top=top)

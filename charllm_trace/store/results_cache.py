@@ -1,6 +1,7 @@
-"""The results cache: a second ``analyze`` (or ``report``) of the same input with the same options
-loads the stored analysis instead of loading the trace and analysing it again (docs/cache.md,
-"Results").
+"""The results cache: a second analysis of the same input with the same options (any command:
+they all go through ``service.analyze``, the cache's one front end) loads the stored analysis
+instead of loading the trace and analysing it again (docs/cache.md, "Results"). This module holds
+the entries (key, lookup, store); ``service.py`` decides when to use them.
 
 An entry is one results file (``store/results.py``; zip of Arrow IPC frames + JSON, every member
 checksummed) at ``<cache root>/results/<key>``. The key is the SHA-256 of
@@ -11,8 +12,8 @@ checksummed) at ``<cache root>/results/<key>``. The key is the SHA-256 of
   ETs; a re-read finds the content hashes by stat key, without hashing the file again;
 - the analysis options and the ranks selected;
 - a fingerprint of the code that computes results: the ``.py``/``.c`` sources of ``analysis/``,
-  ``graph/``, ``core/``, ``inputs/loader.py``, ``render/report_views.py`` (the report's views) and the results
-  file code, plus the versions of Python, polars and numpy;
+  ``graph/``, ``core/``, ``inputs/loader.py``, ``render/report_views.py`` (the report's views), ``service.py``
+  (what is run) and the results file code, plus the versions of Python, polars and numpy;
 - the results format version.
 
 A hit replaces the stored ``source`` by the path given now (two copies of a file share an
@@ -34,16 +35,15 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from charllm_trace.et import cache as et_cache
+from charllm_trace.inputs.urls import is_url
 from charllm_trace.store.results import VERSION, SavedResults, read_results, results_bytes
 
 if TYPE_CHECKING:
     from charllm_trace.analysis.results import AnalyzeOptions, RunAnalysis
-    from charllm_trace.core.model import Run
     from charllm_trace.render.report_views import ReportViews
 
 KIND = "results"
@@ -57,6 +57,7 @@ CODE = (
     "render/report_views.py",
     "store/results.py",
     "store/results_cache.py",
+    "service.py",  # the road from input to results
 )
 
 _fingerprint: str | None = None
@@ -165,7 +166,8 @@ def lookup(key: str, path: str | os.PathLike[str], *, views: bool = False) -> Sa
         os.utime(entry, (now, now))  # least recently used goes first when pruning
     except OSError:
         pass
-    saved.set_source(str(Path(path)))  # what the loader names the input (Run.source)
+    # what the loader names the input (Run.source): a URL as given, a path as pathlib writes it
+    saved.set_source(str(path) if is_url(path) else str(Path(path)))
     return saved
 
 
@@ -206,75 +208,3 @@ def store(key: str, res: RunAnalysis, views: ReportViews | None = None) -> None:
         et_cache.prune()
     except Exception:  # noqa: BLE001 - caching is best effort
         return
-
-
-@dataclass
-class Analysed:
-    """The results of analysing an input, and whether they came from the cache."""
-
-    analysis: RunAnalysis
-    views: ReportViews | None
-    hit: bool
-
-
-def analyze_path(
-    path: str | os.PathLike[str],
-    options: AnalyzeOptions,
-    ranks: list[int] | None = None,
-    *,
-    views: bool = False,
-    cache: bool | None = None,
-    sample: int | None = None,
-) -> Analysed:
-    """``analyze_run`` of the input at ``path`` (only ``ranks`` when given), from the results cache
-    when it holds them; ``views``: also the report's views of the trace (``report_views.report_views``).
-    ``cache``: use the caches (default: unless turned off, ``et.cache.set_enabled(False)`` or
-    ``CHARLLM_TRACE_NO_CACHE=1``). Raises InputError for bad input."""
-    if cache is None:
-        cache = et_cache.enabled()
-    from charllm_trace import engine
-
-    if engine.scheduler() is not None and not views:  # on the Dask cluster (docs/scale.md)
-        from charllm_trace.engine.driver import analyze_distributed
-
-        return Analysed(
-            analyze_distributed(os.fspath(path), options, ranks, cache=cache, sample=sample), None, False
-        )
-    key = None
-    if cache and not engine.is_url(path):  # a URL's results are not kept (the loader copies its bytes)
-        try:
-            key = results_key(path, options, ranks, sample)
-        except OSError:
-            key = None  # unreadable: loading words the error
-    if key is not None:
-        hit = lookup(key, path, views=views)
-        if hit is not None:
-            from charllm_trace.collectors.run_checks import note_on_results_hit
-
-            note_on_results_hit(path)
-            return Analysed(hit.analysis, hit.views() if views else None, True)
-    run, res = _analyze(path, options, ranks, cache=cache, sample=sample)
-    vw = None
-    if views:
-        from charllm_trace.render.report_views import drawn_run, report_views
-
-        vw = report_views(drawn_run(run, res), res.classified)
-    if key is not None:
-        store(key, res, vw)
-    return Analysed(res, vw, False)
-
-
-def _analyze(
-    path: str | os.PathLike[str],
-    options: AnalyzeOptions,
-    ranks: list[int] | None,
-    *,
-    cache: bool,
-    sample: int | None = None,
-) -> tuple[Run, RunAnalysis]:
-    from charllm_trace.analysis.api import analyze_run
-    from charllm_trace.inputs.loader import load
-
-    # the ranks are chosen before their files are read (loader.load)
-    run = load(path, cache=cache, ranks=ranks, sample=sample)
-    return run, analyze_run(run, options)

@@ -1,12 +1,14 @@
-"""``compare``'s per-run summaries, cached: comparing the same runs again reads one small JSON
-entry per run (its row of the sweep table, :func:`charllm_trace.regress.sweep.run_row`) instead of
-decoding each run's whole results file and computing the row again (docs/cache.md).
+"""``compare``'s per-run summaries, stored beside the results entries: comparing the same runs
+again reads one small JSON entry per run (its row of the sweep table,
+:func:`charllm_trace.regress.sweep.run_row`) instead of decoding each run's whole results file and
+computing the row again (docs/cache.md). This module holds the entries; ``service.analyze`` (with
+``Request(row=True)``) is the front end that looks them up beside the results entry.
 
-An entry is ``<cache root>/compare/<key>``: the row as JSON. The key is the SHA-256 of the run's
-results key (``results_cache.results_key``: the input's content, the analysis options, the code
-that computes results) and the sources that turn results into the row (``regress/sweep.py``,
-``regress/diff.py``). A miss analyses the run through the results cache (``results_cache.
-analyze_path``: a results entry is reused when one exists) and stores both. Entries are never
+An entry is ``<cache root>/compare/<key>``: the row as JSON. The key (:func:`row_key`) is the
+SHA-256 of the run's results key (``results_cache.results_key``: the input's content, the analysis
+options, the code that computes results) and the sources that turn results into the row
+(``regress/sweep.py``, ``regress/diff.py``). A miss reads the results entry when there is one (else
+analyses the run) and stores both. Entries are never
 trusted: one that is not a JSON object of plain values is deleted with a note and the row
 computed again. They are counted, cleared and pruned with the other caches (``et/cache.py``, kind
 ``compare``).
@@ -21,14 +23,10 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from charllm_trace.et import cache as et_cache
 from charllm_trace.et.cache_owner import ROW_KEY, owned
-from charllm_trace.store.results_cache import analyze_path, results_key
-
-if TYPE_CHECKING:
-    from charllm_trace.analysis.results import AnalyzeOptions
 
 KIND = "compare"
 CODE = ("regress/sweep.py", "regress/diff.py")  # relative to the package
@@ -55,7 +53,13 @@ def _plain(v: Any) -> bool:
     return v is None or isinstance(v, (str, int)) or (isinstance(v, float) and math.isfinite(v))
 
 
-def _lookup(key: str, path: str | os.PathLike[str]) -> dict[str, Any] | None:
+def row_key(results_key: str) -> str:
+    """The key of the row of the results stored under ``results_key``."""
+    return hashlib.sha256(f"{results_key}|{code_fingerprint()}".encode()).hexdigest()
+
+
+def lookup(key: str, path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The stored row of ``key`` (None: not stored; a damaged entry is deleted with a note)."""
     entry = _entry(key)
     try:
         data = entry.read_bytes()
@@ -83,7 +87,8 @@ def _lookup(key: str, path: str | os.PathLike[str]) -> dict[str, Any] | None:
     return None
 
 
-def _store(key: str, row: dict[str, Any]) -> None:
+def store(key: str, row: dict[str, Any]) -> None:
+    """Remember ``row`` under ``key``; best effort (errors ignored)."""
     try:
         entry = _entry(key)
         if os.path.lexists(entry) and not owned(entry, KIND):
@@ -99,32 +104,3 @@ def _store(key: str, row: dict[str, Any]) -> None:
                 os.unlink(tmp)
     except Exception:  # noqa: BLE001 - caching is best effort
         return
-
-
-def summary_row(
-    path: str | os.PathLike[str], options: AnalyzeOptions, *, cache: bool | None = None
-) -> dict[str, Any]:
-    """The sweep row of the input at ``path`` analysed with ``options``: from the cache when it
-    holds it, else analysed (through the results cache) and stored. InputError for bad input."""
-    from charllm_trace.engine import is_url
-    from charllm_trace.regress.sweep import run_row
-
-    if cache is None:
-        cache = et_cache.enabled()
-    key = None
-    if cache and not is_url(path):  # a URL's rows are not kept (the loader copies its bytes)
-        try:
-            key = hashlib.sha256(f"{results_key(path, options)}|{code_fingerprint()}".encode()).hexdigest()
-        except OSError:
-            key = None  # unreadable: analysing words the error
-    if key is not None:
-        row = _lookup(key, path)
-        if row is not None:
-            from charllm_trace.collectors.run_checks import note_on_results_hit
-
-            note_on_results_hit(path)
-            return row
-    row = run_row(analyze_path(path, options, cache=cache).analysis)
-    if key is not None:
-        _store(key, row)
-    return row
