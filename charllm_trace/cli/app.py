@@ -15,12 +15,11 @@ from typing import Any
 import click
 
 from charllm_trace.cli.analyze import analyze_cmd, report_cmd
-from charllm_trace.cli.cache import allow_partial_option, cache_group, json_flag, no_cache_option, wide_option
+from charllm_trace.cli.cache import allow_partial_option, cache_group, no_cache_option, wide_option
 from charllm_trace.cli.collect import iteration_args, iteration_options
 from charllm_trace.cli.compare import compare_cmd
 from charllm_trace.cli.cpu_wait import cpu_wait_cmd
 from charllm_trace.cli.regress import (  # EXIT_REGRESSION: listed with the other exit codes; noqa: F401
-    EXIT_REGRESSION,
     baseline_cmd,
     check_cmd,
     diff_cmd,
@@ -269,123 +268,7 @@ def collect_cmd(
 
 # --- baseline / check / diff / report / export / sanitize (issue 6) --------
 
-# baseline / check / diff (issue 6) .......................................
-
-
-@main.command("baseline")
-@click.argument("run", type=click.Path())
-@click.option("-o", "--output", required=True, type=click.Path(), help="Baseline JSON to write.")
-@click.option(
-    "--hta-compat", is_flag=True, help="Drop kernels launched after the last ProfilerStep begins (HTA)."
-)
-@click.option("--simulate", is_flag=True, help="Rebuild a timeline for ETs without timestamps.")
-@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
-@no_cache_option
-@allow_partial_option
-@scheduler_option("baseline")
-def baseline_cmd(run: str, output: str, hta_compat: bool, simulate: bool, force: bool) -> None:
-    """Record RUN's headline figures (overlap, exposed communication, bus bandwidth,
-    energy, power, throttling) in a baseline file for `check`."""
-
-    from charllm_trace.analysis.results import AnalyzeOptions
-    from charllm_trace.regress.api import baseline_run
-    from charllm_trace.regress.baseline import write_baseline
-    from charllm_trace.render.tables import cli_hint
-
-    refuse_existing(output, force)  # before the analysis, not after it
-    from charllm_trace.inputs.localize import url_output
-
-    b = baseline_run(run, AnalyzeOptions(hta_compat=hta_compat, simulate=simulate))
-    with url_output(output) as out:  # an fsspec URL: written here, uploaded whole
-        write_baseline(b, out, force=force)
-    counts: dict[str, int] = {}
-    for m in b.metrics:
-        counts[m.cls] = counts.get(m.cls, 0) + 1
-    detail = ", ".join(f"{n} {c}" for c, n in counts.items())
-    skipped = b.input.get("skipped") or {}
-    click.echo(f"wrote {output}: {len(b.metrics)} metrics ({detail})")
-    for name, why in skipped.items():
-        click.echo(f"note: {name} not recorded: {cli_hint(why)}")
-
-
-@main.command("check")
-@click.argument("run", type=click.Path())
-@click.option("--baseline", "baseline_path", required=True, type=click.Path(), help="Baseline JSON.")
-@click.option(
-    "--tolerance",
-    default=None,
-    help="CLASS=BOUND,... e.g. overlap=2pp,busbw=5%,energy=5%,throttle=5%+100ms "
-    "(classes: overlap, exposed_comm, busbw, energy, power, throttle).",
-)
-@click.option("--allow-missing", is_flag=True, help="Do not fail on baseline metrics the run no longer has.")
-@click.option("--all", "show_all", is_flag=True, help="List every metric, not only the failures.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@json_flag
-@no_cache_option
-@allow_partial_option
-@wide_option
-@scheduler_option("check")
-def check_cmd(
-    run: str, baseline_path: str, tolerance: str | None, allow_missing: bool, show_all: bool, fmt: str,
-    wide: bool,
-) -> None:  # fmt: skip
-    """Compare RUN with a baseline: exit 0 within tolerance, 1 when a metric regressed
-    (or went missing), 2 for bad input."""
-    from charllm_trace.regress.api import check_run
-    from charllm_trace.regress.tolerance import parse_tolerances
-
-    tols = parse_tolerances(tolerance)
-    res = check_run(run, baseline_path, tols, allow_missing=allow_missing)
-    if fmt == "json":
-        import orjson
-
-        from charllm_trace.render.contract import stamp
-
-        click.echo(
-            orjson.dumps(stamp("check", res.comparison.to_dict()), option=orjson.OPT_INDENT_2).decode()
-        )
-    else:
-        from charllm_trace.render.regress import make_console, print_check
-
-        print_check(res.comparison, make_console(wide), show_all=show_all)
-    if not res.comparison.ok:
-        sys.exit(EXIT_REGRESSION)
-
-
-@main.command("diff")
-@click.argument("run_a", type=click.Path())
-@click.argument("run_b", type=click.Path())
-@click.option("--top", default=15, show_default=True, type=click.IntRange(min=1), help="Operators to list.")
-@click.option(
-    "--hta-compat", is_flag=True, help="Drop kernels launched after the last ProfilerStep begins (HTA)."
-)
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@json_flag
-@no_cache_option
-@allow_partial_option
-@wide_option
-@scheduler_option("diff")
-def diff_cmd(run_a: str, run_b: str, top: int, hta_compat: bool, fmt: str, wide: bool) -> None:
-    """Show two runs side by side: per collective type, per operator, per step (and energy
-    per phase), with absolute and relative change from RUN_A to RUN_B."""
-    from charllm_trace.analysis.results import AnalyzeOptions
-    from charllm_trace.regress.api import diff_paths
-
-    d = diff_paths(run_a, run_b, AnalyzeOptions(hta_compat=hta_compat), top=top)
-    if fmt == "json":
-        import orjson
-
-        from charllm_trace.render.contract import stamp
-
-        click.echo(orjson.dumps(stamp("diff", d.to_dict()), option=orjson.OPT_INDENT_2).decode())
-        return
-    from charllm_trace.render.regress import make_console, print_diff
-
-    print_diff(d, make_console(wide), label_a="A", label_b="B")
-    click.echo(f"A = {run_a}\nB = {run_b}")
-
-
-# end baseline / check / diff (issue 6) ...................................
+# baseline / check / diff (issue 6): cli/regress.py
 
 # export / sanitize / report (issue 6) ...................................
 
