@@ -64,7 +64,7 @@ def test_import_has_no_side_effects() -> None:
 
 def test_opt_in_configures_jemalloc_and_leaves_the_environment() -> None:
     code = (
-        "import os, charllm_trace; from charllm_trace import _alloc; "
+        "import os, charllm_trace; from charllm_trace.core import alloc as _alloc; "
         "_alloc.POLARS_MALLOC_CONF += ',stats_print:true'; "  # jemalloc reports its options at exit
         "print(charllm_trace.tune_polars_allocator(), os.environ.get('_RJEM_MALLOC_CONF'))"
     )
@@ -100,7 +100,7 @@ def test_the_command_opts_in_before_polars_loads(tmp_path: Path) -> None:
 
 def test_a_users_own_setting_or_opt_out_wins() -> None:
     code = (
-        "import os, sys; import charllm_trace; from charllm_trace import _alloc; "
+        "import os, sys; import charllm_trace; from charllm_trace.core import alloc as _alloc; "
         "print(_alloc.tune_polars_allocator(), os.environ.get('_RJEM_MALLOC_CONF'))"
     )
     mine = _run(code, _RJEM_MALLOC_CONF="dirty_decay_ms:5000").stdout.split()
@@ -146,7 +146,7 @@ def test_heap_trim_only_after_opt_in(mode: str) -> None:
 
 def test_the_command_opts_in_to_heap_trim() -> None:
     code = (
-        "from click.testing import CliRunner; from charllm_trace import cli, _alloc; "
+        "from click.testing import CliRunner; from charllm_trace.cli import app as cli; from charllm_trace.core import alloc as _alloc; "
         "r = CliRunner().invoke(cli.main, ['cache', '--help']); "
         "print(r.exit_code, _alloc.trim_heap_enabled())"
     )
