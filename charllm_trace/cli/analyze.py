@@ -16,7 +16,7 @@ from charllm_trace.cli.results import (
     wrote,
 )
 from charllm_trace.cli.scale import scheduler_option
-from charllm_trace.engine import is_url
+from charllm_trace.inputs.urls import is_url
 
 # --- analyze (issue 5) -----------------------------------------------------
 

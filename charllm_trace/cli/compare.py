@@ -122,7 +122,7 @@ def compare_cmd(
 def _row(path: str, labels: dict[str, str]) -> dict[str, Any]:
     """The run's row of the table (``regress.sweep.run_row``), from the caches when they hold it."""
     from charllm_trace.core.errors import UsageError
-    from charllm_trace.engine import is_url
+    from charllm_trace.inputs.urls import is_url
     from charllm_trace.store.results import is_results_file
 
     layout = {k: labels[k] for k in LAYOUT_KEYS if k in labels}

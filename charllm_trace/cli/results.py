@@ -52,7 +52,7 @@ def refuse_existing(path: str, force: bool) -> None:
     import os
 
     from charllm_trace.core.errors import InputError
-    from charllm_trace.engine import is_url
+    from charllm_trace.inputs.urls import is_url
 
     if is_url(path):  # an fsspec URL (docs/scale.md): refused when it exists, unless --force
         from charllm_trace.inputs import urls

@@ -13,10 +13,10 @@ This module holds the process-wide settings only: importing it imports neither D
 from __future__ import annotations
 
 import os
-import re
+
+from charllm_trace.inputs.urls import is_url
 
 ENV = "CHARLLM_TRACE_SCHEDULER"
-_URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 
 _scheduler: str | None = None
 _keep_going = False
@@ -41,11 +41,6 @@ def set_keep_going(on: bool) -> None:
 
 def keep_going() -> bool:
     return _keep_going
-
-
-def is_url(path: object) -> bool:
-    """``s3://``, ``gs://``, ``file://``, ``memory://``...: an fsspec URL, not a local path."""
-    return isinstance(path, str) and bool(_URL.match(path))
 
 
 def distributed_for(path: object) -> bool:

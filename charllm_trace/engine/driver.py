@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from charllm_trace.core.errors import InputError
-from charllm_trace.engine import is_url, keep_going, scheduler
+from charllm_trace.engine import keep_going, scheduler
 from charllm_trace.engine.plan import Plan, plan
 from charllm_trace.engine.tasks import (
     Failure,
@@ -22,6 +22,7 @@ from charllm_trace.engine.tasks import (
     load_rank,
     rank_meta,
 )
+from charllm_trace.inputs.urls import is_url
 
 
 def _note(text: str) -> None:

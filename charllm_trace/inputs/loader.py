@@ -70,7 +70,7 @@ def load(
     and first bytes, and only the chosen ranks' files are read and converted."""
     from charllm_trace.collectors.run_checks import label_partial
     from charllm_trace.core.limits import choose_ranks
-    from charllm_trace.engine import is_url
+    from charllm_trace.inputs.urls import is_url
 
     if is_url(path):  # read here from a local copy (with --scheduler, workers read URLs themselves)
         from charllm_trace.inputs.localize import localize_input, url_errors

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from charllm_trace.et import cache as et_cache
+from charllm_trace.inputs.urls import is_url
 from charllm_trace.store.results import VERSION, SavedResults, read_results, results_bytes
 
 if TYPE_CHECKING:
@@ -241,7 +242,7 @@ def analyze_path(
             analyze_distributed(os.fspath(path), options, ranks, cache=cache, sample=sample), None, False
         )
     key = None
-    if cache and not engine.is_url(path):  # a URL's results are not kept (the loader copies its bytes)
+    if cache and not is_url(path):  # a URL's results are not kept (the loader copies its bytes)
         try:
             key = results_key(path, options, ranks, sample)
         except OSError:

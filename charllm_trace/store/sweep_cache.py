@@ -106,7 +106,7 @@ def summary_row(
 ) -> dict[str, Any]:
     """The sweep row of the input at ``path`` analysed with ``options``: from the cache when it
     holds it, else analysed (through the results cache) and stored. InputError for bad input."""
-    from charllm_trace.engine import is_url
+    from charllm_trace.inputs.urls import is_url
     from charllm_trace.regress.sweep import run_row
 
     if cache is None:
