@@ -1,4 +1,4 @@
-"""Critical path (``analysis.critical``) and the longest-path kernel (``graph.engine``).
+"""Critical path (``analysis.critical``) and the longest-path kernel (``core.dag``).
 
 - the kernel against a plain dynamic programme over ``networkx.topological_sort`` on random DAGs;
 - random small traces (threads with nested ops, launches, kernels on streams, synchronize calls,

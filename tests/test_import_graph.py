@@ -1,5 +1,8 @@
-"""No import circles in ``charllm_trace``: no module imports one that (directly or through others)
-imports it back.
+"""The package's imports: the layers and other contracts of ``[tool.importlinter]`` in pyproject.toml
+hold (import-linter, which reads every import statement, also those inside functions; docs/
+architecture.md), and there are no import circles in ``charllm_trace``: no module imports one
+that (directly or through others) imports it back (the layers say nothing about modules of one
+package).
 
 The imports are read from the source (``ast``), not by importing. Every import statement of a
 module counts, also those inside functions: a deferred import only postpones the circle to the
@@ -14,7 +17,14 @@ would otherwise sit in a circle with its package's ``__init__``).
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+from importlinter.api import read_configuration
+from importlinter.cli import lint_imports
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "charllm_trace"
@@ -161,3 +171,45 @@ def test_the_checker_finds_a_circle_through_deferred_imports(tmp_path: Path) -> 
     graph = import_graph(pkg)
     assert graph["pkg.sub.b"] == {"pkg.c"}  # the TYPE_CHECKING import and the extension are not edges
     assert cycles(graph) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
+
+
+def test_the_import_contracts_hold(capsys) -> None:
+    code = lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True, no_logo=True)
+    out = capsys.readouterr().out
+    assert "Contracts: " in out and " kept, 0 broken" in out, out
+    assert code == 0, out
+
+
+def test_the_contracts_list_few_exemptions() -> None:
+    """At most a few ``ignore_imports`` lines in all, each an exception the config explains."""
+    contracts = read_configuration(str(ROOT / "pyproject.toml"))["contracts_options"]
+    assert {c["type"] for c in contracts} >= {"layers", "forbidden"}
+    assert sum(len(c.get("ignore_imports", [])) for c in contracts) <= 5
+
+
+def _lint_copy(tmp_path: Path, module: str, source: str) -> subprocess.CompletedProcess[str]:
+    """import-linter with this repository's contracts on a copy of the package holding one more
+    module (in a child process: this one has imported the real package already)."""
+    shutil.copytree(PACKAGE, tmp_path / "charllm_trace", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "charllm_trace" / Path(*module.split("."))).with_suffix(".py").write_text(source)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    code = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True, no_logo=True))"
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+
+
+def test_a_deferred_import_up_the_layers_breaks_the_contract(tmp_path: Path) -> None:
+    """The contracts see an import inside a function (what the ``ast`` walk of issue 12 hid): an
+    analysis that imports a renderer breaks the layers and, through the renderer's ``rich``, the
+    no-terminal contract; one that imports torch breaks its own contract."""
+    r = _lint_copy(
+        tmp_path,
+        "analysis.probe",
+        "def f():\n    from charllm_trace.render import tables\n    import torch\n    return tables, torch\n",
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "charllm_trace.analysis is not allowed to import charllm_trace.render" in r.stdout, r.stdout
+    assert "charllm_trace.analysis.probe -> charllm_trace.render.tables" in r.stdout, r.stdout
+    assert "charllm_trace.analysis is not allowed to import rich" in r.stdout, r.stdout
+    assert "charllm_trace.analysis.probe -> torch" in r.stdout, r.stdout
+    assert "Contracts: 3 kept, 3 broken" in r.stdout, r.stdout

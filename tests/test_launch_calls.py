@@ -1,4 +1,4 @@
-"""The one launcher rule (``analysis.classify.launch_calls``) that the point graph's launch edges and
+"""The one launcher rule (``core.classify.launch_calls``) that the point graph's launch edges and
 the Perfetto export's launch arrows share."""
 
 from __future__ import annotations

@@ -1,6 +1,12 @@
-"""Modules of one job each (issue 12 item 5): no Python module of the package grows past the
-size at which the big ones were split (kineto.py 946, fastdecode.py 1,227, build.py 767,
-sanitize.py 709, render/html.py 719 lines), and no C source past its current one-job size."""
+"""A ceiling on module size, high enough that it never decides where code goes (issue 23 item 4).
+
+The 520-line cap of issue 12 bent the design: five modules sat at 513-520 lines and code was
+moved out of the module it belonged to just to stay under it, while single functions grew to
+260-339 lines. Size is to be limited where it matters, per function (complexity and statement
+counts, ruff's C901 / PLR0915, issue 23 item 4), and modules are sized by what belongs together. This test only
+stops a module from growing into several jobs: at 1,000 lines (well above the biggest module,
+598 lines, today) a file holds more than one thing to read. C sources keep their one-job ceiling.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +15,10 @@ from pathlib import Path
 import charllm_trace
 
 PKG = Path(charllm_trace.__file__).resolve().parent
-#: the brief aims at ~500 lines; a little room for a docstring or two
-PY_LIMIT = 520
+#: about twice the largest module (collectors/hook.py, 598 lines: loaded from its file path in
+#: every traced process, so it stays one file); per-function limits do the rest (the docstring)
+PY_LIMIT = 1000
 C_LIMIT = 800
-#: larger on purpose, with the reason and its own ceiling
-EXCEPTIONS = {
-    # loaded from its file path inside every traced training process (standard library only, no
-    # package import): splitting it would mean loading a second file the same way
-    "collectors/hook.py": 600,
-}
 
 
 def _sizes(pattern: str) -> dict[str, int]:
@@ -31,7 +32,7 @@ def _sizes(pattern: str) -> dict[str, int]:
 def test_python_modules_stay_small() -> None:
     sizes = _sizes("*.py")
     assert len(sizes) > 50  # the scan found the package
-    big = {k: v for k, v in sizes.items() if v > EXCEPTIONS.get(k, PY_LIMIT)}
+    big = {k: v for k, v in sizes.items() if v > PY_LIMIT}
     assert not big, f"split these by job (limit {PY_LIMIT} lines): {big}"
 
 

@@ -22,9 +22,7 @@ KNOWN = {
     # collectors: a rename in launcher.py (host_lock, telemetry_note) - issue 12
     ("charllm_trace.collectors.session", "charllm_trace.collectors.launcher", "_host_lock"),
     ("charllm_trace.collectors.session", "charllm_trace.collectors.launcher", "_telemetry_note"),
-    # the native loader modules of et/ and the package root - issue 12 (native build)
-    ("charllm_trace.converters.jsonframe", "charllm_trace", "_native_libs"),
-    ("charllm_trace.et._native", "charllm_trace", "_native_libs"),
+    # the native loader modules of et/ - issue 12 (native build)
     ("charllm_trace.et._arrow", "charllm_trace.et", "_native"),
     ("charllm_trace.et.nodescan", "charllm_trace.et", "_native"),
     ("charllm_trace.et.reader", "charllm_trace.et", "_native"),
@@ -85,7 +83,7 @@ def test_the_scan_sees_relative_and_absolute_imports(tmp_path: Path) -> None:
     tree = ast.parse(src)
     nodes = [n for n in tree.body if isinstance(n, ast.ImportFrom)]
     mod = "charllm_trace.analysis.energy"
-    assert _target(mod, False, nodes[0]) == "charllm_trace.core.classify"
+    assert _target(mod, False, nodes[0]) == "charllm_trace.analysis.classify"
     assert _target(mod, False, nodes[1]) == "charllm_trace.graph"
     assert _target(mod, False, nodes[2]) == "charllm_trace.analysis"
     assert _target("charllm_trace.graph", True, nodes[2]) == "charllm_trace.graph"

@@ -25,7 +25,7 @@ import types
 from typing import Any
 
 #: public name -> module that defines it (loaded on first use, so that importing one analysis
-#: module, e.g. ``analysis.classify`` from ``charllm_trace.graph``, does not load them all)
+#: module, e.g. ``overlap`` from ``charllm_trace.render``, does not load them all)
 _WHERE = {
     "AnalyzeOptions": "results",
     "BandwidthResult": "results",

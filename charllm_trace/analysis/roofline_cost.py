@@ -94,7 +94,7 @@ def op_cost(gemm: bool, inputs: dict | None, outputs: dict | None) -> tuple[int,
 
 def roofline_columns(classified: pl.DataFrame, sel: pl.DataFrame, mode: str) -> tuple[np.ndarray, np.ndarray]:
     """``num_ops`` (>= 1) and ``tensor_size`` (>= ``MIN_TENSOR_SIZE``) for each row of ``sel``, a
-    selection of the ``classified`` nodes (``analysis.classify``)."""
+    selection of the ``classified`` nodes (``core.classify``)."""
     n = sel.height
     ops, size = np.ones(n, np.int64), np.full(n, MIN_TENSOR_SIZE, np.int64)
     gemm = pl.col("name").fill_null("").str.contains(GEMM_OPS_RE)

@@ -32,7 +32,7 @@ import polars as pl
 
 from charllm_trace.core.model import Trace
 
-#: the classes (analysis.classify) of GPU activity: what defines and fills GPU windows
+#: the classes (core.classify) of GPU activity: what defines and fills GPU windows
 GPU_ACTIVITY = ("compute", "comm", "memcpy", "memset")
 
 

@@ -1,2 +1,3 @@
-"""The command line, one module per command family; ``app`` holds the group
+"""The command line: ``app`` holds the click group and the commands not yet in a module of their
+own; ``analyze``, ``compare``, ``cache``, ``telemetry``, ``cpu_wait``, ``astra`` hold theirs
 (docs/architecture.md)."""

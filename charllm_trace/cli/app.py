@@ -30,6 +30,7 @@ from charllm_trace.cli.telemetry import telemetry_group
 from charllm_trace.core.errors import InputError, debug_first, print_traceback
 from charllm_trace.core.native_libs import NativeModuleMissing
 from charllm_trace.engine import Cluster
+from charllm_trace.inputs.urls import is_url
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -145,7 +146,6 @@ def convert_cmd(
     charllm-trace convert RUN_DIR -o et/
     charllm-trace convert kineto.json.gz --host-et host_et.json.gz -o et/
     """
-    from charllm_trace import engine
 
     if cluster is not None and host_et is None:  # each rank converted and written by a worker
         from charllm_trace.engine.driver import convert_distributed
@@ -161,13 +161,13 @@ def convert_cmd(
     from charllm_trace.inputs.localize import localize_input, url_errors, url_output
 
     with input_progress("converting"):
-        if engine.is_url(path):
+        if is_url(path):
             local = localize_input(path)
             with url_errors(path, local):
                 run = convert_path(local, host_et=host_et, workers=workers)
         else:
             run = convert_path(path, host_et=host_et, workers=workers)
-    if engine.is_url(output) and not force:
+    if is_url(output) and not force:
         from charllm_trace.engine.driver import existing_rank_files
 
         if existing_rank_files(output):

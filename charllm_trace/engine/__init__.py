@@ -17,10 +17,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from charllm_trace.inputs.urls import is_url  # noqa: F401 - re-exported (engine.is_url)
+
 #: the environment variable the CLI's ``--scheduler`` defaults to (docs/scale.md); the library
 #: never reads it: where work runs is an argument (:class:`Cluster`)
 ENV = "CHARLLM_TRACE_SCHEDULER"
-_URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,3 @@ class Cluster:
     keep_going: bool = False
 
 
-def is_url(path: object) -> bool:
-    """``s3://``, ``gs://``, ``file://``, ``memory://``...: an fsspec URL, not a local path."""
-    return isinstance(path, str) and bool(_URL.match(path))

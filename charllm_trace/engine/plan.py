@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from charllm_trace.core.errors import InputError
-from charllm_trace.engine import is_url
+from charllm_trace.inputs.urls import is_url
 
 ET_SUFFIXES = (".et", ".et.gz")
 JSON_SUFFIXES = (".json", ".json.gz")

@@ -16,8 +16,8 @@ from typing import Any
 
 from charllm_trace.core.errors import InputError
 from charllm_trace.core.model import ProcessGroup, Trace
-from charllm_trace.engine import is_url
 from charllm_trace.engine.plan import RankSpec
+from charllm_trace.inputs.urls import is_url
 
 
 @dataclass

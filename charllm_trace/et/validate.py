@@ -2,7 +2,7 @@
 
 Node ids are unique, every dependency names a node of the file, and the control dependencies
 form no cycle. Each failure is an ``InputError`` naming the file and the first offending node; a cycle is
-found in C (``graph.engine.topo_order``, linear in nodes + edges).
+found in C (``core.dag.topo_order``, linear in nodes + edges).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ of its track *when Perfetto processes it*, and Perfetto does not close ended sli
 one timestamp it processes the complete events (longest first) before the flow events. So the
 arrow of each GPU op (``kernel``, ``memcpy``, ``memset``; never a ``gpu_annotation`` range)
 starts at the begin of the call that launched it, the first ``runtime`` call with the op's
-``correlation`` (else the CPU op named by its ``launch_id``: ``analysis.classify.launch_calls``,
+``correlation`` (else the CPU op named by its ``launch_id``: ``core.classify.launch_calls``,
 the launcher of the graph's ``launch`` edges, docs/model.md), and ends at the op's begin. The arrow is left out when it
 cannot be drawn as the trace is: the op begins before its launch call (the two clocks disagree;
 the arrow would run backwards), or another slice begins on the same track at the same time and

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 # What-if classes of the scalable part of a lag (``--what-if NAME=FACTOR``). GPU kernels get theirs
-# from the time-breakdown categories (``analysis.kernel_category``: gemm, attention, elementwise;
+# from the time-breakdown categories (``core.kernel_category``: gemm, attention, elementwise;
 # ``kernel`` is every other compute kernel); on a trace without GPU ops, CPU operators that do the
 # work themselves get one too (``kernel_category.CPU_OP_RULES``, ``graph.classes``).
 WHATIF_CLASSES = ("gemm", "attention", "elementwise", "kernel", "comm", "memcpy", "launch", "cpu", "idle")
@@ -24,7 +24,7 @@ WHATIF_ALIASES = {
     "network": ("comm",),
     "cpu_all": ("cpu", "launch"),
 }
-#: the what-if class of each time-breakdown category (``analysis.kernel_category.CATEGORIES``)
+#: the what-if class of each time-breakdown category (``core.kernel_category.CATEGORIES``)
 CATEGORY_WCLASS = {
     "gemm": "gemm",
     "attention": "attention",

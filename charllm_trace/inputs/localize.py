@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from charllm_trace.core.errors import InputError
-from charllm_trace.engine import is_url
+from charllm_trace.inputs.urls import is_url
 
 _dirs: list[str] = []
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import zlib
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,12 @@ from typing import Any
 from charllm_trace.core.errors import InputError
 
 CHUNK = 1 << 22
+_URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+def is_url(path: object) -> bool:
+    """``s3://``, ``gs://``, ``file://``, ``memory://``...: an fsspec URL, not a local path."""
+    return isinstance(path, str) and bool(_URL.match(path))
 
 
 def fs_of(url: str) -> tuple[Any, str]:

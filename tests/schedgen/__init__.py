@@ -20,7 +20,7 @@ The rules the simulator applies (times in integer ns):
 Every time is the maximum of its candidates; the candidate that won is remembered with the category
 of the time between them (``CP_CATEGORIES``: the kernel's span ``gpu_compute``/``gpu_memory``/
 ``communication``, a CPU op's own time ``cpu_op`` (``communication`` in a collective's CPU op, as
-``analysis.classify`` counts it), a runtime call's own time and launch-to-start
+``core.classify`` counts it), a runtime call's own time and launch-to-start
 latency ``launch``, a stream gap, an event or a peer ``sync_wait``, time between steps ``idle``).
 The true critical path is the chain of winners walked back from the trace's last point.
 """

@@ -25,7 +25,7 @@ def _scaled(op: Op, gemm: float, gpu: float, comm: float) -> Op:
 def rescaled(s: Schedule, *, gemm: float | None = None, gpu: float = 1.0, comm: float = 1.0) -> Schedule:
     """``s`` simulated again with GEMM kernels (their names say ``gemm``) times ``gemm`` (default:
     ``gpu``), the other compute kernels and graph-launched kernels times ``gpu``, and every
-    all-reduce's transfer and its CPU op's own time (``analysis.classify``: communication) times
+    all-reduce's transfer and its CPU op's own time (``core.classify``: communication) times
     ``comm`` (the what-if keys ``gemm=``, ``gpu=``, ``comm=``)."""
     steps, costs, world, scale = s.spec
     g = gpu if gemm is None else gemm

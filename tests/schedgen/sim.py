@@ -293,7 +293,7 @@ class Schedule:
         for rk in self.ranks:
             a = rk.cur
             w = self._wait_event(rk, a, COMPUTE, COMM)
-            # a collective's CPU op (and what it encloses) is communication (analysis.classify)
+            # a collective's CPU op (and what it encloses) is communication (core.classify)
             call = self.after(w, self.cpu(rk, op.pre), "communication")
             self.corr += 1
             cands = self._stream_cands(rk, COMM)
