@@ -14,7 +14,6 @@ functions. Importing it imports neither Dask nor fsspec.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from charllm_trace.inputs.urls import is_url  # noqa: F401 - re-exported (engine.is_url)
