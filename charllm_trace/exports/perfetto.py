@@ -30,7 +30,7 @@ Layout of the file:
   ``pipeline (rank N, stage S)`` per rank with labelled microbatches: phases and bubbles
   (:mod:`charllm_trace.exports.perfetto_pipeline`);
 - for a run with CPU scheduler telemetry, a track per rank with its launching thread's
-  running / runnable / sleeping slices (:mod:`charllm_trace.render.perfetto_cpu`).
+  running / runnable / sleeping slices (:mod:`charllm_trace.exports.perfetto_cpu`).
 
 Times: Chrome-trace ``ts``/``dur`` are microseconds. We write them as exact decimal
 literals with three fractional digits (nanosecond precision), relative to the run's
@@ -55,9 +55,9 @@ from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.results import CriticalPathResult
 from charllm_trace.core.errors import InputError
 from charllm_trace.core.model import Run, Trace
+from charllm_trace.exports.perfetto_cpu import state_track
 from charllm_trace.exports.perfetto_critical import CRITICAL_TRACK, critical_track  # noqa: F401 - re-exported
 from charllm_trace.exports.perfetto_layout import last_at_start, launch_flows, nest_lanes, overlap_label
-from charllm_trace.render.perfetto_cpu import state_track
 
 #: (telemetry column, counter name, unit) written as counter tracks per GPU.
 COUNTERS: tuple[tuple[str, str, str], ...] = (
@@ -355,7 +355,7 @@ def write_chrome_trace(
     same run): each rank's whole-trace path is drawn on a track ``critical path (rank N)``.
     ``pipeline`` (``RunAnalysis.pipeline``): each stage's phases and bubbles on a track of its own
     (:mod:`charllm_trace.exports.perfetto_pipeline`). ``cpu_states``: per rank, its launching thread's
-    states (``analysis.cpu_wait.thread_states``) on a track of their own (``render/perfetto_cpu.py``).
+    states (``analysis.cpu_wait.thread_states``) on a track of their own (``exports/perfetto_cpu.py``).
 
     Raises :class:`InputError` when no rank has any timestamp (nothing to place on a
     timeline, e.g. a Chakra ET written by Chakra's own converter; pass it through
