@@ -12,42 +12,48 @@ def no_cache_option(f: Any) -> Any:
     """``--no-cache`` for a reading command: turns the cache off for the whole process (also for
     the library calls the command makes), without changing the command's signature."""
 
-    def turn_off(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
-        if value:
-            from charllm_trace.et.cache import set_enabled
+    def turn_off(ctx: click.Context) -> None:
+        from charllm_trace.et.cache import set_enabled
 
-            set_enabled(False)
-            ctx.call_on_close(lambda: set_enabled(None))  # in-process callers (tests) get it back
-        return value
+        set_enabled(False)
+        ctx.call_on_close(lambda: set_enabled(None))  # in-process callers (tests) get it back
 
-    return click.option(
+    return _process_flag(
+        f,
         "--no-cache",
-        is_flag=True,
-        expose_value=False,
-        callback=turn_off,
-        help="Read, convert and analyse the input again; neither use nor fill the cache.",
-    )(f)
+        turn_off,
+        "Read, convert and analyse the input again; neither use nor fill the cache.",
+    )
 
 
 def allow_partial_option(f: Any) -> Any:
     """``--allow-partial`` for a reading command: analyse the ranks a run holds when some are
     missing (labelled), instead of refusing the run (see charllm_trace.collectors.run_checks)."""
 
-    def turn_on(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
-        if value:
-            from charllm_trace.collectors.run_checks import set_allow_partial
+    def turn_on(ctx: click.Context) -> None:
+        from charllm_trace.collectors.run_checks import set_allow_partial
 
-            set_allow_partial(True)
-            ctx.call_on_close(lambda: set_allow_partial(None))
+        set_allow_partial(True)
+        ctx.call_on_close(lambda: set_allow_partial(None))
+
+    return _process_flag(
+        f,
+        "--allow-partial",
+        turn_on,
+        "Analyse the ranks present when a run lacks some (labelled); by default such a run is refused.",
+    )
+
+
+def _process_flag(f: Any, name: str, apply: Any, help_text: str) -> Any:
+    """A flag that sets process-wide state when given (``apply(ctx)``, which undoes it when the
+    command closes), without changing the command's signature."""
+
+    def callback(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+        if value:
+            apply(ctx)
         return value
 
-    return click.option(
-        "--allow-partial",
-        is_flag=True,
-        expose_value=False,
-        callback=turn_on,
-        help="Analyse the ranks present when a run lacks some (labelled); by default such a run is refused.",
-    )(f)
+    return click.option(name, is_flag=True, expose_value=False, callback=callback, help=help_text)(f)
 
 
 def json_flag(f: Any) -> Any:

@@ -30,6 +30,7 @@ import secrets
 import signal
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -201,34 +202,44 @@ def adopt_run_id(run_dir: Path, node_rank: int) -> str:
 
 def foreign_entries(run_dir: Path, run_id: str) -> list[tuple[str, str]]:
     """Entries of ``run_dir`` that are not files of run ``run_id`` while it runs: (name, why)."""
-    names = sorted(os.listdir(run_dir))
-    docs: dict[str, dict[str, Any] | None] = {}
+    j = _EntryJudge(run_dir, run_id)
+    marked = [
+        n for n in j.names if (n == "manifest.json" or n.startswith(("node-", "rank-"))) and ".tmp-" not in n
+    ]
+    j.mine = any(j.judge(n) is None for n in marked)
+    out = []
+    for n in j.names:
+        why = j.judge(n)
+        if why is not None:
+            out.append((n, why))
+    return out
 
-    def doc(name: str) -> dict[str, Any] | None:
-        if name not in docs:
-            docs[name] = read_json(run_dir / name)
-        return docs[name]
 
-    def judge(name: str) -> str | None:
+class _EntryJudge:
+    """Whether each entry of a run directory belongs to run ``run_id`` while it runs (its JSON
+    headers read once each). ``mine``: whether the directory holds a marked file of this run
+    (its temporary files are then taken as this run's)."""
+
+    def __init__(self, run_dir: Path, run_id: str) -> None:
+        self.run_dir, self.run_id = run_dir, run_id
+        self.names = sorted(os.listdir(run_dir))
+        self.docs: dict[str, dict[str, Any] | None] = {}
+        self.mine = False
+
+    def doc(self, name: str) -> dict[str, Any] | None:
+        if name not in self.docs:
+            self.docs[name] = read_json(self.run_dir / name)
+        return self.docs[name]
+
+    def judge(self, name: str) -> str | None:
         """None if ``name`` belongs to this running run, else why not."""
         if name == "manifest.json" or (name.startswith("node-") and name.endswith(".json")):
-            d = doc(name)
-            rid = None if d is None else d.get("run_id")
-            if rid is None:
-                return "a file of another collection (no run id)"
-            if rid != run_id:
-                return f"a file of run {rid}"
-            status = d.get("status") if d else None
-            if status in FINAL_STATES:
-                return f"run {rid} has already ended here ({status})"
-            if status == "running" and name == "manifest.json" and launcher_gone(d or {}):
-                return f"run {rid} was interrupted here (its launcher is gone)"
-            return None
+            return self._header(name)
         m = _RANK_FILE.match(name)
         if m:
-            d = doc(f"rank-{m.group(1)}.info.json")
+            d = self.doc(f"rank-{m.group(1)}.info.json")
             rid = None if d is None else d.get("run_id")
-            if rid == run_id:
+            if rid == self.run_id:
                 return None
             return f"a file of run {rid}" if rid else "a rank file of another collection (no run id)"
         m = _HOST_FILE.match(name)
@@ -236,22 +247,25 @@ def foreign_entries(run_dir: Path, run_id: str) -> list[tuple[str, str]]:
             tag = m.group(1) or m.group(2)
             owner = f"node-{tag}.json"
             if owner != name:
-                why = judge(owner) if owner in names else "a telemetry file of another collection"
-                return why
+                return self.judge(owner) if owner in self.names else "a telemetry file of another collection"
         if name.startswith(".tmp-") or ".tmp-" in name:
-            return None if mine else "an unfinished temporary file of another collection"
+            return None if self.mine else "an unfinished temporary file of another collection"
         return "not a file of this run"
 
-    marked = [
-        n for n in names if (n == "manifest.json" or n.startswith(("node-", "rank-"))) and ".tmp-" not in n
-    ]
-    mine = any(judge(n) is None for n in marked)
-    out = []
-    for n in names:
-        why = judge(n)
-        if why is not None:
-            out.append((n, why))
-    return out
+    def _header(self, name: str) -> str | None:
+        """The manifest or a node header: its run id and status."""
+        d = self.doc(name)
+        rid = None if d is None else d.get("run_id")
+        if rid is None:
+            return "a file of another collection (no run id)"
+        if rid != self.run_id:
+            return f"a file of run {rid}"
+        status = d.get("status") if d else None
+        if status in FINAL_STATES:
+            return f"run {rid} has already ended here ({status})"
+        if status == "running" and name == "manifest.json" and launcher_gone(d or {}):
+            return f"run {rid} was interrupted here (its launcher is gone)"
+        return None
 
 
 # ---------------------------------------------------------------------------
@@ -275,35 +289,35 @@ def set_subreaper(on: bool) -> bool:
 
 def children_of_self(exclude: set[int]) -> list[tuple[int, int | None]]:
     """(pid, start) of this process's living children, except ``exclude``."""
+    return [
+        (pid, int(fields[19]))
+        for pid, fields in _child_stats(exclude)
+        if len(fields) > 19 and fields[0] != b"Z"
+    ]
+
+
+def _child_stats(skip: set[int]) -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, the /proc stat fields after the command name) of each child of this process, except
+    ``skip`` (a process that ends while it is read is passed over)."""
     me = str(os.getpid()).encode()
-    out = []
     for e in os.scandir("/proc"):
-        if not e.name.isdigit() or int(e.name) in exclude:
+        if not e.name.isdigit() or int(e.name) in skip:
             continue
         try:
             with open(f"/proc/{e.name}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
         except OSError:
             continue
-        if len(fields) > 19 and fields[1] == me and fields[0] != b"Z":
-            out.append((int(e.name), int(fields[19])))
-    return out
+        if len(fields) > 1 and fields[1] == me:
+            yield int(e.name), fields
 
 
 def reap_children_except(keep: set[int]) -> None:
     """Collect the exit status of this process's ended children (no zombies left), except
     ``keep`` (children a ``subprocess.Popen`` will wait for itself)."""
-    me = str(os.getpid()).encode()
-    for e in os.scandir("/proc"):
-        if not e.name.isdigit() or int(e.name) in keep:
-            continue
-        try:
-            with open(f"/proc/{e.name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if len(fields) > 1 and fields[1] == me and fields[0] == b"Z":
+    for pid, fields in _child_stats(keep):
+        if fields[0] == b"Z":
             try:
-                os.waitpid(int(e.name), os.WNOHANG)
+                os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 pass

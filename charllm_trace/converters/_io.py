@@ -9,21 +9,14 @@ from typing import Any
 import orjson
 
 from charllm_trace.core.errors import InputError
-from charllm_trace.core.files import GZIP_MAGIC, gunzip, read_regular
+from charllm_trace.core.files import read_maybe_gzipped
 
 
 def read_bytes(path: str | os.PathLike[str]) -> bytes:
     """The decompressed bytes of ``path`` (gzip is detected by its magic number, not the name),
     a regular file; gzip expansion bounded (:func:`charllm_trace.core.files.gunzip`)."""
     p = Path(path)
-    raw = read_regular(p)
-    if not raw:
-        raise InputError(p, "file is empty")
-    if raw[:2] == GZIP_MAGIC:
-        raw = gunzip(raw, p, check_head=lambda head: _json_head(p, head))
-        if not raw:
-            raise InputError(p, "gzip file holds no data")
-    return raw
+    return read_maybe_gzipped(p, "a file", lambda head: _json_head(p, head), "gzip file holds no data")
 
 
 def _json_head(p: Path, head: bytes) -> None:

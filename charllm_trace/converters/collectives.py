@@ -133,25 +133,30 @@ def coll_type_of(text: str | None) -> str | None:
     m = re.search(r"(?:nccl|rccl|msccl|hccl)\w*?kernel_([a-z]+)", t)
     if m:
         t = m.group(1)
-    t = t.replace("_", "").replace(" ", "")
-    if "reducescatter" in t:
-        return "reduce_scatter"
-    if "allreduce" in t:
-        return "all_reduce"
-    if "allgather" in t:
-        return "all_gather"
-    if "alltoall" in t:
-        return "all_to_all"
-    if "broadcast" in t:
-        return "broadcast"
-    if "barrier" in t:
-        return "barrier"
-    if t.startswith("reduce"):
-        return "reduce"
-    if t.startswith("gather"):
-        return "gather"
-    if t.startswith("scatter"):
-        return "scatter"
+    return _coll_of_fragment(t.replace("_", "").replace(" ", ""))
+
+
+#: (fragment found anywhere in the name, type), in order: the first that matches wins
+_COLL_CONTAINS = (
+    ("reducescatter", "reduce_scatter"),
+    ("allreduce", "all_reduce"),
+    ("allgather", "all_gather"),
+    ("alltoall", "all_to_all"),
+    ("broadcast", "broadcast"),
+    ("barrier", "barrier"),
+)
+#: (prefix of the name, type), tried after the fragments
+_COLL_STARTS = (("reduce", "reduce"), ("gather", "gather"), ("scatter", "scatter"))
+
+
+def _coll_of_fragment(t: str) -> str | None:
+    """The collective type of a lower-case name without separators."""
+    for frag, ct in _COLL_CONTAINS:
+        if frag in t:
+            return ct
+    for prefix, ct in _COLL_STARTS:
+        if t.startswith(prefix):
+            return ct
     if t.startswith("send") and "recv" not in t:
         return "send"
     if t.startswith("recv"):

@@ -279,6 +279,27 @@ def convert_run(
     if only is not None:
         keep = set(only)
         jobs = [j for j in jobs if j.rank in keep]
+    results = _convert_jobs(jobs, workers, progress)
+    traces = _traces_by_rank(d, results)
+    attach_run_facts(d, traces, manifest)
+    from charllm_trace.collectors.run_checks import check_one_collection
+
+    check_one_collection(d, traces)
+    partial = [j.rank for j in jobs if j.kineto is None or j.host_et is None]
+    note = reader_note(d, manifest, sorted(traces), partial)
+    if note:  # an interrupted or failed run: what happened and what is usable, kept with the run
+        # (a cached conversion too): run_checks.label_partial prints it on every read
+        manifest = {**manifest, "reader_note": note}
+    sizes = {t.meta.world_size for t in traces.values() if t.meta.world_size is not None}
+    if len(sizes) > 1:
+        raise InputError(d, f"ranks disagree on the world size ({sorted(sizes)}): files from different runs?")
+    return Run(traces=traces, manifest=manifest, source=str(d))
+
+
+def _convert_jobs(
+    jobs: list[RankFiles], workers: int | None, progress: Progress | None
+) -> dict[int, tuple[Trace, dict[str, Any]]]:
+    """Each rank's trace and report, converted here or in worker processes (``convert_run``)."""
     n = len(jobs)
     job_bytes = {j.rank: sum(_size(f) for f in (j.kineto, j.host_et) if f is not None) for j in jobs}
     total = sum(job_bytes.values())
@@ -318,6 +339,11 @@ def convert_run(
                 for f in futs:
                     f.cancel()
                 raise
+    return results
+
+
+def _traces_by_rank(d: Path, results: dict[int, tuple[Trace, dict[str, Any]]]) -> dict[int, Trace]:
+    """The converted traces keyed by the rank their files say (two sets of one rank refused)."""
     traces: dict[int, Trace] = {}
     for rank, (trace, _report) in results.items():
         if trace.meta.rank is not None and trace.meta.rank != rank and rank in traces:
@@ -325,19 +351,7 @@ def convert_run(
         if trace.meta.rank in traces:
             raise InputError(d, f"two sets of files are rank {trace.meta.rank}")
         traces[trace.meta.rank if trace.meta.rank is not None else rank] = trace
-    attach_run_facts(d, traces, manifest)
-    from charllm_trace.collectors.run_checks import check_one_collection
-
-    check_one_collection(d, traces)
-    partial = [j.rank for j in jobs if j.kineto is None or j.host_et is None]
-    note = reader_note(d, manifest, sorted(traces), partial)
-    if note:  # an interrupted or failed run: what happened and what is usable, kept with the run
-        # (a cached conversion too): run_checks.label_partial prints it on every read
-        manifest = {**manifest, "reader_note": note}
-    sizes = {t.meta.world_size for t in traces.values() if t.meta.world_size is not None}
-    if len(sizes) > 1:
-        raise InputError(d, f"ranks disagree on the world size ({sorted(sizes)}): files from different runs?")
-    return Run(traces=traces, manifest=manifest, source=str(d))
+    return traces
 
 
 def read_manifest(d: Path) -> dict[str, Any]:

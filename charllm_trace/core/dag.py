@@ -9,12 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from charllm_trace.core.errors import InputError
+from charllm_trace.core.native_libs import NativeModuleMissing
 
 NONE = np.iinfo(np.int64).min  # "no time" for a vertex (no root bound / not reached)
-
-
-class NativeModuleMissing(RuntimeError):
-    """The compiled graph kernel is not importable (the package was not built)."""
 
 
 def _kernel():

@@ -155,6 +155,23 @@ def read_regular(path: str | os.PathLike[str], what: str = "a file") -> bytes:
             raise _os_error(p, exc) from None
 
 
+def read_maybe_gzipped(
+    path: str | os.PathLike[str], what: str, check_head: Callable[[bytes], None], empty_gzip: str
+) -> bytes:
+    """The bytes of the regular file ``path``, decompressed when they are gzip (known by the magic
+    number, not the name; :func:`gunzip`, ``check_head`` seeing the first bytes out). An empty
+    file is refused, and an empty decompressed one with the message ``empty_gzip``."""
+    p = Path(path)
+    data = read_regular(p, what)
+    if not data:
+        raise InputError(p, "file is empty")
+    if data[:2] == GZIP_MAGIC:
+        data = gunzip(data, p, check_head=check_head)
+        if not data:
+            raise InputError(p, empty_gzip)
+    return data
+
+
 def too_big(path: str | os.PathLike[str], limit: int) -> InputError:
     return InputError(
         path,

@@ -102,17 +102,12 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
     unreadable/corrupt files. A gzip file's start is checked as an ET (a first message that can
     be a GlobalMetadata) before the rest is decompressed, and its expansion is bounded
     (:func:`charllm_trace.core.files.gunzip`)."""
-    from charllm_trace.core.files import gunzip, read_regular
+    from charllm_trace.core.files import read_maybe_gzipped
 
     p = Path(path)
-    data = read_regular(p, "a Chakra ET file")
-    if not data:
-        raise InputError(p, "file is empty")
-    if data[:2] == GZIP_MAGIC:
-        data = gunzip(data, p, check_head=lambda head: check_head(head, p))
-        if not data:
-            raise InputError(p, "file is empty (after gzip decompression)")
-    return data
+    return read_maybe_gzipped(
+        p, "a Chakra ET file", lambda head: check_head(head, p), "file is empty (after gzip decompression)"
+    )
 
 
 def check_head(head: bytes, path: Any) -> None:

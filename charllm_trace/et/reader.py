@@ -24,8 +24,6 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from charllm_trace.core.errors import InputError
 from charllm_trace.core.limits import MAX_TELEMETRY_ROWS
 from charllm_trace.core.model import (
-    DEP_SCHEMA,
-    NODE_SCHEMA,
     TELEMETRY_SCHEMA,
     ProcessGroup,
     Run,
@@ -46,6 +44,7 @@ from charllm_trace.et.framing import (
     read_bytes,
     sniff_text,
 )
+from charllm_trace.et.reference_rows import attr_value, nodes_frame
 from charllm_trace.et.validate import check_graph, check_node_count, check_times, check_versions, one_producer
 
 _I64 = np.int64
@@ -53,24 +52,6 @@ _I64 = np.int64
 # ---------------------------------------------------------------------------
 # GlobalMetadata
 # ---------------------------------------------------------------------------
-
-
-def attr_value(a: pb.AttributeProto) -> Any:
-    """The Python (JSON) value of an AttributeProto; bytes become hex strings, unset is None."""
-    which = a.WhichOneof("value")
-    if which is None:
-        return None
-    v = getattr(a, which)
-    if which.endswith("_list"):
-        vals = list(v.values)
-        if which == "bytes_list":
-            return [b.hex() for b in vals]
-        if which == "float_list":
-            return [float(x) for x in vals]
-        return vals
-    if which == "bytes_val":
-        return v.hex()
-    return v
 
 
 def _meta_from_global(gm: pb.GlobalMetadata, path: Any) -> tuple[TraceMeta, pl.DataFrame, dict | None, bool]:
@@ -178,127 +159,6 @@ def parse_messages(data: bytes, path: Any) -> tuple[pb.GlobalMetadata, list[pb.N
     return gm, nodes
 
 
-def _nodes_frame(
-    nodes: list[pb.Node], ours: bool, rank: int | None
-) -> tuple[pl.DataFrame, pl.DataFrame, bool]:
-    """(nodes, deps, has_timestamps) from Node messages."""
-    cols: dict[str, list[Any]] = {c: [] for c in NODE_SCHEMA}
-    dep_node: list[int] = []
-    dep_dep: list[int] = []
-    dep_kind: list[str] = []
-    send = cv.NODE_TYPE_TO_PB["COMM_SEND"]
-    recv = cv.NODE_TYPE_TO_PB["COMM_RECV"]
-    int_attr_to_col = {name: col for col, (name, _) in cv.NODE_INT_ATTRS.items()}
-    str_attr_to_col = {name: col for col, name in cv.NODE_STR_ATTRS.items()}
-    any_start = False
-    for n in nodes:
-        row: dict[str, Any] = dict.fromkeys(NODE_SCHEMA)
-        nid = n.id - (1 << 64) if n.id >= (1 << 63) else n.id
-        row["id"] = nid
-        row["name"] = n.name
-        row["node_type"] = cv.PB_TO_NODE_TYPE.get(n.type, "INVALID")
-        for d in n.ctrl_deps:
-            dep_node.append(nid)
-            dep_dep.append(d - (1 << 64) if d >= (1 << 63) else d)
-            dep_kind.append("ctrl")
-        for d in n.data_deps:
-            dep_node.append(nid)
-            dep_dep.append(d - (1 << 64) if d >= (1 << 63) else d)
-            dep_kind.append("data")
-        for fld in ("inputs", "outputs"):
-            if n.HasField(fld):
-                io = getattr(n, fld)
-                row[fld] = {"values": io.values, "shapes": io.shapes, "types": io.types}
-        extra: dict[str, Any] = {}
-        raw = None
-        src = dst = None
-        for a in n.attr:
-            name = a.name
-            v = attr_value(a)
-            is_int = isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
-            if name == cv.A_IS_CPU_OP and (isinstance(v, bool) or is_int):
-                row["on_gpu"] = not bool(v)
-            elif name == cv.A_TID and is_int:
-                row["tid"] = v
-            elif name == cv.A_STREAM and is_int:
-                row["stream"] = v
-            elif name == cv.A_RF_ID and is_int:
-                row["rf_id"] = v
-            elif name == cv.A_COMM_TYPE and is_int and v in cv.COMM_TYPE_TO_COLL:
-                row["coll_type"] = cv.COMM_TYPE_TO_COLL[v]
-            elif name == cv.A_COMM_SIZE and is_int:
-                row["comm_bytes"] = v
-            elif name == cv.A_PG_NAME and isinstance(v, str):
-                row["pg_name"] = v
-            elif name == cv.A_COMM_SRC and n.type in (send, recv) and is_int:
-                src = v
-            elif name == cv.A_COMM_DST and n.type in (send, recv) and is_int:
-                dst = v
-            elif ours and name.startswith(cv.PREFIX):
-                if name in int_attr_to_col:
-                    row[int_attr_to_col[name]] = attr_value(a)
-                elif name in str_attr_to_col:
-                    row[str_attr_to_col[name]] = attr_value(a)
-                elif name == cv.A_PEER:
-                    row["peer"] = attr_value(a)
-                elif name == cv.A_COLL_TYPE:
-                    row["coll_type"] = attr_value(a)
-                elif name == cv.A_IN_SPLIT:
-                    row["in_split"] = attr_value(a)
-                elif name == cv.A_OUT_SPLIT:
-                    row["out_split"] = attr_value(a)
-                elif name == cv.A_IN_SPLIT + ".json":
-                    row["in_split"] = orjson.loads(attr_value(a))
-                elif name == cv.A_OUT_SPLIT + ".json":
-                    row["out_split"] = orjson.loads(attr_value(a))
-                elif name == cv.A_NULLS:
-                    for c in attr_value(a):
-                        if "." in c:
-                            fld, sub = c.split(".", 1)
-                            if row[fld] is not None:
-                                row[fld][sub] = None
-                        else:
-                            row[c] = None
-                elif name == cv.A_ATTRS_RAW:
-                    raw = attr_value(a)
-                elif name == cv.A_PRESENT:
-                    pass
-                elif name.startswith(cv.A_JSON):
-                    extra[name[len(cv.A_JSON) :]] = orjson.loads(attr_value(a))
-                elif name.startswith(cv.A_ESCAPED):
-                    extra[name[len(cv.A_ESCAPED) :]] = attr_value(a)
-                else:
-                    extra[name] = attr_value(a)
-            else:
-                extra[name] = attr_value(a)
-        if n.type == send:
-            row["peer"] = dst
-        elif n.type == recv:
-            row["peer"] = src
-        if not ours:
-            if n.start_time_micros:
-                any_start = True
-            row["start_ns"] = n.start_time_micros * 1000
-            row["dur_ns"] = n.duration_micros * 1000
-            if row["coll_type"] is None and n.type == send:
-                row["coll_type"] = "send"
-            elif row["coll_type"] is None and n.type == recv:
-                row["coll_type"] = "recv"
-            if row["on_gpu"] is not None:
-                row["kind"] = "kernel" if row["on_gpu"] else "cpu_op"
-        if raw is not None:
-            row["attrs"] = raw
-        elif extra:
-            row["attrs"] = orjson.dumps(extra).decode()
-        for c in NODE_SCHEMA:
-            cols[c].append(row[c])
-    df = pl.DataFrame(cols, schema=NODE_SCHEMA)
-    if not ours and not any_start:
-        df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias("start_ns"))
-    deps = pl.DataFrame({"node": dep_node, "dep": dep_dep, "kind": dep_kind}, schema=DEP_SCHEMA)
-    return df, deps, (any_start if not ours else True)
-
-
 def decode_et_reference(data: bytes, path: Any = None) -> tuple[Trace, dict | None]:
     """The same as :func:`decode_et` through the protobuf runtime, one node at a time.
 
@@ -307,7 +167,7 @@ def decode_et_reference(data: bytes, path: Any = None) -> tuple[Trace, dict | No
     gm, nodes = parse_messages(data, path)
     check_versions(gm, path)
     meta, telemetry, manifest, ours = _meta_from_global(gm, path)
-    df, deps, has_ts = _nodes_frame(nodes, ours, meta.rank)
+    df, deps, has_ts = nodes_frame(nodes, ours, meta.rank)
     if not ours:
         meta.has_timestamps = has_ts
         meta.clock = "unix_ns" if has_ts else "none"

@@ -189,11 +189,7 @@ def iter_node_messages(trace: Trace):  # noqa: C901 - one flat mapping, easier t
         yield from _node_messages(cols, ctrl, data, trace.meta.rank)
 
 
-def _node_messages(cols: dict[str, list[Any]], ctrl: dict, data: dict, rank: int | None):  # noqa: C901
-    send = cv.NODE_TYPE_TO_PB["COMM_SEND"]
-    recv = cv.NODE_TYPE_TO_PB["COMM_RECV"]
-    type_to_pb = cv.NODE_TYPE_TO_PB
-    coll_to_comm = cv.COLL_TO_COMM_TYPE
+def _node_messages(cols: dict[str, list[Any]], ctrl: dict, data: dict, rank: int | None):
     int_names = [name for name, _ in cv.NODE_INT_ATTRS.values()]
     int_rows = zip(*[cols[c] for c in cv.NODE_INT_ATTRS], strict=True)
     str_names = list(cv.NODE_STR_ATTRS.values())
@@ -212,78 +208,105 @@ def _node_messages(cols: dict[str, list[Any]], ctrl: dict, data: dict, rank: int
         n = Node()
         n.id = nid & _MASK64
         nulls: list[str] = []
-        if name is None:
-            nulls.append("name")
-        else:
-            n.name = name
-        if ntype is None:
-            nulls.append("node_type")
-            ptype = None
-        else:
-            ptype = type_to_pb[ntype]
-            n.type = ptype
-        if nid in ctrl:
-            n.ctrl_deps.extend(ctrl[nid])
-        if nid in data:
-            n.data_deps.extend(data[nid])
-        if start is not None and start > 0:
-            n.start_time_micros = start // 1000
-        if dur is not None and dur > 0:
-            n.duration_micros = (dur + 500) // 1000
-        if inputs is not None:
-            _set_io(n.inputs, inputs, "inputs", nulls)
-        if outputs is not None:
-            _set_io(n.outputs, outputs, "outputs", nulls)
+        ptype = _set_fields(n, nid, name, ntype, ctrl, data, nulls)
+        _set_times(n, start, dur, inputs, outputs, nulls)
         add = n.attr.add
-        if on_gpu is not None:
-            add(name=cv.A_IS_CPU_OP, bool_val=not on_gpu)
-        if tid is not None:
-            add(name=cv.A_TID, int64_val=tid)
-        if stream is not None:
-            add(name=cv.A_STREAM, int64_val=stream)
-        if rf_id is not None:
-            add(name=cv.A_RF_ID, int64_val=rf_id)
-        if coll is not None:
-            if coll in coll_to_comm:
-                add(name=cv.A_COMM_TYPE, int64_val=coll_to_comm[coll])
-            else:
-                add(name=cv.A_COLL_TYPE, string_val=coll)
-        if comm_bytes is not None:
-            add(name=cv.A_COMM_SIZE, int64_val=comm_bytes)
-        if pg_name is not None:
-            add(name=cv.A_PG_NAME, string_val=pg_name)
-        if ptype == send:
-            if rank is not None:
-                add(name=cv.A_COMM_SRC, int32_val=rank)
-            if peer is not None:
-                add(name=cv.A_COMM_DST, int32_val=peer)
-        elif ptype == recv:
-            if peer is not None:
-                add(name=cv.A_COMM_SRC, int32_val=peer)
-            if rank is not None:
-                add(name=cv.A_COMM_DST, int32_val=rank)
-        elif peer is not None:
-            add(name=cv.A_PEER, int64_val=peer)
+        _add_column_attrs(add, on_gpu, tid, stream, rf_id, coll, comm_bytes, pg_name)
+        _add_peer_attrs(add, ptype, rank, peer)
         for aname, v in zip(int_names, ints, strict=True):
             if v is not None:
                 add(name=aname, int64_val=v)
         for aname, v in zip(str_names, strs, strict=True):
             if v is not None:
                 add(name=aname, string_val=v)
-        for v, aname in ((in_split, cv.A_IN_SPLIT), (out_split, cv.A_OUT_SPLIT)):
-            if v is None:
-                continue
-            if None in v:
-                add(name=aname + ".json", string_val=orjson.dumps(v).decode())
-            else:
-                attr = add(name=aname)
-                attr.int64_list.SetInParent()
-                attr.int64_list.values.extend(v)
+        _add_splits(add, in_split, out_split)
         if nulls:
             add(name=cv.A_NULLS).string_list.values.extend(nulls)
         if extra is not None:
             _add_extra_attrs(n, extra)
         yield n
+
+
+def _set_fields(
+    n: Any, nid: int, name: Any, ntype: Any, ctrl: dict, data: dict, nulls: list[str]
+) -> int | None:
+    """A node's name, type and dependencies; returns its protobuf type (None: unknown)."""
+    if name is None:
+        nulls.append("name")
+    else:
+        n.name = name
+    if ntype is None:
+        nulls.append("node_type")
+        ptype = None
+    else:
+        ptype = cv.NODE_TYPE_TO_PB[ntype]
+        n.type = ptype
+    if nid in ctrl:
+        n.ctrl_deps.extend(ctrl[nid])
+    if nid in data:
+        n.data_deps.extend(data[nid])
+    return ptype
+
+
+def _set_times(n: Any, start: Any, dur: Any, inputs: Any, outputs: Any, nulls: list[str]) -> None:
+    """A node's start and duration (whole microseconds) and its inputs and outputs."""
+    if start is not None and start > 0:
+        n.start_time_micros = start // 1000
+    if dur is not None and dur > 0:
+        n.duration_micros = (dur + 500) // 1000
+    if inputs is not None:
+        _set_io(n.inputs, inputs, "inputs", nulls)
+    if outputs is not None:
+        _set_io(n.outputs, outputs, "outputs", nulls)
+
+
+def _add_column_attrs(
+    add: Any, on_gpu: Any, tid: Any, stream: Any, rf_id: Any, coll: Any, comm_bytes: Any, pg_name: Any
+) -> None:
+    """The attributes of the model's columns that Chakra names."""
+    if on_gpu is not None:
+        add(name=cv.A_IS_CPU_OP, bool_val=not on_gpu)
+    for v, aname in ((tid, cv.A_TID), (stream, cv.A_STREAM), (rf_id, cv.A_RF_ID)):
+        if v is not None:
+            add(name=aname, int64_val=v)
+    if coll is not None:
+        if coll in cv.COLL_TO_COMM_TYPE:
+            add(name=cv.A_COMM_TYPE, int64_val=cv.COLL_TO_COMM_TYPE[coll])
+        else:
+            add(name=cv.A_COLL_TYPE, string_val=coll)
+    if comm_bytes is not None:
+        add(name=cv.A_COMM_SIZE, int64_val=comm_bytes)
+    if pg_name is not None:
+        add(name=cv.A_PG_NAME, string_val=pg_name)
+
+
+def _add_peer_attrs(add: Any, ptype: int | None, rank: int | None, peer: Any) -> None:
+    """Send and receive nodes: source and destination ranks (Chakra's); others: the peer."""
+    if ptype == cv.NODE_TYPE_TO_PB["COMM_SEND"]:
+        if rank is not None:
+            add(name=cv.A_COMM_SRC, int32_val=rank)
+        if peer is not None:
+            add(name=cv.A_COMM_DST, int32_val=peer)
+    elif ptype == cv.NODE_TYPE_TO_PB["COMM_RECV"]:
+        if peer is not None:
+            add(name=cv.A_COMM_SRC, int32_val=peer)
+        if rank is not None:
+            add(name=cv.A_COMM_DST, int32_val=rank)
+    elif peer is not None:
+        add(name=cv.A_PEER, int64_val=peer)
+
+
+def _add_splits(add: Any, in_split: Any, out_split: Any) -> None:
+    """The all-to-all split lists (JSON text where one holds a null)."""
+    for v, aname in ((in_split, cv.A_IN_SPLIT), (out_split, cv.A_OUT_SPLIT)):
+        if v is None:
+            continue
+        if None in v:
+            add(name=aname + ".json", string_val=orjson.dumps(v).decode())
+        else:
+            attr = add(name=aname)
+            attr.int64_list.SetInParent()
+            attr.int64_list.values.extend(v)
 
 
 def _set_io(msg: Any, io: dict[str, Any], fld: str, nulls: list[str]) -> None:

@@ -56,10 +56,8 @@ from charllm_trace.analysis.results import CriticalPathResult
 from charllm_trace.core.errors import InputError
 from charllm_trace.core.model import Run, Trace
 from charllm_trace.exports.perfetto_cpu import state_track
+from charllm_trace.exports.perfetto_critical import CRITICAL_TRACK, critical_track  # noqa: F401 - re-exported
 from charllm_trace.exports.perfetto_layout import last_at_start, launch_flows, nest_lanes, overlap_label
-
-#: Name of the critical-path track of a rank (its thread name in the file).
-CRITICAL_TRACK = "critical path (rank {rank})"
 
 #: (telemetry column, counter name, unit) written as counter tracks per GPU.
 COUNTERS: tuple[tuple[str, str, str], ...] = (
@@ -272,32 +270,24 @@ def _flow_lines(pairs: pl.DataFrame, pid: int, origin: int, first_id: int) -> pl
         return pl.Series("line", [], dtype=pl.String)
     pairs = pairs.with_row_index("k")
     fid = (pl.col("k").cast(pl.Int64) + first_id).cast(pl.String)
-    s = pairs.select(
-        pl.concat_str(
-            [
-                pl.lit(f'{{"name":"launch","cat":"launch","ph":"s","pid":{pid},"tid":'),
-                pl.col("s_tid").cast(pl.String),
-                pl.lit(',"ts":'),
-                _us(pl.col("s_ns") - origin),
-                pl.lit(',"id":'),
-                fid,
-                pl.lit("}"),
-            ]
-        ).alias("line")
-    )
-    f = pairs.select(
-        pl.concat_str(
-            [
-                pl.lit(f'{{"name":"launch","cat":"launch","ph":"f","bp":"e","pid":{pid},"tid":'),
-                pl.col("f_tid").cast(pl.String),
-                pl.lit(',"ts":'),
-                _us(pl.col("f_ns") - origin),
-                pl.lit(',"id":'),
-                fid,
-                pl.lit("}"),
-            ]
-        ).alias("line")
-    )
+
+    def line(head: str, end: str) -> pl.DataFrame:  # the start ("s") or finish ("f") of each arrow
+        return pairs.select(
+            pl.concat_str(
+                [
+                    pl.lit(f'{{"name":"launch","cat":"launch",{head},"pid":{pid},"tid":'),
+                    pl.col(f"{end}_tid").cast(pl.String),
+                    pl.lit(',"ts":'),
+                    _us(pl.col(f"{end}_ns") - origin),
+                    pl.lit(',"id":'),
+                    fid,
+                    pl.lit("}"),
+                ]
+            ).alias("line")
+        )
+
+    s = line('"ph":"s"', "s")
+    f = line('"ph":"f","bp":"e"', "f")
     return pl.concat([s, f])["line"]
 
 
@@ -328,48 +318,6 @@ def _counter_lines(tel: pl.DataFrame, pid: int, origin: int) -> tuple[pl.Series,
         return pl.Series("line", [], dtype=pl.String), 0
     out = pl.concat(parts)["line"]
     return out, out.len()
-
-
-def _critical_lines(seg: pl.DataFrame, pid: int, tid: int, origin: int) -> pl.Series:
-    """A B/E pair per critical-path segment (``CRITICAL_SEGMENT_SCHEMA`` rows, in time order)."""
-    name = pl.coalesce(pl.col("name"), pl.col("category"), pl.lit("?")) + pl.when(
-        pl.col("seg_rank").is_not_null() & (pl.col("seg_rank") != pl.lit(pid))
-    ).then(pl.concat_str([pl.lit(" [rank "), pl.col("seg_rank").cast(pl.String), pl.lit("]")])).otherwise(
-        pl.lit("")
-    )
-    args = pl.struct(pl.col("category"), pl.col("node_id"), pl.col("seg_rank")).struct.json_encode()
-    head = pl.struct(name.alias("name")).struct.json_encode().str.strip_suffix("}")
-    b = pl.concat_str(
-        [
-            head,
-            pl.lit(f',"cat":"critical_path","ph":"B","pid":{pid},"tid":{tid},"ts":'),
-            _us(pl.col("start_ns") - origin),
-            pl.lit(',"args":'),
-            args,
-            pl.lit("}"),
-        ]
-    )
-    e = pl.concat_str(
-        [
-            head,  # the end names its slice too (the format lets it be left out; readers differ)
-            pl.lit(f',"cat":"critical_path","ph":"E","pid":{pid},"tid":{tid},"ts":'),
-            _us(pl.col("end_ns") - origin),
-            pl.lit("}"),
-        ]
-    )
-    # B0, E0, B1, E1, ...: each end before the next begin (they share a timestamp)
-    return seg.select(pl.concat_list(b, e).alias("line")).explode("line")["line"]
-
-
-def _rank_segments(cp: CriticalPathResult, rank: int) -> pl.DataFrame:
-    """The segments of ``rank``'s whole-trace critical path, in time order."""
-    return cp.segments.filter(
-        (pl.col("scope") == "rank")
-        & (pl.col("rank") == rank)
-        & pl.col("step").is_null()
-        & pl.col("start_ns").is_not_null()
-        & pl.col("end_ns").is_not_null()
-    ).sort("start_ns", "end_ns", maintain_order=True)
 
 
 def _pipeline_track(pipe: PipelineResult, rank: int, pid: int, tid: int, origin: int) -> list[str]:
@@ -421,66 +369,14 @@ def write_chrome_trace(
         )
     chunks: list[str] = []
     simulated: list[int] = []
-    n_slices = n_counters = n_flows = n_tracks = n_skipped = n_segments = 0
-    n_moved = n_back = n_unbound = 0
+    c = _Counts()
     for idx, rank in enumerate(run.ranks):
-        trace = run.traces[rank]
         pid = rank if rank is not None else idx
-        nodes = trace.nodes
-        if not trace.meta.has_timestamps:
-            n_skipped += nodes.height
-            nodes = nodes.clear()
-        timed = nodes.with_row_index("orig").filter(pl.col("start_ns").is_not_null())
-        n_skipped += nodes.height - timed.height
-        timed, tracks, moved = _place(timed)
-        n_tracks += tracks.height
-        n_moved += moved
-        label = f"rank {pid}"
-        if trace.meta.device_model:
-            label += f" ({trace.meta.device_model})"
-        if trace.meta.extra.get("simulated"):
-            label += " [simulated timeline]"
+        if run.traces[rank].meta.extra.get("simulated"):
             simulated.append(pid)
-        chunks.extend(_meta_lines(pid, trace, label, tracks))
-        if critical_path is not None and rank is not None:
-            seg = _rank_segments(critical_path, rank)
-            if seg.height:
-                cp_tid = int(tracks["out_tid"].max() or 0) + 1
-                n_tracks += 1
-                for meta_name, meta_args in (
-                    ("thread_name", {"name": CRITICAL_TRACK.format(rank=pid)}),
-                    ("thread_sort_index", {"sort_index": cp_tid}),
-                ):
-                    chunks.append(
-                        orjson.dumps(
-                            {"name": meta_name, "ph": "M", "pid": pid, "tid": cp_tid, "args": meta_args}
-                        ).decode()
-                    )
-                n_segments += seg.height
-                chunks.append(_critical_lines(seg, pid, cp_tid, origin).str.join(",\n").item())
-        if pipeline is not None and rank is not None:
-            chunks.extend(_pipeline_track(pipeline, rank, pid, int(tracks["out_tid"].max() or 0) + 2, origin))
-        if cpu_states is not None and rank in cpu_states:
-            chunks.extend(
-                state_track(cpu_states[rank], pid, int(tracks["out_tid"].max() or 0) + 3, origin, _us)
-            )
-        if timed.height:
-            sl = _slice_lines(timed, pid, origin)
-            n_slices += sl.len()
-            chunks.append(sl.str.join(",\n").item())
-            if flows:
-                pairs, back, unbound = launch_flows(timed)
-                n_back += back
-                n_unbound += unbound
-                fl = _flow_lines(pairs, pid, origin, first_id=n_flows + 1)
-                if fl.len():
-                    n_flows += fl.len() // 2
-                    chunks.append(fl.str.join(",\n").item())
-        if trace.telemetry.height:
-            cl, n = _counter_lines(trace.telemetry.sort(["device", "time_ns"]), pid, origin)
-            if n:
-                n_counters += n
-                chunks.append(cl.str.join(",\n").item())
+        chunks.extend(
+            _rank_chunks(run.traces[rank], rank, pid, origin, c, flows, critical_path, pipeline, cpu_states)
+        )
     other = orjson.dumps(
         {
             "origin_unix_ns": origin,
@@ -499,14 +395,95 @@ def write_chrome_trace(
     p.write_bytes(data)
     return ExportStats(
         ranks=len(run),
-        slices=n_slices,
-        counter_samples=n_counters,
-        flows=n_flows,
-        tracks=n_tracks,
-        skipped_untimed=n_skipped,
+        slices=c.slices,
+        counter_samples=c.counters,
+        flows=c.flows,
+        tracks=c.tracks,
+        skipped_untimed=c.skipped,
         origin_unix_ns=origin,
-        critical_path_segments=n_segments,
-        overlap_slices=n_moved,
-        flows_backwards=n_back,
-        flows_unbound=n_unbound,
+        critical_path_segments=c.segments,
+        overlap_slices=c.moved,
+        flows_backwards=c.back,
+        flows_unbound=c.unbound,
     )
+
+
+@dataclass
+class _Counts:
+    """What ``write_chrome_trace`` wrote so far (the fields of :class:`ExportStats`)."""
+
+    slices: int = 0
+    counters: int = 0
+    flows: int = 0
+    tracks: int = 0
+    skipped: int = 0
+    segments: int = 0
+    moved: int = 0
+    back: int = 0
+    unbound: int = 0
+
+
+def _rank_chunks(
+    trace: Trace,
+    rank: int | None,
+    pid: int,
+    origin: int,
+    c: _Counts,
+    flows: bool,
+    critical_path: CriticalPathResult | None,
+    pipeline: PipelineResult | None,
+    cpu_states: dict[int, pl.DataFrame] | None,
+) -> list[str]:
+    """The lines of one rank: its tracks' metadata, the extra tracks asked for, its slices, launch
+    arrows and counters (counted in ``c``)."""
+    chunks: list[str] = []
+    nodes = trace.nodes
+    if not trace.meta.has_timestamps:
+        c.skipped += nodes.height
+        nodes = nodes.clear()
+    timed = nodes.with_row_index("orig").filter(pl.col("start_ns").is_not_null())
+    c.skipped += nodes.height - timed.height
+    timed, tracks, moved = _place(timed)
+    c.tracks += tracks.height
+    c.moved += moved
+    label = f"rank {pid}"
+    if trace.meta.device_model:
+        label += f" ({trace.meta.device_model})"
+    if trace.meta.extra.get("simulated"):
+        label += " [simulated timeline]"
+    chunks.extend(_meta_lines(pid, trace, label, tracks))
+    top = int(tracks["out_tid"].max() or 0)
+    if critical_path is not None and rank is not None:
+        lines, n_seg = critical_track(critical_path, rank, pid, top + 1, origin, _us)
+        if n_seg:
+            c.tracks += 1
+            c.segments += n_seg
+            chunks.extend(lines)
+    if pipeline is not None and rank is not None:
+        chunks.extend(_pipeline_track(pipeline, rank, pid, top + 2, origin))
+    if cpu_states is not None and rank in cpu_states:
+        chunks.extend(state_track(cpu_states[rank], pid, top + 3, origin, _us))
+    if timed.height:
+        chunks.extend(_timed_lines(timed, pid, origin, c, flows))
+    if trace.telemetry.height:
+        cl, n = _counter_lines(trace.telemetry.sort(["device", "time_ns"]), pid, origin)
+        if n:
+            c.counters += n
+            chunks.append(cl.str.join(",\n").item())
+    return chunks
+
+
+def _timed_lines(timed: pl.DataFrame, pid: int, origin: int, c: _Counts, flows: bool) -> list[str]:
+    """The slices of a rank's timed nodes and, with ``flows``, their launch arrows."""
+    sl = _slice_lines(timed, pid, origin)
+    c.slices += sl.len()
+    out = [sl.str.join(",\n").item()]
+    if flows:
+        pairs, back, unbound = launch_flows(timed)
+        c.back += back
+        c.unbound += unbound
+        fl = _flow_lines(pairs, pid, origin, first_id=c.flows + 1)
+        if fl.len():
+            c.flows += fl.len() // 2
+            out.append(fl.str.join(",\n").item())
+    return out

@@ -73,6 +73,17 @@ def _empty() -> pl.DataFrame:
     return pl.DataFrame(schema=EDGE_SCHEMA)
 
 
+def _where_when(prefix: str) -> list[pl.Expr]:
+    """A node's device and stream (-1: none) and its start and end as ``{prefix}_start`` and
+    ``{prefix}_end``."""
+    return [
+        pl.col("device").cast(_I64).fill_null(-1).alias("device"),
+        pl.col("stream").cast(_I64).fill_null(-1).alias("stream"),
+        pl.col("start_ns").alias(f"{prefix}_start"),
+        (pl.col("start_ns") + pl.col("dur_ns").fill_null(0)).alias(f"{prefix}_end"),
+    ]
+
+
 def _sync_records(nodes: pl.LazyFrame) -> pl.DataFrame:
     """The timed sync records with their waited-on stream and record correlation (from attrs)."""
     attrs = pl.col("attrs").fill_null("{}")
@@ -81,10 +92,7 @@ def _sync_records(nodes: pl.LazyFrame) -> pl.DataFrame:
         .select(
             pl.col("id").alias("sync_id"),
             pl.col("name").fill_null(""),
-            pl.col("device").cast(_I64).fill_null(-1).alias("device"),
-            pl.col("stream").cast(_I64).fill_null(-1).alias("stream"),
-            pl.col("start_ns").alias("s_start"),
-            (pl.col("start_ns") + pl.col("dur_ns").fill_null(0)).alias("s_end"),
+            *_where_when("s"),
             pl.col("correlation").alias("corr"),
             attrs.str.json_path_match("$.wait_on_stream").cast(_I64, strict=False).alias("wait_stream"),
             attrs.str.json_path_match("$.wait_on_cuda_event_record_corr_id")
@@ -125,10 +133,7 @@ def _gpu_ops(nodes: pl.LazyFrame, rt: pl.DataFrame) -> pl.DataFrame:
         )
         .select(
             pl.col("id").alias("op_id"),
-            pl.col("device").cast(_I64).fill_null(-1).alias("device"),
-            pl.col("stream").cast(_I64).fill_null(-1).alias("stream"),
-            pl.col("start_ns").alias("op_start"),
-            (pl.col("start_ns") + pl.col("dur_ns").fill_null(0)).alias("op_end"),
+            *_where_when("op"),
             pl.col("correlation").alias("corr"),
         )
         .collect()

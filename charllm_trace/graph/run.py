@@ -148,14 +148,7 @@ def cut_spans(p: P.PointGraph, li: np.ndarray, tr: np.ndarray) -> None:
 def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None) -> RunGraph:
     """The merged, calibrated graph of every rank of ``run`` (see the module docstring)."""
     ranks = run.ranks
-    parts: dict[int, P.PointGraph] = {}
-    cls_nodes: dict[int, pl.DataFrame] = {}
-    for r in ranks:
-        tr = run.traces[r]
-        cn = classified.get(r) if classified else None
-        cn = cn if cn is not None and "cls" in cn.columns else classify(tr.nodes)
-        cls_nodes[r] = cn
-        parts[r] = P.build(tr, cn, calibrated=False)
+    parts, cls_nodes = _rank_parts(run, classified)
     measured = all(p.measured for p in parts.values())
     offsets: dict[int, int] = {}
     off = 0
@@ -163,92 +156,11 @@ def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None)
         offsets[r] = off
         off += parts[r].n_points
     n_real = off
-    inst_frames = []
-    if measured and len(ranks) > 1:
-        for r in ranks:
-            f = instances(run.traces[r], cls_nodes[r], parts[r])
-            if f.height:
-                inst_frames.append(f.with_columns(rank=pl.lit(r, dtype=pl.Int64)))
-    inst, notes = match_instances(inst_frames)
-    ce: dict[str, np.ndarray] = {}
-    n_virtual = 0
-    if inst.height:
-        n_virtual = int(inst["_v"].max()) + 1
-        rk = inst["rank"].to_numpy()
-        li = inst["_i"].to_numpy()
-        tr_each = inst["_tr"].to_numpy()
-        gstart = np.array([offsets[int(x)] for x in rk], dtype=np.int64) + 2 * li
-        ce = collective_edges(rk, li, inst["_v"].to_numpy() + n_real, tr_each, gstart)
-        for r in ranks:
-            sel = rk == r
-            if sel.any():
-                cut_spans(parts[r], li[sel], tr_each[sel])
-    coll_src = [ce["src"]] if ce else []
-    coll_dst = [ce["dst"]] if ce else []
-    coll_lag = [ce["base"]] if ce else []
-    coll_cat = [ce["cat"]] if ce else []
-    coll_wc = [ce["wclass"]] if ce else []
-    coll_owner = [ce["owner"]] if ce else []
-    coll_orank = [ce["orank"]] if ce else []
-    n_total = n_real + n_virtual
-
-    single = len(ranks) == 1 and not coll_src
-
-    def cat(attr: str, extra: list[np.ndarray], shift: bool) -> np.ndarray:
-        if single:  # one rank, nothing added: its arrays are the run's (no copy)
-            return getattr(parts[ranks[0]], attr)
-        arrs = [getattr(parts[r], attr) + (offsets[r] if shift else 0) for r in ranks]
-        return np.concatenate(arrs + extra) if (arrs or extra) else np.zeros(0, np.int64)
-
-    src = cat("src", coll_src, True).astype(np.int32, copy=False)
-    dst = cat("dst", coll_dst, True).astype(np.int32, copy=False)
-    base = cat("base", coll_lag, False)
-    time = (
-        parts[ranks[0]].time
-        if single
-        else np.concatenate([parts[r].time for r in ranks] + [np.zeros(n_virtual, np.int64)])
-    )
+    inst, notes, ce, n_virtual = _collectives(run, parts, cls_nodes, offsets, n_real, measured)
+    single = len(ranks) == 1 and not ce
+    merged, owner_rank, point_rank = _merged(ranks, parts, offsets, ce, n_real, n_virtual, single, measured)
     if n_virtual:  # a virtual point's time: the last arrival
-        time[n_real + inst["_v"].to_numpy()] = inst["_vt"].to_numpy()
-    root = (
-        parts[ranks[0]].root
-        if single
-        else np.concatenate([parts[r].root for r in ranks] + [np.full(n_virtual, np.iinfo(np.int64).min)])
-    )
-    owner_rank = np.concatenate(
-        [np.full(len(parts[r].src), r, np.int32) for r in ranks] + [x.astype(np.int32) for x in coll_orank]
-    )
-    point_rank = np.concatenate(
-        [np.full(parts[r].n_points, r, np.int32) for r in ranks] + [np.full(n_virtual, -1, np.int32)]
-    )
-    m = len(src)
-    merged = P.PointGraph(
-        n_points=n_total,
-        time=time,
-        root=root,
-        src=src,
-        dst=dst,
-        base=base,
-        fixed=np.zeros(m, dtype=np.int64),
-        wclass=cat("wclass", coll_wc, False).astype(np.int8, copy=False),
-        kind=cat("kind", [], False)
-        if single
-        else np.concatenate(
-            [parts[r].kind for r in ranks] + [np.full(len(x), P.EK["collective"], np.int8) for x in coll_src]
-        ).astype(np.int8),
-        cat=cat("cat", coll_cat, False).astype(np.int8, copy=False),
-        owner=cat("owner", coll_owner, False).astype(np.int32, copy=False),
-        prio=cat("prio", [], False)
-        if single
-        else np.concatenate(
-            [parts[r].prio for r in ranks] + [np.full(len(x), P.PRIO_CROSS, np.int8) for x in coll_src]
-        ).astype(np.int8),
-        rows=np.zeros(0, np.int64),
-        ids=np.zeros(0, np.int64),
-        rank=None,
-        notes=[],
-        measured=measured,
-    )
+        merged.time[n_real + inst["_v"].to_numpy()] = inst["_vt"].to_numpy()
     owner_rank = owner_rank[break_cycles(merged, notes)]
     if measured:
         P.calibrate(merged)
@@ -269,6 +181,124 @@ def build_run_graph(run: Run, classified: dict[int, pl.DataFrame] | None = None)
         n_collectives=n_virtual,
         notes=notes,
     )
+
+
+def _rank_parts(
+    run: Run, classified: dict[int, pl.DataFrame] | None
+) -> tuple[dict[int, P.PointGraph], dict[int, pl.DataFrame]]:
+    """Each rank's point graph (not calibrated yet) and classified nodes."""
+    parts: dict[int, P.PointGraph] = {}
+    cls_nodes: dict[int, pl.DataFrame] = {}
+    for r in run.ranks:
+        tr = run.traces[r]
+        cn = classified.get(r) if classified else None
+        cn = cn if cn is not None and "cls" in cn.columns else classify(tr.nodes)
+        cls_nodes[r] = cn
+        parts[r] = P.build(tr, cn, calibrated=False)
+    return parts, cls_nodes
+
+
+def _collectives(
+    run: Run,
+    parts: dict[int, P.PointGraph],
+    cls_nodes: dict[int, pl.DataFrame],
+    offsets: dict[int, int],
+    n_real: int,
+    measured: bool,
+) -> tuple[pl.DataFrame, list[str], dict[str, np.ndarray], int]:
+    """The collective instances matched across ranks, their notes, the edges through one virtual
+    point per instance, and the number of those points; the matched ops' spans are cut."""
+    ranks = run.ranks
+    inst_frames = []
+    if measured and len(ranks) > 1:
+        for r in ranks:
+            f = instances(run.traces[r], cls_nodes[r], parts[r])
+            if f.height:
+                inst_frames.append(f.with_columns(rank=pl.lit(r, dtype=pl.Int64)))
+    inst, notes = match_instances(inst_frames)
+    ce: dict[str, np.ndarray] = {}
+    n_virtual = 0
+    if inst.height:
+        n_virtual = int(inst["_v"].max()) + 1
+        rk = inst["rank"].to_numpy()
+        li = inst["_i"].to_numpy()
+        tr_each = inst["_tr"].to_numpy()
+        gstart = np.array([offsets[int(x)] for x in rk], dtype=np.int64) + 2 * li
+        ce = collective_edges(rk, li, inst["_v"].to_numpy() + n_real, tr_each, gstart)
+        for r in ranks:
+            sel = rk == r
+            if sel.any():
+                cut_spans(parts[r], li[sel], tr_each[sel])
+    return inst, notes, ce, n_virtual
+
+
+def _merged(
+    ranks: list[int],
+    parts: dict[int, P.PointGraph],
+    offsets: dict[int, int],
+    ce: dict[str, np.ndarray],
+    n_real: int,
+    n_virtual: int,
+    single: bool,
+    measured: bool,
+) -> tuple[P.PointGraph, np.ndarray, np.ndarray]:
+    """The ranks' graphs and the collective edges as one graph (point indexes shifted by each
+    rank's offset, virtual points last), with each edge's and each point's rank."""
+
+    def coll(name: str) -> list[np.ndarray]:
+        return [ce[name]] if ce else []
+
+    coll_src = coll("src")
+
+    def cat(attr: str, extra: list[np.ndarray], shift: bool) -> np.ndarray:
+        if single:  # one rank, nothing added: its arrays are the run's (no copy)
+            return getattr(parts[ranks[0]], attr)
+        arrs = [getattr(parts[r], attr) + (offsets[r] if shift else 0) for r in ranks]
+        return np.concatenate(arrs + extra) if (arrs or extra) else np.zeros(0, np.int64)
+
+    def per_edge(attr: str, value: int) -> np.ndarray:  # the collective edges' kind or priority
+        if single:
+            return cat(attr, [], False)
+        tail = [np.full(len(x), value, np.int8) for x in coll_src]
+        return np.concatenate([getattr(parts[r], attr) for r in ranks] + tail).astype(np.int8)
+
+    src = cat("src", coll_src, True).astype(np.int32, copy=False)
+    time = (
+        parts[ranks[0]].time
+        if single
+        else np.concatenate([parts[r].time for r in ranks] + [np.zeros(n_virtual, np.int64)])
+    )
+    root = (
+        parts[ranks[0]].root
+        if single
+        else np.concatenate([parts[r].root for r in ranks] + [np.full(n_virtual, np.iinfo(np.int64).min)])
+    )
+    owner_rank = np.concatenate(
+        [np.full(len(parts[r].src), r, np.int32) for r in ranks] + [x.astype(np.int32) for x in coll("orank")]
+    )
+    point_rank = np.concatenate(
+        [np.full(parts[r].n_points, r, np.int32) for r in ranks] + [np.full(n_virtual, -1, np.int32)]
+    )
+    merged = P.PointGraph(
+        n_points=n_real + n_virtual,
+        time=time,
+        root=root,
+        src=src,
+        dst=cat("dst", coll("dst"), True).astype(np.int32, copy=False),
+        base=cat("base", coll("base"), False),
+        fixed=np.zeros(len(src), dtype=np.int64),
+        wclass=cat("wclass", coll("wclass"), False).astype(np.int8, copy=False),
+        kind=per_edge("kind", P.EK["collective"]),
+        cat=cat("cat", coll("cat"), False).astype(np.int8, copy=False),
+        owner=cat("owner", coll("owner"), False).astype(np.int32, copy=False),
+        prio=per_edge("prio", P.PRIO_CROSS),
+        rows=np.zeros(0, np.int64),
+        ids=np.zeros(0, np.int64),
+        rank=None,
+        notes=[],
+        measured=measured,
+    )
+    return merged, owner_rank, point_rank
 
 
 def break_cycles(g: P.PointGraph, notes: list[str]) -> np.ndarray:

@@ -33,6 +33,7 @@ import orjson
 
 from charllm_trace.analysis.energy_methods import ENERGY_METHODS
 from charllm_trace.core.errors import InputError
+from charllm_trace.regress.records import fields_dict
 
 FORMAT = "charllm-trace-baseline"
 FORMAT_VERSION = 1
@@ -95,13 +96,7 @@ class Metric:
         return cls(key=key, cls=metric_class, unit=c.unit, value=float(value), direction=c.direction)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "class": self.cls,
-            "unit": self.unit,
-            "value": self.value,
-            "direction": self.direction,
-        }
+        return fields_dict(self, ("key", "class", "unit", "value", "direction"), {"class": "cls"})
 
 
 @dataclass

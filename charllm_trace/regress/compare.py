@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from charllm_trace.core.errors import InputError
 from charllm_trace.regress.baseline import HIGHER, METRIC_CLASSES, Metric
+from charllm_trace.regress.records import fields_dict
 from charllm_trace.regress.tolerance import DEFAULT_TOLERANCES, Tolerance
 
 STATUSES = ("regressed", "improved", "within", "missing", "new")
@@ -52,18 +53,19 @@ class MetricChange:
         return d / abs(self.old)
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "key": self.key,
-            "class": self.cls,
-            "unit": self.unit,
-            "direction": self.direction,
-            "old": self.old,
-            "new": self.new,
-            "delta": self.delta,
-            "relative": self.relative,
-            "status": self.status,
-            "tolerance": self.tolerance,
-        }
+        names = (
+            "key",
+            "class",
+            "unit",
+            "direction",
+            "old",
+            "new",
+            "delta",
+            "relative",
+            "status",
+            "tolerance",
+        )
+        return fields_dict(self, names, {"class": "cls"})
 
 
 @dataclass

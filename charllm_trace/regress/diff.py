@@ -27,6 +27,7 @@ import polars as pl
 
 from charllm_trace.analysis.results import RunAnalysis
 from charllm_trace.core.model import Run
+from charllm_trace.regress.records import fields_dict
 
 NS_PER_MS = 1e6
 
@@ -43,12 +44,7 @@ class DiffSection:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name,
-            "title": self.title,
-            "keys": self.keys,
-            "values": self.values,
-            "units": self.units,
-            "note": self.note,
+            **fields_dict(self, ("name", "title", "keys", "values", "units", "note")),
             "rows": self.frame.to_dicts(),
         }
 

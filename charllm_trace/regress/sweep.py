@@ -41,6 +41,7 @@ from charllm_trace.analysis.results import CONFIG_SCHEMA, RunAnalysis
 from charllm_trace.analysis.runconfig import tokens_per_step
 from charllm_trace.regress.diff import step_totals
 from charllm_trace.regress.dim_columns import dim_column_specs, dim_figures
+from charllm_trace.regress.records import fields_dict
 
 LOWER, HIGHER = "lower", "higher"
 #: a row's notes on its configuration (one string: rows hold plain values), not a column
@@ -62,13 +63,7 @@ class Col:
     digits: int = 2
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "title": self.title,
-            "unit": self.unit,
-            "better": self.better,
-            "group": self.group,
-        }
+        return fields_dict(self, ("name", "title", "unit", "better", "group"))
 
 
 #: The configuration columns (from ``RunAnalysis.config``), in table order.
@@ -350,57 +345,21 @@ def sweep_rows(
     if len(labels) != len(run_rows) or len(names) != len(run_rows):
         raise ValueError("one name and one set of labels per run")
     rows = [dict(r) for r in run_rows]
-    notes: list[str] = []
-    extra: list[str] = []
     metric_names = {c.name for c in METRIC_COLUMNS}
+    extra: list[str] = []
     for i, (row, lab) in enumerate(zip(rows, labels, strict=True)):
         row["run"] = names[i]
         for k, v in lab.items():
-            k = LABEL_ALIASES.get(k, k)
-            if k == "run":
-                row["run"] = v
-            elif k in RUN_SCHEMA:
-                if RUN_SCHEMA[k] == pl.Int64:
-                    if not (v.strip().isascii() and v.strip().isdigit() and int(v) < 1 << 63):
-                        raise ValueError(f"label {k}={v}: {k} is a whole number (below 2**63)")
-                    row[k] = int(v)
-                else:
-                    row[k] = v
-            elif k in metric_names or k.startswith("busbw_") or k == "n_steps":
-                raise ValueError(f"label {k}={v}: {k} is a measured column, not a label")
-            else:
-                row[k] = v
-                if k not in extra:
-                    extra.append(k)
+            _put_label(row, LABEL_ALIASES.get(k, k), v, metric_names, extra)
     for row, lab in zip(rows, labels, strict=True):
-        keys = {LABEL_ALIASES.get(k, k) for k in lab}
-        if keys & {"tokens_per_step", "global_batch", "seq_len"}:  # labels give the tokens
-            if "tokens_per_step" not in keys:
-                row["tokens_per_step"] = tokens_per_step(row["global_batch"], row["seq_len"])
-                if (row["tokens_per_step"] or 0) >= 1 << 63:
-                    raise ValueError(
-                        f"labels gbs={row['global_batch']} and seq={row['seq_len']}: tokens per step "
-                        "(their product) is 2**63 or more"
-                    )
-            per_token(row)
+        _tokens_from_labels(row, {LABEL_ALIASES.get(k, k) for k in lab})
     for k in extra:  # numbers where every run's value is one
         vals = [r.get(k) for r in rows]
         parsed = [_label_value(v) if v is not None else None for v in vals]
         if all(p is None or not isinstance(p, str) for p in parsed):
             for r, p in zip(rows, parsed, strict=True):
                 r[k] = p
-    for row in rows:
-        if row.get(NOTES):
-            notes.append(f"{row['run']}: {row[NOTES]}")
-        if row.get(CUT):
-            notes.append(
-                f"{row['run']}: {row[CUT]} step(s) cut by the trace's end left out of the step means "
-                f"(step time over {row['n_steps']} whole step(s))"
-            )
-        if row["n_steps"] == 0:
-            notes.append(
-                f"{row['run']}: no per-step overlap rows: step time, throughput and per-step figures unknown"
-            )
+    notes = [note for row in rows for note in _row_notes(row)]
     buckets = sorted({k for r in rows for k in r if k.startswith("busbw_") and k not in metric_names},
                      key=lambda n: bucket_low(n[len("busbw_") : -len("_gbps")]))  # fmt: skip
     cols = [Col("run", "run", group="run")]
@@ -413,6 +372,57 @@ def sweep_rows(
     data = {c.name: [r.get(c.name) for r in rows] for c in cols}
     schema = {c.name: _dtype(c, data[c.name]) for c in cols}
     return Sweep(table=pl.DataFrame(data, schema=schema), columns=cols, notes=notes)
+
+
+def _put_label(row: dict[str, Any], k: str, v: str, metric_names: set[str], extra: list[str]) -> None:
+    """One ``k=v`` label on a run's row: the run's name, a configuration column (checked), or a
+    new column (listed in ``extra``); a measured column is refused (ValueError)."""
+    if k == "run":
+        row["run"] = v
+    elif k in RUN_SCHEMA:
+        if RUN_SCHEMA[k] == pl.Int64:
+            if not (v.strip().isascii() and v.strip().isdigit() and int(v) < 1 << 63):
+                raise ValueError(f"label {k}={v}: {k} is a whole number (below 2**63)")
+            row[k] = int(v)
+        else:
+            row[k] = v
+    elif k in metric_names or k.startswith("busbw_") or k == "n_steps":
+        raise ValueError(f"label {k}={v}: {k} is a measured column, not a label")
+    else:
+        row[k] = v
+        if k not in extra:
+            extra.append(k)
+
+
+def _tokens_from_labels(row: dict[str, Any], keys: set[str]) -> None:
+    """Where labels give the tokens (batch, sequence length or tokens per step), the per-token
+    figures from them."""
+    if not keys & {"tokens_per_step", "global_batch", "seq_len"}:
+        return
+    if "tokens_per_step" not in keys:
+        row["tokens_per_step"] = tokens_per_step(row["global_batch"], row["seq_len"])
+        if (row["tokens_per_step"] or 0) >= 1 << 63:
+            raise ValueError(
+                f"labels gbs={row['global_batch']} and seq={row['seq_len']}: tokens per step "
+                "(their product) is 2**63 or more"
+            )
+    per_token(row)
+
+
+def _row_notes(row: Mapping[str, Any]) -> list[str]:
+    notes = []
+    if row.get(NOTES):
+        notes.append(f"{row['run']}: {row[NOTES]}")
+    if row.get(CUT):
+        notes.append(
+            f"{row['run']}: {row[CUT]} step(s) cut by the trace's end left out of the step means "
+            f"(step time over {row['n_steps']} whole step(s))"
+        )
+    if row["n_steps"] == 0:
+        notes.append(
+            f"{row['run']}: no per-step overlap rows: step time, throughput and per-step figures unknown"
+        )
+    return notes
 
 
 def _dtype(c: Col, values: list[Any]) -> pl.DataType:

@@ -5,6 +5,7 @@ only: every number comes from
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import polars as pl
@@ -13,6 +14,7 @@ from charllm_trace.analysis.results_breakdown import BreakdownResult
 from charllm_trace.core.kernel_category import CATEGORIES, CATEGORY_LABELS
 from charllm_trace.render.charts import legend, stack_bar, table
 from charllm_trace.render.svg import esc
+from charllm_trace.render.units import ms, us
 
 #: Colour of each category (``CATEGORIES`` order).
 COLORS = {
@@ -31,12 +33,8 @@ TOP_OPS = 10  # rows of each op table
 MAX_NAME = 90  # characters of a kernel or op name shown (the full name is its tooltip)
 
 
-def _ms(ns: Any) -> str:
-    return "" if ns is None else f"{ns / 1e6:,.3f}"
-
-
-def _us(ns: Any) -> str:
-    return "" if ns is None else f"{ns / 1e3:,.1f}"
+_ms = partial(ms, missing="", grouped=True)
+_us = partial(us, missing="", grouped=True)
 
 
 def _pct(v: Any) -> str:

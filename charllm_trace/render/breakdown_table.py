@@ -13,6 +13,7 @@ from charllm_trace.analysis.results_breakdown import BreakdownResult
 from charllm_trace.core.kernel_category import CATEGORIES
 from charllm_trace.render.fit import FitTable
 from charllm_trace.render.table_style import dim_line, plain_table
+from charllm_trace.render.units import ms, us
 
 #: Rows of the kernel and op tables (per rank) unless ``analyze --breakdown-top`` says otherwise.
 TOP = 10
@@ -38,12 +39,7 @@ def _table(title: str, cols: list[tuple[str, str]], names: int | None = None) ->
     return plain_table(title, cols, shrink=1 if names else None, max_width=names)
 
 
-def _ms(ns: Any) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.3f}"
-
-
-def _us(ns: Any) -> str:
-    return "-" if ns is None else f"{ns / 1e3:.1f}"
+_ms, _us = ms, us
 
 
 def _pct(v: Any) -> str:

@@ -3,20 +3,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
 
 import polars as pl
 from rich.console import Console
 
 from charllm_trace.analysis.cpu_wait_results import CpuWaitResult
 from charllm_trace.render.table_style import dim_line, plain_table
+from charllm_trace.render.units import ms
 
 #: host-blamed GPU idle intervals listed (the longest); the JSON has every one
 TOP_IDLE = 10
 
 
-def _ms(v: Any) -> str:
-    return "-" if v is None else f"{v / 1e6:.1f}"
+_ms = partial(ms, digits=1)
 
 
 def render_cpu_wait(

@@ -3,11 +3,14 @@ it). Drawing only: every figure comes from ``RunAnalysis.idle_time`` / ``RunAnal
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.idle_results import IDLE_CATEGORIES, IdleTimeResult, LaunchResult
 from charllm_trace.render import html as H
+from charllm_trace.render.units import ms, us
 
 #: Label and colour of each idle category.
 IDLE_STYLE = {
@@ -19,12 +22,8 @@ assert tuple(IDLE_STYLE) == IDLE_CATEGORIES
 MAX_QUEUE_RANKS = 8  # queue series drawn (the rank-wide series of the first ranks)
 
 
-def _ms(ns: object) -> str:
-    return "-" if ns is None else f"{float(ns) / 1e6:,.3f}"  # type: ignore[arg-type]
-
-
-def _us(ns: object) -> str:
-    return "-" if ns is None else f"{float(ns) / 1e3:,.1f}"  # type: ignore[arg-type]
+_ms = partial(ms, grouped=True)
+_us = partial(us, grouped=True)
 
 
 def _pct(v: object) -> str:

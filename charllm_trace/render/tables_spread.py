@@ -4,19 +4,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from charllm_trace.analysis.results import RunAnalysis
+from charllm_trace.render.units import ms
 
 MEASURES = {"exposed_comm_ns": "exposed comm", "step_ns": "step time", "span_ns": "trace span"}
 
 
-def _ms(v: Any) -> str:
-    return "-" if v is None else f"{v / 1e6:.3f}"
+_ms = ms
 
 
 def render_rank_spread(res: RunAnalysis, console: Console) -> None:

@@ -12,14 +12,9 @@ from rich.console import Console
 
 from charllm_trace.analysis.results import RunAnalysis
 from charllm_trace.render.table_style import dim_line, plain_table, simulated_label
+from charllm_trace.render.units import ms, us
 
-
-def _ms(v: Any) -> str:
-    return "-" if v is None else f"{v / 1e6:.3f}"
-
-
-def _us(v: Any) -> str:
-    return "-" if v is None else f"{v / 1e3:.1f}"
+_ms, _us = ms, us
 
 
 def _f(v: Any, fmt: str = "{:.1f}") -> str:

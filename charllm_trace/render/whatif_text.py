@@ -4,12 +4,13 @@ only: every figure comes from :class:`charllm_trace.analysis.results.WhatIfResul
 
 from __future__ import annotations
 
+from functools import partial
+
 from charllm_trace.analysis.results import WhatIfResult
 from charllm_trace.analysis.whatif_keys import describe
+from charllm_trace.render.units import ms
 
-
-def _ms(ns: int | None) -> str:
-    return "n/a" if ns is None else f"{ns / 1e6:,.3f}"
+_ms = partial(ms, missing="n/a", grouped=True)
 
 
 def _pct(v: float | None) -> str:

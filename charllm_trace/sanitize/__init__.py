@@ -147,6 +147,43 @@ def sanitize_run(
     """
     s = Path(src)
     d = Path(dst)
+    _check_paths(s, d, force)
+    files = _files(s)
+    if not files:
+        raise InputError(s, "directory is empty")
+    sc = Scrubber(redact)
+    kinds = {f: (formats.kind_of(f.name) if f.is_file() and not f.is_symlink() else None) for f in files}
+    datas = _learn_names(sc, kinds)
+    try:
+        d.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
+    except OSError as exc:
+        raise InputError(d, f"cannot write here ({exc.strerror or exc})") from None
+    try:
+        known = (len(sc.hosts), len(sc.users), len(sc.ids))
+        _write_all(sc, s, d, kinds, datas, tmp, keep=True)
+        if (len(sc.hosts), len(sc.users), len(sc.ids)) != known:
+            # a big file named a host, user or process id that files written before it may hold: once more
+            shutil.rmtree(tmp)
+            tmp.mkdir()
+            _write_all(sc, s, d, kinds, datas, tmp, keep=False)
+        datas.clear()
+        _self_check(sc, s, d, tmp)
+        _put_in_place(s, d, tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    r = sc.report
+    r.hosts = len(set(sc.hosts.values()))
+    r.users = len(sc.users)
+    r.paths_replaced = len(sc.paths)
+    r.ids = len(sc.ids)
+    r.host_map = {v: v for v in sorted(set(sc.hosts.values()))}
+    return r
+
+
+def _check_paths(s: Path, d: Path, force: bool) -> None:
+    """The input is a file or a directory, the output lies outside it and may be written."""
     from charllm_trace.core.files import path_kind
 
     path_kind(s)  # a regular file or a directory; anything else (FIFO, dangling link ...) refused
@@ -158,15 +195,13 @@ def sanitize_run(
             raise InputError(d, "already exists; pass --force to replace it")
         _check_replaceable(s, d)
     _check_place(d)
-    files = _files(s)
-    if not files:
-        raise InputError(s, "directory is empty")
-    sc = Scrubber(redact)
-    kinds = {f: (formats.kind_of(f.name) if f.is_file() and not f.is_symlink() else None) for f in files}
-    datas: dict[Path, bytes] = {}
 
-    # pass 1: learn the host and user names from every file's headers. Big JSON files (profiles)
-    # are parsed once, in pass 2, which learns their headers' names before cleaning them.
+
+def _learn_names(sc: Scrubber, kinds: dict[Path, str | None]) -> dict[Path, bytes]:
+    """Pass 1: learn the host and user names from every file's headers. Big JSON files (profiles)
+    are parsed once, in pass 2, which learns their headers' names before cleaning them. Returns
+    the small JSON files' bytes, kept for pass 2."""
+    datas: dict[Path, bytes] = {}
     for f, kind in kinds.items():
         if kind is None:
             continue
@@ -176,77 +211,65 @@ def sanitize_run(
         if kind == "json" and len(data) < 1 << 22:  # small headers (manifest, metadata) are kept for pass 2
             datas[f] = data
         formats.collect(sc, kind, f, data)
+    return datas
 
-    def write_all(tmp: Path, keep: bool) -> None:
-        """Pass 2: cleaned copies of every file into ``tmp``."""
-        sc.report = SanitizeReport()
-        for f, kind in kinds.items():
-            rel = f.name if s.is_file() else f.relative_to(s).as_posix()
-            if kind is None:
-                sc.report.left_out.append(rel)
-                continue
-            data = datas.get(f) if keep else datas.pop(f, None)
-            if data is None:
-                data = formats.read(f)
-            gz = f.name.lower().endswith(".gz")
-            out = formats.clean(sc, kind, f, data)
+
+def _write_all(
+    sc: Scrubber,
+    s: Path,
+    d: Path,
+    kinds: dict[Path, str | None],
+    datas: dict[Path, bytes],
+    tmp: Path,
+    keep: bool,
+) -> None:
+    """Pass 2: cleaned copies of every file into ``tmp``."""
+    sc.report = SanitizeReport()
+    for f, kind in kinds.items():
+        rel = f.name if s.is_file() else f.relative_to(s).as_posix()
+        if kind is None:
+            sc.report.left_out.append(rel)
+            continue
+        data = datas.get(f) if keep else datas.pop(f, None)
+        if data is None:
+            data = formats.read(f)
+        gz = f.name.lower().endswith(".gz")
+        out = formats.clean(sc, kind, f, data)
+        del data
+        new_rel = scrub_name(sc, rel)
+        sc.report.renamed += new_rel != rel
+        target = tmp / ("out" if s.is_file() else new_rel)
+        formats.write(target, out, gz)
+        sc.report.written.append(d.name if s.is_file() else new_rel)
+
+
+def _self_check(sc: Scrubber, s: Path, d: Path, tmp: Path) -> None:
+    """Read everything back: nothing removed may remain, in names or bytes."""
+    for p in sorted(tmp.rglob("*")):
+        if p.is_file():
+            data = formats.read(p)
+            left = sc.leftovers(data) + sc.leftovers(p.relative_to(tmp).as_posix().encode())
+            if sc.ids and len(data) < _BIG and formats.kind_of(d.name if s.is_file() else p.name) == "json":
+                left += [str(i) for i in sc.leaked_ids(formats.load_json(p, data))]  # ids under id keys
             del data
-            new_rel = scrub_name(sc, rel)
-            sc.report.renamed += new_rel != rel
-            target = tmp / ("out" if s.is_file() else new_rel)
-            formats.write(target, out, gz)
-            sc.report.written.append(d.name if s.is_file() else new_rel)
+            if left:
+                raise RuntimeError(
+                    f"sanitize self-check failed: {p.relative_to(tmp)} still holds {len(left)} removed strings"
+                )
 
-    try:
-        d.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
-    except OSError as exc:
-        raise InputError(d, f"cannot write here ({exc.strerror or exc})") from None
-    try:
-        known = (len(sc.hosts), len(sc.users), len(sc.ids))
-        write_all(tmp, keep=True)
-        if (len(sc.hosts), len(sc.users), len(sc.ids)) != known:
-            # a big file named a host, user or process id that files written before it may hold: once more
-            shutil.rmtree(tmp)
-            tmp.mkdir()
-            write_all(tmp, keep=False)
-        datas.clear()
-        # read everything back: nothing removed may remain, in names or bytes
-        for p in sorted(tmp.rglob("*")):
-            if p.is_file():
-                data = formats.read(p)
-                left = sc.leftovers(data) + sc.leftovers(p.relative_to(tmp).as_posix().encode())
-                if (
-                    sc.ids
-                    and len(data) < _BIG
-                    and formats.kind_of(d.name if s.is_file() else p.name) == "json"
-                ):
-                    left += [str(i) for i in sc.leaked_ids(formats.load_json(p, data))]  # ids under id keys
-                del data
-                if left:
-                    raise RuntimeError(
-                        f"sanitize self-check failed: {p.relative_to(tmp)} still holds {len(left)} removed strings"
-                    )
-        if d.exists() or d.is_symlink():
-            _check_replaceable(s, d)  # again: it may have changed while we worked
-            if d.is_dir():
-                shutil.rmtree(d)
-            else:
-                d.unlink()
-        if s.is_dir():
-            (tmp / MARKER).write_bytes(_MARKER_TEXT)
-        if s.is_file():
-            (tmp / "out").rename(d)
-            tmp.rmdir()
+
+def _put_in_place(s: Path, d: Path, tmp: Path) -> None:
+    """Replace ``d`` (checked again: it may have changed while we worked) by the written copy."""
+    if d.exists() or d.is_symlink():
+        _check_replaceable(s, d)
+        if d.is_dir():
+            shutil.rmtree(d)
         else:
-            tmp.rename(d)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    r = sc.report
-    r.hosts = len(set(sc.hosts.values()))
-    r.users = len(sc.users)
-    r.paths_replaced = len(sc.paths)
-    r.ids = len(sc.ids)
-    r.host_map = {v: v for v in sorted(set(sc.hosts.values()))}
-    return r
+            d.unlink()
+    if s.is_dir():
+        (tmp / MARKER).write_bytes(_MARKER_TEXT)
+    if s.is_file():
+        (tmp / "out").rename(d)
+        tmp.rmdir()
+    else:
+        tmp.rename(d)

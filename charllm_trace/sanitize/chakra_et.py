@@ -36,40 +36,12 @@ def _clean_attr_list(sc: Scrubber, attrs: Any, collect_only: bool = False) -> No
         which = a.WhichOneof("value")
         if collect_only:
             if which == "string_val":
-                if nl in HOST_KEYS and nl != "node":
-                    sc.add_host(a.string_val)
-                elif nl in USER_KEYS:
-                    sc.add_user(a.string_val)
-                elif a.string_val[:1] in "{[":
-                    try:
-                        collect_json(sc, orjson.loads(a.string_val))
-                    except orjson.JSONDecodeError:
-                        pass
+                _collect_string(sc, nl, a.string_val)
             continue
         if nl in DROP_KEYS:
             sc.report.keys_dropped += 1
             continue
-        if which == "string_val":
-            s = a.string_val
-            if nl in HOST_KEYS:
-                a.string_val = sc.host_value(s)
-            elif nl in USER_KEYS:
-                a.string_val = USER_TOKEN
-            elif s[:1] in "{[":
-                try:
-                    a.string_val = orjson.dumps(sc.clean(orjson.loads(s))).decode()
-                except orjson.JSONDecodeError:
-                    a.string_val = sc.text(s)
-            else:
-                a.string_val = sc.text(s)
-        elif nl in ID_KEYS and which in ("int64_val", "uint64_val", "int32_val", "uint32_val"):
-            v = getattr(a, which)
-            sc.add_id(v)  # learnt here too: a new id makes sanitize_run write every file again
-            setattr(a, which, sc.id_of(v))
-        elif which == "string_list":
-            vals = [sc.text(v) for v in a.string_list.values]
-            del a.string_list.values[:]
-            a.string_list.values.extend(vals)
+        _clean_attr(sc, a, nl, which)
         keep.append(a)
     if not collect_only and len(keep) != len(attrs):
         kept = [type(a)() for a in keep]
@@ -77,6 +49,44 @@ def _clean_attr_list(sc: Scrubber, attrs: Any, collect_only: bool = False) -> No
             dst.CopyFrom(src)
         del attrs[:]
         attrs.extend(kept)
+
+
+def _collect_string(sc: Scrubber, nl: str, s: str) -> None:
+    """Learn the host and user names of one string attribute (``nl``: its lower-case key)."""
+    if nl in HOST_KEYS and nl != "node":
+        sc.add_host(s)
+    elif nl in USER_KEYS:
+        sc.add_user(s)
+    elif s[:1] in "{[":
+        try:
+            collect_json(sc, orjson.loads(s))
+        except orjson.JSONDecodeError:
+            pass
+
+
+def _clean_attr(sc: Scrubber, a: Any, nl: str, which: str | None) -> None:
+    """Clean one attribute kept in place (``which``: its value field)."""
+    if which == "string_val":
+        s = a.string_val
+        if nl in HOST_KEYS:
+            a.string_val = sc.host_value(s)
+        elif nl in USER_KEYS:
+            a.string_val = USER_TOKEN
+        elif s[:1] in "{[":
+            try:
+                a.string_val = orjson.dumps(sc.clean(orjson.loads(s))).decode()
+            except orjson.JSONDecodeError:
+                a.string_val = sc.text(s)
+        else:
+            a.string_val = sc.text(s)
+    elif nl in ID_KEYS and which in ("int64_val", "uint64_val", "int32_val", "uint32_val"):
+        v = getattr(a, which)
+        sc.add_id(v)  # learnt here too: a new id makes sanitize_run write every file again
+        setattr(a, which, sc.id_of(v))
+    elif which == "string_list":
+        vals = [sc.text(v) for v in a.string_list.values]
+        del a.string_list.values[:]
+        a.string_list.values.extend(vals)
 
 
 def collect(sc: Scrubber, path: Path, data: bytes) -> None:

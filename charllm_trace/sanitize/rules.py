@@ -249,32 +249,10 @@ class Scrubber:
             if isinstance(obj, dict):  # keyed by host (manifest gpus): the keys are not hardware
                 for k in obj:
                     self.learn_text(str(k))
-            return
-        if isinstance(obj, dict):
-            if kl in ("env", "environ", "environment", "env_vars", "envvars", "environment_variables"):
-                for k, v in obj.items():
-                    if k in USER_ENV:
-                        self.add_user(v)
-                    elif k in HOST_ENV:
-                        self.add_host(v)
-                return
-            if kl == "uname":
-                self.add_host(obj.get("node") or obj.get("nodename"))
-            if kl in HOST_KEYS or kl in USER_KEYS:
-                for v in obj.values():
-                    self.collect(v, key)
-                return
-            for k, v in obj.items():
-                self.collect(v, str(k))
+        elif isinstance(obj, dict):
+            self._collect_dict(obj, key, kl)
         elif isinstance(obj, list):
-            if kl in HOST_KEYS or kl in USER_KEYS:
-                for v in obj:
-                    self.collect(v, key)
-            elif len(obj) < 10_000:  # event lists hold no host/user keys worth a walk
-                for i, v in enumerate(obj):
-                    if isinstance(v, str) and i + 1 < len(obj) and ENDPOINT_FLAG.fullmatch(v):
-                        self.add_host(obj[i + 1])  # ["--master_addr", "node7"]
-                    self.collect(v, "")
+            self._collect_list(obj, key, kl)
         elif type(obj) is int:
             if kl in ID_KEYS:
                 self.add_id(obj)
@@ -285,6 +263,33 @@ class Scrubber:
                 self.add_user(obj)
             else:
                 self.learn_text(obj)
+
+    def _collect_dict(self, obj: dict[str, Any], key: str, kl: str) -> None:
+        if kl in ("env", "environ", "environment", "env_vars", "envvars", "environment_variables"):
+            for k, v in obj.items():
+                if k in USER_ENV:
+                    self.add_user(v)
+                elif k in HOST_ENV:
+                    self.add_host(v)
+            return
+        if kl == "uname":
+            self.add_host(obj.get("node") or obj.get("nodename"))
+        if kl in HOST_KEYS or kl in USER_KEYS:
+            for v in obj.values():
+                self.collect(v, key)
+            return
+        for k, v in obj.items():
+            self.collect(v, str(k))
+
+    def _collect_list(self, obj: list[Any], key: str, kl: str) -> None:
+        if kl in HOST_KEYS or kl in USER_KEYS:
+            for v in obj:
+                self.collect(v, key)
+        elif len(obj) < 10_000:  # event lists hold no host/user keys worth a walk
+            for i, v in enumerate(obj):
+                if isinstance(v, str) and i + 1 < len(obj) and ENDPOINT_FLAG.fullmatch(v):
+                    self.add_host(obj[i + 1])  # ["--master_addr", "node7"]
+                self.collect(v, "")
 
     # ---- rewriting --------------------------------------------------------
     def _pattern(self) -> re.Pattern[str] | None:
@@ -407,34 +412,7 @@ class Scrubber:
             out = self._memo.get(obj)
             return out if out is not None else self.text(obj)
         if t is dict:
-            res: dict[str, Any] = {}
-            keys = self._keys
-            for k, v in obj.items():
-                kk = keys.get(k)
-                if kk is None:
-                    kk = keys[k] = self._key(k)
-                act, ck = kk
-                tv = type(v)
-                if act == 0:
-                    if tv is int or tv is float or tv is bool or v is None:
-                        res[ck] = v
-                    else:
-                        res[ck] = self.clean(v, k)
-                elif act == 1:
-                    self.report.env_dropped += 1
-                elif act == 2:
-                    self.report.keys_dropped += 1
-                elif act == 3 and (str(k).lower() != "node" or tv is str):
-                    res[ck] = self.host_value(v)
-                elif act == 4 and tv is str:
-                    res[ck] = USER_TOKEN
-                elif act == 5:
-                    res[ck] = self.hw_value(v)
-                elif act == 6 and tv is int:
-                    res[ck] = self.id_of(v)
-                else:
-                    res[ck] = self.clean(v, k)
-            return res
+            return self._clean_dict(obj)
         if t is list:
             out_l = []
             for x in obj:
@@ -444,6 +422,36 @@ class Scrubber:
                 out_l.append(self.clean(x, key))
             return out_l
         return obj
+
+    def _clean_dict(self, obj: dict[Any, Any]) -> dict[str, Any]:
+        res: dict[str, Any] = {}
+        keys = self._keys
+        for k, v in obj.items():
+            kk = keys.get(k)
+            if kk is None:
+                kk = keys[k] = self._key(k)
+            act, ck = kk
+            tv = type(v)
+            if act == 0:
+                if tv is int or tv is float or tv is bool or v is None:
+                    res[ck] = v
+                else:
+                    res[ck] = self.clean(v, k)
+            elif act == 1:
+                self.report.env_dropped += 1
+            elif act == 2:
+                self.report.keys_dropped += 1
+            elif act == 3 and (str(k).lower() != "node" or tv is str):
+                res[ck] = self.host_value(v)
+            elif act == 4 and tv is str:
+                res[ck] = USER_TOKEN
+            elif act == 5:
+                res[ck] = self.hw_value(v)
+            elif act == 6 and tv is int:
+                res[ck] = self.id_of(v)
+            else:
+                res[ck] = self.clean(v, k)
+        return res
 
     def leftovers(self, data: bytes) -> list[str]:
         """Removed strings still present in ``data`` (case-insensitive for names)."""

@@ -187,22 +187,7 @@ class Sampler:
                     k += skip
                 if deadline is not None and now >= deadline:
                     break
-                for i in range(ndev):
-                    if retry_at[i] and now < retry_at[i]:
-                        continue
-                    a = self.clock.time_ns()
-                    try:
-                        vals = b.read(i)
-                    except DeviceError as exc:
-                        self._device_error(i, str(exc))
-                        retry_at[i] = now + int(RETRY_S * 1e9)
-                        continue
-                    except Exception as exc:  # a backend bug must not lose other devices
-                        self._device_error(i, f"{type(exc).__name__}: {exc}")
-                        retry_at[i] = now + int(RETRY_S * 1e9)
-                        continue
-                    retry_at[i] = 0
-                    writer.add((a + self.clock.time_ns()) // 2, b.devices[i]["index"], vals)
+                self._sample_devices(b, writer, now, retry_at)
                 self.ticks += 1
                 k += 1
                 if now >= next_flush:
@@ -223,6 +208,25 @@ class Sampler:
         m.update(self._stats())
         write_meta(self.meta_path, m)
         return m
+
+    def _sample_devices(self, b: Any, writer: SampleWriter, now: int, retry_at: list[int]) -> None:
+        """One sample of every device not waiting to retry after an error."""
+        for i in range(len(b.devices)):
+            if retry_at[i] and now < retry_at[i]:
+                continue
+            a = self.clock.time_ns()
+            try:
+                vals = b.read(i)
+            except DeviceError as exc:
+                self._device_error(i, str(exc))
+                retry_at[i] = now + int(RETRY_S * 1e9)
+                continue
+            except Exception as exc:  # a backend bug must not lose other devices
+                self._device_error(i, f"{type(exc).__name__}: {exc}")
+                retry_at[i] = now + int(RETRY_S * 1e9)
+                continue
+            retry_at[i] = 0
+            writer.add((a + self.clock.time_ns()) // 2, b.devices[i]["index"], vals)
 
     def _ready(self) -> None:
         """Tell a waiting launcher that the signal handlers are in place and sampling starts."""
