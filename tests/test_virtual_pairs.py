@@ -84,10 +84,18 @@ def test_random_graphs_with_ties_equal_the_cubic_comparison():
 
 
 def _oracle_d(n_points, src, dst, lag, prio, n_real, starts):
-    return np.stack(
-        [engine.longest_path(n_points, src, dst, lag, prio, np.where(np.arange(n_points) == n_real + j, 0, NONE))[0][starts]
-         for j in range(len(starts))]  # fmt: skip
-    ) if len(starts) else np.zeros((0, 0), np.int64)
+    return (
+        np.stack(
+            [
+                engine.longest_path(
+                    n_points, src, dst, lag, prio, np.where(np.arange(n_points) == n_real + j, 0, NONE)
+                )[0][starts]
+                for j in range(len(starts))
+            ]  # fmt: skip
+        )
+        if len(starts)
+        else np.zeros((0, 0), np.int64)
+    )
 
 
 def test_lags_too_long_to_tag_fall_back():
