@@ -141,7 +141,7 @@ def convert_cmd(
     charllm-trace convert RUN_DIR -o et/
     charllm-trace convert kineto.json.gz --host-et host_et.json.gz -o et/
     """
-    from charllm_trace.cli.convert import convert_lines
+    from charllm_trace.cli.app.convert import convert_lines
 
     for line in convert_lines(path, output, host_et, workers, gz=gz, force=force):
         click.echo(line)
