@@ -20,8 +20,9 @@ import polars as pl
 from charllm_trace.analysis.bandwidth import bandwidth_from, collectives
 from charllm_trace.analysis.bandwidth_reason import comm_facts, no_bandwidth_reason
 from charllm_trace.analysis.breakdown import RankBreakdown, breakdown_from, rank_breakdown
-from charllm_trace.analysis.classify import classify, with_phase
+from charllm_trace.analysis.classify import classify
 from charllm_trace.analysis.comm_wait import NO_MATCH, comm_wait_from, rank_comm_ops
+from charllm_trace.analysis.context import RankContext
 from charllm_trace.analysis.energy import energy
 from charllm_trace.analysis.flops import flops_from, rank_flops
 from charllm_trace.analysis.flops_results import FlopsResult
@@ -51,7 +52,6 @@ from charllm_trace.analysis.results import (
 )
 from charllm_trace.analysis.results_breakdown import NO_GPU_OPS
 from charllm_trace.analysis.runconfig import run_config_of
-from charllm_trace.analysis.step_windows import step_windows
 from charllm_trace.analysis.stream_analyses import RankStreams, rank_stream_analyses, stream_analyses_from
 from charllm_trace.analysis.telemetry_source import telemetry_source_note
 from charllm_trace.analysis.whatif import simulate
@@ -175,32 +175,23 @@ def analyze_rank(
             part.simulated = True
         else:
             part.no_ts = True
-    # classified once (the classes do not depend on times: a simulated copy takes its original's)
+    # classified once (the classes do not depend on times: a simulated copy takes its original's);
+    # the context cuts the step windows once, on first use (analysis/context.py)
     recorded = classify(trace.nodes)
     classified = recorded if tr is trace else tr.nodes.with_columns(recorded["cls"])
-    # the step windows (GPU time, analysis/step_windows.py): one definition for every analysis
-    windows = step_windows(tr, classified) if not part.no_ts else None
+    ctx = RankContext(tr, classified, recorded, rank, dims, hosts, node_gpus)
     if not part.no_ts:
         part.overlap = overlap(
-            tr,
+            ctx,
             per_step=options.per_step,
             hta_compat=options.hta_compat,
             hta_keep_last_step=options.hta_keep_last_step,
             group_dims=dims,
-            classified=classified,
-            windows=windows,
         )
-        part.streams = rank_stream_analyses(tr, classified, options, windows)
+        part.streams = rank_stream_analyses(ctx, options)
     part.meta_simulated = bool(tr.meta.extra.get("simulated"))
     part.coll, part.peaks = collectives(
-        tr,
-        peak_gbps=options.peak_gbps,
-        group_dims=dims,
-        hosts=hosts,
-        classified=classified,
-        tally=part.tally,
-        node_gpus=node_gpus,
-        windows=windows,
+        ctx, peak_gbps=options.peak_gbps, group_dims=dims, hosts=hosts, tally=part.tally, node_gpus=node_gpus
     )
     if part.coll.height == 0:  # only read when no rank has a timed collective (the skipped reason)
         part.n_comm, part.comm_timed, part.comm_names, part.device = comm_facts(tr)
@@ -212,15 +203,8 @@ def analyze_rank(
         if c.endswith(("_w", "_c", "_mhz", "_pct")) and tel[c].null_count() < tel.height
     ]
     if tel.height and not tel["power_w"].is_null().all():
-        classified = with_phase(classified)  # the phase column energy needs, added once
-        part.energy = energy(
-            tr,
-            method=options.energy_method,
-            per_step=options.per_step,
-            classified=classified,
-            windows=windows,
-        )
-        part.power = power(tr, per_step=options.per_step, classified=classified, windows=windows)
+        part.energy = energy(ctx, method=options.energy_method, per_step=options.per_step)
+        part.power = power(ctx, per_step=options.per_step)
         src = telemetry_source_note(tr)  # an imported log: its tool, file and rate
         if src:
             part.energy.notes.insert(0, src)
@@ -228,16 +212,14 @@ def analyze_rank(
     # time breakdown (durations suffice: without timestamps, the whole trace only)
     part.breakdown = rank_breakdown(
         rank,
-        tr,
-        classified,
+        ctx,
         per_step=options.per_step,
         hta_compat=options.hta_compat,
         hta_keep_last_step=options.hta_keep_last_step,
-        windows=windows,
     )
-    part.flops = rank_flops(rank, tr, classified, per_step=options.per_step, windows=windows)
+    part.flops = rank_flops(rank, ctx, per_step=options.per_step)
     if not part.no_ts:  # with --step-marker, or where phases or requests are marked
-        part.iterations = rank_iterations(rank, tr, classified, windows, bool(options.step_marker))
+        part.iterations = rank_iterations(rank, tr, ctx.classified, ctx.windows, bool(options.step_marker))
     if part.iterations is not None:
         part.iterations.notes[:0] = marker_notes
     part.lost = lost_device_activity(tr.nodes)
@@ -248,7 +230,7 @@ def analyze_rank(
     if options.per_step and not part.no_ts and tr.steps().height == 0:
         part.dup_notes.append(NO_STEPS)
     if keep:
-        part.trace, part.recorded, part.classified = tr, recorded, classified
+        part.trace, part.recorded, part.classified = tr, recorded, ctx.classified
     return part
 
 
