@@ -112,7 +112,7 @@ def child_ours(path: str) -> dict:
     import charllm_trace as ct
 
     ct.tune_polars_allocator()  # as the charllm-trace command does (opt-in for library users)
-    from charllm_trace.analysis import bandwidth, overlap
+    from charllm_trace.analysis.api import bandwidth, overlap
     from charllm_trace.analysis.context import RankContext
 
     t = time.perf_counter()

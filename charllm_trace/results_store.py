@@ -39,24 +39,8 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from charllm_trace import results_checks as checks
-from charllm_trace.analysis.comm_wait_results import CommWaitResult
-from charllm_trace.analysis.flops_results import FlopsResult
-from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
-from charllm_trace.analysis.iterations_results import IterationsResult
-from charllm_trace.analysis.pipeline_results import PipelineResult
-from charllm_trace.analysis.results import (
-    AnalyzeOptions,
-    BandwidthResult,
-    BreakdownResult,
-    CriticalPathResult,
-    EnergyResult,
-    LinkPeak,
-    OverlapResult,
-    PowerResult,
-    RunAnalysis,
-    RunConfig,
-    WhatIfResult,
-)
+from charllm_trace.analysis.registry import ANALYSES
+from charllm_trace.analysis.results import AnalyzeOptions, LinkPeak, RunAnalysis
 from charllm_trace.errors import InputError
 
 if TYPE_CHECKING:
@@ -65,25 +49,10 @@ if TYPE_CHECKING:
 FORMAT = "charllm-trace-results"
 VERSION = 1
 MANIFEST = "charllm-results.json"
-#: RunAnalysis fields holding one analysis' result, and its type
-RESULT_TYPES: dict[str, type] = {
-    "overlap": OverlapResult,
-    "bandwidth": BandwidthResult,
-    "energy": EnergyResult,
-    "power": PowerResult,
-    "critical_path": CriticalPathResult,
-    "what_if": WhatIfResult,
-    "idle_time": IdleTimeResult,
-    "launch": LaunchResult,
-    "config": RunConfig,
-    "breakdown": BreakdownResult,
-    "flops": FlopsResult,
-    "pipeline": PipelineResult,
-    "comm_wait": CommWaitResult,
-    "iterations": IterationsResult,
-}
+#: RunAnalysis fields holding one analysis' result, and its type (the analysis registry)
+RESULT_TYPES: dict[str, type] = {a.name: a.result for a in ANALYSES}
 #: results added to version 1 after its first files were written: read as None from a file without them (with a reason in ``skipped``, but the configuration)
-ADDED_RESULTS = ("idle_time", "launch", "config", "breakdown", "flops", "pipeline", "comm_wait", "iterations")
+ADDED_RESULTS = tuple(a.name for a in ANALYSES if a.added)
 #: analysis options added to version 1 after its first files were written: a file without them
 #: was analysed as their defaults do (display options: the figures do not depend on them)
 ADDED_OPTIONS = ("breakdown_top", "step_marker")

@@ -1,4 +1,8 @@
-"""``analyze_run``: the four analyses of a run, bundled (what the CLI's ``analyze`` prints)."""
+"""The library API of the analyses: ``analyze_run`` (every registered analysis of a run, bundled:
+what the CLI's ``analyze`` prints) and each public analysis function under its documented name
+(``overlap``, ``bandwidth``, ``energy``, ``power``, ``flops``, ``idle_time``, ``launch_stats``,
+``time_breakdown``, ``critical_path``, ``what_if``, ``simulate``): the functions named like their
+modules are imported from here, not from the package (docs/analyses.md)."""
 
 from __future__ import annotations
 
@@ -7,13 +11,20 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace.analysis.bandwidth import run_hosts
+from charllm_trace.analysis.bandwidth import bandwidth, run_hosts
+from charllm_trace.analysis.breakdown import time_breakdown
 from charllm_trace.analysis.critical import critical_path
+from charllm_trace.analysis.energy import energy
+from charllm_trace.analysis.flops import flops
 from charllm_trace.analysis.graph_merge import keep_steps, skip_cycles, skip_untimed
 from charllm_trace.analysis.group_size import ranks_per_node
+from charllm_trace.analysis.idle_time import idle_time
+from charllm_trace.analysis.launch_stats import launch_stats
+from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.parallel import name_groups
 from charllm_trace.analysis.pipeline import pipeline_from, rank_microbatches
 from charllm_trace.analysis.pipeline_results import PipelineResult
+from charllm_trace.analysis.power import power
 from charllm_trace.analysis.rank_parts import (  # noqa: F401 - NO_DURATIONS, duplicate_step_notes: this module's interface
     NO_DURATIONS,
     analyze_rank,
@@ -29,10 +40,29 @@ from charllm_trace.analysis.results import (  # the notes' words live with the r
     RunAnalysis,
     WhatIfResult,
 )
-from charllm_trace.analysis.whatif import what_if
+from charllm_trace.analysis.whatif import simulate, what_if
 from charllm_trace.graph.engine import CycleError
 from charllm_trace.graph.run import build_run_graph
 from charllm_trace.model import ProcessGroup, Run, Trace
+
+#: The library API (docs/analyses.md).
+__all__ = [
+    "AnalyzeOptions",
+    "RunAnalysis",
+    "analyze_run",
+    "analyze_trace",
+    "bandwidth",
+    "critical_path",
+    "energy",
+    "flops",
+    "idle_time",
+    "launch_stats",
+    "overlap",
+    "power",
+    "simulate",
+    "time_breakdown",
+    "what_if",
+]
 
 
 def _all_groups(groups_per_rank: list[list[ProcessGroup]]) -> list[ProcessGroup]:

@@ -29,7 +29,8 @@ class RankContext:
     nodes with the ``cls`` column (of the recorded trace: classes do not depend on times);
     ``recorded``: the recorded trace's classified nodes (the execution graph of a simulated run).
     ``dims``: process group -> parallel dimension (of the whole run); ``hosts``: every rank's
-    host; ``node_gpus``: the run's GPUs per node, when known."""
+    host; ``node_gpus``: the run's GPUs per node, when known; ``untimed``: the rank has no
+    timestamps and was not simulated (the analyses that need times skip it)."""
 
     trace: Trace
     classified: pl.DataFrame
@@ -38,6 +39,8 @@ class RankContext:
     dims: Mapping[str, str | None] = field(default_factory=dict)
     hosts: Mapping[int, str | None] = field(default_factory=dict)
     node_gpus: int | None = None
+    untimed: bool = False  # no timestamps (and not simulated): the timed analyses are skipped
+    marker_notes: list[str] = field(default_factory=list)  # what --step-marker's steps note
     _windows: StepWindows | None = field(default=None, repr=False)
     _phased: bool = field(default=False, repr=False)
 
