@@ -19,7 +19,9 @@ Format (``VERSION``): one zip file (``zipfile``, members stored uncompressed):
 
 Nothing read back is trusted: ``zipfile`` checks every member's CRC-32 as it is read, each
 member's size and SHA-256 must match the manifest, the members must be exactly those the manifest
-lists, and the analysis' fields exactly those of this version's result types. Anything else is an
+lists, and the analysis' fields exactly those of this version's result types (the analysis
+registry's), each value of its declared type (``msgspec.convert`` against the types' own
+annotations). Anything else is an
 :class:`InputError` naming the file (exit 2 in the CLI): not a zip, not ours, another version,
 truncated or corrupt.
 """
@@ -27,15 +29,18 @@ truncated or corrupt.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import io
 import json
 import os
+import typing
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import polars as pl
 
 from charllm_trace import results_checks as checks
@@ -246,45 +251,43 @@ def _frame(data: bytes, name: str) -> pl.DataFrame:
         raise _Bad(f"{name}: not an Arrow IPC file ({type(exc).__name__})") from None
 
 
-def _conforms(v: Any, ann: str) -> bool:
-    """Whether the JSON value ``v`` fits the field annotation ``ann`` (the result types' own
-    annotations: bool, int, float, str, LinkPeak, list[...], dict/Mapping[str, ...], X | None)."""
-    ann = ann.replace(" ", "")
-    if ann.endswith("|None"):
-        return v is None or _conforms(v, ann[: -len("|None")])
-    if ann in ("bool", "str"):
-        return isinstance(v, bool if ann == "bool" else str)
-    if ann in ("int", "float"):
-        return isinstance(v, (int, float) if ann == "float" else int) and not isinstance(v, bool)
-    if ann == "LinkPeak":
-        return (
-            isinstance(v, dict)
-            and set(v) == {f.name for f in dataclasses.fields(LinkPeak)}
-            and all(_conforms(v[f.name], str(f.type)) for f in dataclasses.fields(LinkPeak))
-        )
-    if ann.startswith("list[") and ann.endswith("]"):
-        return isinstance(v, list) and all(_conforms(x, ann[5:-1]) for x in v)
-    for head in ("dict[str,", "Mapping[str,"):
-        if ann.startswith(head) and ann.endswith("]"):
-            inner = ann[len(head) : -1]
-            return isinstance(v, dict) and all(
-                isinstance(k, str) and _conforms(x, inner) for k, x in v.items()
-            )
-    raise _Bad(f"a field of type {ann} this version cannot check")
+def _json_type(t: Any) -> Any:
+    """The type a saved value of a field annotated ``t`` must convert to: the result types' own
+    annotations, with :class:`LinkPeak` as a closed object of its fields."""
+    if t is LinkPeak:
+        return _checker(LinkPeak, frozenset(f.name for f in dataclasses.fields(LinkPeak)))
+    args = typing.get_args(t)
+    if typing.get_origin(t) is dict and len(args) == 2 and args[1] is LinkPeak:
+        return dict[args[0], _json_type(LinkPeak)]  # type: ignore[valid-type]
+    return t
+
+
+@functools.cache
+def _checker(cls: type, names: frozenset[str]) -> type[msgspec.Struct]:
+    """A msgspec ``Struct`` of the fields ``names`` of the dataclass ``cls``, each of its declared
+    type, all required and no other (what ``msgspec.convert`` checks a saved result's values
+    against)."""
+    hints = typing.get_type_hints(cls)
+    fields = [(f.name, _json_type(hints[f.name])) for f in dataclasses.fields(cls) if f.name in names]
+    _check(len(fields) == len(names), f"{cls.__name__}: other fields")
+    return msgspec.defstruct(f"Saved{cls.__name__}", fields, forbid_unknown_fields=True)
 
 
 def _values(cls: type, values: dict[str, Any], what: str) -> dict[str, Any]:
-    """``values`` (JSON) as the keyword arguments of ``cls``, each checked against its field's type."""
-    types = {f.name: str(f.type) for f in dataclasses.fields(cls)}
-    out = {}
-    for k, v in values.items():
-        _check(k in types and _conforms(v, types[k]), f"{what}.{k}: not a {types.get(k, 'field')}")
-        out[k] = (
-            {n: LinkPeak(**p) for n, p in v.items()}
-            if types[k].replace(" ", "") == "dict[str,LinkPeak]"
-            else v
-        )
-    return out
+    """``values`` (JSON) as the keyword arguments of ``cls``, each checked against its field's
+    declared type by msgspec (values kept as read: an integer saved for a float stays one)."""
+    _check(all(isinstance(k, str) for k in values), f"{what}: malformed")
+    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
+    _check(not unknown, f"{what}.{unknown[0] if unknown else ''}: not a field")
+    try:
+        msgspec.convert(values, _checker(cls, frozenset(values)), strict=True)
+    except msgspec.ValidationError as exc:
+        raise _Bad(f"{what}: {exc}") from None
+    hints = typing.get_type_hints(cls)
+    return {
+        k: {n: LinkPeak(**p) for n, p in v.items()} if _json_type(hints[k]) is not hints[k] else v
+        for k, v in values.items()
+    }
 
 
 def _decode_result(cls: type, part: Any, members: dict[str, bytes], what: str) -> Any:

@@ -142,7 +142,9 @@ def _graph_analyses(
         graph = build_run_graph(run, classified)
         cp = critical_path(run, graph=graph, segments=False) if options.critical_path else None
         wi = (
-            what_if(run, dict(options.what_if), graph=graph, dims=run_dims(run, options))
+            what_if(
+                run, dict(options.what_if), graph=graph, classified=classified, dims=run_dims(run, options)
+            )
             if options.what_if
             else None
         )

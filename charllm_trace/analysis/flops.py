@@ -48,6 +48,8 @@ from charllm_trace.analysis.flops_results import (
     FlopsResult,
 )
 from charllm_trace.analysis.peaks import device_peaks
+from charllm_trace.analysis.registry import Merge, merge_notes
+from charllm_trace.analysis.results import AnalyzeOptions
 from charllm_trace.model import STEP_SCHEMA, Trace, empty_frame
 
 _KINETO_IO = ("Input Dims", "Input type", "Concrete Inputs")
@@ -475,3 +477,18 @@ def _ranked(res: FlopsResult, rank: int) -> FlopsResult:
         df.with_columns(rank=r) for df in (res.per_step, res.by_op, res.devices)
     )
     return res
+
+
+def rank_part(ctx: RankContext, options: AnalyzeOptions) -> tuple[int, FlopsResult]:
+    """The registry's per-rank function of ``flops`` (``analysis/registry.py``)."""
+    return rank_flops(ctx.rank, ctx, per_step=options.per_step)
+
+
+def merge(m: Merge) -> FlopsResult | None:
+    """The registry's merge of ``flops``: every rank's part stacked, its notes merged across ranks."""
+    fl, notes = flops_from(
+        [p.parts["flops"] for p in m.parts if p.parts.get("flops")], simulated=m.simulated, skipped=m.skipped
+    )
+    if fl is not None:
+        fl.notes = merge_notes(notes, m.multi)
+    return fl

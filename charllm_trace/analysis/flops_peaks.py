@@ -64,9 +64,7 @@ def op_peaks(ops: pl.DataFrame, model: str | None, dp: DevicePeaks | None) -> pl
         p, w = peak_or_reason(model, "tf32" if evidence else _base_dtype(c, d, has_tf32))
         peak.append(p)
         why.append(tf32_why if evidence and p is not None else w)
-    kinds = kinds.with_columns(
-        peak=pl.Series(peak, dtype=pl.Float64), mfu_why=pl.Series(why, dtype=pl.String)
-    )
+    kinds = kinds.with_columns(peak=pl.Series(peak, dtype=pl.Float64), mfu_why=pl.Series(why, dtype=pl.String))
     return ops.join(kinds, on=["op_class", "dtype"], how="left", nulls_equal=True, maintain_order="left")
 
 

@@ -21,8 +21,8 @@ from charllm_trace.analysis.classify import classify
 from charllm_trace.analysis.context import RankContext
 from charllm_trace.analysis.launch_gap import lost_device_activity
 from charllm_trace.analysis.marker_steps import with_marker_steps
-from charllm_trace.analysis.rank_steps import NO_DURATIONS, layout_of, merge_notes
-from charllm_trace.analysis.registry import Merge, in_steps, resolve
+from charllm_trace.analysis.rank_steps import NO_DURATIONS, layout_of
+from charllm_trace.analysis.registry import Merge, in_steps, merge_notes, resolve
 from charllm_trace.analysis.results import (
     NO_STEPS,
     AnalyzeOptions,

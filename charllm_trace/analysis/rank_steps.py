@@ -20,14 +20,13 @@ from charllm_trace.analysis.breakdown import RankBreakdown, breakdown_from, rank
 from charllm_trace.analysis.comm_wait import NO_MATCH, comm_wait_from, rank_comm_ops
 from charllm_trace.analysis.context import RankContext
 from charllm_trace.analysis.energy import energy
-from charllm_trace.analysis.flops import flops_from, rank_flops
 from charllm_trace.analysis.group_size import Tally
 from charllm_trace.analysis.iterations import iterations_from, rank_iterations
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.pipeline import NO_LABELS, pipeline_from, rank_microbatches
 from charllm_trace.analysis.power import power
 from charllm_trace.analysis.rank_spread import rank_spread
-from charllm_trace.analysis.registry import Merge
+from charllm_trace.analysis.registry import Merge, merge_notes
 from charllm_trace.analysis.results import (
     NO_TELEMETRY,
     NO_TIMESTAMPS,
@@ -44,27 +43,12 @@ from charllm_trace.analysis.results_breakdown import NO_GPU_OPS
 from charllm_trace.analysis.runconfig import run_config_of
 from charllm_trace.analysis.stream_analyses import rank_stream_analyses, stream_analyses_from
 from charllm_trace.analysis.telemetry_source import telemetry_source_note
-from charllm_trace.model import rank_ranges
 
 #: Why a trace without timestamps or durations is not simulated.
 NO_DURATIONS = (
     "this trace records neither times nor durations (a host execution trace alone): a simulated "
     "timeline would be all zero; convert it together with its Kineto profile"
 )
-
-
-def merge_notes(per_rank: list[tuple[int, list[str]]], multi: bool) -> list[str]:
-    """Each distinct note once, with the ranks it holds for (``ranks 0-7: ...``; on the 8-rank
-    DLRM set the same note was printed once per rank), in order of first appearance."""
-    ranks_of: dict[str, dict[int, None]] = {}  # ordered sets: linear in ranks (10,000 ranks: ms, not s)
-    for r, notes in per_rank:
-        for n in notes:
-            ranks_of.setdefault(n, {})[r] = None
-    if not multi:
-        return list(ranks_of)
-    return [
-        f"{'ranks' if len(rs) > 1 else 'rank'} {rank_ranges(list(rs))}: {n}" for n, rs in ranks_of.items()
-    ]
 
 
 def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
@@ -310,20 +294,6 @@ def merge_graph(m: Merge) -> Any:
 
 def merge_what_if(m: Merge) -> Any:
     return m.shared.pop("what_if", None)
-
-
-# ---- FLOP/s ----
-
-
-def flops_part(ctx: RankContext, options: AnalyzeOptions) -> Any:
-    return rank_flops(ctx.rank, ctx, per_step=options.per_step)
-
-
-def merge_flops(m: Merge) -> Any:
-    fl, fl_notes = flops_from([p for _, p in _of(m, "flops")], simulated=m.simulated, skipped=m.skipped)
-    if fl is not None:
-        fl.notes = merge_notes(fl_notes, m.multi)
-    return fl
 
 
 # ---- pipeline bubbles and waiting vs transfer (labelled / matched across ranks) ----

@@ -2,8 +2,11 @@
 
 Every analysis is a pure function of the trace model that returns one of the
 dataclasses below. Each holds polars frames whose columns are fixed by the
-``*_SCHEMA`` dicts in this module (renderers, exporters, the HTML report,
-baseline/check and diff rely on them). Times are integer ns, energy J, power W,
+``*_SCHEMA`` column tables in this module, each declared once as a list of
+``Col(name, dtype, unit, doc)`` (``analysis/columns.py``; renderers, exporters, the
+HTML report, baseline/check and diff rely on them; the JSON Schema and docs/columns.md
+are generated from them). Which result holds which frames: the analysis registry
+(``analysis/registry.py``). Times are integer ns, energy J, power W,
 bandwidth GB/s with GB = 1e9 bytes. Percentages are 0..100.
 
 Conventions shared by all frames:

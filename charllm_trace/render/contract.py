@@ -18,8 +18,9 @@ from typing import Any
 
 import msgspec
 
-from charllm_trace.analysis.columns import row_struct
+from charllm_trace.analysis.columns import markdown_table, row_struct
 from charllm_trace.analysis.frame_schemas import FRAME_SCHEMAS
+from charllm_trace.analysis.registry import ANALYSES
 
 #: document kind -> version of its layout
 VERSIONS: dict[str, int] = {"analyze": 2, "info": 1, "check": 1, "diff": 1, "compare": 1}
@@ -37,6 +38,24 @@ def frame_schema(name: str, columns: dict[str, Any]) -> dict[str, Any]:
     doc = msgspec.json.schema(list[row_struct(name, columns)])
     defs = doc.pop("$defs")
     return {**doc, "items": defs[name]}
+
+
+def columns_markdown() -> str:
+    """docs/columns.md: every frame of ``analyze --format json`` (and of CSV/Parquet), by analysis,
+    with its columns' types, units and descriptions, from the same declarations as the schema."""
+    out = [
+        "# Columns of the analyses' frames",
+        "",
+        "Generated from the column declarations (`Col(name, dtype, unit, doc)`, "
+        "`charllm_trace/analysis/columns.py`) by `charllm_trace.render.contract.columns_markdown`; "
+        "a test keeps this file in step. Every column may be null (unknown). Times are integer ns, "
+        "GB = 1e9 bytes.",
+    ]
+    for a in ANALYSES:
+        out += ["", f"## {a.name}", "", a.doc[:1].upper() + a.doc[1:] + "." if a.doc else ""]
+        for f in a.frames:
+            out += ["", f"### `{f.name}`", "", markdown_table(f.columns)]
+    return "\n".join(out) + "\n"
 
 
 def analyze_schema() -> dict[str, Any]:
