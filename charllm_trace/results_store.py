@@ -36,6 +36,7 @@ import json
 import os
 import typing
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,7 +45,7 @@ import msgspec
 import polars as pl
 
 from charllm_trace import results_checks as checks
-from charllm_trace.analysis.registry import ANALYSES
+from charllm_trace.analysis.registry import ANALYSES, Live
 from charllm_trace.analysis.results import AnalyzeOptions, LinkPeak, RunAnalysis
 from charllm_trace.errors import InputError
 
@@ -55,9 +56,11 @@ FORMAT = "charllm-trace-results"
 VERSION = 1
 MANIFEST = "charllm-results.json"
 #: RunAnalysis fields holding one analysis' result, and its type (the analysis registry)
-RESULT_TYPES: dict[str, type] = {a.name: a.result for a in ANALYSES}
+RESULT_TYPES: Mapping[str, type] = Live(lambda: {a.name: a.result for a in ANALYSES})
 #: results added to version 1 after its first files were written: read as None from a file without them (with a reason in ``skipped``, but the configuration)
-ADDED_RESULTS = tuple(a.name for a in ANALYSES if a.added)
+ADDED_RESULTS: Mapping[str, bool] = Live(lambda: {a.name: True for a in ANALYSES if a.added})
+#: RunAnalysis' own fields (a registered analysis that is not one is saved under its name, from ``extra``)
+_FIELDS = tuple(f.name for f in dataclasses.fields(RunAnalysis) if f.name != "extra")
 #: analysis options added to version 1 after its first files were written: a file without them
 #: was analysed as their defaults do (display options: the figures do not depend on them)
 ADDED_OPTIONS = ("breakdown_top", "step_marker")
@@ -95,30 +98,36 @@ def _plain(v: Any) -> Any:
     return v
 
 
+def _encode_result(name: str, v: Any, members: dict[str, bytes]) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    part: dict[str, Any] = {"frames": {}, "values": {}}
+    for g in dataclasses.fields(v):
+        x = getattr(v, g.name)
+        if isinstance(x, pl.DataFrame):
+            member = f"frames/{name}.{g.name}.arrow"
+            members[member] = _ipc(x)
+            part["frames"][g.name] = member
+        elif g.name == "peaks":
+            part["values"][g.name] = {k: _plain(dataclasses.asdict(p)) for k, p in x.items()}
+        else:
+            part["values"][g.name] = _plain(x)
+    return part
+
+
 def _encode_analysis(res: RunAnalysis, members: dict[str, bytes]) -> dict[str, Any]:
     doc: dict[str, Any] = {}
-    for f in dataclasses.fields(res):
-        v = getattr(res, f.name)
-        if f.name in RESULT_TYPES:
-            if v is None:
-                doc[f.name] = None
-                continue
-            part: dict[str, Any] = {"frames": {}, "values": {}}
-            for g in dataclasses.fields(v):
-                x = getattr(v, g.name)
-                if isinstance(x, pl.DataFrame):
-                    name = f"frames/{f.name}.{g.name}.arrow"
-                    members[name] = _ipc(x)
-                    part["frames"][g.name] = name
-                elif g.name == "peaks":
-                    part["values"][g.name] = {k: _plain(dataclasses.asdict(p)) for k, p in x.items()}
-                else:
-                    part["values"][g.name] = _plain(x)
-            doc[f.name] = part
-        elif f.name == "options":
-            doc[f.name] = {g.name: _plain(getattr(v, g.name)) for g in dataclasses.fields(v)}
+    for name in _FIELDS:
+        v = getattr(res, name)
+        if name in RESULT_TYPES:
+            doc[name] = _encode_result(name, v, members)
+        elif name == "options":
+            doc[name] = {g.name: _plain(getattr(v, g.name)) for g in dataclasses.fields(v)}
         else:
-            doc[f.name] = _plain(v)
+            doc[name] = _plain(v)
+    for a in ANALYSES:  # the registered analyses that are no field of RunAnalysis, after them
+        if a.name not in _FIELDS:
+            doc[a.name] = _encode_result(a.name, res.extra.get(a.name), members)
     return doc
 
 
@@ -309,7 +318,7 @@ def _decode_result(cls: type, part: Any, members: dict[str, bytes], what: str) -
 
 def _decode_analysis(doc: Any, members: dict[str, bytes], written_by: Any = None) -> RunAnalysis:
     _check(isinstance(doc, dict), "analysis: malformed")
-    fields = {f.name for f in dataclasses.fields(RunAnalysis)}
+    fields = set(_FIELDS) | set(RESULT_TYPES)
     absent = [k for k in ADDED_RESULTS if k not in doc]  # written before they existed
     doc = {**{k: None for k in absent}, **doc}
     _check(set(doc) == fields, "analysis: other fields (written by another version?)")
@@ -325,7 +334,8 @@ def _decode_analysis(doc: Any, members: dict[str, bytes], written_by: Any = None
     }
     kw["options"] = AnalyzeOptions(**_values(AnalyzeOptions, opts, "options"))
     rest = {k: v for k, v in doc.items() if k not in kw}
-    res = RunAnalysis(**kw, **_values(RunAnalysis, rest, "analysis"))
+    extra = {k: kw.pop(k) for k in list(kw) if k not in _FIELDS}
+    res = RunAnalysis(**kw, **_values(RunAnalysis, rest, "analysis"), extra=extra)
     by = f" (written by {written_by})" if isinstance(written_by, str) else ""
     for k in absent:
         if k != "config":

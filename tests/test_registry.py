@@ -51,10 +51,10 @@ def test_every_result_of_a_run_is_registered_once() -> None:
     assert len(set(names)) == len(names)
     # the registry's order is RunAnalysis' own: the order of saved results and of the notes
     assert names == [n for n in fields if n in names]
-    assert set(fields) - set(names) == {"skipped", "ranks", "simulated", "source", "options"}
+    assert set(fields) - set(names) == {"skipped", "ranks", "simulated", "source", "options", "extra"}
     frames = [f.name for a in registry.ANALYSES for f in a.frames]
     assert len(set(frames)) == len(frames) and list(FRAME_SCHEMAS) == frames
-    assert RESULT_TYPES == {a.name: a.result for a in registry.ANALYSES}
+    assert dict(RESULT_TYPES) == {a.name: a.result for a in registry.ANALYSES}
     # the results of version 1's first files, the rest added since (read as None from older files)
     assert set(names) - set(ADDED_RESULTS) == {
         "overlap",
@@ -257,3 +257,50 @@ def test_the_what_if_replay_classifies_no_rank_again(counted: dict[str, int]) ->
     res = analyze_run(run, AnalyzeOptions(what_if={"comm": 0.5, "comm_gbps": 1.0}))
     assert res.what_if is not None and res.what_if.steps.height
     assert counted["classify"] == plain
+
+
+@pytest.fixture
+def toy():  # type: ignore[no-untyped-def]
+    """The toy analysis of tests/registry_toy.py, registered for one test."""
+    from tests import registry_toy
+
+    registry.register(registry_toy.ENTRY)
+    yield registry_toy
+    registry.unregister("node_count")
+
+
+def test_an_analysis_added_by_one_module_and_one_registration(toy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Registered, with no other change: computed per rank and merged, in the JSON document (its
+    frame always present, and in the schema), its notes, saved and read back, printed and drawn."""
+    from charllm_trace.render.contract import analyze_schema
+    from charllm_trace.render.tables import render_analysis
+    from charllm_trace.report import render_report, report_data
+
+    run = loader.load(GLOO)
+    res = analyze_run(run, AnalyzeOptions(critical_path=False))
+    want = {r: (run.traces[r].nodes.height, 0) for r in run.ranks}  # a CPU run: no GPU kernel
+    got = {r: (n, k) for r, n, k in res.node_count.per_rank.iter_rows()}
+    assert got == want and res.extra["node_count"] is res.node_count
+    doc = json.loads(to_json(res))
+    assert [row["n_nodes"] for row in doc["frames"]["node_count"]] == [n for n, _ in want.values()]
+    assert doc["notes"]["node_count"] == ["ranks 0-1: counted by the toy analysis"]
+    assert "node_count" in analyze_schema()["properties"]["frames"]["required"]
+    back = read_results(tmp_path / "r.zip", results_bytes(res)).analysis
+    assert back.node_count.per_rank.equals(res.node_count.per_rank) and to_json(back) == to_json(res)
+    buf = io.StringIO()
+    from rich.console import Console
+
+    render_analysis(res, Console(file=buf, width=200))
+    assert f"node count: {sum(n for n, _ in want.values())} nodes" in buf.getvalue()
+    assert 'id="node-count"' in render_report(report_data(run, res))
+    # saved before the analysis existed: read with it None and a reason
+    registry.unregister("node_count")
+    old = results_bytes(res)
+    registry.register(toy.ENTRY)
+    older = read_results(tmp_path / "old.zip", old).analysis
+    assert older.node_count is None and "not in this results file" in older.skipped["node_count"]
+
+
+def test_the_registry_refuses_a_name_twice() -> None:
+    with pytest.raises(ValueError, match="registered already"):
+        registry.register(registry.BY_NAME["flops"])

@@ -7,14 +7,16 @@ analysis was not computed) and is the source of ``docs/schema/analyze.schema.jso
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import polars as pl
 
-from charllm_trace.analysis.registry import ANALYSES
+from charllm_trace.analysis.registry import ANALYSES, Live
 
 #: frame name -> (the RunAnalysis field whose result holds it, its columns): the registry's frames
-FRAME_SCHEMAS: dict[str, tuple[str, dict[str, pl.DataType]]] = {
-    f.name: (a.name, f.columns) for a in ANALYSES for f in a.frames
-}
+FRAME_SCHEMAS: Mapping[str, tuple[str, dict[str, pl.DataType]]] = Live(
+    lambda: {f.name: (a.name, f.columns) for a in ANALYSES for f in a.frames}
+)
 
 #: Why a frame is empty when its analysis was not asked for (no entry in ``skipped``).
 NOT_REQUESTED = "not requested"

@@ -167,8 +167,10 @@ def merge_parts(
             if k in m.skipped:
                 m.skipped[k] = NO_DURATIONS
     _cross_notes(parts, results, multi, manifest)
+    own = {f.name for f in dataclasses.fields(RunAnalysis)}
     return RunAnalysis(
-        **results,
+        **{k: v for k, v in results.items() if k in own},
+        extra={k: v for k, v in results.items() if k not in own},  # registered, no field of its own
         skipped=m.skipped,
         ranks=[p.rank for p in parts],
         simulated=simulated,

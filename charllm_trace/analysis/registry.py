@@ -29,7 +29,7 @@ docs/architecture.md, "Adding an analysis".
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -81,8 +81,8 @@ class Analysis:
         return resolve(self.result_ref)  # type: ignore[return-value]
 
     def get(self, res: Any) -> Any:
-        """This analysis' result in ``res`` (a RunAnalysis), or None."""
-        return getattr(res, self.name)
+        """This analysis' result in ``res`` (a RunAnalysis: its field, or ``extra``), or None."""
+        return getattr(res, self.name, None)
 
     def frames_of(self, result: Any) -> dict[str, pl.DataFrame]:
         """The frames of ``result`` (this analysis' result), by their stable names."""
@@ -97,7 +97,7 @@ _S = f"analysis.{_STEPS}"
 
 #: Every analysis of ``analyze_run``, in the order of machine outputs (frames, notes, saved
 #: results). ``step``: the order they run in (per rank, then merged).
-ANALYSES: tuple[Analysis, ...] = (
+ANALYSES: list[Analysis] = [
     Analysis(
         "overlap",
         _m("analysis.results", "OverlapResult"),
@@ -319,10 +319,42 @@ ANALYSES: tuple[Analysis, ...] = (
         table_at=11,
         doc="iterations, phases and requests (inference, --step-marker)",
     ),
-)
+]
 
 #: name -> entry
 BY_NAME: dict[str, Analysis] = {a.name: a for a in ANALYSES}
+
+
+def register(a: Analysis) -> None:
+    """Add an analysis (after those above, in machine outputs). One whose name is not a field of
+    ``RunAnalysis`` keeps its result in ``RunAnalysis.extra`` (read as ``res.<name>`` all the
+    same); every loop over the registry sees it from then on."""
+    if a.name in BY_NAME:
+        raise ValueError(f"an analysis named {a.name!r} is registered already")
+    ANALYSES.append(a)
+    BY_NAME[a.name] = a
+
+
+def unregister(name: str) -> None:
+    """Remove the analysis ``name`` (a test's, or a plug-in's)."""
+    ANALYSES.remove(BY_NAME.pop(name))
+
+
+class Live(Mapping[str, Any]):
+    """A mapping computed from the registry each time it is read (so that an analysis registered
+    later is in it): e.g. ``frame_schemas.FRAME_SCHEMAS``, ``results_store.RESULT_TYPES``."""
+
+    def __init__(self, build: Callable[[], dict[str, Any]]) -> None:
+        self._build = build
+
+    def __getitem__(self, key: str) -> Any:
+        return self._build()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._build())
+
+    def __len__(self) -> int:
+        return len(self._build())
 
 
 @dataclass

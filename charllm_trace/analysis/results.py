@@ -434,6 +434,15 @@ class RunAnalysis:
     simulated: bool = False
     source: str | None = None
     options: AnalyzeOptions = field(default_factory=AnalyzeOptions)
+    #: the results of registered analyses that have no field here (``analysis/registry.py``),
+    #: by name; ``res.<name>`` reads them as it reads a field
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        extra = self.__dict__.get("extra")
+        if extra is not None and name in extra:
+            return extra[name]
+        raise AttributeError(f"'RunAnalysis' object has no attribute {name!r}")
 
     def __post_init__(self) -> None:
         #: The classified nodes of each analysed rank (``classify``, plus ``phase`` where energy
