@@ -15,7 +15,7 @@ parent, peak RSS by the child (its ``VmHWM``, see ``peak_rss_mib``); a watchdog 
   ``get_temporal_breakdown``;
 - ours-untuned (optional): "ours" with polars' allocator (jemalloc) left at its defaults
   (``CHARLLM_TRACE_ALLOC=default``): freed pages kept up to 10 s instead of the 100 ms that
-  ``import charllm_trace`` asks for (``charllm_trace/_alloc.py``); the same code otherwise.
+  ``import charllm_trace`` asks for (``charllm_trace/core/alloc.py``); the same code otherwise.
 
 Usage::
 
@@ -286,7 +286,7 @@ def main() -> None:
                     etdir = work / f"et{reps}"
                     t = time.perf_counter()
                     subprocess.run(
-                        [sys.executable, "-m", "charllm_trace.cli", "convert", str(path), "-o", str(etdir),
+                        [sys.executable, "-m", "charllm_trace.cli.app", "convert", str(path), "-o", str(etdir),
                          "--force"],
                         check=True, cwd=ROOT, capture_output=True,
                     )  # fmt: skip

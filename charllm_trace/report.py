@@ -2,7 +2,7 @@
 
 :func:`report_data` picks and reshapes already-defined quantities into the frames
 the charts draw: what comes from the trace itself — the per-rank activity lanes and the
-telemetry series — from :mod:`charllm_trace.report_views` (saved with results, so
+telemetry series — from :mod:`charllm_trace.render.report_views` (saved with results, so
 :func:`report_data_from` redraws a report without the trace); the overlap, bandwidth,
 energy and power figures straight from :class:`RunAnalysis`, the critical paths and the
 what-if prediction straight from ``RunAnalysis.critical_path`` / ``RunAnalysis.what_if``.
@@ -23,12 +23,12 @@ from charllm_trace.analysis.findings import Finding, findings
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.registry import ANALYSES, resolve, shown
 from charllm_trace.analysis.results import BreakdownResult, RunAnalysis, WhatIfResult
-from charllm_trace.model import Run
+from charllm_trace.core.model import Run
 from charllm_trace.render import html as H
 from charllm_trace.render.report_analyses import CP_STYLE as _CP_STYLE
 from charllm_trace.render.report_ranks import rank_step_section
 from charllm_trace.render.report_sections import findings_html
-from charllm_trace.report_views import (  # noqa: F401 - the views' names are part of this module's interface
+from charllm_trace.render.report_views import (  # noqa: F401 - the views' names are part of this module's interface
     MAX_DEVICE_CHARTS,
     MAX_LANES,
     DeviceSeries,

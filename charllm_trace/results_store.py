@@ -1,11 +1,11 @@
 """Save and load analysis results, so tables, JSON/CSV/Parquet and the HTML report can be redrawn
 without the trace and without analysing again (``analyze --save``, ``analyze RESULTS``,
-``report RESULTS``; the results cache, ``results_cache.py``). docs/cache.md, "Saved results".
+``report RESULTS``; the results cache, ``store/results_cache.py``). docs/cache.md, "Saved results".
 
 A results file holds a :class:`~charllm_trace.analysis.results.RunAnalysis` whole — every frame
 and scalar of each analysis, the notes, skipped reasons, ranks, options and source — and,
 optionally, what the report draws from the trace itself
-(:class:`charllm_trace.report_views.ReportViews`: activity lanes, telemetry series, time origin).
+(:class:`charllm_trace.render.report_views.ReportViews`: activity lanes, telemetry series, time origin).
 Not saved: ``RunAnalysis.classified`` (the analyses' input, as large as the trace; the views keep
 what the report draws from it).
 
@@ -44,13 +44,13 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import polars as pl
 
-from charllm_trace import results_checks as checks
 from charllm_trace.analysis.registry import ANALYSES, Live
 from charllm_trace.analysis.results import AnalyzeOptions, LinkPeak, RunAnalysis
-from charllm_trace.errors import InputError
+from charllm_trace.core.errors import InputError
+from charllm_trace.store import results_checks as checks
 
 if TYPE_CHECKING:
-    from charllm_trace.report_views import ReportViews
+    from charllm_trace.render.report_views import ReportViews
 
 FORMAT = "charllm-trace-results"
 VERSION = 1
@@ -70,7 +70,7 @@ _ZIP_MAGIC = b"PK\x03\x04"
 def is_results_file(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a file that starts like a zip (the loader reads no zip: a results file,
     or a file to be refused with a clear message)."""
-    from charllm_trace.inputs import open_regular, path_kind
+    from charllm_trace.core.files import open_regular, path_kind
 
     if path_kind(path) != "file":  # a FIFO, a dangling link, a loop ...: InputError naming it
         return False
@@ -216,7 +216,7 @@ def save_results(
     views: ReportViews | None = None,
     force: bool = False,
 ) -> Path:
-    """Write ``res`` (and the report's ``views``, :func:`charllm_trace.report_views.report_views`)
+    """Write ``res`` (and the report's ``views``, :func:`charllm_trace.render.report_views.report_views`)
     to ``path``; refuses to replace an existing file unless ``force``. Written to a temporary
     file beside it and renamed, so a reader never sees half a file."""
     p = Path(path)
@@ -381,7 +381,7 @@ class SavedResults:
 def _decode_views(doc: dict[str, Any], members: dict[str, bytes]) -> ReportViews:
     import numpy as np
 
-    from charllm_trace.report_views import DeviceSeries, RankLanes, ReportViews
+    from charllm_trace.render.report_views import DeviceSeries, RankLanes, ReportViews
 
     def parts(name: str, keys: list[str]) -> dict[tuple[Any, ...], pl.DataFrame]:
         df = _frame(members[f"views/{name}.arrow"], f"views/{name}.arrow")
@@ -434,7 +434,7 @@ def _read(data: bytes | None, path: Path) -> SavedResults:
     except zipfile.BadZipFile as exc:
         raise _Bad(f"not a zip file or truncated ({exc})") from None
     with zf:
-        from charllm_trace.limits import gzip_out_limit
+        from charllm_trace.core.limits import gzip_out_limit
 
         names = zf.namelist()
         # zipfile reads no more than a member's declared size: bounding the declared sizes

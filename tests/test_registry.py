@@ -11,13 +11,14 @@ import sys
 import zipfile
 from pathlib import Path
 
+import charllm_trace.core.classify as cl
 import msgspec
 import polars as pl
 import pytest
+from charllm_trace.core.errors import InputError
+from charllm_trace.store.results import ADDED_RESULTS, RESULT_TYPES, read_results, results_bytes
 
-import charllm_trace.analysis.classify as cl
 import charllm_trace.analysis.step_windows as sw
-from charllm_trace import loader
 from charllm_trace.analysis import registry
 from charllm_trace.analysis.api import (
     AnalyzeOptions,
@@ -35,9 +36,8 @@ from charllm_trace.analysis.columns import Col, columns, markdown_table, row_str
 from charllm_trace.analysis.context import RankContext
 from charllm_trace.analysis.frame_schemas import FRAME_SCHEMAS
 from charllm_trace.analysis.results import RunAnalysis
-from charllm_trace.errors import InputError
+from charllm_trace.inputs import loader
 from charllm_trace.render.export import to_json
-from charllm_trace.results_store import ADDED_RESULTS, RESULT_TYPES, read_results, results_bytes
 from tests.results_helpers import with_telemetry
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
@@ -272,9 +272,10 @@ def toy():  # type: ignore[no-untyped-def]
 def test_an_analysis_added_by_one_module_and_one_registration(toy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Registered, with no other change: computed per rank and merged, in the JSON document (its
     frame always present, and in the schema), its notes, saved and read back, printed and drawn."""
+    from charllm_trace.render.report import render_report, report_data
+
     from charllm_trace.render.contract import analyze_schema
     from charllm_trace.render.tables import render_analysis
-    from charllm_trace.report import render_report, report_data
 
     run = loader.load(GLOO)
     res = analyze_run(run, AnalyzeOptions(critical_path=False))

@@ -41,9 +41,9 @@ from charllm_trace.analysis.results import (  # the notes' words live with the r
     WhatIfResult,
 )
 from charllm_trace.analysis.whatif import simulate, what_if
-from charllm_trace.graph.engine import CycleError
+from charllm_trace.core.dag import CycleError
+from charllm_trace.core.model import ProcessGroup, Run, Trace
 from charllm_trace.graph.run import build_run_graph
-from charllm_trace.model import ProcessGroup, Run, Trace
 
 #: The library API (docs/analyses.md).
 __all__ = [

@@ -26,7 +26,6 @@ from collections.abc import Mapping
 import numpy as np
 import polars as pl
 
-from charllm_trace.analysis.classify import ancestor_any, is_gpu_trace, positions
 from charllm_trace.analysis.context import RankContext, context_of
 from charllm_trace.analysis.group_size import Tally, ranks_per_node, tensor_group_notes, tensor_group_sizes
 from charllm_trace.analysis.hardware import link_peak, spans_nodes
@@ -40,7 +39,8 @@ from charllm_trace.analysis.results import (
     frame,
 )
 from charllm_trace.analysis.stragglers import stragglers
-from charllm_trace.model import Run, Trace
+from charllm_trace.core.classify import ancestor_any, is_gpu_trace, positions
+from charllm_trace.core.model import Run, Trace
 
 #: Element sizes in bytes by dtype name (torch / Kineto / Chakra spellings).
 DTYPE_BYTES: dict[str, int] = {

@@ -2,12 +2,12 @@
 top-level op, per rank and step (docs/analyses.md, "Time breakdown").
 
 - The operators are the GPU kernels, memcpys and memsets with a duration (classes ``compute``,
-  ``comm``, ``memcpy``, ``memset`` of :mod:`charllm_trace.analysis.classify`).
+  ``comm``, ``memcpy``, ``memset`` of :mod:`charllm_trace.core.classify`).
 - GPU time of a scope = the sum of its operators' durations (operators on concurrent streams both
   count, as in HTA's kernel breakdown; the union is the overlap analysis' ``busy_ns``).
 - Per key: count, total, mean and maximum duration, and ``pct`` = 100 · total / GPU time.
-- Category: :mod:`charllm_trace.analysis.kernel_category`. Launching op and top-level op:
-  :func:`charllm_trace.analysis.classify.launching_ops`; null when the launcher is not in the trace.
+- Category: :mod:`charllm_trace.core.kernel_category`. Launching op and top-level op:
+  :func:`charllm_trace.core.classify.launching_ops`; null when the launcher is not in the trace.
 - A step holds the operators whose GPU start falls in its GPU-time step window
   (:mod:`~charllm_trace.analysis.step_windows`, as the overlap and energy analyses assign them;
   an orphan without a launching call goes to the window holding it); under ``hta_compat``, HTA's
@@ -25,10 +25,7 @@ from collections.abc import Mapping
 import numpy as np
 import polars as pl
 
-from charllm_trace.analysis.classify import launching_ops
 from charllm_trace.analysis.context import RankContext, context_of
-from charllm_trace.analysis.intervals import round_inward_us
-from charllm_trace.analysis.kernel_category import categorize
 from charllm_trace.analysis.overlap import hta_filter, launch_times_of
 from charllm_trace.analysis.results_breakdown import (
     BREAKDOWN_GROUPS,
@@ -38,7 +35,10 @@ from charllm_trace.analysis.results_breakdown import (
     BreakdownResult,
 )
 from charllm_trace.analysis.step_windows import launch_step_index
-from charllm_trace.model import Trace, rank_ranges
+from charllm_trace.core.classify import launching_ops
+from charllm_trace.core.intervals import round_inward_us
+from charllm_trace.core.kernel_category import categorize
+from charllm_trace.core.model import Trace, rank_ranges
 
 #: the node classes whose operators the breakdown counts
 OPERATOR_CLASSES = ("compute", "comm", "memcpy", "memset")

@@ -1,7 +1,7 @@
 """One rank's inputs to the analyses, computed once: :class:`RankContext`.
 
 Every per-rank analysis reads the same derived tables of a rank: its classified nodes
-(:func:`~charllm_trace.analysis.classify.classify`), their phases (energy), and its step windows
+(:func:`~charllm_trace.core.classify.classify`), their phases (energy), and its step windows
 (:func:`~charllm_trace.analysis.step_windows.step_windows`: the GPU-time windows every per-step
 figure uses). The context computes each of them at most once, on first use, and the analyses take
 the context (or a bare trace, for which :func:`context_of` makes one): no analysis classifies or
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from charllm_trace.analysis.classify import classify, with_phase
 from charllm_trace.analysis.step_windows import StepWindows, step_windows
-from charllm_trace.model import Trace
+from charllm_trace.core.classify import classify, with_phase
+from charllm_trace.core.model import Trace
 
 
 @dataclass

@@ -28,8 +28,6 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from charllm_trace.analysis import intervals as iv
-from charllm_trace.analysis.classify import launching_ops
 from charllm_trace.analysis.context import RankContext, context_of
 from charllm_trace.analysis.energy_counter import MIN_CHANGES, counter_intervals, update_period_ns
 from charllm_trace.analysis.results import (
@@ -39,7 +37,9 @@ from charllm_trace.analysis.results import (
     EnergyResult,
     frame,
 )
-from charllm_trace.model import Trace
+from charllm_trace.core import intervals as iv
+from charllm_trace.core.classify import launching_ops
+from charllm_trace.core.model import Trace
 
 OPERATOR_CLASSES = ("compute", "comm", "memcpy", "memset")
 #: A counter correction beyond this fraction is a warning, not a note.
@@ -79,7 +79,7 @@ def sensor_period_ns(samples: pl.DataFrame, t: np.ndarray) -> int:
     """The power sensor's update period: detected from runs of repeated readings (a sensor
     read faster than it refreshes repeats itself; collectors' ``sensor_update_period_ns``),
     else the median gap between samples."""
-    from charllm_trace.collectors.telemetry.stats import sensor_update_period_ns
+    from charllm_trace.core.telemetry_stats import sensor_update_period_ns
 
     gap = int(np.median(np.diff(t))) if t.size > 1 else 0
     per = sensor_update_period_ns(samples).get(int(samples["device"][0])) if samples.height else None

@@ -36,7 +36,6 @@ import numpy as np
 import orjson
 import polars as pl
 
-from charllm_trace.analysis.classify import is_gpu_trace, positions
 from charllm_trace.analysis.context import RankContext, context_of
 from charllm_trace.analysis.flops_formulas import FLOP_OP_RE, OP_CLASSES, op_flops
 from charllm_trace.analysis.flops_peaks import OVER_PEAK, op_peaks, peak_notes
@@ -50,7 +49,8 @@ from charllm_trace.analysis.flops_results import (
 from charllm_trace.analysis.peaks import device_peaks
 from charllm_trace.analysis.registry import Merge, merge_notes
 from charllm_trace.analysis.results import AnalyzeOptions
-from charllm_trace.model import STEP_SCHEMA, Trace, empty_frame
+from charllm_trace.core.classify import is_gpu_trace, positions
+from charllm_trace.core.model import STEP_SCHEMA, Trace, empty_frame
 
 _KINETO_IO = ("Input Dims", "Input type", "Concrete Inputs")
 

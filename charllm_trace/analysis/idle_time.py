@@ -27,7 +27,7 @@ from charllm_trace.analysis.context import RankContext
 from charllm_trace.analysis.idle_results import IDLE_CATEGORIES, IDLE_TIME_SCHEMA, IdleTimeResult
 from charllm_trace.analysis.results import frame
 from charllm_trace.analysis.stream_ops import rank_stream_ops
-from charllm_trace.model import Trace
+from charllm_trace.core.model import Trace
 
 #: HTA's default ``consecutive_kernel_delay`` (30, in µs: the unit of HTA's times).
 KERNEL_WAIT_NS = 30_000

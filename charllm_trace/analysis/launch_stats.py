@@ -29,7 +29,7 @@ from charllm_trace.analysis.context import RankContext, context_of
 from charllm_trace.analysis.idle_results import LAUNCH_SCHEMA, QUEUE_SCHEMA, LaunchResult
 from charllm_trace.analysis.results import frame
 from charllm_trace.analysis.stream_ops import rank_stream_ops
-from charllm_trace.model import Trace
+from charllm_trace.core.model import Trace
 
 #: Bins of the queue time series per rank.
 QUEUE_BINS = 48

@@ -33,8 +33,6 @@ from collections.abc import Mapping
 import numpy as np
 import polars as pl
 
-from charllm_trace.analysis import intervals as iv
-from charllm_trace.analysis.classify import is_gpu_trace
 from charllm_trace.analysis.context import RankContext, context_of
 from charllm_trace.analysis.results import (
     OVERLAP_GROUP_SCHEMA,
@@ -48,7 +46,9 @@ from charllm_trace.analysis.step_windows import (  # launch_times*: re-exported 
     launch_times,
     launch_times_of,
 )
-from charllm_trace.model import Trace
+from charllm_trace.core import intervals as iv
+from charllm_trace.core.classify import is_gpu_trace
+from charllm_trace.core.model import Trace
 
 __all__ = ["GPU_BUSY", "OVERLAP_COLUMNS", "hta_filter", "launch_times", "launch_times_of", "overlap"]
 

@@ -29,11 +29,11 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from charllm_trace.analysis import intervals as iv
 from charllm_trace.analysis.context import RankContext, context_of
 from charllm_trace.analysis.energy import cumulative_energy, device_samples, trace_devices
 from charllm_trace.analysis.results import POWER_SCHEMA, THROTTLE_SCHEMA, PowerResult, frame
-from charllm_trace.model import Trace
+from charllm_trace.core import intervals as iv
+from charllm_trace.core.model import Trace
 
 #: NVML clock-event (throttle) reason bits — nvmlClocksEventReason* / nvmlClocksThrottleReason*.
 THROTTLE_REASONS: dict[int, str] = {

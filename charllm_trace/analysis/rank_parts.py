@@ -17,9 +17,7 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace.analysis.classify import classify
 from charllm_trace.analysis.context import RankContext
-from charllm_trace.analysis.launch_gap import lost_device_activity
 from charllm_trace.analysis.marker_steps import with_marker_steps
 from charllm_trace.analysis.rank_steps import NO_DURATIONS, layout_of
 from charllm_trace.analysis.registry import Merge, in_steps, merge_notes, resolve
@@ -31,7 +29,9 @@ from charllm_trace.analysis.results import (
     WhatIfResult,
 )
 from charllm_trace.analysis.whatif import simulate
-from charllm_trace.model import Trace, TraceMeta
+from charllm_trace.core.classify import classify
+from charllm_trace.core.launch_gap import lost_device_activity
+from charllm_trace.core.model import Trace, TraceMeta
 
 __all__ = [
     "NO_DURATIONS",

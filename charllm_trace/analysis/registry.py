@@ -21,7 +21,7 @@ use (:func:`resolve`), so the registry imports nothing of the analyses: the resu
 loops over it (``RunAnalysis.frames``) without an import circle, and reading it (saved results,
 the JSON Schema) loads no analysis and no renderer. The loops over
 it: ``analysis/rank_parts.py`` (per rank and merge), ``RunAnalysis.frames``/``notes``,
-``results_store.py`` (saved results), ``analysis/frame_schemas.py`` (the JSON document and its
+``store/results.py`` (saved results), ``analysis/frame_schemas.py`` (the JSON document and its
 schema), ``render/tables.py`` (the terminal) and ``report.py`` (the HTML page). Adding an analysis:
 docs/architecture.md, "Adding an analysis".
 """
@@ -36,7 +36,7 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace.model import rank_ranges
+from charllm_trace.core.model import rank_ranges
 
 #: The steps of analyze_run, for an entry's ``step`` (per rank and in the merge, in this order).
 _STEPS = "rank_steps"

@@ -13,7 +13,7 @@ from charllm_trace.analysis.idle_time import idle_time
 from charllm_trace.analysis.launch_stats import launch_stats
 from charllm_trace.analysis.results import SIMULATED_NOTE, AnalyzeOptions
 from charllm_trace.analysis.stream_ops import stream_ops
-from charllm_trace.model import rank_ranges
+from charllm_trace.core.model import rank_ranges
 
 #: Why the two analyses are missing from a run without GPU operators on streams.
 NO_STREAM_OPS = (

@@ -24,7 +24,7 @@ import polars as pl
 
 from charllm_trace.analysis.context import RankContext, context_of
 from charllm_trace.analysis.step_windows import launch_step_index
-from charllm_trace.model import Trace
+from charllm_trace.core.model import Trace
 
 #: The classes of GPU operators on streams.
 STREAM_OP_CLASSES = ("compute", "comm", "memcpy", "memset")

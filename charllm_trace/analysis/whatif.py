@@ -24,10 +24,10 @@ from charllm_trace.analysis.results import WHATIF_SCHEMA, WhatIfResult, frame
 from charllm_trace.analysis.whatif_edges import edge_lags, factor_array
 from charllm_trace.analysis.whatif_keys import parse_what_if
 from charllm_trace.analysis.whatif_spread import path_basis, step_spread
-from charllm_trace.graph import engine
+from charllm_trace.core import dag as engine
+from charllm_trace.core.model import Run, Trace
 from charllm_trace.graph import points as P
 from charllm_trace.graph.run import RunGraph, build_run_graph
-from charllm_trace.model import Run, Trace
 
 #: the first note of a what-if on a trace without timestamps
 SIMULATED_WI = "the trace has no timestamps: the measured side is the simulated timeline"

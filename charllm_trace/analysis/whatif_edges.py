@@ -28,11 +28,11 @@ from charllm_trace.analysis.bandwidth import collectives
 from charllm_trace.analysis.context import RankContext
 from charllm_trace.analysis.parallel import name_groups
 from charllm_trace.analysis.whatif_keys import ADD_NS, DIM_KEYS, GBPS, class_factors
-from charllm_trace.errors import UsageError
+from charllm_trace.core.errors import UsageError
+from charllm_trace.core.model import Run
 from charllm_trace.graph import points as P
 from charllm_trace.graph.lanes import pos_of
 from charllm_trace.graph.run import RunGraph
-from charllm_trace.model import Run
 
 
 def factor_array(factors: Mapping[str, float]) -> np.ndarray:
