@@ -42,6 +42,7 @@ from charllm_trace.analysis.cpu_wait_results import (
     CpuWaitResult,
 )
 from charllm_trace.analysis.iterations import phase_ranges
+from charllm_trace.analysis.registry import Merge
 from charllm_trace.analysis.step_windows import GPU_ACTIVITY, StepWindows, launch_step_index, step_windows
 from charllm_trace.analysis.stream_ops import stream_ops
 from charllm_trace.core.model import Trace
@@ -389,3 +390,14 @@ def thread_states(nodes: pl.DataFrame, threads: pl.DataFrame) -> pl.DataFrame:
     )
     out = out.filter(pl.col("end_ns") > pl.col("start_ns")).sort("start_ns")
     return out.with_columns(tid=pl.lit(who[1], pl.Int64)).select(list(schema))
+
+
+def merge(m: Merge) -> CpuWaitResult | None:
+    """The registry's merge of ``cpu_wait`` (``analysis/registry.py``): every rank's figures from
+    the run's CPU scheduler samples, read with the ranks' kept timelines (the local path); None
+    without samples (collect --cpu-hz), and then nothing in ``skipped`` (the result is optional)."""
+    if m.cpu_sched is None:
+        return None
+    traces = {p.rank: p.trace for p in m.parts if p.trace is not None}
+    classified = {p.rank: p.classified for p in m.parts if p.classified is not None}
+    return run_cpu_wait(traces, classified, m.cpu_sched)
