@@ -25,7 +25,7 @@ loops over it (``RunAnalysis.frames``) without an import circle, and reading it 
 the JSON Schema) loads no analysis and no renderer. The loops over
 it: ``analysis/rank_parts.py`` (per rank and merge), ``RunAnalysis.frames``/``notes``,
 ``store/results.py`` (saved results), ``analysis/frame_schemas.py`` (the JSON document and its
-schema), ``render/tables.py`` (the terminal) and ``report.py`` (the HTML page). Adding an analysis:
+schema), ``render/tables.py`` (the terminal) and ``render/report.py`` (the HTML page). Adding an analysis:
 docs/architecture.md, "Adding an analysis".
 """
 
@@ -419,7 +419,7 @@ def unregister(name: str) -> None:
 
 class Live(Mapping[str, Any]):
     """A mapping computed from the registry each time it is read (so that an analysis registered
-    later is in it): e.g. ``frame_schemas.FRAME_SCHEMAS``, ``results_store.RESULT_TYPES``."""
+    later is in it): e.g. ``frame_schemas.FRAME_SCHEMAS``, ``store.results.RESULT_TYPES``."""
 
     def __init__(self, build: Callable[[], dict[str, Any]]) -> None:
         self._build = build
