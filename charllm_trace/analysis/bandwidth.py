@@ -207,7 +207,7 @@ def collectives(
     peaks: dict[str, LinkPeak] = {}
     peak_of: dict[str | None, float | None] = {}
     sizes = dict(inst.group_by("pg_name").agg(pl.col("group_size").max()).iter_rows())
-    for pg_name in inst["pg_name"].unique().to_list():
+    for pg_name in inst["pg_name"].unique(maintain_order=True).to_list():
         pg = pgs.get(pg_name) if pg_name is not None else None
         spans = spans_nodes(pg.ranks, hosts) if pg is not None and pg.ranks else None
         lp = link_peak(trace.meta.device_model, spans, peak_gbps, sizes.get(pg_name), node_gpus)
