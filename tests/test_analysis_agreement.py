@@ -9,7 +9,7 @@ import json
 import polars as pl
 import pytest
 
-from charllm_trace.analysis import bandwidth, overlap
+from charllm_trace.analysis.api import bandwidth, overlap
 from charllm_trace.inputs.loader import load
 from tests.conftest import shared_trace
 
@@ -120,7 +120,7 @@ def test_energy_on_real_kernels_with_synthetic_power(a100):
     computed here by a plain sort-and-sweep over the JSON's GPU events."""
     import dataclasses
 
-    from charllm_trace.analysis import energy
+    from charllm_trace.analysis.api import energy
     from charllm_trace.core.model import Trace
 
     path, tr = a100

@@ -38,6 +38,9 @@ def _frames(obj, path=()):
     elif isinstance(obj, tuple | list):
         for i, x in enumerate(obj):
             yield from _frames(x, (*path, i))
+    elif isinstance(obj, dict):  # RankPart.parts: each registered analysis' part, by name
+        for k, x in obj.items():
+            yield from _frames(x, (*path, k))
 
 
 def _merge(parts, opts, manifest):
@@ -62,7 +65,7 @@ def test_compacted_parts_equal_and_merge_to_the_same_json() -> None:
             n += 1
     assert n >= 8 * 10  # a dozen frames per rank
     # one frame per place and schema: every rank's collective rows share one buffer
-    assert len({p.coll.to_arrow().column(0).chunks[0].buffers()[1].address for p in got[:5]}) == 1
+    assert len({p.parts["bandwidth"].coll.to_arrow().column(0).chunks[0].buffers()[1].address for p in got[:5]}) == 1
     assert to_json(_merge(got, opts, manifest)) == want
 
 
@@ -73,13 +76,15 @@ def test_parts_without_some_frames_or_with_other_schemas_are_kept() -> None:
     wire = [pickle.dumps(p) for p in parts]
     want = to_json(_merge([pickle.loads(b) for b in wire], opts, manifest))
     a, b = (pickle.loads(x) for x in wire)
-    b.coll = b.coll.head(0)  # empty: not concatenated
-    a.energy = None
+    b.parts["bandwidth"].coll = b.parts["bandwidth"].coll.head(0)  # empty: not concatenated
+    a.parts["energy"].energy = None
     got = compact_batch([a, b])
-    assert got[1].coll.height == 0 and got[0].energy is None
-    assert got[0].coll.equals(pickle.loads(wire[0]).coll)
+    assert got[1].parts["bandwidth"].coll.height == 0 and got[0].parts["energy"].energy is None
+    assert got[0].parts["bandwidth"].coll.equals(pickle.loads(wire[0]).parts["bandwidth"].coll)
     a2, b2 = (pickle.loads(x) for x in wire)
-    b2.coll = b2.coll.with_columns(pl.col("bytes").cast(pl.Float64))  # another schema: alone
+    bw2 = b2.parts["bandwidth"]
+    bw2.coll = bw2.coll.with_columns(pl.col("bytes").cast(pl.Float64))  # another schema: alone
     got2 = compact_batch([a2, b2])
-    assert got2[1].coll.schema["bytes"] == pl.Float64 and got2[0].coll.schema["bytes"] == pl.Int64
+    assert got2[1].parts["bandwidth"].coll.schema["bytes"] == pl.Float64
+    assert got2[0].parts["bandwidth"].coll.schema["bytes"] == pl.Int64
     assert to_json(_merge(compact_batch([pickle.loads(x) for x in wire]), opts, manifest)) == want

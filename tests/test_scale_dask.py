@@ -341,7 +341,7 @@ def test_frames_cross_the_wire_without_node_tables(scheduler):
     opts = AnalyzeOptions()
     part = analyze_task(loaded, opts, dims_of([loaded.trace.meta.process_groups], {}, opts), hosts_of({}, {}))
     assert part.trace is None and part.classified is None
-    assert isinstance(part.coll, pl.DataFrame)
+    assert isinstance(part.parts["bandwidth"].coll, pl.DataFrame)
     assert len(pickle.dumps(part)) < len(pickle.dumps(loaded.trace)) / 5
 
 

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 
 from charllm_trace.analysis.bandwidth import collectives
+from charllm_trace.analysis.context import RankContext
 from charllm_trace.analysis.energy import energy
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.power import power
@@ -116,7 +117,7 @@ def test_bandwidth_energy_and_power_use_the_same_windows():
     tr = _lagging_trace()
     cl = classify(tr.nodes)
     w = step_windows(tr, cl)
-    coll, _ = collectives(tr, classified=cl)
+    coll, _ = collectives(RankContext(tr, cl))
     got = dict(zip((coll["start_ns"] - T0).to_list(), coll["step"].to_list(), strict=True))
     assert got == {130 * M: 1, 230 * M: 2, 245 * M: 2, 330 * M: 3, 345 * M: 3}
     en = energy(tr, per_step=True)
