@@ -1,5 +1,5 @@
 """``convert`` of a run directory with worker processes that write their ranks' ETs themselves
-(et/convert_ranks.py, issue 26 item 4) writes the files, the marker, the lines and the notes
+(inputs/convert_ranks.py, issue 26 item 4) writes the files, the marker, the lines and the notes
 that converting in one process writes (``--workers 1``: ``convert_path`` then ``write_run``)."""
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ from charllm_trace.cli.progress import input_progress
 from charllm_trace.converters.run_dir import convert_path, summary_lines
 from charllm_trace.core.errors import InputError
 from charllm_trace.engine import Cluster
-from charllm_trace.et.convert_ranks import convert_write_run
 from charllm_trace.et.writer import write_run
+from charllm_trace.inputs.convert_ranks import convert_write_run
 from charllm_trace.inputs.localize import localize_input, url_errors, url_output
 from charllm_trace.inputs.urls import is_url
 
