@@ -26,7 +26,7 @@ from charllm_trace.analysis.whatif import what_if
 from charllm_trace.analysis.whatif_keys import describe, parse_what_if, per_edge_keys
 from charllm_trace.errors import UsageError
 from charllm_trace.model import ProcessGroup, Run, Trace
-from tests.graph.test_graph_deps import N, mk_trace
+from tests.helpers.graph_traces import N, mk_trace
 from tests.helpers.kineto_builder import trace_of, x
 
 US = 1000  # ns per µs (the Kineto builder's times are µs)

@@ -15,7 +15,7 @@ from charllm_trace.cli import main
 from charllm_trace.et.writer import write_run
 from charllm_trace.model import Run
 from tests.conftest import shared_trace
-from tests.et.test_et_roundtrip import T0, small_trace
+from tests.helpers.et_traces import T0, small_trace
 
 
 @pytest.fixture(autouse=True)

@@ -14,19 +14,8 @@ from charllm_trace.converters._io import load_json
 from charllm_trace.converters.kineto import parse_kineto, read_kineto
 from charllm_trace.errors import InputError
 from tests.conftest import shared_trace
-from tests.converters.test_convert_kineto import KINETO_FILES
-
-
-def _same(a: kineto.KinetoProfile, b: kineto.KinetoProfile) -> None:
-    assert a.events.equals(b.events, null_equal=True)
-    assert a.comm_args == b.comm_args
-    for f in ("rank", "world_size", "backend", "pg_config", "device_properties", "hostname", "base_ns"):
-        assert getattr(a, f) == getattr(b, f), f
-    assert (a.schema_version, a.trace_name, a.n_raw_events) == (
-        b.schema_version,
-        b.trace_name,
-        b.n_raw_events,
-    )
+from tests.helpers.frames import same_frames as _same
+from tests.helpers.kineto_files import KINETO_FILES
 
 
 @pytest.mark.parametrize("rel", KINETO_FILES)

@@ -16,7 +16,7 @@ from charllm_trace.converters._io import load_json
 from charllm_trace.converters.kineto import parse_kineto, read_kineto
 from charllm_trace.errors import InputError
 from tests.conftest import shared_trace
-from tests.converters.test_convert_kineto_fast import _same
+from tests.helpers.frames import same_frames as _same
 
 
 @pytest.fixture(params=["c", "numpy"])

@@ -18,8 +18,8 @@ from charllm_trace.converters.build import kineto_trace
 from charllm_trace.converters.kineto import parse_kineto, read_kineto
 from charllm_trace.errors import InputError
 from tests.conftest import shared_trace
-from tests.converters.test_convert_kineto import KINETO_FILES
-from tests.converters.test_convert_kineto_fast import _same
+from tests.helpers.frames import same_frames as _same
+from tests.helpers.kineto_files import KINETO_FILES
 
 ALL_KINETO = sorted({*KINETO_FILES, *(f"param/dlrm_8ranks_v100/kineto_rank{r}.json.gz" for r in range(8))})
 

@@ -14,7 +14,7 @@ from charllm_trace.et.reader import read_et
 from charllm_trace.et.writer import write_et
 from charllm_trace.model import DEP_SCHEMA
 from tests.conftest import shared_trace
-from tests.et.test_et_roundtrip import small_trace
+from tests.helpers.et_traces import small_trace
 
 
 @pytest.fixture

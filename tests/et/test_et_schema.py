@@ -214,7 +214,7 @@ def test_protolib_decodes_our_files_into_the_same_nodes(tmp_path: Path, suffix: 
     from charllm_trace.et.framing import read_bytes
     from charllm_trace.et.reader import parse_messages, read_et
     from charllm_trace.et.writer import write_et
-    from tests.et.test_et_roundtrip import small_trace  # imports chakra itself
+    from tests.helpers.et_traces import small_trace  # imports chakra itself
 
     t = small_trace()
     p = tmp_path / f"rank-0{suffix}"

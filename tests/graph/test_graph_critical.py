@@ -32,7 +32,7 @@ from charllm_trace.graph import points as P
 from charllm_trace.graph.run import build_run_graph
 from charllm_trace.model import Run, Trace
 from tests.conftest import FIXTURES, shared_trace
-from tests.graph.test_graph_deps import N, coll_rank, mk_trace
+from tests.helpers.graph_traces import N, coll_rank, mk_trace
 
 MIN = engine.NONE
 

@@ -28,7 +28,7 @@ from charllm_trace.graph.run import build_run_graph
 from charllm_trace.model import Run, Trace
 from tests.conftest import FIXTURES, shared_trace
 from tests.graph.test_graph_critical import gpu_step
-from tests.graph.test_graph_deps import N, coll_rank, mk_trace
+from tests.helpers.graph_traces import N, coll_rank, mk_trace
 
 # ---------------------------------------------------------------------------
 # syntax

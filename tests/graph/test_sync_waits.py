@@ -13,7 +13,7 @@ import polars as pl
 from charllm_trace.analysis.whatif import what_if
 from charllm_trace.graph import execution_deps
 from charllm_trace.model import Run
-from tests.graph.test_graph_deps import N, edge_set, mk_trace
+from tests.helpers.graph_traces import N, edge_set, mk_trace
 
 GEMM = "volta_sgemm_128x64_nn"
 

@@ -16,7 +16,7 @@ from charllm_trace.et import _native
 from charllm_trace.et.writer import write_et, write_run
 from charllm_trace.model import Run
 from tests.conftest import shared_trace
-from tests.et.test_et_roundtrip import small_trace
+from tests.helpers.et_traces import small_trace
 
 
 @pytest.fixture(autouse=True)

@@ -72,7 +72,7 @@ def test_interrupted_run_is_read_with_its_note_every_time(tmp_path: Path) -> Non
 def _ets(tmp_path: Path, ranks: list[int], name: str = "ets") -> Path:
     from charllm_trace.et.writer import write_run
     from charllm_trace.model import Run
-    from tests.et.test_et_roundtrip import small_trace
+    from tests.helpers.et_traces import small_trace
 
     out = tmp_path / name
     write_run(Run(traces={r: small_trace(rank=r, world=len(ranks)) for r in ranks}), out)
@@ -117,7 +117,7 @@ def test_odd_but_valid_ets_go_through_every_command(tmp_path: Path, case: str) -
     import polars as pl
 
     from charllm_trace.et.writer import write_et
-    from tests.et.test_et_roundtrip import small_trace
+    from tests.helpers.et_traces import small_trace
 
     t = small_trace()
     if case == "no nodes":
