@@ -13,22 +13,6 @@ FIXTURES = ROOT / "tests" / "fixtures" / "traces"
 SHARED = Path(os.environ.get("CHARLLM_SHARED", ROOT.parent / "shared"))
 SHARED_TRACES = SHARED / "traces"
 
-# pytest keeps the temporary directories of the last 3 sessions per user under one root
-# (/tmp/pytest-of-USER) and deletes older ones when a session starts: on a machine where several
-# people (or checkouts) run the suite as one user, a new session deleted the directories of one
-# still running (module- and session-scoped fixtures' files vanished mid-run: errors by the
-# hundred). Each checkout gets a root of its own; the xdist workers inherit it.
-if "PYTEST_DEBUG_TEMPROOT" not in os.environ:
-    import hashlib
-    import tempfile as _tempfile
-
-    _root = (
-        Path(_tempfile.gettempdir())
-        / f"charllm-trace-tests-{hashlib.sha1(str(ROOT).encode()).hexdigest()[:10]}"
-    )
-    _root.mkdir(exist_ok=True)
-    os.environ["PYTEST_DEBUG_TEMPROOT"] = str(_root)
-
 # The suite never writes to the user's own cache (~/.cache/charllm-trace): one directory per test
 # session, unless the caller chose one. Set before any charllm_trace module reads it; child
 # processes (CLI runs, collectors) inherit it.
@@ -236,6 +220,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # under pytest-xdist, tests that share one expensive module fixture (the bad-input corpus runs
+    # every case once, in processes of its own) stay on one worker: xdist_group + loadgroup
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
     if config.getoption("--fast"):
         own = config.option.markexpr
         config.option.markexpr = f"({own}) and {FAST_TIER}" if own else FAST_TIER

@@ -18,8 +18,12 @@ def test_the_corpus_is_big_enough() -> None:
     assert len({c.name for c in CASES}) == len(CASES)  # names are unique
 
 
+# run_all() is one module fixture for every case: on one xdist worker, not repeated on each
+pytestmark = pytest.mark.xdist_group("bad_input_corpus")
+
+
 @pytest.fixture(scope="module")
-def results() -> dict[str, dict]:
+def results(spawn) -> dict[str, dict]:
     from tests.bad_inputs.runner import run_all
 
     return {r["name"]: r for r in run_all()}
