@@ -1,12 +1,12 @@
 """Speed of ``export perfetto`` on a real profile (issue 14 item 4: the export must not get slower).
 
-Times :func:`charllm_trace.render.perfetto.write_chrome_trace` as ``export perfetto`` calls it
+Times :func:`charllm_trace.exports.perfetto.write_chrome_trace` as ``export perfetto`` calls it
 (with each rank's critical path, computed once beforehand and not timed) on a real trace,
 ``--repeat`` times in one process, and prints the minimum and the median of the wall time and
 of the process CPU time (steadier on a shared machine).
 
-``--baseline FILE`` also loads another version of ``render/perfetto.py`` (e.g. the previous
-commit's, ``git show HEAD~3:charllm_trace/render/perfetto.py > /tmp/old_perfetto.py``) as a
+``--baseline FILE`` also loads another version of ``exports/perfetto.py`` (e.g. the previous
+commit's, ``git show HEAD~3:charllm_trace/exports/perfetto.py > /tmp/old_perfetto.py``) as a
 module of its own and alternates the two, call by call, in the same process on the same loaded
 run, so that the load of other jobs falls on both alike:
 
@@ -56,14 +56,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trace", default=str(SHARED / "hta" / "a100_ddp_nccl_rank0.json.gz"))
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--baseline", help="another render/perfetto.py to alternate with")
+    ap.add_argument("--baseline", help="another exports/perfetto.py to alternate with")
     ap.add_argument("--big", action="store_true", help="bench_share.py's 1M-node run")
     ap.add_argument("--check", action="store_true")
     a = ap.parse_args()
 
-    from charllm_trace import loader
+    from charllm_trace.exports import perfetto
+
     from charllm_trace.analysis.critical import critical_path
-    from charllm_trace.render import perfetto
+    from charllm_trace.inputs import loader
 
     writers = {"this": perfetto.write_chrome_trace}
     if a.baseline:

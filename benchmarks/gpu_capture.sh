@@ -19,7 +19,7 @@ else
 fi
 export PYTHONUNBUFFERED=1
 python3 setup.py -q build_ext --inplace > "$CAP/build.log" 2>&1 || { echo "C helpers not built: numpy oracles"; tail -5 "$CAP/build.log"; export CHARLLM_TRACE_NATIVE=0; }
-ct() { python3 -c 'import sys; from charllm_trace.cli import main; sys.exit(main())' "$@"; }
+ct() { python3 -c 'import sys; from charllm_trace.cli.app import main; sys.exit(main())' "$@"; }
 date -u +%FT%TZ
 nvidia-smi > "$CAP/nvidia-smi.txt"; nvidia-smi -q > "$CAP/nvidia-smi-q.txt"
 python3 - > "$CAP/versions.json" <<'PY'
@@ -34,7 +34,7 @@ cat "$CAP/versions.json"
 echo "== 1. NVML validation"; date -u +%T
 timeout 120 python3 benchmarks/validate_nvml.py --out "$CAP/nvml_validation.json" --raw "$OUT/nvml_raw.csv.gz"
 echo "== 2. collect"; date -u +%T
-timeout 240 python3 -c 'import sys; from charllm_trace.cli import main; sys.exit(main())' collect -o "$CAP/run" --steps 3-6 \
+timeout 240 python3 -c 'import sys; from charllm_trace.cli.app import main; sys.exit(main())' collect -o "$CAP/run" --steps 3-6 \
   --telemetry-hz "${HZ:-1000}" --parallel dp=1 --workload model=gpt-273m,mbs=32,gbs=32,seq=2048 -- \
   python3 -m torch.distributed.run --standalone --nproc_per_node 1 examples/train_gpt_gpu.py --steps 9 \
   --step-times "$CAP/step_times.json"

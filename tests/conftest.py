@@ -90,9 +90,8 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture(scope="session")
 def gloo_ets(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The 2-rank gloo fixture run converted to one ET per rank (once per session)."""
+    from charllm_trace.cli.app import main
     from click.testing import CliRunner
-
-    from charllm_trace.cli import main
 
     out = tmp_path_factory.mktemp("gloo") / "ets"
     r = CliRunner().invoke(
@@ -114,9 +113,8 @@ def a100_or_gloo(request: pytest.FixtureRequest, gloo_ets: Path) -> Path:
 
 def invoke(*args: str):
     """``charllm-trace ARGS`` in this process (exceptions raised, not caught)."""
+    from charllm_trace.cli.app import main
     from click.testing import CliRunner
-
-    from charllm_trace.cli import main
 
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 

@@ -8,9 +8,9 @@ import json
 
 import polars as pl
 import pytest
+from charllm_trace.inputs.loader import load
 
 from charllm_trace.analysis import bandwidth, overlap
-from charllm_trace.loader import load
 from tests.conftest import shared_trace
 
 A100 = "hta/a100_ddp_nccl_rank0.json.gz"
@@ -87,7 +87,7 @@ def test_cross_rank_matching_on_8_rank_dlrm():
     """8 V100 ranks: the k-th NCCL kernel of every rank is one collective; the duration free
     of waiting is the minimum across ranks and the late rank the one that started last,
     both read here straight from the JSON files."""
-    from charllm_trace.model import Run
+    from charllm_trace.core.model import Run
 
     traces = {}
     kernels = {}
@@ -120,8 +120,9 @@ def test_energy_on_real_kernels_with_synthetic_power(a100):
     computed here by a plain sort-and-sweep over the JSON's GPU events."""
     import dataclasses
 
+    from charllm_trace.core.model import Trace
+
     from charllm_trace.analysis import energy
-    from charllm_trace.model import Trace
 
     path, tr = a100
     doc = json.loads(gzip.open(path).read())

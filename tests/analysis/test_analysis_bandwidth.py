@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+from charllm_trace.core.model import ProcessGroup, Run
 
 from charllm_trace.analysis.bandwidth import bandwidth, bus_factor, size_bucket_label
 from charllm_trace.analysis.hardware import link_peak
-from charllm_trace.model import ProcessGroup, Run
 from tests.helpers.analysis_helpers import cpu, kernel, make_trace
 
 PG4 = ProcessGroup(name="0", desc="default_pg", ranks=(0, 1, 2, 3))
@@ -149,9 +149,9 @@ def test_collectives_without_sizes_aggregate_to_unknown_not_zero(tmp_path, monke
     busbw 0.00, util 0.0, and the table printed the size as 'None'."""
     import json
 
+    from charllm_trace.cli.app import main
     from click.testing import CliRunner
 
-    from charllm_trace.cli import main
     from tests.bad_inputs import valid
 
     monkeypatch.setenv("CHARLLM_TRACE_CACHE_DIR", str(tmp_path / "cache"))

@@ -11,18 +11,18 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from charllm_trace.core.classify import classify
+from charllm_trace.core.kernel_category import CATEGORIES, categorize, name_categories
+from charllm_trace.core.model import Trace, TraceMeta
+from charllm_trace.render.report import render_report, report_data
+from charllm_trace.store.results import read_results, results_bytes
 from rich.console import Console
 
 import charllm_trace as ct
 from charllm_trace.analysis import analyze_trace
 from charllm_trace.analysis.breakdown import run_breakdown, time_breakdown
-from charllm_trace.analysis.classify import classify
-from charllm_trace.analysis.kernel_category import CATEGORIES, categorize, name_categories
-from charllm_trace.model import Trace, TraceMeta
 from charllm_trace.render import export
 from charllm_trace.render.tables import render_analysis
-from charllm_trace.report import render_report, report_data
-from charllm_trace.results_store import read_results, results_bytes
 from tests.conftest import shared_trace
 from tests.helpers.analysis_helpers import cpu, kernel, make_trace, node
 from tests.helpers.results_helpers import differences
@@ -456,9 +456,8 @@ def test_shared_a100_agrees_with_hta() -> None:
 
 
 def test_cli_json_on_shared_profile(tmp_path: Path) -> None:
+    from charllm_trace.cli.app import main
     from click.testing import CliRunner
-
-    from charllm_trace.cli import main
 
     out = tmp_path / "a.json"
     r = CliRunner().invoke(

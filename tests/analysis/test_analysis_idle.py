@@ -9,6 +9,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
+from charllm_trace.cli.app import main
+from charllm_trace.core.model import Run
+from charllm_trace.render.report import render_report, report_data
+from charllm_trace.store.results import read_results, results_bytes
 from click.testing import CliRunner
 
 import charllm_trace as ct
@@ -16,10 +20,6 @@ from charllm_trace.analysis import AnalyzeOptions, analyze_run
 from charllm_trace.analysis.idle_time import idle_time
 from charllm_trace.analysis.launch_stats import launch_stats, queue_curve, window_stats
 from charllm_trace.analysis.stream_ops import stream_ops
-from charllm_trace.cli import main
-from charllm_trace.model import Run
-from charllm_trace.report import render_report, report_data
-from charllm_trace.results_store import read_results, results_bytes
 from tests.conftest import shared_trace
 from tests.helpers.analysis_helpers import T0, cpu, kernel, make_trace
 

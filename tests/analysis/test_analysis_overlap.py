@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+from charllm_trace.core import intervals as iv
+from charllm_trace.core.classify import classify, with_phase
+from charllm_trace.core.model import ProcessGroup
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from charllm_trace.analysis import intervals as iv
-from charllm_trace.analysis.classify import classify, with_phase
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.parallel import groups_of_rank, name_groups, parse_parallel
-from charllm_trace.model import ProcessGroup
 from tests.helpers.analysis_helpers import PG0, cpu, kernel, make_trace
 
 # ---------------------------------------------------------------- intervals

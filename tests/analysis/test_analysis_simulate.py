@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import polars as pl
+from charllm_trace.core.model import Trace, TraceMeta
 
 from charllm_trace.analysis import analyze_trace
 from charllm_trace.analysis.results import AnalyzeOptions
 from charllm_trace.analysis.whatif import simulate
-from charllm_trace.model import Trace, TraceMeta
 
 
 def _trace(rows, deps):

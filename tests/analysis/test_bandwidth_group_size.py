@@ -154,7 +154,7 @@ def test_link_peak_of_a_group_larger_than_a_node_is_assumed_network(tmp_path: Pa
 
 
 def test_link_peak_with_the_run_s_ranks_per_node(tmp_path: Path) -> None:
-    from charllm_trace.model import Run
+    from charllm_trace.core.model import Run
 
     t = trace_of(tmp_path / "rank0.json", _pg_doc())
     bw = bandwidth(Run(traces={0: t}, manifest={"ranks_per_node": 16}))

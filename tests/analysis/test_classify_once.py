@@ -6,15 +6,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import charllm_trace.core.classify as cl
 import numpy as np
 import polars as pl
 import pytest
+from charllm_trace.core.model import Run, Trace
+from charllm_trace.render.report import report_data
 
-import charllm_trace.analysis.classify as cl
-from charllm_trace import loader
 from charllm_trace.analysis import AnalyzeOptions, RunAnalysis, analyze_run
-from charllm_trace.model import Run, Trace
-from charllm_trace.report import report_data
+from charllm_trace.inputs import loader
 from tests.conftest import SHARED_TRACES
 
 GLOO = Path(__file__).parents[1] / "fixtures" / "traces" / "cpu-2rank-gloo"

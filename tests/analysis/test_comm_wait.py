@@ -7,12 +7,12 @@ from typing import Any
 
 import polars as pl
 import pytest
+from charllm_trace.core.model import ProcessGroup, Run
+from charllm_trace.inputs.loader import load
 
 from charllm_trace.analysis.api import analyze_run
 from charllm_trace.analysis.comm_wait import NO_MATCH, PEER_VIA_PP
 from charllm_trace.analysis.results import AnalyzeOptions
-from charllm_trace.loader import load
-from charllm_trace.model import ProcessGroup, Run
 from tests.conftest import FIXTURES
 from tests.helpers.analysis_helpers import kernel, make_trace
 
@@ -142,7 +142,8 @@ def test_fixture_every_pipeline_send_meets_its_recv() -> None:
 
 
 def test_analyze_table_and_report_show_the_split(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from charllm_trace.report import render_report, report_data
+    from charllm_trace.render.report import render_report, report_data
+
     from tests.conftest import invoke
 
     out = invoke("analyze", str(FIXTURES / "cpu-4rank-pp2-dp2"), "--no-critical-path").output

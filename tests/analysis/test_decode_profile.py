@@ -46,10 +46,11 @@ def test_per_step_with_no_flop_op_in_any_step(tmp_path: Path) -> None:
     p.write_text(json.dumps(_decode_doc()))
     r = invoke("analyze", str(p), "--per-step")
     assert r.exit_code == 0, r.output
+    from charllm_trace.core.model import Run
+
     from charllm_trace.analysis import AnalyzeOptions, analyze_run
     from charllm_trace.converters.build import kineto_trace
     from charllm_trace.converters.kineto import read_kineto
-    from charllm_trace.model import Run
 
     trace, _ = kineto_trace(read_kineto(p))
     res = analyze_run(Run.single(trace), AnalyzeOptions(per_step=True, critical_path=False))
@@ -98,8 +99,9 @@ def _marked_doc() -> dict:
 
 
 def _analysed(tmp_path: Path, marker: str | None = "decode"):  # noqa: ANN202
+    from charllm_trace.core.model import Run
+
     from charllm_trace.analysis import AnalyzeOptions, analyze_run
-    from charllm_trace.model import Run
     from tests.helpers.kineto_builder import trace_of
 
     t = trace_of(tmp_path / "rank0.json", _marked_doc())
@@ -165,8 +167,9 @@ def test_step_marker_cli_and_bad_markers(tmp_path: Path) -> None:
 def test_a_module_forward_as_marker_on_the_tracelens_inference_profile() -> None:
     """Qwen1.5-0.5B has 24 decoder layers: its layer's forward (a Python-stack range of the
     profile) splits the one forward pass into 24 iterations whose GPU windows tile the layers."""
+    from charllm_trace.inputs.loader import load
+
     from charllm_trace.analysis import AnalyzeOptions, analyze_run
-    from charllm_trace.loader import load
     from tests.conftest import shared_trace
 
     run = load(str(shared_trace("tracelens/h100_qwen1.5-0.5b_inference.json.gz")))
@@ -180,9 +183,10 @@ def test_a_module_forward_as_marker_on_the_tracelens_inference_profile() -> None
 
 
 def test_per_step_without_steps_says_so(tmp_path: Path) -> None:
+    from charllm_trace.core.model import Run
+
     from charllm_trace.analysis import AnalyzeOptions, analyze_run
     from charllm_trace.analysis.results import NO_STEPS
-    from charllm_trace.model import Run
     from tests.helpers.kineto_builder import trace_of
 
     doc = _decode_doc()
@@ -194,7 +198,7 @@ def test_per_step_without_steps_says_so(tmp_path: Path) -> None:
 
 
 def test_iterations_survive_a_results_file(tmp_path: Path) -> None:
-    from charllm_trace.results_store import read_results, results_bytes
+    from charllm_trace.store.results import read_results, results_bytes
 
     res = _analysed(tmp_path)
     back = read_results("x.zip", results_bytes(res)).analysis

@@ -68,9 +68,8 @@ def test_no_usable_counter_falls_back_to_trapezoid_with_a_note(counter: list, wh
 
 
 def test_the_command_line_offers_every_method() -> None:
+    from charllm_trace.cli.app import main
     from click.testing import CliRunner
-
-    from charllm_trace.cli import main
 
     out = CliRunner().invoke(main, ["analyze", "--help"]).output
     assert all(m in out for m in ENERGY_METHODS)

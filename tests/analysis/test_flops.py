@@ -8,13 +8,13 @@ import json
 import orjson
 import polars as pl
 import pytest
+from charllm_trace.core.model import Run
 from rich.console import Console
 
 from charllm_trace.analysis import AnalyzeOptions, analyze_run, analyze_trace
 from charllm_trace.analysis.flops import flops
 from charllm_trace.analysis.flops_formulas import dtype_of, op_flops
 from charllm_trace.analysis.peaks import peak_or_reason
-from charllm_trace.model import Run
 from tests.conftest import shared_trace
 from tests.helpers.analysis_helpers import cpu, kernel, make_trace
 
@@ -270,10 +270,11 @@ def test_ops_without_shapes_are_null() -> None:
 
 
 def test_analyze_run_wires_flops_into_frames_tables_store_and_report() -> None:
+    from charllm_trace.render.report import render_report, report_data_from
+    from charllm_trace.render.report_views import report_views
+    from charllm_trace.store.results import read_results, results_bytes
+
     from charllm_trace.render.tables import render_analysis
-    from charllm_trace.report import render_report, report_data_from
-    from charllm_trace.report_views import report_views
-    from charllm_trace.results_store import read_results, results_bytes
 
     tr = _built()
     res = analyze_trace(tr, AnalyzeOptions(per_step=True, critical_path=False))
@@ -395,9 +396,9 @@ def testkernel_launchers_match_classify() -> None:
     """The kernel-only launcher lookup gives what ``classify.launcher_positions`` gives (Kineto and a
     host-ET-linked trace)."""
     import numpy as np
+    from charllm_trace.core.classify import classify, launcher_positions
 
     import charllm_trace as ct
-    from charllm_trace.analysis.classify import classify, launcher_positions
     from charllm_trace.analysis.flops import kernel_launchers
 
     for p in (

@@ -10,11 +10,11 @@ import io
 from pathlib import Path
 
 import pytest
+from charllm_trace.core.model import Run
 from rich.console import Console
 
 from charllm_trace.analysis import analyze_run
 from charllm_trace.et.summary import run_summary
-from charllm_trace.model import Run
 from charllm_trace.render.info import render_info
 from tests.helpers.kineto_builder import trace_of
 from tests.helpers.kineto_builder import x as _x
@@ -76,7 +76,7 @@ def test_lost_device_activity_is_said_in_analyze_and_info(tmp_path: Path, launch
 
 
 def test_launch_counts(tmp_path: Path) -> None:
-    from charllm_trace.analysis.launch_gap import launch_counts
+    from charllm_trace.core.launch_gap import launch_counts
 
     assert launch_counts(_trace(tmp_path, _doc(546, 2)).nodes) == (546, 2)  # the graph launch not counted
 

@@ -12,13 +12,13 @@ import io
 from pathlib import Path
 
 import pytest
+from charllm_trace.core.model import Run, Trace
 from rich.console import Console
 
 import charllm_trace.analysis as analysis_pkg
-from charllm_trace import loader
 from charllm_trace.analysis import AnalyzeOptions, RunAnalysis, analyze_run, analyze_trace
 from charllm_trace.analysis.api import CAN_SIMULATE, NO_TIMESTAMPS
-from charllm_trace.model import Run, Trace
+from charllm_trace.inputs import loader
 from charllm_trace.render.tables import cli_hint, render_analysis
 
 GLOO = Path(__file__).parents[1] / "fixtures" / "traces" / "cpu-2rank-gloo"
@@ -80,9 +80,9 @@ def test_cli_tables_name_the_flag(untimed: Run) -> None:
 
 def test_cli_analyze_and_report_name_the_flag(tmp_path: Path, untimed: Run) -> None:
     """Through the command line: an ET written without timestamps."""
+    from charllm_trace.cli.app import main
     from click.testing import CliRunner
 
-    from charllm_trace.cli import main
     from charllm_trace.et.writer import write_et
 
     tr = untimed.traces[untimed.ranks[0]]

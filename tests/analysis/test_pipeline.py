@@ -9,11 +9,11 @@ from typing import Any
 
 import polars as pl
 import pytest
+from charllm_trace.core.model import ProcessGroup, Run
 
 from charllm_trace.analysis.api import analyze_run
 from charllm_trace.analysis.pipeline import NO_LABELS, NO_PP_GROUP
 from charllm_trace.analysis.results import AnalyzeOptions
-from charllm_trace.model import ProcessGroup, Run
 from tests.helpers.analysis_helpers import cpu, make_trace
 
 MS = 1_000_000

@@ -9,10 +9,10 @@ import re
 
 import polars as pl
 import pytest
+from charllm_trace.inputs.loader import load
 
 from charllm_trace.analysis import AnalyzeOptions, analyze_run
 from charllm_trace.analysis.pipeline_results import PipelineResult
-from charllm_trace.loader import load
 from tests.conftest import FIXTURES, invoke
 
 RUN = FIXTURES / "cpu-4rank-pp2-dp2"
@@ -86,7 +86,7 @@ def test_analyze_prints_the_bubble_table() -> None:
 
 
 def test_report_draws_a_gantt_chart_per_step(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from charllm_trace.report import render_report, report_data
+    from charllm_trace.render.report import render_report, report_data
 
     run = load(RUN)
     page = render_report(report_data(run, analyze_run(run, OPTS)))

@@ -9,14 +9,14 @@ import json
 
 import numpy as np
 import polars as pl
+from charllm_trace.core.classify import classify
+from charllm_trace.core.model import Run
 
 from charllm_trace.analysis import AnalyzeOptions, analyze_run
 from charllm_trace.analysis.breakdown import time_breakdown
-from charllm_trace.analysis.classify import classify
 from charllm_trace.analysis.flops import flops
 from charllm_trace.analysis.idle_time import idle_time
 from charllm_trace.analysis.step_windows import step_windows
-from charllm_trace.model import Run
 from tests.helpers.analysis_helpers import T0, cpu, kernel, make_trace
 
 M = 1_000_000  # 1 ms in ns

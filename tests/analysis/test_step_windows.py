@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
+from charllm_trace.core.classify import classify
 
 from charllm_trace.analysis.bandwidth import collectives
-from charllm_trace.analysis.classify import classify
 from charllm_trace.analysis.energy import energy
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.power import power
@@ -158,8 +158,9 @@ def a100_trace():
 
 
 def test_analyze_run_uses_one_window_definition():
+    from charllm_trace.core.model import Run
+
     from charllm_trace.analysis.api import AnalyzeOptions, analyze_run
-    from charllm_trace.model import Run
 
     res = analyze_run(Run.single(_lagging_trace()), AnalyzeOptions(per_step=True, critical_path=False))
     st = res.overlap.per_rank.filter(pl.col("step").is_not_null()).sort("step")

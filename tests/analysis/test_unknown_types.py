@@ -16,12 +16,12 @@ from typing import Any
 
 import polars as pl
 import pytest
+from charllm_trace.core.model import Run
 from rich.console import Console
 
 from charllm_trace.analysis import analyze_run
 from charllm_trace.analysis.bandwidth import bandwidth
 from charllm_trace.et.summary import run_summary
-from charllm_trace.model import Run
 from charllm_trace.render.info import render_info
 from charllm_trace.render.tables import render_analysis
 from tests.helpers.kineto_builder import trace_of

@@ -19,13 +19,13 @@ import dataclasses
 
 import polars as pl
 import pytest
+from charllm_trace.core.errors import UsageError
+from charllm_trace.core.model import ProcessGroup, Run, Trace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from charllm_trace.analysis.whatif import what_if
 from charllm_trace.analysis.whatif_keys import describe, parse_what_if, per_edge_keys
-from charllm_trace.errors import UsageError
-from charllm_trace.model import ProcessGroup, Run, Trace
 from tests.helpers.graph_traces import N, mk_trace
 from tests.helpers.kineto_builder import trace_of, x
 
@@ -238,9 +238,8 @@ def test_a_dimension_without_a_group_is_refused():
 
 
 def _cli(*args: str):
+    from charllm_trace.cli.app import main
     from click.testing import CliRunner
-
-    from charllm_trace.cli import main
 
     return CliRunner().invoke(main, list(args))
 
@@ -366,9 +365,10 @@ def test_gpu_bound_fixture_gemm_x2_adds_about_the_gemm_time():
     """The H200 fixture (GPU busy 98 %) runs its GEMMs as cuBLAS ``nvjet_*`` kernels, which the old
     name patterns missed (gemm=2 predicted +0.0 %): the time-breakdown categories name them. On a
     GPU-bound run doubling every GEMM adds close to their whole time, and never more."""
+    from charllm_trace.core.classify import classify
+    from charllm_trace.core.kernel_category import categorize
+
     import charllm_trace as ct
-    from charllm_trace.analysis.classify import classify
-    from charllm_trace.analysis.kernel_category import categorize
     from tests.conftest import FIXTURES
 
     run = ct.load(str(FIXTURES / "h200-1rank-nccl"), cache=False)
@@ -382,7 +382,8 @@ def test_gpu_bound_fixture_gemm_x2_adds_about_the_gemm_time():
 
 @pytest.mark.parametrize("key", ["dp=2", "comm=100GB/s", "cpu_op+=5us"])
 def test_cli_per_edge_keys_are_refused_with_a_scheduler_before_reading(monkeypatch, key: str):
-    from charllm_trace import results_cache
+    from charllm_trace.store import results_cache
+
     from tests.conftest import FIXTURES
 
     def no_read(*a, **k):

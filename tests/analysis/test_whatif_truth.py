@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from charllm_trace import loader
 from charllm_trace.analysis.whatif import what_if
+from charllm_trace.inputs import loader
 from tests import schedgen as G
 from tests.graph.test_critical_truth import schedules
 from tests.schedgen.rescale import rescaled, step_times, whole_time

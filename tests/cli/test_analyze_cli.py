@@ -6,9 +6,9 @@ import json
 
 import polars as pl
 import pytest
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
 from tests.conftest import SHARED_TRACES, shared_trace
 
 A100 = "hta/a100_ddp_nccl_rank0.json.gz"
@@ -200,9 +200,9 @@ def test_analyze_run_dir_with_telemetry_prints_all_four(tmp_path):
 
 def test_a_note_shared_by_every_rank_is_printed_once(tmp_path, monkeypatch) -> None:
     """The 8-rank DLRM set printed the same note 8 times (issue 14: notes de-duplicated)."""
+    from charllm_trace.cli.app import main
     from click.testing import CliRunner
 
-    from charllm_trace.cli import main
     from tests.conftest import shared_trace
 
     monkeypatch.setenv("CHARLLM_TRACE_CACHE_DIR", str(tmp_path / "cache"))
@@ -218,9 +218,8 @@ def test_json_flag_on_every_command_with_a_json_format(tmp_path, monkeypatch) ->
     """Issue 14: `info --json` existed, `analyze --json` did not. --json equals --format json."""
     import json
 
+    from charllm_trace.cli.app import main
     from click.testing import CliRunner
-
-    from charllm_trace.cli import main
 
     monkeypatch.setenv("CHARLLM_TRACE_CACHE_DIR", str(tmp_path / "cache"))
     from pathlib import Path

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import orjson
 import pytest
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
 from charllm_trace.et import cache as et_cache
 
 ROOT = Path(__file__).resolve().parents[2]

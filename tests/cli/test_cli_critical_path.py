@@ -13,10 +13,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
 from rich.console import Console
 
-from charllm_trace import loader
 from charllm_trace.analysis import AnalyzeOptions, analyze_run
 from charllm_trace.analysis.results import (
     CRITICAL_OPS_SCHEMA,
@@ -24,7 +24,7 @@ from charllm_trace.analysis.results import (
     WHATIF_SCHEMA,
     RunAnalysis,
 )
-from charllm_trace.cli import main
+from charllm_trace.inputs import loader
 from charllm_trace.render.tables import render_analysis
 from tests.conftest import invoke as _invoke
 from tests.conftest import shared_trace

@@ -9,11 +9,11 @@ import orjson
 import pytest
 from chakra.schema.protobuf import et_def_pb2 as pb
 from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
+from charllm_trace.cli.app import main
+from charllm_trace.core.model import Run
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
 from charllm_trace.et.writer import write_run
-from charllm_trace.model import Run
 from tests.conftest import shared_trace
 from tests.helpers.et_traces import T0, small_trace
 
@@ -104,9 +104,9 @@ def test_info_says_which_dependencies_of_a_chakra_et_were_dropped(tmp_path, monk
     drops them (they cannot be walked) and info says how many, in text and JSON."""
     import json as _json
 
+    from charllm_trace.cli.app import main
     from click.testing import CliRunner
 
-    from charllm_trace.cli import main
     from tests.conftest import shared_trace
 
     monkeypatch.setenv("CHARLLM_TRACE_CACHE_DIR", str(tmp_path / "cache"))

@@ -8,11 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from charllm_trace.cli.app import main
+from charllm_trace.core.model import Run
 from click.testing import CliRunner
 
 from charllm_trace.analysis import AnalyzeOptions, analyze_run
-from charllm_trace.cli import main
-from charllm_trace.model import Run
 from tests.analysis.test_analysis_energy import _energy_trace, _tel
 from tests.conftest import shared_trace
 from tests.helpers.analysis_helpers import kernel, make_trace

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from charllm_trace.core.errors import UsageError
 
 from charllm_trace.collectors import cpu_alloc
-from charllm_trace.errors import UsageError
 from tests.conftest import HAVE_TORCH, ROOT
 
 SHOW = """import os, sys
@@ -33,7 +33,7 @@ def _cores(text: str) -> list[int]:
 
 
 def _collect(tmp: Path, cpus: str, *command: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "charllm_trace.cli", "collect", "--cpus", cpus, "--telemetry-hz", "0",
+    cmd = [sys.executable, "-m", "charllm_trace.cli.app", "collect", "--cpus", cpus, "--telemetry-hz", "0",
            "--cpu-hz", "0", "-o", str(tmp / "run"), "--", *command]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
 

@@ -24,7 +24,7 @@ def _collect(out: Path, *extra: str, steps: str = "2-3") -> subprocess.Completed
     cmd = [
         sys.executable,
         "-m",
-        "charllm_trace.cli",
+        "charllm_trace.cli.app",
         "collect",
         "--steps",
         steps,
@@ -153,7 +153,7 @@ def test_refuses_existing_run_dir_and_force_replaces(run_dir: Path, tmp_path: Pa
         [
             sys.executable,
             "-m",
-            "charllm_trace.cli",
+            "charllm_trace.cli.app",
             "collect",
             "-o",
             str(run_dir),
@@ -249,9 +249,10 @@ def test_graph_replay_reproduces_the_collected_steps(run_dir: Path) -> None:
     """A freshly collected run, converted: replaying its execution graph with every factor 1.0
     gives each measured step time back (within 2 %), and the critical path of each step and rank
     is no longer than the step and spends its time in categories that add up to its length."""
+    from charllm_trace.inputs.loader import load
+
     from charllm_trace.analysis.critical import critical_path
     from charllm_trace.analysis.whatif import what_if
-    from charllm_trace.loader import load
 
     run = load(run_dir)
     wi = what_if(run, {"comm": 1.0})

@@ -34,7 +34,7 @@ ARGS = [
 
 
 def _collect(out: Path, marker: str, steps: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "charllm_trace.cli", "collect", "--step-marker", marker, "--steps", steps,
+    cmd = [sys.executable, "-m", "charllm_trace.cli.app", "collect", "--step-marker", marker, "--steps", steps,
            "--telemetry-hz", "0", "-o", str(out), "--", sys.executable, str(EXAMPLE), *ARGS, *extra]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
 
@@ -150,7 +150,7 @@ def test_a_time_window(spawn, tmp_path: Path) -> None:
         "while time.time() - t < 3 or (time.time() - t < 60 and signal.getsignal(signal.SIGALRM) != signal.SIG_DFL):\n"
         "    x = x @ x * 1e-3"
     )
-    cmd = [sys.executable, "-m", "charllm_trace.cli", "collect", "--window", "0.2+0.3", "--telemetry-hz", "0",
+    cmd = [sys.executable, "-m", "charllm_trace.cli.app", "collect", "--window", "0.2+0.3", "--telemetry-hz", "0",
            "--cpu-hz", "0", "-o", str(tmp_path / "w"), "--", sys.executable, "-c", prog]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]

@@ -24,7 +24,7 @@ def _start(run: Path, *extra: str) -> subprocess.Popen[str]:
     cmd = [
         sys.executable,
         "-m",
-        "charllm_trace.cli",
+        "charllm_trace.cli.app",
         "collect",
         "--steps",
         "2-3",

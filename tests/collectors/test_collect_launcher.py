@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from charllm_trace.core.errors import UsageError
 
 from charllm_trace.collectors.launcher import parse_parallel, parse_ranks, parse_steps
-from charllm_trace.errors import UsageError
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "charllm_trace.cli", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "charllm_trace.cli.app", *args], capture_output=True, text=True, timeout=timeout
     )
 
 

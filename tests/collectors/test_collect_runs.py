@@ -67,7 +67,7 @@ def collect(
         [
             sys.executable,
             "-m",
-            "charllm_trace.cli",
+            "charllm_trace.cli.app",
             "collect",
             "-o",
             str(run),
@@ -184,7 +184,7 @@ def test_multi_node_run_shares_one_directory(tmp_path: Path, held: list) -> None
         [
             sys.executable,
             "-m",
-            "charllm_trace.cli",
+            "charllm_trace.cli.app",
             "collect",
             "-o",
             str(run),
@@ -214,7 +214,7 @@ def test_multi_node_run_shares_one_directory(tmp_path: Path, held: list) -> None
         [
             sys.executable,
             "-m",
-            "charllm_trace.cli",
+            "charllm_trace.cli.app",
             "collect",
             "-o",
             str(run2),
@@ -245,7 +245,7 @@ def test_launchers_sharing_a_host_leave_each_others_ranks_alone(tmp_path: Path, 
         [
             sys.executable,
             "-m",
-            "charllm_trace.cli",
+            "charllm_trace.cli.app",
             "collect",
             "-o",
             str(run),
@@ -321,7 +321,7 @@ def test_sigint_gives_interrupted(tmp_path: Path, held: list) -> None:
         [
             sys.executable,
             "-m",
-            "charllm_trace.cli",
+            "charllm_trace.cli.app",
             "collect",
             "-o",
             str(run),
@@ -358,7 +358,7 @@ def test_sigkill_of_the_launcher_leaves_a_true_manifest_and_no_ranks(tmp_path: P
         [
             sys.executable,
             "-m",
-            "charllm_trace.cli",
+            "charllm_trace.cli.app",
             "collect",
             "-o",
             str(run),
@@ -462,7 +462,7 @@ def _convert(run: Path) -> subprocess.CompletedProcess[str]:
         [
             sys.executable,
             "-m",
-            "charllm_trace.cli",
+            "charllm_trace.cli.app",
             "convert",
             str(run),
             "-o",

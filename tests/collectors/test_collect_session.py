@@ -78,7 +78,7 @@ def test_launcher_rank_filter_and_run_ending_inside_window(spawn, tmp_path: Path
     cmd = [
         sys.executable,
         "-m",
-        "charllm_trace.cli",
+        "charllm_trace.cli.app",
         "collect",
         "--steps",
         "4-8",

@@ -33,7 +33,8 @@ def test_cpu_wait_per_step_and_in_gpu_idle_time() -> None:
     """Two steps of 1,000 µs on the GPU; kernels busy 0-200 and 600-1000 µs of step 0 and 1000-1400
     of step 1 (GPU idle 400 µs in each step). The launching thread (tid 11) waits at 0.5 ns/ns from
     0 to 500 µs and runs at 1 ns/ns after: its counters, sampled every 100 µs, give the answer."""
-    from charllm_trace.analysis.classify import classify
+    from charllm_trace.core.classify import classify
+
     from charllm_trace.analysis.cpu_wait import cpu_wait
     from charllm_trace.analysis.step_windows import StepWindows
 
@@ -119,15 +120,16 @@ def test_two_busy_ranks_pinned_to_one_core(spawn, tmp_path: Path) -> None:
     runs at most one thread at a time, so their threads' run time adds up to at most the wall time,
     and each compute-bound launching thread is runnable (running or waiting) nearly all the step:
     the analysis must find them waiting for the core a large part of it."""
-    from charllm_trace.analysis.classify import classify
+    from charllm_trace.core.classify import classify
+    from charllm_trace.inputs.loader import load
+
     from charllm_trace.analysis.cpu_wait import cpu_wait
     from charllm_trace.analysis.marker_steps import with_marker_steps
     from charllm_trace.analysis.step_windows import step_windows
     from charllm_trace.converters.cpu_sched import read_cpu_sched
-    from charllm_trace.loader import load
 
     out = tmp_path / "run"
-    cmd = ["taskset", "-c", "0", sys.executable, "-m", "charllm_trace.cli", "collect", "--cpu-hz", "100",
+    cmd = ["taskset", "-c", "0", sys.executable, "-m", "charllm_trace.cli.app", "collect", "--cpu-hz", "100",
            "--telemetry-hz", "0", "--step-marker", "batch", "--steps", "1-2", "-o", str(out), "--",
            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            str(ROOT / "examples" / "infer_tiny.py"), "--requests", "8", "--batch", "2", "--new-tokens", "16"]  # fmt: skip

@@ -10,9 +10,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
 from tests.conftest import FIXTURES
 
 

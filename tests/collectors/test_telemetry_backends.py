@@ -9,6 +9,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import TELEMETRY_SCHEMA
+from charllm_trace.core.telemetry_stats import achieved_rate_hz, sensor_update_period_ns
 
 from charllm_trace.collectors.telemetry import rank_devices, read_samples, read_telemetry, telemetry_for_rank
 from charllm_trace.collectors.telemetry.backends import (
@@ -19,9 +22,6 @@ from charllm_trace.collectors.telemetry.backends import (
     open_backend,
 )
 from charllm_trace.collectors.telemetry.format import CSV_COLUMNS, FORMAT, format_row
-from charllm_trace.collectors.telemetry.stats import achieved_rate_hz, sensor_update_period_ns
-from charllm_trace.errors import InputError
-from charllm_trace.model import TELEMETRY_SCHEMA
 
 
 def _open_or_none(cls: type) -> object | None:

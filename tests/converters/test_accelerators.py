@@ -15,13 +15,13 @@ from typing import Any
 
 import polars as pl
 import pytest
+from charllm_trace.core.classify import classify
+from charllm_trace.core.model import Run
 
 from charllm_trace.analysis import analyze_run
-from charllm_trace.analysis.classify import classify
 from charllm_trace.converters import kineto_native, kineto_stream
 from charllm_trace.converters.kineto import parse_kineto, read_kineto
 from charllm_trace.et.summary import run_summary
-from charllm_trace.model import Run
 from tests.helpers.kineto_builder import trace_of, x
 
 CPU, DEV = 4242, 2  # pids: the host process and the device process

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from charllm_trace.core.errors import InputError
+from charllm_trace.inputs.loader import load
 
 from charllm_trace.converters.build import kineto_trace
 from charllm_trace.converters.kineto import read_kineto
-from charllm_trace.errors import InputError
-from charllm_trace.loader import load
 from tests.conftest import shared_trace
 from tests.helpers.kineto_files import KINETO_FILES
 

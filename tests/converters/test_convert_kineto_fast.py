@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
+from charllm_trace.core.errors import InputError
 
 from charllm_trace.converters import kineto, kineto_stream, kineto_vocab
 from charllm_trace.converters._io import load_json
 from charllm_trace.converters.kineto import parse_kineto, read_kineto
-from charllm_trace.errors import InputError
 from tests.conftest import shared_trace
 from tests.helpers.frames import same_frames as _same
 from tests.helpers.kineto_files import KINETO_FILES

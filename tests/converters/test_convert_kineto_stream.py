@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from charllm_trace.core.errors import InputError
 
 from charllm_trace.converters import jsonframe, kineto_stream
 from charllm_trace.converters._io import load_json
 from charllm_trace.converters.kineto import parse_kineto, read_kineto
-from charllm_trace.errors import InputError
 from tests.conftest import shared_trace
 from tests.helpers.frames import same_frames as _same
 

@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
 from tests.conftest import FIXTURES
 
 RUN = FIXTURES / "cpu-2rank-gloo"

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from charllm_trace.cli.app import main
+from charllm_trace.core.errors import InputError
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
 from charllm_trace.converters.build import linked_trace
 from charllm_trace.converters.host_et import read_host_et
 from charllm_trace.converters.kineto import read_kineto
 from charllm_trace.converters.run_dir import convert_pair, convert_run
-from charllm_trace.errors import InputError
 from charllm_trace.et.reader import read_et
 from tests.conftest import shared_trace
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-
-from charllm_trace.converters.tree import _prev_greater_equal_table, nest_parents, prev_greater_equal
+from charllm_trace.core.tree import _prev_greater_equal_table, nest_parents, prev_greater_equal
 
 
 def brute(e: np.ndarray) -> np.ndarray:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from charllm_trace.core.errors import InputError
 
 from charllm_trace.converters import jsonframe, kineto_native, kineto_stream
 from charllm_trace.converters.kineto import read_kineto
 from charllm_trace.converters.kineto_times import plain_us_to_ns
-from charllm_trace.errors import InputError
 
 
 def _read(path: Path, native: bool, monkeypatch: pytest.MonkeyPatch) -> pl.DataFrame:

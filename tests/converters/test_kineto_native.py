@@ -11,12 +11,12 @@ import json
 from pathlib import Path
 
 import pytest
+from charllm_trace.core.errors import InputError
 
 from charllm_trace.converters import jsonframe, kineto, kineto_columns, kineto_native, kineto_stream
 from charllm_trace.converters._io import load_json
 from charllm_trace.converters.build import kineto_trace
 from charllm_trace.converters.kineto import parse_kineto, read_kineto
-from charllm_trace.errors import InputError
 from tests.conftest import shared_trace
 from tests.helpers.frames import same_frames as _same
 from tests.helpers.kineto_files import KINETO_FILES

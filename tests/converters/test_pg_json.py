@@ -18,12 +18,12 @@ import polars as pl
 import pytest
 from chakra.schema.protobuf import et_def_pb2 as pb
 from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
+from charllm_trace.core.model import ProcessGroup
 
 from charllm_trace.converters.host_et import PG_INIT, pg_init_groups, pg_init_values, read_host_et
 from charllm_trace.converters.run_dir import convert_pair
 from charllm_trace.et.reader import read_et
 from charllm_trace.et.writer import write_et
-from charllm_trace.model import ProcessGroup
 
 RUN = Path(__file__).parents[1] / "fixtures" / "traces" / "cpu-2rank-gloo"
 GROUPS = (ProcessGroup(name="0", desc="default_pg", ranks=(0, 1)),)

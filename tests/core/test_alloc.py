@@ -1,4 +1,4 @@
-"""The opt-in allocator setting (charllm_trace/_alloc.py): polars' jemalloc returns freed pages
+"""The opt-in allocator setting (charllm_trace/core/alloc.py): polars' jemalloc returns freed pages
 after 100 ms when the ``charllm-trace`` command runs, never because a library was imported.
 
 These tests check what jemalloc was configured with (its own ``stats_print`` report at exit),
@@ -56,7 +56,7 @@ def test_import_has_no_side_effects(spawn) -> None:
         "import os, sys; before = dict(os.environ); import charllm_trace; "
         "assert dict(os.environ) == before, 'environment changed'; "
         "assert 'polars' not in sys.modules, 'polars imported'; "
-        "import charllm_trace.cli; assert dict(os.environ) == before and 'polars' not in sys.modules; "
+        "import charllm_trace.cli.app; assert dict(os.environ) == before and 'polars' not in sys.modules; "
         "print('ok')"
     )
     assert _run(code).stdout.split() == ["ok"]
@@ -64,7 +64,7 @@ def test_import_has_no_side_effects(spawn) -> None:
 
 def test_opt_in_configures_jemalloc_and_leaves_the_environment(spawn) -> None:
     code = (
-        "import os, charllm_trace; from charllm_trace import _alloc; "
+        "import os, charllm_trace; from charllm_trace.core import alloc as _alloc; "
         "_alloc.POLARS_MALLOC_CONF += ',stats_print:true'; "  # jemalloc reports its options at exit
         "print(charllm_trace.tune_polars_allocator(), os.environ.get('_RJEM_MALLOC_CONF'))"
     )
@@ -85,7 +85,7 @@ def test_without_opt_in_polars_keeps_its_own_settings(spawn) -> None:
 
 def test_the_command_opts_in_before_polars_loads(spawn, tmp_path: Path) -> None:
     code = HOOK + (
-        "from charllm_trace.cli import main\n"
+        "from charllm_trace.cli.app import main\n"
         f"try:\n    main(['info', {str(FIXTURE)!r}], standalone_mode=False)\n"
         "finally:\n    print('SEEN', SEEN)\n"
     )
@@ -100,7 +100,7 @@ def test_the_command_opts_in_before_polars_loads(spawn, tmp_path: Path) -> None:
 
 def test_a_users_own_setting_or_opt_out_wins(spawn) -> None:
     code = (
-        "import os, sys; import charllm_trace; from charllm_trace import _alloc; "
+        "import os, sys; import charllm_trace; from charllm_trace.core import alloc as _alloc; "
         "print(_alloc.tune_polars_allocator(), os.environ.get('_RJEM_MALLOC_CONF'))"
     )
     mine = _run(code, _RJEM_MALLOC_CONF="dirty_decay_ms:5000").stdout.split()
@@ -115,7 +115,7 @@ def test_a_users_own_setting_or_opt_out_wins(spawn) -> None:
 TRIM_PROBE = r"""
 import ctypes, sys
 import charllm_trace as ct
-from charllm_trace import _alloc
+from charllm_trace.core import alloc as _alloc
 calls = []
 class Fake:
     def __call__(self, pad):
@@ -146,7 +146,7 @@ def test_heap_trim_only_after_opt_in(spawn, mode: str) -> None:
 
 def test_the_command_opts_in_to_heap_trim(spawn) -> None:
     code = (
-        "from click.testing import CliRunner; from charllm_trace import cli, _alloc; "
+        "from click.testing import CliRunner; from charllm_trace.cli import app as cli; from charllm_trace.core import alloc as _alloc; "
         "r = CliRunner().invoke(cli.main, ['cache', '--help']); "
         "print(r.exit_code, _alloc.trim_heap_enabled())"
     )

@@ -1,4 +1,4 @@
-"""charllm_trace.inputs: the one place untrusted files are opened and gzip is decompressed."""
+"""charllm_trace.core.files: the one place untrusted files are opened and gzip is decompressed."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
-
-from charllm_trace.errors import InputError
-from charllm_trace.inputs import BoundedGzip, gunzip, open_regular, path_kind, read_regular, trace_entries
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.files import BoundedGzip, gunzip, open_regular, path_kind, read_regular, trace_entries
 
 
 def _err(fn, *args, **kw) -> str:
@@ -62,7 +61,7 @@ def test_gunzip_members_truncation_garbage_and_limits(tmp_path: Path) -> None:
 
 
 def test_the_gzip_ratio_limit_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from charllm_trace.limits import gzip_out_limit
+    from charllm_trace.core.limits import gzip_out_limit
 
     assert gzip_out_limit(10 << 20) == 2000 << 20  # 200x
     monkeypatch.setenv("CHARLLM_TRACE_MAX_GZIP_RATIO", "1000")

@@ -13,8 +13,7 @@ import io
 import numpy as np
 import polars as pl
 import pytest
-
-from charllm_trace.ipc_bounds import NotIpc, decoded_bytes
+from charllm_trace.core.ipc_bounds import NotIpc, decoded_bytes
 
 
 def _ipc(df: pl.DataFrame, compression: str) -> bytes:

@@ -4,8 +4,7 @@ the Perfetto export's launch arrows share."""
 from __future__ import annotations
 
 import numpy as np
-
-from charllm_trace.analysis.classify import launch_calls
+from charllm_trace.core.classify import launch_calls
 
 
 def test_launch_calls_rule() -> None:

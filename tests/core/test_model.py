@@ -1,14 +1,6 @@
 import polars as pl
 import pytest
-
-from charllm_trace.model import (
-    NODE_SCHEMA,
-    ProcessGroup,
-    Run,
-    Trace,
-    TraceMeta,
-    conform,
-)
+from charllm_trace.core.model import NODE_SCHEMA, ProcessGroup, Run, Trace, TraceMeta, conform
 
 
 def _nodes() -> pl.DataFrame:
@@ -67,7 +59,7 @@ def test_run_select_and_order() -> None:
 
 
 def test_rank_ranges() -> None:
-    from charllm_trace.model import rank_ranges
+    from charllm_trace.core.model import rank_ranges
 
     assert rank_ranges([5, 0, 1, 2, 7, 8, 2]) == "0-2,5,7-8"
     assert rank_ranges([3]) == "3" and rank_ranges([]) == "none"

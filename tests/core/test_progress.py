@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import io
 
+from charllm_trace.cli.progress import input_progress
+from charllm_trace.core.progress import report, reporting
 from rich.console import Console
 
-from charllm_trace.cli_progress import input_progress
 from charllm_trace.converters.run_dir import convert_file, convert_run
-from charllm_trace.progress import report, reporting
 from tests.conftest import shared_trace
 
 

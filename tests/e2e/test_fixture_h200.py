@@ -13,12 +13,12 @@ import json
 import numpy as np
 import polars as pl
 import pytest
+from charllm_trace.core.classify import classify
+from charllm_trace.core.telemetry_stats import achieved_rate_hz, sensor_update_period_ns
+from charllm_trace.inputs.loader import load
 
 from charllm_trace.analysis import AnalyzeOptions, analyze_run
-from charllm_trace.analysis.classify import classify
 from charllm_trace.collectors.telemetry import read_samples, telemetry_for_rank
-from charllm_trace.collectors.telemetry.stats import achieved_rate_hz, sensor_update_period_ns
-from charllm_trace.loader import load
 from tests.conftest import FIXTURES
 
 RUN = FIXTURES / "h200-1rank-nccl"

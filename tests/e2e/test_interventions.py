@@ -136,7 +136,7 @@ def test_recorded_runs_changed_what_they_say() -> None:
 
 @pairs_only
 def test_collectives_doubled_in_the_changed_step() -> None:
-    from charllm_trace.loader import load
+    from charllm_trace.inputs.loader import load
 
     run = load(PAIRS / "ar2" / "run")
     for tr in run.traces.values():

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from charllm_trace.cli.app import main
+from charllm_trace.inputs.loader import load
 from click.testing import CliRunner
 from polars.testing import assert_frame_equal
 
 from charllm_trace import engine
 from charllm_trace.analysis.api import analyze_run
 from charllm_trace.analysis.results import AnalyzeOptions
-from charllm_trace.cli import main
-from charllm_trace.loader import load
 from tests.conftest import FIXTURES, ROOT, shared_trace
 
 distributed = pytest.importorskip("distributed")
@@ -299,7 +299,7 @@ def test_no_dask_import_without_a_scheduler(spawn, tmp_path):
     code = f"""
 import sys
 from click.testing import CliRunner
-from charllm_trace.cli import main
+from charllm_trace.cli.app import main
 r = CliRunner()
 for args in (["analyze", {str(GLOO)!r}, "--no-cache"], ["info", {str(GLOO)!r}], ["convert", {str(GLOO)!r}, "-o", {str(tmp_path / "et")!r}]):
     res = r.invoke(main, args)

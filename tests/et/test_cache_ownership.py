@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
 from charllm_trace.et import cache as et_cache
 
 ROOT = Path(__file__).resolve().parents[2]

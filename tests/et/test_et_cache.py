@@ -7,12 +7,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from charllm_trace.core.model import DEP_SCHEMA
 
 from charllm_trace.et import cache as et_cache
 from charllm_trace.et import reader
 from charllm_trace.et.reader import read_et
 from charllm_trace.et.writer import write_et
-from charllm_trace.model import DEP_SCHEMA
 from tests.conftest import shared_trace
 from tests.helpers.et_traces import small_trace
 

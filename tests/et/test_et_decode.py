@@ -11,12 +11,12 @@ import polars as pl
 import pytest
 from chakra.schema.protobuf import et_def_pb2 as pb
 from chakra.src.third_party.utils.protolib import encodeMessage
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import DEP_SCHEMA
 
-from charllm_trace.errors import InputError
 from charllm_trace.et import _native
 from charllm_trace.et.framing import decode_varint, encode_varint
 from charllm_trace.et.reader import decode_et_reference, read_et
-from charllm_trace.model import DEP_SCHEMA
 from tests.conftest import shared_trace
 
 
@@ -188,7 +188,7 @@ def test_dependencies_packed_and_unpacked(tmp_path: Path, decoder: str) -> None:
 
 def test_string_kinds_become_the_model_enum() -> None:
     """Producers may build ``kind`` as strings: the Trace holds the model's enum, same values."""
-    from charllm_trace.model import DEP_KINDS, Trace, conform
+    from charllm_trace.core.model import DEP_KINDS, Trace, conform
 
     nodes = pl.DataFrame({"id": [1, 2, 3]})
     deps = pl.DataFrame({"node": [2, 3, 3], "dep": [1, 1, 2], "kind": ["ctrl", "data", "ctrl"]})

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from charllm_trace.core.errors import InputError
 
-from charllm_trace.errors import InputError
 from charllm_trace.et import schema as pb
 from charllm_trace.et.framing import (
     FramingError,

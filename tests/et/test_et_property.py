@@ -10,13 +10,13 @@ from pathlib import Path
 
 import orjson
 import polars as pl
+from charllm_trace.core.model import COLL_TYPES, NODE_KINDS, NODE_TYPES, ProcessGroup, Trace, TraceMeta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from charllm_trace.et import _native
 from charllm_trace.et.reader import decode_et_reference, read_et
 from charllm_trace.et.writer import write_et
-from charllm_trace.model import COLL_TYPES, NODE_KINDS, NODE_TYPES, ProcessGroup, Trace, TraceMeta
 
 I64 = st.integers(-(2**63), 2**63 - 1)
 I32 = st.integers(-(2**31), 2**31 - 1)

@@ -13,11 +13,11 @@ import polars as pl
 import pytest
 from chakra.schema.protobuf import et_def_pb2 as pb
 from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import Run
 
-from charllm_trace.errors import InputError
 from charllm_trace.et.reader import read_et, read_et_dir
 from charllm_trace.et.writer import write_et, write_run
-from charllm_trace.model import Run
 from tests.conftest import shared_trace
 from tests.helpers.et_traces import T0, small_trace
 

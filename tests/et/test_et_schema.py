@@ -289,11 +289,11 @@ _WITHOUT_CHAKRA = textwrap.dedent(
     fixture, out = sys.argv[1], sys.argv[2]
 
     import charllm_trace  # noqa: F401
-    import charllm_trace.render.astra_sim  # noqa: F401
+    import charllm_trace.exports.astra_sim  # noqa: F401
     import charllm_trace.sanitize  # noqa: F401
-    from charllm_trace.cli import main
+    from charllm_trace.cli.app import main
     from charllm_trace.et import read_et, write_et
-    from charllm_trace.loader import load
+    from charllm_trace.inputs.loader import load
 
     for args in (["convert", fixture, "-o", out + "/ets"], ["info", out + "/ets"]):
         try:

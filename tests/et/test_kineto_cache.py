@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from charllm_trace import loader
 from charllm_trace.converters import run_dir
 from charllm_trace.et import cache as et_cache
 from charllm_trace.et.cache_owner import mark_dir
+from charllm_trace.inputs import loader
 from tests.conftest import shared_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,7 +149,7 @@ def test_stale_temporaries_are_pruned(cache_dir: Path) -> None:
 
 _READ = """
 import sys
-from charllm_trace.loader import load
+from charllm_trace.inputs.loader import load
 from charllm_trace.et.reader import read_et
 p = sys.argv[1]
 if p.endswith(".et"):

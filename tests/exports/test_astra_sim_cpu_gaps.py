@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+from charllm_trace.exports.astra_sim import plan_run
+from charllm_trace.exports.astra_sim_plan import HOST_LANE, host_gaps
 
 import charllm_trace as ct
-from charllm_trace.render.astra_sim import plan_run
-from charllm_trace.render.astra_sim_plan import HOST_LANE, host_gaps
 
 MS = 1_000_000
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import polars as pl
 from chakra.schema.protobuf import et_def_pb2 as pb
+from charllm_trace.exports.astra_sim import export_astra_sim
+from charllm_trace.exports.astra_sim_mem import io_lists, tensors
 
-from charllm_trace.render.astra_sim import export_astra_sim
-from charllm_trace.render.astra_sim_mem import io_lists, tensors
 from tests.exports.test_export_astra_sim import decode
 
 

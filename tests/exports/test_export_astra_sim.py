@@ -26,15 +26,15 @@ import polars as pl
 import pytest
 from chakra.schema.protobuf import et_def_pb2 as pb
 from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
+from charllm_trace.cli.app import main
+from charllm_trace.cli.astra import astra_sim_command
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import ProcessGroup, Run, Trace, TraceMeta
+from charllm_trace.exports.astra_sim import MIN_ALL_GATHER, export_astra_sim
 from click.testing import CliRunner
 
 import charllm_trace as ct
 from charllm_trace.analysis.roofline_cost import MIN_TENSOR_SIZE
-from charllm_trace.cli import main
-from charllm_trace.cli_astra import astra_sim_command
-from charllm_trace.errors import InputError
-from charllm_trace.model import ProcessGroup, Run, Trace, TraceMeta
-from charllm_trace.render.astra_sim import MIN_ALL_GATHER, export_astra_sim
 from tests.conftest import SHARED_TRACES, shared_trace
 
 ALLOWED_TYPES = {pb.COMP_NODE, pb.COMM_COLL_NODE, pb.COMM_SEND_NODE, pb.COMM_RECV_NODE}
@@ -443,8 +443,9 @@ def test_untimed_ranks_are_retimed_and_a_cycle_is_noted(tmp_path: Path) -> None:
 
 
 def test_unbreakable_cycle_is_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from charllm_trace.core.dag import cycle_error
+
     from charllm_trace import analysis
-    from charllm_trace.graph.engine import cycle_error
 
     def boom(_t):
         raise cycle_error("execution graph", 4)

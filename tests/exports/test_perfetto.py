@@ -21,12 +21,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from charllm_trace.cli.app import main
+from charllm_trace.core.model import ProcessGroup, Run, Trace, TraceMeta
+from charllm_trace.exports.perfetto import COUNTERS, write_chrome_trace
 from click.testing import CliRunner
 
-from charllm_trace import loader
-from charllm_trace.cli import main
-from charllm_trace.model import ProcessGroup, Run, Trace, TraceMeta
-from charllm_trace.render.perfetto import COUNTERS, write_chrome_trace
+from charllm_trace.inputs import loader
 from tests.helpers import perfetto_check
 
 T0 = 1_763_700_000_123_456_789  # a Unix-epoch ns with every digit significant

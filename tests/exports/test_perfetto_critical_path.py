@@ -16,10 +16,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from charllm_trace.exports.perfetto import write_chrome_trace
 
-from charllm_trace import loader
 from charllm_trace.analysis.critical import critical_path
-from charllm_trace.render.perfetto import write_chrome_trace
+from charllm_trace.inputs import loader
 from tests.conftest import invoke as _invoke
 
 

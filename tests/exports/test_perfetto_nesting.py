@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from charllm_trace.cli.app import main
+from charllm_trace.core.model import Run, Trace, TraceMeta
+from charllm_trace.exports.perfetto import write_chrome_trace
+from charllm_trace.exports.perfetto_layout import nest_lanes
 from click.testing import CliRunner
 
-from charllm_trace import loader
-from charllm_trace.cli import main
-from charllm_trace.model import Run, Trace, TraceMeta
-from charllm_trace.render.perfetto import write_chrome_trace
-from charllm_trace.render.perfetto_layout import nest_lanes
+from charllm_trace.inputs import loader
 from tests.conftest import FIXTURES, shared_trace
 from tests.helpers import perfetto_check as pc
 

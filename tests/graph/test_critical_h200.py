@@ -8,8 +8,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from charllm_trace import loader
 from charllm_trace.analysis.critical import critical_path
+from charllm_trace.inputs import loader
 from tests.conftest import FIXTURES
 
 

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from charllm_trace import loader
 from charllm_trace.analysis.critical import critical_path
 from charllm_trace.analysis.results import CP_CATEGORIES
+from charllm_trace.inputs import loader
 from tests import schedgen as G
 
 TOL = 0.01  # of the path's length

@@ -16,14 +16,14 @@ from typing import Any
 import orjson
 import polars as pl
 import pytest
+from charllm_trace.core.classify import classify
+from charllm_trace.inputs.loader import load
 
-from charllm_trace.analysis.classify import classify
 from charllm_trace.analysis.overlap import overlap
 from charllm_trace.converters.build import kineto_trace
 from charllm_trace.converters.kineto import parse_kineto, read_kineto
 from charllm_trace.et.writer import write_et
 from charllm_trace.graph.cuda_sync import cuda_sync_edges
-from charllm_trace.loader import load
 
 BASE_NS = 1_700_000_000_000_000_000
 PID, TID = 4242, 4242  # the training process and its main thread

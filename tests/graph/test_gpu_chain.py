@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.skipif(REASON is no
 
 
 def _cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    code = "import sys; from charllm_trace.cli import main; sys.exit(main())"
+    code = "import sys; from charllm_trace.cli.app import main; sys.exit(main())"
     return subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
     )

@@ -21,16 +21,17 @@ import networkx as nx
 import numpy as np
 import polars as pl
 import pytest
+from charllm_trace.core import dag as engine
+from charllm_trace.core.model import Run, Trace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import charllm_trace as ct
 from charllm_trace.analysis.critical import critical_path, retime
 from charllm_trace.analysis.results import CP_CATEGORIES, CRITICAL_PATH_SCHEMA
-from charllm_trace.graph import engine, to_networkx
 from charllm_trace.graph import points as P
+from charllm_trace.graph import to_networkx
 from charllm_trace.graph.run import build_run_graph
-from charllm_trace.model import Run, Trace
 from tests.conftest import FIXTURES, shared_trace
 from tests.helpers.graph_traces import N, coll_rank, mk_trace
 
@@ -584,7 +585,7 @@ def test_equal_bounds_bind_the_edge_of_larger_index_not_the_one_visited_later():
     """Two edges of one priority give vertex 2 the same bound: the edge of larger index binds,
     whatever order the vertices are visited in (so a rank's own graph binds its points as the
     merged run's graph does: the Dask engine re-times each rank's graph alone)."""
-    from charllm_trace.graph import engine
+    from charllm_trace.core import dag as engine
 
     # vertex 0 is visited first (its edge is edge 1), vertex 1 after (its edge is edge 0)
     src, dst = np.array([1, 0], np.int32), np.array([2, 2], np.int32)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
+from charllm_trace.core.model import EXEC_DEP_KINDS, EXEC_DEP_SCHEMA, Run, Trace
 
 from charllm_trace.graph import execution_deps, run_execution_deps, to_networkx
 from charllm_trace.graph import points as P
-from charllm_trace.model import EXEC_DEP_KINDS, EXEC_DEP_SCHEMA, Run, Trace
 from tests.helpers.graph_traces import N, coll_rank, edge_set, mk_trace
 
 # ---------------------------------------------------------------------------
@@ -367,7 +367,7 @@ def test_dangling_dependency_ids_are_ignored_with_a_note():
 def test_data_dep_on_an_ancestor_at_equal_times_makes_no_cycle():
     """A zero-length child at its parent's very end with a data dependency on the parent (seen
     in the DLRM host ETs: ``detach_`` inside ``aten::detach_``, times in whole µs)."""
-    from charllm_trace.graph import engine
+    from charllm_trace.core import dag as engine
 
     tr = mk_trace(
         [

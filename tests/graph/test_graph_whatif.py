@@ -17,15 +17,15 @@ import functools
 import numpy as np
 import polars as pl
 import pytest
+from charllm_trace.core.errors import UsageError
+from charllm_trace.core.model import Run, Trace
 
 import charllm_trace as ct
 from charllm_trace.analysis.critical import retime
 from charllm_trace.analysis.results import WHATIF_SCHEMA
 from charllm_trace.analysis.whatif import factor_array, parse_what_if, retimed_traces, simulate, what_if
-from charllm_trace.errors import UsageError
 from charllm_trace.graph import points as P
 from charllm_trace.graph.run import build_run_graph
-from charllm_trace.model import Run, Trace
 from tests.conftest import FIXTURES, shared_trace
 from tests.graph.test_graph_critical import gpu_step
 from tests.helpers.graph_traces import N, coll_rank, mk_trace

@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
+from charllm_trace.core.dag import NONE
+from charllm_trace.inputs.loader import load
 
 from charllm_trace.analysis import graph_merge as gm
 from charllm_trace.analysis import rank_graph as rgm
 from charllm_trace.analysis.critical import retime
 from charllm_trace.analysis.whatif import factor_array
-from charllm_trace.graph.engine import NONE
 from charllm_trace.graph.run import build_run_graph, match_instances
-from charllm_trace.loader import load
 from tests.conftest import FIXTURES, shared_trace
 
 

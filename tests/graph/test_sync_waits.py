@@ -9,10 +9,10 @@ could never hold it (-0.0 % on some steps, +37 % on others, by a few µs of timi
 from __future__ import annotations
 
 import polars as pl
+from charllm_trace.core.model import Run
 
 from charllm_trace.analysis.whatif import what_if
 from charllm_trace.graph import execution_deps
-from charllm_trace.model import Run
 from tests.helpers.graph_traces import N, edge_set, mk_trace
 
 GEMM = "volta_sgemm_128x64_nn"

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import polars as pl
-
-from charllm_trace.model import ProcessGroup, Trace, TraceMeta
+from charllm_trace.core.model import ProcessGroup, Trace, TraceMeta
 
 T0 = 1_700_000_000_000_000_000  # an arbitrary Unix-epoch origin (ns)
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import polars as pl
-
-from charllm_trace.model import ProcessGroup, Trace, TraceMeta
+from charllm_trace.core.model import ProcessGroup, Trace, TraceMeta
 
 T0 = 1_700_000_000_123_456_789  # a Unix-epoch ns time with sub-µs digits
 

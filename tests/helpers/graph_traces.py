@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import polars as pl
-
-from charllm_trace.model import Trace, TraceMeta
+from charllm_trace.core.model import Trace, TraceMeta
 
 NODE_COLS: dict[str, pl.DataType] = {
     "id": pl.Int64,

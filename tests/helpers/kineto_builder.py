@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from charllm_trace.core.model import Trace
+
 from charllm_trace.converters.build import kineto_trace
 from charllm_trace.converters.kineto import read_kineto
-from charllm_trace.model import Trace
 
 T0 = 1_712_000_000_000_000  # absolute µs of the profiles' time 0
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+from charllm_trace.core.model import Run, Trace
+from charllm_trace.store.results import RESULT_TYPES
 
 from charllm_trace.analysis.results import RunAnalysis
-from charllm_trace.model import Run, Trace
-from charllm_trace.results_store import RESULT_TYPES
 
 
 def with_telemetry(run: Run) -> Run:

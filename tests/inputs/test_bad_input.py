@@ -9,12 +9,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from charllm_trace.cli.app import main
+from charllm_trace.core.model import Run
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
 from charllm_trace.et import _native
 from charllm_trace.et.writer import write_et, write_run
-from charllm_trace.model import Run
 from tests.conftest import shared_trace
 from tests.helpers.et_traces import small_trace
 
@@ -168,7 +168,7 @@ def test_foreign_ranks_from_file_names(tmp_path: Path) -> None:
     d.mkdir()
     shutil.copy(src, d / "trace.0.et")
     shutil.copy(src, d / "trace.1.et")
-    from charllm_trace.loader import load
+    from charllm_trace.inputs.loader import load
 
     run = load(d, cache=False)
     assert run.ranks == [0, 1]
@@ -192,10 +192,10 @@ def test_debug_shows_traceback(tmp_path: Path, where: str) -> None:
 def test_mutated_ets_decode_or_fail_cleanly(tmp_path: Path) -> None:
     """Flipped bytes, cut files and spliced garbage: every decoder either returns a Trace or raises
     InputError (never another exception, never a crash of the process)."""
+    from charllm_trace.core.errors import InputError
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from charllm_trace.errors import InputError
     from charllm_trace.et.reader import read_et
 
     good = tmp_path / "good.et"
@@ -238,7 +238,7 @@ def test_mutated_ets_decode_or_fail_cleanly(tmp_path: Path) -> None:
 def test_debug_is_not_taken_from_collects_program() -> None:
     """``collect``'s arguments after its options are the user's program: a ``--debug`` there is
     the program's; elsewhere it is ours, before or after the subcommand (issue 27)."""
-    from charllm_trace.errors import debug_first
+    from charllm_trace.core.errors import debug_first
 
     commands = main.commands  # type: ignore[attr-defined]
     prog = ["collect", "--run-dir", "r", "python", "train.py", "--debug"]

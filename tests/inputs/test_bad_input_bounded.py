@@ -20,7 +20,7 @@ def _run(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
         resource.setrlimit(resource.RLIMIT_AS, (CAP, CAP))
 
     return subprocess.run(
-        [sys.executable, "-m", "charllm_trace.cli", *args],
+        [sys.executable, "-m", "charllm_trace.cli.app", *args],
         capture_output=True, text=True, timeout=120, preexec_fn=cap,
         env={"CHARLLM_TRACE_CACHE_DIR": str(tmp / "cache"), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip

@@ -14,7 +14,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "cpu-2ra
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "charllm_trace.cli", *args],
+        [sys.executable, "-m", "charllm_trace.cli.app", *args],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )  # fmt: skip
 

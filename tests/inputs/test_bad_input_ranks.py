@@ -28,7 +28,7 @@ def _cap() -> None:
 )
 def test_absurd_ranks_are_one_line(spawn, tmp_path: Path, ranks: str, words: str) -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "charllm_trace.cli", "analyze", "--no-cache", "--ranks", ranks, str(FIXTURE)],
+        [sys.executable, "-m", "charllm_trace.cli.app", "analyze", "--no-cache", "--ranks", ranks, str(FIXTURE)],
         capture_output=True, text=True, timeout=120, preexec_fn=_cap, cwd=tmp_path,
     )  # fmt: skip
     assert r.returncode == 2, r.stderr
@@ -37,9 +37,10 @@ def test_absurd_ranks_are_one_line(spawn, tmp_path: Path, ranks: str, words: str
 
 
 def test_collect_ranks_are_bounded_before_anything_is_built() -> None:
+    from charllm_trace.core.errors import UsageError
+    from charllm_trace.core.limits import MAX_RANK
+
     from charllm_trace.collectors.launcher import parse_ranks
-    from charllm_trace.errors import UsageError
-    from charllm_trace.limits import MAX_RANK
 
     assert parse_ranks("0,8,16-18") == [0, 8, 16, 17, 18]
     assert parse_ranks(f"{MAX_RANK - 2}-{MAX_RANK - 1}") == [MAX_RANK - 2, MAX_RANK - 1]
@@ -49,7 +50,7 @@ def test_collect_ranks_are_bounded_before_anything_is_built() -> None:
 
 def test_collect_ranks_on_the_command_line(spawn, tmp_path: Path) -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "charllm_trace.cli", "collect", "--ranks", "0-2000000000", "-o", str(tmp_path / "run"),
+        [sys.executable, "-m", "charllm_trace.cli.app", "collect", "--ranks", "0-2000000000", "-o", str(tmp_path / "run"),
          "--", sys.executable, "-c", "pass"],
         capture_output=True, text=True, timeout=120, preexec_fn=_cap, cwd=tmp_path,
     )  # fmt: skip

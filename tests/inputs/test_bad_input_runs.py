@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
 from charllm_trace.et.writer import RUN_MARKER
 from tests.bad_inputs import valid
 
@@ -70,8 +70,9 @@ def test_interrupted_run_is_read_with_its_note_every_time(tmp_path: Path) -> Non
 
 
 def _ets(tmp_path: Path, ranks: list[int], name: str = "ets") -> Path:
+    from charllm_trace.core.model import Run
+
     from charllm_trace.et.writer import write_run
-    from charllm_trace.model import Run
     from tests.helpers.et_traces import small_trace
 
     out = tmp_path / name

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
 from tests.conftest import FIXTURES
 
 pytest.importorskip("fsspec")

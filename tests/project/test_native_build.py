@@ -22,13 +22,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from charllm_trace.core import native_libs as _native_libs
+from charllm_trace.inputs.loader import load
 
 import charllm_trace
-from charllm_trace import _native_libs
 from charllm_trace.converters import jsonframe
 from charllm_trace.et import _native
 from charllm_trace.et.writer import write_et
-from charllm_trace.loader import load
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = Path(charllm_trace.__file__).resolve().parent
@@ -200,7 +200,7 @@ import json, sys, warnings
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import charllm_trace as ct
-    from charllm_trace import _native_libs
+    from charllm_trace.core import native_libs as _native_libs
     errors = {"et": [], "kineto": []}
     for name, path in (("et", sys.argv[1]), ("kineto", sys.argv[2])):
         for _ in range(2):
@@ -241,7 +241,7 @@ def test_missing_modules_are_one_error_each(spawn, tmp_path: Path, et_file: Path
         (KINETO, "charllm_trace.converters._jsonframe"),
     ):
         cli = subprocess.run(
-            [sys.executable, "-m", "charllm_trace.cli", "analyze", "--no-cache", str(path)],
+            [sys.executable, "-m", "charllm_trace.cli.app", "analyze", "--no-cache", str(path)],
             env=env, cwd=out, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert cli.returncode == 3, cli.stderr

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from charllm_trace.core.errors import InputError, UsageError
+from charllm_trace.core.model import Run
 from hypothesis import given
 from hypothesis import strategies as st
 from regen_baselines import baseline_path, fixture_traces
 
-from charllm_trace.errors import InputError, UsageError
-from charllm_trace.model import Run
 from charllm_trace.regress.baseline import (
     FORMAT_VERSION,
     HIGHER,
@@ -383,9 +383,8 @@ def test_headline_of_skipped_analyses_is_empty() -> None:
 
 
 def _cli(*args: str):  # noqa: ANN202
+    from charllm_trace.cli.app import main
     from click.testing import CliRunner
-
-    from charllm_trace.cli import main
 
     return CliRunner().invoke(main, list(args))
 
@@ -567,8 +566,9 @@ def test_fixture_is_within_its_baseline(fixture: Path) -> None:
 
 @pytest.mark.parametrize("fixture", FIXTURE_TRACES, ids=lambda p: p.name)
 def test_fixture_perturbed_fails_check(fixture: Path, tmp_path: Path) -> None:
+    from charllm_trace.inputs.loader import load
+
     from charllm_trace.et.writer import write_run
-    from charllm_trace.loader import load
 
     base = baseline_path(fixture)
     keys = {m["key"] for m in json.loads(base.read_text())["metrics"]}
@@ -636,8 +636,9 @@ def _with_telemetry(run: Run, period_ns: int = 10_000_000) -> Run:
 
 
 def test_higher_power_fails_check_on_energy_and_power(tmp_path: Path) -> None:
+    from charllm_trace.inputs.loader import load
+
     from charllm_trace.et.writer import write_run
-    from charllm_trace.loader import load
 
     fx = [f for f in FIXTURE_TRACES if f.name == "cpu-2rank-gloo"]
     if not fx:

@@ -11,10 +11,10 @@ from typing import Any
 
 import polars as pl
 import pytest
+from charllm_trace.cli.app import main
+from charllm_trace.core.model import Run
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
-from charllm_trace.model import Run
 from tests.conftest import FIXTURES
 from tests.helpers.results_helpers import with_telemetry
 
@@ -55,8 +55,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """Three variants of the collected gloo run, as ET directories: (fast) telemetry, a workload
     and a dp=2 layout in the manifest; (slow) 1.5x every time, 1.2x the power, twice the global
     batch; (bare) no telemetry, no workload."""
+    from charllm_trace.inputs.loader import load
+
     from charllm_trace.et.writer import write_run
-    from charllm_trace.loader import load
 
     base = load(GLOO, cache=False)
     d = tmp_path_factory.mktemp("sweep")
@@ -291,8 +292,9 @@ def test_saved_results_and_cache(runs: list[Path], tmp_path: Path, cache_dir: Pa
     for k in ("step_time_ms", "avg_power_w", "tokens_per_step", "busbw_dp_gbps", "model"):
         assert _close(a[0][k], b[0][k]) if not isinstance(a[0][k], str) else a[0][k] == b[0][k]
     # a second compare reads the cached results of both runs
+    from charllm_trace.store.results_cache import analyze_path
+
     from charllm_trace.analysis.results import AnalyzeOptions
-    from charllm_trace.results_cache import analyze_path
 
     for p in runs[:2]:
         assert analyze_path(p, AnalyzeOptions(per_step=True)).hit
@@ -349,7 +351,8 @@ def test_run_config_from_manifest_workload_and_layout() -> None:
 
 
 def test_compare_rows_are_cached_and_never_trusted(runs: list[Path], cache_dir: Path, monkeypatch) -> None:
-    from charllm_trace import sweep_cache
+    from charllm_trace.store import sweep_cache
+
     from charllm_trace.analysis.results import AnalyzeOptions
 
     opts = AnalyzeOptions(per_step=True)
@@ -380,7 +383,7 @@ def test_results_saved_before_the_config_field_still_load(runs: list[Path], tmp_
     import io
     import zipfile
 
-    from charllm_trace.results_store import MANIFEST, load_results
+    from charllm_trace.store.results import MANIFEST, load_results
 
     z = tmp_path / "new.zip"
     assert _cli("analyze", str(runs[2]), "--per-step", "--save", str(z)).exit_code == 0

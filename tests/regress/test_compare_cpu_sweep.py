@@ -36,7 +36,7 @@ def test_cpu_figures_mean_over_ranks_then_steps() -> None:
 
 
 def _collect(out: Path, cpus: str, *wrap: str) -> None:
-    cmd = [sys.executable, "-m", "charllm_trace.cli", "collect", "--cpus", cpus, "--step-marker", "batch",
+    cmd = [sys.executable, "-m", "charllm_trace.cli.app", "collect", "--cpus", cpus, "--step-marker", "batch",
            "--steps", "1-2", "--telemetry-hz", "0", "--cpu-hz", "100", "-o", str(out), "--", *wrap,
            sys.executable, str(EXAMPLE), *ARGS]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=ROOT)
@@ -62,7 +62,7 @@ def test_compare_sweep_columns_and_a_starved_core(spawn, tmp_path: Path) -> None
     _collect(alone, "1")
     # the same command sharing its one core with a busy process: its launching thread must wait
     _collect(starved, "1", "sh", "-c", f'{sys.executable} {spin} & s=$!; "$@"; rc=$?; kill $s; exit $rc', "sh")
-    cmd = [sys.executable, "-m", "charllm_trace.cli", "compare", str(alone), str(starved), "--format", "json",
+    cmd = [sys.executable, "-m", "charllm_trace.cli.app", "compare", str(alone), str(starved), "--format", "json",
            "--no-cache"]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]

@@ -1,13 +1,13 @@
 """``compare --label`` values that parse as KEY=VALUE but are no usable value: one line, exit 2,
-never an internal error or a layout of more ranks than memory holds (cli_compare.py, the sweep's
+never an internal error or a layout of more ranks than memory holds (cli/compare.py, the sweep's
 labels, analysis/parallel.py)."""
 
 from __future__ import annotations
 
 import pytest
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
 from tests.conftest import FIXTURES
 
 GLOO = str(FIXTURES / "cpu-2rank-gloo")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from charllm_trace.core.model import Run, Trace, TraceMeta
 
-from charllm_trace.model import Run, Trace, TraceMeta
 from charllm_trace.regress.diff import diff_runs, side_by_side
 
 
@@ -146,9 +146,8 @@ def test_diff_without_analyses_still_compares_operators() -> None:
 
 
 def _cli(*args: str):  # noqa: ANN202
+    from charllm_trace.cli.app import main
     from click.testing import CliRunner
-
-    from charllm_trace.cli import main
 
     return CliRunner().invoke(main, list(args))
 

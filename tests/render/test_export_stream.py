@@ -10,10 +10,10 @@ from pathlib import Path
 import orjson
 import polars as pl
 import pytest
+from charllm_trace.inputs.loader import load
 
 from charllm_trace.analysis.api import analyze_run
 from charllm_trace.analysis.results import AnalyzeOptions
-from charllm_trace.loader import load
 from charllm_trace.render import export
 from tests.conftest import FIXTURES, shared_trace
 
@@ -78,9 +78,8 @@ def test_json_file_written_a_chunk_at_a_time(tmp_path: Path, monkeypatch) -> Non
 
 
 def test_cli_json_to_stdout_streamed_and_equal_to_the_file(tmp_path: Path, monkeypatch, cache_dir) -> None:
+    from charllm_trace.cli.app import main
     from click.testing import CliRunner
-
-    from charllm_trace.cli import main
 
     r = CliRunner()
     out = tmp_path / "a.json"

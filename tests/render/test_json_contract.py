@@ -9,9 +9,9 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
 from charllm_trace.render.contract import analyze_schema
 from tests.conftest import FIXTURES, shared_trace
 
@@ -121,8 +121,7 @@ def test_a_baseline_written_before_the_rename_still_checks(tmp_path, cache_dir) 
 def test_diff_cpu_operator_time_is_exclusive(cache_dir) -> None:
     """The CPU-only run: an op's time excludes its CPU children (nested ops counted twice before)."""
     import polars as pl
-
-    from charllm_trace.loader import load
+    from charllm_trace.inputs.loader import load
 
     d = _json("diff", str(RUN), str(RUN), "--json")
     ops = next(s for s in d["sections"] if s["name"] == "operators")

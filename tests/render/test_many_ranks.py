@@ -11,11 +11,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from charllm_trace.cli.app import main
+from charllm_trace.core.errors import UsageError
+from charllm_trace.core.limits import choose_ranks, parse_ranks, parse_sample, sample_ranks
 from click.testing import CliRunner
-
-from charllm_trace.cli import main
-from charllm_trace.errors import UsageError
-from charllm_trace.limits import choose_ranks, parse_ranks, parse_sample, sample_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
 DLRM = "param/dlrm_8ranks_v100"
@@ -41,8 +40,8 @@ def run16(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def analysed16(run16: Path):
-    from charllm_trace import loader
     from charllm_trace.analysis import AnalyzeOptions, analyze_run
+    from charllm_trace.inputs import loader
 
     run = loader.load(run16, cache=False)
     opts = AnalyzeOptions(per_step=True, parallel={"dp": 16}, critical_path=False)
@@ -172,10 +171,10 @@ def test_rank_spread_is_the_distribution_over_ranks(analysed16) -> None:
 
 
 def test_rank_spread_round_trips_and_prints(analysed16, tmp_path: Path) -> None:
+    from charllm_trace.store.results import load_results, save_results
     from rich.console import Console
 
     from charllm_trace.render.tables import render_analysis
-    from charllm_trace.results_store import load_results, save_results
 
     _, an = analysed16
     f = save_results(an, tmp_path / "r.zip")
@@ -218,8 +217,8 @@ def _page_of(src: Path, tmp_path: Path, browser) -> tuple[str, object]:
 
 @pytest.mark.parametrize("which", ["dlrm", "collected"])
 def test_rank_step_heatmaps_in_chromium(which: str, tmp_path: Path, browser) -> None:
-    from charllm_trace import loader
     from charllm_trace.analysis import AnalyzeOptions, analyze_run
+    from charllm_trace.inputs import loader
     from tests.conftest import shared_trace
 
     src = shared_trace(DLRM) if which == "dlrm" else ROOT / "tests" / "fixtures" / "traces" / "cpu-2rank-gloo"

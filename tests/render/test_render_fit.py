@@ -6,10 +6,10 @@ import io
 import json
 import re
 
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
 from rich.console import Console
 
-from charllm_trace.cli import main
 from charllm_trace.render.fit import FitTable
 from tests.conftest import shared_trace
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
 from rich.console import Console
 
-from charllm_trace.cli import main
 from charllm_trace.render.fit import shorten_middle, shorten_names
 from charllm_trace.render.table_style import dim_line, plain_table
 from tests.conftest import shared_trace

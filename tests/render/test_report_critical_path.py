@@ -12,10 +12,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from charllm_trace.render.report import CP_STYLE, render_report, report_data
 
-from charllm_trace import loader
 from charllm_trace.analysis import AnalyzeOptions, analyze_run
-from charllm_trace.report import CP_STYLE, render_report, report_data
+from charllm_trace.inputs import loader
 from tests.conftest import invoke as _invoke
 from tests.conftest import shared_trace
 

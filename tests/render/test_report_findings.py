@@ -10,10 +10,10 @@ import json
 import re
 from pathlib import Path
 
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
 
 from charllm_trace.analysis.findings import Fact, findings
-from charllm_trace.cli import main
 from tests.conftest import FIXTURES, shared_trace
 from tests.render.test_report_html import _with_telemetry
 
@@ -41,10 +41,11 @@ def _check_against_json(found, doc: dict, page: str) -> None:
 
 
 def test_findings_of_the_a100_profile_equal_the_json_and_show_in_chromium(tmp_path: Path, browser) -> None:
-    from charllm_trace import loader
+    from charllm_trace.render.report import render_report, report_data
+
     from charllm_trace.analysis import AnalyzeOptions, analyze_run
+    from charllm_trace.inputs import loader
     from charllm_trace.render.export import to_document
-    from charllm_trace.report import render_report, report_data
 
     run, _ = _with_telemetry(loader.load(shared_trace("hta/a100_ddp_nccl_rank0.json.gz")))
     an = analyze_run(run, AnalyzeOptions(per_step=True))
@@ -81,8 +82,9 @@ def test_report_of_a_collected_run_has_findings_and_stragglers(tmp_path: Path, c
     assert r.exit_code == 0, r.output
     doc = json.loads(CliRunner().invoke(main, ["analyze", str(RUN), "--json", "--per-step"]).stdout)
     page = out.read_text(encoding="utf-8")
+    from charllm_trace.store.results_cache import analyze_path
+
     from charllm_trace.analysis import AnalyzeOptions
-    from charllm_trace.results_cache import analyze_path
 
     an = analyze_path(str(RUN), AnalyzeOptions(per_step=True)).analysis
     found = findings(an)
@@ -106,8 +108,9 @@ def test_findings_of_the_h200_run_one_rank_groups_and_energy_per_step(tmp_path: 
     r = CliRunner().invoke(main, ["report", str(run), "-o", str(out)])
     assert r.exit_code == 0, r.output
     doc = json.loads(CliRunner().invoke(main, ["analyze", str(run), "--json", "--per-step"]).stdout)
+    from charllm_trace.store.results_cache import analyze_path
+
     from charllm_trace.analysis import AnalyzeOptions
-    from charllm_trace.results_cache import analyze_path
 
     found = findings(analyze_path(str(run), AnalyzeOptions(per_step=True)).analysis)
     _check_against_json(found, doc, out.read_text(encoding="utf-8"))

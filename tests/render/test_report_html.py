@@ -170,8 +170,7 @@ def _with_telemetry(run, period_ns: int = 10_000_000):
     """The run's rank with a 100 Hz telemetry stream over its span; every 20th..23rd sample is
     power-capped (NVML reason 0x4). Returns the run and the number of throttle periods."""
     import polars as pl
-
-    from charllm_trace.model import Run, Trace
+    from charllm_trace.core.model import Run, Trace
 
     (rank,) = run.ranks
     tr = run.traces[rank]
@@ -201,9 +200,10 @@ def test_report_of_a_real_trace_in_chromium(tmp_path: Path, browser) -> None:
     from tests.conftest import shared_trace
 
     src = shared_trace(A100)
-    from charllm_trace import loader
+    from charllm_trace.render.report import render_report, report_data
+
     from charllm_trace.analysis import AnalyzeOptions, analyze_run
-    from charllm_trace.report import render_report, report_data
+    from charllm_trace.inputs import loader
 
     run, periods = _with_telemetry(loader.load(src))
     an = analyze_run(run, AnalyzeOptions(per_step=True))
@@ -244,9 +244,9 @@ def test_report_of_a_real_trace_in_chromium(tmp_path: Path, browser) -> None:
 
 
 def test_report_command_on_a_two_rank_run(tmp_path: Path, browser) -> None:
+    from charllm_trace.cli.app import main
     from click.testing import CliRunner
 
-    from charllm_trace.cli import main
     from tests.conftest import shared_trace
 
     src = shared_trace("hta/trace_filter_2ranks/rank-0.json.gz").parent

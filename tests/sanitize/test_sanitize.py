@@ -10,10 +10,10 @@ from pathlib import Path
 
 import orjson
 import pytest
+from charllm_trace.cli.app import main
+from charllm_trace.core.errors import InputError
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
-from charllm_trace.errors import InputError
 from charllm_trace.sanitize import sanitize_run
 from charllm_trace.sanitize.rules import ID_BASE
 from tests.conftest import shared_trace
@@ -433,8 +433,8 @@ def test_single_kineto_file_with_python_frames(tmp_path: Path) -> None:
 def test_collected_run_from_our_collector(tmp_path: Path) -> None:
     """The collector's own 2-rank CPU run: its host is pseudonymised everywhere (file names,
     manifest keys such as ranks_by_host) and every analysis of the run dir is unchanged."""
-    from charllm_trace import loader
     from charllm_trace.analysis import AnalyzeOptions, analyze_run
+    from charllm_trace.inputs import loader
     from tests.conftest import FIXTURES
 
     src = FIXTURES / "cpu-2rank-gloo"

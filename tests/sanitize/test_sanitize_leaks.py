@@ -18,9 +18,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
 from charllm_trace.sanitize.rules import ID_BASE
 from tests.conftest import shared_trace
 

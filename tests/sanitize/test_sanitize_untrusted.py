@@ -6,9 +6,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
-
-from charllm_trace.cli import main
 
 FIX = Path(__file__).parents[1] / "fixtures" / "traces" / "cpu-2rank-gloo"
 

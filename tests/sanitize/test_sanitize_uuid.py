@@ -9,11 +9,11 @@ import gzip
 from pathlib import Path
 
 import pytest
+from charllm_trace.cli.app import main
+from charllm_trace.inputs.loader import load
 from click.testing import CliRunner
 
 from charllm_trace.analysis import analyze_run
-from charllm_trace.cli import main
-from charllm_trace.loader import load
 from tests.conftest import FIXTURES
 
 H200 = FIXTURES / "h200-1rank-nccl"

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from charllm_trace.cli.app import main
 from click.testing import CliRunner
 
-from charllm_trace.cli import main
 from charllm_trace.sanitize.rules import ID_BASE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +24,7 @@ pytest.importorskip("torch")
 def runs(spawn, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("with_stack")
     run = root / "run"
-    cmd = [sys.executable, "-m", "charllm_trace.cli", "collect", "--steps", "2-3", "--with-stack"]
+    cmd = [sys.executable, "-m", "charllm_trace.cli.app", "collect", "--steps", "2-3", "--with-stack"]
     cmd += ["--telemetry-hz", "0", "-o", str(run), "--", sys.executable, "-m", "torch.distributed.run"]
     cmd += ["--standalone", "--nproc_per_node", "2", str(ROOT / "examples" / "train_tiny.py")]
     cmd += ["--steps", "6", "--coll-elems", "1000"]

@@ -12,13 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import charllm_trace.inputs.loader
 import pytest
+from charllm_trace.cli.app import main
+from charllm_trace.store import results_cache
 from click.testing import CliRunner
 
-import charllm_trace.loader
-from charllm_trace import results_cache
 from charllm_trace.analysis.results import AnalyzeOptions
-from charllm_trace.cli import main
 from tests.conftest import FIXTURES, shared_trace
 
 GLOO = FIXTURES / "cpu-2rank-gloo"
@@ -43,7 +43,7 @@ def no_load(monkeypatch: pytest.MonkeyPatch):
         def boom(*_a, **_k):
             raise AssertionError("the trace was loaded on a cache hit")
 
-        monkeypatch.setattr(charllm_trace.loader, "load", boom)
+        monkeypatch.setattr(charllm_trace.inputs.loader, "load", boom)
 
     return forbid
 
@@ -183,7 +183,7 @@ def test_results_entries_are_pruned_with_the_rest(cache_dir: Path, monkeypatch: 
 
 def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "charllm_trace.cli", *args], capture_output=True, text=True, env=env
+        [sys.executable, "-m", "charllm_trace.cli.app", *args], capture_output=True, text=True, env=env
     )
 
 
@@ -244,14 +244,14 @@ def test_a_file_without_our_marker_is_left_alone(spawn, how: str, cache_dir: Pat
 
 _PROBE = """
 import sys
-from charllm_trace.cli import main
+from charllm_trace.cli.app import main
 try:
     main(sys.argv[1:], standalone_mode=False)
 finally:
     heavy = sorted(m for m in sys.modules if m == "numpy" or m.startswith((
         "charllm_trace.graph", "charllm_trace.converters", "charllm_trace.et.reader",
         "charllm_trace.et._colcache", "charllm_trace.analysis.api", "charllm_trace.analysis.overlap",
-        "charllm_trace.analysis.bandwidth", "charllm_trace.analysis.critical", "charllm_trace.report")))
+        "charllm_trace.analysis.bandwidth", "charllm_trace.analysis.critical", "charllm_trace.render.report")))
     print("HEAVY", ",".join(heavy), file=sys.stderr)
 """
 

@@ -10,18 +10,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-from rich.console import Console
-
-from charllm_trace import loader
-from charllm_trace.analysis import AnalyzeOptions, analyze_run
-from charllm_trace.cli import main
-from charllm_trace.errors import InputError
-from charllm_trace.model import Run
-from charllm_trace.render.export import to_json
-from charllm_trace.render.tables import render_analysis
-from charllm_trace.report import drawn_run, render_report, report_data, report_data_from, report_views
-from charllm_trace.results_store import (
+from charllm_trace.cli.app import main
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import Run
+from charllm_trace.render.report import drawn_run, render_report, report_data, report_data_from, report_views
+from charllm_trace.store.results import (
     MANIFEST,
     is_results_file,
     load_results,
@@ -29,6 +22,13 @@ from charllm_trace.results_store import (
     results_bytes,
     save_results,
 )
+from click.testing import CliRunner
+from rich.console import Console
+
+from charllm_trace.analysis import AnalyzeOptions, analyze_run
+from charllm_trace.inputs import loader
+from charllm_trace.render.export import to_json
+from charllm_trace.render.tables import render_analysis
 from tests.conftest import FIXTURES, shared_trace
 from tests.helpers.results_helpers import differences, n_frames, with_telemetry
 

@@ -9,14 +9,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from charllm_trace.cli.app import main
+from charllm_trace.core.errors import InputError
+from charllm_trace.store.results import MANIFEST, load_results, save_results
 from click.testing import CliRunner
 
-from charllm_trace import loader
 from charllm_trace.analysis import AnalyzeOptions, analyze_run
-from charllm_trace.cli import main
-from charllm_trace.errors import InputError
+from charllm_trace.inputs import loader
 from charllm_trace.render.export import to_json
-from charllm_trace.results_store import MANIFEST, load_results, save_results
 from tests.conftest import FIXTURES
 
 GLOO = FIXTURES / "cpu-2rank-gloo"

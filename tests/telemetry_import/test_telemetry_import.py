@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from charllm_trace.cli.app import main
+from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import Run
+from charllm_trace.inputs.loader import load
 from click.testing import CliRunner
 
 from charllm_trace.analysis import analyze_run
-from charllm_trace.cli import main
-from charllm_trace.errors import InputError
-from charllm_trace.loader import load
-from charllm_trace.model import Run
 from charllm_trace.telemetry_import import read_log
 from charllm_trace.telemetry_import.common import ParseOptions
 from tests.conftest import shared_trace

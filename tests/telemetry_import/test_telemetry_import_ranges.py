@@ -48,7 +48,8 @@ def test_samples_out_of_time_order_are_said(tmp_path: Path) -> None:
 def test_local_times_keep_nanoseconds_and_refuse_past_2261() -> None:
     """Local date-times are checked for the int64 range before they become ns (year 9999 wrapped
     to a negative time), and the nanoseconds a zeus_monitor file writes are kept."""
-    from charllm_trace.errors import InputError
+    from charllm_trace.core.errors import InputError
+
     from charllm_trace.telemetry_import.common import local_times_ns
 
     fmt = "%Y-%m-%d %H:%M:%S%.f"
