@@ -1,4 +1,4 @@
-"""``charllm-trace export astra-sim``: the click command (registered under ``export`` in cli/app.py).
+"""``charllm-trace export astra-sim``: the click command (registered under ``export`` in cli/export.py).
 
 Kept in its own module; the work is :func:`charllm_trace.exports.astra_sim.export_astra_sim`.
 """

@@ -1,8 +1,13 @@
-"""Options of ``charllm-trace collect`` that choose what an iteration is (issue 24): ranges of a
-``record_function`` marker instead of optimizer steps (collectors/marker_hook.py; docs/collect.md)."""
+"""``charllm-trace collect`` (issue 4): the click command (registered in cli/app.py) and the options
+that choose what an iteration is (issue 24): ranges of a ``record_function`` marker instead of
+optimizer steps (collectors/marker_hook.py; docs/collect.md).
+
+The work is :func:`charllm_trace.collectors.launcher.collect`, imported when the command runs.
+"""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -80,3 +85,85 @@ def parse_window(text: str) -> tuple[float, float]:
     if not (math.isfinite(delay) and math.isfinite(dur)) or delay < 0 or dur <= 0:
         raise UsageError(f"--window {text!r}: DELAY must be >= 0 and DURATION > 0 seconds")
     return delay, dur
+
+
+@click.command(
+    "collect",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option(
+    "-o", "--output", "run_dir", default=None, help="Run directory (default: charllm-run-<date>-<time>)."
+)
+@click.option(
+    "--steps",
+    default="1-2",
+    show_default=True,
+    help="Training steps to trace, N or A-B (0-based, see docs/collect.md).",
+)
+@click.option(
+    "--ranks", default="all", show_default=True, help="Ranks to trace: all, or a list like 0,8,16-18."
+)
+@click.option(
+    "--telemetry-hz",
+    type=float,
+    default=100.0,
+    show_default=True,
+    help="GPU telemetry rate per node; 0 turns it off.",
+)
+@click.option(
+    "--telemetry-source",
+    default="auto",
+    show_default=True,
+    help="auto, nvml, amdsmi, none, or replay:PATH (a recorded stream).",
+)
+@click.option("--parallel", default=None, help="Parallel layout for the manifest, e.g. tp=8,pp=4,dp=2,ep=1.")
+@click.option("--workload", default=None,
+              help="What is trained, for the manifest (compare lists it), e.g. model=llama-7b,mbs=1,gbs=256,seq=4096.")  # fmt: skip
+@click.option("--with-stack", is_flag=True, help="Record Python stacks in the Kineto profile (larger files).")
+@click.option("--force", is_flag=True, help="Replace the trace files of an existing run directory.")
+@iteration_options
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+def collect_cmd(
+    run_dir: str | None,
+    steps: str,
+    step_marker: str | None,
+    window: str | None,
+    cpu_hz: float,
+    cpus: str | None,
+    ranks: str,
+    telemetry_hz: float,
+    telemetry_source: str,
+    parallel: str | None,
+    workload: str | None,
+    with_stack: bool,
+    force: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Run a training COMMAND (after --) and collect traces of chosen steps and GPU telemetry.
+
+    \b
+    charllm-trace collect -o run --steps 10-12 -- torchrun --nproc_per_node 8 train.py ...
+    Exits with the training command's exit code.
+    """
+    from charllm_trace.collectors.launcher import (
+        collect,
+        parse_parallel,
+        parse_ranks,
+        parse_workload,
+    )
+
+    result = collect(
+        list(command),
+        run_dir,
+        **iteration_args(step_marker, window, steps, cpu_hz, cpus),
+        ranks=parse_ranks(ranks),
+        telemetry_hz=telemetry_hz,
+        telemetry_source=telemetry_source,
+        parallel=parse_parallel(parallel),
+        workload=parse_workload(workload),
+        force=force,
+        with_stack=with_stack,
+        log=lambda msg: click.echo(f"charllm-trace: {msg}", err=True),
+    )
+    click.echo(f"charllm-trace: run directory {result.run_dir} (exit code {result.exit_code})", err=True)
+    sys.exit(result.exit_code)

@@ -1,6 +1,6 @@
-"""What ``convert`` does (the command is declared in cli/app.py): on a Dask cluster, with worker
-processes that write their ranks' ETs (a local run directory, issue 26 item 4), or in this
-process (one file, a URL, or a run too small for worker processes)."""
+"""What ``convert`` does (the command is declared in cli/convert_command.py): on a Dask cluster,
+with worker processes that write their ranks' ETs (a local run directory, issue 26 item 4), or in
+this process (one file, a URL, or a run too small for worker processes)."""
 
 from __future__ import annotations
 
