@@ -1,7 +1,7 @@
 """The ``charllm-trace`` command: a thin click layer over the library.
 
 This module holds the click group, the exit-code handling and the registration of the commands;
-each command lives in a module of its own under cli/ (cli/info.py, cli/convert_command.py,
+each command lives in a module of its own under cli/ (cli/info.py, cli/convert.py,
 cli/collect.py, cli/analyze.py, cli/regress.py, cli/export.py, cli/sanitize.py, ...). Commands
 parse options, call one library function, and hand the result to a renderer. Exit codes: 0 success, 1 a ``check`` found a regression, 2 bad input
 (one line on stderr naming the file and the problem; ``--debug`` adds the
@@ -20,7 +20,7 @@ from charllm_trace.cli.analyze import analyze_cmd, report_cmd
 from charllm_trace.cli.cache import cache_group
 from charllm_trace.cli.collect import collect_cmd
 from charllm_trace.cli.compare import compare_cmd
-from charllm_trace.cli.convert_command import convert_cmd
+from charllm_trace.cli.convert import convert_cmd
 from charllm_trace.cli.cpu_wait import cpu_wait_cmd
 from charllm_trace.cli.export import export_group
 from charllm_trace.cli.info import info_cmd

@@ -1,56 +1,45 @@
-"""What ``convert`` does (the command is declared in cli/convert_command.py): on a Dask cluster,
-with worker processes that write their ranks' ETs (a local run directory, issue 26 item 4), or in
-this process (one file, a URL, or a run too small for worker processes)."""
+"""``charllm-trace convert`` (issue 3): the click command (registered in cli/app.py).
+
+What it does is in engine/convert.py (:func:`charllm_trace.engine.convert.convert_lines`), imported when
+the command runs: that module loads the converters (and polars), which ``--help`` does not need
+(tests/test_alloc.py).
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import click
 
-from charllm_trace.cli.progress import input_progress
-from charllm_trace.converters.run_dir import convert_path, summary_lines
-from charllm_trace.core.errors import InputError
+from charllm_trace.cli.cache import allow_partial_option
+from charllm_trace.cli.scale import scheduler_option
 from charllm_trace.engine import Cluster
-from charllm_trace.et.writer import write_run
-from charllm_trace.inputs.convert_ranks import convert_write_run
-from charllm_trace.inputs.localize import localize_input, url_errors, url_output
-from charllm_trace.inputs.urls import is_url
 
 
-def convert_lines(
-    path: str, output: str, host_et: str | None, workers: int | None, *, gz: bool, force: bool,
-    cluster: Cluster | None = None,
-) -> list[str]:
-    """Convert ``path`` into ``output``; the lines to print (one per rank, then the files written)."""
-    if cluster is not None and host_et is None:  # each rank converted and written by a worker
-        from charllm_trace.engine.driver import convert_distributed
+@click.command("convert")
+@click.argument("path", type=click.Path())
+@click.option("-o", "--output", required=True, help="Output directory for rank-<N>.et files.")
+@click.option(
+    "--host-et", type=click.Path(), default=None, help="With a single Kineto file: its host execution trace."
+)
+@click.option(
+    "--workers", type=int, default=None, help="Worker processes (default: one per CPU, at most one per rank)."
+)
+@click.option("--gz", is_flag=True, help="Write gzip-compressed rank-<N>.et.gz files.")
+@click.option("--force", is_flag=True, help="Replace existing rank-<N>.et files in the output directory.")
+@allow_partial_option
+@scheduler_option("convert")
+def convert_cmd(
+    path: str, output: str, host_et: str | None, workers: int | None, gz: bool, force: bool,
+    cluster: Cluster | None,
+) -> None:  # fmt: skip
+    """Convert a run directory, or one Kineto profile / host ET, to one Chakra ET per rank.
 
-        lines, paths = convert_distributed(path, output, cluster=cluster, gz=gz, force=force)
-        return [*lines, f"wrote {len(paths)} Chakra ET file(s) to {output}"]
-    done = None
-    if host_et is None and not is_url(path) and not is_url(output) and Path(path).is_dir():
-        with input_progress("converting"):  # worker processes write their ranks' ETs
-            done = convert_write_run(path, output, workers=workers, force=force, gz=gz)
-    lines, paths = done if done is not None else _in_this_process(path, output, host_et, workers, gz, force)
-    return [*lines, f"wrote {len(paths)} Chakra ET file(s) to {output}"]
+    \b
+    charllm-trace convert RUN_DIR -o et/
+    charllm-trace convert kineto.json.gz --host-et host_et.json.gz -o et/
+    """
+    from charllm_trace.cli.progress import input_progress
+    from charllm_trace.engine.convert import convert_lines
 
-
-def _in_this_process(
-    path: str, output: str, host_et: str | None, workers: int | None, gz: bool, force: bool
-) -> tuple[list[str], list[Path]]:
-    with input_progress("converting"):
-        if is_url(path):
-            local = localize_input(path)
-            with url_errors(path, local):
-                run = convert_path(local, host_et=host_et, workers=workers)
-        else:
-            run = convert_path(path, host_et=host_et, workers=workers)
-    if is_url(output) and not force:
-        from charllm_trace.engine.driver import existing_rank_files
-
-        if existing_rank_files(output):
-            raise InputError(
-                output, "already holds rank-<N>.et files; refusing to overwrite them (use --force)"
-            )
-    with url_output(output) as out:
-        paths = write_run(run, out, overwrite=force, gz=gz)
-    return summary_lines(run), paths
+    lines = convert_lines(path, output, host_et, workers, gz=gz, force=force, cluster=cluster, progress=input_progress)
+    for line in lines:
+        click.echo(line)

@@ -30,7 +30,7 @@ def test_no_command_is_defined_in_app() -> None:
 def test_each_moved_command_lives_in_its_module() -> None:
     where = {name: cmd.callback.__module__ for name, cmd in _commands(main).items() if cmd.callback}
     assert where["info"] == "charllm_trace.cli.info"
-    assert where["convert"] == "charllm_trace.cli.convert_command"
+    assert where["convert"] == "charllm_trace.cli.convert"
     assert where["collect"] == "charllm_trace.cli.collect"
     assert where["export"] == where["export perfetto"] == "charllm_trace.cli.export"
     assert where["export astra-sim"] == "charllm_trace.cli.astra"
