@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from charllm_trace.core.errors import InputError
-from charllm_trace.core.limits import _env_int
+from charllm_trace.core.limits import env_int
 
 #: complete events (or ET nodes) of one rank's trace: 5 M is about 4 GB for ``analyze`` (measured
 #: above); real per-rank profiles of 50-200 MB of JSON hold 0.2-1 M
@@ -22,7 +22,7 @@ ENV = "CHARLLM_TRACE_MAX_EVENTS"
 
 
 def max_events() -> int:
-    return _env_int(ENV, MAX_EVENTS)
+    return env_int(ENV, MAX_EVENTS)
 
 
 def check_event_count(

@@ -103,7 +103,7 @@ def _ranges(ranks: list[int]) -> str:
     return ",".join(out)
 
 
-def _env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int) -> int:
     import os
 
     from charllm_trace.core.errors import UsageError
@@ -133,10 +133,10 @@ _RATIO_FLOOR = 256 << 20
 
 
 def max_input_bytes() -> int:
-    return _env_int("CHARLLM_TRACE_MAX_INPUT_BYTES", MAX_INPUT_BYTES)
+    return env_int("CHARLLM_TRACE_MAX_INPUT_BYTES", MAX_INPUT_BYTES)
 
 
 def gzip_out_limit(compressed_size: int) -> int:
     """The most bytes a gzip input of ``compressed_size`` bytes may decompress to."""
-    ratio = _env_int("CHARLLM_TRACE_MAX_GZIP_RATIO", MAX_GZIP_RATIO)
+    ratio = env_int("CHARLLM_TRACE_MAX_GZIP_RATIO", MAX_GZIP_RATIO)
     return min(max_input_bytes(), max(_RATIO_FLOOR, ratio * compressed_size))

@@ -83,7 +83,7 @@ def test_the_scan_sees_relative_and_absolute_imports(tmp_path: Path) -> None:
     tree = ast.parse(src)
     nodes = [n for n in tree.body if isinstance(n, ast.ImportFrom)]
     mod = "charllm_trace.analysis.energy"
-    assert _target(mod, False, nodes[0]) == "charllm_trace.core.classify"
+    assert _target(mod, False, nodes[0]) == "charllm_trace.analysis.classify"
     assert _target(mod, False, nodes[1]) == "charllm_trace.graph"
     assert _target(mod, False, nodes[2]) == "charllm_trace.analysis"
     assert _target("charllm_trace.graph", True, nodes[2]) == "charllm_trace.graph"
