@@ -21,12 +21,12 @@ import json
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from charllm_trace.et import cache as et_cache
 from charllm_trace.et.cache_owner import ROW_KEY, owned
+from charllm_trace.store.atomic import replace_file
 
 KIND = "compare"
 CODE = ("regress/sweep.py", "regress/diff.py")  # relative to the package
@@ -94,13 +94,7 @@ def store(key: str, row: dict[str, Any]) -> None:
         if os.path.lexists(entry) and not owned(entry, KIND):
             return  # someone else's file under our name: never replaced
         entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", dir=entry.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump({ROW_KEY: "charllm-trace compare", **row}, f)  # its marker first (cache_owner)
-            os.replace(tmp, entry)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        # its marker first (cache_owner)
+        replace_file(entry, key, (json.dumps({ROW_KEY: "charllm-trace compare", **row}).encode(),))
     except Exception:  # noqa: BLE001 - caching is best effort
         return
