@@ -42,7 +42,10 @@ from typing import Any
 from charllm_trace.collectors.hook import ENV_CONFIG
 from charllm_trace.collectors.outcome import traced_unsaved
 from charllm_trace.core.errors import InputError, UsageError
-from charllm_trace.core.limits import parse_ranks  # noqa: F401 - the launcher's --ranks (tests import it here)
+from charllm_trace.core.limits import (
+    parse_ranks,  # noqa: F401 - the launcher's --ranks (tests import it here)
+    parse_span,
+)
 
 INJECT_DIR = str(Path(__file__).resolve().parent / "_inject")
 PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "sp", "vpp")
@@ -69,11 +72,10 @@ OWN_PATTERNS = (
 
 def parse_steps(text: str, *, allow_zero: bool = False) -> tuple[int, int]:
     """``"10-12"`` -> (10, 12); ``"5"`` -> (5, 5). Steps are 0-based (see hook.py)."""
-    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text or "")
-    if not m:
+    span = parse_span(text or "")
+    if span is None:
         raise UsageError(f"--steps {text!r}: expected N or A-B (for example 10-12)")
-    a = int(m.group(1))
-    b = int(m.group(2)) if m.group(2) is not None else a
+    a, b = span
     if b < a:
         raise UsageError(f"--steps {text!r}: the range ends before it starts")
     if a == 0 and not allow_zero:

@@ -66,20 +66,17 @@ _Args = msgspec.defstruct(  # type: ignore[misc]
 )
 
 
-_Event = msgspec.defstruct(  # type: ignore[misc]
-    "_Event",
-    [
-        ("ph", Any, None),
-        ("cat", Any, None),
-        ("name", Any, None),
-        ("pid", Any, None),
-        ("tid", Any, None),
-        ("ts", msgspec.Raw, msgspec.Raw()),
-        ("dur", msgspec.Raw, msgspec.Raw()),
-        ("args", _Args | None, None),
-    ],
-    gc=False,
-)
+#: the fields of an event kept (``ph`` aside)
+_EVENT_FIELDS = [
+    ("cat", Any, None),
+    ("name", Any, None),
+    ("pid", Any, None),
+    ("tid", Any, None),
+    ("ts", msgspec.Raw, msgspec.Raw()),
+    ("dur", msgspec.Raw, msgspec.Raw()),
+    ("args", _Args | None, None),
+]
+_Event = msgspec.defstruct("_Event", [("ph", Any, None), *_EVENT_FIELDS], gc=False)  # type: ignore[misc]
 
 
 # Fast decode: events tagged by ``ph``; only complete events ("X") keep fields, every other phase
@@ -108,21 +105,7 @@ _PHASES = (
     "S",
     "F",
 )
-_XEvent = msgspec.defstruct(  # type: ignore[misc]
-    "_XEvent",
-    [
-        ("cat", Any, None),
-        ("name", Any, None),
-        ("pid", Any, None),
-        ("tid", Any, None),
-        ("ts", msgspec.Raw, msgspec.Raw()),
-        ("dur", msgspec.Raw, msgspec.Raw()),
-        ("args", _Args | None, None),
-    ],
-    gc=False,
-    tag_field="ph",
-    tag="X",
-)
+_XEvent = msgspec.defstruct("_XEvent", _EVENT_FIELDS, gc=False, tag_field="ph", tag="X")  # type: ignore[misc]
 _FAST_EVENT: Any = _XEvent
 _SKIP: dict[str, Any] = {}
 for _ph in _PHASES:

@@ -1,4 +1,5 @@
-"""Writing a cache entry whole or not at all (the stores' one way to replace a file)."""
+"""Reading a cache entry, and writing one whole or not at all (the stores' one way to replace a
+file)."""
 
 from __future__ import annotations
 
@@ -22,3 +23,11 @@ def replace_file(entry: Path, key: str, parts: Iterable[bytes]) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def read_entry(entry: Path) -> bytes | None:
+    """The bytes of ``entry``; None when it cannot be read (not stored, gone, unreadable)."""
+    try:
+        return entry.read_bytes()
+    except OSError:
+        return None

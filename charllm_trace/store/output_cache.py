@@ -34,7 +34,7 @@ from typing import Any
 
 from charllm_trace.et.cache_owner import OUTPUT_HEAD as HEAD
 from charllm_trace.et.cache_owner import owned
-from charllm_trace.store.atomic import replace_file
+from charllm_trace.store.atomic import read_entry, replace_file
 
 KIND = "outputs"
 _FORMAT = 1
@@ -157,9 +157,8 @@ def _discard(entry: Path) -> None:
 def lookup(key: str) -> bytes | None:
     """The output stored under ``key``, checked (None: none, or damaged: deleted)."""
     entry = _entry(key)
-    try:
-        data = entry.read_bytes()
-    except OSError:
+    data = read_entry(entry)
+    if data is None:
         return None
     nl = data.find(b"\n", 0, len(HEAD) + 80)
     if not data.startswith(HEAD) or nl < 0:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from charllm_trace.et import cache as et_cache
 from charllm_trace.inputs.urls import is_url
-from charllm_trace.store.atomic import replace_file
+from charllm_trace.store.atomic import read_entry, replace_file
 from charllm_trace.store.results import VERSION, SavedResults, read_results, results_bytes
 
 if TYPE_CHECKING:
@@ -149,9 +149,8 @@ def lookup(key: str, path: str | os.PathLike[str], *, views: bool = False) -> Sa
     """The stored results of ``key`` (None: not stored, or stored without the report's views and
     ``views`` asked for them). A damaged entry is deleted with a note (None)."""
     entry = _entry(key)
-    try:
-        data = entry.read_bytes()
-    except OSError:
+    data = read_entry(entry)
+    if data is None:
         return None
     try:
         saved = read_results(entry, data)

@@ -26,7 +26,7 @@ from typing import Any
 
 from charllm_trace.et import cache as et_cache
 from charllm_trace.et.cache_owner import ROW_KEY, owned
-from charllm_trace.store.atomic import replace_file
+from charllm_trace.store.atomic import read_entry, replace_file
 
 KIND = "compare"
 CODE = ("regress/sweep.py", "regress/diff.py")  # relative to the package
@@ -61,9 +61,8 @@ def row_key(results_key: str) -> str:
 def lookup(key: str, path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The stored row of ``key`` (None: not stored; a damaged entry is deleted with a note)."""
     entry = _entry(key)
-    try:
-        data = entry.read_bytes()
-    except OSError:
+    data = read_entry(entry)
+    if data is None:
         return None
     try:
         row = json.loads(data)
