@@ -113,17 +113,17 @@ def child_ours(path: str) -> dict:
     import charllm_trace as ct
 
     ct.tune_polars_allocator()  # as the charllm-trace command does (opt-in for library users)
-    from charllm_trace.analysis import bandwidth, overlap
-    from charllm_trace.core.classify import classify
+    from charllm_trace.analysis.api import bandwidth, overlap
+    from charllm_trace.analysis.context import RankContext
 
     t = time.perf_counter()
     run = ct.load(path, cache=False)
     tr = run.traces[run.ranks[0]]
     t_load = time.perf_counter() - t
     rss_load = peak_rss_mib()
-    cl = classify(tr.nodes)
-    ov = overlap(tr, classified=cl, hta_compat=True)
-    bw = bandwidth(tr, classified={run.ranks[0]: cl})
+    ctx = RankContext.of(tr)  # classified once, for both
+    ov = overlap(ctx, hta_compat=True)
+    bw = bandwidth(tr, contexts={run.ranks[0]: ctx})
     total = ov.total().row(0, named=True)
     return {
         "load_s": t_load,

@@ -41,18 +41,18 @@ def child(path: str, repeat: int) -> dict:
     import charllm_trace as ct
     from charllm_trace.analysis import AnalyzeOptions, analyze_run
     from charllm_trace.analysis.breakdown import run_breakdown
-    from charllm_trace.core.classify import classify
+    from charllm_trace.analysis.context import RankContext
 
     t = time.perf_counter()
     run = ct.load(path, cache=False)
     out: dict = {"load_s": time.perf_counter() - t, "nodes": sum(tr.nodes.height for tr in run)}
-    classified = {r: classify(tr.nodes) for r, tr in run.traces.items()}
+    contexts = {r: RankContext.of(tr) for r, tr in run.traces.items()}
     times: dict[str, list[float]] = {"analyze": [], "analyze-nocp": [], "breakdown": []}
     for _ in range(repeat):
         for mode in times:
             t = time.perf_counter()
             if mode == "breakdown":
-                bd = run_breakdown(run.traces, per_step=True, classified=classified)
+                bd = run_breakdown(contexts, per_step=True)
                 assert bd is not None
                 out["breakdown_rows"] = bd.by.height
             else:

@@ -14,7 +14,7 @@ run, so that the load of other jobs falls on both alike:
 
 ``--big`` exports bench_share.py's run instead (the real ResNet profile repeated with shifted
 times to 1,057,658 nodes, no critical path, as in that benchmark). ``--check`` also times the
-strict checker of the tests (tests/perfetto_check.py) on the file.
+strict checker of the tests (tests/helpers/perfetto_check.py) on the file.
 """
 
 from __future__ import annotations
@@ -61,8 +61,9 @@ def main() -> None:
     ap.add_argument("--check", action="store_true")
     a = ap.parse_args()
 
-    from charllm_trace.analysis.critical import critical_path
     from charllm_trace.exports import perfetto
+
+    from charllm_trace.analysis.critical import critical_path
     from charllm_trace.inputs import loader
 
     writers = {"this": perfetto.write_chrome_trace}
@@ -96,7 +97,7 @@ def main() -> None:
             res["cpu_median_ratio"] = round(res["this"]["cpu_median_s"] / res["baseline"]["cpu_median_s"], 3)
             res["wall_median_ratio"] = round(res["this"]["median_s"] / res["baseline"]["median_s"], 3)
         if a.check:
-            from tests import perfetto_check
+            from tests.helpers import perfetto_check
 
             perfetto.write_chrome_trace(run, out, critical_path=cp)
             t0 = time.perf_counter()

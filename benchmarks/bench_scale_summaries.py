@@ -67,7 +67,17 @@ def measure(path: Path, options: AnalyzeOptions) -> list[RankPart]:
         parts.append(part)
         in_bytes = sum(Path(f).stat().st_size for f in spec.files.values())
         tables = _size((x.trace.nodes, x.trace.deps, x.trace.telemetry))
-        rows.append((x.rank, in_bytes, tables, _size(m), _size(part), _size(info_task(x)), part.coll.height))
+        rows.append(
+            (
+                x.rank,
+                in_bytes,
+                tables,
+                _size(m),
+                _size(part),
+                _size(info_task(x)),
+                part.parts["bandwidth"].coll.height,
+            )
+        )
     print(f"\n{path.name}: {len(rows)} ranks (bytes per rank, pickled)")
     print(
         f"{'rank':>4} {'input':>9} {'node tables':>12} {'meta':>6} {'analysis':>9} {'info':>6} {'collectives':>11}"
@@ -80,7 +90,7 @@ def measure(path: Path, options: AnalyzeOptions) -> list[RankPart]:
         f"mean {mean[0]:>9,.0f} {mean[1]:>12,.0f} {mean[2]:>6,.0f} {mean[3]:>9,.0f} {mean[4]:>6,.0f} {mean[5]:>11,.1f}"
         f"   -> to the driver {mean[2] + mean[3]:,.0f} B/rank for analyze, {mean[2] + mean[4]:,.0f} for info"
     )
-    c = next(p.coll for p in parts if p.coll is not None and p.coll.height)
+    c = next(p.parts["bandwidth"].coll for p in parts if p.parts["bandwidth"].coll.height)
     big = pl.concat([c] * (10_000 // c.height + 1)).rechunk()
     per_row = (_size(big) - _size(c)) / (big.height - c.height)
     print(f"marginal size of a collective row (pickled, uncompressed): {per_row:,.1f} B")
@@ -97,21 +107,20 @@ def replicate(parts: list[RankPart], n: int) -> list[RankPart]:
                 break
             r = p.rank + k * width
             shift = pl.col("rank") + k * width
-            out.append(
-                dataclasses.replace(
-                    p,
-                    rank=r,
-                    coll=p.coll.with_columns(shift) if p.coll is not None else None,
-                    overlap=dataclasses.replace(
-                        p.overlap,
-                        per_rank=p.overlap.per_rank.with_columns(shift),
-                        per_group=p.overlap.per_group.with_columns(shift),
-                        per_dim=p.overlap.per_dim.with_columns(shift),
-                    )
-                    if p.overlap is not None
-                    else None,
+            ov, bw = p.parts.get("overlap"), p.parts["bandwidth"]
+            per = {
+                **p.parts,
+                "bandwidth": dataclasses.replace(bw, coll=bw.coll.with_columns(shift)),
+                "overlap": dataclasses.replace(
+                    ov,
+                    per_rank=ov.per_rank.with_columns(shift),
+                    per_group=ov.per_group.with_columns(shift),
+                    per_dim=ov.per_dim.with_columns(shift),
                 )
-            )
+                if ov is not None
+                else None,
+            }
+            out.append(dataclasses.replace(p, rank=r, parts=per))
     return out
 
 

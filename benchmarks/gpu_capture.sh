@@ -44,7 +44,7 @@ time ct convert "$CAP/run" -o "$CAP/et"
 time ct analyze "$CAP/et" --format json -o "$CAP/analyze.json"
 ct analyze "$CAP/et" --wide > "$CAP/analyze.txt" 2>&1; head -c 6000 "$CAP/analyze.txt"
 echo "== 4. gpu tests"; date -u +%T
-timeout 200 python3 -m pytest -q -rs -m gpu -p no:cacheprovider tests/test_telemetry_backends.py tests/test_gpu_chain.py > "$CAP/pytest.log" 2>&1
+timeout 200 python3 -m pytest -q -rs -m gpu -p no:cacheprovider tests/collectors/test_telemetry_backends.py tests/graph/test_gpu_chain.py > "$CAP/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -15 "$CAP/pytest.log"
 date -u +%T
 tar czf "$OUT/capture.tar.gz" -C /tmp cap && ls -la "$OUT"

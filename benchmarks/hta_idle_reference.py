@@ -1,5 +1,5 @@
 """HTA 0.5.0's idle-time breakdown and kernel launch statistics on the shared traces: the
-reference figures of ``tests/test_analysis_idle.py`` and docs/analyses.md ("Idle time per GPU
+reference figures of ``tests/analysis/test_analysis_idle.py`` and docs/analyses.md ("Idle time per GPU
 stream", "Launch statistics").
 
 Needs Holistic Trace Analysis 0.5.0 (not a dependency of charllm-trace; never run by the tests)::

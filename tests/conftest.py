@@ -135,3 +135,95 @@ def et_decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
     yield request.param
     monkeypatch.undo()
     _native.reset()
+
+
+# -- markers set by what a test uses (issue 23, item 6) -------------------------------------------
+# A test is marked by the fixtures it requests (directly or through other fixtures), so the fast
+# tier (-m "not (subprocess or cluster or browser or slow)") follows from the code, not from marks
+# written by hand: a test that starts processes requests `spawn`, one that drives Chromium
+# `browser`, one on a Dask cluster `dask_cluster`, one on the team's traces `shared`.
+FIXTURE_MARKERS = {
+    "spawn": "subprocess",
+    "browser": "browser",
+    "dask_cluster": "cluster",
+    "shared": "shared",
+}
+
+
+@pytest.fixture(scope="session")
+def spawn():
+    """The ``subprocess`` module, for tests that start processes (a CLI in a child interpreter,
+    torchrun, a collector): requesting it marks the test ``subprocess``."""
+    import subprocess
+
+    return subprocess
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """``open_page(html_file, screenshot)`` in headless Chromium; the call skips the test when
+    Chromium or playwright is absent (so what the test checked before still ran). Requesting it
+    marks the test ``browser``."""
+    from tests.helpers.browser import open_page, require_browser
+
+    def _open(html_file: Path, screenshot: Path):
+        require_browser()
+        return open_page(html_file, screenshot)
+
+    return _open
+
+
+def _uses_shared_trace(item: pytest.Item) -> bool:
+    """The test's function, or a module-level function it names, calls ``shared_trace``."""
+    fn = getattr(item, "function", None)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    if _names_shared_trace(code):
+        return True
+    glb = getattr(fn, "__globals__", {})
+    return any(_names_shared_trace(getattr(glb.get(n), "__code__", None)) for n in code.co_names)
+
+
+def _names_shared_trace(code) -> bool:
+    """``shared_trace`` is read as a global or imported in the function."""
+    return code is not None and ("shared_trace" in code.co_names or "shared_trace" in code.co_varnames)
+
+
+def _is_hypothesis(item: pytest.Item) -> bool:
+    fn = getattr(item, "function", None)
+    return bool(getattr(fn, "is_hypothesis_test", False))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        for fixture, marker in FIXTURE_MARKERS.items():
+            if fixture in names:
+                item.add_marker(marker)
+        if "shared" not in names and ("a100_or_gloo" in names or _uses_shared_trace(item)):
+            item.add_marker("shared")
+        if _is_hypothesis(item):
+            item.add_marker("fuzz")
+
+
+#: the tier for the edit-test loop: no processes started, no cluster, no browser, nothing slow
+FAST_TIER = "not (subprocess or cluster or browser or slow)"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help=f'the fast tier: only tests marked -m "{FAST_TIER}" (markers set from fixtures, conftest.py)',
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # under pytest-xdist, tests that share one expensive module fixture (the bad-input corpus runs
+    # every case once, in processes of its own) stay on one worker: xdist_group + loadgroup
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
+    if config.getoption("--fast"):
+        own = config.option.markexpr
+        config.option.markexpr = f"({own}) and {FAST_TIER}" if own else FAST_TIER

@@ -1,17 +1,29 @@
 """Analyses: pure functions of the trace model returning typed results.
 
-- :func:`overlap` — compute/communication overlap (``analysis.overlap``)
-- :func:`bandwidth` — bandwidth per collective (``analysis.bandwidth``)
-- :func:`energy` — energy per operator (``analysis.energy``)
-- :func:`power` — power and thermal per step (``analysis.power``)
-- :func:`time_breakdown` — GPU time by kernel category, kernel, launching op (``analysis.breakdown``)
-- :func:`analyze_run` — all four for a run (``analysis.api``)
-- :func:`critical_path` — critical paths through the execution graph (``analysis.critical``)
-- :func:`what_if` — a what-if replay of the execution graph (``analysis.whatif``)
-- :func:`simulate` — a timeline for traces without timestamps (``analysis.whatif``)
-- :func:`idle_time` — GPU idle time per stream, HTA's breakdown (``analysis.idle_time``)
-- :func:`launch_stats` — launch delays, short kernels, launch queues (``analysis.launch_stats``)
-- :func:`flops` — achieved FLOP/s and MFU of GEMM, attention and convolution ops (``analysis.flops``)
+The library API is :mod:`charllm_trace.analysis.api` (every public analysis function, under its
+documented name)::
+
+    from charllm_trace.analysis.api import analyze_run, AnalyzeOptions, overlap, bandwidth, energy, power
+
+- :func:`~charllm_trace.analysis.api.overlap` — compute/communication overlap
+- :func:`~charllm_trace.analysis.api.bandwidth` — bandwidth per collective
+- :func:`~charllm_trace.analysis.api.energy` — energy per operator
+- :func:`~charllm_trace.analysis.api.power` — power and thermal per step
+- :func:`~charllm_trace.analysis.api.time_breakdown` — GPU time by kernel category, kernel, launching op
+- :func:`~charllm_trace.analysis.api.analyze_run` — every registered analysis of a run
+  (``analysis/registry.py``)
+- :func:`~charllm_trace.analysis.api.critical_path` — critical paths through the execution graph
+- :func:`~charllm_trace.analysis.api.what_if` — a what-if replay of the execution graph
+- :func:`~charllm_trace.analysis.api.simulate` — a timeline for traces without timestamps
+- :func:`~charllm_trace.analysis.api.idle_time` — GPU idle time per stream, HTA's breakdown
+- :func:`~charllm_trace.analysis.api.launch_stats` — launch delays, short kernels, launch queues
+- :func:`~charllm_trace.analysis.api.flops` — achieved FLOP/s and MFU of GEMM, attention and convolution ops
+
+Functions whose name is not also a module's (``analyze_run``, ``analyze_trace``,
+``time_breakdown``, ``critical_path``, ``what_if``, ``simulate``) and the result types are also
+importable from this package, loaded on first use (importing ``analysis.results`` alone, e.g. to
+load saved results, loads no analysis and not numpy). The names of analysis modules
+(``charllm_trace.analysis.overlap`` …) are the modules: their functions are in ``analysis.api``.
 
 Result types are in :mod:`charllm_trace.analysis.results`; the formulas in
 ``docs/analyses.md``.
@@ -20,8 +32,6 @@ Result types are in :mod:`charllm_trace.analysis.results`; the formulas in
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import Any
 
 #: public name -> module that defines it (loaded on first use, so that importing one analysis
@@ -41,37 +51,13 @@ _WHERE = {
     "WhatIfResult": "results",
     "analyze_run": "api",
     "analyze_trace": "api",
-    "bandwidth": "bandwidth",
     "time_breakdown": "breakdown",
     "critical_path": "critical",
-    "energy": "energy",
-    "idle_time": "idle_time",
-    "launch_stats": "launch_stats",
-    "flops": "flops",
-    "overlap": "overlap",
-    "power": "power",
     "simulate": "whatif",
     "what_if": "whatif",
 }
 
 __all__ = sorted(_WHERE)
-
-#: The analyses named like their modules. Importing a submodule makes the import system bind it on
-#: its package (``setattr(charllm_trace.analysis, "overlap", <module>)``), which would shadow the
-#: function; the package's class below ignores exactly those bindings, so
-#: ``charllm_trace.analysis.overlap`` is always the function, loaded on first use like the rest
-#: (importing ``analysis.results`` alone, e.g. to load saved results, loads no analysis and not numpy).
-_SAME_NAME = frozenset({"bandwidth", "energy", "flops", "idle_time", "launch_stats", "overlap", "power"})
-
-
-class _Package(types.ModuleType):
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _SAME_NAME and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,8 @@
-"""``analyze_run``: the four analyses of a run, bundled (what the CLI's ``analyze`` prints)."""
+"""The library API of the analyses: ``analyze_run`` (every registered analysis of a run, bundled:
+what the CLI's ``analyze`` prints) and each public analysis function under its documented name
+(``overlap``, ``bandwidth``, ``energy``, ``power``, ``flops``, ``idle_time``, ``launch_stats``,
+``time_breakdown``, ``critical_path``, ``what_if``, ``simulate``): the functions named like their
+modules are imported from here, not from the package (docs/analyses.md)."""
 
 from __future__ import annotations
 
@@ -7,15 +11,21 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace.analysis.bandwidth import run_hosts
-from charllm_trace.analysis.cpu_wait import run_cpu_wait, thread_states
+from charllm_trace.analysis.bandwidth import bandwidth, run_hosts
+from charllm_trace.analysis.breakdown import time_breakdown
+from charllm_trace.analysis.cpu_wait import thread_states
 from charllm_trace.analysis.critical import critical_path
-from charllm_trace.analysis.graph_launches import run_graph_launches
+from charllm_trace.analysis.energy import energy
+from charllm_trace.analysis.flops import flops
 from charllm_trace.analysis.graph_merge import keep_steps, skip_cycles, skip_untimed
 from charllm_trace.analysis.group_size import ranks_per_node
+from charllm_trace.analysis.idle_time import idle_time
+from charllm_trace.analysis.launch_stats import launch_stats
+from charllm_trace.analysis.overlap import overlap
 from charllm_trace.analysis.parallel import name_groups
 from charllm_trace.analysis.pipeline import pipeline_from, rank_microbatches
 from charllm_trace.analysis.pipeline_results import PipelineResult
+from charllm_trace.analysis.power import power
 from charllm_trace.analysis.rank_parts import (  # noqa: F401 - NO_DURATIONS, duplicate_step_notes: this module's interface
     NO_DURATIONS,
     analyze_rank,
@@ -31,10 +41,29 @@ from charllm_trace.analysis.results import (  # the notes' words live with the r
     RunAnalysis,
     WhatIfResult,
 )
-from charllm_trace.analysis.whatif import what_if
+from charllm_trace.analysis.whatif import simulate, what_if
 from charllm_trace.core.dag import CycleError
 from charllm_trace.core.model import ProcessGroup, Run, Trace
 from charllm_trace.graph.run import build_run_graph
+
+#: The library API (docs/analyses.md).
+__all__ = [
+    "AnalyzeOptions",
+    "RunAnalysis",
+    "analyze_run",
+    "analyze_trace",
+    "bandwidth",
+    "critical_path",
+    "energy",
+    "flops",
+    "idle_time",
+    "launch_stats",
+    "overlap",
+    "power",
+    "simulate",
+    "time_breakdown",
+    "what_if",
+]
 
 
 def _all_groups(groups_per_rank: list[list[ProcessGroup]]) -> list[ProcessGroup]:
@@ -104,11 +133,10 @@ def analyze_run(run: Run, options: AnalyzeOptions | None = None) -> RunAnalysis:
             run if simulated else work, options, recorded if simulated else classified, skipped, no_ts
         )
 
-    res = merge_parts(parts, options, manifest=run.manifest, source=run.source, graph_step=graph_step)
+    res = merge_parts(
+        parts, options, manifest=run.manifest, source=run.source, graph_step=graph_step, cpu_sched=run.cpu_sched
+    )
     res.classified = classified
-    if run.cpu_sched is not None:  # collect --cpu-hz: is the CPU starving the GPU? (analysis/cpu_wait.py)
-        res.cpu_wait = run_cpu_wait(work.traces, classified, run.cpu_sched)
-    res.graph_launches = run_graph_launches(work.traces, classified)  # None without graph launches
     return res
 
 
@@ -126,7 +154,9 @@ def _graph_analyses(
         graph = build_run_graph(run, classified)
         cp = critical_path(run, graph=graph, segments=False) if options.critical_path else None
         wi = (
-            what_if(run, dict(options.what_if), graph=graph, dims=run_dims(run, options))
+            what_if(
+                run, dict(options.what_if), graph=graph, classified=classified, dims=run_dims(run, options)
+            )
             if options.what_if
             else None
         )

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 import numpy as np
 import polars as pl
 
+from charllm_trace.analysis.context import RankContext, context_of
 from charllm_trace.analysis.group_size import Tally, ranks_per_node, tensor_group_notes, tensor_group_sizes
 from charllm_trace.analysis.hardware import link_peak, spans_nodes
 from charllm_trace.analysis.results import (
@@ -37,9 +38,8 @@ from charllm_trace.analysis.results import (
     LinkPeak,
     frame,
 )
-from charllm_trace.analysis.step_windows import StepWindows, step_windows
 from charllm_trace.analysis.stragglers import stragglers
-from charllm_trace.core.classify import ancestor_any, classify, is_gpu_trace, positions
+from charllm_trace.core.classify import ancestor_any, is_gpu_trace, positions
 from charllm_trace.core.model import Run, Trace
 
 #: Element sizes in bytes by dtype name (torch / Kineto / Chakra spellings).
@@ -151,22 +151,22 @@ def _coll_type_expr() -> pl.Expr:
 
 
 def collectives(
-    trace: Trace,
+    source: Trace | RankContext,
     *,
     peak_gbps: float | None = None,
     group_dims: Mapping[str, str | None] | None = None,
     hosts: Mapping[int, str | None] | None = None,
-    classified: pl.DataFrame | None = None,
     tally: Tally | None = None,
     node_gpus: int | None = None,
-    windows: StepWindows | None = None,
 ) -> tuple[pl.DataFrame, dict[str, LinkPeak]]:
     """COLLECTIVE_SCHEMA rows of one rank, and the link peak used per process group. Group sizes
     taken from the collectives' own tensors (:mod:`.group_size`) are counted in ``tally``;
-    ``node_gpus``: the run's GPUs per node, when known (for the link peak); ``windows`` may pass
-    ``step_windows(trace, classified)``."""
+    ``node_gpus``: the run's GPUs per node, when known (for the link peak). ``source``: the
+    rank's trace, or its :class:`RankContext` (classified nodes and step windows computed once)."""
+    ctx = context_of(source)
+    trace = ctx.trace
     rank = trace.meta.rank if trace.meta.rank is not None else 0
-    df = classified if classified is not None else classify(trace.nodes)
+    df = ctx.classified
     inst = _instances(trace, df).filter(pl.col("dur_ns").is_not_null())
     if inst.height == 0:
         return frame({}, COLLECTIVE_SCHEMA), {}
@@ -197,7 +197,7 @@ def collectives(
     step = np.full(inst.height, None, dtype=object)
     if inst["start_ns"].is_not_null().any():
         t = inst["start_ns"].fill_null(np.iinfo(np.int64).min).to_numpy()
-        step[:] = (windows if windows is not None else step_windows(trace, df)).step_of(t)
+        step[:] = ctx.windows.step_of(t)
     # bus factor per (type, n): few distinct pairs
     pairs = inst.select("coll_type", "group_size").unique()
     fac = pairs.with_columns(
@@ -207,7 +207,7 @@ def collectives(
     peaks: dict[str, LinkPeak] = {}
     peak_of: dict[str | None, float | None] = {}
     sizes = dict(inst.group_by("pg_name").agg(pl.col("group_size").max()).iter_rows())
-    for pg_name in inst["pg_name"].unique().to_list():
+    for pg_name in inst["pg_name"].unique(maintain_order=True).to_list():
         pg = pgs.get(pg_name) if pg_name is not None else None
         spans = spans_nodes(pg.ranks, hosts) if pg is not None and pg.ranks else None
         lp = link_peak(trace.meta.device_model, spans, peak_gbps, sizes.get(pg_name), node_gpus)
@@ -316,11 +316,10 @@ def bandwidth(
     *,
     peak_gbps: float | None = None,
     group_dims: Mapping[str, str | None] | None = None,
-    classified: Mapping[int, pl.DataFrame] | None = None,
-    windows: Mapping[int, StepWindows] | None = None,
+    contexts: Mapping[int, RankContext] | None = None,
 ) -> BandwidthResult:
-    """Bandwidth of every collective of every rank of ``run`` (``windows``: the ranks' step
-    windows, when the caller has them)."""
+    """Bandwidth of every collective of every rank of ``run`` (``contexts``: the ranks'
+    :class:`RankContext`, when the caller has them)."""
     if isinstance(run, Trace):
         run = Run.single(run)
     hosts = run_hosts(run)
@@ -332,17 +331,13 @@ def bandwidth(
     for r in run.ranks:
         tr = run.traces[r]
         simulated |= bool(tr.meta.extra.get("simulated"))
-        cl = classified.get(r) if classified else None
-        w = windows.get(r) if windows else None
         c, p = collectives(
-            tr,
+            (contexts or {}).get(r) or tr,
             peak_gbps=peak_gbps,
             group_dims=group_dims,
             hosts=hosts,
-            classified=cl,
             tally=tally,
             node_gpus=node_gpus,
-            windows=w,
         )
         frames.append(c)
         peaks.update(p)

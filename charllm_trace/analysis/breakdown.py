@@ -25,6 +25,7 @@ from collections.abc import Mapping
 import numpy as np
 import polars as pl
 
+from charllm_trace.analysis.context import RankContext, context_of
 from charllm_trace.analysis.overlap import hta_filter, launch_times_of
 from charllm_trace.analysis.results_breakdown import (
     BREAKDOWN_GROUPS,
@@ -33,8 +34,8 @@ from charllm_trace.analysis.results_breakdown import (
     NO_GPU_OPS,
     BreakdownResult,
 )
-from charllm_trace.analysis.step_windows import StepWindows, launch_step_index, step_windows
-from charllm_trace.core.classify import classify, launching_ops
+from charllm_trace.analysis.step_windows import launch_step_index
+from charllm_trace.core.classify import launching_ops
 from charllm_trace.core.intervals import round_inward_us
 from charllm_trace.core.kernel_category import categorize
 from charllm_trace.core.model import Trace, rank_ranges
@@ -44,12 +45,11 @@ OPERATOR_CLASSES = ("compute", "comm", "memcpy", "memset")
 _KEY_COLUMN = {"category": "category", "kernel": "name", "op": "op", "top_op": "top_op"}
 
 
-def _operators(
-    trace: Trace, df: pl.DataFrame, per_step: bool, hta: tuple[bool, bool], windows: StepWindows | None = None
-) -> tuple[pl.DataFrame, list[str]]:
+def _operators(ctx: RankContext, per_step: bool, hta: tuple[bool, bool]) -> tuple[pl.DataFrame, list[str]]:
     """One row per GPU operator: step (null outside steps or without per_step), category, name,
     op, top_op, dur_ns. ``hta``: (hta_compat, hta_keep_last_step)."""
     notes: list[str] = []
+    trace, df = ctx.trace, ctx.classified
     steps = trace.steps()
     is_op = pl.col("on_gpu").fill_null(False) & pl.col("cls").is_in(list(OPERATOR_CLASSES))
     if hta[0] and steps.height >= 2:
@@ -101,7 +101,7 @@ def _operators(
             idx = launch_step_index(steps, lt.fill_null(np.iinfo(np.int64).min).to_numpy())
             sv = steps["step"].to_numpy()
         else:  # the GPU-time window holding the operator's start (none without a start)
-            win = windows if windows is not None else step_windows(trace, df)
+            win = ctx.windows
             notes.extend(win.notes)
             t = gpu_rows["start_ns"]
             idx = np.where(t.is_null().to_numpy(), -1, win.index_of(t.fill_null(0).to_numpy()))
@@ -220,34 +220,23 @@ def _fold(by: pl.DataFrame, top_n: int | None) -> pl.DataFrame:
 
 
 def run_breakdown(
-    traces: Mapping[int, Trace],
+    traces: Mapping[int, Trace | RankContext],
     *,
     per_step: bool = True,
     top_n: int | None = None,
-    classified: Mapping[int, pl.DataFrame] | None = None,
     hta_compat: bool = False,
     hta_keep_last_step: bool = False,
-    windows: Mapping[int, StepWindows] | None = None,
 ) -> BreakdownResult | None:
-    """The time breakdown of every rank of ``traces`` ({rank: Trace}); None when no rank has a GPU
-    operator with a duration (the reason: ``results_breakdown.NO_GPU_OPS``). ``classified`` may
-    pass ``classify(trace.nodes)`` per rank when the caller has it. ``hta_compat``: Holistic Trace
+    """The time breakdown of every rank of ``traces`` ({rank: a Trace, or its
+    :class:`RankContext` when the caller has one}); None when no rank has a GPU operator with a
+    duration (the reason: ``results_breakdown.NO_GPU_OPS``). ``hta_compat``: Holistic Trace
     Analysis' conventions, as the overlap analysis applies them (GPU operators launched after the
     last ProfilerStep begins dropped, or after it ends with ``hta_keep_last_step``; durations
-    rounded inward to whole µs): the per-kernel sums of HTA's ``get_gpu_kernel_breakdown``.
-    ``windows``: each rank's ``step_windows`` when the caller has them (computed otherwise)."""
+    rounded inward to whole µs): the per-kernel sums of HTA's ``get_gpu_kernel_breakdown``."""
     if top_n is not None and top_n < 1:
         raise ValueError(f"top_n must be at least 1 (got {top_n})")
     parts = [
-        rank_breakdown(
-            r,
-            tr,
-            classified[r] if classified is not None and r in classified else None,
-            per_step=per_step,
-            hta_compat=hta_compat,
-            hta_keep_last_step=hta_keep_last_step,
-            windows=windows.get(r) if windows is not None else None,
-        )
+        rank_breakdown(r, tr, per_step=per_step, hta_compat=hta_compat, hta_keep_last_step=hta_keep_last_step)
         for r, tr in traces.items()
     ]
     return breakdown_from(parts, top_n=top_n)
@@ -259,18 +248,17 @@ RankBreakdown = tuple[int, pl.DataFrame | None, list[str], bool]
 
 def rank_breakdown(
     rank: int,
-    trace: Trace,
-    classified: pl.DataFrame | None = None,
+    source: Trace | RankContext,
     *,
     per_step: bool = True,
     hta_compat: bool = False,
     hta_keep_last_step: bool = False,
-    windows: StepWindows | None = None,
 ) -> RankBreakdown:
-    """One rank's part of :func:`run_breakdown` (small: a few hundred rows; what a worker sends).
-    ``windows``: the rank's ``step_windows`` when the caller has them (computed otherwise)."""
-    df = classified if classified is not None else classify(trace.nodes)
-    ops, notes = _operators(trace, df, per_step, (hta_compat, hta_keep_last_step), windows)
+    """One rank's part of :func:`run_breakdown` (small: a few hundred rows; what a worker sends):
+    ``source`` is its trace, or its :class:`RankContext`."""
+    ctx = context_of(source)
+    trace = ctx.trace
+    ops, notes = _operators(ctx, per_step, (hta_compat, hta_keep_last_step))
     fine = _fine(ops.with_columns(pl.lit(rank, dtype=pl.Int64).alias("rank"))) if ops.height else None
     return rank, fine, notes, bool(trace.meta.extra.get("simulated"))
 
@@ -321,16 +309,13 @@ def breakdown_from(parts: list[RankBreakdown], *, top_n: int | None = None) -> B
 
 
 def time_breakdown(
-    trace: Trace, *, per_step: bool = True, top_n: int | None = None, classified: pl.DataFrame | None = None
+    source: Trace | RankContext, *, per_step: bool = True, top_n: int | None = None
 ) -> BreakdownResult:
-    """The time breakdown of one rank; an empty result with a note when it has no GPU operator."""
-    rank = trace.meta.rank if trace.meta.rank is not None else 0
-    res = run_breakdown(
-        {rank: trace},
-        per_step=per_step,
-        top_n=top_n,
-        classified=None if classified is None else {rank: classified},
-    )
+    """The time breakdown of one rank (a trace, or its :class:`RankContext`); an empty result
+    with a note when it has no GPU operator."""
+    ctx = context_of(source)
+    rank = ctx.trace.meta.rank if ctx.trace.meta.rank is not None else 0
+    res = run_breakdown({rank: ctx}, per_step=per_step, top_n=top_n)
     if res is None:
         return BreakdownResult(
             pl.DataFrame(schema=BREAKDOWN_SCHEMA),

@@ -9,20 +9,22 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from charllm_trace.analysis.columns import Col, Columns, columns
+
 #: The run's configuration, one row (``analysis/runconfig.py``): what ``compare`` lists per run.
-CONFIG_SCHEMA: dict[str, pl.DataType] = {
-    "run_id": pl.String,
-    "model": pl.String,  # the manifest's workload.model
-    "device": pl.String,  # the ranks' device models, e.g. "NVIDIA A100-SXM4-40GB"
-    "world_size": pl.Int64,
-    "nodes": pl.Int64,
-    "gpus": pl.Int64,
-    **{k: pl.Int64 for k in ("tp", "cp", "pp", "dp", "ep")},
-    "micro_batch": pl.Int64,
-    "global_batch": pl.Int64,
-    "seq_len": pl.Int64,
-    "tokens_per_step": pl.Int64,  # workload.tokens_per_step, else global_batch * seq_len
-}
+CONFIG_SCHEMA: Columns = columns(
+    Col("run_id", pl.String),
+    Col("model", pl.String, "", "the manifest's workload.model"),
+    Col("device", pl.String, "", 'the ranks\' device models, e.g. "NVIDIA A100-SXM4-40GB"'),
+    Col("world_size", pl.Int64),
+    Col("nodes", pl.Int64),
+    Col("gpus", pl.Int64),
+    *(Col(k, pl.Int64) for k in ("tp", "cp", "pp", "dp", "ep")),
+    Col("micro_batch", pl.Int64),
+    Col("global_batch", pl.Int64),
+    Col("seq_len", pl.Int64),
+    Col("tokens_per_step", pl.Int64, "", "workload.tokens_per_step, else global_batch * seq_len"),
+)
 
 
 @dataclass

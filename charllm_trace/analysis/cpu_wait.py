@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from charllm_trace.analysis.context import RankContext
 from charllm_trace.analysis.cpu_wait_results import (
     CPU_WAIT_IDLE_SCHEMA,
     CPU_WAIT_PHASE_SCHEMA,
@@ -42,7 +43,8 @@ from charllm_trace.analysis.cpu_wait_results import (
     CpuWaitResult,
 )
 from charllm_trace.analysis.iterations import phase_ranges
-from charllm_trace.analysis.step_windows import GPU_ACTIVITY, StepWindows, launch_step_index, step_windows
+from charllm_trace.analysis.registry import Merge
+from charllm_trace.analysis.step_windows import GPU_ACTIVITY, StepWindows, launch_step_index
 from charllm_trace.analysis.stream_ops import stream_ops
 from charllm_trace.core.model import Trace
 
@@ -269,7 +271,8 @@ def rank_cpu_wait(
     rank: int, trace: Trace, classified: pl.DataFrame, threads: pl.DataFrame, cgroup: pl.DataFrame | None
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, list[str]]:
     """One rank's per-step rows, host-blamed idle intervals, per-phase rows and notes."""
-    windows = step_windows(trace, classified)
+    ctx = RankContext(trace, classified, classified, rank)  # step windows cut once, here
+    windows = ctx.windows
     who = launching_thread(classified)
     empty = (pl.DataFrame(schema=CPU_WAIT_SCHEMA), pl.DataFrame(schema=CPU_WAIT_IDLE_SCHEMA),
              pl.DataFrame(schema=CPU_WAIT_PHASE_SCHEMA))  # fmt: skip
@@ -285,7 +288,7 @@ def rank_cpu_wait(
             f"rank {rank}: {outside} step windows reach outside the sampled time (counted as no change there)"
         )
     phases = phase_ranges(trace.nodes)
-    idle = host_idle(rank, who[1], classified, stream_ops(trace, classified=classified, windows=windows)[0],
+    idle = host_idle(rank, who[1], classified, stream_ops(ctx)[0],
                      windows, phases, sm)  # fmt: skip
     return (
         steps,
@@ -389,3 +392,14 @@ def thread_states(nodes: pl.DataFrame, threads: pl.DataFrame) -> pl.DataFrame:
     )
     out = out.filter(pl.col("end_ns") > pl.col("start_ns")).sort("start_ns")
     return out.with_columns(tid=pl.lit(who[1], pl.Int64)).select(list(schema))
+
+
+def merge(m: Merge) -> CpuWaitResult | None:
+    """The registry's merge of ``cpu_wait`` (``analysis/registry.py``): every rank's figures from
+    the run's CPU scheduler samples, read with the ranks' kept timelines (the local path); None
+    without samples (collect --cpu-hz), and then nothing in ``skipped`` (the result is optional)."""
+    if m.cpu_sched is None:
+        return None
+    traces = {p.rank: p.trace for p in m.parts if p.trace is not None}
+    classified = {p.rank: p.classified for p in m.parts if p.classified is not None}
+    return run_cpu_wait(traces, classified, m.cpu_sched)

@@ -18,6 +18,7 @@ from charllm_trace.analysis.comm_wait_results import CommWaitResult
 from charllm_trace.analysis.dims_results import DIM_SIZES_SCHEMA, DIMS_SCHEMA, DimsResult
 from charllm_trace.analysis.frame_build import frame
 from charllm_trace.analysis.pipeline_results import PipelineResult
+from charllm_trace.analysis.registry import Merge
 from charllm_trace.analysis.results import BandwidthResult, OverlapResult
 
 #: The whole run's row of the ``dims`` frame.
@@ -240,3 +241,15 @@ def dims_from(
             "to more than 'all'"
         )
     return DimsResult(dims=dims, sizes=sizes, simulated=simulated, notes=notes)
+
+
+def merge(m: Merge) -> DimsResult | None:
+    """The registry's merge of ``dims`` (``analysis/registry.py``): from the merged overlap,
+    bandwidth, waiting-vs-transfer and pipeline results (it runs after them); no per-rank part."""
+    r = m.results
+    dm = dims_from(
+        r.get("overlap"), r.get("bandwidth"), r.get("comm_wait"), r.get("pipeline"), simulated=m.simulated
+    )
+    if dm is None:
+        m.skipped["dims"] = NO_DIMS
+    return dm

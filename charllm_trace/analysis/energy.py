@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from charllm_trace.analysis.context import RankContext, context_of
 from charllm_trace.analysis.energy_counter import MIN_CHANGES, counter_intervals, update_period_ns
 from charllm_trace.analysis.results import (
     ENERGY_SCHEMA,
@@ -36,9 +37,8 @@ from charllm_trace.analysis.results import (
     EnergyResult,
     frame,
 )
-from charllm_trace.analysis.step_windows import StepWindows, step_windows
 from charllm_trace.core import intervals as iv
-from charllm_trace.core.classify import launching_ops, with_phase
+from charllm_trace.core.classify import launching_ops
 from charllm_trace.core.model import Trace
 
 OPERATOR_CLASSES = ("compute", "comm", "memcpy", "memset")
@@ -152,16 +152,15 @@ def _launcher_names(df: pl.DataFrame) -> pl.Series:
 
 
 def energy(
-    trace: Trace,
+    source: Trace | RankContext,
     *,
     method: str = "trapezoid",
     per_step: bool = True,
-    classified: pl.DataFrame | None = None,
-    windows: StepWindows | None = None,
 ) -> EnergyResult:
-    """Energy per operator of one rank. Raises nothing for a trace without telemetry:
-    the result is empty with a note. ``classified`` may pass ``classify(trace.nodes)`` (or
-    ``with_phase`` of it) when the caller has it."""
+    """Energy per operator of one rank (a trace, or its :class:`RankContext`). Raises nothing
+    for a trace without telemetry: the result is empty with a note."""
+    ctx = context_of(source)
+    trace = ctx.trace
     rank = trace.meta.rank if trace.meta.rank is not None else 0
     notes: list[str] = []
     simulated = bool(trace.meta.extra.get("simulated"))
@@ -169,8 +168,8 @@ def energy(
     if not devices:
         return EnergyResult(frame({}, ENERGY_TOTAL_SCHEMA), frame({}, ENERGY_SCHEMA), method, simulated,
                             ["no power telemetry in this trace"])  # fmt: skip
-    df = with_phase(classified if classified is not None else trace.nodes)
-    win = (windows if windows is not None else step_windows(trace, df)) if per_step else None
+    df = ctx.phased()
+    win = ctx.windows if per_step else None
     df = df.with_columns(op=_launcher_names(df)).select(
         "name", "op", "coll_type", "phase", "cls", "on_gpu", "device", "start_ns", "dur_ns"
     )

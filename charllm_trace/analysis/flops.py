@@ -36,6 +36,7 @@ import numpy as np
 import orjson
 import polars as pl
 
+from charllm_trace.analysis.context import RankContext, context_of
 from charllm_trace.analysis.flops_formulas import FLOP_OP_RE, OP_CLASSES, op_flops
 from charllm_trace.analysis.flops_peaks import OVER_PEAK, op_peaks, peak_notes
 from charllm_trace.analysis.flops_results import (
@@ -46,8 +47,9 @@ from charllm_trace.analysis.flops_results import (
     FlopsResult,
 )
 from charllm_trace.analysis.peaks import device_peaks
-from charllm_trace.analysis.step_windows import StepWindows, step_windows
-from charllm_trace.core.classify import classify, is_gpu_trace, positions
+from charllm_trace.analysis.registry import Merge, merge_notes
+from charllm_trace.analysis.results import AnalyzeOptions
+from charllm_trace.core.classify import is_gpu_trace, positions
 from charllm_trace.core.model import STEP_SCHEMA, Trace, empty_frame
 
 _KINETO_IO = ("Input Dims", "Input type", "Concrete Inputs")
@@ -143,16 +145,13 @@ def _count(cand: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def flops(
-    trace: Trace,
-    *,
-    per_step: bool = False,
-    classified: pl.DataFrame | None = None,
-    windows: StepWindows | None = None,
-) -> FlopsResult:
-    """Achieved FLOP/s and MFU of one rank (module docstring). Empty frames when the trace has
-    no op this analysis counts. ``windows``: the rank's ``step_windows`` when the caller has them."""
-    df = classified if classified is not None else classify(trace.nodes)
+def flops(source: Trace | RankContext, *, per_step: bool = False) -> FlopsResult:
+    """Achieved FLOP/s and MFU of one rank (module docstring): a trace, or its
+    :class:`RankContext` (classified nodes and step windows computed once). Empty frames when the
+    trace has no op this analysis counts."""
+    ctx = context_of(source)
+    trace = ctx.trace
+    df = ctx.classified
     rank = trace.meta.rank
     model = trace.meta.device_model
     dp = device_peaks(model)
@@ -212,7 +211,7 @@ def flops(
     steps = empty_frame(STEP_SCHEMA)
     sidx = np.full(len(pos), -1)
     if per_step and trace.steps().height:
-        win = windows if windows is not None else step_windows(trace, df)
+        win = ctx.windows
         steps = win.frame()
         sidx = np.where(t_op >= 0, win.index_of(t_op), -1)
     step_no = steps["step"].to_numpy() if steps.height else np.zeros(1, np.int64)
@@ -438,29 +437,18 @@ def _notes(
 
 
 def run_flops(
-    traces: Mapping[int, Trace],
-    classified: Mapping[int, pl.DataFrame],
-    *,
-    per_step: bool,
-    simulated: bool,
-    skipped: dict[str, str],
-    windows: Mapping[int, StepWindows] | None = None,
+    contexts: Mapping[int, RankContext], *, per_step: bool, simulated: bool, skipped: dict[str, str]
 ) -> tuple[FlopsResult | None, list[tuple[int, list[str]]]]:
-    """``flops`` of every rank, stacked, and each rank's notes (for ``analyze_run`` to merge); None
-    with ``skipped["flops"]`` set when no rank has an op this analysis counts. ``windows``: each
-    rank's ``step_windows``."""
-    win = windows or {}
-    parts = [
-        rank_flops(r, tr, classified[r], per_step=per_step, windows=win.get(r)) for r, tr in traces.items()
-    ]
+    """``flops`` of every rank (its :class:`RankContext`), stacked, and each rank's notes (for
+    ``analyze_run`` to merge); None with ``skipped["flops"]`` set when no rank has an op this
+    analysis counts."""
+    parts = [rank_flops(r, ctx, per_step=per_step) for r, ctx in contexts.items()]
     return flops_from(parts, simulated=simulated, skipped=skipped)
 
 
-def rank_flops(
-    rank: int, trace: Trace, classified: pl.DataFrame, *, per_step: bool, windows: StepWindows | None = None
-) -> tuple[int, FlopsResult]:
+def rank_flops(rank: int, ctx: RankContext, *, per_step: bool) -> tuple[int, FlopsResult]:
     """One rank's part of :func:`run_flops`: its ``flops``, every row's rank set to ``rank``."""
-    return rank, _ranked(flops(trace, per_step=per_step, classified=classified, windows=windows), rank)
+    return rank, _ranked(flops(ctx, per_step=per_step), rank)
 
 
 def flops_from(
@@ -492,3 +480,18 @@ def _ranked(res: FlopsResult, rank: int) -> FlopsResult:
         df.with_columns(rank=r) for df in (res.per_step, res.by_op, res.devices)
     )
     return res
+
+
+def rank_part(ctx: RankContext, options: AnalyzeOptions) -> tuple[int, FlopsResult]:
+    """The registry's per-rank function of ``flops`` (``analysis/registry.py``)."""
+    return rank_flops(ctx.rank, ctx, per_step=options.per_step)
+
+
+def merge(m: Merge) -> FlopsResult | None:
+    """The registry's merge of ``flops``: every rank's part stacked, its notes merged across ranks."""
+    fl, notes = flops_from(
+        [p.parts["flops"] for p in m.parts if p.parts.get("flops")], simulated=m.simulated, skipped=m.skipped
+    )
+    if fl is not None:
+        fl.notes = merge_notes(notes, m.multi)
+    return fl

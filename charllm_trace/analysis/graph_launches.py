@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import polars as pl
 
+from charllm_trace.analysis.context import RankContext
 from charllm_trace.analysis.graph_launch_results import (
     GRAPH_KERNEL_SCHEMA,
     GRAPH_LAUNCH_SCHEMA,
     GraphLaunchResult,
 )
-from charllm_trace.analysis.step_windows import GPU_ACTIVITY, step_windows
+from charllm_trace.analysis.registry import Merge
+from charllm_trace.analysis.results import AnalyzeOptions
+from charllm_trace.analysis.step_windows import GPU_ACTIVITY, StepWindows, step_windows
 from charllm_trace.core.model import Trace
 
 #: graph launch calls (CUDA runtime and driver, HIP), matched on the call's name
@@ -76,9 +79,10 @@ def _busy(ks: pl.DataFrame) -> pl.DataFrame:
 
 
 def rank_graph_launches(
-    rank: int, trace: Trace, classified: pl.DataFrame
+    rank: int, trace: Trace, classified: pl.DataFrame, windows: StepWindows | None = None
 ) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
-    """One rank's launches (GRAPH_LAUNCH_SCHEMA), their kernels (GRAPH_KERNEL_SCHEMA) and notes."""
+    """One rank's launches (GRAPH_LAUNCH_SCHEMA), their kernels (GRAPH_KERNEL_SCHEMA) and notes
+    (``windows``: the rank's step windows, cut here when not given)."""
     calls, ks = graph_kernels(classified)
     empty = pl.DataFrame(schema=GRAPH_LAUNCH_SCHEMA), pl.DataFrame(schema=GRAPH_KERNEL_SCHEMA)
     if calls.height == 0:
@@ -95,7 +99,7 @@ def rank_graph_launches(
         pl.len().alias("n_kernels"), pl.col("start_ns").min().alias("first_start_ns"),
         pl.col("end_ns").max().alias("last_end_ns"), pl.col("dur_ns").sum().alias("kernel_ns"),
     )  # fmt: skip
-    win = step_windows(trace, classified)
+    win = windows if windows is not None else step_windows(trace, classified)
     out = (
         calls.join(per, on="correlation").join(_busy(ks), on="correlation")
         .with_columns(launch_to_first_ns=pl.col("first_start_ns") - pl.col("call_start_ns"),
@@ -116,11 +120,21 @@ def _cast(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     return df.select([pl.col(c).cast(t) for c, t in schema.items()])
 
 
-def run_graph_launches(
-    traces: dict[int, Trace], classified: dict[int, pl.DataFrame]
+def rank_part(ctx: RankContext, options: AnalyzeOptions) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+    """The registry's per-rank function of ``graph_launches`` (``analysis/registry.py``)."""
+    return rank_graph_launches(ctx.rank, ctx.trace, ctx.classified, ctx.windows)
+
+
+def merge(m: Merge) -> GraphLaunchResult | None:
+    """The registry's merge of ``graph_launches``: every rank's launches; None when no rank has
+    one (the result is optional: nothing in ``skipped``)."""
+    return graph_launches_from([p.parts["graph_launches"] for p in m.parts if "graph_launches" in p.parts])
+
+
+def graph_launches_from(
+    parts: list[tuple[pl.DataFrame, pl.DataFrame, list[str]]],
 ) -> GraphLaunchResult | None:
-    """Every rank's graph launches; None when no rank has one (the result is optional)."""
-    parts = [rank_graph_launches(r, traces[r], classified[r]) for r in sorted(classified) if r in traces]
+    """The run's result from every rank's part (in rank order); None when no rank has a launch."""
     if not any(p[0].height or p[2] for p in parts):
         return None
     lf, kf = pl.concat([p[0] for p in parts]), pl.concat([p[1] for p in parts])

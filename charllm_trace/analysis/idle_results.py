@@ -9,58 +9,67 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from charllm_trace.analysis.columns import Col, Columns, columns
+
 #: HTA's idle categories, in its order.
 IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
 
 #: One row per (rank, step, device, stream): the gaps between consecutive GPU ops on the stream,
 #: each given to one category (HTA 0.5.0's ``get_idle_time_breakdown``).
-IDLE_TIME_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int64,
-    "step": pl.Int64,  # step of the op that ends the gap (its GPU-time step window, as overlap)
-    "device": pl.Int64,
-    "stream": pl.Int64,
-    "n_ops": pl.Int64,  # GPU ops (kernels, memcpys, memsets) on the stream
-    "span_ns": pl.Int64,  # last end of those ops - the start of the first gap (or first op) counted
-    "idle_ns": pl.Int64,  # sum of the gaps (= host_wait + kernel_wait + other)
-    **{f"{c}_ns": pl.Int64 for c in IDLE_CATEGORIES},
-    **{f"{c}_pct": pl.Float64 for c in IDLE_CATEGORIES},  # of idle_ns; null when idle_ns is 0
-    **{f"n_{c}": pl.Int64 for c in IDLE_CATEGORIES},  # gaps counted in each category
-    "n_unlaunched": pl.Int64,  # gaps before an op with no launch call in the trace (never host wait)
-}
+IDLE_TIME_SCHEMA: Columns = columns(
+    Col("rank", pl.Int64),
+    Col("step", pl.Int64, "", "step of the op that ends the gap (its GPU-time step window, as overlap)"),
+    Col("device", pl.Int64),
+    Col("stream", pl.Int64),
+    Col("n_ops", pl.Int64, "", "GPU ops (kernels, memcpys, memsets) on the stream"),
+    Col(
+        "span_ns", pl.Int64, "ns", "last end of those ops - the start of the first gap (or first op) counted"
+    ),
+    Col("idle_ns", pl.Int64, "ns", "sum of the gaps (= host_wait + kernel_wait + other)"),
+    *(Col(f"{c}_ns", pl.Int64, "ns") for c in IDLE_CATEGORIES),
+    *(Col(f"{c}_pct", pl.Float64, "%") for c in IDLE_CATEGORIES),  # of idle_ns; null when idle_ns is 0
+    *(Col(f"n_{c}", pl.Int64) for c in IDLE_CATEGORIES),  # gaps counted in each category
+    Col("n_unlaunched", pl.Int64, "", "gaps before an op with no launch call in the trace (never host wait)"),
+)
 
 #: One row per (rank, step, device, stream); device and stream null: all streams of the rank.
-LAUNCH_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int64,
-    "step": pl.Int64,
-    "device": pl.Int64,
-    "stream": pl.Int64,
-    "n_ops": pl.Int64,  # GPU ops
-    "n_launched": pl.Int64,  # of which with a launch call (runtime call by correlation id)
-    "delay_mean_ns": pl.Int64,  # launch delay: call start -> op start (hta_compat: call end, clipped at 0)
-    "delay_p50_ns": pl.Int64,  # percentiles: linear interpolation, rounded to ns
-    "delay_p90_ns": pl.Int64,
-    "delay_p99_ns": pl.Int64,
-    "delay_max_ns": pl.Int64,
-    "n_shorter_than_launch": pl.Int64,  # ops whose duration < their launch call's duration
-    "shorter_pct": pl.Float64,  # of n_launched
-    "queue_max": pl.Int64,  # launched-not-finished ops, maximum over the window
-    "queue_mean": pl.Float64,  # time-weighted mean over the window
-    "window_start_ns": pl.Int64,  # the window of the queue figures: the step's ProfilerStep
-    "window_end_ns": pl.Int64,  # window; the whole trace: first launch to last end
-}
+LAUNCH_SCHEMA: Columns = columns(
+    Col("rank", pl.Int64),
+    Col("step", pl.Int64),
+    Col("device", pl.Int64),
+    Col("stream", pl.Int64),
+    Col("n_ops", pl.Int64, "", "GPU ops"),
+    Col("n_launched", pl.Int64, "", "of which with a launch call (runtime call by correlation id)"),
+    Col(
+        "delay_mean_ns",
+        pl.Int64,
+        "ns",
+        "launch delay: call start -> op start (hta_compat: call end, clipped at 0)",
+    ),
+    Col("delay_p50_ns", pl.Int64, "ns", "percentiles: linear interpolation, rounded to ns"),
+    Col("delay_p90_ns", pl.Int64, "ns"),
+    Col("delay_p99_ns", pl.Int64, "ns"),
+    Col("delay_max_ns", pl.Int64, "ns"),
+    Col("n_shorter_than_launch", pl.Int64, "", "ops whose duration < their launch call's duration"),
+    Col("shorter_pct", pl.Float64, "%", "of n_launched"),
+    Col("queue_max", pl.Int64, "", "launched-not-finished ops, maximum over the window"),
+    Col("queue_mean", pl.Float64, "", "time-weighted mean over the window"),
+    Col("window_start_ns", pl.Int64, "ns", "the window of the queue figures: the step's ProfilerStep"),
+    Col("window_end_ns", pl.Int64, "ns", "window; the whole trace: first launch to last end"),
+)
 
 #: The queue length as a compact time series: equal bins over the rank's window (first launch
 #: to last end of its GPU ops), one row per (rank, device, stream, bin); stream null: all streams.
-QUEUE_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int64,
-    "device": pl.Int64,
-    "stream": pl.Int64,
-    "bin": pl.Int64,
-    "start_ns": pl.Int64,
-    "end_ns": pl.Int64,
-    "queue_max": pl.Int64,
-    "queue_mean": pl.Float64,
-}
+QUEUE_SCHEMA: Columns = columns(
+    Col("rank", pl.Int64),
+    Col("device", pl.Int64),
+    Col("stream", pl.Int64),
+    Col("bin", pl.Int64),
+    Col("start_ns", pl.Int64, "ns"),
+    Col("end_ns", pl.Int64, "ns"),
+    Col("queue_max", pl.Int64),
+    Col("queue_mean", pl.Float64),
+)
 
 
 @dataclass

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from charllm_trace.analysis.context import RankContext
 from charllm_trace.analysis.graph_launches import GRAPH_LAUNCH_RE
 from charllm_trace.analysis.idle_results import IDLE_CATEGORIES, IDLE_TIME_SCHEMA, IdleTimeResult
 from charllm_trace.analysis.results import frame
@@ -100,18 +101,18 @@ def _aggregate(g: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
 
 
 def idle_time(
-    trace: Trace,
+    source: Trace | RankContext,
     *,
     per_step: bool = True,
     hta_compat: bool = False,
     hta_keep_last_step: bool = False,
     kernel_wait_ns: int = KERNEL_WAIT_NS,
-    classified: pl.DataFrame | None = None,
     ops: tuple[pl.DataFrame, list[str]] | None = None,
 ) -> IdleTimeResult:
-    """Idle time per GPU stream of one rank, by category (module docstring). ``ops`` may pass
-    ``stream_ops(trace, ...)`` made with the same ``hta_compat`` options."""
-    rank, simulated, got, notes = rank_stream_ops(trace, ops, classified, hta_compat, hta_keep_last_step)
+    """Idle time per GPU stream of one rank (a trace, or its :class:`RankContext`), by category
+    (module docstring). ``ops`` may pass ``stream_ops(...)`` made with the same ``hta_compat``
+    options."""
+    rank, simulated, got, notes = rank_stream_ops(source, ops, hta_compat, hta_keep_last_step)
     if got.height == 0:
         return IdleTimeResult(frame({}, IDLE_TIME_SCHEMA), kernel_wait_ns, hta_compat, simulated, notes)
     g = classify_gaps(got, kernel_wait_ns=kernel_wait_ns, hta_compat=hta_compat)

@@ -29,12 +29,11 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from charllm_trace.analysis.context import RankContext, context_of
 from charllm_trace.analysis.graph_launches import GRAPH_LAUNCH_RE
 from charllm_trace.analysis.idle_results import LAUNCH_SCHEMA, QUEUE_SCHEMA, LaunchResult
 from charllm_trace.analysis.results import frame
-from charllm_trace.analysis.step_windows import step_windows
 from charllm_trace.analysis.stream_ops import rank_stream_ops
-from charllm_trace.core.classify import classify
 from charllm_trace.core.model import Trace
 
 #: Bins of the queue time series per rank.
@@ -142,28 +141,28 @@ def _not_hta_calls(got: pl.DataFrame) -> list[str]:
 
 
 def launch_stats(
-    trace: Trace,
+    source: Trace | RankContext,
     *,
     per_step: bool = True,
     hta_compat: bool = False,
     hta_keep_last_step: bool = False,
-    classified: pl.DataFrame | None = None,
     ops: tuple[pl.DataFrame, list[str]] | None = None,
     bins: int = QUEUE_BINS,
     steps: pl.DataFrame | None = None,
 ) -> LaunchResult:
-    """Launch delays, short operators and queue lengths of one rank (module docstring). ``ops``
-    may pass ``stream_ops(trace, ...)`` made with the same ``hta_compat`` options, ``steps`` the
-    step windows (``step_windows(...).frame()``; ``trace.steps()`` under ``hta_compat``)."""
-    rank, simulated, got, notes = rank_stream_ops(trace, ops, classified, hta_compat, hta_keep_last_step)
+    """Launch delays, short operators and queue lengths of one rank (a trace, or its
+    :class:`RankContext`; module docstring). ``ops`` may pass ``stream_ops(...)`` made with the
+    same ``hta_compat`` options, ``steps`` the step windows (``step_windows(...).frame()``;
+    ``trace.steps()`` under ``hta_compat``)."""
+    ctx = context_of(source)
+    trace = ctx.trace
+    rank, simulated, got, notes = rank_stream_ops(ctx, ops, hta_compat, hta_keep_last_step)
     if got.height == 0:
         return LaunchResult(frame({}, LAUNCH_SCHEMA), frame({}, QUEUE_SCHEMA), hta_compat, simulated, notes)
     if steps is None and per_step:
         steps = trace.steps()
         if steps.height and not hta_compat:
-            steps = step_windows(
-                trace, classified if classified is not None else classify(trace.nodes)
-            ).frame()
+            steps = ctx.windows.frame()
     steps = steps if per_step else pl.DataFrame()
     got = got.with_columns(
         _q0=pl.min_horizontal(pl.coalesce("call_start_ns", "start_ns"), pl.col("start_ns"))

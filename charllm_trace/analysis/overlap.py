@@ -33,6 +33,7 @@ from collections.abc import Mapping
 import numpy as np
 import polars as pl
 
+from charllm_trace.analysis.context import RankContext, context_of
 from charllm_trace.analysis.results import (
     OVERLAP_GROUP_SCHEMA,
     OVERLAP_SCHEMA,
@@ -41,14 +42,12 @@ from charllm_trace.analysis.results import (
 )
 from charllm_trace.analysis.step_cuts import cut_note, cut_steps
 from charllm_trace.analysis.step_windows import (  # launch_times*: re-exported (energy, bandwidth)
-    StepWindows,
     launch_step_index,
     launch_times,
     launch_times_of,
-    step_windows,
 )
 from charllm_trace.core import intervals as iv
-from charllm_trace.core.classify import classify, is_gpu_trace
+from charllm_trace.core.classify import is_gpu_trace
 from charllm_trace.core.model import Trace
 
 __all__ = ["GPU_BUSY", "OVERLAP_COLUMNS", "hta_filter", "launch_times", "launch_times_of", "overlap"]
@@ -129,21 +128,22 @@ def _slot_measures(
 
 
 def overlap(
-    trace: Trace,
+    source: Trace | RankContext,
     *,
     per_step: bool = True,
     hta_compat: bool = False,
     hta_keep_last_step: bool = False,
     group_dims: Mapping[str, str | None] | None = None,
-    classified: pl.DataFrame | None = None,
-    windows: StepWindows | None = None,
 ) -> OverlapResult:
-    """Overlap of one rank's trace. ``group_dims`` maps pg_name -> dimension (see
-    :mod:`charllm_trace.analysis.parallel`). ``classified`` may pass ``classify(nodes)``."""
+    """Overlap of one rank (a trace, or its :class:`RankContext`: classified nodes and step
+    windows computed once). ``group_dims`` maps pg_name -> dimension (see
+    :mod:`charllm_trace.analysis.parallel`)."""
+    ctx = context_of(source)
+    trace = ctx.trace
     rank = trace.meta.rank if trace.meta.rank is not None else 0
     notes: list[str] = []
     simulated = bool(trace.meta.extra.get("simulated"))
-    df = classified if classified is not None else classify(trace.nodes)
+    df = ctx.classified
     steps = trace.steps()
     mode = "gpu" if is_gpu_trace(df) else "cpu"
     # One boolean mask, then one gather of the few columns the intervals need: filtering the
@@ -210,7 +210,7 @@ def overlap(
         slot_step += [int(x) for x in steps["step"].to_list()]
         nslots = 1 + steps.height
     elif rule == "gpu":
-        win = windows if windows is not None else step_windows(trace, df)
+        win = ctx.windows
         notes.extend(win.notes)
         src, kw, ps, pe = win.pieces(start, end)
         k, counted = kw + 1, win.index_of(start)[src] == kw  # the piece holding the start counts

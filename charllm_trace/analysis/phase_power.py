@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 import polars as pl
 
+from charllm_trace.analysis.context import RankContext
 from charllm_trace.analysis.energy import cumulative_energy, device_samples, trace_devices
 from charllm_trace.analysis.frame_build import frame
 from charllm_trace.analysis.phase_power_results import (
@@ -23,7 +24,8 @@ from charllm_trace.analysis.phase_power_results import (
     PhasePowerResult,
 )
 from charllm_trace.analysis.pipeline_results import PipelineResult
-from charllm_trace.analysis.results import PowerResult
+from charllm_trace.analysis.registry import Merge
+from charllm_trace.analysis.results import AnalyzeOptions, PowerResult
 from charllm_trace.core.model import Trace
 
 #: Columns of a rank's power samples kept for the phases (``rank_power_samples``).
@@ -199,3 +201,28 @@ def phase_power_from(
             "some microbatch spans lie partly outside the telemetry window: their mean power is over the covered part"
         )
     return PhasePowerResult(phases=ph, excursions=excursions(pw), simulated=simulated, notes=notes)
+
+
+def rank_part(ctx: RankContext, options: AnalyzeOptions) -> pl.DataFrame | None:
+    """The registry's per-rank function of ``phase_power``: the rank's power samples, only where
+    it has power figures and labelled microbatches (energy's and the pipeline's parts, run before)."""
+    energy, pipe = ctx.parts.get("energy"), ctx.parts.get("pipeline")
+    if getattr(energy, "power", None) is None or pipe is None or pipe[0] is None or not pipe[0].height:
+        return None
+    return rank_power_samples(ctx.rank, ctx.trace)
+
+
+def merge(m: Merge) -> PhasePowerResult | None:
+    """The registry's merge of ``phase_power``: the merged pipeline and power results with every
+    rank's samples and counted FLOPs (it runs after them)."""
+    method = "step" if m.options.energy_method == "step" else "trapezoid"
+    have = [p for p in m.parts if p.parts.get("phase_power") is not None]
+    op_flops = {p.rank: p.parts["flops"][1].op_times for p in have if p.parts.get("flops") is not None}
+    samples = [p.parts["phase_power"] for p in have]
+    ph = phase_power_from(
+        m.results.get("pipeline"), m.results.get("power"), samples, method=method, op_flops=op_flops,
+        simulated=m.simulated,
+    )  # fmt: skip
+    if ph is None:
+        m.skipped["phase_power"] = m.skipped.get("power", NO_POWER)
+    return ph

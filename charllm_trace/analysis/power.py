@@ -29,11 +29,10 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from charllm_trace.analysis.context import RankContext, context_of
 from charllm_trace.analysis.energy import cumulative_energy, device_samples, trace_devices
 from charllm_trace.analysis.results import POWER_SCHEMA, THROTTLE_SCHEMA, PowerResult, frame
-from charllm_trace.analysis.step_windows import StepWindows, step_windows
 from charllm_trace.core import intervals as iv
-from charllm_trace.core.classify import classify
 from charllm_trace.core.model import Trace
 
 #: NVML clock-event (throttle) reason bits — nvmlClocksEventReason* / nvmlClocksThrottleReason*.
@@ -96,15 +95,11 @@ def _robust_outliers(x: np.ndarray, min_abs: float) -> np.ndarray:
     return out
 
 
-def power(
-    trace: Trace,
-    *,
-    per_step: bool = True,
-    classified: pl.DataFrame | None = None,
-    windows: StepWindows | None = None,
-) -> PowerResult:
-    """Power/thermal per step of one rank: per step window (analysis/step_windows.py: GPU time).
-    ``classified`` may pass ``classify(trace.nodes)``, ``windows`` its ``step_windows``."""
+def power(source: Trace | RankContext, *, per_step: bool = True) -> PowerResult:
+    """Power/thermal per step of one rank (a trace, or its :class:`RankContext`): per step
+    window (analysis/step_windows.py: GPU time)."""
+    ctx = context_of(source)
+    trace = ctx.trace
     rank = trace.meta.rank if trace.meta.rank is not None else 0
     simulated = bool(trace.meta.extra.get("simulated"))
     notes: list[str] = []
@@ -114,10 +109,8 @@ def power(
                            ["no power telemetry in this trace"])  # fmt: skip
     if not per_step:
         steps = trace.steps().clear()
-    elif windows is not None:
-        steps = windows.frame()
     else:
-        steps = step_windows(trace, classified if classified is not None else classify(trace.nodes)).frame()
+        steps = ctx.windows.frame()
     rows: list[pl.DataFrame] = []
     throttle_rows: list[dict] = []
     for dev in devices:

@@ -29,6 +29,7 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.critical import PathPiece, name_codes, path_piece, windows
+from charllm_trace.analysis.virtual_pairs import kept_pairs
 from charllm_trace.analysis.whatif import retimed_traces, step_spans, whatif_rank_rows
 from charllm_trace.core import dag as engine
 from charllm_trace.core.classify import classify
@@ -137,7 +138,8 @@ def contract(rg: RankGraph, factors: np.ndarray | None) -> tuple[np.ndarray, np.
     time of its start of instance k from its own roots alone; ``D`` rows (j, k, d): d the longest
     path from V_j to that start, for the pairs that no other of its Vs, V_i, explains (a pair
     whose longest path is D[j, i] + D[i, k] is implied by the two others: the run's V times are
-    the same without it; in a chain of collectives this leaves about K pairs of the K(K-1)/2).
+    the same without it; in a chain of collectives this leaves about K pairs of the K(K-1)/2;
+    found by ``virtual_pairs.kept_pairs``, K passes, not K^3 comparisons).
     Points not reached (more than 0: a cycle)."""
     g = rg.g
     assert g is not None
@@ -146,13 +148,21 @@ def contract(rg: RankGraph, factors: np.ndarray | None) -> tuple[np.ndarray, np.
     t, _, done = engine.longest_path(g.n_points, g.src, g.dst, lag, g.prio, g.root)
     starts = 2 * rg.li
     a = t[starts].copy()
+    rows = kept_pairs(g.n_points, g.src, g.dst, lag, g.prio, n, starts)
+    if rows is None:  # lags too long to tag: every pair against every V (K^3)
+        rows = reduce_pairs(longest_from_each(g, lag, n, k, starts))
+    return a, rows, g.n_points - done
+
+
+def longest_from_each(g: P.PointGraph, lag: np.ndarray, n: int, k: int, starts: np.ndarray) -> np.ndarray:
+    """``D[j, k]``: the longest path from V_j (point ``n + j``) to each start (K passes)."""
     d = np.full((k, k), NONE, np.int64)
     for j in range(k):
         root = np.full(g.n_points, NONE, np.int64)
         root[n + j] = 0
         tj, _, _ = engine.longest_path(g.n_points, g.src, g.dst, lag, g.prio, root)
         d[j] = tj[starts]
-    return a, reduce_pairs(d), g.n_points - done
+    return d
 
 
 def reduce_pairs(d: np.ndarray) -> np.ndarray:

@@ -2,8 +2,11 @@
 
 Every analysis is a pure function of the trace model that returns one of the
 dataclasses below. Each holds polars frames whose columns are fixed by the
-``*_SCHEMA`` dicts in this module (renderers, exporters, the HTML report,
-baseline/check and diff rely on them). Times are integer ns, energy J, power W,
+``*_SCHEMA`` column tables in this module, each declared once as a list of
+``Col(name, dtype, unit, doc)`` (``analysis/columns.py``; renderers, exporters, the
+HTML report, baseline/check and diff rely on them; the JSON Schema and docs/columns.md
+are generated from them). Which result holds which frames: the analysis registry
+(``analysis/registry.py``). Times are integer ns, energy J, power W,
 bandwidth GB/s with GB = 1e9 bytes. Percentages are 0..100.
 
 Conventions shared by all frames:
@@ -26,6 +29,7 @@ from typing import Any
 
 import polars as pl
 
+from charllm_trace.analysis.columns import Col, Columns, columns
 from charllm_trace.analysis.comm_wait_results import CommWaitResult
 from charllm_trace.analysis.config_results import CONFIG_SCHEMA, RunConfig  # noqa: F401 - re-exported
 from charllm_trace.analysis.cpu_wait_results import CpuWaitResult
@@ -37,6 +41,7 @@ from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.iterations_results import IterationsResult
 from charllm_trace.analysis.phase_power_results import PhasePowerResult
 from charllm_trace.analysis.pipeline_results import PipelineResult
+from charllm_trace.analysis.registry import ANALYSES
 from charllm_trace.analysis.results_breakdown import BreakdownResult
 from charllm_trace.analysis.spread_results import empty_rank_spread
 from charllm_trace.analysis.whatif_results import WHATIF_SCHEMA, WhatIfResult  # noqa: F401 - re-exported
@@ -72,39 +77,39 @@ NO_STEPS = "per-step figures asked for, but the trace has no steps (no ProfilerS
 # ---------------------------------------------------------------------------
 
 #: One row per (rank, step); the step-null row covers the whole trace.
-OVERLAP_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int64,
-    "step": pl.Int64,
-    "start_ns": pl.Int64,  # window analysed
-    "end_ns": pl.Int64,
-    "span_ns": pl.Int64,  # end_ns - start_ns
-    "compute_ns": pl.Int64,  # |union of compute intervals|
-    "comm_ns": pl.Int64,  # |union of communication intervals|
-    "overlap_ns": pl.Int64,  # |comm ∩ compute|
-    "exposed_comm_ns": pl.Int64,  # comm_ns - overlap_ns
-    "memory_ns": pl.Int64,  # |union of memcpy/memset intervals| (neither comm nor compute)
-    "busy_ns": pl.Int64,  # |union of all GPU (or CPU-op, in CPU mode) activity|
-    "idle_ns": pl.Int64,  # span_ns - busy_ns
-    "overlap_pct": pl.Float64,  # 100 * overlap_ns / comm_ns; null when comm_ns == 0
-    "n_compute": pl.Int64,  # intervals counted
-    "n_comm": pl.Int64,
-    "cut": pl.Boolean,  # the step is cut by the trace's end: left out of step means (step_cuts)
-}
+OVERLAP_SCHEMA: Columns = columns(
+    Col("rank", pl.Int64),
+    Col("step", pl.Int64),
+    Col("start_ns", pl.Int64, "ns", "window analysed"),
+    Col("end_ns", pl.Int64, "ns"),
+    Col("span_ns", pl.Int64, "ns", "end_ns - start_ns"),
+    Col("compute_ns", pl.Int64, "ns", "|union of compute intervals|"),
+    Col("comm_ns", pl.Int64, "ns", "|union of communication intervals|"),
+    Col("overlap_ns", pl.Int64, "ns", "|comm ∩ compute|"),
+    Col("exposed_comm_ns", pl.Int64, "ns", "comm_ns - overlap_ns"),
+    Col("memory_ns", pl.Int64, "ns", "|union of memcpy/memset intervals| (neither comm nor compute)"),
+    Col("busy_ns", pl.Int64, "ns", "|union of all GPU (or CPU-op, in CPU mode) activity|"),
+    Col("idle_ns", pl.Int64, "ns", "span_ns - busy_ns"),
+    Col("overlap_pct", pl.Float64, "%", "100 * overlap_ns / comm_ns; null when comm_ns == 0"),
+    Col("n_compute", pl.Int64, "", "intervals counted"),
+    Col("n_comm", pl.Int64),
+    Col("cut", pl.Boolean, "", "the step is cut by the trace's end: left out of step means (step_cuts)"),
+)
 
 #: Same measures per process group / parallelism dimension: communication of that
 #: group only, against all compute of the rank.
-OVERLAP_GROUP_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int64,
-    "step": pl.Int64,
-    "pg_name": pl.String,  # null in the per-dimension frame
-    "pg_desc": pl.String,
-    "dim": pl.String,  # "tp" | "pp" | "dp" | "ep" | "cp" | null when it cannot be named
-    "comm_ns": pl.Int64,
-    "overlap_ns": pl.Int64,
-    "exposed_comm_ns": pl.Int64,
-    "overlap_pct": pl.Float64,
-    "n_comm": pl.Int64,
-}
+OVERLAP_GROUP_SCHEMA: Columns = columns(
+    Col("rank", pl.Int64),
+    Col("step", pl.Int64),
+    Col("pg_name", pl.String, "", "null in the per-dimension frame"),
+    Col("pg_desc", pl.String),
+    Col("dim", pl.String, "", '"tp" | "pp" | "dp" | "ep" | "cp" | null when it cannot be named'),
+    Col("comm_ns", pl.Int64, "ns"),
+    Col("overlap_ns", pl.Int64, "ns"),
+    Col("exposed_comm_ns", pl.Int64, "ns"),
+    Col("overlap_pct", pl.Float64, "%"),
+    Col("n_comm", pl.Int64),
+)
 
 
 @dataclass
@@ -136,60 +141,60 @@ class OverlapResult:
 # ---------------------------------------------------------------------------
 
 #: One row per collective instance on one rank.
-COLLECTIVE_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int64,
-    "id": pl.Int64,  # node id within the rank
-    "name": pl.String,
-    "coll_type": pl.String,
-    "pg_name": pl.String,
-    "pg_desc": pl.String,
-    "dim": pl.String,
-    "coll_seq": pl.Int64,
-    "group_size": pl.Int64,  # n in the bus factor
-    "step": pl.Int64,
-    "start_ns": pl.Int64,
-    "dur_ns": pl.Int64,
-    "bytes": pl.Int64,  # nccl-tests message size
-    "size_bucket": pl.String,  # [4^k, 4^(k+1)) bytes, binary units, e.g. "1MiB-4MiB"
-    "algbw_gbps": pl.Float64,  # bytes / dur
-    "bus_factor": pl.Float64,
-    "busbw_gbps": pl.Float64,  # algbw * bus_factor
-    "peak_gbps": pl.Float64,  # link peak (per direction) used for utilisation
-    "util_pct": pl.Float64,  # 100 * busbw / peak
-}
+COLLECTIVE_SCHEMA: Columns = columns(
+    Col("rank", pl.Int64),
+    Col("id", pl.Int64, "", "node id within the rank"),
+    Col("name", pl.String),
+    Col("coll_type", pl.String),
+    Col("pg_name", pl.String),
+    Col("pg_desc", pl.String),
+    Col("dim", pl.String),
+    Col("coll_seq", pl.Int64),
+    Col("group_size", pl.Int64, "", "n in the bus factor"),
+    Col("step", pl.Int64),
+    Col("start_ns", pl.Int64, "ns"),
+    Col("dur_ns", pl.Int64, "ns"),
+    Col("bytes", pl.Int64, "B", "nccl-tests message size"),
+    Col("size_bucket", pl.String, "", '[4^k, 4^(k+1)) bytes, binary units, e.g. "1MiB-4MiB"'),
+    Col("algbw_gbps", pl.Float64, "GB/s", "bytes / dur"),
+    Col("bus_factor", pl.Float64),
+    Col("busbw_gbps", pl.Float64, "GB/s", "algbw * bus_factor"),
+    Col("peak_gbps", pl.Float64, "GB/s", "link peak (per direction) used for utilisation"),
+    Col("util_pct", pl.Float64, "%", "100 * busbw / peak"),
+)
 
 #: Aggregates by (coll_type, pg_name, size_bucket).
-BANDWIDTH_SUMMARY_SCHEMA: dict[str, pl.DataType] = {
-    "coll_type": pl.String,
-    "pg_name": pl.String,
-    "dim": pl.String,
-    "size_bucket": pl.String,
-    "count": pl.Int64,
-    "bytes_total": pl.Int64,
-    "dur_ns_total": pl.Int64,
-    "algbw_time_weighted_gbps": pl.Float64,  # bytes_total / dur_ns_total
-    "busbw_time_weighted_gbps": pl.Float64,  # sum(bytes*factor) / dur_ns_total
-    "busbw_max_gbps": pl.Float64,  # the fastest instance's busbw
-    "peak_gbps": pl.Float64,
-    "util_pct": pl.Float64,  # 100 * busbw_time_weighted_gbps / peak_gbps
-}
+BANDWIDTH_SUMMARY_SCHEMA: Columns = columns(
+    Col("coll_type", pl.String),
+    Col("pg_name", pl.String),
+    Col("dim", pl.String),
+    Col("size_bucket", pl.String),
+    Col("count", pl.Int64),
+    Col("bytes_total", pl.Int64, "B"),
+    Col("dur_ns_total", pl.Int64),
+    Col("algbw_time_weighted_gbps", pl.Float64, "GB/s", "bytes_total / dur_ns_total"),
+    Col("busbw_time_weighted_gbps", pl.Float64, "GB/s", "sum(bytes*factor) / dur_ns_total"),
+    Col("busbw_max_gbps", pl.Float64, "GB/s", "the fastest instance's busbw"),
+    Col("peak_gbps", pl.Float64, "GB/s"),
+    Col("util_pct", pl.Float64, "%", "100 * busbw_time_weighted_gbps / peak_gbps"),
+)
 
 #: One row per collective matched across ranks by (pg_name, coll_seq).
-MATCHED_SCHEMA: dict[str, pl.DataType] = {
-    "pg_name": pl.String,
-    "coll_seq": pl.Int64,
-    "coll_type": pl.String,
-    "bytes": pl.Int64,
-    "group_size": pl.Int64,
-    "n_ranks": pl.Int64,  # ranks of the group present in the input
-    "dur_min_ns": pl.Int64,  # duration free of waiting for late ranks
-    "dur_max_ns": pl.Int64,
-    "busbw_gbps": pl.Float64,  # from dur_min_ns
-    "first_start_ns": pl.Int64,
-    "last_start_ns": pl.Int64,
-    "skew_ns": pl.Int64,  # last_start_ns - first_start_ns (arrival skew)
-    "late_rank": pl.Int64,  # the rank that started last
-}
+MATCHED_SCHEMA: Columns = columns(
+    Col("pg_name", pl.String),
+    Col("coll_seq", pl.Int64),
+    Col("coll_type", pl.String),
+    Col("bytes", pl.Int64, "B"),
+    Col("group_size", pl.Int64),
+    Col("n_ranks", pl.Int64, "", "ranks of the group present in the input"),
+    Col("dur_min_ns", pl.Int64, "ns", "duration free of waiting for late ranks"),
+    Col("dur_max_ns", pl.Int64, "ns"),
+    Col("busbw_gbps", pl.Float64, "GB/s", "from dur_min_ns"),
+    Col("first_start_ns", pl.Int64, "ns"),
+    Col("last_start_ns", pl.Int64, "ns"),
+    Col("skew_ns", pl.Int64, "ns", "last_start_ns - first_start_ns (arrival skew)"),
+    Col("late_rank", pl.Int64, "", "the rank that started last"),
+)
 
 
 @dataclass
@@ -204,16 +209,16 @@ class LinkPeak:
 
 #: One row per (process group, rank) over the collectives matched across ranks: how often and
 #: how late the rank arrived (lateness = its start - the group's first start).
-STRAGGLER_SCHEMA: dict[str, pl.DataType] = {
-    "pg_name": pl.String,
-    "dim": pl.String,
-    "rank": pl.Int64,
-    "n_matched": pl.Int64,  # collectives of this group matched on this rank
-    "n_last": pl.Int64,  # of which the rank started last
-    "last_pct": pl.Float64,  # 100 * n_last / n_matched
-    "mean_late_ns": pl.Float64,  # mean lateness over its matched collectives
-    "max_late_ns": pl.Int64,  # worst lateness
-}
+STRAGGLER_SCHEMA: Columns = columns(
+    Col("pg_name", pl.String),
+    Col("dim", pl.String),
+    Col("rank", pl.Int64),
+    Col("n_matched", pl.Int64, "", "collectives of this group matched on this rank"),
+    Col("n_last", pl.Int64, "", "of which the rank started last"),
+    Col("last_pct", pl.Float64, "%", "100 * n_last / n_matched"),
+    Col("mean_late_ns", pl.Float64, "ns", "mean lateness over its matched collectives"),
+    Col("max_late_ns", pl.Int64, "ns", "worst lateness"),
+)
 
 
 @dataclass
@@ -233,33 +238,35 @@ class BandwidthResult:
 
 #: Energy attributed to one key (a kernel name, a launching op, a collective type,
 #: a step or a phase). ``key`` is the name; ``group`` says which aggregation.
-ENERGY_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int64,
-    "group": pl.String,  # "kernel" | "op" | "coll_type" | "step" | "phase"
-    "key": pl.String,
-    "count": pl.Int64,  # GPU operators in this key
-    "busy_ns": pl.Int64,  # summed operator time inside the telemetry window
-    "energy_j": pl.Float64,  # after the counter correction, if any
-    "share_pct": pl.Float64,  # of the window's total device energy
-    "short_pct": pl.Float64,  # % of busy_ns from operators shorter than the sensor period
-}
+ENERGY_SCHEMA: Columns = columns(
+    Col("rank", pl.Int64),
+    Col("group", pl.String, "", '"kernel" | "op" | "coll_type" | "step" | "phase"'),
+    Col("key", pl.String),
+    Col("count", pl.Int64, "", "GPU operators in this key"),
+    Col("busy_ns", pl.Int64, "ns", "summed operator time inside the telemetry window"),
+    Col("energy_j", pl.Float64, "J", "after the counter correction, if any"),
+    Col("share_pct", pl.Float64, "%", "of the window's total device energy"),
+    Col("short_pct", pl.Float64, "%", "% of busy_ns from operators shorter than the sensor period"),
+)
 
 #: One row per (rank, device): totals and the counter reconciliation.
-ENERGY_TOTAL_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int64,
-    "device": pl.Int64,
-    "start_ns": pl.Int64,  # telemetry window
-    "end_ns": pl.Int64,
-    "n_samples": pl.Int64,
-    "sensor_period_ns": pl.Int64,  # median gap between power samples
-    "integral_j": pl.Float64,  # ∫ power dt over the window (method below)
-    "counter_j": pl.Float64,  # energy counter difference; null when not recorded
-    "correction": pl.Float64,  # counter_j / integral_j (1.0 when no counter)
-    "total_j": pl.Float64,  # integral_j * correction
-    "operators_j": pl.Float64,  # energy attributed to operators
-    "idle_j": pl.Float64,  # the rest
-    "short_kernel_pct": pl.Float64,  # % of operator time in operators shorter than the sensor period
-}
+ENERGY_TOTAL_SCHEMA: Columns = columns(
+    Col("rank", pl.Int64),
+    Col("device", pl.Int64),
+    Col("start_ns", pl.Int64, "ns", "telemetry window"),
+    Col("end_ns", pl.Int64, "ns"),
+    Col("n_samples", pl.Int64),
+    Col("sensor_period_ns", pl.Int64, "ns", "median gap between power samples"),
+    Col("integral_j", pl.Float64, "J", "∫ power dt over the window (method below)"),
+    Col("counter_j", pl.Float64, "J", "energy counter difference; null when not recorded"),
+    Col("correction", pl.Float64, "", "counter_j / integral_j (1.0 when no counter)"),
+    Col("total_j", pl.Float64, "J", "integral_j * correction"),
+    Col("operators_j", pl.Float64, "J", "energy attributed to operators"),
+    Col("idle_j", pl.Float64, "J", "the rest"),
+    Col(
+        "short_kernel_pct", pl.Float64, "%", "% of operator time in operators shorter than the sensor period"
+    ),
+)
 
 
 @dataclass
@@ -284,40 +291,42 @@ class EnergyResult:
 # ---------------------------------------------------------------------------
 
 #: One row per (rank, device, step); the step-null row covers the whole telemetry window.
-POWER_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int64,
-    "device": pl.Int64,
-    "step": pl.Int64,
-    "start_ns": pl.Int64,
-    "end_ns": pl.Int64,
-    "n_samples": pl.Int64,
-    "avg_w": pl.Float64,  # time-weighted (trapezoid) mean
-    "peak_w": pl.Float64,
-    "min_w": pl.Float64,
-    "swing_w": pl.Float64,  # largest |ΔP| between a sample and a later one within the step, see docs
-    "swing_rate_w_per_s": pl.Float64,  # largest |ΔP|/Δt between consecutive samples
-    "power_limit_w": pl.Float64,
-    "above_limit_ns": pl.Int64,  # time with power_w >= power_limit_w (step hold)
-    "temp_start_c": pl.Float64,
-    "temp_end_c": pl.Float64,
-    "temp_max_c": pl.Float64,
-    "temp_rise_c": pl.Float64,  # temp_end - temp_start
-    "sm_clock_avg_mhz": pl.Float64,
-    "sm_clock_max_mhz": pl.Float64,  # highest SM clock seen on this device in the whole trace
-    "sm_clock_ratio": pl.Float64,  # avg / max
-    "throttled_ns": pl.Int64,  # time with any throttle reason other than idle / app clocks
-    "outlier": pl.Boolean,  # peak power or throttling stands out (see docs)
-    "outlier_reason": pl.String,
-}
+POWER_SCHEMA: Columns = columns(
+    Col("rank", pl.Int64),
+    Col("device", pl.Int64),
+    Col("step", pl.Int64),
+    Col("start_ns", pl.Int64, "ns"),
+    Col("end_ns", pl.Int64, "ns"),
+    Col("n_samples", pl.Int64),
+    Col("avg_w", pl.Float64, "W", "time-weighted (trapezoid) mean"),
+    Col("peak_w", pl.Float64, "W"),
+    Col("min_w", pl.Float64, "W"),
+    Col(
+        "swing_w", pl.Float64, "W", "largest |ΔP| between a sample and a later one within the step, see docs"
+    ),
+    Col("swing_rate_w_per_s", pl.Float64, "W/s", "largest |ΔP|/Δt between consecutive samples"),
+    Col("power_limit_w", pl.Float64, "W"),
+    Col("above_limit_ns", pl.Int64, "ns", "time with power_w >= power_limit_w (step hold)"),
+    Col("temp_start_c", pl.Float64, "°C"),
+    Col("temp_end_c", pl.Float64, "°C"),
+    Col("temp_max_c", pl.Float64, "°C"),
+    Col("temp_rise_c", pl.Float64, "°C", "temp_end - temp_start"),
+    Col("sm_clock_avg_mhz", pl.Float64, "MHz"),
+    Col("sm_clock_max_mhz", pl.Float64, "MHz", "highest SM clock seen on this device in the whole trace"),
+    Col("sm_clock_ratio", pl.Float64, "", "avg / max"),
+    Col("throttled_ns", pl.Int64, "ns", "time with any throttle reason other than idle / app clocks"),
+    Col("outlier", pl.Boolean, "", "peak power or throttling stands out (see docs)"),
+    Col("outlier_reason", pl.String),
+)
 
 #: Time in each throttle reason per (rank, device, step).
-THROTTLE_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int64,
-    "device": pl.Int64,
-    "step": pl.Int64,
-    "reason": pl.String,  # a name from power.THROTTLE_REASONS
-    "time_ns": pl.Int64,
-}
+THROTTLE_SCHEMA: Columns = columns(
+    Col("rank", pl.Int64),
+    Col("device", pl.Int64),
+    Col("step", pl.Int64),
+    Col("reason", pl.String, "", "a name from power.THROTTLE_REASONS"),
+    Col("time_ns", pl.Int64, "ns"),
+)
 
 
 @dataclass
@@ -338,43 +347,43 @@ CP_CATEGORIES = ("gpu_compute", "gpu_memory", "communication", "cpu_op", "launch
 #: One row per (scope, rank, step). ``scope`` "rank": the path that ends at this rank's last
 #: point of the step (it may cross to other ranks through collectives); "job": the path that
 #: ends at the last point of the whole run (rank null; step null).
-CRITICAL_PATH_SCHEMA: dict[str, pl.DataType] = {
-    "scope": pl.String,
-    "rank": pl.Int64,
-    "step": pl.Int64,
-    "start_ns": pl.Int64,  # window: the step's start (or the trace's first point) ...
-    "end_ns": pl.Int64,  # ... to its last point (the path's end)
-    "span_ns": pl.Int64,  # end_ns - start_ns: the measured span of the step
-    "length_ns": pl.Int64,  # the critical path's length (= span when it reaches back to the start)
-    **{f"{c}_ns": pl.Int64 for c in CP_CATEGORIES},
-    "n_segments": pl.Int64,  # pieces of the path that take time (rows of its segments)
-    "ranks_on_path": pl.String,  # e.g. "0,1": ranks whose points the path visits
-}
+CRITICAL_PATH_SCHEMA: Columns = columns(
+    Col("scope", pl.String),
+    Col("rank", pl.Int64),
+    Col("step", pl.Int64),
+    Col("start_ns", pl.Int64, "ns", "window: the step's start (or the trace's first point) ..."),
+    Col("end_ns", pl.Int64, "ns", "... to its last point (the path's end)"),
+    Col("span_ns", pl.Int64, "ns", "end_ns - start_ns: the measured span of the step"),
+    Col("length_ns", pl.Int64, "ns", "the critical path's length (= span when it reaches back to the start)"),
+    *(Col(f"{c}_ns", pl.Int64, "ns") for c in CP_CATEGORIES),
+    Col("n_segments", pl.Int64, "", "pieces of the path that take time (rows of its segments)"),
+    Col("ranks_on_path", pl.String, "", 'e.g. "0,1": ranks whose points the path visits'),
+)
 
 #: Operators on the path: time each (name, category) contributes, per (scope, rank, step).
-CRITICAL_OPS_SCHEMA: dict[str, pl.DataType] = {
-    "scope": pl.String,
-    "rank": pl.Int64,
-    "step": pl.Int64,
-    "name": pl.String,
-    "category": pl.String,
-    "time_ns": pl.Int64,
-    "pct": pl.Float64,  # of the path's length
-    "count": pl.Int64,  # pieces of the path (that take time) belonging to this op
-}
+CRITICAL_OPS_SCHEMA: Columns = columns(
+    Col("scope", pl.String),
+    Col("rank", pl.Int64),
+    Col("step", pl.Int64),
+    Col("name", pl.String),
+    Col("category", pl.String),
+    Col("time_ns", pl.Int64, "ns"),
+    Col("pct", pl.Float64, "", "of the path's length"),
+    Col("count", pl.Int64, "", "pieces of the path (that take time) belonging to this op"),
+)
 
 #: The path's segments, for timelines (Perfetto, the report): one row per path edge with time.
-CRITICAL_SEGMENT_SCHEMA: dict[str, pl.DataType] = {
-    "scope": pl.String,
-    "rank": pl.Int64,  # the path's rank (null for the job path)
-    "step": pl.Int64,
-    "seg_rank": pl.Int64,  # rank where the segment's time is spent
-    "node_id": pl.Int64,  # the node whose time it is (null: a wait or idle gap)
-    "name": pl.String,
-    "category": pl.String,
-    "start_ns": pl.Int64,
-    "end_ns": pl.Int64,
-}
+CRITICAL_SEGMENT_SCHEMA: Columns = columns(
+    Col("scope", pl.String),
+    Col("rank", pl.Int64, "", "the path's rank (null for the job path)"),
+    Col("step", pl.Int64),
+    Col("seg_rank", pl.Int64, "", "rank where the segment's time is spent"),
+    Col("node_id", pl.Int64, "", "the node whose time it is (null: a wait or idle gap)"),
+    Col("name", pl.String),
+    Col("category", pl.String),
+    Col("start_ns", pl.Int64, "ns"),
+    Col("end_ns", pl.Int64, "ns"),
+)
 
 
 @dataclass
@@ -435,6 +444,15 @@ class RunAnalysis:
     simulated: bool = False
     source: str | None = None
     options: AnalyzeOptions = field(default_factory=AnalyzeOptions)
+    #: the results of registered analyses that have no field here (``analysis/registry.py``),
+    #: by name; ``res.<name>`` reads them as it reads a field
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        extra = self.__dict__.get("extra")
+        if extra is not None and name in extra:
+            return extra[name]
+        raise AttributeError(f"'RunAnalysis' object has no attribute {name!r}")
 
     def __post_init__(self) -> None:
         #: The classified nodes of each analysed rank (``classify``, plus ``phase`` where energy
@@ -444,69 +462,20 @@ class RunAnalysis:
         self.classified: dict[int, pl.DataFrame] = {}
 
     def frames(self) -> dict[str, pl.DataFrame]:
-        """Every frame of the result, by a stable name (used by the exporters)."""
+        """Every frame of the result, by a stable name (used by the exporters): the registry's
+        frames of each analysis computed, in its order."""
         out: dict[str, pl.DataFrame] = {}
-        if self.overlap is not None:
-            out["overlap"] = self.overlap.per_rank
-            out["overlap_by_group"] = self.overlap.per_group
-            out["overlap_by_dim"] = self.overlap.per_dim
-            out["rank_spread"] = self.overlap.rank_spread
-        if self.bandwidth is not None:
-            out["collectives"] = self.bandwidth.collectives
-            out["bandwidth"] = self.bandwidth.summary
-            out["collectives_matched"] = self.bandwidth.matched
-            out["stragglers"] = self.bandwidth.stragglers
-        if self.energy is not None:
-            out["energy_totals"] = self.energy.totals
-            out["energy"] = self.energy.by
-        if self.power is not None:
-            out["power"] = self.power.per_step
-            out["throttle"] = self.power.throttle
-        if self.critical_path is not None:
-            out["critical_path"] = self.critical_path.paths
-            out["critical_path_ops"] = self.critical_path.top_ops
-        if self.what_if is not None:
-            out["what_if"] = self.what_if.steps
-        if self.idle_time is not None:
-            out["idle_time"] = self.idle_time.streams
-        if self.launch is not None:
-            out["launch_stats"] = self.launch.stats
-            out["launch_queue"] = self.launch.queue
-        if self.config is not None:
-            out["config"] = self.config.table
-        if self.breakdown is not None:
-            out["breakdown"] = self.breakdown.by
-            out["breakdown_totals"] = self.breakdown.totals
-        if self.flops is not None:
-            out["flops"] = self.flops.per_step
-            out["flops_by_op"] = self.flops.by_op
-            out["flops_devices"] = self.flops.devices
-        for extra in (
-            self.pipeline, self.comm_wait, self.iterations, self.cpu_wait, self.graph_launches,
-            self.dims, self.phase_power,
-        ):
-            if extra is not None:
-                out.update(extra.frames())
+        for a in ANALYSES:
+            r = a.get(self)
+            if r is not None:
+                out.update(a.frames_of(r))
         return out
 
     def notes(self) -> dict[str, list[str]]:
+        """Each computed analysis' notes (those with some), in the registry's order."""
         out: dict[str, list[str]] = {}
-        analyses = ("overlap", "bandwidth", "energy", "power", "critical_path", "what_if", "idle_time")
-        for name in (
-            *analyses,
-            "launch",
-            "config",
-            "breakdown",
-            "flops",
-            "pipeline",
-            "comm_wait",
-            "iterations",
-            "cpu_wait",
-            "graph_launches",
-            "dims",
-            "phase_power",
-        ):
-            r: Any = getattr(self, name)
+        for a in ANALYSES:
+            r: Any = a.get(self)
             if r is not None and r.notes:
-                out[name] = list(r.notes)
+                out[a.name] = list(r.notes)
         return out

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from charllm_trace.analysis.columns import Col, Columns, columns
+
 #: The aggregations, stacked in ``BreakdownResult.by`` (column ``group``).
 BREAKDOWN_GROUPS = ("category", "kernel", "op", "top_op")
 
@@ -18,28 +20,28 @@ NO_GPU_OPS = "no GPU kernels, memcpys or memsets with a duration in this trace: 
 #: whole trace. ``key`` is the category, kernel name, launching op or top-level op; null for an op
 #: that is not known (the launcher is not in the trace). Rows beyond the top N of a (rank, step,
 #: group) are summed into one row keyed ``(N others)`` (``other_rows`` N).
-BREAKDOWN_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int64,
-    "step": pl.Int64,
-    "group": pl.String,  # "category" | "kernel" | "op" | "top_op"
-    "key": pl.String,
-    "category": pl.String,  # the kernel's category (group "category" and "kernel"); null for ops
-    "count": pl.Int64,  # GPU operators
-    "total_ns": pl.Int64,  # sum of their durations
-    "mean_ns": pl.Float64,  # total_ns / count
-    "max_ns": pl.Int64,  # the longest one
-    "pct": pl.Float64,  # 100 * total_ns / the scope's gpu_time_ns
-    "other_rows": pl.Int64,  # for a "(N others)" row, N; else null
-}
+BREAKDOWN_SCHEMA: Columns = columns(
+    Col("rank", pl.Int64),
+    Col("step", pl.Int64),
+    Col("group", pl.String, "", '"category" | "kernel" | "op" | "top_op"'),
+    Col("key", pl.String),
+    Col("category", pl.String, "", 'the kernel\'s category (group "category" and "kernel"); null for ops'),
+    Col("count", pl.Int64, "", "GPU operators"),
+    Col("total_ns", pl.Int64, "ns", "sum of their durations"),
+    Col("mean_ns", pl.Float64, "ns", "total_ns / count"),
+    Col("max_ns", pl.Int64, "ns", "the longest one"),
+    Col("pct", pl.Float64, "", "100 * total_ns / the scope's gpu_time_ns"),
+    Col("other_rows", pl.Int64, "", 'for a "(N others)" row, N; else null'),
+)
 
 #: One row per (rank, step) (nulls as above): what the percentages are of.
-BREAKDOWN_TOTAL_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int64,
-    "step": pl.Int64,
-    "count": pl.Int64,  # GPU operators (kernels, memcpys, memsets) with a duration
-    "gpu_time_ns": pl.Int64,  # sum of their durations (concurrent streams both count)
-    "no_launcher_ns": pl.Int64,  # of which operators whose launching op is not in the trace
-}
+BREAKDOWN_TOTAL_SCHEMA: Columns = columns(
+    Col("rank", pl.Int64),
+    Col("step", pl.Int64),
+    Col("count", pl.Int64, "", "GPU operators (kernels, memcpys, memsets) with a duration"),
+    Col("gpu_time_ns", pl.Int64, "ns", "sum of their durations (concurrent streams both count)"),
+    Col("no_launcher_ns", pl.Int64, "ns", "of which operators whose launching op is not in the trace"),
+)
 
 
 @dataclass

@@ -7,13 +7,13 @@ from collections.abc import Mapping
 
 import polars as pl
 
+from charllm_trace.analysis.context import RankContext
 from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.idle_time import idle_time
 from charllm_trace.analysis.launch_stats import launch_stats
 from charllm_trace.analysis.results import SIMULATED_NOTE, AnalyzeOptions
-from charllm_trace.analysis.step_windows import StepWindows, step_windows
 from charllm_trace.analysis.stream_ops import stream_ops
-from charllm_trace.core.model import Trace, rank_ranges
+from charllm_trace.core.model import rank_ranges
 
 #: Why the two analyses are missing from a run without GPU operators on streams.
 NO_STREAM_OPS = (
@@ -34,20 +34,11 @@ def _notes(per_rank: list[tuple[int, list[str]]], multi: bool) -> list[str]:
 
 
 def stream_analyses(
-    traces: Mapping[int, Trace],
-    classified: Mapping[int, pl.DataFrame],
-    options: AnalyzeOptions,
-    *,
-    simulated: bool = False,
-    windows: Mapping[int, StepWindows] | None = None,
+    contexts: Mapping[int, RankContext], options: AnalyzeOptions, *, simulated: bool = False
 ) -> tuple[IdleTimeResult | None, LaunchResult | None, str | None]:
-    """Idle time per stream and launch statistics of ``traces`` (timed ranks), or ``None`` and
-    ``None`` with the reason when no rank has GPU operators on streams. ``windows``: each rank's
-    ``step_windows`` (the steps, except under ``hta_compat``: HTA's ProfilerSteps)."""
-    parts = [
-        (r, rank_stream_analyses(tr, classified[r], options, windows.get(r) if windows is not None else None))
-        for r, tr in traces.items()
-    ]
+    """Idle time per stream and launch statistics of the timed ranks' ``contexts``, or ``None``
+    and ``None`` with the reason when no rank has GPU operators on streams."""
+    parts = [(r, rank_stream_analyses(ctx, options)) for r, ctx in contexts.items()]
     return stream_analyses_from(parts, options, simulated=simulated)
 
 
@@ -55,30 +46,18 @@ def stream_analyses(
 RankStreams = tuple[IdleTimeResult, LaunchResult] | None
 
 
-def rank_stream_analyses(
-    trace: Trace, classified: pl.DataFrame, options: AnalyzeOptions, windows: StepWindows | None = None
-) -> RankStreams:
-    """One timed rank's part of :func:`stream_analyses` (what a worker sends); ``windows``: its
-    ``step_windows`` when the caller has them."""
+def rank_stream_analyses(ctx: RankContext, options: AnalyzeOptions) -> RankStreams:
+    """One timed rank's part of :func:`stream_analyses` (what a worker sends)."""
     kw = {"hta_compat": options.hta_compat}
+    trace = ctx.trace
     steps = trace.steps()
-    win = windows
-    if win is None and steps.height and not options.hta_compat:
-        win = step_windows(trace, classified)
-    ops = stream_ops(
-        trace,
-        classified=classified,
-        keep_last_step=options.hta_keep_last_step,
-        steps=steps,
-        windows=win,
-        **kw,
-    )
-    if win is not None and not options.hta_compat:  # queue figures over the same windows
-        steps = win.frame()
+    ops = stream_ops(ctx, keep_last_step=options.hta_keep_last_step, steps=steps, **kw)
+    if not options.hta_compat:  # queue figures over the same windows
+        steps = ctx.windows.frame()
     if ops[0].height == 0:
         return None
     common = {"per_step": options.per_step, "ops": ops, **kw}
-    return idle_time(trace, **common), launch_stats(trace, steps=steps, **common)
+    return idle_time(ctx, **common), launch_stats(ctx, steps=steps, **common)
 
 
 def stream_analyses_from(

@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from charllm_trace.analysis.step_windows import StepWindows, launch_step_index, step_windows
-from charllm_trace.core.classify import classify
+from charllm_trace.analysis.context import RankContext, context_of
+from charllm_trace.analysis.step_windows import launch_step_index
 from charllm_trace.core.model import Trace
 
 #: The classes of GPU operators on streams.
@@ -52,17 +52,17 @@ def _floor_us(c: pl.Expr) -> pl.Expr:
 
 
 def stream_ops(
-    trace: Trace,
+    source: Trace | RankContext,
     *,
-    classified: pl.DataFrame | None = None,
     hta_compat: bool = False,
     keep_last_step: bool = False,
     steps: pl.DataFrame | None = None,
-    windows: StepWindows | None = None,
 ) -> tuple[pl.DataFrame, list[str]]:
-    """The GPU operators of ``trace`` (``STREAM_OPS_SCHEMA``) and notes on what was dropped.
-    ``windows``: the rank's ``step_windows`` when the caller has them (computed otherwise)."""
-    df = classified if classified is not None else classify(trace.nodes)
+    """The GPU operators of one rank (a trace, or its :class:`RankContext`: classified nodes
+    and step windows computed once; ``STREAM_OPS_SCHEMA``) and notes on what was dropped."""
+    ctx = context_of(source)
+    trace = ctx.trace
+    df = ctx.classified
     steps = trace.steps() if steps is None else steps
     notes: list[str] = []
     gpu = pl.col("on_gpu").fill_null(False)
@@ -148,7 +148,7 @@ def stream_ops(
         idx = launch_step_index(steps, ops["launch_ns"].fill_null(ops["start_ns"]).to_numpy())
         step = pl.Series(np.where(idx >= 0, steps["step"].to_numpy()[np.maximum(idx, 0)], -1), dtype=pl.Int64)
     elif steps.height:  # the GPU-time window holding the operator's start
-        win = windows if windows is not None else step_windows(trace, df)
+        win = ctx.windows
         notes.extend(win.notes)
         idx = win.index_of(ops["start_ns"].to_numpy())
         step = pl.Series(np.where(idx >= 0, win.step[np.maximum(idx, 0)], -1), dtype=pl.Int64)
@@ -160,20 +160,18 @@ def stream_ops(
 
 
 def rank_stream_ops(
-    trace: Trace,
+    source: Trace | RankContext,
     ops: tuple[pl.DataFrame, list[str]] | None,
-    classified: pl.DataFrame | None,
     hta_compat: bool,
     keep_last_step: bool,
 ) -> tuple[int, bool, pl.DataFrame, list[str]]:
     """What the per-stream analyses (idle time, launch statistics) start from: the rank (0 when
     unknown), whether its timeline is simulated, its GPU operators (``ops`` when the caller has
     them, else :func:`stream_ops`) and a copy of their notes, with one more when there are none."""
+    trace = source.trace if isinstance(source, RankContext) else source
     rank = trace.meta.rank if trace.meta.rank is not None else 0
     simulated = bool(trace.meta.extra.get("simulated"))
-    got, notes = ops or stream_ops(
-        trace, classified=classified, hta_compat=hta_compat, keep_last_step=keep_last_step
-    )
+    got, notes = ops or stream_ops(source, hta_compat=hta_compat, keep_last_step=keep_last_step)
     notes = list(notes)
     if got.height == 0:
         notes.append("no GPU operators with timestamps on streams")

@@ -151,7 +151,7 @@ def what_if(
     """Predicted step times, overlap and exposed communication under ``factors``
     (``parse_what_if``; ``dims``: process group -> parallel dimension, for ``dp=`` ... keys)."""
     rg = graph or build_run_graph(run, classified)
-    lags, lag_notes = edge_lags(rg, run, factors, dims)
+    lags, lag_notes = edge_lags(rg, run, factors, dims, classified)
     notes = list(rg.notes) + lag_notes
     if not rg.g.measured:
         notes.insert(0, SIMULATED_WI)

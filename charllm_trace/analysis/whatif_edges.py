@@ -25,6 +25,7 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.analysis.bandwidth import collectives
+from charllm_trace.analysis.context import RankContext
 from charllm_trace.analysis.parallel import name_groups
 from charllm_trace.analysis.whatif_keys import ADD_NS, DIM_KEYS, GBPS, class_factors
 from charllm_trace.core.errors import UsageError
@@ -51,10 +52,13 @@ def _node_offsets(rg: RunGraph) -> tuple[dict[int, int], int]:
     return off, k
 
 
-def _comm_nodes(rg: RunGraph, run: Run, dims: Mapping[str, str | None]) -> pl.DataFrame:
+def _comm_nodes(
+    rg: RunGraph, run: Run, dims: Mapping[str, str | None], classified: Mapping[int, pl.DataFrame]
+) -> pl.DataFrame:
     """(node: index over the run's active nodes, dim, bytes x bus factor, is an instance) of every
     node with a process group and every collective instance: the dimension from its group, the
-    message size and bus factor where it is an instance (``bandwidth.collectives``; null elsewhere)."""
+    message size and bus factor where it is an instance (``bandwidth.collectives``; null elsewhere).
+    ``classified``: the ranks' classified nodes where the caller has them (not classified again)."""
     off, _ = _node_offsets(rg)
     frames = []
     for r in rg.ranks:
@@ -62,7 +66,8 @@ def _comm_nodes(rg: RunGraph, run: Run, dims: Mapping[str, str | None]) -> pl.Da
         if "pg_name" not in nodes.columns:
             continue
         part = rg.parts[r]
-        coll, _ = collectives(run.traces[r], group_dims=dims)
+        tr = run.traces[r]
+        coll, _ = collectives(RankContext(tr, classified[r]) if r in classified else tr, group_dims=dims)
         pos = pos_of(part.ids, coll["id"].to_numpy().astype(np.int64))
         bus = np.full(len(part.rows), np.nan)
         ok = pos >= 0
@@ -134,7 +139,7 @@ def _dim_factors(
 
 def _comm_scale(
     rg: RunGraph, run: Run, factors: Mapping[str, float], dims: Mapping[str, str | None], per: np.ndarray,
-    notes: list[str],
+    notes: list[str], classified: Mapping[int, pl.DataFrame] | None = None,
 ) -> None:  # fmt: skip
     g = rg.g
     off, n_nodes = _node_offsets(rg)
@@ -146,7 +151,7 @@ def _comm_scale(
     edge_node = np.where(comm, base_of[np.clip(ranks, 0, len(base_of) - 1)] + g.owner, 0)
     node_f = np.full(n_nodes, np.nan)
     new_ns = np.full(n_nodes, np.nan)
-    _dim_factors(_comm_nodes(rg, run, dims), factors, node_f, new_ns, notes)
+    _dim_factors(_comm_nodes(rg, run, dims, classified or {}), factors, node_f, new_ns, notes)
     old = _measured_transfer(rg, edge_node, comm, n_nodes)
     bw = np.isfinite(new_ns) & (old > 0)
     node_f[bw] = new_ns[bw] / old[bw]
@@ -171,7 +176,11 @@ def _cpu_op_add(rg: RunGraph, run: Run, add_ns: int) -> np.ndarray:
 
 
 def edge_lags(
-    rg: RunGraph, run: Run, factors: Mapping[str, float], dims: Mapping[str, str | None] | None = None
+    rg: RunGraph,
+    run: Run,
+    factors: Mapping[str, float],
+    dims: Mapping[str, str | None] | None = None,
+    classified: Mapping[int, pl.DataFrame] | None = None,
 ) -> tuple[np.ndarray, list[str]]:
     """The lag of every edge under the what-if (module docstring), and notes on what it left out.
     ``dims``: process group -> dimension (``analysis.parallel``; by default from the groups' names)."""
@@ -182,7 +191,7 @@ def edge_lags(
     if any(k in DIM_KEYS or k.endswith(GBPS) for k in factors):
         if dims is None:
             dims = name_groups({pg.name: pg for tr in run for pg in tr.meta.process_groups}.values())
-        _comm_scale(rg, run, factors, dims, per, notes)
+        _comm_scale(rg, run, factors, dims, per, notes, classified)
     lags = np.rint(g.base * per).astype(np.int64) + g.fixed
     add = factors.get("cpu_op" + ADD_NS)
     if add:

@@ -7,18 +7,20 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from charllm_trace.analysis.columns import Col, Columns, columns
+
 #: One row per (rank, step) (step null: the whole trace): measured vs predicted.
-WHATIF_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int64,
-    "step": pl.Int64,
-    "measured_ns": pl.Int64,  # step span (ProfilerStep window), or the trace's span
-    "predicted_ns": pl.Int64,
-    "change_pct": pl.Float64,  # 100 * (predicted - measured) / measured
-    "measured_exposed_comm_ns": pl.Int64,
-    "predicted_exposed_comm_ns": pl.Int64,
-    "measured_overlap_pct": pl.Float64,
-    "predicted_overlap_pct": pl.Float64,
-}
+WHATIF_SCHEMA: Columns = columns(
+    Col("rank", pl.Int64),
+    Col("step", pl.Int64),
+    Col("measured_ns", pl.Int64, "ns", "step span (ProfilerStep window), or the trace's span"),
+    Col("predicted_ns", pl.Int64, "ns"),
+    Col("change_pct", pl.Float64, "%", "100 * (predicted - measured) / measured"),
+    Col("measured_exposed_comm_ns", pl.Int64, "ns"),
+    Col("predicted_exposed_comm_ns", pl.Int64, "ns"),
+    Col("measured_overlap_pct", pl.Float64, "%"),
+    Col("predicted_overlap_pct", pl.Float64, "%"),
+)
 
 
 @dataclass

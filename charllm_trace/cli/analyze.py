@@ -21,7 +21,6 @@ from charllm_trace.cli.results import (
 from charllm_trace.cli.scale import scheduler_option
 from charllm_trace.engine import Cluster
 from charllm_trace.inputs.urls import is_url
-from charllm_trace.service import is_saved
 
 if TYPE_CHECKING:
     from charllm_trace.analysis.results import RunAnalysis
@@ -180,6 +179,8 @@ def _results(
     ctx: click.Context, path: str, args: AnalysisArgs, save: str | None, force: bool, cluster: Cluster | None
 ) -> RunAnalysis:
     """``analyze``'s results: a results file's as saved, else through the service (and saved)."""
+    from charllm_trace.service import is_saved  # here: a printed-output hit imports no polars
+
     if is_saved(path):
         refuse_analysis_options(ctx, path, ("path", "fmt", "as_json", "output", "force"))
         return analysed(path).results()
@@ -254,6 +255,8 @@ def report_cmd(
     from charllm_trace.render.tables import cli_hint
 
     refuse_existing(output, force)
+    from charllm_trace.service import is_saved  # here: a printed-output hit imports no polars
+
     if is_saved(run):
         refuse_analysis_options(ctx, run, ("run", "output", "title", "force"))
         got = analysed(run, request=args.request(views=True))

@@ -30,7 +30,6 @@ from charllm_trace.cli.telemetry import telemetry_group
 from charllm_trace.core.errors import InputError, debug_first, print_traceback
 from charllm_trace.core.native_libs import NativeModuleMissing
 from charllm_trace.engine import Cluster
-from charllm_trace.inputs.urls import is_url
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -146,39 +145,10 @@ def convert_cmd(
     charllm-trace convert RUN_DIR -o et/
     charllm-trace convert kineto.json.gz --host-et host_et.json.gz -o et/
     """
+    from charllm_trace.cli.convert import convert_lines
 
-    if cluster is not None and host_et is None:  # each rank converted and written by a worker
-        from charllm_trace.engine.driver import convert_distributed
-
-        lines, paths = convert_distributed(path, output, cluster=cluster, gz=gz, force=force)
-        for line in lines:
-            click.echo(line)
-        click.echo(f"wrote {len(paths)} Chakra ET file(s) to {output}")
-        return
-    from charllm_trace.cli.progress import input_progress
-    from charllm_trace.converters.run_dir import convert_path, summary_lines
-    from charllm_trace.et.writer import write_run
-    from charllm_trace.inputs.localize import localize_input, url_errors, url_output
-
-    with input_progress("converting"):
-        if is_url(path):
-            local = localize_input(path)
-            with url_errors(path, local):
-                run = convert_path(local, host_et=host_et, workers=workers)
-        else:
-            run = convert_path(path, host_et=host_et, workers=workers)
-    if is_url(output) and not force:
-        from charllm_trace.engine.driver import existing_rank_files
-
-        if existing_rank_files(output):
-            raise InputError(
-                output, "already holds rank-<N>.et files; refusing to overwrite them (use --force)"
-            )
-    with url_output(output) as out:
-        paths = write_run(run, out, overwrite=force, gz=gz)
-    for line in summary_lines(run):
+    for line in convert_lines(path, output, host_et, workers, gz=gz, force=force, cluster=cluster):
         click.echo(line)
-    click.echo(f"wrote {len(paths)} Chakra ET file(s) to {output}")
 
 
 # --- collect (issue 4) -----------------------------------------------------

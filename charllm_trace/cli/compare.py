@@ -10,9 +10,7 @@ from typing import Any
 
 import click
 
-from charllm_trace import service
 from charllm_trace.cli.cache import allow_partial_option, json_flag, no_cache_option
-from charllm_trace.service import is_saved
 
 LABEL_HELP = (
     "A label of one run: N:KEY=VALUE for run N (1 = the first RUN), or KEY=VALUE repeated in run "
@@ -125,8 +123,10 @@ def _row(path: str, labels: dict[str, str]) -> dict[str, Any]:
     """The run's row of the table (``regress.sweep.run_row``), through the service: from the
     cache when it holds it; a results file's as it was saved (its groups were named when it was
     analysed)."""
+    from charllm_trace import service
     from charllm_trace.analysis.results import AnalyzeOptions
     from charllm_trace.core.errors import UsageError
+    from charllm_trace.service import is_saved
 
     layout = {k: labels[k] for k in LAYOUT_KEYS if k in labels}
     parallel = None

@@ -1,4 +1,6 @@
-"""How the commands that analyse a run call the service (``service.analyze``): the analysis
+"""How the commands that analyse a run call the service (``service.analyze``; imported where it
+is called: a repeated ``analyze --format json`` printed from the output cache imports no polars,
+issue 26 item 2, and the service imports the stores, which import polars): the analysis
 options they share, gathered into one typed value (:class:`AnalysisArgs`) and checked in one
 place, and the call itself with its progress line. Used by ``cli/analyze.py``, ``cli.py``
 (``check``, ``baseline``, ``diff``) and ``cli/compare.py``."""
@@ -11,10 +13,10 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from charllm_trace import service
 from charllm_trace.core.errors import UsageError
 
 if TYPE_CHECKING:
+    from charllm_trace import service
     from charllm_trace.analysis.results import AnalyzeOptions
     from charllm_trace.engine import Cluster
 
@@ -63,6 +65,7 @@ class AnalysisArgs:
 
     def request(self, **kw: Any) -> service.Request:
         """The service request: ``--ranks`` and ``--sample`` parsed, ``kw`` its other fields."""
+        from charllm_trace import service  # here: see the module docstring (start-up)
         from charllm_trace.core.limits import parse_ranks, parse_sample
 
         wanted, n_sample = parse_ranks(self.ranks), parse_sample(self.sample)
@@ -107,6 +110,7 @@ def analysed(
     cluster: Cluster | None = None,
 ) -> service.Analysis:
     """``service.analyze`` with the reading progress line on the terminal."""
+    from charllm_trace import service
     from charllm_trace.cli.progress import input_progress
 
     with input_progress("reading"):
@@ -118,6 +122,7 @@ def regress_analysed(
 ) -> service.Analysis:
     """``service.analyze`` with the per-step rows headline figures need (``regress.api.
     regress_options``; ``check``, ``baseline``, ``diff``); ``run``: the loaded run too."""
+    from charllm_trace import service
     from charllm_trace.regress.api import regress_options
 
     return service.analyze(source, regress_options(options), service.Request(run=run), scheduler=cluster)

@@ -165,18 +165,29 @@ def check_one_collection(run_dir: str | os.PathLike[str], traces: dict[int, Any]
     """InputError when two ranks' traced spans (first start to last end of their timed nodes) are
     more than a minute apart: files of two collections in one folder, which the run ids (absent
     in files of older collections and other tools) cannot tell."""
-    import polars as pl
-
     spans = []
     for rank, t in sorted(traces.items()):
-        if not t.meta.has_timestamps or t.nodes.height == 0:
-            continue
-        lo, hi = t.nodes.select(
-            start=pl.col("start_ns").min(),
-            end=(pl.col("start_ns") + pl.col("dur_ns")).max(),
-        ).row(0)
-        if lo is not None and hi is not None:
-            spans.append((int(lo), int(hi), rank))
+        span = trace_span(t)
+        if span is not None:
+            spans.append((*span, rank))
+    check_spans(run_dir, spans)
+
+
+def trace_span(t: Any) -> tuple[int, int] | None:
+    """(first start, last end) of a trace's timed nodes; None without timestamps or nodes."""
+    import polars as pl
+
+    if not t.meta.has_timestamps or t.nodes.height == 0:
+        return None
+    lo, hi = t.nodes.select(
+        start=pl.col("start_ns").min(),
+        end=(pl.col("start_ns") + pl.col("dur_ns")).max(),
+    ).row(0)
+    return (int(lo), int(hi)) if lo is not None and hi is not None else None
+
+
+def check_spans(run_dir: str | os.PathLike[str], spans: list[tuple[int, int, int]]) -> None:
+    """``check_one_collection`` on the ranks' (first start, last end, rank), in rank order."""
     if len(spans) < 2:
         return
     first_end = min(spans, key=lambda s: s[1])

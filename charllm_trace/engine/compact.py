@@ -16,8 +16,8 @@ from typing import Any
 
 import polars as pl
 
-#: a place in a part: attribute names and tuple indices from the part down to a frame
-Path = tuple[str | int, ...]
+#: a place in a part: attribute names, tuple indices and ("key", name) of dicts from the part down to a frame
+Path = tuple[str | int | tuple[str, str], ...]
 
 
 def _frames(obj: Any, path: Path, out: dict[Path, pl.DataFrame], depth: int = 0) -> None:
@@ -31,6 +31,10 @@ def _frames(obj: Any, path: Path, out: dict[Path, pl.DataFrame], depth: int = 0)
     elif isinstance(obj, tuple | list):
         for i, x in enumerate(obj):
             _frames(x, (*path, i), out, depth + 1)
+    elif isinstance(obj, dict):  # a part's per-analysis parts, by name (analysis/registry.py)
+        for k, x in obj.items():
+            if isinstance(k, str):
+                _frames(x, (*path, ("key", k)), out, depth + 1)
 
 
 def _put(obj: Any, path: Path, df: pl.DataFrame) -> Any:
@@ -38,6 +42,9 @@ def _put(obj: Any, path: Path, df: pl.DataFrame) -> Any:
     if not path:
         return df
     key, rest = path[0], path[1:]
+    if isinstance(key, tuple):  # a dict's key
+        obj[key[1]] = _put(obj[key[1]], rest, df)
+        return obj
     if isinstance(key, int):
         items = list(obj)
         items[key] = _put(items[key], rest, df)

@@ -417,12 +417,25 @@ def write_run(
     wrote (listed in :data:`RUN_MARKER`) are replaced or removed, and a rank file it did not
     write is refused, never deleted.
     """
-    import orjson
-
     out = Path(out_dir)
+    targets, present = prepare_output(out, run.ranks, overwrite=overwrite, gz=gz)
+    manifest = dict(run.manifest)
+    paths = []
+    for rank, p in targets:
+        write_et(run.traces[rank], p, overwrite=True, manifest=manifest)
+        paths.append(p)
+    finish_output(out, paths, present)
+    return paths
+
+
+def prepare_output(
+    out: Path, ranks: list[int], *, overwrite: bool, gz: bool
+) -> tuple[list[tuple[int, Path]], list[Path]]:
+    """Check ``out`` for ``write_run`` (module docstring) and create it: (rank, file) to write,
+    and the rank files already there."""
     if out.exists() and not out.is_dir():
         raise InputError(out, "is not a directory")
-    targets = [(rank, out / rank_file_name(rank, gz=gz)) for rank in run.ranks]
+    targets = [(rank, out / rank_file_name(rank, gz=gz)) for rank in ranks]
     present = _rank_files(out) if out.is_dir() else []
     if present and not overwrite:
         raise InputError(present[0], "already exists; refusing to overwrite it (use --force)")
@@ -435,11 +448,14 @@ def write_run(
             "the rank files convert wrote: move it away or choose another directory",
         )
     out.mkdir(parents=True, exist_ok=True)
-    manifest = dict(run.manifest)
-    paths = []
-    for rank, p in targets:
-        write_et(run.traces[rank], p, overwrite=True, manifest=manifest)
-        paths.append(p)
+    return targets, present
+
+
+def finish_output(out: Path, paths: list[Path], present: list[Path]) -> None:
+    """Once ``paths`` are written: remove an earlier run's rank files and stale temporaries, and
+    write the marker naming the rank files convert wrote."""
+    import orjson
+
     keep = {p.name for p in paths}
     for p in present:  # an earlier run's rank files this run does not have (convert wrote them)
         if p.name not in keep:
@@ -449,7 +465,6 @@ def write_run(
     tmp = out / f"{RUN_MARKER}.tmp"
     tmp.write_bytes(orjson.dumps({"written_by": "charllm-trace convert", "files": sorted(keep)}))
     os.replace(tmp, out / RUN_MARKER)
-    return paths
 
 
 _TEMP = re.compile(r"\.rank-\d+\.et(?:\.gz)?\.tmp-(\d+)")

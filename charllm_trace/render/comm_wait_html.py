@@ -5,6 +5,8 @@ comes from :class:`charllm_trace.analysis.comm_wait_results.CommWaitResult`."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from charllm_trace.analysis.comm_wait_results import CommWaitResult
 
 COMM_WAIT_NOTE = (
@@ -38,3 +40,10 @@ def comm_wait_parts(cw: CommWaitResult | None) -> list[str]:
     ]
     rank_head = ["dim", "rank", "ops", "arrived last", "others' waiting caused ms", "own waiting ms"]
     return [H.table(head, dims, scroll=True), H.table(rank_head, ranks, scroll=True), notes_list(cw.notes)]
+
+
+def comm_wait_section(data: Any, rep: Any) -> None:
+    """The report's section, only where communication was matched across ranks (the registry's
+    HTML renderer of ``comm_wait``)."""
+    if parts := comm_wait_parts(data.results.get("comm_wait")):
+        rep.add("Waiting and transfer", *parts, note=COMM_WAIT_NOTE, sid="comm-wait")

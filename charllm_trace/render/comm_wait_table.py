@@ -70,3 +70,9 @@ def render_comm_wait(res: RunAnalysis, console: Console) -> None:
     )
     for n in cw.notes:
         dim_line(console, f"  note: {n}")
+
+
+def comm_wait_table(res: RunAnalysis, console: Console) -> None:
+    """The tables, only where communication was matched across ranks (the registry's renderer)."""
+    if res.comm_wait is not None:
+        render_comm_wait(res, console)

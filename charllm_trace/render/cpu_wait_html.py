@@ -5,6 +5,8 @@ every number comes from :class:`charllm_trace.analysis.cpu_wait_results.CpuWaitR
 
 from __future__ import annotations
 
+from typing import Any
+
 from charllm_trace.analysis.cpu_wait_results import CpuWaitResult
 
 CPU_WAIT_NOTE = (
@@ -55,3 +57,10 @@ def cpu_wait_parts(cw: CpuWaitResult | None) -> list[str]:
     if phases:
         out.append(H.table(ph_head, phases, scroll=True))
     return [*out, notes_list(cw.notes)]
+
+
+def cpu_wait_section(data: Any, rep: Any) -> None:
+    """The report's section, only for a run with CPU scheduler telemetry (the analysis registry's
+    HTML renderer of ``cpu_wait``)."""
+    if parts := cpu_wait_parts(data.results.get("cpu_wait")):
+        rep.add("Is the CPU starving the GPU?", *parts, note=CPU_WAIT_NOTE, sid="cpu-wait")

@@ -9,6 +9,7 @@ import polars as pl
 from rich.console import Console
 
 from charllm_trace.analysis.cpu_wait_results import CpuWaitResult
+from charllm_trace.analysis.results import RunAnalysis
 from charllm_trace.render.table_style import dim_line, plain_table
 from charllm_trace.render.units import ms
 
@@ -86,3 +87,11 @@ def render_cpu_wait_analysis(cw: CpuWaitResult, console: Console) -> None:
         _phase_table(cw.phases, console)
     for n in cw.notes:
         dim_line(console, f"  note: {n}")
+
+
+def cpu_wait_table(res: RunAnalysis, console: Console) -> None:
+    """The tables and a blank line, only for a run with CPU scheduler telemetry (collect
+    --cpu-hz; the analysis registry's terminal renderer of ``cpu_wait``)."""
+    if res.cpu_wait is not None:
+        render_cpu_wait_analysis(res.cpu_wait, console)
+        console.print()

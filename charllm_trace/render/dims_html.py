@@ -6,6 +6,8 @@ message sizes of each dimension, and per dimension a bar chart of the bus bandwi
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from charllm_trace.analysis.dims_results import DimsResult
@@ -65,3 +67,10 @@ def dims_parts(dm: DimsResult | None) -> list[str]:
     if sizes:
         parts.append(H.table(size_head, sizes, scroll=True))
     return [*parts, *_curves(dm.sizes), notes_list(dm.notes)]
+
+
+def dims_section(data: Any, rep: Any) -> None:
+    """The report's section, only where a parallel dimension is named (the analysis registry's
+    HTML renderer of ``dims``)."""
+    if parts := dims_parts(data.results.get("dims")):
+        rep.add("By parallel dimension", *parts, note=DIMS_NOTE, sid="dims")

@@ -69,3 +69,11 @@ def render_dims(res: RunAnalysis, console: Console) -> None:
     )
     for n in dm.notes:
         dim_line(console, f"  note: {n}")
+
+
+def dims_table(res: RunAnalysis, console: Console) -> None:
+    """The tables and a blank line, only where a parallel dimension is named (the analysis
+    registry's terminal renderer of ``dims``)."""
+    if res.dims is not None:
+        render_dims(res, console)
+        console.print()

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from charllm_trace.analysis.flops_results import FlopsResult
 
 TOP_OPS = 15
@@ -94,3 +96,10 @@ def flops_parts(fl: FlopsResult | None, skipped: str | None, simulated: bool = F
     if dev:
         parts.append('<ul class="notes">' + "".join(f"<li>{H.esc(d)}</li>" for d in dev[:8]) + "</ul>")
     return parts
+
+
+def flops_section(data: Any, rep: Any) -> None:
+    """The report's FLOP/s section (the analysis registry's HTML renderer of ``flops``): the
+    result from ``data.results``, or the reason it was not computed."""
+    fl = data.results.get("flops")
+    rep.add("FLOP/s and MFU", *flops_parts(fl, data.skipped.get("flops"), data.simulated), sid="flops")

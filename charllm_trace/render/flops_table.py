@@ -81,3 +81,14 @@ def render_flops(res: RunAnalysis, console: Console) -> None:
         _dim(console, "  ! MFU above 100 %: faster than the peak it is compared with (see the note)")
     for n in fl.notes:
         _dim(console, f"  note: {n}")
+
+
+def flops_table(res: RunAnalysis, console: Console) -> None:
+    """The FLOP/s tables and a blank line, or one line saying why they were not computed (the
+    analysis registry's terminal renderer of ``flops``)."""
+    if res.flops is not None:
+        render_flops(res, console)
+        console.print()
+    elif "flops" in res.skipped:
+        dim_line(console, f"FLOP/s: {res.skipped['flops']}", style=None)
+        console.print()

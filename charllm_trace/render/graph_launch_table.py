@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 
 from charllm_trace.analysis.graph_launch_results import GraphLaunchResult
+from charllm_trace.analysis.results import RunAnalysis
 from charllm_trace.render.table_style import dim_line, plain_table
 
 #: launches listed per rank (the longest spans); the JSON has every one
@@ -43,3 +44,11 @@ def render_graph_launches(gl: GraphLaunchResult, console: Console) -> None:
              "idle = span - busy (none of its kernels running)")  # fmt: skip
     for n in gl.notes:
         dim_line(console, f"  note: {n}")
+
+
+def graph_launch_table(res: RunAnalysis, console: Console) -> None:
+    """The tables and a blank line, only for traces with CUDA/HIP graph launches (the analysis
+    registry's terminal renderer of ``graph_launches``)."""
+    if res.graph_launches is not None:
+        render_graph_launches(res.graph_launches, console)
+        console.print()

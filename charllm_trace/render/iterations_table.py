@@ -84,3 +84,11 @@ def _requests(req: pl.DataFrame, console: Console) -> None:
                   _ms(r["ttft_max"]), _ms(r["tpot_mean"]))  # fmt: skip
     console.print(t)
     dim_line(console, "  request#ID start = arrival; token#ID end = a token on the host (docs/analyses.md)")
+
+
+def iterations_table(res: RunAnalysis, console: Console) -> None:
+    """The tables and a blank line, only where there is a result (the reason is in the JSON; the
+    analysis registry's terminal renderer of ``iterations``)."""
+    if res.iterations is not None:
+        render_iterations(res, console)
+        console.print()

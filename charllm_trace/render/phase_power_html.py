@@ -5,6 +5,8 @@ above the mean, peak against the power limit). Drawing only: every number comes 
 
 from __future__ import annotations
 
+from typing import Any
+
 from charllm_trace.analysis.phase_power_results import PhasePowerResult
 
 PHASE_POWER_NOTE = (
@@ -54,3 +56,17 @@ def phase_power_parts(pp: PhasePowerResult | None) -> list[str]:
         for r in pp.excursions.iter_rows(named=True)
     ]  # fmt: skip
     return [*parts, H.table(head, rows, scroll=True), notes_list(pp.notes)]
+
+
+def phase_power_section(data: Any, rep: Any) -> None:
+    """The report's section, only with power telemetry (the analysis registry's HTML renderer of
+    ``phase_power``): power per microbatch phase where there is a pipeline view, else the
+    excursions per step."""
+    pp = data.results.get("phase_power")
+    if parts := phase_power_parts(pp):
+        title = (
+            "Power per microbatch phase"
+            if pp is not None and pp.phases.height
+            else "Power excursions per step"
+        )
+        rep.add(title, *parts, note=PHASE_POWER_NOTE, sid="power-phases")

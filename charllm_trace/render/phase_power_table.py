@@ -63,3 +63,11 @@ def render_phase_power(res: RunAnalysis, console: Console) -> None:
     )
     for n in pp.notes:
         dim_line(console, f"  note: {n}")
+
+
+def phase_power_table(res: RunAnalysis, console: Console) -> None:
+    """The tables and a blank line, only with power telemetry (the analysis registry's terminal
+    renderer of ``phase_power``)."""
+    if res.phase_power is not None:
+        render_phase_power(res, console)
+        console.print()

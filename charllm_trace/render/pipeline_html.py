@@ -5,6 +5,8 @@ comes from :class:`charllm_trace.analysis.pipeline_results.PipelineResult`."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from charllm_trace.analysis.pipeline_results import PipelineResult
@@ -94,3 +96,10 @@ def pipeline_parts(pipe: PipelineResult | None) -> list[str]:
     if pipe.notes:
         out.append(notes_list(pipe.notes))
     return out
+
+
+def pipeline_section(data: Any, rep: Any) -> None:
+    """The report's section, only where microbatches are labelled (the registry's HTML renderer
+    of ``pipeline``)."""
+    if parts := pipeline_parts(data.results.get("pipeline")):
+        rep.add("Pipeline bubbles", *parts, note=PIPELINE_NOTE, sid="pipeline")

@@ -46,3 +46,11 @@ def render_pipeline(res: RunAnalysis, console: Console) -> None:
     )
     for n in pipe.notes:
         dim_line(console, f"  note: {n}")
+
+
+def pipeline_table(res: RunAnalysis, console: Console) -> None:
+    """The tables and a blank line, only where there is a result (the reason is in the JSON; the
+    analysis registry's terminal renderer of ``pipeline``)."""
+    if res.pipeline is not None:
+        render_pipeline(res, console)
+        console.print()

@@ -4,12 +4,13 @@ comes from :class:`charllm_trace.analysis.results.RunAnalysis`."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import polars as pl
 from rich.console import Console
 
+from charllm_trace.analysis.registry import resolve, shown
 from charllm_trace.analysis.results import (
     CAN_SIMULATE,
     CP_CATEGORIES,
@@ -18,6 +19,7 @@ from charllm_trace.analysis.results import (
     WARNING,
     RunAnalysis,
 )
+from charllm_trace.render.breakdown_table import render_breakdown
 from charllm_trace.render.fit import FitTable, table_console
 from charllm_trace.render.table_style import dim_line, simulated_label
 from charllm_trace.render.tables_spread import render_rank_spread
@@ -405,75 +407,63 @@ def render_analysis(res: RunAnalysis, console: Console | None = None, wide: bool
             "durations (analyze --simulate). Every time below is simulated, not measured.",
             style="bold yellow", markup=False,
         )  # fmt: skip
-    for name, fn in (("overlap", render_overlap), ("bandwidth", render_bandwidth), ("energy", render_energy),
-                     ("power", render_power)):  # fmt: skip
-        if getattr(res, name) is not None:
-            fn(res, console)
-        elif name in res.skipped and not (name == "power" and res.skipped.get("energy") == res.skipped[name]):
-            dim_line(console, f"{name}: {cli_hint(res.skipped[name])}", style=None)
-        console.print()
-    if res.breakdown is not None:
-        from charllm_trace.render.breakdown_table import render_breakdown
+    for _, ref in shown("table"):  # each analysis' table, in the registry's order
+        resolve(ref)(res, console)
 
-        render_breakdown(res.breakdown, console, per_step=res.options.per_step, label=simulated_label(res))
-        console.print()
-    elif "breakdown" in res.skipped:
-        dim_line(console, f"time breakdown: {cli_hint(res.skipped['breakdown'])}", style=None)
-        console.print()
-    printed: list[str] = []
-    if res.critical_path is not None:
-        render_critical_path(res, console)
-        printed = list(res.critical_path.notes)
-        console.print()
-    elif "critical_path" in res.skipped:
-        dim_line(console, f"critical path: {cli_hint(res.skipped['critical_path'])}", style=None)
-        console.print()
-    if res.what_if is not None:
-        render_what_if(res, console, printed)
-        console.print()
-    elif "what_if" in res.skipped:
-        dim_line(console, f"what-if: {cli_hint(res.skipped['what_if'])}", style=None)
-        console.print()
-    render_streams(res, console, cli_hint)  # idle time per GPU stream, launch statistics
-    if res.flops is not None:
-        from charllm_trace.render.flops_table import render_flops
 
-        render_flops(res, console)
-        console.print()
-    elif "flops" in res.skipped:
-        dim_line(console, f"FLOP/s: {res.skipped['flops']}", style=None)
-        console.print()
-    if res.pipeline is not None:  # only where microbatches are labelled (the reason is in the JSON)
-        from charllm_trace.render.pipeline_table import render_pipeline
+def _four(name: str, fn: Callable[[RunAnalysis, Console], None], res: RunAnalysis, console: Console) -> None:
+    """One of the first four tables, or one line saying why it was not computed (power's reason is
+    said once, with energy's, when they are the same), and a blank line."""
+    if getattr(res, name) is not None:
+        fn(res, console)
+    elif name in res.skipped and not (name == "power" and res.skipped.get("energy") == res.skipped[name]):
+        dim_line(console, f"{name}: {cli_hint(res.skipped[name])}", style=None)
+    console.print()
 
-        render_pipeline(res, console)
-        console.print()
-    if res.comm_wait is not None:  # only where communication was matched across ranks
-        from charllm_trace.render.comm_wait_table import render_comm_wait
 
-        render_comm_wait(res, console)
-    if res.dims is not None:  # only where a parallel dimension is named
-        from charllm_trace.render.dims_table import render_dims
+def overlap_table(res: RunAnalysis, console: Console) -> None:
+    _four("overlap", render_overlap, res, console)
 
-        render_dims(res, console)
-        console.print()
-    if res.phase_power is not None:  # only with power telemetry
-        from charllm_trace.render.phase_power_table import render_phase_power
 
-        render_phase_power(res, console)
-        console.print()
-    if res.iterations is not None:
-        from charllm_trace.render.iterations_table import render_iterations
+def bandwidth_table(res: RunAnalysis, console: Console) -> None:
+    _four("bandwidth", render_bandwidth, res, console)
 
-        render_iterations(res, console)
-        console.print()
-    if res.graph_launches is not None:  # only for traces with CUDA/HIP graph launches
-        from charllm_trace.render.graph_launch_table import render_graph_launches
 
-        render_graph_launches(res.graph_launches, console)
-        console.print()
-    if res.cpu_wait is not None:  # only for a run with CPU scheduler telemetry (collect --cpu-hz)
-        from charllm_trace.render.cpu_wait_table import render_cpu_wait_analysis
+def energy_table(res: RunAnalysis, console: Console) -> None:
+    _four("energy", render_energy, res, console)
 
-        render_cpu_wait_analysis(res.cpu_wait, console)
+
+def power_table(res: RunAnalysis, console: Console) -> None:
+    _four("power", render_power, res, console)
+
+
+def _skipped_line(res: RunAnalysis, console: Console, name: str, label: str) -> None:
+    if name in res.skipped:
+        dim_line(console, f"{label}: {cli_hint(res.skipped[name])}", style=None)
         console.print()
+
+
+def breakdown_table(res: RunAnalysis, console: Console) -> None:
+    if res.breakdown is None:
+        return _skipped_line(res, console, "breakdown", "time breakdown")
+    render_breakdown(res.breakdown, console, per_step=res.options.per_step, label=simulated_label(res))
+    console.print()
+
+
+def critical_path_table(res: RunAnalysis, console: Console) -> None:
+    if res.critical_path is None:
+        return _skipped_line(res, console, "critical_path", "critical path")
+    render_critical_path(res, console)
+    console.print()
+
+
+def what_if_table(res: RunAnalysis, console: Console) -> None:
+    if res.what_if is None:
+        return _skipped_line(res, console, "what_if", "what-if")
+    render_what_if(res, console, list(res.critical_path.notes) if res.critical_path is not None else [])
+    console.print()
+
+
+def streams_table(res: RunAnalysis, console: Console) -> None:
+    """Idle time per GPU stream and launch statistics (one section for both analyses)."""
+    render_streams(res, console, cli_hint)

@@ -6,7 +6,8 @@ A results file holds a :class:`~charllm_trace.analysis.results.RunAnalysis` whol
 and scalar of each analysis, the notes, skipped reasons, ranks, options and source — and,
 optionally, what the report draws from the trace itself
 (:class:`charllm_trace.render.report_views.ReportViews`: activity lanes, telemetry series, time origin).
-Not saved: ``RunAnalysis.classified`` (the analyses' input, as large as the trace; the views keep what the report draws from it).
+Not saved: ``RunAnalysis.classified`` (the analyses' input, as large as the trace; the views keep
+what the report draws from it).
 
 Format (``VERSION``): one zip file (``zipfile``, members stored uncompressed):
 
@@ -18,43 +19,32 @@ Format (``VERSION``): one zip file (``zipfile``, members stored uncompressed):
 
 Nothing read back is trusted: ``zipfile`` checks every member's CRC-32 as it is read, each
 member's size and SHA-256 must match the manifest, the members must be exactly those the manifest
-lists, and the analysis' fields exactly those of this version's result types. Anything else is an
-:class:`InputError` naming the file (exit 2): not a zip, not ours, another version, or corrupt."""
+lists, and the analysis' fields exactly those of this version's result types (the analysis
+registry's), each value of its declared type (``msgspec.convert`` against the types' own
+annotations). Anything else is an
+:class:`InputError` naming the file (exit 2 in the CLI): not a zip, not ours, another version,
+truncated or corrupt.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import io
 import json
 import os
+import typing
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import polars as pl
 
-from charllm_trace.analysis.comm_wait_results import CommWaitResult
-from charllm_trace.analysis.dims_results import DimsResult
-from charllm_trace.analysis.flops_results import FlopsResult
-from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
-from charllm_trace.analysis.iterations_results import IterationsResult
-from charllm_trace.analysis.optional_results import OPTIONAL_RESULT_TYPES
-from charllm_trace.analysis.phase_power_results import PhasePowerResult
-from charllm_trace.analysis.pipeline_results import PipelineResult
-from charllm_trace.analysis.results import (
-    AnalyzeOptions,
-    BandwidthResult,
-    BreakdownResult,
-    CriticalPathResult,
-    EnergyResult,
-    LinkPeak,
-    OverlapResult,
-    PowerResult,
-    RunAnalysis,
-    RunConfig,
-    WhatIfResult,
-)
+from charllm_trace.analysis.registry import ANALYSES, BY_NAME, Live
+from charllm_trace.analysis.results import AnalyzeOptions, LinkPeak, RunAnalysis
 from charllm_trace.core.errors import InputError
 from charllm_trace.store import results_checks as checks
 
@@ -64,29 +54,14 @@ if TYPE_CHECKING:
 FORMAT = "charllm-trace-results"
 VERSION = 1
 MANIFEST = "charllm-results.json"
-#: RunAnalysis fields holding one analysis' result, and its type
-RESULT_TYPES: dict[str, type] = {
-    "overlap": OverlapResult,
-    "bandwidth": BandwidthResult,
-    "energy": EnergyResult,
-    "power": PowerResult,
-    "critical_path": CriticalPathResult,
-    "what_if": WhatIfResult,
-    "idle_time": IdleTimeResult,
-    "launch": LaunchResult,
-    "config": RunConfig,
-    "breakdown": BreakdownResult,
-    "flops": FlopsResult,
-    "pipeline": PipelineResult,
-    "comm_wait": CommWaitResult,
-    "iterations": IterationsResult,
-    "dims": DimsResult,
-    "phase_power": PhasePowerResult,
-    **OPTIONAL_RESULT_TYPES,
-}
+#: RunAnalysis fields holding one analysis' result, and its type (the analysis registry)
+RESULT_TYPES: Mapping[str, type] = Live(lambda: {a.name: a.result for a in ANALYSES})
 #: results added to version 1 after its first files were written: read as None from a file without them (with a reason in ``skipped``, but the configuration and the optional results: computed only where the run has their data)
-ADDED_RESULTS = (*"idle_time launch config breakdown flops pipeline comm_wait iterations dims phase_power".split(), *OPTIONAL_RESULT_TYPES)  # fmt: skip
-#: analysis options added to version 1 after its first files were written: a file without them was analysed as their defaults do (display options: the figures do not depend on them)
+ADDED_RESULTS: Mapping[str, bool] = Live(lambda: {a.name: True for a in ANALYSES if a.added})
+#: RunAnalysis' own fields (a registered analysis that is not one is saved under its name, from ``extra``)
+_FIELDS = tuple(f.name for f in dataclasses.fields(RunAnalysis) if f.name != "extra")
+#: analysis options added to version 1 after its first files were written: a file without them
+#: was analysed as their defaults do (display options: the figures do not depend on them)
 ADDED_OPTIONS = ("breakdown_top", "step_marker")
 _ZIP_MAGIC = b"PK\x03\x04"
 
@@ -122,30 +97,36 @@ def _plain(v: Any) -> Any:
     return v
 
 
+def _encode_result(name: str, v: Any, members: dict[str, bytes]) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    part: dict[str, Any] = {"frames": {}, "values": {}}
+    for g in dataclasses.fields(v):
+        x = getattr(v, g.name)
+        if isinstance(x, pl.DataFrame):
+            member = f"frames/{name}.{g.name}.arrow"
+            members[member] = _ipc(x)
+            part["frames"][g.name] = member
+        elif g.name == "peaks":
+            part["values"][g.name] = {k: _plain(dataclasses.asdict(p)) for k, p in x.items()}
+        else:
+            part["values"][g.name] = _plain(x)
+    return part
+
+
 def _encode_analysis(res: RunAnalysis, members: dict[str, bytes]) -> dict[str, Any]:
     doc: dict[str, Any] = {}
-    for f in dataclasses.fields(res):
-        v = getattr(res, f.name)
-        if f.name in RESULT_TYPES:
-            if v is None:
-                doc[f.name] = None
-                continue
-            part: dict[str, Any] = {"frames": {}, "values": {}}
-            for g in dataclasses.fields(v):
-                x = getattr(v, g.name)
-                if isinstance(x, pl.DataFrame):
-                    name = f"frames/{f.name}.{g.name}.arrow"
-                    members[name] = _ipc(x)
-                    part["frames"][g.name] = name
-                elif g.name == "peaks":
-                    part["values"][g.name] = {k: _plain(dataclasses.asdict(p)) for k, p in x.items()}
-                else:
-                    part["values"][g.name] = _plain(x)
-            doc[f.name] = part
-        elif f.name == "options":
-            doc[f.name] = {g.name: _plain(getattr(v, g.name)) for g in dataclasses.fields(v)}
+    for name in _FIELDS:
+        v = getattr(res, name)
+        if name in RESULT_TYPES:
+            doc[name] = _encode_result(name, v, members)
+        elif name == "options":
+            doc[name] = {g.name: _plain(getattr(v, g.name)) for g in dataclasses.fields(v)}
         else:
-            doc[f.name] = _plain(v)
+            doc[name] = _plain(v)
+    for a in ANALYSES:  # the registered analyses that are no field of RunAnalysis, after them
+        if a.name not in _FIELDS:
+            doc[a.name] = _encode_result(a.name, res.extra.get(a.name), members)
     return doc
 
 
@@ -278,45 +259,43 @@ def _frame(data: bytes, name: str) -> pl.DataFrame:
         raise _Bad(f"{name}: not an Arrow IPC file ({type(exc).__name__})") from None
 
 
-def _conforms(v: Any, ann: str) -> bool:
-    """Whether the JSON value ``v`` fits the field annotation ``ann`` (the result types' own
-    annotations: bool, int, float, str, LinkPeak, list[...], dict/Mapping[str, ...], X | None)."""
-    ann = ann.replace(" ", "")
-    if ann.endswith("|None"):
-        return v is None or _conforms(v, ann[: -len("|None")])
-    if ann in ("bool", "str"):
-        return isinstance(v, bool if ann == "bool" else str)
-    if ann in ("int", "float"):
-        return isinstance(v, (int, float) if ann == "float" else int) and not isinstance(v, bool)
-    if ann == "LinkPeak":
-        return (
-            isinstance(v, dict)
-            and set(v) == {f.name for f in dataclasses.fields(LinkPeak)}
-            and all(_conforms(v[f.name], str(f.type)) for f in dataclasses.fields(LinkPeak))
-        )
-    if ann.startswith("list[") and ann.endswith("]"):
-        return isinstance(v, list) and all(_conforms(x, ann[5:-1]) for x in v)
-    for head in ("dict[str,", "Mapping[str,"):
-        if ann.startswith(head) and ann.endswith("]"):
-            inner = ann[len(head) : -1]
-            return isinstance(v, dict) and all(
-                isinstance(k, str) and _conforms(x, inner) for k, x in v.items()
-            )
-    raise _Bad(f"a field of type {ann} this version cannot check")
+def _json_type(t: Any) -> Any:
+    """The type a saved value of a field annotated ``t`` must convert to: the result types' own
+    annotations, with :class:`LinkPeak` as a closed object of its fields."""
+    if t is LinkPeak:
+        return _checker(LinkPeak, frozenset(f.name for f in dataclasses.fields(LinkPeak)))
+    args = typing.get_args(t)
+    if typing.get_origin(t) is dict and len(args) == 2 and args[1] is LinkPeak:
+        return dict[args[0], _json_type(LinkPeak)]  # type: ignore[valid-type]
+    return t
+
+
+@functools.cache
+def _checker(cls: type, names: frozenset[str]) -> type[msgspec.Struct]:
+    """A msgspec ``Struct`` of the fields ``names`` of the dataclass ``cls``, each of its declared
+    type, all required and no other (what ``msgspec.convert`` checks a saved result's values
+    against)."""
+    hints = typing.get_type_hints(cls)
+    fields = [(f.name, _json_type(hints[f.name])) for f in dataclasses.fields(cls) if f.name in names]
+    _check(len(fields) == len(names), f"{cls.__name__}: other fields")
+    return msgspec.defstruct(f"Saved{cls.__name__}", fields, forbid_unknown_fields=True)
 
 
 def _values(cls: type, values: dict[str, Any], what: str) -> dict[str, Any]:
-    """``values`` (JSON) as the keyword arguments of ``cls``, each checked against its field's type."""
-    types = {f.name: str(f.type) for f in dataclasses.fields(cls)}
-    out = {}
-    for k, v in values.items():
-        _check(k in types and _conforms(v, types[k]), f"{what}.{k}: not a {types.get(k, 'field')}")
-        out[k] = (
-            {n: LinkPeak(**p) for n, p in v.items()}
-            if types[k].replace(" ", "") == "dict[str,LinkPeak]"
-            else v
-        )
-    return out
+    """``values`` (JSON) as the keyword arguments of ``cls``, each checked against its field's
+    declared type by msgspec (values kept as read: an integer saved for a float stays one)."""
+    _check(all(isinstance(k, str) for k in values), f"{what}: malformed")
+    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
+    _check(not unknown, f"{what}.{unknown[0] if unknown else ''}: not a field")
+    try:
+        msgspec.convert(values, _checker(cls, frozenset(values)), strict=True)
+    except msgspec.ValidationError as exc:
+        raise _Bad(f"{what}: {exc}") from None
+    hints = typing.get_type_hints(cls)
+    return {
+        k: {n: LinkPeak(**p) for n, p in v.items()} if _json_type(hints[k]) is not hints[k] else v
+        for k, v in values.items()
+    }
 
 
 def _decode_result(cls: type, part: Any, members: dict[str, bytes], what: str) -> Any:
@@ -338,7 +317,7 @@ def _decode_result(cls: type, part: Any, members: dict[str, bytes], what: str) -
 
 def _decode_analysis(doc: Any, members: dict[str, bytes], written_by: Any = None) -> RunAnalysis:
     _check(isinstance(doc, dict), "analysis: malformed")
-    fields = {f.name for f in dataclasses.fields(RunAnalysis)}
+    fields = set(_FIELDS) | set(RESULT_TYPES)
     absent = [k for k in ADDED_RESULTS if k not in doc]  # written before they existed
     doc = {**{k: None for k in absent}, **doc}
     _check(set(doc) == fields, "analysis: other fields (written by another version?)")
@@ -354,10 +333,11 @@ def _decode_analysis(doc: Any, members: dict[str, bytes], written_by: Any = None
     }
     kw["options"] = AnalyzeOptions(**_values(AnalyzeOptions, opts, "options"))
     rest = {k: v for k, v in doc.items() if k not in kw}
-    res = RunAnalysis(**kw, **_values(RunAnalysis, rest, "analysis"))
+    extra = {k: kw.pop(k) for k in list(kw) if k not in _FIELDS}
+    res = RunAnalysis(**kw, **_values(RunAnalysis, rest, "analysis"), extra=extra)
     by = f" (written by {written_by})" if isinstance(written_by, str) else ""
     for k in absent:
-        if k not in ("config", *OPTIONAL_RESULT_TYPES):
+        if k != "config" and not BY_NAME[k].optional:  # optional: None says nothing
             res.skipped.setdefault(
                 k, f"not in this results file{by}, saved before the analysis existed: analyse the trace again"
             )

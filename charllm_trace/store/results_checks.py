@@ -58,10 +58,10 @@ def frames_bound(members: dict[str, bytes], limit: int) -> str | None:
 
 def frame_problem(res: RunAnalysis) -> str | None:
     """The first frame whose columns or types are not its result's (None: all are)."""
-    from charllm_trace.analysis.frame_schemas import FRAME_SCHEMAS, OPTIONAL_FRAMES
+    from charllm_trace.analysis.frame_schemas import ALL_FRAMES
 
     for name, df in res.frames().items():
-        want = FRAME_SCHEMAS.get(name) or OPTIONAL_FRAMES.get(name)
+        want = ALL_FRAMES.get(name)
         if want is None:
             continue
         for col, dtype in want[1].items():

@@ -22,7 +22,7 @@ from tests.bad_inputs.registry import (
 def _et_of(d: Path, change: Callable[[Any], Any], name: str = "rank-0.et") -> Path:
     """``small_trace()`` changed by ``change(trace) -> trace``, written as an ET."""
     from charllm_trace.et.writer import write_et
-    from tests.test_et_roundtrip import small_trace
+    from tests.helpers.et_traces import small_trace
 
     p = d / name
     write_et(change(small_trace()), p)

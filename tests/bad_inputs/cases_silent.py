@@ -102,7 +102,7 @@ def _et_nodes(d: Path, **cols: list[int]) -> Path:
     import polars as pl
 
     from charllm_trace.et.writer import write_et
-    from tests.test_et_roundtrip import small_trace
+    from tests.et.test_et_roundtrip import small_trace
 
     t = small_trace()
     t.nodes = t.nodes.with_columns(*(pl.Series(k, v, dtype=pl.Int64) for k, v in cols.items()))

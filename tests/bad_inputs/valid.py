@@ -113,7 +113,7 @@ def kineto(tmp: Path, name: str = "rank-0.json", doc: dict[str, Any] | None = No
 
 def et(tmp: Path, name: str = "rank-0.et") -> Path:
     from charllm_trace.et.writer import write_et
-    from tests.test_et_roundtrip import small_trace
+    from tests.helpers.et_traces import small_trace
 
     p = tmp / name
     write_et(small_trace(), p)

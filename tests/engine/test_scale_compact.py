@@ -1,0 +1,90 @@
+"""The driver's compaction of gathered rank parts (``engine/compact.py``, issue 11): each part's
+frames equal what arrived, and the run's analysis from compacted parts is the same, byte for byte
+in ``analyze --format json``."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import polars as pl
+
+from charllm_trace.analysis.api import dims_of
+from charllm_trace.analysis.bandwidth import hosts_of
+from charllm_trace.analysis.rank_parts import merge_parts
+from charllm_trace.analysis.results import AnalyzeOptions
+from charllm_trace.engine.compact import compact_batch
+from charllm_trace.engine.plan import plan
+from charllm_trace.engine.tasks import analyze_task, load_rank, rank_meta
+from charllm_trace.render.export import to_json
+from tests.conftest import FIXTURES, shared_trace
+
+
+def _parts(path, opts):
+    p = plan(str(path))
+    loaded = [load_rank(s) for s in p.specs]
+    metas = [rank_meta(x) for x in loaded]
+    dims = dims_of([m.groups for m in metas], p.manifest, opts)
+    hosts = hosts_of(p.manifest, {m.rank: m.hostname for m in metas})
+    return [analyze_task(x, opts, dims, hosts) for x in loaded], p.manifest
+
+
+def _frames(obj, path=()):
+    if isinstance(obj, pl.DataFrame):
+        yield path, obj
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from _frames(getattr(obj, f.name), (*path, f.name))
+    elif isinstance(obj, tuple | list):
+        for i, x in enumerate(obj):
+            yield from _frames(x, (*path, i))
+    elif isinstance(obj, dict):  # RankPart.parts: each registered analysis' part, by name
+        for k, x in obj.items():
+            yield from _frames(x, (*path, k))
+
+
+def _merge(parts, opts, manifest):
+    return merge_parts(parts, opts, manifest=manifest, source="x", graph_step=lambda s, n, sim: (None, None))
+
+
+def test_compacted_parts_equal_and_merge_to_the_same_json() -> None:
+    opts = AnalyzeOptions(per_step=True, critical_path=False)
+    parts, manifest = _parts(shared_trace("param/dlrm_8ranks_v100"), opts)
+    wire = [pickle.dumps(p) for p in parts]  # as gathered: each part unpickled on its own
+    want = to_json(_merge([pickle.loads(b) for b in wire], opts, manifest))
+    got = compact_batch([pickle.loads(b) for b in wire[:5]]) + compact_batch(
+        [pickle.loads(b) for b in wire[5:]]
+    )
+    n = 0
+    for a, b in zip(parts, got, strict=True):
+        fa, fb = dict(_frames(a)), dict(_frames(b))
+        assert fa.keys() == fb.keys()
+        for k in fa:
+            assert fa[k].equals(fb[k], null_equal=True), k
+            assert fa[k].schema == fb[k].schema, k
+            n += 1
+    assert n >= 8 * 10  # a dozen frames per rank
+    # one frame per place and schema: every rank's collective rows share one buffer
+    assert len({p.parts["bandwidth"].coll.to_arrow().column(0).chunks[0].buffers()[1].address for p in got[:5]}) == 1
+    assert to_json(_merge(got, opts, manifest)) == want
+
+
+def test_parts_without_some_frames_or_with_other_schemas_are_kept() -> None:
+    """A rank whose frame is missing (None), empty or of another schema keeps it as it was."""
+    opts = AnalyzeOptions(critical_path=False)
+    parts, manifest = _parts(FIXTURES / "cpu-2rank-gloo", opts)
+    wire = [pickle.dumps(p) for p in parts]
+    want = to_json(_merge([pickle.loads(b) for b in wire], opts, manifest))
+    a, b = (pickle.loads(x) for x in wire)
+    b.parts["bandwidth"].coll = b.parts["bandwidth"].coll.head(0)  # empty: not concatenated
+    a.parts["energy"].energy = None
+    got = compact_batch([a, b])
+    assert got[1].parts["bandwidth"].coll.height == 0 and got[0].parts["energy"].energy is None
+    assert got[0].parts["bandwidth"].coll.equals(pickle.loads(wire[0]).parts["bandwidth"].coll)
+    a2, b2 = (pickle.loads(x) for x in wire)
+    bw2 = b2.parts["bandwidth"]
+    bw2.coll = bw2.coll.with_columns(pl.col("bytes").cast(pl.Float64))  # another schema: alone
+    got2 = compact_batch([a2, b2])
+    assert got2[1].parts["bandwidth"].coll.schema["bytes"] == pl.Float64
+    assert got2[0].parts["bandwidth"].coll.schema["bytes"] == pl.Int64
+    assert to_json(_merge(compact_batch([pickle.loads(x) for x in wire]), opts, manifest)) == want
