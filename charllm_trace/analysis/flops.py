@@ -322,6 +322,27 @@ def _walls(df: pl.DataFrame, steps: pl.DataFrame, gpu_mode: bool) -> dict[int | 
     return out
 
 
+def _op_sums() -> dict[str, pl.Expr]:
+    """Counts and sums of a set of counted ops (by key or over all)."""
+    return {
+        "n_ops": pl.len(),
+        "flop": pl.col("flop").sum(),
+        "n_kernels": pl.col("n_kernels").sum(),
+        "kernel_ns": pl.col("kernel_ns").sum(),
+        "ideal_ns": pl.col("ideal_ns").sum(),
+        "no_peak": pl.col("peak").is_null().any(),
+    }
+
+
+def _op_whys() -> dict[str, pl.Expr]:
+    """Why a set of ops has no MFU (the reason of an op without a peak first), and whether none
+    of them has a kernel count."""
+    return {
+        "mfu_why": pl.col("mfu_why").sort_by(pl.col("peak").is_not_null()).drop_nulls().first(),
+        "nk_null": pl.col("n_kernels").is_null().all(),
+    }
+
+
 def _aggregate(
     ops: pl.DataFrame, miss: pl.DataFrame, by: str | None, wall: dict[int | None, int | None]
 ) -> pl.DataFrame:
@@ -330,32 +351,12 @@ def _aggregate(
     parts = []
     for cls_key in (["op_class"], []):
         k = keys + cls_key
+        # the same sums by key, or over all ops (the lists then imploded into one row)
+        dtypes, peaks = pl.col("dtype").drop_nulls().unique(), pl.col("peak").drop_nulls().unique()
         a = (
-            ops.group_by(k).agg(
-                n_ops=pl.len(),
-                flop=pl.col("flop").sum(),
-                n_kernels=pl.col("n_kernels").sum(),
-                kernel_ns=pl.col("kernel_ns").sum(),
-                ideal_ns=pl.col("ideal_ns").sum(),
-                no_peak=pl.col("peak").is_null().any(),
-                dtypes=pl.col("dtype").drop_nulls().unique(),
-                peaks=pl.col("peak").drop_nulls().unique(),
-                mfu_why=pl.col("mfu_why").sort_by(pl.col("peak").is_not_null()).drop_nulls().first(),
-                nk_null=pl.col("n_kernels").is_null().all(),
-            )  # fmt: skip
+            ops.group_by(k).agg(**_op_sums(), dtypes=dtypes, peaks=peaks, **_op_whys())
             if k
-            else ops.select(
-                n_ops=pl.len(),
-                flop=pl.col("flop").sum(),
-                n_kernels=pl.col("n_kernels").sum(),
-                kernel_ns=pl.col("kernel_ns").sum(),
-                ideal_ns=pl.col("ideal_ns").sum(),
-                no_peak=pl.col("peak").is_null().any(),
-                dtypes=pl.col("dtype").drop_nulls().unique().implode(),
-                peaks=pl.col("peak").drop_nulls().unique().implode(),
-                mfu_why=pl.col("mfu_why").sort_by(pl.col("peak").is_not_null()).drop_nulls().first(),
-                nk_null=pl.col("n_kernels").is_null().all(),
-            )  # fmt: skip
+            else ops.select(**_op_sums(), dtypes=dtypes.implode(), peaks=peaks.implode(), **_op_whys())
         )
         m = miss.group_by(k).agg(n_no_shapes=pl.len()) if k else miss.select(n_no_shapes=pl.len())
         if not k:
