@@ -25,6 +25,8 @@ Definitions (docs/analyses.md):
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import polars as pl
 
@@ -188,125 +190,169 @@ def energy(
         if smp.height < 2:
             notes.append(f"device {dev}: fewer than two power samples, no energy")
             continue
-        t = smp["time_ns"].to_numpy().astype(np.int64)
-        p = smp["power_w"].to_numpy().astype(np.float64)
-        by_counter = counter_intervals(every) if method == "counter" else None
-        if method == "counter" and by_counter is None:
-            notes.append(
-                f"device {dev}: no usable energy counter (absent, fewer than {MIN_CHANGES} changes, or "
-                "reset): energy from the power samples (trapezoid)"
-            )
-        power_period = sensor_period_ns(smp, t)
-        if by_counter is not None:
-            pt, pp = t, p
-            t, e = by_counter
-            integral = float(e.sum())
-            sampled = float(np.diff(cumulative_energy(pt, pp, np.array([int(t[0]), int(t[-1])])))[0])
-            notes.append(
-                f"device {dev}: energy from the counter's increments (updated every "
-                f"{update_period_ns(t) / 1e6:.3g} ms); the power samples' integral over the same window "
-                + (
-                    f"differs by {100 * (sampled / integral - 1):+.2f} %"
-                    if integral > 0
-                    else "is not comparable"
-                )
-            )
-        else:
-            e = interval_energy(t, p, "step" if method == "step" else "trapezoid")
-            integral = float(e.sum())
         ops = (
             ops_all.filter((pl.col("device") == dev) | pl.col("device").is_null()) if not single else ops_all
         )
-        ks = ops["start_ns"].to_numpy().astype(np.int64)
-        ke = ks + ops["dur_ns"].to_numpy().astype(np.int64)
-        en, busy, idle_e = _split(t, e, ks, ke)
-        ctr = smp.filter(pl.col("energy_j").is_not_null())["energy_j"]
-        counter = None
-        corr = 1.0
-        if by_counter is not None:
-            counter = integral  # the intervals are the counter's own: nothing to correct
-        elif ctr.len() >= 2:
-            ct = smp.filter(pl.col("energy_j").is_not_null())["time_ns"]
-            counter = float(ctr[-1] - ctr[0])
-            if int(ct[0]) != int(t[0]) or int(ct[-1]) != int(t[-1]):
-                # counter over a sub-window: compare like with like
-                sub = float(np.diff(cumulative_energy(t, p, np.array([int(ct[0]), int(ct[-1])]), method))[0])
-                corr = counter / sub if sub > 0 else 1.0
-            else:
-                corr = counter / integral if integral > 0 else 1.0
-            if counter < 0:
-                notes.append(f"device {dev}: energy counter went backwards (reset?); not used")
-                counter, corr = None, 1.0
-            elif abs(corr - 1.0) > LARGE_CORRECTION:
-                notes.append(
-                    f"{WARNING}device {dev}: the power samples and the energy counter disagree: energy "
-                    f"scaled to the counter, correction x{corr:.4f} ({100 * (corr - 1):+.2f} %); the power "
-                    "readings (averaging window, units) or the samples' clock alignment may be wrong"
-                )
-            else:
-                notes.append(
-                    f"device {dev}: scaled to the energy counter, correction x{corr:.4f} "
-                    f"({100 * (corr - 1):+.2f} %)"
-                )
-        period = max(power_period, update_period_ns(t)) if by_counter is not None else power_period
-        short = (ke - ks) < period
-        busy_total = int(busy.sum())
-        short_pct = 100.0 * float(busy[short].sum()) / busy_total if busy_total else None
-        totals.append(
-            {
-                "rank": rank, "device": dev, "start_ns": int(t[0]), "end_ns": int(t[-1]),
-                "n_samples": int(t.size), "sensor_period_ns": period, "integral_j": integral,
-                "counter_j": counter, "correction": corr, "total_j": integral * corr,
-                "operators_j": float(en.sum()) * corr, "idle_j": idle_e * corr,
-                "short_kernel_pct": short_pct,
-            }
-        )  # fmt: skip
-        if short_pct and short_pct > 0:
-            notes.append(
-                f"device {dev}: {short_pct:.1f} % of operator time is in operators shorter than the sensor "
-                f"period ({period / 1e6:.3g} ms); their energies are time shares of a sample interval, "
-                "not separate measurements"
-            )
-        step_key = np.full(ops.height, None, dtype=object)
-        if win is not None and win.n:  # the step window holding the operator's start
-            idx = win.index_of(ks)
-            ok = idx >= 0
-            step_key[ok] = [str(int(x)) for x in win.step[idx[ok]]]
-            step_key[~ok] = "(outside steps)"
-        base = ops.select("name", "op", "coll_type", "phase", "cls").with_columns(
-            energy_j=pl.Series(en * corr),
-            busy_ns=pl.Series(busy),
-            short_ns=pl.Series(np.where(short, busy, 0)),
-            step=pl.Series(step_key.tolist(), dtype=pl.String),
-        )
-        keys = {"kernel": "name", "op": "op", "coll_type": "coll_type", "phase": "phase"}
-        if win is not None and win.n:
-            keys["step"] = "step"
-        for group, col in keys.items():
-            # by collective type: every communication kernel, one of unknown type as "(unknown)"
-            comm = pl.col("coll_type").is_not_null() | (pl.col("cls") == "comm")
-            sub = base if group != "coll_type" else base.filter(comm)
-            agg = (
-                sub.group_by(pl.col(col).fill_null("(unknown)").alias("key"))
-                .agg(
-                    pl.len().alias("count"),
-                    pl.col("busy_ns").sum(),
-                    pl.col("energy_j").sum(),
-                    pl.col("short_ns").sum(),
-                )
-                .with_columns(group=pl.lit(group), rank=pl.lit(rank), device=pl.lit(dev))
-            )
-            idle_row = pl.DataFrame(
-                {"key": [IDLE], "count": [0], "busy_ns": [0], "energy_j": [idle_e * corr], "short_ns": [0],
-                 "group": [group], "rank": [rank], "device": [dev]},
-                schema=agg.schema,
-            )  # fmt: skip
-            parts.append(pl.concat([agg, idle_row]) if group != "coll_type" else agg)
+        total, base, idle_j = _device_energy(rank, dev, (every, smp), ops, method, win, notes)
+        totals.append(total)
+        parts.extend(_group_parts(base, rank, dev, idle_j, win is not None and win.n > 0))
     tot = frame(totals, ENERGY_TOTAL_SCHEMA) if totals else frame({}, ENERGY_TOTAL_SCHEMA)
     if not parts:
         return EnergyResult(tot, frame({}, ENERGY_SCHEMA), method, simulated, notes)
+    return EnergyResult(tot, frame(_by_key(parts, tot), ENERGY_SCHEMA), method, simulated, notes)
+
+
+def _intervals(
+    dev: int, every: pl.DataFrame, t: np.ndarray, p: np.ndarray, method: str, notes: list[str]
+) -> tuple[np.ndarray, np.ndarray, Any]:
+    """(interval ends, energy per interval, the counter's intervals or None): the energy
+    counter's increments with ``method`` "counter" where it is usable, else the power samples'."""
+    by_counter = counter_intervals(every) if method == "counter" else None
+    if method == "counter" and by_counter is None:
+        notes.append(
+            f"device {dev}: no usable energy counter (absent, fewer than {MIN_CHANGES} changes, or "
+            "reset): energy from the power samples (trapezoid)"
+        )
+    if by_counter is None:
+        return t, interval_energy(t, p, "step" if method == "step" else "trapezoid"), None
+    ct, e = by_counter
+    integral = float(e.sum())
+    sampled = float(np.diff(cumulative_energy(t, p, np.array([int(ct[0]), int(ct[-1])])))[0])
+    notes.append(
+        f"device {dev}: energy from the counter's increments (updated every "
+        f"{update_period_ns(ct) / 1e6:.3g} ms); the power samples' integral over the same window "
+        + (f"differs by {100 * (sampled / integral - 1):+.2f} %" if integral > 0 else "is not comparable")
+    )
+    return ct, e, by_counter
+
+
+def _correction(
+    dev: int, smp: pl.DataFrame, t: np.ndarray, p: np.ndarray, integral: float, method: str, notes: list[str]
+) -> tuple[float | None, float]:
+    """(the energy counter's reading, the factor scaling the samples' energy to it) where the
+    samples carry a counter; (None, 1.0) otherwise or when it went backwards."""
+    ctr = smp.filter(pl.col("energy_j").is_not_null())["energy_j"]
+    if ctr.len() < 2:
+        return None, 1.0
+    ct = smp.filter(pl.col("energy_j").is_not_null())["time_ns"]
+    counter = float(ctr[-1] - ctr[0])
+    if int(ct[0]) != int(t[0]) or int(ct[-1]) != int(t[-1]):
+        # counter over a sub-window: compare like with like
+        sub = float(np.diff(cumulative_energy(t, p, np.array([int(ct[0]), int(ct[-1])]), method))[0])
+        corr = counter / sub if sub > 0 else 1.0
+    else:
+        corr = counter / integral if integral > 0 else 1.0
+    if counter < 0:
+        notes.append(f"device {dev}: energy counter went backwards (reset?); not used")
+        return None, 1.0
+    if abs(corr - 1.0) > LARGE_CORRECTION:
+        notes.append(
+            f"{WARNING}device {dev}: the power samples and the energy counter disagree: energy "
+            f"scaled to the counter, correction x{corr:.4f} ({100 * (corr - 1):+.2f} %); the power "
+            "readings (averaging window, units) or the samples' clock alignment may be wrong"
+        )
+    else:
+        notes.append(
+            f"device {dev}: scaled to the energy counter, correction x{corr:.4f} ({100 * (corr - 1):+.2f} %)"
+        )
+    return counter, corr
+
+
+def _step_keys(win: Any, ks: np.ndarray, n: int) -> list[str | None]:
+    """The step window holding each operator's start ("(outside steps)" for none)."""
+    step_key = np.full(n, None, dtype=object)
+    if win is not None and win.n:
+        idx = win.index_of(ks)
+        ok = idx >= 0
+        step_key[ok] = [str(int(x)) for x in win.step[idx[ok]]]
+        step_key[~ok] = "(outside steps)"
+    return step_key.tolist()
+
+
+def _device_energy(
+    rank: int,
+    dev: int,
+    samples: tuple[pl.DataFrame, pl.DataFrame],
+    ops: pl.DataFrame,
+    method: str,
+    win: Any,
+    notes: list[str],
+) -> tuple[dict[str, Any], pl.DataFrame, float]:
+    """One device: its totals row, its operators with their energy, busy and short time and step,
+    and the idle energy (scaled to the counter)."""
+    every, smp = samples
+    t = smp["time_ns"].to_numpy().astype(np.int64)
+    p = smp["power_w"].to_numpy().astype(np.float64)
+    power_period = sensor_period_ns(smp, t)
+    ti, e, by_counter = _intervals(dev, every, t, p, method, notes)
+    integral = float(e.sum())
+    ks = ops["start_ns"].to_numpy().astype(np.int64)
+    ke = ks + ops["dur_ns"].to_numpy().astype(np.int64)
+    en, busy, idle_e = _split(ti, e, ks, ke)
+    if by_counter is not None:
+        counter, corr = integral, 1.0  # the intervals are the counter's own: nothing to correct
+    else:
+        counter, corr = _correction(dev, smp, t, p, integral, method, notes)
+    period = max(power_period, update_period_ns(ti)) if by_counter is not None else power_period
+    short = (ke - ks) < period
+    busy_total = int(busy.sum())
+    short_pct = 100.0 * float(busy[short].sum()) / busy_total if busy_total else None
+    total = {
+        "rank": rank, "device": dev, "start_ns": int(ti[0]), "end_ns": int(ti[-1]),
+        "n_samples": int(ti.size), "sensor_period_ns": period, "integral_j": integral,
+        "counter_j": counter, "correction": corr, "total_j": integral * corr,
+        "operators_j": float(en.sum()) * corr, "idle_j": idle_e * corr,
+        "short_kernel_pct": short_pct,
+    }  # fmt: skip
+    if short_pct and short_pct > 0:
+        notes.append(
+            f"device {dev}: {short_pct:.1f} % of operator time is in operators shorter than the sensor "
+            f"period ({period / 1e6:.3g} ms); their energies are time shares of a sample interval, "
+            "not separate measurements"
+        )
+    base = ops.select("name", "op", "coll_type", "phase", "cls").with_columns(
+        energy_j=pl.Series(en * corr),
+        busy_ns=pl.Series(busy),
+        short_ns=pl.Series(np.where(short, busy, 0)),
+        step=pl.Series(_step_keys(win, ks, ops.height), dtype=pl.String),
+    )
+    return total, base, idle_e * corr
+
+
+def _group_parts(base: pl.DataFrame, rank: int, dev: int, idle_j: float, by_step: bool) -> list[pl.DataFrame]:
+    """One device's operators summed by kernel, op, collective type, phase (and step), each with
+    an idle row (not by collective type)."""
+    keys = {"kernel": "name", "op": "op", "coll_type": "coll_type", "phase": "phase"}
+    if by_step:
+        keys["step"] = "step"
+    parts = []
+    for group, col in keys.items():
+        # by collective type: every communication kernel, one of unknown type as "(unknown)"
+        comm = pl.col("coll_type").is_not_null() | (pl.col("cls") == "comm")
+        sub = base if group != "coll_type" else base.filter(comm)
+        agg = (
+            sub.group_by(pl.col(col).fill_null("(unknown)").alias("key"))
+            .agg(
+                pl.len().alias("count"),
+                pl.col("busy_ns").sum(),
+                pl.col("energy_j").sum(),
+                pl.col("short_ns").sum(),
+            )
+            .with_columns(group=pl.lit(group), rank=pl.lit(rank), device=pl.lit(dev))
+        )
+        idle_row = pl.DataFrame(
+            {"key": [IDLE], "count": [0], "busy_ns": [0], "energy_j": [idle_j], "short_ns": [0],
+             "group": [group], "rank": [rank], "device": [dev]},
+            schema=agg.schema,
+        )  # fmt: skip
+        parts.append(pl.concat([agg, idle_row]) if group != "coll_type" else agg)
+    return parts
+
+
+def _by_key(parts: list[pl.DataFrame], tot: pl.DataFrame) -> pl.DataFrame:
+    """The devices' sums merged by (rank, group, key), with each key's share of all energy."""
     all_j = float(tot["total_j"].sum())
-    by = (
+    return (
         pl.concat(parts)
         .group_by(["rank", "group", "key"], maintain_order=True)
         .agg(
@@ -318,4 +364,3 @@ def energy(
         )
         .sort(["group", "energy_j"], descending=[False, True])
     )
-    return EnergyResult(tot, frame(by, ENERGY_SCHEMA), method, simulated, notes)

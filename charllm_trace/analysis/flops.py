@@ -183,29 +183,11 @@ def flops(source: Trace | RankContext, *, per_step: bool = False) -> FlopsResult
     missing = ~known_c & (outer_rec[pos] == pos) & ~covered[pos]
 
     gpu_mode = is_gpu_trace(df)
-    row_of = np.full(n, -1, np.int64)  # node position -> index among the counted ops
-    cpos = pos[counted]
-    row_of[cpos] = np.arange(len(cpos))
-    k_ns = np.zeros(len(cpos), np.int64)
-    k_n = np.zeros(len(cpos), np.int64)
-    t_op = cand["start_ns"].fill_null(-1).to_numpy()  # when an op runs: CPU mode, its start
     if gpu_mode:
-        kern = (df["on_gpu"].fill_null(False) & (df["cls"] == "compute")).to_numpy()
-        lp = kernel_launchers(df, kern)
-        op = np.where(lp >= 0, outer_known[np.maximum(lp, 0)], -1)
-        own = np.where(op >= 0, row_of[np.maximum(op, 0)], -1)
-        dur = df["dur_ns"].fill_null(0).to_numpy()[kern]
-        ok = own >= 0
-        k_ns = np.bincount(own[ok], weights=dur[ok], minlength=len(cpos)).astype(np.int64)
-        k_n = np.bincount(own[ok], minlength=len(cpos)).astype(np.int64)
-        # GPU mode: the GPU start of the op's first kernel (counted ops, and ops without FLOPs)
-        ks = df["start_ns"].filter(pl.Series(kern)).fill_null(np.iinfo(np.int64).max).to_numpy()
-        first = np.full(n, np.iinfo(np.int64).max, np.int64)
-        for a in (op, np.where(lp >= 0, outer_rec[np.maximum(lp, 0)], -1)):
-            np.minimum.at(first, a[a >= 0], ks[a >= 0].astype(np.int64))
-        f = first[pos]
-        t_op = np.where(f < np.iinfo(np.int64).max, f, -1)
+        k_ns, k_n, t_op = _kernel_times(df, pos, pos[counted], (outer_known, outer_rec))
     else:
+        k_n = np.zeros(int(counted.sum()), np.int64)
+        t_op = cand["start_ns"].fill_null(-1).to_numpy()  # when an op runs: CPU mode, its start
         k_ns = cand["dur_ns"].fill_null(0).to_numpy()[counted].astype(np.int64)
 
     steps = empty_frame(STEP_SCHEMA)
@@ -236,20 +218,63 @@ def flops(source: Trace | RankContext, *, per_step: bool = False) -> FlopsResult
             "_in_step": pl.Series(sidx[missing] >= 0),
         }
     )
-    wall = _walls(df, steps, gpu_mode)
+    per = _per_class(ops, miss, _walls(df, steps, gpu_mode), rank, per_step and steps.height > 0)
+    by_op = _by_op(ops, rank, gpu_mode)
+    notes = _notes(cnt, counted, missing, ops, model, gpu_mode)
+    if per_step and steps.height and not per["step"].is_not_null().any():
+        notes.append("no GEMM/attention/convolution op in any step window: FLOP/s for the whole trace only")
+    res = FlopsResult(per, by_op, devices, mode="gpu" if gpu_mode else "cpu", notes=notes)
+    res.op_times = ops.select("t_ns", "flop")
+    return res
+
+
+def _kernel_times(
+    df: pl.DataFrame, pos: np.ndarray, cpos: np.ndarray, outer: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GPU mode: (kernel time, kernel count) of each counted op (at node positions ``cpos``) from
+    the compute kernels it launched, and when each op of ``pos`` ran: the GPU start of its first
+    kernel (counted ops, and ops without FLOPs; -1: none)."""
+    outer_known, outer_rec = outer
+    n = df.height
+    row_of = np.full(n, -1, np.int64)  # node position -> index among the counted ops
+    row_of[cpos] = np.arange(len(cpos))
+    kern = (df["on_gpu"].fill_null(False) & (df["cls"] == "compute")).to_numpy()
+    lp = kernel_launchers(df, kern)
+    op = np.where(lp >= 0, outer_known[np.maximum(lp, 0)], -1)
+    own = np.where(op >= 0, row_of[np.maximum(op, 0)], -1)
+    dur = df["dur_ns"].fill_null(0).to_numpy()[kern]
+    ok = own >= 0
+    k_ns = np.bincount(own[ok], weights=dur[ok], minlength=len(cpos)).astype(np.int64)
+    k_n = np.bincount(own[ok], minlength=len(cpos)).astype(np.int64)
+    ks = df["start_ns"].filter(pl.Series(kern)).fill_null(np.iinfo(np.int64).max).to_numpy()
+    first = np.full(n, np.iinfo(np.int64).max, np.int64)
+    for a in (op, np.where(lp >= 0, outer_rec[np.maximum(lp, 0)], -1)):
+        np.minimum.at(first, a[a >= 0], ks[a >= 0].astype(np.int64))
+    f = first[pos]
+    return k_ns, k_n, np.where(f < np.iinfo(np.int64).max, f, -1)
+
+
+def _per_class(
+    ops: pl.DataFrame, miss: pl.DataFrame, wall: dict[int | None, int | None], rank: int | None, by_step: bool
+) -> pl.DataFrame:
+    """FLOP/s and MFU by op class for the whole trace and (``by_step``) each step window."""
     frames = [_aggregate(ops, miss, None, wall)]
-    if per_step and steps.height:
+    if by_step:
         frames.append(_aggregate(ops.filter("_in_step"), miss.filter("_in_step"), "step", wall))
     per = pl.concat(frames, how="diagonal_relaxed").with_columns(rank=pl.lit(rank, pl.Int64))
     order = {c: i for i, c in enumerate((*OP_CLASSES, "all"))}
-    per = (
+    return (
         per.sort(
             pl.col("step").is_null(), "step", pl.col("op_class").replace_strict(order, return_dtype=pl.Int64)
         )
         .select(list(FLOPS_SCHEMA))
         .cast(FLOPS_SCHEMA)
     )
-    by_op = (
+
+
+def _by_op(ops: pl.DataFrame, rank: int | None, gpu_mode: bool) -> pl.DataFrame:
+    """FLOP/s and MFU by (op name, class, dtype)."""
+    return (
         ops.group_by("name", "op_class", "dtype")
         .agg(
             count=pl.len(),
@@ -271,12 +296,6 @@ def flops(source: Trace | RankContext, *, per_step: bool = False) -> FlopsResult
         .select(list(FLOPS_OP_SCHEMA))
         .cast(FLOPS_OP_SCHEMA)
     )
-    notes = _notes(cnt, counted, missing, ops, model, gpu_mode)
-    if per_step and steps.height and not per["step"].is_not_null().any():
-        notes.append("no GEMM/attention/convolution op in any step window: FLOP/s for the whole trace only")
-    res = FlopsResult(per, by_op, devices, mode="gpu" if gpu_mode else "cpu", notes=notes)
-    res.op_times = ops.select("t_ns", "flop")
-    return res
 
 
 def _ratio(a: pl.Expr, b: pl.Expr) -> pl.Expr:
@@ -303,6 +322,27 @@ def _walls(df: pl.DataFrame, steps: pl.DataFrame, gpu_mode: bool) -> dict[int | 
     return out
 
 
+def _op_sums() -> dict[str, pl.Expr]:
+    """Counts and sums of a set of counted ops (by key or over all)."""
+    return {
+        "n_ops": pl.len(),
+        "flop": pl.col("flop").sum(),
+        "n_kernels": pl.col("n_kernels").sum(),
+        "kernel_ns": pl.col("kernel_ns").sum(),
+        "ideal_ns": pl.col("ideal_ns").sum(),
+        "no_peak": pl.col("peak").is_null().any(),
+    }
+
+
+def _op_whys() -> dict[str, pl.Expr]:
+    """Why a set of ops has no MFU (the reason of an op without a peak first), and whether none
+    of them has a kernel count."""
+    return {
+        "mfu_why": pl.col("mfu_why").sort_by(pl.col("peak").is_not_null()).drop_nulls().first(),
+        "nk_null": pl.col("n_kernels").is_null().all(),
+    }
+
+
 def _aggregate(
     ops: pl.DataFrame, miss: pl.DataFrame, by: str | None, wall: dict[int | None, int | None]
 ) -> pl.DataFrame:
@@ -311,32 +351,12 @@ def _aggregate(
     parts = []
     for cls_key in (["op_class"], []):
         k = keys + cls_key
+        # the same sums by key, or over all ops (the lists then imploded into one row)
+        dtypes, peaks = pl.col("dtype").drop_nulls().unique(), pl.col("peak").drop_nulls().unique()
         a = (
-            ops.group_by(k).agg(
-                n_ops=pl.len(),
-                flop=pl.col("flop").sum(),
-                n_kernels=pl.col("n_kernels").sum(),
-                kernel_ns=pl.col("kernel_ns").sum(),
-                ideal_ns=pl.col("ideal_ns").sum(),
-                no_peak=pl.col("peak").is_null().any(),
-                dtypes=pl.col("dtype").drop_nulls().unique(),
-                peaks=pl.col("peak").drop_nulls().unique(),
-                mfu_why=pl.col("mfu_why").sort_by(pl.col("peak").is_not_null()).drop_nulls().first(),
-                nk_null=pl.col("n_kernels").is_null().all(),
-            )  # fmt: skip
+            ops.group_by(k).agg(**_op_sums(), dtypes=dtypes, peaks=peaks, **_op_whys())
             if k
-            else ops.select(
-                n_ops=pl.len(),
-                flop=pl.col("flop").sum(),
-                n_kernels=pl.col("n_kernels").sum(),
-                kernel_ns=pl.col("kernel_ns").sum(),
-                ideal_ns=pl.col("ideal_ns").sum(),
-                no_peak=pl.col("peak").is_null().any(),
-                dtypes=pl.col("dtype").drop_nulls().unique().implode(),
-                peaks=pl.col("peak").drop_nulls().unique().implode(),
-                mfu_why=pl.col("mfu_why").sort_by(pl.col("peak").is_not_null()).drop_nulls().first(),
-                nk_null=pl.col("n_kernels").is_null().all(),
-            )  # fmt: skip
+            else ops.select(**_op_sums(), dtypes=dtypes.implode(), peaks=peaks.implode(), **_op_whys())
         )
         m = miss.group_by(k).agg(n_no_shapes=pl.len()) if k else miss.select(n_no_shapes=pl.len())
         if not k:

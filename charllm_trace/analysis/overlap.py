@@ -29,6 +29,7 @@ round each interval inwards to whole microseconds (start up, end down).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -127,6 +128,84 @@ def _slot_measures(
     return la, lb, la + lb - lab
 
 
+def _hta_kept(
+    df: pl.DataFrame, steps: pl.DataFrame, mode: str, hta_keep_last_step: bool, notes: list[str]
+) -> pl.Expr | None:
+    """HTA's kernel filter (hta_compat): the rows kept, None where it does not apply (noted)."""
+    if mode != "gpu":
+        notes.append("the HTA-compatible mode (hta_compat) has no effect on a CPU-only trace")
+        return None
+    if steps.height < 2:
+        notes.append("fewer than two ProfilerSteps: HTA's kernel filter not applied (as HTA)")
+        return None
+    gpu = pl.col("on_gpu").fill_null(False)
+    launched = gpu.not_() | pl.col("correlation").is_in(
+        _hta_kept_correlations(df, steps, hta_keep_last_step)
+    ).fill_null(False)
+    dropped = int(df.select((gpu & launched.not_()).sum()).item())
+    which = "after the last ProfilerStep ended" if hta_keep_last_step else "after the last ProfilerStep began"
+    notes.append(f"HTA convention: {dropped} GPU operators launched {which} (or never launched) dropped")
+    return launched
+
+
+def _classes(mode: str, notes: list[str]) -> tuple[pl.Expr, list[str], list[str], list[str]]:
+    """(busy rows, communication classes, compute classes, memory classes) of the mode."""
+    if mode == "gpu":
+        busy = pl.col("on_gpu").fill_null(False) & pl.col("cls").is_in(list(GPU_BUSY))
+        return busy, ["comm"], ["compute"], ["memcpy", "memset"]
+    busy = pl.col("cls").is_in(["cpu_comm", "cpu_compute"]) | (pl.col("kind") == "cpu_op")
+    notes.append("no GPU kernels: CPU mode (communication = CPU collective ops, compute = leaf CPU ops)")
+    return busy, ["cpu_comm"], ["cpu_compute"], []
+
+
+def _times(act: pl.DataFrame, hta_compat: bool, mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of each interval (HTA's µs rounding under hta_compat on a GPU trace)."""
+    start = act["start_ns"].to_numpy().astype(np.int64)
+    end = start + act["dur_ns"].to_numpy().astype(np.int64)
+    if hta_compat and mode == "gpu":
+        start = -((-start) // 1000) * 1000  # ceil to µs
+        end = (end // 1000) * 1000  # floor to µs
+        end = np.maximum(end, start)
+    return start, end
+
+
+def _slots(
+    rule: str | None,
+    ctx: RankContext,
+    steps: pl.DataFrame,
+    act: pl.DataFrame,
+    mode: str,
+    se: tuple[np.ndarray, np.ndarray],
+    notes: list[str],
+) -> dict[str, Any]:
+    """Slots: 0 = whole trace, 1 + i = step i; each interval is in slot 0 and (as pieces) in
+    steps. Returns the pieces (src: the interval, k: the slot, ps/pe: start/end, counted: the
+    piece counts the interval), slot_step, nslots and the GPU windows (win_lo/win_hi)."""
+    start, end = se
+    z = np.zeros(0, dtype=np.int64)
+    out: dict[str, Any] = {
+        "slot_step": [None], "nslots": 1, "src": z, "k": z, "ps": start[:0], "pe": end[:0],
+        "counted": np.zeros(0, dtype=bool), "win_lo": None, "win_hi": None,
+    }  # fmt: skip
+    if rule == "launch":
+        t = act["launch_ns"].fill_null(act["start_ns"]).to_numpy() if mode == "gpu" else start
+        idx = launch_step_index(steps, t)
+        src = np.flatnonzero(idx >= 0)
+        out.update(src=src, k=idx[src] + 1, ps=start[src], pe=end[src], counted=np.ones(src.size, dtype=bool))
+        out["slot_step"] += [int(x) for x in steps["step"].to_list()]
+        out["nslots"] = 1 + steps.height
+    elif rule == "gpu":
+        win = ctx.windows
+        notes.extend(win.notes)
+        src, kw, ps, pe = win.pieces(start, end)
+        # the piece holding the start counts
+        out.update(src=src, k=kw + 1, ps=ps, pe=pe, counted=win.index_of(start)[src] == kw)
+        out["slot_step"] += [int(x) for x in win.step.tolist()]
+        out["nslots"] = 1 + win.n
+        out["win_lo"], out["win_hi"] = win.start, win.end
+    return out
+
+
 def overlap(
     source: Trace | RankContext,
     *,
@@ -148,35 +227,11 @@ def overlap(
     mode = "gpu" if is_gpu_trace(df) else "cpu"
     # One boolean mask, then one gather of the few columns the intervals need: filtering the
     # node table step by step would copy its columns several times over (millions of rows).
-    gpu = pl.col("on_gpu").fill_null(False)
     keep = pl.col("start_ns").is_not_null() & pl.col("dur_ns").is_not_null()
-    if hta_compat:
-        if mode != "gpu":
-            notes.append("the HTA-compatible mode (hta_compat) has no effect on a CPU-only trace")
-        elif steps.height < 2:
-            notes.append("fewer than two ProfilerSteps: HTA's kernel filter not applied (as HTA)")
-        else:
-            launched = gpu.not_() | pl.col("correlation").is_in(
-                _hta_kept_correlations(df, steps, hta_keep_last_step)
-            ).fill_null(False)
-            dropped = int(df.select((gpu & launched.not_()).sum()).item())
-            keep = keep & launched
-            which = (
-                "after the last ProfilerStep ended"
-                if hta_keep_last_step
-                else "after the last ProfilerStep began"
-            )
-            notes.append(
-                f"HTA convention: {dropped} GPU operators launched {which} (or never launched) dropped"
-            )
-    if mode == "gpu":
-        busy = gpu & pl.col("cls").is_in(list(GPU_BUSY))
-        comm_cls, comp_cls = ["comm"], ["compute"]
-        mem_cls = ["memcpy", "memset"]
-    else:
-        busy = pl.col("cls").is_in(["cpu_comm", "cpu_compute"]) | (pl.col("kind") == "cpu_op")
-        comm_cls, comp_cls, mem_cls = ["cpu_comm"], ["cpu_compute"], []
-        notes.append("no GPU kernels: CPU mode (communication = CPU collective ops, compute = leaf CPU ops)")
+    launched = _hta_kept(df, steps, mode, hta_keep_last_step, notes) if hta_compat else None
+    if launched is not None:
+        keep = keep & launched
+    busy, comm_cls, comp_cls, mem_cls = _classes(mode, notes)
     act = (
         df.lazy()
         .filter(keep & busy)
@@ -189,95 +244,31 @@ def overlap(
         rule = "gpu" if mode == "gpu" and not hta_compat else "launch"
     if rule == "launch" and mode == "gpu":
         act = act.with_columns(launch_ns=launch_times_of(df, act))
-    start = act["start_ns"].to_numpy().astype(np.int64)
-    end = start + act["dur_ns"].to_numpy().astype(np.int64)
-    if hta_compat and mode == "gpu":
-        start = -((-start) // 1000) * 1000  # ceil to µs
-        end = (end // 1000) * 1000  # floor to µs
-        end = np.maximum(end, start)
-    cls = act["cls"].to_numpy()
-    # slots: 0 = whole trace, 1 + i = step i; each interval in slot 0 and (as pieces) in steps
-    slot_step: list[int | None] = [None]
-    nslots = 1
-    src = k = np.zeros(0, dtype=np.int64)
-    ps, pe, counted = start[:0], end[:0], np.zeros(0, dtype=bool)
-    win_lo = win_hi = None
-    if rule == "launch":
-        t = act["launch_ns"].fill_null(act["start_ns"]).to_numpy() if mode == "gpu" else start
-        idx = launch_step_index(steps, t)
-        src = np.flatnonzero(idx >= 0)
-        k, ps, pe, counted = idx[src] + 1, start[src], end[src], np.ones(src.size, dtype=bool)
-        slot_step += [int(x) for x in steps["step"].to_list()]
-        nslots = 1 + steps.height
-    elif rule == "gpu":
-        win = ctx.windows
-        notes.extend(win.notes)
-        src, kw, ps, pe = win.pieces(start, end)
-        k, counted = kw + 1, win.index_of(start)[src] == kw  # the piece holding the start counts
-        slot_step += [int(x) for x in win.step.tolist()]
-        nslots = 1 + win.n
-        win_lo, win_hi = win.start, win.end
+    start, end = _times(act, hta_compat, mode)
+    sl = _slots(rule, ctx, steps, act, mode, (start, end), notes)
     if act.height == 0:
         notes.append("no GPU activity with timestamps" if mode == "gpu" else "no CPU ops with timestamps")
         empty = frame({}, OVERLAP_GROUP_SCHEMA)
         return OverlapResult(frame({}, OVERLAP_SCHEMA), empty, empty, mode, hta_compat, simulated, notes)
+    src, slot_step, nslots, win_lo, win_hi = (
+        sl[n] for n in ("src", "slot_step", "nslots", "win_lo", "win_hi")
+    )
     origin = int(start.min())
     if win_lo is not None and win_lo.size:
         origin = min(origin, int(win_lo.min()))
     rs, re_ = start - origin, end - origin
     big = max(int(re_.max()), int(win_hi.max()) - origin if win_hi is not None and win_hi.size else 0) + 1
-    s_all = np.concatenate([rs, ps - origin])
-    e_all = np.concatenate([re_, pe - origin])
-    k_all = np.concatenate([np.zeros(rs.size, np.int64), k])
+    s_all = np.concatenate([rs, sl["ps"] - origin])
+    e_all = np.concatenate([re_, sl["pe"] - origin])
+    k_all = np.concatenate([np.zeros(rs.size, np.int64), sl["k"]])
+    cls = act["cls"].to_numpy()
     c_all = np.concatenate([cls, cls[src]])
-    cnt_all = np.concatenate([np.ones(rs.size, dtype=bool), counted])
+    cnt_all = np.concatenate([np.ones(rs.size, dtype=bool), sl["counted"]])
     is_comm = np.isin(c_all, comm_cls)
     is_comp = np.isin(c_all, comp_cls)
     is_mem = np.isin(c_all, mem_cls) if mem_cls else np.zeros(c_all.size, bool)
-
-    def sel(m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return s_all[m], e_all[m], k_all[m]
-
-    comm_len, comp_len, ov = _slot_measures(sel(is_comm), sel(is_comp), nslots, big)
-    mem_len, _, _ = _slot_measures(sel(is_mem), sel(np.zeros(c_all.size, bool)), nslots, big)
-    busy_len, _, _ = _slot_measures(
-        sel(np.ones(c_all.size, bool)), sel(np.zeros(c_all.size, bool)), nslots, big
-    )
-    lo = np.full(nslots, np.iinfo(np.int64).max, dtype=np.int64)
-    hi = np.full(nslots, -1, dtype=np.int64)
-    np.minimum.at(lo, k_all, s_all)
-    np.maximum.at(hi, k_all, e_all)
-    if win_lo is not None:  # a GPU window is the step's span: its idle is GPU idle in it
-        lo[1:], hi[1:] = win_lo - origin, win_hi - origin
-    present = hi >= 0
-    n_comm = np.bincount(k_all[is_comm & cnt_all], minlength=nslots)
-    n_comp = np.bincount(k_all[is_comp & cnt_all], minlength=nslots)
-    span = np.where(present, hi - lo, 0)
-    rows = {
-        "rank": [rank] * nslots,
-        "step": slot_step,
-        "start_ns": np.where(present, lo + origin, 0),
-        "end_ns": np.where(present, hi + origin, 0),
-        "span_ns": span,
-        "compute_ns": comp_len,
-        "comm_ns": comm_len,
-        "overlap_ns": ov,
-        "exposed_comm_ns": comm_len - ov,
-        "memory_ns": mem_len,
-        "busy_ns": busy_len,
-        "idle_ns": span - busy_len,
-        "overlap_pct": [
-            100.0 * o / c if c else None for o, c in zip(ov.tolist(), comm_len.tolist(), strict=False)
-        ],
-        "n_compute": n_comp,
-        "n_comm": n_comm,
-    }
-    cut = cut_steps(trace) if nslots > 1 else []
-    rows["cut"] = [None] + [s in cut for s in slot_step[1:]]
-    per_rank = frame(rows, OVERLAP_SCHEMA).filter(pl.Series(present))
-    note = cut_note(cut, nslots - 1)
-    if note:
-        notes.append(note)
+    spans = (s_all, e_all, k_all)
+    per_rank = _rank_rows(rank, sl, spans, (is_comm, is_comp, is_mem, cnt_all), (origin, big), trace, notes)
 
     # per process group and per dimension: that group's comm against all compute
     pg_all = np.concatenate([act["pg_name"].to_numpy(), act["pg_name"].to_numpy()[src]])
@@ -301,6 +292,64 @@ def overlap(
     if mode == "gpu" and is_comm.any() and not any(p is not None for p in pg_all[is_comm]):
         notes.append("communication kernels carry no process group: per-group overlap not computed")
     return OverlapResult(per_rank, per_group, per_dim, mode, hta_compat, simulated, notes)
+
+
+def _rank_rows(
+    rank: int,
+    sl: dict[str, Any],
+    spans: tuple[np.ndarray, np.ndarray, np.ndarray],
+    masks: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    origin_big: tuple[int, int],
+    trace: Trace,
+    notes: list[str],
+) -> pl.DataFrame:
+    """The rank's rows, one per slot with intervals (the whole trace, then each step)."""
+    s_all, e_all, k_all = spans
+    is_comm, is_comp, is_mem, cnt_all = masks
+    origin, big = origin_big
+    slot_step, nslots, win_lo, win_hi = sl["slot_step"], sl["nslots"], sl["win_lo"], sl["win_hi"]
+
+    def sel(m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return s_all[m], e_all[m], k_all[m]
+
+    none = np.zeros(s_all.size, bool)
+    comm_len, comp_len, ov = _slot_measures(sel(is_comm), sel(is_comp), nslots, big)
+    mem_len, _, _ = _slot_measures(sel(is_mem), sel(none), nslots, big)
+    busy_len, _, _ = _slot_measures(sel(np.ones(s_all.size, bool)), sel(none), nslots, big)
+    lo = np.full(nslots, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(nslots, -1, dtype=np.int64)
+    np.minimum.at(lo, k_all, s_all)
+    np.maximum.at(hi, k_all, e_all)
+    if win_lo is not None:  # a GPU window is the step's span: its idle is GPU idle in it
+        lo[1:], hi[1:] = win_lo - origin, win_hi - origin
+    present = hi >= 0
+    span = np.where(present, hi - lo, 0)
+    rows = {
+        "rank": [rank] * nslots,
+        "step": slot_step,
+        "start_ns": np.where(present, lo + origin, 0),
+        "end_ns": np.where(present, hi + origin, 0),
+        "span_ns": span,
+        "compute_ns": comp_len,
+        "comm_ns": comm_len,
+        "overlap_ns": ov,
+        "exposed_comm_ns": comm_len - ov,
+        "memory_ns": mem_len,
+        "busy_ns": busy_len,
+        "idle_ns": span - busy_len,
+        "overlap_pct": [
+            100.0 * o / c if c else None for o, c in zip(ov.tolist(), comm_len.tolist(), strict=False)
+        ],
+        "n_compute": np.bincount(k_all[is_comp & cnt_all], minlength=nslots),
+        "n_comm": np.bincount(k_all[is_comm & cnt_all], minlength=nslots),
+    }
+    cut = cut_steps(trace) if nslots > 1 else []
+    rows["cut"] = [None] + [s in cut for s in slot_step[1:]]
+    per_rank = frame(rows, OVERLAP_SCHEMA).filter(pl.Series(present))
+    note = cut_note(cut, nslots - 1)
+    if note:
+        notes.append(note)
+    return per_rank
 
 
 def _group_rows(

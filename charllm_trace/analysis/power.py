@@ -118,133 +118,8 @@ def power(source: Trace | RankContext, *, per_step: bool = True) -> PowerResult:
         if smp.height < 2:
             notes.append(f"device {dev}: fewer than two power samples")
             continue
-        t = smp["time_ns"].to_numpy().astype(np.int64)
-        p = smp["power_w"].to_numpy().astype(np.float64)
-        w0 = np.concatenate([[t[0]], np.clip(steps["start_ns"].to_numpy(), t[0], t[-1])]).astype(np.int64)
-        w1 = np.concatenate([[t[-1]], np.clip(steps["end_ns"].to_numpy(), t[0], t[-1])]).astype(np.int64)
-        step_ids: list[int | None] = [None] + steps["step"].to_list()
-        nw = w0.size
-        dur = (w1 - w0).astype(np.float64)
-        ce = cumulative_energy(t, p, w1) - cumulative_energy(t, p, w0)
-        avg = np.where(dur > 0, ce / np.where(dur > 0, dur * 1e-9, 1), np.nan)
-        # samples inside each window: window 0 holds all; steps by searchsorted ranges
-        lo = np.searchsorted(t, w0, side="left")
-        hi = np.searchsorted(t, w1, side="right")
-        nsamp = hi - lo
-        peak = np.full(nw, np.nan)
-        mn = np.full(nw, np.nan)
-        rate = np.full(nw, np.nan)
-        if t.size:
-            # reduceat over sample ranges (non-empty ones)
-            ne = nsamp > 0
-            if ne.any():
-                peak[ne] = _range_reduce(p, lo[ne], hi[ne], np.maximum)
-                mn[ne] = _range_reduce(p, lo[ne], hi[ne], np.minimum)
-            dpdt = np.abs(np.diff(p)) / np.maximum(np.diff(t), 1) * 1e9  # W/s, between samples j, j+1
-            two = nsamp >= 2
-            if two.any():
-                rate[two] = _range_reduce(dpdt, lo[two], hi[two] - 1, np.maximum)
-        lim = smp["power_limit_w"].to_numpy().astype(np.float64) if "power_limit_w" in smp.columns else None
-        limit_val = np.full(nw, np.nan)
-        above = np.zeros(nw, np.int64)
-        if lim is not None and not np.all(np.isnan(lim)):
-            flag = ~np.isnan(lim) & (p >= lim)
-            above = _held_measure(t, flag, w0, w1)
-            limit_val[:] = np.nanmax(lim)
-        temp_s, temp_e, temp_mx = (np.full(nw, np.nan) for _ in range(3))
-        tc = smp.filter(pl.col("temp_c").is_not_null())
-        if tc.height:
-            tt, tv = tc["time_ns"].to_numpy(), tc["temp_c"].to_numpy().astype(np.float64)
-            temp_s = np.interp(w0, tt, tv)
-            temp_e = np.interp(w1, tt, tv)
-            tlo = np.searchsorted(tt, w0, side="left")
-            thi = np.searchsorted(tt, w1, side="right")
-            temp_mx = np.full(nw, np.nan)
-            ne = thi > tlo
-            if ne.any():
-                temp_mx[ne] = _range_reduce(tv, tlo[ne], thi[ne], np.maximum)
-            temp_mx = np.fmax(temp_mx, np.fmax(temp_s, temp_e))
-        clk_avg = np.full(nw, np.nan)
-        clk_max = np.nan
-        ck = smp.filter(pl.col("sm_clock_mhz").is_not_null())
-        if ck.height:
-            ct, cv = ck["time_ns"].to_numpy(), ck["sm_clock_mhz"].to_numpy().astype(np.float64)
-            clk_max = float(trace.meta.extra.get("max_sm_clock_mhz") or cv.max())
-            clo = np.searchsorted(ct, w0, side="left")
-            chi = np.searchsorted(ct, w1, side="right")
-            ne = chi > clo
-            csum = np.concatenate([[0.0], np.cumsum(cv)])
-            clk_avg[ne] = (csum[chi[ne]] - csum[clo[ne]]) / (chi[ne] - clo[ne])
-        throttled = np.zeros(nw, np.int64)
-        th = smp.filter(pl.col("throttle_reasons").is_not_null())
-        if th.height >= 2:
-            tt = th["time_ns"].to_numpy().astype(np.int64)
-            mask = th["throttle_reasons"].to_numpy().astype(np.int64)
-            for bit, name in _reason_names(trace, mask).items():
-                m = _held_measure(tt, (mask & bit) != 0, w0, w1)
-                for k in range(nw):
-                    if m[k]:
-                        throttle_rows.append(
-                            {
-                                "rank": rank,
-                                "device": dev,
-                                "step": step_ids[k],
-                                "reason": name,
-                                "time_ns": int(m[k]),
-                            }
-                        )
-            slow = SLOWDOWN_MASK if not is_amd(trace) else ~0
-            throttled = _held_measure(tt, (mask & slow) != 0, w0, w1)
-        # steps with no overlap with the telemetry window: nothing measured
-        empty = dur <= 0
-        if empty.any():
-            for arr in (avg, peak, mn, rate, temp_s, temp_e, temp_mx, clk_avg):
-                arr[empty] = np.nan
-            nsamp = np.where(empty, 0, nsamp)
-        # outliers among the steps (not the total row)
-        out = np.zeros(nw, bool)
-        reason = [None] * nw
-        if nw > 1:
-            pk = _robust_outliers(
-                peak[1:], 0.05 * np.nanmedian(peak[1:]) if np.isfinite(peak[1:]).any() else 0
-            )
-            frac = np.where(dur[1:] > 0, throttled[1:] / np.where(dur[1:] > 0, dur[1:], 1), np.nan)
-            tr = _robust_outliers(100 * frac, 1.0)
-            for k in range(nw - 1):
-                why = [w for w, f in (("peak power", pk[k]), ("throttling", tr[k])) if f]
-                if why:
-                    out[k + 1] = True
-                    reason[k + 1] = " and ".join(why) + " above the other steps"
-        rows.append(
-            frame(
-                {
-                    "rank": [rank] * nw,
-                    "device": [dev] * nw,
-                    "step": step_ids,
-                    "start_ns": w0,
-                    "end_ns": w1,
-                    "n_samples": nsamp,
-                    "avg_w": avg,
-                    "peak_w": peak,
-                    "min_w": mn,
-                    "swing_w": peak - mn,
-                    "swing_rate_w_per_s": rate,
-                    "power_limit_w": limit_val,
-                    "above_limit_ns": above,
-                    "temp_start_c": temp_s,
-                    "temp_end_c": temp_e,
-                    "temp_max_c": temp_mx,
-                    "temp_rise_c": temp_e - temp_s,
-                    "sm_clock_avg_mhz": clk_avg,
-                    "sm_clock_max_mhz": [clk_max] * nw,
-                    "sm_clock_ratio": clk_avg / clk_max if np.isfinite(clk_max) else clk_avg * np.nan,
-                    "throttled_ns": throttled,
-                    "outlier": out,
-                    "outlier_reason": reason,
-                },
-                POWER_SCHEMA,
-            ).with_columns(pl.col(pl.Float64).fill_nan(None))
-        )
+        rows.append(_device_rows(trace, rank, dev, smp, steps, throttle_rows))
+        t = smp["time_ns"].to_numpy()
         if per_step and steps.height:
             outside = (steps["end_ns"] <= t[0]) | (steps["start_ns"] >= t[-1])
             if outside.any():
@@ -254,6 +129,183 @@ def power(source: Trace | RankContext, *, per_step: bool = True) -> PowerResult:
     per = pl.concat(rows) if rows else frame({}, POWER_SCHEMA)
     thr = frame(throttle_rows, THROTTLE_SCHEMA) if throttle_rows else frame({}, THROTTLE_SCHEMA)
     return PowerResult(per, thr, simulated, notes)
+
+
+def _power_stats(t: np.ndarray, p: np.ndarray, w0: np.ndarray, w1: np.ndarray) -> dict[str, np.ndarray]:
+    """Per window: duration, average / peak / min power, the fastest swing and the samples."""
+    nw = w0.size
+    dur = (w1 - w0).astype(np.float64)
+    ce = cumulative_energy(t, p, w1) - cumulative_energy(t, p, w0)
+    avg = np.where(dur > 0, ce / np.where(dur > 0, dur * 1e-9, 1), np.nan)
+    # samples inside each window: window 0 holds all; steps by searchsorted ranges
+    lo = np.searchsorted(t, w0, side="left")
+    hi = np.searchsorted(t, w1, side="right")
+    nsamp = hi - lo
+    peak = np.full(nw, np.nan)
+    mn = np.full(nw, np.nan)
+    rate = np.full(nw, np.nan)
+    if t.size:
+        # reduceat over sample ranges (non-empty ones)
+        ne = nsamp > 0
+        if ne.any():
+            peak[ne] = _range_reduce(p, lo[ne], hi[ne], np.maximum)
+            mn[ne] = _range_reduce(p, lo[ne], hi[ne], np.minimum)
+        dpdt = np.abs(np.diff(p)) / np.maximum(np.diff(t), 1) * 1e9  # W/s, between samples j, j+1
+        two = nsamp >= 2
+        if two.any():
+            rate[two] = _range_reduce(dpdt, lo[two], hi[two] - 1, np.maximum)
+    return {"dur": dur, "avg": avg, "nsamp": nsamp, "peak": peak, "mn": mn, "rate": rate}
+
+
+def _limit(
+    smp: pl.DataFrame, t: np.ndarray, p: np.ndarray, w0: np.ndarray, w1: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(power limit, time at or above it) per window."""
+    nw = w0.size
+    lim = smp["power_limit_w"].to_numpy().astype(np.float64) if "power_limit_w" in smp.columns else None
+    limit_val = np.full(nw, np.nan)
+    above = np.zeros(nw, np.int64)
+    if lim is not None and not np.all(np.isnan(lim)):
+        flag = ~np.isnan(lim) & (p >= lim)
+        above = _held_measure(t, flag, w0, w1)
+        limit_val[:] = np.nanmax(lim)
+    return limit_val, above
+
+
+def _temps(smp: pl.DataFrame, w0: np.ndarray, w1: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(temperature at the start, at the end, the highest) per window."""
+    nw = w0.size
+    temp_s, temp_e, temp_mx = (np.full(nw, np.nan) for _ in range(3))
+    tc = smp.filter(pl.col("temp_c").is_not_null())
+    if tc.height:
+        tt, tv = tc["time_ns"].to_numpy(), tc["temp_c"].to_numpy().astype(np.float64)
+        temp_s = np.interp(w0, tt, tv)
+        temp_e = np.interp(w1, tt, tv)
+        tlo = np.searchsorted(tt, w0, side="left")
+        thi = np.searchsorted(tt, w1, side="right")
+        temp_mx = np.full(nw, np.nan)
+        ne = thi > tlo
+        if ne.any():
+            temp_mx[ne] = _range_reduce(tv, tlo[ne], thi[ne], np.maximum)
+        temp_mx = np.fmax(temp_mx, np.fmax(temp_s, temp_e))
+    return temp_s, temp_e, temp_mx
+
+
+def _clocks(trace: Trace, smp: pl.DataFrame, w0: np.ndarray, w1: np.ndarray) -> tuple[np.ndarray, float]:
+    """(average SM clock per window, the device's highest clock)."""
+    clk_avg = np.full(w0.size, np.nan)
+    clk_max = np.nan
+    ck = smp.filter(pl.col("sm_clock_mhz").is_not_null())
+    if ck.height:
+        ct, cv = ck["time_ns"].to_numpy(), ck["sm_clock_mhz"].to_numpy().astype(np.float64)
+        clk_max = float(trace.meta.extra.get("max_sm_clock_mhz") or cv.max())
+        clo = np.searchsorted(ct, w0, side="left")
+        chi = np.searchsorted(ct, w1, side="right")
+        ne = chi > clo
+        csum = np.concatenate([[0.0], np.cumsum(cv)])
+        clk_avg[ne] = (csum[chi[ne]] - csum[clo[ne]]) / (chi[ne] - clo[ne])
+    return clk_avg, clk_max
+
+
+def _throttling(
+    trace: Trace,
+    smp: pl.DataFrame,
+    where: tuple[int, int, list[int | None]],
+    w0: np.ndarray,
+    w1: np.ndarray,
+    throttle_rows: list[dict],
+) -> np.ndarray:
+    """Time throttled (a slowdown reason held) per window; a row per (window, reason) with its
+    time goes to ``throttle_rows``. ``where``: (rank, device, the windows' steps)."""
+    rank, dev, step_ids = where
+    nw = w0.size
+    throttled = np.zeros(nw, np.int64)
+    th = smp.filter(pl.col("throttle_reasons").is_not_null())
+    if th.height < 2:
+        return throttled
+    tt = th["time_ns"].to_numpy().astype(np.int64)
+    mask = th["throttle_reasons"].to_numpy().astype(np.int64)
+    for bit, name in _reason_names(trace, mask).items():
+        m = _held_measure(tt, (mask & bit) != 0, w0, w1)
+        for k in range(nw):
+            if m[k]:
+                throttle_rows.append(
+                    {"rank": rank, "device": dev, "step": step_ids[k], "reason": name, "time_ns": int(m[k])}
+                )
+    slow = SLOWDOWN_MASK if not is_amd(trace) else ~0
+    return _held_measure(tt, (mask & slow) != 0, w0, w1)
+
+
+def _step_outliers(
+    peak: np.ndarray, throttled: np.ndarray, dur: np.ndarray
+) -> tuple[np.ndarray, list[str | None]]:
+    """Outliers among the steps (not the total row, window 0): peak power or throttling."""
+    nw = peak.size
+    out = np.zeros(nw, bool)
+    reason: list[str | None] = [None] * nw
+    if nw > 1:
+        pk = _robust_outliers(peak[1:], 0.05 * np.nanmedian(peak[1:]) if np.isfinite(peak[1:]).any() else 0)
+        frac = np.where(dur[1:] > 0, throttled[1:] / np.where(dur[1:] > 0, dur[1:], 1), np.nan)
+        tr = _robust_outliers(100 * frac, 1.0)
+        for k in range(nw - 1):
+            why = [w for w, f in (("peak power", pk[k]), ("throttling", tr[k])) if f]
+            if why:
+                out[k + 1] = True
+                reason[k + 1] = " and ".join(why) + " above the other steps"
+    return out, reason
+
+
+def _device_rows(
+    trace: Trace, rank: int, dev: int, smp: pl.DataFrame, steps: pl.DataFrame, throttle_rows: list[dict]
+) -> pl.DataFrame:
+    """The rows of one device: the whole record (window 0), then each step."""
+    t = smp["time_ns"].to_numpy().astype(np.int64)
+    p = smp["power_w"].to_numpy().astype(np.float64)
+    w0 = np.concatenate([[t[0]], np.clip(steps["start_ns"].to_numpy(), t[0], t[-1])]).astype(np.int64)
+    w1 = np.concatenate([[t[-1]], np.clip(steps["end_ns"].to_numpy(), t[0], t[-1])]).astype(np.int64)
+    step_ids: list[int | None] = [None] + steps["step"].to_list()
+    nw = w0.size
+    st = _power_stats(t, p, w0, w1)
+    dur, avg, nsamp, peak, mn, rate = (st[k] for k in ("dur", "avg", "nsamp", "peak", "mn", "rate"))
+    limit_val, above = _limit(smp, t, p, w0, w1)
+    temp_s, temp_e, temp_mx = _temps(smp, w0, w1)
+    clk_avg, clk_max = _clocks(trace, smp, w0, w1)
+    throttled = _throttling(trace, smp, (rank, dev, step_ids), w0, w1, throttle_rows)
+    # steps with no overlap with the telemetry window: nothing measured
+    empty = dur <= 0
+    if empty.any():
+        for arr in (avg, peak, mn, rate, temp_s, temp_e, temp_mx, clk_avg):
+            arr[empty] = np.nan
+        nsamp = np.where(empty, 0, nsamp)
+    out, reason = _step_outliers(peak, throttled, dur)
+    return frame(
+        {
+            "rank": [rank] * nw,
+            "device": [dev] * nw,
+            "step": step_ids,
+            "start_ns": w0,
+            "end_ns": w1,
+            "n_samples": nsamp,
+            "avg_w": avg,
+            "peak_w": peak,
+            "min_w": mn,
+            "swing_w": peak - mn,
+            "swing_rate_w_per_s": rate,
+            "power_limit_w": limit_val,
+            "above_limit_ns": above,
+            "temp_start_c": temp_s,
+            "temp_end_c": temp_e,
+            "temp_max_c": temp_mx,
+            "temp_rise_c": temp_e - temp_s,
+            "sm_clock_avg_mhz": clk_avg,
+            "sm_clock_max_mhz": [clk_max] * nw,
+            "sm_clock_ratio": clk_avg / clk_max if np.isfinite(clk_max) else clk_avg * np.nan,
+            "throttled_ns": throttled,
+            "outlier": out,
+            "outlier_reason": reason,
+        },
+        POWER_SCHEMA,
+    ).with_columns(pl.col(pl.Float64).fill_nan(None))
 
 
 def _range_reduce(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, op: np.ufunc) -> np.ndarray:

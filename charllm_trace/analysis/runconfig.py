@@ -31,6 +31,7 @@ from typing import Any
 
 from charllm_trace.analysis.results import CONFIG_SCHEMA, RunConfig, frame
 from charllm_trace.core.model import Run, TraceMeta
+from charllm_trace.core.numbers import int_value
 
 #: ``workload`` keys of the manifest, and the column each fills
 WORKLOAD_KEYS = {
@@ -44,15 +45,10 @@ PARALLEL_KEYS = ("tp", "cp", "pp", "dp", "ep")
 
 
 def _int(v: Any) -> int | None:
-    if isinstance(v, bool):
+    """A count of the manifest: a string only when it is all digits (no sign)."""
+    if isinstance(v, str) and not v.strip().isdigit():
         return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, str) and v.strip().isdigit():
-        return int(v)
-    return None
+    return int_value(v)
 
 
 def _str(v: Any) -> str | None:

@@ -59,22 +59,15 @@ def rank_file(run_dir: str, rank: int, kind: str) -> str:
 
 def env_rank() -> int | None:
     """The global rank from the launcher's environment (torchrun, Slurm, Open MPI, MPICH/PMI)."""
-    for var in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
-        v = os.environ.get(var)
-        if v is not None and v.strip().isdigit():
-            return int(v)
-    return None
+    return _env_int("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
 
 def env_local_rank() -> int | None:
-    for var in ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"):
-        v = os.environ.get(var)
-        if v is not None and v.strip().isdigit():
-            return int(v)
-    return None
+    return _env_int("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
 
 
 def _env_int(*names: str) -> int | None:
+    """The first of the environment variables ``names`` that is set to a number of digits."""
     for var in names:
         v = os.environ.get(var)
         if v is not None and v.strip().isdigit():

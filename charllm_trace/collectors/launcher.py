@@ -42,7 +42,10 @@ from typing import Any
 from charllm_trace.collectors.hook import ENV_CONFIG
 from charllm_trace.collectors.outcome import traced_unsaved
 from charllm_trace.core.errors import InputError, UsageError
-from charllm_trace.core.limits import parse_ranks  # noqa: F401 - the launcher's --ranks (tests import it here)
+from charllm_trace.core.limits import (
+    parse_ranks,  # noqa: F401 - the launcher's --ranks (tests import it here)
+    parse_span,
+)
 
 INJECT_DIR = str(Path(__file__).resolve().parent / "_inject")
 PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "sp", "vpp")
@@ -69,11 +72,10 @@ OWN_PATTERNS = (
 
 def parse_steps(text: str, *, allow_zero: bool = False) -> tuple[int, int]:
     """``"10-12"`` -> (10, 12); ``"5"`` -> (5, 5). Steps are 0-based (see hook.py)."""
-    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text or "")
-    if not m:
+    span = parse_span(text or "")
+    if span is None:
         raise UsageError(f"--steps {text!r}: expected N or A-B (for example 10-12)")
-    a = int(m.group(1))
-    b = int(m.group(2)) if m.group(2) is not None else a
+    a, b = span
     if b < a:
         raise UsageError(f"--steps {text!r}: the range ends before it starts")
     if a == 0 and not allow_zero:
@@ -220,6 +222,195 @@ def _host_lock(run_dir: Path) -> Any:
     return f
 
 
+@dataclass
+class _Launch:
+    """One node's collection as it goes: the run directory and ids, the CPU allocation, the
+    manifest's arguments and the helper processes started for it."""
+
+    rd: Path
+    nrank: int
+    run_id: str
+    launcher: Any
+    alloc: dict[str, Any] | None
+    manifest_args: dict[str, Any]
+    warden: Any = None
+    lock: Any = None
+    sampler: Any = None
+    subreaper: bool = False
+
+    @property
+    def ids(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "launcher": self.launcher}
+
+
+def _check_command(command: list[str], telemetry_hz: float) -> None:
+    if not command:
+        raise UsageError(
+            "no training command given (put it after --, e.g. -- torchrun --nproc_per_node 2 train.py)"
+        )
+    if telemetry_hz < 0:
+        raise UsageError("--telemetry-hz must be positive (0 turns telemetry off)")
+
+
+def _open_run(
+    command: list[str], run_dir: str | os.PathLike[str] | None, force: bool
+) -> tuple[Path, int, str]:
+    """(run directory, node rank, run id), the directory checked and prepared."""
+    from charllm_trace.collectors.runstate import adopt_run_id, new_run_id, shared_run_id
+
+    rd = Path(run_dir if run_dir is not None else default_run_dir()).resolve()
+    nrank = node_rank(command)
+    if rd.exists() and not rd.is_dir():
+        raise InputError(rd, "exists and is not a directory")
+    run_id = shared_run_id(command)
+    if run_id is None:
+        run_id = new_run_id() if nrank == 0 else adopt_run_id(rd, nrank)
+    prepare_run_dir(rd, force=force, run_id=run_id)
+    return rd, nrank, run_id
+
+
+def _allocate(cpus: int | None, command: list[str]) -> dict[str, Any] | None:
+    from charllm_trace.collectors import cpu_alloc, cpu_quota  # collect --cpus
+
+    alloc = cpu_alloc.plan(cpus, command) if cpus else None
+    if alloc is not None:  # a cgroup cpu.max quota where the machine allows one (cpu_quota.py)
+        alloc["quota"] = cpu_quota.prepare(len(alloc["command_cores"]), str(os.getpid()))
+    return alloc
+
+
+def _add_cgroup_cpu_max(manifest_args: dict[str, Any], alloc: dict[str, Any] | None, cpu_hz: float) -> None:
+    """The command's cgroup CPU quota, with the CPU figures."""
+    from charllm_trace.collectors import cpu_quota, cpu_sched  # collect --cpus, --cpu-hz
+
+    if alloc is not None or cpu_hz > 0:
+        mine = alloc["quota"].get("cgroup") if alloc is not None else None
+        manifest_args["cgroup_cpu_max"] = cpu_quota.read_cpu_max(mine or cpu_sched.cgroup_dir(os.getpid()))
+
+
+def _start_watch(ln: _Launch, telemetry_hz: float, telemetry_source: str, say: Any) -> None:
+    """Write the node info (and on node 0 the manifest) as running; start the warden and, unless
+    another collector on this host samples it, the telemetry sampler."""
+    from charllm_trace.collectors.manifest import write_manifest, write_node_info
+    from charllm_trace.collectors.telemetry.format import host_tag
+    from charllm_trace.collectors.telemetry.sampler import start_sampler_process
+    from charllm_trace.collectors.warden import start_warden
+
+    command = ln.manifest_args["command"]
+    write_node_info(ln.rd, command=command, node_rank=ln.nrank, status="running", **ln.ids)
+    if ln.nrank == 0:
+        write_manifest(ln.rd, **ln.manifest_args, exit_code=None, finished_ns=None, **ln.ids)
+    ln.warden = start_warden(
+        {
+            "run_dir": str(ln.rd),
+            "run_id": ln.run_id,
+            "launcher": ln.launcher,
+            "manifest_args": ln.manifest_args,
+            "lock": str(ln.rd / f"telemetry-{host_tag()}.lock") if telemetry_hz > 0 else None,
+        }
+    )
+    if telemetry_hz > 0:
+        ln.lock = _host_lock(ln.rd)
+        if ln.lock is not None:
+            ln.sampler = start_sampler_process(str(ln.rd), telemetry_hz, telemetry_source)
+        else:
+            say("telemetry: another collector on this host already samples it")
+
+
+def _command_env(cfg: dict[str, Any]) -> dict[str, str]:
+    env = dict(os.environ)
+    env[ENV_CONFIG] = json.dumps(cfg)
+    env["PYTHONPATH"] = INJECT_DIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _spawn(ln: _Launch, command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start the command; if it cannot run, stop what was started and leave the directory as it was."""
+    from charllm_trace.collectors import cpu_alloc, cpu_quota
+    from charllm_trace.collectors.runstate import set_subreaper
+    from charllm_trace.collectors.telemetry.format import host_tag
+    from charllm_trace.collectors.telemetry.sampler import stop_sampler_process
+    from charllm_trace.collectors.warden import dismiss
+
+    alloc = ln.alloc
+    ln.subreaper = set_subreaper(True)  # ranks whose parent dies become ours, to be stopped at the end
+    try:
+        return subprocess.Popen(command, env=env, preexec_fn=cpu_alloc.pin_command(alloc) if alloc else None)
+    except OSError as exc:
+        if ln.subreaper:
+            set_subreaper(False)
+        if ln.sampler is not None:
+            stop_sampler_process(ln.sampler)
+        dismiss(ln.warden)
+        _release(ln.lock)
+        for p in ln.rd.iterdir():  # nothing ran: leave the directory as it was
+            if (p.name == "manifest.json" and ln.nrank == 0) or p.name == f"node-{host_tag()}.json":
+                p.unlink()
+        cpu_quota.remove(alloc["quota"] if alloc else None)
+        raise InputError(command[0], f"cannot run the training command: {exc.strerror}") from None
+
+
+def _wait(proc: subprocess.Popen[bytes]) -> tuple[int, list[str]]:
+    """The command's return code, SIGINT/SIGTERM to the launcher forwarded to it (and listed)."""
+    interrupted_by: list[str] = []
+
+    def forward(signum: int, frame: Any) -> None:
+        interrupted_by.append(f"{signal.Signals(signum).name} to the launcher")
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        rc = proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return rc, interrupted_by
+
+
+def _stop_helpers(ln: _Launch, cpu: Any, rc: int, interrupted_by: list[str], say: Any) -> tuple[str, Any]:
+    """Stop what the command left running on this host, the sampler, the CPU sampler, the quota
+    and the host lock. Returns (status, failure)."""
+    from charllm_trace.collectors import cpu_quota, cpu_sched
+    from charllm_trace.collectors.runstate import set_subreaper
+    from charllm_trace.collectors.telemetry.sampler import stop_sampler_process
+
+    keep = {p.pid for p in (ln.sampler, ln.warden, cpu) if p is not None}
+    status, failure, left = _ending(ln.rd, ln.run_id, rc, interrupted_by, keep if ln.subreaper else None)
+    if ln.subreaper:
+        set_subreaper(False)
+    if left:
+        say(
+            f"stopped {len(left)} process(es) the command left running (its ranks or their orphaned children): pid {', '.join(map(str, left))}"
+        )
+    if ln.sampler is not None:
+        stop_sampler_process(ln.sampler)
+    if cpu is not None:
+        cpu_sched.stop(cpu)
+    cpu_quota.remove(ln.alloc["quota"] if ln.alloc else None)
+    _release(ln.lock)
+    return status, failure
+
+
+def _no_step_traced(
+    rd: Path, status: str, steps: tuple[int, int], step_marker: str | None, window: Any
+) -> str:
+    """Why no rank traced a step, from the ranks' info files and the command's status."""
+    infos = _rank_infos(rd)
+    done = [i.get("steps_completed") for i in infos]
+    if traced_unsaved(infos):
+        return f"no rank's trace was saved: {traced_unsaved(infos)} (rank-*.info.json), but the command {status} before the profiler wrote it"
+    if done:
+        return (
+            f"no rank traced any step: the ranks completed {max(done)} {'iterations' if step_marker else 'optimizer steps'}, "
+            f"the window was {steps[0]}-{steps[1]}"
+        )
+    if status == "finished":
+        what = f"opened a {step_marker!r} range" if step_marker else "called optimizer.step()"
+        what = "ran until the window's start (or imported torch)" if window else what
+        return f"no rank traced any step: no process of the command ever {what}"
+    return f"no rank traced any step: the command {status} before any rank recorded an optimizer step"
+
+
 def collect(
     command: list[str],
     run_dir: str | os.PathLike[str] | None = None,
@@ -240,38 +431,21 @@ def collect(
     cpus: int | None = None,
 ) -> CollectResult:
     """Run ``command`` with collection; return its exit code and what was written."""
+    from charllm_trace.collectors import cpu_sched  # collect --cpu-hz
     from charllm_trace.collectors.manifest import write_manifest, write_node_info
-    from charllm_trace.collectors.telemetry.sampler import start_sampler_process, stop_sampler_process
+    from charllm_trace.collectors.runstate import proc_start, this_process
+    from charllm_trace.collectors.telemetry.format import host_tag
+    from charllm_trace.collectors.warden import dismiss, tell
 
     def say(msg: str) -> None:
         if log is not None:
             log(msg)
 
-    if not command:
-        raise UsageError(
-            "no training command given (put it after --, e.g. -- torchrun --nproc_per_node 2 train.py)"
-        )
-    if telemetry_hz < 0:
-        raise UsageError("--telemetry-hz must be positive (0 turns telemetry off)")
-    from charllm_trace.collectors.runstate import adopt_run_id, new_run_id, shared_run_id, this_process
-    from charllm_trace.collectors.telemetry.format import host_tag
-    from charllm_trace.collectors.warden import dismiss, start_warden, tell
-
-    rd = Path(run_dir if run_dir is not None else default_run_dir()).resolve()
-    nrank = node_rank(command)
-    if rd.exists() and not rd.is_dir():
-        raise InputError(rd, "exists and is not a directory")
-    run_id = shared_run_id(command)
-    if run_id is None:
-        run_id = new_run_id() if nrank == 0 else adopt_run_id(rd, nrank)
-    prepare_run_dir(rd, force=force, run_id=run_id)
+    _check_command(command, telemetry_hz)
+    rd, nrank, run_id = _open_run(command, run_dir, force)
     launcher = this_process()
     started_ns = time.time_ns()
-    from charllm_trace.collectors import cpu_alloc, cpu_quota, cpu_sched  # collect --cpus, --cpu-hz
-
-    alloc = cpu_alloc.plan(cpus, command) if cpus else None
-    if alloc is not None:  # a cgroup cpu.max quota where the machine allows one (cpu_quota.py)
-        alloc["quota"] = cpu_quota.prepare(len(alloc["command_cores"]), str(os.getpid()))
+    alloc = _allocate(cpus, command)
     manifest_args: dict[str, Any] = {
         "command": list(command),
         "steps": steps,
@@ -284,31 +458,9 @@ def collect(
         "cpus": alloc,
         "step_marker": step_marker,
     }
-    if alloc is not None or cpu_hz > 0:  # the command's cgroup CPU quota, with the CPU figures
-        mine = alloc["quota"].get("cgroup") if alloc is not None else None
-        manifest_args["cgroup_cpu_max"] = cpu_quota.read_cpu_max(mine or cpu_sched.cgroup_dir(os.getpid()))
-    ids = {"run_id": run_id, "launcher": launcher}
-    write_node_info(rd, command=command, node_rank=nrank, status="running", **ids)
-    if nrank == 0:
-        write_manifest(rd, **manifest_args, exit_code=None, finished_ns=None, **ids)
-    warden = start_warden(
-        {
-            "run_dir": str(rd),
-            "run_id": run_id,
-            "launcher": launcher,
-            "manifest_args": manifest_args,
-            "lock": str(rd / f"telemetry-{host_tag()}.lock") if telemetry_hz > 0 else None,
-        }
-    )
-
-    lock = None
-    sampler = None
-    if telemetry_hz > 0:
-        lock = _host_lock(rd)
-        if lock is not None:
-            sampler = start_sampler_process(str(rd), telemetry_hz, telemetry_source)
-        else:
-            say("telemetry: another collector on this host already samples it")
+    _add_cgroup_cpu_max(manifest_args, alloc, cpu_hz)
+    ln = _Launch(rd, nrank, run_id, launcher, alloc, manifest_args)
+    _start_watch(ln, telemetry_hz, telemetry_source, say)
     cfg = {
         "run_dir": str(rd),
         "steps": list(steps),
@@ -321,62 +473,17 @@ def collect(
         "window": list(window) if window else None,  # or seconds DELAY, DURATION from the start
         "cpus": alloc["lists"] if alloc else None,  # each local rank's cores (_inject/sitecustomize)
     }
-    env = dict(os.environ)
-    env[ENV_CONFIG] = json.dumps(cfg)
-    env["PYTHONPATH"] = INJECT_DIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = _command_env(cfg)
     say(f"collect: {shlex.join(command)} -> {rd} (steps {steps[0]}-{steps[1]})")
-    from charllm_trace.collectors.runstate import set_subreaper
-
-    subreaper = set_subreaper(True)  # ranks whose parent dies become ours, to be stopped at the end
-    try:
-        proc = subprocess.Popen(command, env=env, preexec_fn=cpu_alloc.pin_command(alloc) if alloc else None)
-    except OSError as exc:
-        if subreaper:
-            set_subreaper(False)
-        if sampler is not None:
-            stop_sampler_process(sampler)
-        dismiss(warden)
-        _release(lock)
-        for p in rd.iterdir():  # nothing ran: leave the directory as it was
-            if (p.name == "manifest.json" and nrank == 0) or p.name == f"node-{host_tag()}.json":
-                p.unlink()
-        cpu_quota.remove(alloc["quota"] if alloc else None)
-        raise InputError(command[0], f"cannot run the training command: {exc.strerror}") from None
-    from charllm_trace.collectors.runstate import proc_start
-
-    tell(warden, {"child": proc.pid, "start": proc_start(proc.pid)})
+    proc = _spawn(ln, command, env)
+    tell(ln.warden, {"child": proc.pid, "start": proc_start(proc.pid)})
     cpu = cpu_sched.start(str(rd), proc.pid, cpu_hz, host_tag()) if cpu_hz > 0 else None
-    interrupted_by: list[str] = []
-
-    def forward(signum: int, frame: Any) -> None:
-        interrupted_by.append(f"{signal.Signals(signum).name} to the launcher")
-        if proc.poll() is None:
-            proc.send_signal(signum)
-
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        rc = proc.wait()
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+    rc, interrupted_by = _wait(proc)
     exit_code = rc if rc >= 0 else 128 - rc  # killed by a signal: shell convention
-    keep = {p.pid for p in (sampler, warden, cpu) if p is not None}
-    status, failure, left = _ending(rd, run_id, rc, interrupted_by, keep if subreaper else None)
-    if subreaper:
-        set_subreaper(False)
-    if left:
-        say(
-            f"stopped {len(left)} process(es) the command left running (its ranks or their orphaned children): pid {', '.join(map(str, left))}"
-        )
-    if sampler is not None:
-        stop_sampler_process(sampler)
-    if cpu is not None:
-        cpu_sched.stop(cpu)
-    cpu_quota.remove(alloc["quota"] if alloc else None)
-    _release(lock)
+    status, failure = _stop_helpers(ln, cpu, rc, interrupted_by, say)
     finished_ns = time.time_ns()
     write_node_info(
-        rd, command=command, node_rank=nrank, status=status, exit_code=exit_code, failure=failure, **ids
+        rd, command=command, node_rank=nrank, status=status, exit_code=exit_code, failure=failure, **ln.ids
     )
     manifest: dict[str, Any] = {}
     if nrank == 0:
@@ -388,9 +495,9 @@ def collect(
             status=status,
             failure=failure,
             interrupted_by=interrupted_by[0] if interrupted_by else None,
-            **ids,
+            **ln.ids,
         )
-    dismiss(warden)
+    dismiss(ln.warden)
     if status == "interrupted":
         say(f"run interrupted ({interrupted_by[0]})" + (f": {failure}" if failure else ""))
     elif failure:
@@ -399,23 +506,7 @@ def collect(
     if note:
         say(note)
     if nrank == 0 and manifest and not manifest.get("ranks_traced"):
-        infos = _rank_infos(rd)
-        done = [i.get("steps_completed") for i in infos]
-        if traced_unsaved(infos):
-            say(
-                f"no rank's trace was saved: {traced_unsaved(infos)} (rank-*.info.json), but the command {status} before the profiler wrote it"
-            )
-        elif done:
-            say(
-                f"no rank traced any step: the ranks completed {max(done)} {'iterations' if step_marker else 'optimizer steps'}, "
-                f"the window was {steps[0]}-{steps[1]}"
-            )
-        elif status == "finished":
-            what = f"opened a {step_marker!r} range" if step_marker else "called optimizer.step()"
-            what = "ran until the window's start (or imported torch)" if window else what
-            say(f"no rank traced any step: no process of the command ever {what}")
-        else:
-            say(f"no rank traced any step: the command {status} before any rank recorded an optimizer step")
+        say(_no_step_traced(rd, status, steps, step_marker, window))
     return CollectResult(exit_code=exit_code, run_dir=rd, manifest=manifest, telemetry_note=note)
 
 

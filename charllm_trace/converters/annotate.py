@@ -18,23 +18,13 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.converters import collectives as C
+from charllm_trace.converters.collective_rows import IO, RowInputs, collective_row, kineto_io
 from charllm_trace.converters.kineto_profile import KinetoProfile
 from charllm_trace.converters.lone_collectives import context_key, lone_device_work
 from charllm_trace.core.errors import InputError
 from charllm_trace.core.limits import MAX_RANK
-from charllm_trace.core.model import ATTR_TENSOR_GROUP
 
-#: IO info of a node used for collective sizes: (shapes, types, values) lists.
-IO = tuple[Any, Any, Any]
-
-_ROOT_ARG = {"broadcast": 2, "reduce": 3, "gather": 3, "scatter": 3}
-_PEER_ARG = {"send": 2, "recv": 2}
-
-
-def kineto_io(args: dict[str, Any] | None) -> IO:
-    if not args:
-        return None, None, None
-    return args.get("Input Dims"), args.get("Input type"), args.get("Concrete Inputs")
+__all__ = ["IO", "annotate_collectives", "kineto_io"]
 
 
 def _attach(ev: pl.DataFrame, narrow: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
@@ -76,17 +66,6 @@ class _Tree:
             out.append(p)
             p = int(self.parent[p])
         return out
-
-
-def _marked_group(tree: _Tree, starts: list[int]) -> str | None:
-    """The group named by the innermost ``charllm_pg:<name>`` range around one of ``starts``
-    (``collectors/pg_hook.py`` wraps each collective call in one)."""
-    for s in starts:
-        for a in [s, *tree.ancestors(s)] if s >= 0 else []:
-            name = tree.name_of(a) or ""
-            if name.startswith(C.PG_MARK):
-                return name[len(C.PG_MARK) :] or None
-    return None
 
 
 def _pg_table(prof: KinetoProfile, extra_pgs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -191,24 +170,6 @@ def _gloo_launches(ev: pl.DataFrame, cand: pl.DataFrame, tree: _Tree) -> dict[in
     return gloo_c10d
 
 
-def _tensor_group(
-    info: dict[str, Any], ctype: str | None, c10d_type: str | None, c10d_io: IO | None
-) -> int | None:
-    """The group size implied by the op's own element counts: the comm args' In/Out msg nelems,
-    else the input and output tensors of its c10d op (``c10d::_allgather_base_(output, input)``,
-    ``allgather_(outputs, inputs)``, ``_reduce_scatter_base_(output, input)``, ...)."""
-    if ctype not in ("all_gather", "reduce_scatter"):
-        return None
-    tg = C.group_from_counts(ctype, info.get("in_nelems"), info.get("out_nelems"))
-    if tg is None and c10d_io is not None and c10d_type == ctype and isinstance(c10d_io[0], list):
-        shapes, types, _ = c10d_io
-        types = types if isinstance(types, list) else []
-        out_n, _ = C.first_tensor(shapes[:1], types[:1])
-        in_n, _ = C.first_tensor(shapes[1:], types[1:])
-        tg = C.group_from_counts(ctype, in_n, out_n)
-    return tg
-
-
 #: the largest message size (bytes or elements) a collective may have: 2**50 (a pebibyte)
 MAX_MESSAGE = 1 << 50
 
@@ -239,6 +200,112 @@ def _check_sizes(rows: list[dict[str, Any]], path: str, linked: bool) -> None:
                 raise InputError(path, f"collective (node {rec['id']}): {key} rank {v} is outside any job")
 
 
+def _candidates(ev: pl.DataFrame) -> pl.DataFrame:
+    """The communication nodes: NCCL/RCCL/MSCCL/HCCL kernels, host ``gloo:`` and ``hccl:`` ops."""
+    kinds = ev["kind"]
+    name_s = ev["name"]
+    return ev.select("id", "name", "kind", "on_gpu", "start_ns", "_rt_id", "tid").filter(
+        ((kinds == "kernel") & _contains(name_s, r"(?i)nccl|rccl|msccl|hccl"))
+        | (~pl.col("on_gpu") & (name_s.str.starts_with("gloo:") | name_s.str.starts_with("hccl:")))
+    )
+
+
+def _with_args(comm_args: dict[int, dict[str, Any]], io: dict[int, IO], n: int) -> np.ndarray:
+    """By id: the node has collective comm args or overriding IO info."""
+    with_args = np.zeros(n, dtype=bool)
+    keyed = [i for i in comm_args if C.has_collective_args(comm_args[i])] + list(io)
+    with_args[[i for i in keyed if 0 <= i < len(with_args)]] = True
+    return with_args
+
+
+def _candidate_contexts(cand: pl.DataFrame, tree: _Tree, flags: Any) -> tuple[pl.DataFrame, list[np.ndarray]]:
+    """The context of every candidate at once (a kernel's is its runtime launch's, a gloo op's its
+    own). An hccl: op is the collective itself only when no device kernel ran under it (else it is
+    that kernel's annotation, as nccl: is): such ops are dropped."""
+    kernel = (cand["kind"] == "kernel").to_numpy()
+    starts = np.where(kernel, cand["_rt_id"].fill_null(-1).to_numpy(), cand["id"].to_numpy())
+    ctxs = _contexts(tree, starts, flags)
+    hccl = ~kernel & cand["name"].str.starts_with("hccl:").to_numpy()
+    if hccl.any():
+        keep = ~(hccl & np.isin(cand["id"].to_numpy(), ctxs[1][kernel]))
+        if not keep.all():
+            return cand.filter(pl.Series(keep)), [c[keep] for c in ctxs]
+    return cand, ctxs
+
+
+def _add_lone(
+    ev: pl.DataFrame, cand: pl.DataFrame, ctxs: list[np.ndarray], tree: _Tree, flags: Any
+) -> tuple[pl.DataFrame, list[np.ndarray], set[int], int]:
+    """Add the collectives whose only device work is a copy or a non-library kernel (a one-rank
+    communicator). Returns (candidates, contexts, lone ids, contexts with several device ops)."""
+    lone, lone_ctx, several = lone_device_work(
+        ev, cand["id"].to_numpy(), context_key(list(ctxs)), lambda st: _contexts(tree, st, flags)
+    )
+    lone_ids = set(lone["id"].to_list())
+    if lone_ids:
+        cand = pl.concat([cand, lone])
+        ctxs = [np.r_[a, b] for a, b in zip(ctxs, lone_ctx, strict=True)]
+    return cand, ctxs, lone_ids, several
+
+
+def _c10d_starts(ev: pl.DataFrame, gloo_c10d: dict[int, int]) -> dict[int, int]:
+    """Start of each c10d op that launched a gloo op."""
+    c10d_ids = set(gloo_c10d.values())
+    if not c10d_ids:
+        return {}
+    return dict(ev.select("id", "start_ns").filter(pl.col("id").is_in(list(c10d_ids))).iter_rows())
+
+
+_ROW_SCHEMA = {
+    "id": pl.Int64,
+    "pg_name": pl.String,
+    "node_type": pl.String,
+    "coll_type": pl.String,
+    "comm_bytes": pl.Int64,
+    "dtype": pl.String,
+    "num_elems": pl.Int64,
+    "coll_seq": pl.Int64,
+    "root": pl.Int32,
+    "peer": pl.Int32,
+    "in_split": pl.List(pl.Int64),
+    "out_split": pl.List(pl.Int64),
+    "_size_source": pl.String,
+    "_c10d": pl.Int64,
+    "_start": pl.Int64,
+}
+
+
+def _rows_frame(rows: list[dict[str, Any]], report: dict[str, Any]) -> pl.DataFrame:
+    """The rows as a table in issue order, sequence numbers filled by ordinal per group where the
+    args gave none; the report gets the sequence and size sources."""
+    cf = pl.DataFrame(rows, schema=_ROW_SCHEMA)
+    have_seq = cf["coll_seq"].is_not_null()
+    report["coll_seq_source"] = "args" if have_seq.all() else ("ordinal" if not have_seq.any() else "mixed")
+    cf = cf.sort("_start").with_columns(
+        pl.coalesce(
+            "coll_seq",
+            pl.int_range(0, pl.len(), dtype=pl.Int64).over(pl.col("pg_name").fill_null("")),
+        ).alias("coll_seq")
+    )
+    report["comm_size_sources"] = {str(k): int(v) for k, v in cf.group_by("_size_source").len().iter_rows()}
+    report["comm_without_bytes"] = int(cf["comm_bytes"].is_null().sum())
+    return cf
+
+
+def _merge_rows(ev: pl.DataFrame, cf: pl.DataFrame) -> pl.DataFrame:
+    """Put the collective columns on the events; gloo: the async op is launched by its c10d op."""
+    launch = cf.filter(pl.col("_c10d").is_not_null()).select("id", pl.col("_c10d").alias("_gloo_launch"))
+    cf = cf.drop("_size_source", "_c10d", "_start")
+    cf = cf.rename({"node_type": "_nt"})
+    ev = ev.drop([c for c in cf.columns if c not in ("id", "_nt") and c in ev.columns])
+    ev = _attach(ev, cf, [c for c in cf.columns if c != "id"])
+    ev = ev.with_columns(pl.coalesce("_nt", "node_type").alias("node_type")).drop("_nt")
+    if launch.height:
+        ev = _attach(ev, launch, ["_gloo_launch"])
+        ev = ev.with_columns(pl.coalesce("launch_id", "_gloo_launch").alias("launch_id")).drop("_gloo_launch")
+    return ev
+
+
 def annotate_collectives(
     ev: pl.DataFrame,
     comm_args: dict[int, dict[str, Any]],
@@ -253,249 +320,23 @@ def annotate_collectives(
     """
     io = io or {}
     pgs = _pg_table(prof, extra_pgs or [])
-    ids = ev["id"].to_numpy()
-    parents = ev["parent"].fill_null(-1).to_numpy()
-    tree = _Tree(ids, parents, ev["name"])
-    kinds = ev["kind"]
-    name_s = ev["name"]
-    cand = ev.select("id", "name", "kind", "on_gpu", "start_ns", "_rt_id", "tid").filter(
-        ((kinds == "kernel") & _contains(name_s, r"(?i)nccl|rccl|msccl|hccl"))
-        | (~pl.col("on_gpu") & (name_s.str.starts_with("gloo:") | name_s.str.starts_with("hccl:")))
-    )
-
-    def node_io(i: int) -> IO:
-        if i in io:
-            return io[i]
-        return kineto_io(comm_args.get(i))
-
+    tree = _Tree(ev["id"].to_numpy(), ev["parent"].fill_null(-1).to_numpy(), ev["name"])
+    cand = _candidates(ev)
     gloo_c10d = _gloo_launches(ev, cand, tree)
-    # the context of every candidate at once: a kernel's is its runtime launch's, a gloo op's its own
-    with_args = np.zeros(len(tree.parent), dtype=bool)  # by id
-    keyed = [i for i in comm_args if C.has_collective_args(comm_args[i])] + list(io)
-    with_args[[i for i in keyed if 0 <= i < len(with_args)]] = True
-    kernel = (cand["kind"] == "kernel").to_numpy()
-    starts = np.where(kernel, cand["_rt_id"].fill_null(-1).to_numpy(), cand["id"].to_numpy())
-    flags = _context_flags(name_s, with_args)
-    ctx_rpc, ctx_ann, ctx_c10d = _contexts(tree, starts, flags)
-    # an hccl: op is the collective itself only when no device kernel ran under it (else it is
-    # that kernel's annotation, as nccl: is)
-    hccl = ~kernel & cand["name"].str.starts_with("hccl:").to_numpy()
-    if hccl.any():
-        keep = ~(hccl & np.isin(cand["id"].to_numpy(), ctx_ann[kernel]))
-        if not keep.all():
-            cand, kernel, starts = cand.filter(pl.Series(keep)), kernel[keep], starts[keep]
-            ctx_rpc, ctx_ann, ctx_c10d = ctx_rpc[keep], ctx_ann[keep], ctx_c10d[keep]
-
-    # collectives whose only device work is a copy or a non-library kernel (a one-rank communicator)
-    lone, lone_ctx, several = lone_device_work(
-        ev,
-        cand["id"].to_numpy(),
-        context_key([ctx_rpc, ctx_ann, ctx_c10d]),
-        lambda st: _contexts(tree, st, flags),
-    )
-    lone_ids = set(lone["id"].to_list())
-    if lone_ids:
-        cand = pl.concat([cand, lone])
-        ctx_rpc, ctx_ann, ctx_c10d = (
-            np.r_[a, b] for a, b in zip((ctx_rpc, ctx_ann, ctx_c10d), lone_ctx, strict=True)
-        )
-    c10d_ids = set(gloo_c10d.values())
-    c10d_start = (
-        dict(ev.select("id", "start_ns").filter(pl.col("id").is_in(list(c10d_ids))).iter_rows())
-        if c10d_ids
-        else {}
-    )
-    rows: list[dict[str, Any]] = []
-    unknown_type = 0
-    contexts = zip(ctx_rpc.tolist(), ctx_ann.tolist(), ctx_c10d.tolist(), strict=True)
-    for r, (c_rpc, c_ann, c_c10d) in zip(cand.iter_rows(named=True), contexts, strict=True):
-        i = r["id"]
-        rec: dict[str, Any] = {"id": i}
-        args = comm_args.get(i) or {}
-        ctx = {k: v for k, v in (("rpc", c_rpc), ("ann", c_ann), ("c10d", c_c10d)) if v >= 0}
-        on_host = not r["on_gpu"]
-        if on_host:
-            c = gloo_c10d.get(i)
-            if c is not None:
-                ctx.setdefault("c10d", c)
-                for a in [c, *tree.ancestors(c)]:
-                    if tree.name_of(a) == "record_param_comms" and C.has_collective_args(comm_args.get(a)):
-                        ctx.setdefault("rpc", a)
-                        break
-        # The node's own type: its own comm args, else its own name (gloo:all_reduce, a kernel named
-        # ..._AllReduce_...). The enclosing ops' type (record_param_comms args, c10d:: op, nccl:
-        # annotation) only types a node whose own name names no collective (a SendRecv kernel): a
-        # reduce_scatter that gloo runs as a gloo:all_reduce is an all_reduce here.
-        own_type = (C.coll_type_of(args.get("Collective name")) if args else None) or (
-            None if i in lone_ids else C.coll_type_of(r["name"])
-        )
-        c10d_type = C.coll_type_of(tree.name_of(ctx["c10d"])) if "c10d" in ctx else None
-        ctype = (
-            own_type
-            or (
-                C.coll_type_of(comm_args.get(ctx["rpc"], {}).get("Collective name")) if "rpc" in ctx else None
-            )
-            or c10d_type
-            or (C.coll_type_of(tree.name_of(ctx["ann"])) if "ann" in ctx else None)
-        )
-        if C.has_collective_args(args):
-            info = C.from_args(args, ctype)
-            info["size_source"] = "kernel_args"
-        elif "rpc" in ctx and C.has_collective_args(comm_args.get(ctx["rpc"])):
-            info = C.from_args(comm_args[ctx["rpc"]], ctype, own_type=own_type)
-            info["size_source"] = "record_param_comms_args"
-        else:
-            info = {"coll_type": ctype}
-            # Sizes from the op's own inputs: the gloo op, or the nccl:/rccl: annotation.
-            src = i if on_host else ctx.get("ann")
-            n_in, ty = (None, None)
-            if src is not None:
-                shapes, types, _ = node_io(src)
-                n_in, ty = C.first_tensor(shapes, types)
-            c10d_out = None
-            if "c10d" in ctx and ctype in ("all_gather", "gather"):
-                shapes, types, _ = node_io(ctx["c10d"])
-                # the output (first argument) only: the input would give the per-rank size
-                c10d_out, ty2 = C.first_tensor(
-                    shapes[:1] if isinstance(shapes, list) else None,
-                    types[:1] if isinstance(types, list) else None,
-                )
-                ty = ty or ty2
-            if n_in is None and "c10d" in ctx and ctype not in ("all_gather", "gather"):
-                shapes, types, _ = node_io(ctx["c10d"])
-                # c10d::alltoall_base_ / _reduce_scatter_base_ (output, input, ...): the input
-                skip_out = c10d_type in ("all_to_all", "reduce_scatter")
-                n_in, ty = C.first_tensor(
-                    shapes[1:] if skip_out and isinstance(shapes, list) else shapes,
-                    types[1:] if skip_out and isinstance(types, list) else types,
-                )
-            dt, size = C.dtype_info(ty)
-            info["dtype"] = dt
-            info["in_nelems"] = n_in
-            info["_c10d_out"] = c10d_out
-            info["size_source"] = "inputs" if (n_in is not None or c10d_out is not None) else None
-            info["_elem_size"] = size
-        # Process group: the op's own, else the collector's range around the call (gloo records none)
-        pg_name = info.get("pg_name") or _marked_group(tree, [ctx.get("c10d", -1), ctx.get("ann", -1), i])
-        if pg_name is not None and pg_name not in pgs:
-            pgs[pg_name] = {"desc": info.get("pg_desc"), "ranks": info.get("pg_ranks") or []}
-        elif pg_name is not None:
-            pgs[pg_name]["desc"] = pgs[pg_name]["desc"] or info.get("pg_desc")
-            pgs[pg_name]["ranks"] = pgs[pg_name]["ranks"] or info.get("pg_ranks") or []
-        if pg_name is None and len(pgs) == 1:
-            pg_name = next(iter(pgs))
-        rec["pg_name"] = pg_name
-        ranks = pgs[pg_name]["ranks"] if pg_name in pgs else (info.get("pg_ranks") or [])
-        gsize = (
-            info.get("group_size")
-            or (len(ranks) if ranks else None)
-            or (pgs.get(pg_name, {}).get("size") if pg_name else None)
-        )
-        ctype = info.get("coll_type")
-        if info.get("size_source") in ("inputs", None) and "num_elems" not in info:
-            n_in = info.get("in_nelems")
-            if ctype in ("all_gather", "gather"):
-                n = info.get("_c10d_out") or (n_in * gsize if (n_in is not None and gsize) else None)
-            else:
-                n = C.comm_nelems(ctype, n_in, n_in)
-            info["num_elems"] = n
-            size = info.get("_elem_size")
-            info["comm_bytes"] = (
-                0 if ctype == "barrier" else (n * size if (n is not None and size is not None) else None)
-            )
-        # all-to-all split sizes from c10d::alltoall_base_(output, input, pg, output_split_sizes,
-        # input_split_sizes, ...) when the comm args did not give them.
-        if (
-            ctype == "all_to_all"
-            and c10d_type == "all_to_all"
-            and not info.get("in_split")
-            and not info.get("out_split")
-        ):
-            _, _, values = node_io(ctx["c10d"])
-            if isinstance(values, list) and len(values) > 4:
-                info["out_split"] = C.parse_list(values[3]) or None
-                info["in_split"] = C.parse_list(values[4]) or None
-        # Root / peer from the c10d op's scalar inputs (group ranks -> global ranks), where the c10d
-        # op is the same operation (its signature gives the argument's position).
-        root = peer = None
-        if c10d_type == ctype and ctype in {**_ROOT_ARG, **_PEER_ARG}:
-            _, _, values = node_io(ctx["c10d"])
-            idx = _ROOT_ARG.get(ctype, _PEER_ARG.get(ctype))
-            if isinstance(values, list) and idx is not None and idx < len(values):
-                g = C.as_int(values[idx])
-                if g is not None:
-                    glob = ranks[g] if ranks and 0 <= g < len(ranks) else g
-                    if ctype in _ROOT_ARG:
-                        root = glob
-                    else:
-                        peer = glob
-        tg = _tensor_group(info, ctype, c10d_type, node_io(ctx["c10d"]) if "c10d" in ctx else None)
-        if tg is not None:  # the group size the op's own tensors imply, kept in its attrs
-            comm_args.setdefault(i, {})[ATTR_TENSOR_GROUP] = tg
-        if ctype is None:
-            unknown_type += 1
-        rec.update(
-            node_type=C.node_type_of(ctype),
-            coll_type=ctype,
-            comm_bytes=info.get("comm_bytes"),
-            dtype=None if ctype == "barrier" else info.get("dtype"),
-            num_elems=info.get("num_elems"),
-            coll_seq=info.get("coll_seq"),
-            root=root,
-            peer=peer,
-            in_split=info.get("in_split"),
-            out_split=info.get("out_split"),
-            _size_source=info.get("size_source"),
-            _c10d=ctx.get("c10d") if on_host else None,
-            # issue order: a gloo op is ordered by the c10d op that enqueued it
-            _start=c10d_start.get(ctx.get("c10d", -1), r["start_ns"]) if on_host else r["start_ns"],
-        )
-        rows.append(rec)
-    report: dict[str, Any] = {"comm_nodes": len(rows), "comm_unknown_type": unknown_type}
+    flags = _context_flags(ev["name"], _with_args(comm_args, io, len(tree.parent)))
+    cand, ctxs = _candidate_contexts(cand, tree, flags)
+    cand, ctxs, lone_ids, several = _add_lone(ev, cand, ctxs, tree, flags)
+    d = RowInputs(tree, comm_args, io, pgs, gloo_c10d, lone_ids, _c10d_starts(ev, gloo_c10d))
+    found = zip(*(c.tolist() for c in ctxs), strict=True)
+    rows = [collective_row(d, r, f) for r, f in zip(cand.iter_rows(named=True), found, strict=True)]
+    report: dict[str, Any] = {
+        "comm_nodes": len(rows),
+        "comm_unknown_type": sum(rec["coll_type"] is None for rec in rows),
+    }
     if lone_ids or several:
         report["comm_lone_device_ops"] = len(lone_ids)
         report["comm_contexts_several_device_ops"] = several
     if not rows:
         return ev, report, pgs
     _check_sizes(rows, prof.path, bool(io))
-    cf = pl.DataFrame(
-        rows,
-        schema={
-            "id": pl.Int64,
-            "pg_name": pl.String,
-            "node_type": pl.String,
-            "coll_type": pl.String,
-            "comm_bytes": pl.Int64,
-            "dtype": pl.String,
-            "num_elems": pl.Int64,
-            "coll_seq": pl.Int64,
-            "root": pl.Int32,
-            "peer": pl.Int32,
-            "in_split": pl.List(pl.Int64),
-            "out_split": pl.List(pl.Int64),
-            "_size_source": pl.String,
-            "_c10d": pl.Int64,
-            "_start": pl.Int64,
-        },
-    )
-    have_seq = cf["coll_seq"].is_not_null()
-    report["coll_seq_source"] = "args" if have_seq.all() else ("ordinal" if not have_seq.any() else "mixed")
-    cf = cf.sort("_start").with_columns(
-        pl.coalesce(
-            "coll_seq",
-            pl.int_range(0, pl.len(), dtype=pl.Int64).over(pl.col("pg_name").fill_null("")),
-        ).alias("coll_seq")
-    )
-    report["comm_size_sources"] = {str(k): int(v) for k, v in cf.group_by("_size_source").len().iter_rows()}
-    report["comm_without_bytes"] = int(cf["comm_bytes"].is_null().sum())
-    # gloo: the async op is launched by its c10d op.
-    launch = cf.filter(pl.col("_c10d").is_not_null()).select("id", pl.col("_c10d").alias("_gloo_launch"))
-    cf = cf.drop("_size_source", "_c10d", "_start")
-    cf = cf.rename({"node_type": "_nt"})
-    ev = ev.drop([c for c in cf.columns if c not in ("id", "_nt") and c in ev.columns])
-    ev = _attach(ev, cf, [c for c in cf.columns if c != "id"])
-    ev = ev.with_columns(pl.coalesce("_nt", "node_type").alias("node_type")).drop("_nt")
-    if launch.height:
-        ev = _attach(ev, launch, ["_gloo_launch"])
-        ev = ev.with_columns(pl.coalesce("launch_id", "_gloo_launch").alias("launch_id")).drop("_gloo_launch")
-    return ev, report, pgs
+    return _merge_rows(ev, _rows_frame(rows, report)), report, pgs

@@ -27,6 +27,8 @@ from typing import Any
 
 import orjson
 
+from charllm_trace.core.numbers import int_value
+
 # Element sizes by every spelling we meet: Kineto ``dtype`` (c10 ScalarType names),
 # Kineto ``Input type`` (C++ type names), host-ET ``Tensor(<type>)``.
 #: The range the collector puts around a collective call, named after its process group
@@ -208,18 +210,8 @@ def parse_list(v: Any) -> list[int] | None:
 
 
 def as_int(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, str):
-        try:
-            return int(v)
-        except ValueError:
-            return None
-    return None
+    """An integer field of a collective's args: a bool is none, a string decimal."""
+    return int_value(v)
 
 
 def numel(shape: Any) -> int | None:

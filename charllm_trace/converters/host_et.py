@@ -139,7 +139,8 @@ def parse_host_et(doc: dict[str, Any], path: str | os.PathLike[str]) -> HostET:
         ) from None
 
 
-def _parse_host_et(doc: dict[str, Any], path: str | os.PathLike[str]) -> HostET:
+def _schema(doc: dict[str, Any], path: str | os.PathLike[str]) -> str | None:
+    """The document's schema version, after checking it is a host ET of a version read here."""
     if not is_host_et(doc):
         if is_kineto(doc):
             raise InputError(path, "is a Kineto profile, not a host execution trace")
@@ -150,6 +151,52 @@ def _parse_host_et(doc: dict[str, Any], path: str | os.PathLike[str]) -> HostET:
             path,
             f"host ET schema {doc.get('schema')!r} is not supported (charllm-trace reads 1.0.x and 1.1.x)",
         )
+    return schema
+
+
+def _node_fields(n: dict[str, Any]) -> tuple[Any, ...]:
+    """(input values, shapes, types, output values, shapes, types, parent, rf_id, tid, scope,
+    extra attributes) of a node in either schema."""
+    if isinstance(n.get("inputs"), dict):  # 1.1.x
+        am = _attr_map(n)
+        iv = n["inputs"].get("values", [])
+        ish = n["inputs"].get("shapes", [])
+        ity = n["inputs"].get("types", [])
+        o = n.get("outputs") or {}
+        ov, osh, oty = o.get("values", []), o.get("shapes", []), o.get("types", [])
+        extra = {k: v for k, v in am.items() if k not in ("rf_id", "tid")}
+        return (
+            iv,
+            ish,
+            ity,
+            ov,
+            osh,
+            oty,
+            n.get("ctrl_deps"),
+            am.get("rf_id"),
+            am.get("tid"),
+            am.get("scope"),
+            extra,
+        )
+    iv, ish, ity = n.get("inputs", []), n.get("input_shapes", []), n.get("input_types", [])
+    ov, osh, oty = n.get("outputs", []), n.get("output_shapes", []), n.get("output_types", [])
+    extra = {k: n[k] for k in ("fw_parent", "seq_id", "scope", "fw_tid", "op_schema") if k in n}
+    return iv, ish, ity, ov, osh, oty, n.get("parent"), n.get("rf_id"), n.get("tid"), n.get("scope"), extra
+
+
+def _process_groups(iv: Any) -> list[dict[str, Any]]:
+    """The process groups in a ``PG_INIT`` node's first input (JSON text)."""
+    if not (iv and isinstance(iv[0], str)):
+        return []
+    try:
+        v = orjson.loads(iv[0])
+    except orjson.JSONDecodeError:
+        v = None
+    return [p for p in v if isinstance(p, dict)] if isinstance(v, list) else []
+
+
+def _parse_host_et(doc: dict[str, Any], path: str | os.PathLike[str]) -> HostET:
+    schema = _schema(doc, path)
     raw = node_objects(path, doc["nodes"])
     _check_ids(path, raw)
     check_fields(path, raw)
@@ -160,22 +207,7 @@ def _parse_host_et(doc: dict[str, Any], path: str | os.PathLike[str]) -> HostET:
     pgs: list[dict[str, Any]] = []
     for n in raw:
         nid = n["id"]
-        am = _attr_map(n)
-        if isinstance(n.get("inputs"), dict):  # 1.1.x
-            iv = n["inputs"].get("values", [])
-            ish = n["inputs"].get("shapes", [])
-            ity = n["inputs"].get("types", [])
-            o = n.get("outputs") or {}
-            ov, osh, oty = o.get("values", []), o.get("shapes", []), o.get("types", [])
-            parent = n.get("ctrl_deps")
-            extra = {k: v for k, v in am.items() if k not in ("rf_id", "tid")}
-            rf, tid, scope = am.get("rf_id"), am.get("tid"), am.get("scope")
-        else:  # 1.0.x
-            iv, ish, ity = n.get("inputs", []), n.get("input_shapes", []), n.get("input_types", [])
-            ov, osh, oty = n.get("outputs", []), n.get("output_shapes", []), n.get("output_types", [])
-            parent = n.get("parent")
-            rf, tid, scope = n.get("rf_id"), n.get("tid"), n.get("scope")
-            extra = {k: n[k] for k in ("fw_parent", "seq_id", "scope", "fw_tid", "op_schema") if k in n}
+        iv, ish, ity, ov, osh, oty, parent, rf, tid, scope, extra = _node_fields(n)
         name = str(n.get("name", ""))
         ids.append(nid)
         names.append(name)
@@ -199,13 +231,8 @@ def _parse_host_et(doc: dict[str, Any], path: str | os.PathLike[str]) -> HostET:
         _tensor_keys(ov, ks)
         t_out_node.extend([nid] * len(ks))
         t_out_key.extend(ks)
-        if name == PG_INIT and iv and isinstance(iv[0], str):
-            try:
-                v = orjson.loads(iv[0])
-            except orjson.JSONDecodeError:
-                v = None
-            if isinstance(v, list):
-                pgs.extend(p for p in v if isinstance(p, dict))
+        if name == PG_INIT:
+            pgs.extend(_process_groups(iv))
     io_struct = pl.Struct({"values": pl.String, "shapes": pl.String, "types": pl.String})
     nodes = pl.DataFrame(
         {

@@ -66,20 +66,17 @@ _Args = msgspec.defstruct(  # type: ignore[misc]
 )
 
 
-_Event = msgspec.defstruct(  # type: ignore[misc]
-    "_Event",
-    [
-        ("ph", Any, None),
-        ("cat", Any, None),
-        ("name", Any, None),
-        ("pid", Any, None),
-        ("tid", Any, None),
-        ("ts", msgspec.Raw, msgspec.Raw()),
-        ("dur", msgspec.Raw, msgspec.Raw()),
-        ("args", _Args | None, None),
-    ],
-    gc=False,
-)
+#: the fields of an event kept (``ph`` aside)
+_EVENT_FIELDS = [
+    ("cat", Any, None),
+    ("name", Any, None),
+    ("pid", Any, None),
+    ("tid", Any, None),
+    ("ts", msgspec.Raw, msgspec.Raw()),
+    ("dur", msgspec.Raw, msgspec.Raw()),
+    ("args", _Args | None, None),
+]
+_Event = msgspec.defstruct("_Event", [("ph", Any, None), *_EVENT_FIELDS], gc=False)  # type: ignore[misc]
 
 
 # Fast decode: events tagged by ``ph``; only complete events ("X") keep fields, every other phase
@@ -108,21 +105,7 @@ _PHASES = (
     "S",
     "F",
 )
-_XEvent = msgspec.defstruct(  # type: ignore[misc]
-    "_XEvent",
-    [
-        ("cat", Any, None),
-        ("name", Any, None),
-        ("pid", Any, None),
-        ("tid", Any, None),
-        ("ts", msgspec.Raw, msgspec.Raw()),
-        ("dur", msgspec.Raw, msgspec.Raw()),
-        ("args", _Args | None, None),
-    ],
-    gc=False,
-    tag_field="ph",
-    tag="X",
-)
+_XEvent = msgspec.defstruct("_XEvent", _EVENT_FIELDS, gc=False, tag_field="ph", tag="X")  # type: ignore[misc]
 _FAST_EVENT: Any = _XEvent
 _SKIP: dict[str, Any] = {}
 for _ph in _PHASES:
@@ -366,39 +349,7 @@ class Columns:
         return d
 
     def add_msgspec(self, data: Any) -> int:
-        path = self.path
-        try:
-            evs = self.fast.decode(data)
-            n_raw = len(evs)
-            if any(e.__class__ is _SKIP_META for e in evs):
-                self.procs.add_batch(data)
-            xs = [
-                e
-                for e in evs
-                if e.__class__ is _XEvent and not (type(e.cat) is str and e.cat in _SKIP_SPELLINGS)
-            ]
-        except UnicodeDecodeError as exc:
-            raise InputError(path, f"invalid UTF-8 in traceEvents ({exc.reason})") from None
-        except RecursionError:
-            raise InputError(path, "JSON nested too deeply in traceEvents") from None
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            try:
-                evs = self.dec.decode(data)
-            except (UnicodeDecodeError, RecursionError) as exc:
-                why = "nested too deeply" if isinstance(exc, RecursionError) else "invalid UTF-8"
-                raise InputError(path, f"{why} in traceEvents") from None
-            except msgspec.ValidationError as exc:
-                raise InputError(path, f"malformed Kineto event: {str(exc).splitlines()[0]}") from None
-            except msgspec.DecodeError as exc:  # offsets in the message would be within the batch
-                msg = re.sub(r" \(byte \d+\)$", "", str(exc).splitlines()[0])
-                raise InputError(
-                    path, f"not valid JSON (truncated or corrupt?): {msg} in traceEvents"
-                ) from None
-            n_raw = len(evs)
-            if any(e.ph == "M" for e in evs):
-                self.procs.add_batch(data)
-            xs = [e for e in evs if e.ph == "X" and not (type(e.cat) is str and e.cat in _SKIP_SPELLINGS)]
-        del evs
+        n_raw, xs = self._decode_events(data)
         self.n_raw += n_raw
         name_codes = self.names.encode(list(map(_get["name"], xs)))
         cat_codes = self.cats.encode(list(map(_get["cat"], xs)))
@@ -413,10 +364,57 @@ class Columns:
             args = [_NO_ARGS if a is None else a for a in args]
         for key in INT_COLUMNS:
             owner = xs if key in ("pid", "tid") else args
-            s = _int_series(list(map(_get[key], owner)), path, key)
+            s = _int_series(list(map(_get[key], owner)), self.path, key)
             self.int_parts[key].append((s.fill_null(0).to_numpy(), s.is_not_null().to_numpy()))
-        self.ts_parts.append(_us_col(path, xs, "ts"))
-        self.dur_parts.append(_us_col(path, xs, "dur"))
+        self.ts_parts.append(_us_col(self.path, xs, "ts"))
+        self.dur_parts.append(_us_col(self.path, xs, "dur"))
+        self._keep_args(name_codes, cat_codes, args)
+        self.row0 += len(xs)
+        del xs, args  # the comm args' Raw values may be views of ``data``: gone now
+        return n_raw
+
+    def _decode_events(self, data: Any) -> tuple[int, list[Any]]:
+        """(events in the batch, its complete events outside the skipped categories): decoded by
+        the fast decoder, else (a batch it refuses) by the general one, whose errors name the
+        problem."""
+        path = self.path
+        try:
+            evs = self.fast.decode(data)
+            if any(e.__class__ is _SKIP_META for e in evs):
+                self.procs.add_batch(data)
+            return len(evs), [
+                e
+                for e in evs
+                if e.__class__ is _XEvent and not (type(e.cat) is str and e.cat in _SKIP_SPELLINGS)
+            ]
+        except UnicodeDecodeError as exc:
+            raise InputError(path, f"invalid UTF-8 in traceEvents ({exc.reason})") from None
+        except RecursionError:
+            raise InputError(path, "JSON nested too deeply in traceEvents") from None
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            pass
+        evs = self._decode_general(data)
+        if any(e.ph == "M" for e in evs):
+            self.procs.add_batch(data)
+        return len(evs), [
+            e for e in evs if e.ph == "X" and not (type(e.cat) is str and e.cat in _SKIP_SPELLINGS)
+        ]
+
+    def _decode_general(self, data: Any) -> list[Any]:
+        path = self.path
+        try:
+            return self.dec.decode(data)
+        except (UnicodeDecodeError, RecursionError) as exc:
+            why = "nested too deeply" if isinstance(exc, RecursionError) else "invalid UTF-8"
+            raise InputError(path, f"{why} in traceEvents") from None
+        except msgspec.ValidationError as exc:
+            raise InputError(path, f"malformed Kineto event: {str(exc).splitlines()[0]}") from None
+        except msgspec.DecodeError as exc:  # offsets in the message would be within the batch
+            msg = re.sub(r" \(byte \d+\)$", "", str(exc).splitlines()[0])
+            raise InputError(path, f"not valid JSON (truncated or corrupt?): {msg} in traceEvents") from None
+
+    def _keep_args(self, name_codes: np.ndarray, cat_codes: np.ndarray, args: list[Any]) -> None:
+        """The args kept by row: communication ops', shape-carrying ops' and sync events'."""
         for i in self._comm_rows(name_codes, cat_codes).tolist():
             self.comm_args[self.row0 + i] = _comm_dict(args[i])
         for i in self._shape_rows(name_codes, cat_codes).tolist():
@@ -430,9 +428,6 @@ class Columns:
                 d = _sync_dict(args[i])
                 if d:
                     self.comm_args[self.row0 + i] = d
-        self.row0 += len(xs)
-        del xs, args  # the comm args' Raw values may be views of ``data``: gone now
-        return n_raw
 
     def finish(self, top: Top) -> KinetoProfile:
         base_ns = base_time_ns(self.path, top.baseTimeNanoseconds)

@@ -41,6 +41,7 @@ from charllm_trace.converters.kineto_checks import (
 from charllm_trace.converters.kineto_devices import ProcessNames, mark_device_activity
 from charllm_trace.core.errors import InputError
 from charllm_trace.core.event_limit import check_event_count, max_events
+from charllm_trace.core.numbers import int_value
 
 #: Kineto category (lower-cased) -> (kind, on_gpu). Categories not listed become kind "other" (CPU).
 CATEGORY_KIND: dict[str, tuple[str, bool]] = {
@@ -237,24 +238,14 @@ def _device_properties(raw: Any) -> list[dict[str, Any]]:
 
 
 def int_or_none(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return int(v)
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, str):
-        try:
-            return int(v, 0)
-        except ValueError:
-            return None
-    return None
+    """An id of a Kineto event: a bool is 0 / 1, a string may carry a 0x / 0o / 0b prefix."""
+    return int_value(v, True, 0)
 
 
 def checked_ints(path: str | os.PathLike[str], key: str, values: list[Any]) -> list[int | None]:
     """The id column ``key`` (pid, tid, args.correlation ...) of events, each value read by
     ``int_or_none``; ``InputError`` for a value beyond int64 or given but not an integer."""
-    ints = [int_or_none(v) for v in values]
+    ints = [int_value(v, True, 0) for v in values]  # int_or_none, one call a value
     big = next((v for v in ints if v is not None and not -(2**63) <= v < 2**63), None)
     if big is not None:
         raise InputError(path, f"Kineto event {key} {big} is beyond a 64-bit integer")

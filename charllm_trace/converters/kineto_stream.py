@@ -102,80 +102,104 @@ def _read_stream(path: str | os.PathLike[str], stream: Any) -> KinetoProfile:
         trim_heap()
 
 
+class _Splitter:
+    """The scan of the document as its chunks come: the events of traceEvents are decoded into
+    ``cols`` as their separators are framed; everything else goes to ``skel``."""
+
+    def __init__(self, path: str | os.PathLike[str], cols: Columns) -> None:
+        self.path = path
+        self.cols = cols
+        self.buf = bytearray()  # unprocessed bytes, from absolute offset buf_off
+        self.buf_off = 0
+        self.skel = bytearray()  # the document without the events of traceEvents
+        self.skel_to = 0  # absolute offset up to which the bytes outside the events went to skel
+        self.inside = False  # within the traceEvents list
+        self.streamed = False
+        self.ev_from = 0  # absolute offset of the "[" or "," before the events not decoded yet
+        self.list_open = -1  # absolute offset of the "[" of traceEvents
+        self.recent: list[tuple[int, int]] = []  # the last depth-1 events (position, byte)
+
+    def scan(self, pos: np.ndarray, code: np.ndarray, dep: np.ndarray) -> None:
+        """Handle the framing events of the chunk just appended to ``buf``, then drop the bytes
+        that are done with."""
+        i, m = 0, len(pos)
+        while i < m:
+            i = self._events(pos, code, i, m) if self.inside else self._outside(pos, code, dep, i)
+        if self.inside:
+            keep = self.ev_from - self.buf_off
+        else:
+            self.skel += self.buf[self.skel_to - self.buf_off :]
+            keep = len(self.buf)
+            self.skel_to = self.buf_off + keep
+        self.buf = self.buf[keep:]  # a fresh buffer (the old one may still be exported to a dying view)
+        self.buf_off += keep
+
+    def _events(self, pos: np.ndarray, code: np.ndarray, i: int, m: int) -> int:
+        """Decode the events up to the next non-comma (only the list's commas, at depth 2, and its
+        closing bracket can come here); returns where the scan goes on."""
+        rest = np.flatnonzero(code[i:] != _COMMA)
+        j = i + int(rest[0]) if rest.size else m
+        bounds = [self.ev_from, *pos[i:j].tolist()]
+        close = int(pos[j]) if j < m else None
+        if close is not None:
+            if code[j] != _CLOSE_LIST:
+                raise InputError(
+                    self.path, "not valid JSON (truncated or corrupt?): mismatched brackets in traceEvents"
+                )
+            bounds.append(close)
+        _decode_spans(self.path, self.cols, self.buf, self.buf_off, bounds, close is not None, self.list_open)
+        if close is None:
+            self.ev_from = bounds[-1]
+            return m
+        self.inside = False
+        self.skel_to = close  # the "]" goes to skel
+        return j + 1
+
+    def _outside(self, pos: np.ndarray, code: np.ndarray, dep: np.ndarray, i: int) -> int:
+        """A framing event outside traceEvents: the list opens after its key at depth 1."""
+        p, c = int(pos[i]), int(code[i])
+        d = int(dep[i])
+        if d > 1:
+            return i + 1
+        if (
+            c == _OPEN_LIST
+            and d == 1
+            and _is_trace_events_key(self.recent, self.skel, self.buf, self.buf_off, self.skel_to)
+        ):
+            if self.streamed:
+                raise InputError(self.path, "unexpected Kineto profile layout: two traceEvents lists")
+            self.skel += self.buf[self.skel_to - self.buf_off : p + 1 - self.buf_off]
+            self.skel_to = p + 1
+            self.inside = self.streamed = True
+            self.ev_from = self.list_open = p
+        self.recent.append((p, c))
+        if len(self.recent) > 3:
+            del self.recent[0]
+        return i + 1
+
+
 def _read_columns(path: str | os.PathLike[str], stream: Any, cols: Columns) -> KinetoProfile:
     from charllm_trace.converters import jsonframe
 
-    buf = bytearray()  # unprocessed bytes, from absolute offset buf_off
-    buf_off = 0
-    skel = bytearray()  # the document without the events of traceEvents
-    skel_to = 0  # absolute offset up to which the bytes outside the events went to skel
-    inside = False  # within the traceEvents list
-    streamed = False
-    ev_from = 0  # absolute offset of the "[" or "," before the events not decoded yet
-    list_open = -1  # absolute offset of the "[" of traceEvents
-    recent: list[tuple[int, int]] = []  # the last depth-1 events (position, byte)
+    sp = _Splitter(path, cols)
     got_any = False
     # closed here, not when an error's traceback lets go of it: the reading thread stops first
     with closing(_prefetched(_scanned_chunks(stream, jsonframe))) as chunks:
         for chunk, pos, code, dep in chunks:
             got_any = True
-            buf += chunk
+            sp.buf += chunk
             del chunk
-            i, m = 0, len(pos)
-            while i < m:
-                if inside:
-                    # only the list's commas (depth 2) and its closing bracket can come here
-                    rest = np.flatnonzero(code[i:] != _COMMA)
-                    j = i + int(rest[0]) if rest.size else m
-                    bounds = [ev_from, *pos[i:j].tolist()]
-                    close = int(pos[j]) if j < m else None
-                    if close is not None:
-                        if code[j] != _CLOSE_LIST:
-                            raise InputError(
-                                path,
-                                "not valid JSON (truncated or corrupt?): mismatched brackets in traceEvents",
-                            )
-                        bounds.append(close)
-                    _decode_spans(path, cols, buf, buf_off, bounds, close is not None, list_open)
-                    if close is not None:
-                        inside = False
-                        skel_to = close  # the "]" goes to skel
-                        i = j + 1
-                    else:
-                        ev_from = bounds[-1]
-                        i = m
-                    continue
-                p, c = int(pos[i]), int(code[i])
-                d = int(dep[i])
-                if d <= 1:
-                    if (
-                        c == _OPEN_LIST
-                        and d == 1
-                        and _is_trace_events_key(recent, skel, buf, buf_off, skel_to)
-                    ):
-                        if streamed:
-                            raise InputError(path, "unexpected Kineto profile layout: two traceEvents lists")
-                        skel += buf[skel_to - buf_off : p + 1 - buf_off]
-                        skel_to = p + 1
-                        inside = streamed = True
-                        ev_from = list_open = p
-                    recent.append((p, c))
-                    if len(recent) > 3:
-                        del recent[0]
-                i += 1
-            if inside:
-                keep = ev_from - buf_off
-            else:
-                skel += buf[skel_to - buf_off :]
-                keep = len(buf)
-                skel_to = buf_off + keep
-            buf = buf[keep:]  # a fresh buffer (the old one may still be exported to a dying view)
-            buf_off += keep
+            sp.scan(pos, code, dep)
     if not got_any:
         raise InputError(path, "file holds no data")
     trim_heap()  # the decoded events' Python objects are gone: give their pages back
-    top = decode_top(skel, path)
-    del skel
+    top = decode_top(sp.skel, path)
+    sp.skel = bytearray()
+    return _finish(path, cols, top, sp.streamed)
+
+
+def _finish(path: str | os.PathLike[str], cols: Columns, top: Any, streamed: bool) -> KinetoProfile:
+    """The profile from the columns and the document's other keys (``top``)."""
     if top.traceEvents is None:
         if len(top.nodes):
             raise InputError(path, "is a host execution trace, not a Kineto profile")

@@ -9,7 +9,6 @@ number in their name, paired per rank, and converted in parallel worker processe
 
 from __future__ import annotations
 
-import gzip
 import json
 import multiprocessing
 import os
@@ -123,16 +122,11 @@ class RankFiles:
 
 
 def _peek(p: Path) -> bytes:
-    from charllm_trace.core.files import open_regular
+    from charllm_trace.core.files import head_bytes, open_regular
 
     try:
         with open_regular(p, "a trace file") as fh:
-            head = fh.read(2)
-            fh.seek(0)
-            if head == b"\x1f\x8b":
-                with gzip.open(fh) as g:
-                    return g.read(PEEK_BYTES)
-            return fh.read(PEEK_BYTES)
+            return head_bytes(fh, PEEK_BYTES)
     except (OSError, EOFError, zlib.error) as exc:
         raise InputError(p, f"cannot read (corrupt or truncated gzip?): {exc}") from None
 

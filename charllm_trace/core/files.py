@@ -15,6 +15,7 @@ Every reader opens its input through here:
 from __future__ import annotations
 
 import errno
+import gzip
 import os
 import stat
 import zlib
@@ -153,6 +154,17 @@ def read_regular(path: str | os.PathLike[str], what: str = "a file") -> bytes:
             return fh.read()
         except OSError as exc:
             raise _os_error(p, exc) from None
+
+
+def head_bytes(fh: BinaryIO, n: int) -> bytes:
+    """The first ``n`` bytes of the file ``fh`` (open at its start), decompressed when they are
+    gzip (known by the magic number)."""
+    head = fh.read(2)
+    fh.seek(0)
+    if head == GZIP_MAGIC:
+        with gzip.open(fh) as g:
+            return g.read(n)
+    return fh.read(n)
 
 
 def read_maybe_gzipped(

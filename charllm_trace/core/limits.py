@@ -6,6 +6,8 @@ instead of exhausting memory. Each reader or option parser that enforces one nam
 
 from __future__ import annotations
 
+import re
+
 #: ranks are numbered below this (2**20, far beyond any job): bounds what ``--ranks`` may list
 #: (``analyze``, ``collect``) before anything is built from it
 MAX_RANK = 1 << 20
@@ -15,12 +17,21 @@ MAX_RANK = 1 << 20
 MAX_TELEMETRY_ROWS = 1 << 24
 
 
+def parse_span(text: str) -> tuple[int, int] | None:
+    """``"A"`` or ``"A-B"`` (spaces allowed around the numbers) as (A, B), (A, A) for one number;
+    None when the text is neither (a range that runs backwards is returned as it is)."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
+    if not m:
+        return None
+    lo = int(m.group(1))
+    return lo, int(m.group(2)) if m.group(2) is not None else lo
+
+
 def parse_ranks(text: str | None) -> list[int] | None:
     """A ``--ranks`` value (``analyze``, ``collect``): ``"all"`` or nothing -> None;
     ``"0,8,16-18"`` -> [0, 8, 16, 17, 18] (sorted, each once). Ranks at or above
     :data:`MAX_RANK`, backward ranges and more than :data:`MAX_RANK` listed ranks are a
     ``UsageError`` (one line) before anything is built."""
-    import re
 
     from charllm_trace.core.errors import UsageError
 
@@ -30,11 +41,10 @@ def parse_ranks(text: str | None) -> list[int] | None:
     spans: list[tuple[int, int]] = []
     listed = 0
     for part in t.split(","):
-        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
-        if not m:
+        span = parse_span(part)
+        if span is None:
             raise UsageError(f"--ranks {text!r}: expected a list like 0,8,16-18 or 'all'")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
+        lo, hi = span
         if hi < lo:
             raise UsageError(f"--ranks {text!r}: the range {part.strip()} runs backwards")
         if hi >= MAX_RANK:

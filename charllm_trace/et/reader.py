@@ -308,6 +308,53 @@ def et_files(path: Path) -> list[Path]:
     return trace_entries(path, (".et", ".et.gz"))
 
 
+def _file_rank(trace: Trace, f: Path) -> int:
+    """The rank of a file: ``charllm.rank`` from its header, else the number in its name (noted
+    in the trace's ``extra``)."""
+    rank = trace.meta.rank
+    if rank is not None:
+        return rank
+    rank = rank_from_name(f.name)
+    if rank is None:
+        raise InputError(
+            f,
+            "cannot tell its rank: no charllm.rank in the header and no number in the file name (name it rank-<N>.et)",
+        )
+    trace.meta.rank = rank
+    trace.meta.extra["rank_from"] = "file name"
+    return rank
+
+
+class _OneRun:
+    """The world size and manifest the files read so far agree on (with the file that said so);
+    a file that disagrees mixes two runs."""
+
+    def __init__(self) -> None:
+        self.world: int | None = None
+        self.world_from: Path | None = None
+        self.manifest: dict | None = None
+        self.manifest_from: Path | None = None
+
+    def add(self, f: Path, ws: int | None, man: dict | None) -> None:
+        if ws is not None:
+            if self.world is not None and ws != self.world:
+                raise InputError(
+                    f,
+                    f"mixes two runs: world size {ws} but {self.world_from.name if self.world_from else '?'} says {self.world}",
+                )
+            self.world, self.world_from = ws, f
+        if man is None:
+            return
+        if self.manifest is not None and man.get("run_id") != self.manifest.get("run_id"):
+            raise InputError(
+                f,
+                f"mixes two runs: run id {man.get('run_id')!r} but "
+                f"{self.manifest_from.name if self.manifest_from else '?'} has {self.manifest.get('run_id')!r}",
+            )
+        if self.manifest is None:
+            self.manifest, self.manifest_from = man, f
+
+
 def read_et_dir(
     path: str | os.PathLike[str], *, cache: bool = True, only: Collection[int] | None = None
 ) -> Run:
@@ -333,48 +380,21 @@ def read_et_dir(
         files = [f for f in files if rank_from_name(f.name) in keep or rank_from_name(f.name) is None]
     traces: dict[int, Trace] = {}
     origin: dict[int, Path] = {}
-    manifest: dict | None = None
-    manifest_from: Path | None = None
-    world: int | None = None
-    world_from: Path | None = None
+    run = _OneRun()
     for f in files:
         trace, man = read_et_with_manifest(f, cache=cache)
-        rank = trace.meta.rank
-        if rank is None:
-            rank = rank_from_name(f.name)
-            if rank is None:
-                raise InputError(
-                    f,
-                    "cannot tell its rank: no charllm.rank in the header and no number in the file name (name it rank-<N>.et)",
-                )
-            trace.meta.rank = rank
-            trace.meta.extra["rank_from"] = "file name"
+        rank = _file_rank(trace, f)
         if rank in traces:
             raise InputError(f, f"mixes two runs: rank {rank} again (also in {origin[rank].name})")
-        ws = trace.meta.world_size
-        if ws is not None:
-            if world is not None and ws != world:
-                raise InputError(
-                    f,
-                    f"mixes two runs: world size {ws} but {world_from.name if world_from else '?'} says {world}",
-                )
-            world, world_from = ws, f
-        if man is not None:
-            if manifest is not None and man.get("run_id") != manifest.get("run_id"):
-                raise InputError(
-                    f,
-                    f"mixes two runs: run id {man.get('run_id')!r} but "
-                    f"{manifest_from.name if manifest_from else '?'} has {manifest.get('run_id')!r}",
-                )
-            if manifest is None:
-                manifest, manifest_from = man, f
+        run.add(f, trace.meta.world_size, man)
         traces[rank] = trace
         origin[rank] = f
     one_producer(traces, origin)
+    world = run.world
     if world is not None:
         outside = [r for r in traces if r >= world]
         if outside:
             raise InputError(origin[outside[0]], f"rank {outside[0]} is outside the world size {world}")
     if only is not None:
         traces = {r: t for r, t in traces.items() if r in keep}
-    return Run(traces=traces, manifest=manifest or {}, source=str(d))
+    return Run(traces=traces, manifest=run.manifest or {}, source=str(d))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -105,25 +106,34 @@ def check_times(trace: Any, path: str | os.PathLike[str] | None) -> None:
         | (pl.col("start_ns") < 0)
         | (pl.col("start_ns") > MAX_ABS_START_NS)
     )
-    if bad.height:
-        r = bad.row(0, named=True)
-        if r["dur_ns"] is not None and r["dur_ns"] < 0:
-            what = f"a negative duration ({r['dur_ns']} ns)"
-        elif r["start_ns"] < 0:  # before 1970: spans between such starts and real ones pass int64
-            what = f"a negative start ({r['start_ns']} ns, before 1970)"
-        else:
-            what = f"start {r['start_ns']} ns and duration {r['dur_ns']} ns, beyond any real trace"
-        raise InputError(path, f"node {r['id']} ({r['name']!r:.60}) has {what} ({bad.height:,} such nodes)")
+    _refuse_first(bad, path, _time_problem)
     _check_node_types(nodes, path)
     if "comm_bytes" in nodes.columns:
-        neg = nodes.filter(pl.col("comm_bytes") < 0)
-        if neg.height:
-            r = neg.row(0, named=True)
-            raise InputError(
-                path,
-                f"node {r['id']} ({r['name']!r:.60}) has a negative comm_size ({r['comm_bytes']} bytes; "
-                f"{neg.height:,} such nodes)",
-            )
+        _refuse_first(
+            nodes.filter(pl.col("comm_bytes") < 0),
+            path,
+            lambda r, n: f"a negative comm_size ({r['comm_bytes']} bytes; {n:,} such nodes)",
+        )
+
+
+def _time_problem(r: dict[str, Any], n: int) -> str:
+    if r["dur_ns"] is not None and r["dur_ns"] < 0:
+        what = f"a negative duration ({r['dur_ns']} ns)"
+    elif r["start_ns"] < 0:  # before 1970: spans between such starts and real ones pass int64
+        what = f"a negative start ({r['start_ns']} ns, before 1970)"
+    else:
+        what = f"start {r['start_ns']} ns and duration {r['dur_ns']} ns, beyond any real trace"
+    return f"{what} ({n:,} such nodes)"
+
+
+def _refuse_first(
+    bad: pl.DataFrame, path: str | os.PathLike[str] | None, problem: Callable[[dict[str, Any], int], str]
+) -> None:
+    """``InputError`` naming the first of the ``bad`` nodes and, by ``problem`` (its row, how many
+    are bad), what is wrong with them; nothing when there are none."""
+    if bad.height:
+        r = bad.row(0, named=True)
+        raise InputError(path, f"node {r['id']} ({r['name']!r:.60}) has {problem(r, bad.height)}")
 
 
 def _check_node_types(nodes: pl.DataFrame, path: str | os.PathLike[str] | None) -> None:
@@ -131,14 +141,11 @@ def _check_node_types(nodes: pl.DataFrame, path: str | os.PathLike[str] | None) 
     as INVALID_NODE, which no converter writes, and its node silently counted as nothing."""
     if "node_type" not in nodes.columns:
         return
-    bad = nodes.filter(pl.col("node_type") == "INVALID")
-    if bad.height:
-        r = bad.row(0, named=True)
-        raise InputError(
-            path,
-            f"node {r['id']} ({r['name']!r:.60}) has no Chakra node type (INVALID_NODE or a number "
-            f"past COMM_COLL_NODE; {bad.height:,} such nodes)",
-        )
+    _refuse_first(
+        nodes.filter(pl.col("node_type") == "INVALID"),
+        path,
+        lambda r, n: f"no Chakra node type (INVALID_NODE or a number past COMM_COLL_NODE; {n:,} such nodes)",
+    )
 
 
 def _producer(trace: Any) -> str:

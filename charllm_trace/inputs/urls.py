@@ -8,7 +8,6 @@ fsspec finds them (``AWS_*``, ``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_STORAG
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
 import zlib
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from charllm_trace.core.errors import InputError
+from charllm_trace.core.files import head_bytes
 
 CHUNK = 1 << 22
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
@@ -78,12 +78,7 @@ def peek(url: str, n: int) -> bytes:
     fs, p = fs_of(url)
     try:
         with _io_of(fs, p) if _in_memory(fs) else fs.open(p, "rb") as fh:
-            head = fh.read(2)
-            fh.seek(0)
-            if head == b"\x1f\x8b":
-                with gzip.open(fh) as g:
-                    return g.read(n)
-            return fh.read(n)
+            return head_bytes(fh, n)
     except (OSError, EOFError, zlib.error) as exc:
         raise InputError(url, f"cannot read (corrupt or truncated gzip?): {exc}") from None
     except Exception as exc:  # noqa: BLE001

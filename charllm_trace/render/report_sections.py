@@ -84,6 +84,7 @@ def power_figures(
         t = d.t - o
         xr = (float(min(t.min(), traced[0])), float(max(t.max(), traced[1]))) if traced and t.size else None
         throttle = [H.Span(a - o, b - o, why) for a, b, why in d.throttle]
+        shared: dict[str, Any] = {"spans": throttle, "x_range": xr, "window": traced, "marks": steps}
         figs.append(
             H.line_chart(
                 [
@@ -93,11 +94,8 @@ def power_figures(
                 title=f"rank {d.rank} · GPU {d.device}: power and temperature",
                 y_label="power (W)",
                 y2_label="temperature (°C)",
-                spans=throttle,
                 span_label="throttled (power / thermal / hardware slowdown)",
-                x_range=xr,
-                window=traced,
-                marks=steps,
+                **shared,
             )
         )
         figs.append(
@@ -105,12 +103,9 @@ def power_figures(
                 [H.Series("SM clock (MHz)", t, d.sm_clock_mhz, color="#1f77b4")],
                 title=f"rank {d.rank} · GPU {d.device}: SM clock",
                 y_label="SM clock (MHz)",
-                spans=throttle,
                 span_label="throttled",
-                x_range=xr,
-                window=traced,
-                marks=steps,
                 height=170,
+                **shared,
             )
         )
     return figs

@@ -34,6 +34,7 @@ from typing import Any
 
 from charllm_trace.et.cache_owner import OUTPUT_HEAD as HEAD
 from charllm_trace.et.cache_owner import owned
+from charllm_trace.store.atomic import read_entry, replace_file
 
 KIND = "outputs"
 _FORMAT = 1
@@ -156,9 +157,8 @@ def _discard(entry: Path) -> None:
 def lookup(key: str) -> bytes | None:
     """The output stored under ``key``, checked (None: none, or damaged: deleted)."""
     entry = _entry(key)
-    try:
-        data = entry.read_bytes()
-    except OSError:
+    data = read_entry(entry)
+    if data is None:
         return None
     nl = data.find(b"\n", 0, len(HEAD) + 80)
     if not data.startswith(HEAD) or nl < 0:
@@ -183,16 +183,6 @@ def store(key: str, payload: bytes) -> None:
         if os.path.lexists(entry) and not owned(entry, KIND):
             return
         entry.parent.mkdir(parents=True, exist_ok=True)
-        import tempfile  # here, on a miss: its import (shutil, random, bz2, lzma) is ~10 ms of a hit
-
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", dir=entry.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(HEAD + hashlib.sha256(payload).hexdigest().encode() + b"\n")
-                f.write(payload)
-            os.replace(tmp, entry)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        replace_file(entry, key, (HEAD + hashlib.sha256(payload).hexdigest().encode() + b"\n", payload))
     except Exception:  # noqa: BLE001 - caching is best effort
         return

@@ -33,13 +33,13 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from charllm_trace.et import cache as et_cache
 from charllm_trace.inputs.urls import is_url
+from charllm_trace.store.atomic import read_entry, replace_file
 from charllm_trace.store.results import VERSION, SavedResults, read_results, results_bytes
 
 if TYPE_CHECKING:
@@ -149,9 +149,8 @@ def lookup(key: str, path: str | os.PathLike[str], *, views: bool = False) -> Sa
     """The stored results of ``key`` (None: not stored, or stored without the report's views and
     ``views`` asked for them). A damaged entry is deleted with a note (None)."""
     entry = _entry(key)
-    try:
-        data = entry.read_bytes()
-    except OSError:
+    data = read_entry(entry)
+    if data is None:
         return None
     try:
         saved = read_results(entry, data)
@@ -197,14 +196,7 @@ def store(key: str, res: RunAnalysis, views: ReportViews | None = None) -> None:
             return  # someone else's file under our name: never replaced
         entry.parent.mkdir(parents=True, exist_ok=True)
         data = results_bytes(res, views)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", dir=entry.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, entry)  # replaces an entry without views by one with them
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        replace_file(entry, key, (data,))  # replaces an entry without views by one with them
         et_cache.prune()
     except Exception:  # noqa: BLE001 - caching is best effort
         return

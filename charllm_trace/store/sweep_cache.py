@@ -21,12 +21,12 @@ import json
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from charllm_trace.et import cache as et_cache
 from charllm_trace.et.cache_owner import ROW_KEY, owned
+from charllm_trace.store.atomic import read_entry, replace_file
 
 KIND = "compare"
 CODE = ("regress/sweep.py", "regress/diff.py")  # relative to the package
@@ -61,9 +61,8 @@ def row_key(results_key: str) -> str:
 def lookup(key: str, path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The stored row of ``key`` (None: not stored; a damaged entry is deleted with a note)."""
     entry = _entry(key)
-    try:
-        data = entry.read_bytes()
-    except OSError:
+    data = read_entry(entry)
+    if data is None:
         return None
     try:
         row = json.loads(data)
@@ -94,13 +93,7 @@ def store(key: str, row: dict[str, Any]) -> None:
         if os.path.lexists(entry) and not owned(entry, KIND):
             return  # someone else's file under our name: never replaced
         entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", dir=entry.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump({ROW_KEY: "charllm-trace compare", **row}, f)  # its marker first (cache_owner)
-            os.replace(tmp, entry)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        # its marker first (cache_owner)
+        replace_file(entry, key, (json.dumps({ROW_KEY: "charllm-trace compare", **row}).encode(),))
     except Exception:  # noqa: BLE001 - caching is best effort
         return
