@@ -28,7 +28,7 @@ ORDER = (ALL, "tp", "cp", "dp", "pp", "ep")
 #: Why there is no table by dimension.
 NO_DIMS = (
     "no communication or pipeline stage of a named parallel dimension (a process group named by "
-    "--parallel, the manifest's layout or its description): nothing to show by dimension"
+    "the parallel layout given, the manifest's layout or its description): nothing to show by dimension"
 )
 #: Chunking: messages below a dimension's fastest size bucket are "small"; a note when they carry
 #: at least this share of the dimension's bytes ...

@@ -34,6 +34,7 @@ CLI_HINTS: tuple[tuple[str, str], ...] = (
     (CAN_SIMULATE, "rerun with --simulate"),
     (NO_PEAK, "give one with --peak-gbps"),
     (NO_STEPS, "--step-marker NAME splits it by a repeated range"),
+    ("the parallel layout given", "give one with --parallel tp=N,pp=N,dp=N"),
     (
         "convert it together with its Kineto profile",
         "charllm-trace convert KINETO.json --host-et HOST_ET.json -o DIR",
