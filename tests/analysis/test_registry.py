@@ -272,7 +272,7 @@ def test_the_what_if_replay_classifies_no_rank_again(counted: dict[str, int]) ->
 @pytest.fixture
 def toy():  # type: ignore[no-untyped-def]
     """The toy analysis of tests/helpers/registry_toy.py, registered for one test."""
-    from tests import registry_toy
+    from tests.helpers import registry_toy
 
     registry.register(registry_toy.ENTRY)
     yield registry_toy

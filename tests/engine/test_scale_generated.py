@@ -14,9 +14,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 from conftest import ROOT, shared_trace
-from test_scale_dask import cluster_address, scheduler  # noqa: F401  (fixtures)
 
 from charllm_trace.cli.app import main
+from tests.engine.test_scale_dask import dask_cluster  # noqa: F401  (the fixture)
 
 pytest.importorskip("distributed")
 
@@ -44,7 +44,7 @@ def _analyze(run, out):
     return doc
 
 
-def test_16_generated_ranks_json_equals_local(spawn, tmp_path, monkeypatch, cluster_address):  # noqa: F811
+def test_16_generated_ranks_json_equals_local(spawn, tmp_path, monkeypatch, dask_cluster):  # noqa: F811
     src = shared_trace("param/dlrm_8ranks_v100")
     run = tmp_path / "r16"
     subprocess.run(
@@ -62,7 +62,7 @@ def test_16_generated_ranks_json_equals_local(spawn, tmp_path, monkeypatch, clus
     local = _analyze(run, tmp_path / "local.json")
     from charllm_trace import engine
 
-    monkeypatch.setenv(engine.ENV, cluster_address)
+    monkeypatch.setenv(engine.ENV, dask_cluster)
     dist = _analyze(run, tmp_path / "dist.json")
     assert len(local["ranks"]) == 16
     assert len(local["frames"]["critical_path"]) >= 16  # the graph rounds ran (a path per rank, and the job's)
