@@ -69,11 +69,13 @@ def collect_once(steps: int, cpu_hz: float | None) -> tuple[list[float], int, in
 def bench_overhead(pairs: int, steps: int) -> dict:
     on_t: list[float] = []
     off_t: list[float] = []
-    on_b, off_b, cpu_b = [], [], []
+    on_b, off_b, cpu_b, per_pair = [], [], [], []
     for k in range(pairs):
+        meds = {}
         for arm in ("on", "off") if k % 2 == 0 else ("off", "on"):
             times, size, cpu = collect_once(steps, None if arm == "on" else 0.0)
             keep = times[5:]
+            meds[arm] = statistics.median(keep)
             if arm == "on":
                 on_t += keep
                 on_b.append(size)
@@ -81,6 +83,7 @@ def bench_overhead(pairs: int, steps: int) -> dict:
             else:
                 off_t += keep
                 off_b.append(size)
+        per_pair.append(meds["on"] / meds["off"])
     med = statistics.median
     return {
         "pairs": pairs,
@@ -88,6 +91,7 @@ def bench_overhead(pairs: int, steps: int) -> dict:
         "step_ms_cpu_telemetry_default_rate": 1e3 * med(on_t),
         "step_ms_cpu_hz_0": 1e3 * med(off_t),
         "step_time_ratio": med(on_t) / med(off_t),
+        "step_time_ratio_per_pair": per_pair,
         "run_dir_bytes_default_rate": med(on_b),
         "run_dir_bytes_cpu_hz_0": med(off_b),
         "cpusched_files_bytes": med(cpu_b),
