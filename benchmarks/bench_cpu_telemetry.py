@@ -66,14 +66,14 @@ def collect_once(steps: int, cpu_hz: float | None) -> tuple[list[float], int, in
         return json.loads(times_p.read_text()), dir_bytes(run), cpu
 
 
-def bench_overhead(pairs: int, steps: int) -> dict:
+def bench_overhead(pairs: int, steps: int, on_hz: float | None = None) -> dict:
     on_t: list[float] = []
     off_t: list[float] = []
     on_b, off_b, cpu_b, per_pair = [], [], [], []
     for k in range(pairs):
         meds = {}
         for arm in ("on", "off") if k % 2 == 0 else ("off", "on"):
-            times, size, cpu = collect_once(steps, None if arm == "on" else 0.0)
+            times, size, cpu = collect_once(steps, on_hz if arm == "on" else 0.0)
             keep = times[5:]
             meds[arm] = statistics.median(keep)
             if arm == "on":
@@ -87,12 +87,13 @@ def bench_overhead(pairs: int, steps: int) -> dict:
     med = statistics.median
     return {
         "pairs": pairs,
+        "cpu_hz_on_arm": "default" if on_hz is None else on_hz,
         "steps_per_run": steps,
-        "step_ms_cpu_telemetry_default_rate": 1e3 * med(on_t),
+        "step_ms_telemetry_on": 1e3 * med(on_t),
         "step_ms_cpu_hz_0": 1e3 * med(off_t),
         "step_time_ratio": med(on_t) / med(off_t),
         "step_time_ratio_per_pair": per_pair,
-        "run_dir_bytes_default_rate": med(on_b),
+        "run_dir_bytes_telemetry_on": med(on_b),
         "run_dir_bytes_cpu_hz_0": med(off_b),
         "cpusched_files_bytes": med(cpu_b),
         "run_dir_size_ratio": med(on_b) / med(off_b),
@@ -184,12 +185,15 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip-overhead", action="store_true")
+    ap.add_argument("--skip-join", action="store_true")
+    ap.add_argument("--on-hz", type=float, default=None, help="telemetry arm's --cpu-hz (default: collect's)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     out: dict = {"machine": f"{os.cpu_count()} CPU cores, no GPU", "loadavg_before": os.getloadavg()}
-    out["join"] = [bench_join(f, args.rows, args.rounds) for f in FIXTURES]
+    if not args.skip_join:
+        out["join"] = [bench_join(f, args.rows, args.rounds) for f in FIXTURES]
     if not args.skip_overhead:
-        out["overhead"] = bench_overhead(args.pairs, args.steps)
+        out["overhead"] = bench_overhead(args.pairs, args.steps, args.on_hz)
     out["loadavg_after"] = os.getloadavg()  # other work on the shared machine
     print(json.dumps(out, indent=1))
     if args.json:
