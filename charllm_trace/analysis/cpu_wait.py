@@ -187,13 +187,16 @@ def cpu_wait(
     return _step_rows(rank, who[1], classified, windows, sm), notes
 
 
-def _holding(starts: np.ndarray, ends: np.ndarray, names: list[str], t: np.ndarray) -> list[str | None]:
-    """The name of the range (sorted by start, disjoint per name) holding each time ``t``."""
+def _holding(starts: np.ndarray, ends: np.ndarray, names: list[str], t: np.ndarray) -> pl.Series:
+    """The name of the range (sorted by start, disjoint per name) holding each time ``t`` (null
+    where none does), vectorised."""
+    none = pl.repeat(None, t.size, dtype=pl.String, eager=True)
     if starts.size == 0:
-        return [None] * t.size
-    i = np.searchsorted(starts, t, side="right") - 1
-    ok = (i >= 0) & (t < ends[np.maximum(i, 0)])
-    return [names[j] if k else None for j, k in zip(i.tolist(), ok.tolist(), strict=True)]
+        return none
+    j = np.searchsorted(starts, t, side="right") - 1
+    i = np.maximum(j, 0)
+    ok = (j >= 0) & (t < ends[i])
+    return pl.Series(names, dtype=pl.String).gather(i).zip_with(pl.Series(ok), none)
 
 
 def host_idle(
