@@ -36,7 +36,7 @@ timed rounds.
 
 Usage::
 
-    python benchmarks/bench_vs_hta.py --hta-python /work/hta-venv/bin/python --rounds 3
+    python benchmarks/bench_vs_hta.py --hta-python /path/to/hta-venv/bin/python --rounds 3
     python benchmarks/bench_vs_hta.py --hta-python ... --profiles nccl-noargs,inference
 
 Prints one line per run and, per profile, the median and range of each tool and the ratios
