@@ -384,9 +384,11 @@ def convert_path(
         run = convert_run(p, workers=workers, progress=progress)
         label_partial(run, p)
         return run
+    _refuse_et(p)
     if host_et is None:
         run = convert_file(p)
     else:
+        _refuse_et(Path(host_et))
         size = _size(p) + _size(Path(host_et))
         report(p.name, 0, size)
         trace, _ = convert_pair(host_et, p)
@@ -395,6 +397,12 @@ def convert_path(
     if progress is not None:
         progress(1, 1, run.ranks[0])
     return run
+
+
+def _refuse_et(p: Path) -> None:
+    """A Chakra ET given to convert: one line saying it is already the output (not "not valid JSON")."""
+    if p.name.lower().endswith((".et", ".et.gz")):
+        raise InputError(p, "is already a Chakra ET (.et): there is nothing to convert; analyse it as it is")
 
 
 def summary_lines(run: Run) -> list[str]:

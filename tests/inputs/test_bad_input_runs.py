@@ -136,3 +136,14 @@ def test_odd_but_valid_ets_go_through_every_command(tmp_path: Path, case: str) -
     ):
         r = _cli(*args)
         assert r.exit_code == 0, (args, r.output, r.stderr)
+
+
+def test_convert_of_a_chakra_et_says_it_is_already_one(tmp_path: Path) -> None:
+    """Before: `convert x.et` said "not valid JSON ... surrogates not allowed" about a valid ET."""
+    et = valid.et(tmp_path)
+    r = _cli("convert", str(et), "-o", str(tmp_path / "out"))
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert str(et) in r.stderr and "already a Chakra ET" in r.stderr
+    r = _cli("convert", str(valid.kineto(tmp_path)), "--host-et", str(et), "-o", str(tmp_path / "out"))
+    assert r.exit_code == 2 and "already a Chakra ET" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
