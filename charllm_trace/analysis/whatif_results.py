@@ -7,24 +7,14 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from charllm_trace.analysis.columns import Col, Columns, columns
+from charllm_trace.analysis.columns import Columns, frame_columns
+from charllm_trace.analysis.registry import Framed
 
-#: One row per (rank, step) (step null: the whole trace): measured vs predicted.
-WHATIF_SCHEMA: Columns = columns(
-    Col("rank", pl.Int64),
-    Col("step", pl.Int64),
-    Col("measured_ns", pl.Int64, "ns", "step span (ProfilerStep window), or the trace's span"),
-    Col("predicted_ns", pl.Int64, "ns"),
-    Col("change_pct", pl.Float64, "%", "100 * (predicted - measured) / measured"),
-    Col("measured_exposed_comm_ns", pl.Int64, "ns"),
-    Col("predicted_exposed_comm_ns", pl.Int64, "ns"),
-    Col("measured_overlap_pct", pl.Float64, "%"),
-    Col("predicted_overlap_pct", pl.Float64, "%"),
-)
+WHATIF_SCHEMA: Columns = frame_columns("what_if")
 
 
 @dataclass
-class WhatIfResult:
+class WhatIfResult(Framed):
     """A what-if replay: lags re-timed under the keys, the graph re-timed (PREDICTED figures)."""
 
     steps: pl.DataFrame  # WHATIF_SCHEMA
