@@ -3,24 +3,18 @@ Definitions in docs/analyses.md, "Waiting and transferring"."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import polars as pl
 
-from charllm_trace.analysis.columns import Columns, frame_columns
-from charllm_trace.analysis.registry import Framed
-
-COMM_WAIT_SCHEMA: Columns = frame_columns("comm_wait")
-COMM_WAIT_DIM_SCHEMA: Columns = frame_columns("comm_wait_by_dim")
-COMM_WAIT_RANK_SCHEMA: Columns = frame_columns("comm_wait_by_rank")
+from charllm_trace.analysis.result_base import TimelineResult
+from charllm_trace.analysis.schemas import COMM_WAIT_DIM_SCHEMA, COMM_WAIT_RANK_SCHEMA, COMM_WAIT_SCHEMA  # noqa: F401 - re-exported
 
 
 @dataclass
-class CommWaitResult(Framed):
+class CommWaitResult(TimelineResult):
     """Waiting vs transferring of every matched communication op (docs/analyses.md)."""
 
     ops: pl.DataFrame  # COMM_WAIT_SCHEMA
     by_dim: pl.DataFrame  # COMM_WAIT_DIM_SCHEMA
     by_rank: pl.DataFrame  # COMM_WAIT_RANK_SCHEMA, the stragglers by the waiting they caused
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)

@@ -5,19 +5,16 @@ result types of other analyses can grow there without pushing that module past i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import polars as pl
 
-from charllm_trace.analysis.columns import Columns, frame_columns
-from charllm_trace.analysis.registry import Framed
-
-CONFIG_SCHEMA: Columns = frame_columns("config")
+from charllm_trace.analysis.result_base import Result
+from charllm_trace.analysis.schemas import CONFIG_SCHEMA  # noqa: F401 - re-exported
 
 
 @dataclass
-class RunConfig(Framed):
+class RunConfig(Result):
     """The run's configuration (manifest, layout option, trace metadata); null where unknown."""
 
     table: pl.DataFrame  # CONFIG_SCHEMA, one row
-    notes: list[str] = field(default_factory=list)

@@ -4,20 +4,16 @@ scheduler telemetry (``collect --cpu-hz``): its frames are not in every document
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import polars as pl
 
-from charllm_trace.analysis.columns import Columns, frame_columns
-from charllm_trace.analysis.registry import Framed
-
-CPU_WAIT_SCHEMA: Columns = frame_columns("cpu_wait")
-CPU_WAIT_IDLE_SCHEMA: Columns = frame_columns("cpu_wait_idle")
-CPU_WAIT_PHASE_SCHEMA: Columns = frame_columns("cpu_wait_phases")
+from charllm_trace.analysis.result_base import Result
+from charllm_trace.analysis.schemas import CPU_WAIT_IDLE_SCHEMA, CPU_WAIT_PHASE_SCHEMA, CPU_WAIT_SCHEMA  # noqa: F401 - re-exported
 
 
 @dataclass
-class CpuWaitResult(Framed):
+class CpuWaitResult(Result):
     """The launching thread's scheduler state per step, per host-blamed GPU idle interval and per
     phase (docs/analyses.md)."""
 
@@ -27,4 +23,3 @@ class CpuWaitResult(Framed):
     #: the cgroup's CPU quota (cpu.max) as sampled last: quota_us, period_us, cores (quota/period);
     #: None where no quota was recorded (none set, or no cgroup telemetry)
     quota: dict[str, float] | None = None
-    notes: list[str] = field(default_factory=list)

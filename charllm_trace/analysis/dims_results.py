@@ -4,22 +4,17 @@ message-size histogram of each dimension. Definitions in docs/analyses.md, "By d
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import polars as pl
 
-from charllm_trace.analysis.columns import Columns, frame_columns
-from charllm_trace.analysis.registry import Framed
-
-DIMS_SCHEMA: Columns = frame_columns("dims")
-DIM_SIZES_SCHEMA: Columns = frame_columns("dim_msg_sizes")
+from charllm_trace.analysis.result_base import TimelineResult
+from charllm_trace.analysis.schemas import DIM_SIZES_SCHEMA, DIMS_SCHEMA  # noqa: F401 - re-exported
 
 
 @dataclass
-class DimsResult(Framed):
+class DimsResult(TimelineResult):
     """Every headline figure by parallel dimension (docs/analyses.md, "By dimension")."""
 
     dims: pl.DataFrame  # DIMS_SCHEMA
     sizes: pl.DataFrame  # DIM_SIZES_SCHEMA
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)

@@ -8,31 +8,25 @@ FLOPs are integers; times integer ns; TFLOP/s = 10^12 FLOP per second; percentag
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import polars as pl
 
-from charllm_trace.analysis.columns import Columns, frame_columns
-from charllm_trace.analysis.registry import Framed
+from charllm_trace.analysis.result_base import TimelineResult
+from charllm_trace.analysis.schemas import FLOPS_DEVICE_SCHEMA, FLOPS_OP_SCHEMA, FLOPS_SCHEMA  # noqa: F401 - re-exported
 
 #: The skip reason when no op of a kind this analysis counts is in the trace.
 NO_FLOP_OPS = "no GEMM, attention or convolution operators in this trace: FLOP/s and MFU not computed"
 
-FLOPS_SCHEMA: Columns = frame_columns("flops")
-FLOPS_OP_SCHEMA: Columns = frame_columns("flops_by_op")
-FLOPS_DEVICE_SCHEMA: Columns = frame_columns("flops_devices")
-
 
 @dataclass
-class FlopsResult(Framed):
+class FlopsResult(TimelineResult):
     """Achieved FLOP/s and MFU per rank, step and op class; per op name; the peaks used. Estimates."""
 
     per_step: pl.DataFrame  # FLOPS_SCHEMA
     by_op: pl.DataFrame  # FLOPS_OP_SCHEMA
     devices: pl.DataFrame  # FLOPS_DEVICE_SCHEMA
     mode: str = "gpu"  # "gpu": time = kernels launched; "cpu": the ops' own durations
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         #: One rank's counted ops, when they run (``t_ns``: CPU mode the op's start, GPU mode its

@@ -4,21 +4,17 @@ its frames are not in every document."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import polars as pl
 
-from charllm_trace.analysis.columns import Columns, frame_columns
-from charllm_trace.analysis.registry import Framed
-
-GRAPH_LAUNCH_SCHEMA: Columns = frame_columns("graph_launches")
-GRAPH_KERNEL_SCHEMA: Columns = frame_columns("graph_launch_kernels")
+from charllm_trace.analysis.result_base import Result
+from charllm_trace.analysis.schemas import GRAPH_KERNEL_SCHEMA, GRAPH_LAUNCH_SCHEMA  # noqa: F401 - re-exported
 
 
 @dataclass
-class GraphLaunchResult(Framed):
+class GraphLaunchResult(Result):
     """Every graph launch of the run and the kernels each started (docs/analyses.md)."""
 
     launches: pl.DataFrame  # GRAPH_LAUNCH_SCHEMA
     kernels: pl.DataFrame  # GRAPH_KERNEL_SCHEMA
-    notes: list[str] = field(default_factory=list)

@@ -5,38 +5,30 @@ whole trace; ``stream`` null in the launch frames: every stream of the rank toge
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import polars as pl
 
-from charllm_trace.analysis.columns import Columns, frame_columns
-from charllm_trace.analysis.registry import Framed
+from charllm_trace.analysis.result_base import TimelineResult
+from charllm_trace.analysis.schemas import IDLE_TIME_SCHEMA, LAUNCH_SCHEMA, QUEUE_SCHEMA  # noqa: F401 - re-exported
 
 #: HTA's idle categories, in its order.
 IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
 
-IDLE_TIME_SCHEMA: Columns = frame_columns("idle_time")
-LAUNCH_SCHEMA: Columns = frame_columns("launch_stats")
-QUEUE_SCHEMA: Columns = frame_columns("launch_queue")
-
 
 @dataclass
-class IdleTimeResult(Framed):
+class IdleTimeResult(TimelineResult):
     """GPU idle time per stream, split into host wait, kernel wait and other (HTA's definition)."""
 
     streams: pl.DataFrame  # IDLE_TIME_SCHEMA
     kernel_wait_threshold_ns: int = 30_000
     hta_compat: bool = False
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
-class LaunchResult(Framed):
+class LaunchResult(TimelineResult):
     """CPU launch delay per GPU op, its distribution, short ops and the launch queue per stream."""
 
     stats: pl.DataFrame  # LAUNCH_SCHEMA
     queue: pl.DataFrame  # QUEUE_SCHEMA
     hta_compat: bool = False
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)

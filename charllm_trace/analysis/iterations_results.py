@@ -7,12 +7,12 @@ integer ns (Unix epoch for instants); docs/analyses.md, "Iterations without an o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import polars as pl
 
-from charllm_trace.analysis.columns import Columns, frame_columns
-from charllm_trace.analysis.registry import Framed
+from charllm_trace.analysis.result_base import Result
+from charllm_trace.analysis.schemas import ITERATION_SCHEMA, PHASE_SCHEMA, REQUEST_SCHEMA  # noqa: F401 - re-exported
 
 #: The phase names recognised in range names (case-insensitive): the name itself, or the name
 #: followed by ``#``, ``_``, ``:``, ``.``, a space or ``(`` (``decode#3``, ``prefill_step``).
@@ -21,14 +21,9 @@ PHASES = ("prefill", "decode", "forward", "backward", "tokenize", "detokenize")
 #: ends when one of its tokens reaches the host.
 REQUEST_MARKER, TOKEN_MARKER = "request#", "token#"
 
-ITERATION_SCHEMA: Columns = frame_columns("iterations")
-PHASE_SCHEMA: Columns = frame_columns("phases")
-REQUEST_SCHEMA: Columns = frame_columns("requests")
-
 
 @dataclass
-class IterationsResult(Framed):
+class IterationsResult(Result):
     iterations: pl.DataFrame
     phases: pl.DataFrame
     requests: pl.DataFrame
-    notes: list[str] = field(default_factory=list)

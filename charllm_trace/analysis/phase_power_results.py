@@ -3,22 +3,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import polars as pl
 
-from charllm_trace.analysis.columns import Columns, frame_columns
-from charllm_trace.analysis.registry import Framed
-
-POWER_PHASE_SCHEMA: Columns = frame_columns("power_phases")
-POWER_EXCURSION_SCHEMA: Columns = frame_columns("power_excursions")
+from charllm_trace.analysis.result_base import TimelineResult
+from charllm_trace.analysis.schemas import POWER_EXCURSION_SCHEMA, POWER_PHASE_SCHEMA  # noqa: F401 - re-exported
 
 
 @dataclass
-class PhasePowerResult(Framed):
+class PhasePowerResult(TimelineResult):
     """Power per microbatch phase and the peak excursion per step (docs/analyses.md)."""
 
     phases: pl.DataFrame  # POWER_PHASE_SCHEMA (empty without a pipeline view)
     excursions: pl.DataFrame  # POWER_EXCURSION_SCHEMA
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)

@@ -3,22 +3,17 @@ stage and step, and the schedule's phases. Definitions in docs/analyses.md, "Pip
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import polars as pl
 
-from charllm_trace.analysis.columns import Columns, frame_columns
-from charllm_trace.analysis.registry import Framed
-
-PIPELINE_MB_SCHEMA: Columns = frame_columns("pipeline_microbatches")
-PIPELINE_STAGE_SCHEMA: Columns = frame_columns("pipeline_stages")
+from charllm_trace.analysis.result_base import TimelineResult
+from charllm_trace.analysis.schemas import PIPELINE_MB_SCHEMA, PIPELINE_STAGE_SCHEMA  # noqa: F401 - re-exported
 
 
 @dataclass
-class PipelineResult(Framed):
+class PipelineResult(TimelineResult):
     """The pipeline view of a run (docs/analyses.md, "Pipeline bubbles")."""
 
     microbatches: pl.DataFrame  # PIPELINE_MB_SCHEMA
     stages: pl.DataFrame  # PIPELINE_STAGE_SCHEMA
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)

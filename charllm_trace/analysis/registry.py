@@ -301,11 +301,3 @@ def entry_of(result_type: type) -> Analysis:
         if a.result_ref == ref:
             return a
     raise KeyError(f"no registered analysis has the result type {ref}")
-
-
-class Framed:
-    """What every result type has: :meth:`frames`, its frames by their stable names, as the
-    registry's entry of the type lists them (the frames are declared once, there)."""
-
-    def frames(self) -> dict[str, pl.DataFrame]:
-        return entry_of(type(self)).frames_of(self)

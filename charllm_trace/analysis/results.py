@@ -29,7 +29,6 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace.analysis.columns import Columns, frame_columns
 from charllm_trace.analysis.comm_wait_results import CommWaitResult
 from charllm_trace.analysis.config_results import CONFIG_SCHEMA, RunConfig  # noqa: F401 - re-exported
 from charllm_trace.analysis.cpu_wait_results import CpuWaitResult
@@ -41,8 +40,24 @@ from charllm_trace.analysis.idle_results import IdleTimeResult, LaunchResult
 from charllm_trace.analysis.iterations_results import IterationsResult
 from charllm_trace.analysis.phase_power_results import PhasePowerResult
 from charllm_trace.analysis.pipeline_results import PipelineResult
-from charllm_trace.analysis.registry import ANALYSES, Framed
+from charllm_trace.analysis.registry import ANALYSES
+from charllm_trace.analysis.result_base import TimelineResult
 from charllm_trace.analysis.results_breakdown import BreakdownResult
+from charllm_trace.analysis.schemas import (  # noqa: F401 - re-exported
+    BANDWIDTH_SUMMARY_SCHEMA,
+    COLLECTIVE_SCHEMA,
+    CRITICAL_OPS_SCHEMA,
+    CRITICAL_PATH_SCHEMA,
+    CRITICAL_SEGMENT_SCHEMA,
+    ENERGY_SCHEMA,
+    ENERGY_TOTAL_SCHEMA,
+    MATCHED_SCHEMA,
+    OVERLAP_GROUP_SCHEMA,
+    OVERLAP_SCHEMA,
+    POWER_SCHEMA,
+    STRAGGLER_SCHEMA,
+    THROTTLE_SCHEMA,
+)
 from charllm_trace.analysis.spread_results import empty_rank_spread
 from charllm_trace.analysis.whatif_results import WHATIF_SCHEMA, WhatIfResult  # noqa: F401 - re-exported
 
@@ -76,12 +91,9 @@ NO_STEPS = "per-step figures asked for, but the trace has no steps (no ProfilerS
 # Overlap
 # ---------------------------------------------------------------------------
 
-OVERLAP_SCHEMA: Columns = frame_columns("overlap")
-OVERLAP_GROUP_SCHEMA: Columns = frame_columns("overlap_by_group")
-
 
 @dataclass
-class OverlapResult(Framed):
+class OverlapResult(TimelineResult):
     """Compute/communication overlap per rank and step, per process group and per dimension.
 
     ``mode`` is ``"gpu"`` (kernels on GPU streams) or ``"cpu"`` (gloo / CPU-only
@@ -94,8 +106,6 @@ class OverlapResult(Framed):
     per_dim: pl.DataFrame  # OVERLAP_GROUP_SCHEMA (pg_name null, dim set)
     mode: str = "gpu"
     hta_compat: bool = False
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)
     rank_spread: pl.DataFrame = field(default_factory=empty_rank_spread)  # RANK_SPREAD_SCHEMA
 
     def total(self, rank: int | None = None) -> pl.DataFrame:
@@ -108,10 +118,6 @@ class OverlapResult(Framed):
 # Bandwidth
 # ---------------------------------------------------------------------------
 
-COLLECTIVE_SCHEMA: Columns = frame_columns("collectives")
-BANDWIDTH_SUMMARY_SCHEMA: Columns = frame_columns("bandwidth")
-MATCHED_SCHEMA: Columns = frame_columns("collectives_matched")
-
 
 @dataclass
 class LinkPeak:
@@ -123,17 +129,12 @@ class LinkPeak:
     spans_nodes: bool | None = None
 
 
-STRAGGLER_SCHEMA: Columns = frame_columns("stragglers")
-
-
 @dataclass
-class BandwidthResult(Framed):
+class BandwidthResult(TimelineResult):
     collectives: pl.DataFrame  # COLLECTIVE_SCHEMA
     summary: pl.DataFrame  # BANDWIDTH_SUMMARY_SCHEMA
     matched: pl.DataFrame  # MATCHED_SCHEMA (empty with a single rank)
     peaks: dict[str, LinkPeak] = field(default_factory=dict)  # pg_name -> peak used
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)
     stragglers: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STRAGGLER_SCHEMA))
 
 
@@ -141,12 +142,9 @@ class BandwidthResult(Framed):
 # Energy
 # ---------------------------------------------------------------------------
 
-ENERGY_SCHEMA: Columns = frame_columns("energy")
-ENERGY_TOTAL_SCHEMA: Columns = frame_columns("energy_totals")
-
 
 @dataclass
-class EnergyResult(Framed):
+class EnergyResult(TimelineResult):
     """Energy per operator, split by time share within each telemetry interval.
 
     ``method`` is ``"trapezoid"`` (power linear between samples) or ``"step"``.
@@ -155,8 +153,6 @@ class EnergyResult(Framed):
     totals: pl.DataFrame  # ENERGY_TOTAL_SCHEMA
     by: pl.DataFrame  # ENERGY_SCHEMA, all aggregations stacked (filter on "group")
     method: str = "trapezoid"
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)
 
     def group(self, name: str) -> pl.DataFrame:
         return self.by.filter(pl.col("group") == name)
@@ -166,16 +162,11 @@ class EnergyResult(Framed):
 # Power and thermal
 # ---------------------------------------------------------------------------
 
-POWER_SCHEMA: Columns = frame_columns("power")
-THROTTLE_SCHEMA: Columns = frame_columns("throttle")
-
 
 @dataclass
-class PowerResult(Framed):
+class PowerResult(TimelineResult):
     per_step: pl.DataFrame  # POWER_SCHEMA
     throttle: pl.DataFrame  # THROTTLE_SCHEMA
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------
@@ -185,20 +176,14 @@ class PowerResult(Framed):
 #: What a critical path spends its time in (columns ``<category>_ns``).
 CP_CATEGORIES = ("gpu_compute", "gpu_memory", "communication", "cpu_op", "launch", "sync_wait", "idle")
 
-CRITICAL_PATH_SCHEMA: Columns = frame_columns("critical_path")
-CRITICAL_OPS_SCHEMA: Columns = frame_columns("critical_path_ops")
-CRITICAL_SEGMENT_SCHEMA: Columns = frame_columns("critical_path_segments")
-
 
 @dataclass
-class CriticalPathResult(Framed):
+class CriticalPathResult(TimelineResult):
     """Critical paths through the execution graph (docs/analyses.md, "Critical path")."""
 
     paths: pl.DataFrame  # CRITICAL_PATH_SCHEMA
     top_ops: pl.DataFrame  # CRITICAL_OPS_SCHEMA
     segments: pl.DataFrame  # CRITICAL_SEGMENT_SCHEMA (empty from ``analyze_run``: see critical_path())
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

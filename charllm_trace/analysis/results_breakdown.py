@@ -4,12 +4,12 @@ module stays small; it imports nothing of the analyses (saved results are drawn 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import polars as pl
 
-from charllm_trace.analysis.columns import Columns, frame_columns
-from charllm_trace.analysis.registry import Framed
+from charllm_trace.analysis.result_base import TimelineResult
+from charllm_trace.analysis.schemas import BREAKDOWN_SCHEMA, BREAKDOWN_TOTAL_SCHEMA  # noqa: F401 - re-exported
 
 #: The aggregations, stacked in ``BreakdownResult.by`` (column ``group``).
 BREAKDOWN_GROUPS = ("category", "kernel", "op", "top_op")
@@ -17,20 +17,15 @@ BREAKDOWN_GROUPS = ("category", "kernel", "op", "top_op")
 #: Why the breakdown is not computed for a run (``RunAnalysis.skipped["breakdown"]``).
 NO_GPU_OPS = "no GPU kernels, memcpys or memsets with a duration in this trace: time breakdown not computed"
 
-BREAKDOWN_SCHEMA: Columns = frame_columns("breakdown")
-BREAKDOWN_TOTAL_SCHEMA: Columns = frame_columns("breakdown_totals")
-
 
 @dataclass
-class BreakdownResult(Framed):
+class BreakdownResult(TimelineResult):
     """GPU time by category, kernel, launching op and top-level op, per rank and step
     (docs/analyses.md, "Time breakdown")."""
 
     by: pl.DataFrame  # BREAKDOWN_SCHEMA, the groups stacked (filter on "group")
     totals: pl.DataFrame  # BREAKDOWN_TOTAL_SCHEMA
     top_n: int | None = None  # rows kept per (rank, step, group) other than "category"; None: all
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)
 
     def group(self, name: str) -> pl.DataFrame:
         """The rows of one aggregation (``BREAKDOWN_GROUPS``)."""

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from charllm_trace.analysis.columns import Columns, frame_columns
-
-RANK_SPREAD_SCHEMA: Columns = frame_columns("rank_spread")
+from charllm_trace.analysis.schemas import RANK_SPREAD_SCHEMA  # noqa: F401 - re-exported
 
 
 def empty_rank_spread() -> pl.DataFrame:

@@ -27,6 +27,7 @@ from charllm_trace.analysis.columns import (
     tables_of,
 )
 from charllm_trace.analysis.idle_results import IDLE_CATEGORIES, IDLE_TIME_SCHEMA
+from charllm_trace.analysis.result_base import Result
 from charllm_trace.analysis.results import CP_CATEGORIES, CRITICAL_PATH_SCHEMA, OVERLAP_GROUP_SCHEMA
 
 if sys.version_info >= (3, 11):
@@ -79,7 +80,7 @@ def test_a_results_frames_are_the_registrys() -> None:
     assert all(got[k] is frames[k] for k in got)
 
     @dataclasses.dataclass
-    class Unregistered(registry.Framed):
+    class Unregistered(Result):
         x: pl.DataFrame
 
     with pytest.raises(KeyError, match="no registered analysis"):
