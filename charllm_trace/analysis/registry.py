@@ -42,7 +42,14 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from charllm_trace.analysis.columns import DATA_FILE, DeclarationError, declarations, frame_columns, tables_of
+from charllm_trace.analysis.columns import (
+    DATA_FILE,
+    DeclarationError,
+    declarations,
+    frame_columns,
+    tables,
+    tables_of,
+)
 from charllm_trace.core.model import rank_ranges
 
 
@@ -170,7 +177,7 @@ def entries_of(doc: dict[str, Any]) -> list[Analysis]:
         data = msgspec.convert(doc, _File)
     except msgspec.ValidationError as exc:
         raise DeclarationError(f"{DATA_FILE}: {exc}") from None
-    tables_of(doc)
+    tables() if doc is declarations() else tables_of(doc)  # the package's file: built once, kept
     entries = [_analysis(e) for e in data.analysis]
     names = [a.name for a in entries]
     if len(set(names)) != len(names):
