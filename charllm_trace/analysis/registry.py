@@ -177,7 +177,8 @@ def entries_of(doc: dict[str, Any]) -> list[Analysis]:
         data = msgspec.convert(doc, _File)
     except msgspec.ValidationError as exc:
         raise DeclarationError(f"{DATA_FILE}: {exc}") from None
-    tables() if doc is declarations() else tables_of(doc)  # the package's file: built once, kept
+    # every frame's columns declared (the package's own file: its tables built once and kept)
+    _ = tables() if doc is declarations() else tables_of(doc)
     entries = [_analysis(e) for e in data.analysis]
     names = [a.name for a in entries]
     if len(set(names)) != len(names):
