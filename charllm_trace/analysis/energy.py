@@ -168,8 +168,8 @@ def energy(
     simulated = bool(trace.meta.extra.get("simulated"))
     devices = trace_devices(trace)
     if not devices:
-        return EnergyResult(frame({}, ENERGY_TOTAL_SCHEMA), frame({}, ENERGY_SCHEMA), method, simulated,
-                            ["no power telemetry in this trace"])  # fmt: skip
+        return EnergyResult(frame({}, ENERGY_TOTAL_SCHEMA), frame({}, ENERGY_SCHEMA), method, simulated=simulated,
+                            notes=["no power telemetry in this trace"])  # fmt: skip
     df = ctx.phased()
     win = ctx.windows if per_step else None
     df = df.with_columns(op=_launcher_names(df)).select(
@@ -198,8 +198,10 @@ def energy(
         parts.extend(_group_parts(base, rank, dev, idle_j, win is not None and win.n > 0))
     tot = frame(totals, ENERGY_TOTAL_SCHEMA) if totals else frame({}, ENERGY_TOTAL_SCHEMA)
     if not parts:
-        return EnergyResult(tot, frame({}, ENERGY_SCHEMA), method, simulated, notes)
-    return EnergyResult(tot, frame(_by_key(parts, tot), ENERGY_SCHEMA), method, simulated, notes)
+        return EnergyResult(tot, frame({}, ENERGY_SCHEMA), method, simulated=simulated, notes=notes)
+    return EnergyResult(
+        tot, frame(_by_key(parts, tot), ENERGY_SCHEMA), method, simulated=simulated, notes=notes
+    )
 
 
 def _intervals(

@@ -27,18 +27,15 @@ from __future__ import annotations
 
 import polars as pl
 
-from charllm_trace.analysis.finding_types import Fact, Finding  # noqa: F401 - Fact: this module's interface
+from charllm_trace.analysis.finding_types import Fact, Finding, top_row  # noqa: F401 - Fact: this module's interface
 from charllm_trace.analysis.finding_types import fact as _fact
+from charllm_trace.analysis.finding_types import ms as _ms
 from charllm_trace.analysis.findings_cpu import cpu_wait_findings
 from charllm_trace.analysis.findings_pipeline import pipeline_findings, waiting_findings
 from charllm_trace.analysis.findings_power import power_excursion_findings
 from charllm_trace.analysis.results import RunAnalysis
 
 MIB = 1 << 20
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:,.1f} ms"
 
 
 def _time(an: RunAnalysis) -> list[Finding]:
@@ -198,11 +195,9 @@ def _power(an: RunAnalysis) -> list[Finding]:
     if an.power is None:
         return []
     w = an.power.per_step.filter(pl.col("step").is_null() & pl.col("peak_w").is_not_null())
-    if w.height == 0:
+    r = top_row(w, "peak_w", ("rank", "device"), nulls_last=True)
+    if r is None:
         return []
-    r = w.sort(["peak_w", "rank", "device"], descending=[True, False, False], nulls_last=True).row(
-        0, named=True
-    )
     keys = ("rank", "device", "step")
     pk = _fact("power", r, keys, "peak_w", f"{r['peak_w']:.0f} W")
     av = _fact("power", r, keys, "avg_w", f"{r['avg_w']:.0f} W")

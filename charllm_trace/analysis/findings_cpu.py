@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import polars as pl
 
-from charllm_trace.analysis.finding_types import Finding
+from charllm_trace.analysis.finding_types import Finding, top_row
 from charllm_trace.analysis.finding_types import fact as _fact
+from charllm_trace.analysis.finding_types import ms as _ms
 from charllm_trace.analysis.results import RunAnalysis
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:,.1f} ms"
 
 
 def cpu_wait_findings(an: RunAnalysis) -> list[Finding]:
     if an.cpu_wait is None:
         return []
     st = an.cpu_wait.steps.filter(pl.col("gpu_idle_ns").is_not_null() & pl.col("idle_wait_ns").is_not_null())
-    if st.height == 0:
+    r = top_row(st, "idle_wait_ns", ("rank", "step"))
+    if r is None:
         return []
-    r = st.sort(["idle_wait_ns", "rank", "step"], descending=[True, False, False]).row(0, named=True)
     keys = ("rank", "step")
     idle = _fact("cpu_wait", r, keys, "gpu_idle_pct", f"{r['gpu_idle_pct']:.0f} %")
     win = _fact("cpu_wait", r, keys, "window_ns", _ms(r["window_ns"]))

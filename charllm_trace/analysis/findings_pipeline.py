@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from charllm_trace.analysis.finding_types import Fact, Finding
+from charllm_trace.analysis.finding_types import Fact, Finding, top_row
 from charllm_trace.analysis.finding_types import fact as _fact
 from charllm_trace.analysis.results import RunAnalysis
 
@@ -20,10 +20,9 @@ from charllm_trace.analysis.results import RunAnalysis
 def pipeline_findings(an: RunAnalysis) -> list[Finding]:
     if an.pipeline is None or an.pipeline.stages.height == 0:
         return []
-    st = an.pipeline.stages.filter(pl.col("bubble_pct").is_not_null())
-    if st.height == 0:
+    r = top_row(an.pipeline.stages.filter(pl.col("bubble_pct").is_not_null()), "bubble_pct", ("rank", "step"))
+    if r is None:
         return []
-    r = st.sort(["bubble_pct", "rank", "step"], descending=[True, False, False]).row(0, named=True)
     keys = ("rank", "step")
     pct = _fact("pipeline_stages", r, keys, "bubble_pct", f"{r['bubble_pct']:.1f} %")
     win = _fact("pipeline_stages", r, keys, "window_ns", f"{r['window_ns'] / 1e6:,.1f} ms")
@@ -63,8 +62,8 @@ def waiting_findings(an: RunAnalysis) -> list[Finding]:
     ranks = an.comm_wait.by_rank.filter(
         (pl.col("dim") == d["dim"]) if d["dim"] is not None else pl.col("dim").is_null()
     ).filter(pl.col("caused_wait_ns") > 0)
-    if ranks.height:
-        r = ranks.sort(["caused_wait_ns", "rank"], descending=[True, False]).row(0, named=True)
+    r = top_row(ranks, "caused_wait_ns", ("rank",))
+    if r is not None:
         cw = _fact(
             "comm_wait_by_rank", r, ("dim", "rank"), "caused_wait_ns", f"{r['caused_wait_ns'] / 1e6:,.1f} ms"
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from charllm_trace.analysis.finding_types import Fact, Finding
+from charllm_trace.analysis.finding_types import Fact, Finding, top_row
 from charllm_trace.analysis.finding_types import fact as _fact
 from charllm_trace.analysis.results import RunAnalysis
 
@@ -23,9 +23,9 @@ def _phase(an: RunAnalysis, r: dict) -> tuple[str, list[Fact]]:
         & (pl.col("device") == r["device"])
         & pl.col("step").eq_missing(r["step"])
     ).filter(pl.col("avg_w").is_not_null())
-    if ph.height == 0:
+    hi = top_row(ph, "avg_w", ("stage", "phase"))
+    if hi is None:
         return "", []
-    hi = ph.sort(["avg_w", "stage", "phase"], descending=[True, False, False]).row(0, named=True)
     keys = ("rank", "device", "step", "phase")
     f = _fact("power_phases", hi, keys, "avg_w", f"{hi['avg_w']:.0f} W")
     return f"; its {hi['phase']} phase averaged {f.text}", [f]
@@ -36,10 +36,9 @@ def power_excursion_findings(an: RunAnalysis) -> list[Finding]:
         return []
     ex = an.phase_power.excursions.filter(pl.col("exceeds_limit").fill_null(False))
     steps = ex.filter(pl.col("step").is_not_null())
-    ex = steps if steps.height else ex
-    if ex.height == 0:
+    r = top_row(steps if steps.height else ex, "over_limit_w", ("rank", "step"))
+    if r is None:
         return []
-    r = ex.sort(["over_limit_w", "rank", "step"], descending=[True, False, False]).row(0, named=True)
     keys = ("rank", "device", "step")
     pk = _fact("power_excursions", r, keys, "peak_w", f"{r['peak_w']:.0f} W")
     ov = _fact("power_excursions", r, keys, "over_limit_w", f"{r['over_limit_w']:.0f} W")

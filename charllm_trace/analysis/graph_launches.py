@@ -138,4 +138,4 @@ def graph_launches_from(
     if not any(p[0].height or p[2] for p in parts):
         return None
     lf, kf = pl.concat([p[0] for p in parts]), pl.concat([p[1] for p in parts])
-    return GraphLaunchResult(lf, kf, [n for p in parts for n in p[2]])
+    return GraphLaunchResult(lf, kf, notes=[n for p in parts for n in p[2]])

@@ -114,7 +114,9 @@ def idle_time(
     options."""
     rank, simulated, got, notes = rank_stream_ops(source, ops, hta_compat, hta_keep_last_step)
     if got.height == 0:
-        return IdleTimeResult(frame({}, IDLE_TIME_SCHEMA), kernel_wait_ns, hta_compat, simulated, notes)
+        return IdleTimeResult(
+            frame({}, IDLE_TIME_SCHEMA), kernel_wait_ns, hta_compat, simulated=simulated, notes=notes
+        )
     g = classify_gaps(got, kernel_wait_ns=kernel_wait_ns, hta_compat=hta_compat)
     parts = [_aggregate(g, _KEYS).with_columns(step=pl.lit(None, pl.Int64))]
     if per_step and g["step"].is_not_null().any():
@@ -127,4 +129,4 @@ def idle_time(
             f"{unl} idle gaps end at a GPU operator whose launch call is not in the trace: "
             "counted as kernel wait or other, never host wait (as HTA)"
         )
-    return IdleTimeResult(out, kernel_wait_ns, hta_compat, simulated, notes)
+    return IdleTimeResult(out, kernel_wait_ns, hta_compat, simulated=simulated, notes=notes)

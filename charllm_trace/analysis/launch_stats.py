@@ -158,7 +158,9 @@ def launch_stats(
     trace = ctx.trace
     rank, simulated, got, notes = rank_stream_ops(ctx, ops, hta_compat, hta_keep_last_step)
     if got.height == 0:
-        return LaunchResult(frame({}, LAUNCH_SCHEMA), frame({}, QUEUE_SCHEMA), hta_compat, simulated, notes)
+        return LaunchResult(
+            frame({}, LAUNCH_SCHEMA), frame({}, QUEUE_SCHEMA), hta_compat, simulated=simulated, notes=notes
+        )
     if steps is None and per_step:
         steps = trace.steps()
         if steps.height and not hta_compat:
@@ -231,4 +233,4 @@ def launch_stats(
     if n_none:
         notes.append(f"{n_none} GPU operators have no launch call in the trace: no launch delay")
     notes.extend(_not_hta_calls(got) if hta_compat else _graph_note(got))
-    return LaunchResult(stats, frame(queue, QUEUE_SCHEMA), hta_compat, simulated, notes)
+    return LaunchResult(stats, frame(queue, QUEUE_SCHEMA), hta_compat, simulated=simulated, notes=notes)

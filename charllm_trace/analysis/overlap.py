@@ -249,7 +249,9 @@ def overlap(
     if act.height == 0:
         notes.append("no GPU activity with timestamps" if mode == "gpu" else "no CPU ops with timestamps")
         empty = frame({}, OVERLAP_GROUP_SCHEMA)
-        return OverlapResult(frame({}, OVERLAP_SCHEMA), empty, empty, mode, hta_compat, simulated, notes)
+        return OverlapResult(
+            frame({}, OVERLAP_SCHEMA), empty, empty, mode, hta_compat, simulated=simulated, notes=notes
+        )
     src, slot_step, nslots, win_lo, win_hi = (
         sl[n] for n in ("src", "slot_step", "nslots", "win_lo", "win_hi")
     )
@@ -291,7 +293,7 @@ def overlap(
     per_dim = _group_rows(*group_args, by_dim=True)
     if mode == "gpu" and is_comm.any() and not any(p is not None for p in pg_all[is_comm]):
         notes.append("communication kernels carry no process group: per-group overlap not computed")
-    return OverlapResult(per_rank, per_group, per_dim, mode, hta_compat, simulated, notes)
+    return OverlapResult(per_rank, per_group, per_dim, mode, hta_compat, simulated=simulated, notes=notes)
 
 
 def _rank_rows(

@@ -105,8 +105,8 @@ def power(source: Trace | RankContext, *, per_step: bool = True) -> PowerResult:
     notes: list[str] = []
     devices = trace_devices(trace)
     if not devices:
-        return PowerResult(frame({}, POWER_SCHEMA), frame({}, THROTTLE_SCHEMA), simulated,
-                           ["no power telemetry in this trace"])  # fmt: skip
+        return PowerResult(frame({}, POWER_SCHEMA), frame({}, THROTTLE_SCHEMA), simulated=simulated,
+                           notes=["no power telemetry in this trace"])  # fmt: skip
     if not per_step:
         steps = trace.steps().clear()
     else:
@@ -128,7 +128,7 @@ def power(source: Trace | RankContext, *, per_step: bool = True) -> PowerResult:
         notes.append("AMD throttle status bits are reported by number (no portable bit table)")
     per = pl.concat(rows) if rows else frame({}, POWER_SCHEMA)
     thr = frame(throttle_rows, THROTTLE_SCHEMA) if throttle_rows else frame({}, THROTTLE_SCHEMA)
-    return PowerResult(per, thr, simulated, notes)
+    return PowerResult(per, thr, simulated=simulated, notes=notes)
 
 
 def _power_stats(t: np.ndarray, p: np.ndarray, w0: np.ndarray, w1: np.ndarray) -> dict[str, np.ndarray]:

@@ -9,6 +9,7 @@ the registry's order.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -303,16 +304,23 @@ def pipeline_part(ctx: RankContext, options: AnalyzeOptions) -> tuple[pl.DataFra
     return rank_microbatches(ctx.rank, ctx.trace, ctx.dims)
 
 
-def merge_pipeline(m: Merge) -> Any:
-    got = [(p.rank, p.parts["pipeline"]) for p in m.parts]
-    pipe = pipeline_from(
+def _merge_rank_frames(m: Merge, name: str, build: Callable[..., Any], reason: str) -> Any:
+    """The run's result of ``name`` from every rank's ``(frame | None, notes)`` part (``build``:
+    the frames of the ranks that have one, the notes merged); ``reason`` in ``skipped`` when
+    ``build`` finds nothing."""
+    got = [(p.rank, p.parts[name]) for p in m.parts]
+    res = build(
         [f for _, (f, _) in got if f is not None],
         merge_notes([(r, ns) for r, (_, ns) in got], m.multi),
         simulated=m.simulated,
     )
-    if pipe is None:
-        m.skipped["pipeline"] = NO_LABELS
-    return pipe
+    if res is None:
+        m.skipped[name] = reason
+    return res
+
+
+def merge_pipeline(m: Merge) -> Any:
+    return _merge_rank_frames(m, "pipeline", pipeline_from, NO_LABELS)
 
 
 def comm_wait_part(ctx: RankContext, options: AnalyzeOptions) -> tuple[pl.DataFrame | None, list[str]]:
@@ -320,15 +328,7 @@ def comm_wait_part(ctx: RankContext, options: AnalyzeOptions) -> tuple[pl.DataFr
 
 
 def merge_comm_wait(m: Merge) -> Any:
-    got = [(p.rank, p.parts["comm_wait"]) for p in m.parts]
-    cw = comm_wait_from(
-        [f for _, (f, _) in got if f is not None],
-        merge_notes([(r, ns) for r, (_, ns) in got], m.multi),
-        simulated=m.simulated,
-    )
-    if cw is None:
-        m.skipped["comm_wait"] = NO_MATCH
-    return cw
+    return _merge_rank_frames(m, "comm_wait", comm_wait_from, NO_MATCH)
 
 
 # ---- iterations, phases, requests; the run's configuration ----

@@ -1,4 +1,6 @@
-"""The analysis registry: every analysis of ``analyze_run`` declared once, in :data:`ANALYSES`.
+"""The analysis registry: every analysis of ``analyze_run`` declared once, in :data:`ANALYSES`,
+loaded from the data file ``analysis/analyses.toml`` (with the columns of each frame,
+``analysis/columns.py``) and checked as it is loaded.
 
 An entry (:class:`Analysis`) names, in one place:
 
@@ -19,8 +21,8 @@ An entry (:class:`Analysis`) names, in one place:
   reference so that the analysis layer imports no renderer; ``table_at`` / ``html_at``: their
   places in the printed output and the page.
 
-Functions, result types and column tables are named ``"module:attribute"`` and loaded on first
-use (:func:`resolve`), so the registry imports nothing of the analyses: the result types' module
+Functions and result types are named ``"module:attribute"`` and loaded on first
+use (:func:`resolve`; :func:`unresolved` tries them all), so the registry imports nothing of the analyses: the result types' module
 loops over it (``RunAnalysis.frames``) without an import circle, and reading it (saved results,
 the JSON Schema) loads no analysis and no renderer. The loops over
 it: ``analysis/rank_parts.py`` (per rank and merge), ``RunAnalysis.frames``/``notes``,
@@ -37,18 +39,25 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+import msgspec
 import polars as pl
 
+from charllm_trace.analysis.columns import (
+    DATA_FILE,
+    DeclarationError,
+    declarations,
+    frame_columns,
+    tables,
+    tables_of,
+)
 from charllm_trace.core.model import rank_ranges
-
-#: The steps of analyze_run, for an entry's ``step`` (per rank and in the merge, in this order).
-_STEPS = "rank_steps"
 
 
 @dataclass(frozen=True)
 class Frame:
     """One frame of a result in machine outputs: its stable name, the result attribute that
-    holds it, and its columns (a reference to their declaration, :attr:`columns` the table)."""
+    holds it, and its columns (:attr:`columns` the table): ``columns_ref`` names a frame of the
+    data file, or a column table in Python as ``"module:attribute"`` (a plug-in's)."""
 
     name: str
     attr: str
@@ -57,7 +66,9 @@ class Frame:
     @property
     def columns(self) -> dict[str, pl.DataType]:
         """The frame's columns: name -> polars dtype."""
-        return resolve(self.columns_ref)  # type: ignore[return-value]
+        if ":" in self.columns_ref:
+            return resolve(self.columns_ref)  # type: ignore[no-any-return]
+        return frame_columns(self.columns_ref)
 
 
 @dataclass(frozen=True)
@@ -93,310 +104,91 @@ class Analysis:
         return {f.name: getattr(result, f.attr) for f in self.frames}
 
 
-def _m(module: str, attr: str) -> str:
-    return f"charllm_trace.{module}:{attr}"
+class _FrameEntry(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    attr: str
+    doc: str = ""
+    columns: list[Any] = msgspec.field(default_factory=list)  # checked by analysis/columns.py
+    same_as: str | None = None
 
 
-_S = f"analysis.{_STEPS}"
+class _Entry(msgspec.Struct, forbid_unknown_fields=True):
+    """One ``[[analysis]]`` of the data file, as it must be written (msgspec checks it)."""
+
+    name: str
+    result: str
+    step: int
+    merge: str
+    doc: str = ""
+    rank: str | None = None
+    added: bool = False
+    partial_note: bool = True
+    optional: bool = False
+    table: str | None = None
+    table_at: int | float | None = None
+    html: str | None = None
+    html_at: int | float | None = None
+    frame: list[_FrameEntry] = msgspec.field(default_factory=list)
+
+
+class _File(msgspec.Struct, forbid_unknown_fields=True):
+    analysis: list[_Entry]
+    table: list[dict[str, Any]] = msgspec.field(default_factory=list)
+
+
+def _ref(text: str | None, where: str) -> str | None:
+    """``"module:attribute"`` under the package, named in full (None stays None)."""
+    if text is None:
+        return None
+    module, colon, attr = text.partition(":")
+    if not (colon and module and attr.isidentifier() and all(p.isidentifier() for p in module.split("."))):
+        raise DeclarationError(f'{DATA_FILE}: {where}: {text!r} is not a reference "module:attribute"')
+    return f"charllm_trace.{text}"
+
+
+def _analysis(e: _Entry) -> Analysis:
+    where = f"analysis {e.name!r}"
+    if (e.table is None) != (e.table_at is None) or (e.html is None) != (e.html_at is None):
+        raise DeclarationError(f"{DATA_FILE}: {where}: a renderer (table, html) goes with its place (_at)")
+    frames = tuple(Frame(f.name, f.attr, f.name) for f in e.frame)
+    return Analysis(
+        e.name,
+        _ref(e.result, where) or "",
+        frames,
+        e.step,
+        rank=_ref(e.rank, where),
+        merge=_ref(e.merge, where),
+        added=e.added,
+        partial_note=e.partial_note,
+        optional=e.optional,
+        table=_ref(e.table, where),
+        table_at=e.table_at,
+        html=_ref(e.html, where),
+        html_at=e.html_at,
+        doc=e.doc,
+    )
+
+
+def entries_of(doc: dict[str, Any]) -> list[Analysis]:
+    """The entries of ``doc`` (the parsed data file), checked: every key known and of its type
+    (msgspec), every reference well formed, every frame's columns declared (``columns.tables_of``);
+    the references are resolved on first use (a test resolves them all: :func:`unresolved`)."""
+    try:
+        data = msgspec.convert(doc, _File)
+    except msgspec.ValidationError as exc:
+        raise DeclarationError(f"{DATA_FILE}: {exc}") from None
+    # every frame's columns declared (the package's own file: its tables built once and kept)
+    _ = tables() if doc is declarations() else tables_of(doc)
+    entries = [_analysis(e) for e in data.analysis]
+    names = [a.name for a in entries]
+    if len(set(names)) != len(names):
+        raise DeclarationError(f"{DATA_FILE}: an analysis is declared twice in {names}")
+    return entries
+
 
 #: Every analysis of ``analyze_run``, in the order of machine outputs (frames, notes, saved
-#: results). ``step``: the order they run in (per rank, then merged).
-ANALYSES: list[Analysis] = [
-    Analysis(
-        "overlap",
-        _m("analysis.results", "OverlapResult"),
-        (
-            Frame("overlap", "per_rank", _m("analysis.results", "OVERLAP_SCHEMA")),
-            Frame("overlap_by_group", "per_group", _m("analysis.results", "OVERLAP_GROUP_SCHEMA")),
-            Frame("overlap_by_dim", "per_dim", _m("analysis.results", "OVERLAP_GROUP_SCHEMA")),
-            Frame("rank_spread", "rank_spread", _m("analysis.spread_results", "RANK_SPREAD_SCHEMA")),
-        ),
-        step=0,
-        rank=_m(_S, "overlap_part"),
-        merge=_m(_S, "merge_overlap"),
-        table=_m("render.tables", "overlap_table"),
-        table_at=0,
-        html=_m("render.report_analyses", "overlap_section"),
-        html_at=1,
-        doc="compute/communication overlap per rank, step, process group and dimension",
-    ),
-    Analysis(
-        "bandwidth",
-        _m("analysis.results", "BandwidthResult"),
-        (
-            Frame("collectives", "collectives", _m("analysis.results", "COLLECTIVE_SCHEMA")),
-            Frame("bandwidth", "summary", _m("analysis.results", "BANDWIDTH_SUMMARY_SCHEMA")),
-            Frame("collectives_matched", "matched", _m("analysis.results", "MATCHED_SCHEMA")),
-            Frame("stragglers", "stragglers", _m("analysis.results", "STRAGGLER_SCHEMA")),
-        ),
-        step=2,
-        rank=_m(_S, "bandwidth_part"),
-        merge=_m(_S, "merge_bandwidth"),
-        table=_m("render.tables", "bandwidth_table"),
-        table_at=1,
-        html=_m("render.report_analyses", "bandwidth_section"),
-        html_at=6,
-        doc="bandwidth per collective, matched across ranks; stragglers",
-    ),
-    Analysis(
-        "energy",
-        _m("analysis.results", "EnergyResult"),
-        (
-            Frame("energy_totals", "totals", _m("analysis.results", "ENERGY_TOTAL_SCHEMA")),
-            Frame("energy", "by", _m("analysis.results", "ENERGY_SCHEMA")),
-        ),
-        step=3,
-        rank=_m(_S, "energy_part"),
-        merge=_m(_S, "merge_energy"),
-        table=_m("render.tables", "energy_table"),
-        table_at=2,
-        html=_m("render.report_analyses", "energy_section"),
-        html_at=10,
-        doc="energy per operator, from power telemetry",
-    ),
-    Analysis(
-        "power",
-        _m("analysis.results", "PowerResult"),
-        (
-            Frame("power", "per_step", _m("analysis.results", "POWER_SCHEMA")),
-            Frame("throttle", "throttle", _m("analysis.results", "THROTTLE_SCHEMA")),
-        ),
-        step=3,
-        merge=_m(_S, "merge_power"),  # its per-rank part is energy's (one telemetry pass)
-        table=_m("render.tables", "power_table"),
-        table_at=3,
-        html=_m("render.report_analyses", "power_section"),
-        html_at=11,
-        doc="power and thermal per step",
-    ),
-    Analysis(
-        "critical_path",
-        _m("analysis.results", "CriticalPathResult"),
-        (
-            Frame("critical_path", "paths", _m("analysis.results", "CRITICAL_PATH_SCHEMA")),
-            Frame("critical_path_ops", "top_ops", _m("analysis.results", "CRITICAL_OPS_SCHEMA")),
-        ),
-        step=5,
-        merge=_m(_S, "merge_graph"),  # every rank's graph at once: the merge builds it
-        partial_note=False,
-        table=_m("render.tables", "critical_path_table"),
-        table_at=5,
-        html=_m("render.report_analyses", "critical_path_section"),
-        html_at=3,
-        doc="critical paths through the execution graph",
-    ),
-    Analysis(
-        "what_if",
-        _m("analysis.whatif_results", "WhatIfResult"),
-        (Frame("what_if", "steps", _m("analysis.whatif_results", "WHATIF_SCHEMA")),),
-        step=5,
-        merge=_m(_S, "merge_what_if"),  # computed with the critical path, on the same graph
-        partial_note=False,
-        table=_m("render.tables", "what_if_table"),
-        table_at=6,
-        html=_m("render.report_analyses", "what_if_section"),
-        html_at=4,
-        doc="a what-if replay of the execution graph (PREDICTED)",
-    ),
-    Analysis(
-        "idle_time",
-        _m("analysis.idle_results", "IdleTimeResult"),
-        (Frame("idle_time", "streams", _m("analysis.idle_results", "IDLE_TIME_SCHEMA")),),
-        step=1,
-        rank=_m(_S, "streams_part"),
-        merge=_m(_S, "merge_idle_time"),
-        added=True,
-        table=_m("render.tables", "streams_table"),  # idle time and launches, one section
-        table_at=7,
-        html=_m("render.report_analyses", "streams_section"),
-        html_at=5,
-        doc="GPU idle time per stream (HTA's breakdown)",
-    ),
-    Analysis(
-        "launch",
-        _m("analysis.idle_results", "LaunchResult"),
-        (
-            Frame("launch_stats", "stats", _m("analysis.idle_results", "LAUNCH_SCHEMA")),
-            Frame("launch_queue", "queue", _m("analysis.idle_results", "QUEUE_SCHEMA")),
-        ),
-        step=1,
-        merge=_m(_S, "merge_launch"),  # its per-rank part is idle time's (one stream table)
-        added=True,
-        doc="launch delays, short kernels, launch queues",
-    ),
-    Analysis(
-        "config",
-        _m("analysis.config_results", "RunConfig"),
-        (Frame("config", "table", _m("analysis.config_results", "CONFIG_SCHEMA")),),
-        step=10,
-        merge=_m(_S, "merge_config"),
-        added=True,
-        partial_note=False,
-        doc="the run's configuration (one row)",
-    ),
-    Analysis(
-        "breakdown",
-        _m("analysis.results_breakdown", "BreakdownResult"),
-        (
-            Frame("breakdown", "by", _m("analysis.results_breakdown", "BREAKDOWN_SCHEMA")),
-            Frame("breakdown_totals", "totals", _m("analysis.results_breakdown", "BREAKDOWN_TOTAL_SCHEMA")),
-        ),
-        step=4,
-        rank=_m(_S, "breakdown_part"),
-        merge=_m(_S, "merge_breakdown"),
-        added=True,
-        table=_m("render.tables", "breakdown_table"),
-        table_at=4,
-        html=_m("render.report_analyses", "breakdown_section"),
-        html_at=2,
-        doc="GPU time by kernel category, kernel and launching op",
-    ),
-    Analysis(
-        "flops",
-        _m("analysis.flops_results", "FlopsResult"),
-        (
-            Frame("flops", "per_step", _m("analysis.flops_results", "FLOPS_SCHEMA")),
-            Frame("flops_by_op", "by_op", _m("analysis.flops_results", "FLOPS_OP_SCHEMA")),
-            Frame("flops_devices", "devices", _m("analysis.flops_results", "FLOPS_DEVICE_SCHEMA")),
-        ),
-        step=6,
-        rank=_m("analysis.flops", "rank_part"),
-        merge=_m("analysis.flops", "merge"),
-        added=True,
-        table=_m("render.flops_table", "flops_table"),
-        table_at=8,
-        html=_m("render.flops_html", "flops_section"),
-        html_at=8,
-        doc="achieved FLOP/s and MFU of GEMM, attention and convolution ops (estimates)",
-    ),
-    Analysis(
-        "pipeline",
-        _m("analysis.pipeline_results", "PipelineResult"),
-        (
-            Frame(
-                "pipeline_microbatches", "microbatches", _m("analysis.pipeline_results", "PIPELINE_MB_SCHEMA")
-            ),
-            Frame("pipeline_stages", "stages", _m("analysis.pipeline_results", "PIPELINE_STAGE_SCHEMA")),
-        ),
-        step=7,
-        rank=_m(_S, "pipeline_part"),
-        merge=_m(_S, "merge_pipeline"),
-        added=True,
-        table=_m("render.pipeline_table", "pipeline_table"),
-        table_at=9,
-        html=_m("render.pipeline_html", "pipeline_section"),
-        html_at=9,
-        doc="microbatches and bubbles per pipeline stage",
-    ),
-    Analysis(
-        "comm_wait",
-        _m("analysis.comm_wait_results", "CommWaitResult"),
-        (
-            Frame("comm_wait", "ops", _m("analysis.comm_wait_results", "COMM_WAIT_SCHEMA")),
-            Frame("comm_wait_by_dim", "by_dim", _m("analysis.comm_wait_results", "COMM_WAIT_DIM_SCHEMA")),
-            Frame("comm_wait_by_rank", "by_rank", _m("analysis.comm_wait_results", "COMM_WAIT_RANK_SCHEMA")),
-        ),
-        step=8,
-        rank=_m(_S, "comm_wait_part"),
-        merge=_m(_S, "merge_comm_wait"),
-        added=True,
-        table=_m("render.comm_wait_table", "comm_wait_table"),
-        table_at=10,
-        html=_m("render.comm_wait_html", "comm_wait_section"),
-        html_at=7,
-        doc="waiting vs transferring of communication matched across ranks",
-    ),
-    Analysis(
-        "iterations",
-        _m("analysis.iterations_results", "IterationsResult"),
-        (
-            Frame("iterations", "iterations", _m("analysis.iterations_results", "ITERATION_SCHEMA")),
-            Frame("phases", "phases", _m("analysis.iterations_results", "PHASE_SCHEMA")),
-            Frame("requests", "requests", _m("analysis.iterations_results", "REQUEST_SCHEMA")),
-        ),
-        step=9,
-        rank=_m(_S, "iterations_part"),
-        merge=_m(_S, "merge_iterations"),
-        added=True,
-        partial_note=False,
-        table=_m("render.iterations_table", "iterations_table"),
-        table_at=11,
-        doc="iterations, phases and requests (inference, --step-marker)",
-    ),
-    Analysis(
-        "cpu_wait",
-        _m("analysis.cpu_wait_results", "CpuWaitResult"),
-        (
-            Frame("cpu_wait", "steps", _m("analysis.cpu_wait_results", "CPU_WAIT_SCHEMA")),
-            Frame("cpu_wait_idle", "idle", _m("analysis.cpu_wait_results", "CPU_WAIT_IDLE_SCHEMA")),
-            Frame("cpu_wait_phases", "phases", _m("analysis.cpu_wait_results", "CPU_WAIT_PHASE_SCHEMA")),
-        ),
-        step=11,
-        merge=_m("analysis.cpu_wait", "merge"),  # the run's scheduler samples with each rank's timeline
-        added=True,
-        partial_note=False,
-        optional=True,
-        table=_m("render.cpu_wait_table", "cpu_wait_table"),
-        table_at=13,
-        html=_m("render.cpu_wait_html", "cpu_wait_section"),
-        html_at=7.3,
-        doc="the launching thread's scheduler state per step, GPU idle interval and phase (collect --cpu-hz)",
-    ),
-    Analysis(
-        "graph_launches",
-        _m("analysis.graph_launch_results", "GraphLaunchResult"),
-        (
-            Frame("graph_launches", "launches", _m("analysis.graph_launch_results", "GRAPH_LAUNCH_SCHEMA")),
-            Frame(
-                "graph_launch_kernels", "kernels", _m("analysis.graph_launch_results", "GRAPH_KERNEL_SCHEMA")
-            ),
-        ),
-        step=11,
-        rank=_m("analysis.graph_launches", "rank_part"),
-        merge=_m("analysis.graph_launches", "merge"),
-        added=True,
-        partial_note=False,
-        optional=True,
-        table=_m("render.graph_launch_table", "graph_launch_table"),
-        table_at=12,
-        doc="CUDA/HIP graph launches and the kernels each started",
-    ),
-    Analysis(
-        "dims",
-        _m("analysis.dims_results", "DimsResult"),
-        (
-            Frame("dims", "dims", _m("analysis.dims_results", "DIMS_SCHEMA")),
-            Frame("dim_msg_sizes", "sizes", _m("analysis.dims_results", "DIM_SIZES_SCHEMA")),
-        ),
-        step=9,  # after overlap, bandwidth, waiting vs transfer and the pipeline: it reads their results
-        merge=_m("analysis.dims", "merge"),
-        added=True,
-        table=_m("render.dims_table", "dims_table"),
-        table_at=10.3,
-        html=_m("render.dims_html", "dims_section"),
-        html_at=7.6,
-        doc="every headline figure by parallel dimension; message sizes per dimension",
-    ),
-    Analysis(
-        "phase_power",
-        _m("analysis.phase_power_results", "PhasePowerResult"),
-        (
-            Frame("power_phases", "phases", _m("analysis.phase_power_results", "POWER_PHASE_SCHEMA")),
-            Frame(
-                "power_excursions", "excursions", _m("analysis.phase_power_results", "POWER_EXCURSION_SCHEMA")
-            ),
-        ),
-        step=8,  # after energy/power, FLOP/s and the pipeline (per rank and merged): it reads them
-        rank=_m("analysis.phase_power", "rank_part"),
-        merge=_m("analysis.phase_power", "merge"),
-        added=True,
-        table=_m("render.phase_power_table", "phase_power_table"),
-        table_at=10.6,
-        html=_m("render.phase_power_html", "phase_power_section"),
-        html_at=11.5,
-        doc="power per microbatch phase and the peak excursion per step",
-    ),
-]
+#: results); ``step``: the order they run in (per rank, then merged). Declared in the data file.
+ANALYSES: list[Analysis] = entries_of(declarations())
 
 #: name -> entry
 BY_NAME: dict[str, Analysis] = {a.name: a for a in ANALYSES}
@@ -485,3 +277,35 @@ def shown(kind: str) -> list[tuple[Analysis, str]]:
     order they are shown."""
     found = [(getattr(a, f"{kind}_at"), a, getattr(a, kind)) for a in ANALYSES if getattr(a, kind)]
     return [(a, ref) for _, a, ref in sorted(found, key=lambda x: x[0])]
+
+
+def unresolved() -> list[str]:
+    """What no entry's reference finds (``"analysis: reference (why)"``); empty when every
+    function, result type, renderer and column table resolves (a test asserts it)."""
+    bad = []
+    for a in ANALYSES:
+        for ref in (a.result_ref, a.rank, a.merge, a.table, a.html):
+            if ref is None:
+                continue
+            try:
+                ok = callable(resolve(ref))
+            except (ImportError, AttributeError) as exc:
+                bad.append(f"{a.name}: {ref} ({exc})")
+                continue
+            if not ok:
+                bad.append(f"{a.name}: {ref} (not callable)")
+        for f in a.frames:
+            try:
+                f.columns  # noqa: B018 - resolves the table
+            except (ImportError, AttributeError, DeclarationError) as exc:
+                bad.append(f"{a.name}: frame {f.name} ({exc})")
+    return bad
+
+
+def entry_of(result_type: type) -> Analysis:
+    """The entry whose result type is ``result_type``."""
+    ref = f"{result_type.__module__}:{result_type.__qualname__}"
+    for a in ANALYSES:
+        if a.result_ref == ref:
+            return a
+    raise KeyError(f"no registered analysis has the result type {ref}")

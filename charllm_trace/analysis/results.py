@@ -2,11 +2,11 @@
 
 Every analysis is a pure function of the trace model that returns one of the
 dataclasses below. Each holds polars frames whose columns are fixed by the
-``*_SCHEMA`` column tables in this module, each declared once as a list of
-``Col(name, dtype, unit, doc)`` (``analysis/columns.py``; renderers, exporters, the
-HTML report, baseline/check and diff rely on them; the JSON Schema and docs/columns.md
-are generated from them). Which result holds which frames: the analysis registry
-(``analysis/registry.py``). Times are integer ns, energy J, power W,
+``*_SCHEMA`` column tables in this module, each declared once, as data, in
+``analysis/analyses.toml`` (name, dtype, unit, description; loaded by ``analysis/columns.py``;
+renderers, exporters, the HTML report, baseline/check and diff rely on them; the JSON Schema and
+docs/columns.md are generated from them). Which result holds which frames: the analysis registry
+(``analysis/registry.py``, from the same file); ``frames()`` of a result gives them by name. Times are integer ns, energy J, power W,
 bandwidth GB/s with GB = 1e9 bytes. Percentages are 0..100.
 
 Conventions shared by all frames:
@@ -29,7 +29,6 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace.analysis.columns import Col, Columns, columns
 from charllm_trace.analysis.comm_wait_results import CommWaitResult
 from charllm_trace.analysis.config_results import CONFIG_SCHEMA, RunConfig  # noqa: F401 - re-exported
 from charllm_trace.analysis.cpu_wait_results import CpuWaitResult
@@ -42,7 +41,23 @@ from charllm_trace.analysis.iterations_results import IterationsResult
 from charllm_trace.analysis.phase_power_results import PhasePowerResult
 from charllm_trace.analysis.pipeline_results import PipelineResult
 from charllm_trace.analysis.registry import ANALYSES
+from charllm_trace.analysis.result_base import TimelineResult
 from charllm_trace.analysis.results_breakdown import BreakdownResult
+from charllm_trace.analysis.schemas import (  # noqa: F401 - re-exported
+    BANDWIDTH_SUMMARY_SCHEMA,
+    COLLECTIVE_SCHEMA,
+    CRITICAL_OPS_SCHEMA,
+    CRITICAL_PATH_SCHEMA,
+    CRITICAL_SEGMENT_SCHEMA,
+    ENERGY_SCHEMA,
+    ENERGY_TOTAL_SCHEMA,
+    MATCHED_SCHEMA,
+    OVERLAP_GROUP_SCHEMA,
+    OVERLAP_SCHEMA,
+    POWER_SCHEMA,
+    STRAGGLER_SCHEMA,
+    THROTTLE_SCHEMA,
+)
 from charllm_trace.analysis.spread_results import empty_rank_spread
 from charllm_trace.analysis.whatif_results import WHATIF_SCHEMA, WhatIfResult  # noqa: F401 - re-exported
 
@@ -76,44 +91,9 @@ NO_STEPS = "per-step figures asked for, but the trace has no steps (no ProfilerS
 # Overlap
 # ---------------------------------------------------------------------------
 
-#: One row per (rank, step); the step-null row covers the whole trace.
-OVERLAP_SCHEMA: Columns = columns(
-    Col("rank", pl.Int64),
-    Col("step", pl.Int64),
-    Col("start_ns", pl.Int64, "ns", "window analysed"),
-    Col("end_ns", pl.Int64, "ns"),
-    Col("span_ns", pl.Int64, "ns", "end_ns - start_ns"),
-    Col("compute_ns", pl.Int64, "ns", "|union of compute intervals|"),
-    Col("comm_ns", pl.Int64, "ns", "|union of communication intervals|"),
-    Col("overlap_ns", pl.Int64, "ns", "|comm ∩ compute|"),
-    Col("exposed_comm_ns", pl.Int64, "ns", "comm_ns - overlap_ns"),
-    Col("memory_ns", pl.Int64, "ns", "|union of memcpy/memset intervals| (neither comm nor compute)"),
-    Col("busy_ns", pl.Int64, "ns", "|union of all GPU (or CPU-op, in CPU mode) activity|"),
-    Col("idle_ns", pl.Int64, "ns", "span_ns - busy_ns"),
-    Col("overlap_pct", pl.Float64, "%", "100 * overlap_ns / comm_ns; null when comm_ns == 0"),
-    Col("n_compute", pl.Int64, "", "intervals counted"),
-    Col("n_comm", pl.Int64),
-    Col("cut", pl.Boolean, "", "the step is cut by the trace's end: left out of step means (step_cuts)"),
-)
-
-#: Same measures per process group / parallelism dimension: communication of that
-#: group only, against all compute of the rank.
-OVERLAP_GROUP_SCHEMA: Columns = columns(
-    Col("rank", pl.Int64),
-    Col("step", pl.Int64),
-    Col("pg_name", pl.String, "", "null in the per-dimension frame"),
-    Col("pg_desc", pl.String),
-    Col("dim", pl.String, "", '"tp" | "pp" | "dp" | "ep" | "cp" | null when it cannot be named'),
-    Col("comm_ns", pl.Int64, "ns"),
-    Col("overlap_ns", pl.Int64, "ns"),
-    Col("exposed_comm_ns", pl.Int64, "ns"),
-    Col("overlap_pct", pl.Float64, "%"),
-    Col("n_comm", pl.Int64),
-)
-
 
 @dataclass
-class OverlapResult:
+class OverlapResult(TimelineResult):
     """Compute/communication overlap per rank and step, per process group and per dimension.
 
     ``mode`` is ``"gpu"`` (kernels on GPU streams) or ``"cpu"`` (gloo / CPU-only
@@ -126,8 +106,6 @@ class OverlapResult:
     per_dim: pl.DataFrame  # OVERLAP_GROUP_SCHEMA (pg_name null, dim set)
     mode: str = "gpu"
     hta_compat: bool = False
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)
     rank_spread: pl.DataFrame = field(default_factory=empty_rank_spread)  # RANK_SPREAD_SCHEMA
 
     def total(self, rank: int | None = None) -> pl.DataFrame:
@@ -140,62 +118,6 @@ class OverlapResult:
 # Bandwidth
 # ---------------------------------------------------------------------------
 
-#: One row per collective instance on one rank.
-COLLECTIVE_SCHEMA: Columns = columns(
-    Col("rank", pl.Int64),
-    Col("id", pl.Int64, "", "node id within the rank"),
-    Col("name", pl.String),
-    Col("coll_type", pl.String),
-    Col("pg_name", pl.String),
-    Col("pg_desc", pl.String),
-    Col("dim", pl.String),
-    Col("coll_seq", pl.Int64),
-    Col("group_size", pl.Int64, "", "n in the bus factor"),
-    Col("step", pl.Int64),
-    Col("start_ns", pl.Int64, "ns"),
-    Col("dur_ns", pl.Int64, "ns"),
-    Col("bytes", pl.Int64, "B", "nccl-tests message size"),
-    Col("size_bucket", pl.String, "", '[4^k, 4^(k+1)) bytes, binary units, e.g. "1MiB-4MiB"'),
-    Col("algbw_gbps", pl.Float64, "GB/s", "bytes / dur"),
-    Col("bus_factor", pl.Float64),
-    Col("busbw_gbps", pl.Float64, "GB/s", "algbw * bus_factor"),
-    Col("peak_gbps", pl.Float64, "GB/s", "link peak (per direction) used for utilisation"),
-    Col("util_pct", pl.Float64, "%", "100 * busbw / peak"),
-)
-
-#: Aggregates by (coll_type, pg_name, size_bucket).
-BANDWIDTH_SUMMARY_SCHEMA: Columns = columns(
-    Col("coll_type", pl.String),
-    Col("pg_name", pl.String),
-    Col("dim", pl.String),
-    Col("size_bucket", pl.String),
-    Col("count", pl.Int64),
-    Col("bytes_total", pl.Int64, "B"),
-    Col("dur_ns_total", pl.Int64),
-    Col("algbw_time_weighted_gbps", pl.Float64, "GB/s", "bytes_total / dur_ns_total"),
-    Col("busbw_time_weighted_gbps", pl.Float64, "GB/s", "sum(bytes*factor) / dur_ns_total"),
-    Col("busbw_max_gbps", pl.Float64, "GB/s", "the fastest instance's busbw"),
-    Col("peak_gbps", pl.Float64, "GB/s"),
-    Col("util_pct", pl.Float64, "%", "100 * busbw_time_weighted_gbps / peak_gbps"),
-)
-
-#: One row per collective matched across ranks by (pg_name, coll_seq).
-MATCHED_SCHEMA: Columns = columns(
-    Col("pg_name", pl.String),
-    Col("coll_seq", pl.Int64),
-    Col("coll_type", pl.String),
-    Col("bytes", pl.Int64, "B"),
-    Col("group_size", pl.Int64),
-    Col("n_ranks", pl.Int64, "", "ranks of the group present in the input"),
-    Col("dur_min_ns", pl.Int64, "ns", "duration free of waiting for late ranks"),
-    Col("dur_max_ns", pl.Int64, "ns"),
-    Col("busbw_gbps", pl.Float64, "GB/s", "from dur_min_ns"),
-    Col("first_start_ns", pl.Int64, "ns"),
-    Col("last_start_ns", pl.Int64, "ns"),
-    Col("skew_ns", pl.Int64, "ns", "last_start_ns - first_start_ns (arrival skew)"),
-    Col("late_rank", pl.Int64, "", "the rank that started last"),
-)
-
 
 @dataclass
 class LinkPeak:
@@ -207,28 +129,12 @@ class LinkPeak:
     spans_nodes: bool | None = None
 
 
-#: One row per (process group, rank) over the collectives matched across ranks: how often and
-#: how late the rank arrived (lateness = its start - the group's first start).
-STRAGGLER_SCHEMA: Columns = columns(
-    Col("pg_name", pl.String),
-    Col("dim", pl.String),
-    Col("rank", pl.Int64),
-    Col("n_matched", pl.Int64, "", "collectives of this group matched on this rank"),
-    Col("n_last", pl.Int64, "", "of which the rank started last"),
-    Col("last_pct", pl.Float64, "%", "100 * n_last / n_matched"),
-    Col("mean_late_ns", pl.Float64, "ns", "mean lateness over its matched collectives"),
-    Col("max_late_ns", pl.Int64, "ns", "worst lateness"),
-)
-
-
 @dataclass
-class BandwidthResult:
+class BandwidthResult(TimelineResult):
     collectives: pl.DataFrame  # COLLECTIVE_SCHEMA
     summary: pl.DataFrame  # BANDWIDTH_SUMMARY_SCHEMA
     matched: pl.DataFrame  # MATCHED_SCHEMA (empty with a single rank)
     peaks: dict[str, LinkPeak] = field(default_factory=dict)  # pg_name -> peak used
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)
     stragglers: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STRAGGLER_SCHEMA))
 
 
@@ -236,41 +142,9 @@ class BandwidthResult:
 # Energy
 # ---------------------------------------------------------------------------
 
-#: Energy attributed to one key (a kernel name, a launching op, a collective type,
-#: a step or a phase). ``key`` is the name; ``group`` says which aggregation.
-ENERGY_SCHEMA: Columns = columns(
-    Col("rank", pl.Int64),
-    Col("group", pl.String, "", '"kernel" | "op" | "coll_type" | "step" | "phase"'),
-    Col("key", pl.String),
-    Col("count", pl.Int64, "", "GPU operators in this key"),
-    Col("busy_ns", pl.Int64, "ns", "summed operator time inside the telemetry window"),
-    Col("energy_j", pl.Float64, "J", "after the counter correction, if any"),
-    Col("share_pct", pl.Float64, "%", "of the window's total device energy"),
-    Col("short_pct", pl.Float64, "%", "% of busy_ns from operators shorter than the sensor period"),
-)
-
-#: One row per (rank, device): totals and the counter reconciliation.
-ENERGY_TOTAL_SCHEMA: Columns = columns(
-    Col("rank", pl.Int64),
-    Col("device", pl.Int64),
-    Col("start_ns", pl.Int64, "ns", "telemetry window"),
-    Col("end_ns", pl.Int64, "ns"),
-    Col("n_samples", pl.Int64),
-    Col("sensor_period_ns", pl.Int64, "ns", "median gap between power samples"),
-    Col("integral_j", pl.Float64, "J", "∫ power dt over the window (method below)"),
-    Col("counter_j", pl.Float64, "J", "energy counter difference; null when not recorded"),
-    Col("correction", pl.Float64, "", "counter_j / integral_j (1.0 when no counter)"),
-    Col("total_j", pl.Float64, "J", "integral_j * correction"),
-    Col("operators_j", pl.Float64, "J", "energy attributed to operators"),
-    Col("idle_j", pl.Float64, "J", "the rest"),
-    Col(
-        "short_kernel_pct", pl.Float64, "%", "% of operator time in operators shorter than the sensor period"
-    ),
-)
-
 
 @dataclass
-class EnergyResult:
+class EnergyResult(TimelineResult):
     """Energy per operator, split by time share within each telemetry interval.
 
     ``method`` is ``"trapezoid"`` (power linear between samples) or ``"step"``.
@@ -279,8 +153,6 @@ class EnergyResult:
     totals: pl.DataFrame  # ENERGY_TOTAL_SCHEMA
     by: pl.DataFrame  # ENERGY_SCHEMA, all aggregations stacked (filter on "group")
     method: str = "trapezoid"
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)
 
     def group(self, name: str) -> pl.DataFrame:
         return self.by.filter(pl.col("group") == name)
@@ -290,51 +162,11 @@ class EnergyResult:
 # Power and thermal
 # ---------------------------------------------------------------------------
 
-#: One row per (rank, device, step); the step-null row covers the whole telemetry window.
-POWER_SCHEMA: Columns = columns(
-    Col("rank", pl.Int64),
-    Col("device", pl.Int64),
-    Col("step", pl.Int64),
-    Col("start_ns", pl.Int64, "ns"),
-    Col("end_ns", pl.Int64, "ns"),
-    Col("n_samples", pl.Int64),
-    Col("avg_w", pl.Float64, "W", "time-weighted (trapezoid) mean"),
-    Col("peak_w", pl.Float64, "W"),
-    Col("min_w", pl.Float64, "W"),
-    Col(
-        "swing_w", pl.Float64, "W", "largest |ΔP| between a sample and a later one within the step, see docs"
-    ),
-    Col("swing_rate_w_per_s", pl.Float64, "W/s", "largest |ΔP|/Δt between consecutive samples"),
-    Col("power_limit_w", pl.Float64, "W"),
-    Col("above_limit_ns", pl.Int64, "ns", "time with power_w >= power_limit_w (step hold)"),
-    Col("temp_start_c", pl.Float64, "°C"),
-    Col("temp_end_c", pl.Float64, "°C"),
-    Col("temp_max_c", pl.Float64, "°C"),
-    Col("temp_rise_c", pl.Float64, "°C", "temp_end - temp_start"),
-    Col("sm_clock_avg_mhz", pl.Float64, "MHz"),
-    Col("sm_clock_max_mhz", pl.Float64, "MHz", "highest SM clock seen on this device in the whole trace"),
-    Col("sm_clock_ratio", pl.Float64, "", "avg / max"),
-    Col("throttled_ns", pl.Int64, "ns", "time with any throttle reason other than idle / app clocks"),
-    Col("outlier", pl.Boolean, "", "peak power or throttling stands out (see docs)"),
-    Col("outlier_reason", pl.String),
-)
-
-#: Time in each throttle reason per (rank, device, step).
-THROTTLE_SCHEMA: Columns = columns(
-    Col("rank", pl.Int64),
-    Col("device", pl.Int64),
-    Col("step", pl.Int64),
-    Col("reason", pl.String, "", "a name from power.THROTTLE_REASONS"),
-    Col("time_ns", pl.Int64, "ns"),
-)
-
 
 @dataclass
-class PowerResult:
+class PowerResult(TimelineResult):
     per_step: pl.DataFrame  # POWER_SCHEMA
     throttle: pl.DataFrame  # THROTTLE_SCHEMA
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------
@@ -344,57 +176,14 @@ class PowerResult:
 #: What a critical path spends its time in (columns ``<category>_ns``).
 CP_CATEGORIES = ("gpu_compute", "gpu_memory", "communication", "cpu_op", "launch", "sync_wait", "idle")
 
-#: One row per (scope, rank, step). ``scope`` "rank": the path that ends at this rank's last
-#: point of the step (it may cross to other ranks through collectives); "job": the path that
-#: ends at the last point of the whole run (rank null; step null).
-CRITICAL_PATH_SCHEMA: Columns = columns(
-    Col("scope", pl.String),
-    Col("rank", pl.Int64),
-    Col("step", pl.Int64),
-    Col("start_ns", pl.Int64, "ns", "window: the step's start (or the trace's first point) ..."),
-    Col("end_ns", pl.Int64, "ns", "... to its last point (the path's end)"),
-    Col("span_ns", pl.Int64, "ns", "end_ns - start_ns: the measured span of the step"),
-    Col("length_ns", pl.Int64, "ns", "the critical path's length (= span when it reaches back to the start)"),
-    *(Col(f"{c}_ns", pl.Int64, "ns") for c in CP_CATEGORIES),
-    Col("n_segments", pl.Int64, "", "pieces of the path that take time (rows of its segments)"),
-    Col("ranks_on_path", pl.String, "", 'e.g. "0,1": ranks whose points the path visits'),
-)
-
-#: Operators on the path: time each (name, category) contributes, per (scope, rank, step).
-CRITICAL_OPS_SCHEMA: Columns = columns(
-    Col("scope", pl.String),
-    Col("rank", pl.Int64),
-    Col("step", pl.Int64),
-    Col("name", pl.String),
-    Col("category", pl.String),
-    Col("time_ns", pl.Int64, "ns"),
-    Col("pct", pl.Float64, "", "of the path's length"),
-    Col("count", pl.Int64, "", "pieces of the path (that take time) belonging to this op"),
-)
-
-#: The path's segments, for timelines (Perfetto, the report): one row per path edge with time.
-CRITICAL_SEGMENT_SCHEMA: Columns = columns(
-    Col("scope", pl.String),
-    Col("rank", pl.Int64, "", "the path's rank (null for the job path)"),
-    Col("step", pl.Int64),
-    Col("seg_rank", pl.Int64, "", "rank where the segment's time is spent"),
-    Col("node_id", pl.Int64, "", "the node whose time it is (null: a wait or idle gap)"),
-    Col("name", pl.String),
-    Col("category", pl.String),
-    Col("start_ns", pl.Int64, "ns"),
-    Col("end_ns", pl.Int64, "ns"),
-)
-
 
 @dataclass
-class CriticalPathResult:
+class CriticalPathResult(TimelineResult):
     """Critical paths through the execution graph (docs/analyses.md, "Critical path")."""
 
     paths: pl.DataFrame  # CRITICAL_PATH_SCHEMA
     top_ops: pl.DataFrame  # CRITICAL_OPS_SCHEMA
     segments: pl.DataFrame  # CRITICAL_SEGMENT_SCHEMA (empty from ``analyze_run``: see critical_path())
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

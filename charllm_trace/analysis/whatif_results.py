@@ -3,36 +3,22 @@ prediction rests on (``analysis.whatif_spread``). Re-exported by ``analysis.resu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import polars as pl
 
-from charllm_trace.analysis.columns import Col, Columns, columns
-
-#: One row per (rank, step) (step null: the whole trace): measured vs predicted.
-WHATIF_SCHEMA: Columns = columns(
-    Col("rank", pl.Int64),
-    Col("step", pl.Int64),
-    Col("measured_ns", pl.Int64, "ns", "step span (ProfilerStep window), or the trace's span"),
-    Col("predicted_ns", pl.Int64, "ns"),
-    Col("change_pct", pl.Float64, "%", "100 * (predicted - measured) / measured"),
-    Col("measured_exposed_comm_ns", pl.Int64, "ns"),
-    Col("predicted_exposed_comm_ns", pl.Int64, "ns"),
-    Col("measured_overlap_pct", pl.Float64, "%"),
-    Col("predicted_overlap_pct", pl.Float64, "%"),
-)
+from charllm_trace.analysis.result_base import TimelineResult
+from charllm_trace.analysis.schemas import WHATIF_SCHEMA  # noqa: F401 - re-exported
 
 
 @dataclass
-class WhatIfResult:
+class WhatIfResult(TimelineResult):
     """A what-if replay: lags re-timed under the keys, the graph re-timed (PREDICTED figures)."""
 
     steps: pl.DataFrame  # WHATIF_SCHEMA
     factors: dict[str, float]
     fixed_wait_pct: float | None = None  # % of the measured whole-trace critical paths that is waiting the
     # graph does not explain (kept as measured by the replay); null without timestamps
-    simulated: bool = False
-    notes: list[str] = field(default_factory=list)
     # what the prediction rests on (analysis/whatif_spread.py): % of the measured whole-trace
     # critical paths on inferred edges (wake-ups, thread starts), and the prediction over steps
     # (every rank's steps; the whole-trace rows where there are none): min-max and median

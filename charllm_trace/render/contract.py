@@ -2,7 +2,8 @@
 and ``docs/schema/<kind>.schema.json`` describes it (JSON Schema, draft 2020-12).
 
 ``analyze``'s schema is generated here from the frames' column declarations (each frame's
-``Col(name, dtype, unit, doc)`` list, ``analysis/columns.py``, named by the analysis registry):
+columns as data in ``analysis/analyses.toml``, loaded by ``analysis/columns.py``, named by the
+analysis registry):
 msgspec writes each frame's schema from a ``Struct`` built of them, so the documentation cannot
 drift from the code (a test compares the committed file with :func:`analyze_schema`). The other
 documents' schemas are written by hand and validated against real outputs in the tests.
@@ -46,15 +47,16 @@ def columns_markdown() -> str:
     out = [
         "# Columns of the analyses' frames",
         "",
-        "Generated from the column declarations (`Col(name, dtype, unit, doc)`, "
-        "`charllm_trace/analysis/columns.py`) by `charllm_trace.render.contract.columns_markdown`; "
+        "Generated from the column declarations (`[name, dtype, unit, description]` of each frame "
+        "in `charllm_trace/analysis/analyses.toml`) by `charllm_trace.render.contract.columns_markdown`; "
         "a test keeps this file in step. Every column may be null (unknown). Times are integer ns, "
         "GB = 1e9 bytes.",
     ]
     for a in ANALYSES:
         out += ["", f"## {a.name}", "", a.doc[:1].upper() + a.doc[1:] + "." if a.doc else ""]
         for f in a.frames:
-            out += ["", f"### `{f.name}`", "", markdown_table(f.columns)]
+            row = getattr(f.columns, "doc", "")
+            out += ["", f"### `{f.name}`", *(["", row] if row else []), "", markdown_table(f.columns)]
     return "\n".join(out) + "\n"
 
 
