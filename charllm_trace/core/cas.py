@@ -347,7 +347,7 @@ def _first(p: Path, n: int) -> bytes:
 
 def _legacy_file(p: Path, ns: str) -> bool:
     """Files of format 6 and earlier (before the one store): each cache's own head."""
-    head = _first(p, 64)
+    head = _first(p, 128)
     if ns == "results":
         return head[:4] == b"PK\x03\x04" and head[30:50] == b"charllm-results.json"
     if ns == "compare":

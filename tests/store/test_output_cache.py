@@ -77,7 +77,8 @@ def test_other_options_or_a_changed_input_are_analysed(cache_dir: Path, tmp_path
 
 
 @pytest.mark.parametrize(
-    "extra", [["--format", "csv"], ["--format", "json", "-o", "OUT"], ["--no-cache", "--json"], ["--no-cache"]]
+    "extra",
+    [["--format", "csv"], ["--format", "json", "-o", "OUT"], ["--no-cache", "--json"], ["--no-cache"]],
 )
 def test_only_json_or_a_table_to_stdout_with_the_cache_on_is_kept(
     extra: list[str], cache_dir: Path, tmp_path: Path
@@ -174,7 +175,9 @@ _FRONT_PROBE = (
 )
 
 
-@pytest.mark.parametrize("fmt", [["--format", "json"], ["--format", "table"], []], ids=["json", "table", "default"])
+@pytest.mark.parametrize(
+    "fmt", [["--format", "json"], ["--format", "table"], []], ids=["json", "table", "default"]
+)
 def test_the_front_answers_a_hit_before_click(spawn, cache_dir: Path, fmt: list[str]) -> None:
     """``charllm-trace`` (cli/front.py) prints a stored output without importing click, polars,
     numpy or rich; the bytes (colour codes included, FORCE_COLOR) are those of an uncached run."""

@@ -222,7 +222,9 @@ def test_damaged_entry_deleted_noted_and_rebuilt(spawn, how: str, cache_dir: Pat
     clean = _run(*args, env=env)
     assert clean.stdout == first.stdout and "cached results" not in clean.stderr
     head, _, payload = rebuilt.read_bytes().partition(b"\n")
-    assert head.startswith(b"charllm-trace cas ") and payload[:4] == b"PK\x03\x04"  # the store's head, a results file
+    assert (
+        head.startswith(b"charllm-trace cas ") and payload[:4] == b"PK\x03\x04"
+    )  # the store's head, a results file
 
 
 @pytest.mark.parametrize("how", ["empty", "foreign"])
