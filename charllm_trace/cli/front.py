@@ -49,7 +49,7 @@ def main() -> None:
     if data is None:
         from charllm_trace.cli.app import main as group
 
-        group()
+        group(prog_name="charllm-trace")
         return
     try:
         sys.stdout.buffer.write(data)
