@@ -194,3 +194,32 @@ def test_the_front_answers_a_hit_before_click(spawn, cache_dir: Path, fmt: list[
     assert b"HEAVY []" in hit.stderr, hit.stderr
     if fmt != ["--format", "json"]:
         assert b"\x1b[" in hit.stdout  # FORCE_COLOR: the table's colours are kept too
+
+
+def test_the_front_with_a_damaged_entry_notes_it_once_and_analyses(spawn, cache_dir: Path) -> None:
+    """A damaged entry met by the front: one note, the output of an uncached run, exit 0, no
+    traceback; the entry is stored again and the next run is a clean hit."""
+    env = {**os.environ, "CHARLLM_TRACE_CACHE_DIR": str(cache_dir)}
+    env.pop("CHARLLM_TRACE_NO_CACHE", None)
+    run = [
+        sys.executable,
+        "-m",
+        "charllm_trace",
+        "analyze",
+        str(KINETO),
+        "--format",
+        "json",
+        "--no-critical-path",
+    ]
+    first = subprocess.run(run, capture_output=True, env=env)
+    assert first.returncode == 0, first.stderr
+    (entry,) = _outputs(cache_dir)
+    data = bytearray(entry.read_bytes())
+    data[-10] ^= 0xFF
+    entry.write_bytes(bytes(data))
+    again = subprocess.run(run, capture_output=True, env=env)
+    assert again.returncode == 0 and again.stdout == first.stdout
+    notes = [ln for ln in again.stderr.decode().splitlines() if ln.strip()]
+    assert len(notes) == 1 and notes[0].startswith("note: the cached output") and "corrupt" in notes[0], notes
+    clean = subprocess.run(run, capture_output=True, env=env)
+    assert clean.returncode == 0 and clean.stdout == first.stdout and not clean.stderr
