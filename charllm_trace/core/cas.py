@@ -131,13 +131,17 @@ def key(ns: Namespace, *parts: object) -> str:
     return hashlib.sha256("\n".join((ns.name, FORMAT, *map(str, parts))).encode()).hexdigest()
 
 
-def _dist_versions() -> str:
-    """Python's version and the ``polars-X.dist-info`` / ``numpy-Y.dist-info`` names beside the
-    packages (found without importing them)."""
+#: the libraries whose versions a fingerprint ``versions=True`` covers (results: polars, numpy)
+VERSIONED = ("polars", "numpy")
+
+
+def _dist_versions(names: Iterable[str]) -> str:
+    """Python's version and the ``<name>-X.dist-info`` names beside each package of ``names``
+    (found without importing them)."""
     import importlib.util
 
     out = [sys.version]
-    for name in ("polars", "numpy"):
+    for name in names:
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.origin:
             out.append(f"{name}:absent")
@@ -152,14 +156,15 @@ def _dist_versions() -> str:
     return "|".join(out)
 
 
-def fingerprint(name: str, parts: Iterable[str], versions: bool = False) -> str:
+def fingerprint(name: str, parts: Iterable[str], versions: bool | tuple[str, ...] = False) -> str:
     """SHA-256 of the ``.py``/``.c``/``.h`` sources under ``parts`` (folders or files relative to the
-    package; ``""``: all of it) and, with ``versions``, of Python's, polars' and numpy's versions;
-    computed once per process per ``name``."""
+    package; ``""``: all of it) and, with ``versions``, of Python's version and those of
+    :data:`VERSIONED` (or of the libraries named); computed once per process per ``name``."""
     if name in _fingerprints:
         return _fingerprints[name]
     pkg = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # the package, above core/
-    h = hashlib.sha256(f"{name}|{_dist_versions() if versions else ''}".encode())
+    libs = VERSIONED if versions is True else versions or ()
+    h = hashlib.sha256(f"{name}|{_dist_versions(libs) if versions else ''}".encode())
     for part in parts:
         top = os.path.join(pkg, part) if part else pkg
         if os.path.isfile(top):

@@ -11,7 +11,8 @@ atomic write, ownership, housekeeping). Its key is the SHA-256 of
 - the command line as given (``sys.argv[1:]``; click's parsing is not needed to find it), and
   the ``CHARLLM_TRACE_*`` variables of the environment other than the cache's own;
 - a fingerprint of the whole package's sources (``.py``, ``.c``, ``.h``) and of the installed
-  versions of Python, polars and numpy (their ``.dist-info`` names: no import).
+  versions of Python, polars, numpy, rich (it draws the tables) and click (their ``.dist-info``
+  names: no import).
 
 Its payload is one line of JSON, the *conditions* under which the output holds, then the output
 byte for byte. The conditions are the input as named, the identity of every file it is made of
@@ -36,7 +37,8 @@ _ENV_IGNORED = ("CHARLLM_TRACE_CACHE_DIR", "CHARLLM_TRACE_NO_CACHE", "CHARLLM_TR
 #: variables that change how a table is drawn (rich's width, colour and terminal detection)
 _TERMINAL_ENV = (
     "TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS",
-    "LINES", "JUPYTER_COLUMNS", "JUPYTER_LINES", "CLICOLOR", "CLICOLOR_FORCE", "TERM_PROGRAM",
+    "LINES", "JUPYTER_COLUMNS", "JUPYTER_LINES", "DATABRICKS_RUNTIME_VERSION", "CLICOLOR",
+    "CLICOLOR_FORCE", "TERM_PROGRAM", "FORCE_TERMINAL",
 )  # fmt: skip
 #: the formats whose printed output is kept
 FORMATS = ("json", "table")
@@ -48,7 +50,7 @@ def enabled() -> bool:
 
 def code_fingerprint() -> str:
     """SHA-256 of every source of the package and the library versions (once per process)."""
-    return cas.fingerprint(KIND, ("",), versions=True)
+    return cas.fingerprint(KIND, ("",), versions=(*cas.VERSIONED, "rich", "click"))
 
 
 def output_key(argv: list[str]) -> str:
