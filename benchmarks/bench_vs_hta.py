@@ -21,7 +21,7 @@ inference     Qwen1.5-0.5B inference on an H100 (TraceLens; no CUDA graph      2
 The two tools, each as a fresh process on the same file, alternated (the order flips every
 round), caches off:
 
-- ours: ``python -m charllm_trace.cli.app analyze FILE --no-cache --format json`` (the default
+- ours: ``python -m charllm_trace analyze FILE --no-cache --format json`` (the default
   analysis, critical path on), stdout to a file;
 - HTA: ``TraceAnalysis(trace_dir=...)`` (load) + ``get_comm_comp_overlap`` +
   ``get_temporal_breakdown`` in the interpreter of ``--hta-python`` (HTA's own venv, outside
@@ -42,7 +42,8 @@ Usage::
 Prints one line per run and, per profile, the median and range of each tool and the ratios
 (HTA / ours wall and CPU; ours / HTA peak RSS), with the load average. ``--repeat`` first times,
 per profile and round, a first ``analyze`` with the cache on (empty cache) and the same command
-again (the cache hit), and prints first / hit.
+again (the cache hit), and prints first / hit; ``--repeat-format table`` times the default terminal
+output (a table, stdout to a file: 80 columns) instead of JSON.
 """
 
 from __future__ import annotations
@@ -143,13 +144,14 @@ def run_measured(cmd: list[str], env: dict[str, str], stdout_path: Path, timeout
     return Measured(not why, wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, load, why)
 
 
-def ours_cmd(path: Path, cache: bool = False) -> list[str]:
-    cmd = [sys.executable, "-m", "charllm_trace.cli.app", "analyze", str(path), "--format", "json"]
+def ours_cmd(path: Path, cache: bool = False, fmt: str = "json") -> list[str]:
+    """The ``charllm-trace`` program (its entry point, cli/front.py, as the installed script)."""
+    cmd = [sys.executable, "-m", "charllm_trace", "analyze", str(path), "--format", fmt]
     return cmd if cache else [*cmd, "--no-cache"]
 
 
 def repeat_rounds(
-    name: str, path: Path, env: dict[str, str], work: Path, rounds: int, timeout: float
+    name: str, path: Path, env: dict[str, str], work: Path, rounds: int, timeout: float, fmt: str = "json"
 ) -> None:
     """The results cache (issue 26 item 2): per round, a first ``analyze`` with the cache on (an
     empty cache directory: it analyses and stores) and the same command again (a hit)."""
@@ -159,8 +161,8 @@ def repeat_rounds(
         shutil.rmtree(cdir, ignore_errors=True)
         e = {**env, "CHARLLM_TRACE_CACHE_DIR": str(cdir)}
         e.pop("CHARLLM_TRACE_NO_CACHE", None)
-        first = run_measured(ours_cmd(path, cache=True), e, work / f"{name}.first.out", timeout)
-        hit = run_measured(ours_cmd(path, cache=True), e, work / f"{name}.hit.out", timeout)
+        first = run_measured(ours_cmd(path, True, fmt), e, work / f"{name}.first.out", timeout)
+        hit = run_measured(ours_cmd(path, True, fmt), e, work / f"{name}.hit.out", timeout)
         same = (work / f"{name}.first.out").read_bytes() == (work / f"{name}.hit.out").read_bytes()
         shutil.rmtree(cdir, ignore_errors=True)
         firsts.append(first)
@@ -173,7 +175,7 @@ def repeat_rounds(
         )
     med = statistics.median
     print(
-        f"== {name} repeat: first/hit wall {med(m.wall_s for m in firsts) / med(m.wall_s for m in hits):.1f}x "
+        f"== {name} repeat ({fmt}): first/hit wall {med(m.wall_s for m in firsts) / med(m.wall_s for m in hits):.1f}x "
         f"(worst pair {min(m.wall_s for m in firsts) / max(m.wall_s for m in hits):.1f}x), "
         f"cpu {med(m.cpu_s for m in firsts) / med(m.cpu_s for m in hits):.1f}x",
         flush=True,
@@ -248,6 +250,9 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="also write the per-profile summaries to this file")
     ap.add_argument("--repeat", action="store_true", help="also time a first analyze and its cache hit")
     ap.add_argument("--repeat-only", action="store_true", help="only --repeat (HTA not run)")
+    ap.add_argument(
+        "--repeat-format", choices=("json", "table"), default="json", help="the format --repeat prints"
+    )
     a = ap.parse_args()
     wanted = a.profiles.split(",")
     profiles = [p for p in PROFILES if p.name in wanted]
@@ -281,7 +286,7 @@ def main() -> None:
             run_measured(hta_cmd(a.hta_python, smallest, False), env, work / "warm.out", a.timeout)
         if a.repeat or a.repeat_only:
             for p in profiles:
-                repeat_rounds(p.name, paths[p.name], env, work, a.rounds, a.timeout)
+                repeat_rounds(p.name, paths[p.name], env, work, a.rounds, a.timeout, a.repeat_format)
             if a.repeat_only:
                 return
         rows = []

@@ -50,51 +50,86 @@ OUTPUT_CACHE_MAX = 64 << 20
 def _output_key(
     ctx: click.Context, path: str, fmt: str, output: str | None, save: str | None, cluster: Cluster | None
 ) -> str | None:
-    """The output cache's key of this command (None: its output is not cached: not JSON to
-    stdout, a --save, a URL, a scheduler, or the caches turned off)."""
+    """The output cache's key of this command (None: its output is not kept: not JSON or a table
+    to stdout, a --save, a URL, a scheduler, the caches turned off, or not called through the
+    group, whose command line is the key)."""
     from charllm_trace.store import output_cache
 
-    if fmt != "json" or output is not None or save is not None or is_url(path) or cluster is not None:
+    argv = ctx.meta.get("argv")
+    if fmt not in output_cache.FORMATS or output is not None or save is not None or argv is None:
         return None
-    if not output_cache.enabled():
+    if is_url(path) or cluster is not None or not output_cache.enabled():
         return None
-    from charllm_trace.collectors.run_checks import allow_partial
-
-    return output_cache.output_key(path, dict(ctx.params), fmt, allow_partial())
+    return output_cache.output_key(argv)
 
 
 def _print_cached_output(path: str, key: str) -> bool:
     """Print the stored output of ``key`` (True), with the note a results-cache hit gives."""
     from charllm_trace.store import output_cache
 
-    data = output_cache.lookup(key)
-    if data is None:
+    got = output_cache.lookup(key)
+    if got is None:
         return False
     from charllm_trace.collectors.run_checks import note_on_results_hit
 
     note_on_results_hit(path)
-    click.echo(data, nl=False)
+    click.echo(got[1], nl=False)
     return True
 
 
-def _print_json(res: RunAnalysis, okey: str | None) -> None:
-    """Print ``res`` as JSON a piece at a time (1,024 ranks: 150 MB), keeping the bytes for the
-    output cache under ``okey`` (not when they pass ``OUTPUT_CACHE_MAX``)."""
-    from charllm_trace.render import export
+class _Kept:
+    """What a command prints, kept for the output cache (not beyond ``OUTPUT_CACHE_MAX``)."""
 
-    kept: list[bytes] | None = [] if okey is not None else None
-    size = 0
-    for piece in export.iter_json(res):
-        click.echo(piece, nl=False)
-        size += len(piece)
-        if kept is not None and size > OUTPUT_CACHE_MAX:
-            kept = None  # a huge output is not kept
-        elif kept is not None:
-            kept.append(piece)
-    if kept is not None and okey is not None:
+    def __init__(self, key: str | None, path: str, fmt: str) -> None:
+        self.key, self.path, self.fmt = key, path, fmt
+        self.parts: list[bytes] | None = [] if key is not None else None
+        self.size = 0
+
+    def add(self, piece: bytes) -> None:
+        if self.parts is None:
+            return
+        self.size += len(piece)
+        if self.size > OUTPUT_CACHE_MAX:
+            self.parts = None  # a huge output is not kept
+        else:
+            self.parts.append(piece)
+
+    def store(self) -> None:
+        if self.parts is None or self.key is None:
+            return
         from charllm_trace.store import output_cache
 
-        output_cache.store(okey, b"".join(kept))
+        cond = output_cache.conditions(self.path, self.fmt)
+        if cond is not None:
+            output_cache.store(self.key, cond, b"".join(self.parts))
+
+
+class _Tee:
+    """stdout for rich, keeping what is written: rich sees stdout itself (terminal or not, its size,
+    encoding, colour: the same table) through the attributes passed on."""
+
+    def __init__(self, kept: _Kept) -> None:
+        import sys
+
+        self._out, self._kept = sys.stdout, kept
+
+    def write(self, text: str) -> int:
+        self._kept.add(text.encode(self._out.encoding or "utf-8", errors="replace"))
+        return self._out.write(text)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._out, name)
+
+
+def _print_json(res: RunAnalysis, kept: _Kept) -> None:
+    """Print ``res`` as JSON a piece at a time (1,024 ranks: 150 MB), keeping the bytes for the
+    output cache."""
+    from charllm_trace.render import export
+
+    for piece in export.iter_json(res):
+        click.echo(piece, nl=False)
+        kept.add(piece)
+    kept.store()
 
 
 @click.command("analyze")
@@ -172,7 +207,7 @@ def analyze_cmd(
     if output is not None and fmt == "json" and not is_url(output):
         refuse_existing(output, force)  # before the analysis, not after it (a dangling link too)
     res = _results(ctx, path, args, save, force, cluster)
-    _emit(res, fmt, output, force, wide, okey)
+    _emit(res, fmt, output, force, wide, _Kept(okey, path, fmt))
 
 
 def _results(
@@ -194,17 +229,19 @@ def _results(
     return got.results()
 
 
-def _emit(res: RunAnalysis, fmt: str, output: str | None, force: bool, wide: bool, okey: str | None = None) -> None:
+def _emit(res: RunAnalysis, fmt: str, output: str | None, force: bool, wide: bool, kept: _Kept) -> None:
     """Print or write ``res`` in ``fmt``."""
     if fmt == "table":
+        from charllm_trace.render.fit import table_console
         from charllm_trace.render.tables import render_analysis
 
-        render_analysis(res, wide=wide)
+        render_analysis(res, table_console(wide, file=_Tee(kept)) if kept.key else None, wide=wide)
+        kept.store()
         return
     from charllm_trace.render import export
 
     if output is None and fmt == "json":
-        _print_json(res, okey)
+        _print_json(res, kept)
         return
     if output is None:
         click.echo(export.render_stdout(res, fmt), nl=False)

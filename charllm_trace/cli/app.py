@@ -43,6 +43,8 @@ class _Group(click.Group):
     """Turns library exceptions into one-line messages and exit codes."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # the command line as given: the printed-output cache's key (store/output_cache.py, cli/front.py)
+        ctx.meta["argv"] = list(args)
         return super().parse_args(ctx, debug_first(args, self.commands))  # --debug after it too
 
     def invoke(self, ctx: click.Context) -> Any:

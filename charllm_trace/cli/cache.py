@@ -13,7 +13,7 @@ def no_cache_option(f: Any) -> Any:
     the library calls the command makes), without changing the command's signature."""
 
     def turn_off(ctx: click.Context) -> None:
-        from charllm_trace.et.cache import set_enabled
+        from charllm_trace.core.cas import set_enabled
 
         set_enabled(False)
         ctx.call_on_close(lambda: set_enabled(None))  # in-process callers (tests) get it back
@@ -92,14 +92,15 @@ def _size(n: float) -> str:
 
 @click.group("cache")
 def cache_group() -> None:
-    """The cache of decoded ETs, converted Kineto profiles and run directories, and analysis results."""
+    """The one store behind every cache: decoded ETs, converted Kineto profiles and run
+    directories, analysis results, compare rows and printed outputs."""
 
 
 @cache_group.command("info")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (sizes in bytes).")
 def cache_info(as_json: bool) -> None:
     """Where the cache is, how many entries of each kind it holds and their size."""
-    from charllm_trace.et import cache
+    from charllm_trace.core import cas as cache
 
     d = cache.info()
     if as_json:
@@ -125,9 +126,26 @@ def cache_info(as_json: bool) -> None:
 @cache_group.command("clear")
 def cache_clear() -> None:
     """Delete every cache entry this tool wrote (other files in the directory stay)."""
-    from charllm_trace.et import cache
+    from charllm_trace.core import cas
 
-    before = cache.info()
-    removed = cache.clear()
-    n = sum(v for k, v in removed.items() if k in cache.KINDS)
+    before = cas.info()
+    removed = cas.clear()
+    n = sum(v for k, v in removed.items() if k in cas.KINDS)
     click.echo(f"removed {n} entries ({_size(before['bytes'])}) from {before['root']}")
+
+
+@cache_group.command("prune")
+@click.option("--max-gb", type=click.FloatRange(min=0), default=None, metavar="GB",
+              help="Keep at most this many GB (default: $CHARLLM_TRACE_CACHE_MAX_GB, else 20).")  # fmt: skip
+def cache_prune(max_gb: float | None) -> None:
+    """Remove temporaries of interrupted stores and, above the size cap, the least recently used
+    entries of every kind (what every store does after writing)."""
+    from charllm_trace.core import cas
+
+    before = cas.info()
+    cas.prune(max_gb)
+    after = cas.info()
+    click.echo(
+        f"removed {before['entries'] - after['entries']} entries "
+        f"({_size(before['bytes'] - after['bytes'])}); {after['entries']} entries, {_size(after['bytes'])} left"
+    )

@@ -1,188 +1,135 @@
-"""The printed-output cache: a repeated ``analyze --format json`` (to stdout) of an unchanged input
-with the same options prints the bytes the first run printed, without importing polars, numpy,
-the analyses or the results file code (issue 26 item 2: a hit was 0.25 s, of which polars' import
-0.11 s; Python's own start-up is ~0.02 s).
+"""The printed-output cache: a repeated ``analyze`` (``--format json`` or ``table``, to stdout) of an
+unchanged input with the same command line prints the bytes the first run printed, before click,
+the commands, polars, numpy or the analyses are imported (issue 26 item 2; ``cli/front.py``).
 
-It sits in front of the results cache (``store/results_cache.py``), which it does not replace: a miss
-here goes through the results cache as before, and the output printed is then stored here too.
+It sits in front of the results cache (``store/results_cache.py``), which it does not replace: a
+miss here goes through the results cache as before, and what was printed is then stored here.
 
-An entry is ``<cache root>/outputs/<key>``: :data:`HEAD`, the SHA-256 of the payload in hex, a
-newline, then the payload (the output, byte for byte). It is checked on every read; a damaged
-entry is deleted (when it carries this tool's head) and the input analysed again. The key is the
-SHA-256 of
+An entry is the ``outputs`` namespace's of the one store (``core/cas.py``: head with checksum,
+atomic write, ownership, housekeeping). Its key is the SHA-256 of
 
-- the input as named on the command line, and the identity of every file it is made of
-  (resolved path, device, inode, size, modification and change times; a directory: each of its
-  non-hidden files), the way the input cache's stat index recognises an unchanged file;
-- every parameter of the command as parsed (``click``'s ``ctx.params``) and the output format;
-- whether partial runs are allowed, and the ``CHARLLM_TRACE_*`` variables of the environment
-  other than the cache's own;
-- a fingerprint of the whole package's sources (``.py``, ``.c``) and of the installed versions
-  of Python, polars and numpy (their ``.dist-info`` names: no import).
+- the command line as given (``sys.argv[1:]``; click's parsing is not needed to find it), and
+  the ``CHARLLM_TRACE_*`` variables of the environment other than the cache's own;
+- a fingerprint of the whole package's sources (``.py``, ``.c``, ``.h``) and of the installed
+  versions of Python, polars, numpy, rich (it draws the tables) and click (their ``.dist-info``
+  names: no import).
 
-The entries are counted, cleared and pruned with the others (``et/cache.py``, kind ``outputs``).
+Its payload is one line of JSON, the *conditions* under which the output holds, then the output
+byte for byte. The conditions are the input as named, the identity of every file it is made of
+(resolved path, device, inode, size, modification and change times; a directory: each of its
+non-hidden files) and, for a table, the terminal (:func:`terminal`: whether stdout is one, its
+size, its encoding and the variables that change colour and width). A hit needs every condition
+to hold now; otherwise the command runs and its output replaces the entry.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
-from charllm_trace.et.cache_owner import OUTPUT_HEAD as HEAD
-from charllm_trace.et.cache_owner import owned
-from charllm_trace.store.atomic import read_entry, replace_file
+from charllm_trace.core import cas
 
 KIND = "outputs"
-_FORMAT = 1
 #: environment variables that never change what is printed (the cache's own switches)
 _ENV_IGNORED = ("CHARLLM_TRACE_CACHE_DIR", "CHARLLM_TRACE_NO_CACHE", "CHARLLM_TRACE_CACHE_MAX_GB")
-_fingerprint: str | None = None
-
-
-def cache_root() -> Path:
-    """The cache directory (``et.cache.cache_root``, without importing it: it imports polars)."""
-    env = os.environ.get("CHARLLM_TRACE_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "charllm-trace"
+#: variables that change how a table is drawn (rich's width, colour and terminal detection)
+_TERMINAL_ENV = (
+    "TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS",
+    "LINES", "JUPYTER_COLUMNS", "JUPYTER_LINES", "DATABRICKS_RUNTIME_VERSION", "CLICOLOR",
+    "CLICOLOR_FORCE", "TERM_PROGRAM", "FORCE_TERMINAL",
+)  # fmt: skip
+#: the formats whose printed output is kept
+FORMATS = ("json", "table")
 
 
 def enabled() -> bool:
-    """Whether the caches are on (``--no-cache`` sets ``et.cache``'s switch: it is imported then)."""
-    mod = sys.modules.get("charllm_trace.et.cache")
-    if mod is not None:
-        return bool(mod.enabled())
-    return os.environ.get("CHARLLM_TRACE_NO_CACHE", "") in ("", "0")
-
-
-def _dist_versions() -> str:
-    """``polars-X.dist-info`` / ``numpy-Y.dist-info`` names beside the packages (no import)."""
-    import importlib.util
-
-    out = [sys.version]
-    for name in ("polars", "numpy"):
-        spec = importlib.util.find_spec(name)
-        if spec is None or not spec.origin:
-            out.append(f"{name}:absent")
-            continue
-        site = Path(spec.origin).parent.parent
-        try:
-            out += sorted(
-                n for n in os.listdir(site) if n.startswith(f"{name}-") and n.endswith(".dist-info")
-            )
-        except OSError:
-            out.append(f"{name}:{spec.origin}")
-    return "|".join(out)
+    return cas.enabled()
 
 
 def code_fingerprint() -> str:
-    """SHA-256 of every ``.py``/``.c`` source of the package and the library versions (once per process)."""
-    global _fingerprint
-    if _fingerprint is None:
-        pkg = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # the package, above store/
-        h = hashlib.sha256(f"outputs|{_FORMAT}|{_dist_versions()}".encode())
-        for root, dirs, files in os.walk(pkg):  # plain strings: this runs on every hit
-            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-            rel = os.path.relpath(root, pkg)
-            for name in sorted(files):
-                if name.endswith((".py", ".c", ".h")):
-                    h.update(f"{rel}/{name}\0".encode())
-                    with open(os.path.join(root, name), "rb") as f:
-                        h.update(f.read())
-        _fingerprint = h.hexdigest()
-    return _fingerprint
+    """SHA-256 of every source of the package and the library versions (once per process)."""
+    return cas.fingerprint(KIND, ("",), versions=(*cas.VERSIONED, "rich", "click"))
 
 
-def _identity(p: Path) -> str:
-    st = p.stat()
-    return f"{p.resolve()}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
+def output_key(argv: list[str]) -> str:
+    """The key of what the command line ``argv`` (without the program's name) prints."""
+    env = sorted(
+        (k, v) for k, v in os.environ.items() if k.startswith("CHARLLM_TRACE_") and k not in _ENV_IGNORED
+    )
+    return cas.key(cas.OUTPUTS, json.dumps(argv), json.dumps(env), code_fingerprint())
 
 
-def input_identity(path: str) -> str:
+def input_identity(path: str) -> list[str]:
     """The identity of the files of the input ``path`` (OSError when it cannot be read)."""
-    p = Path(path)
-    if p.is_dir():
-        files = sorted(f for f in p.iterdir() if not f.name.startswith(".") and f.is_file())
-        return "\n".join([_identity(p), *(f"{f.name}\0{_identity(f)}" for f in files)])
-    if not p.is_file():
+    if os.path.isdir(path):
+        names = sorted(n for n in os.listdir(path) if not n.startswith("."))
+        files = [n for n in names if os.path.isfile(os.path.join(path, n))]
+        return [cas.identity(path), *(f"{n}\0{cas.identity(os.path.join(path, n))}" for n in files)]
+    if not os.path.isfile(path):
         raise OSError(f"{path}: not a file")
-    return _identity(p)
+    return [cas.identity(path)]
 
 
-def output_key(path: str, params: dict[str, Any], fmt: str, partial_allowed: bool) -> str | None:
-    """The key of what ``analyze`` prints for ``path`` with ``params`` in format ``fmt`` (None:
-    the input cannot be read; the command then reports it as usual)."""
+def terminal() -> list[Any]:
+    """What decides how a table is drawn: stdout a terminal or not, the size of each standard
+    stream that is one, stdout's encoding, and the variables of :data:`_TERMINAL_ENV`."""
+    sizes: list[Any] = []
+    for fd in (0, 1, 2):
+        try:
+            sizes.append(list(os.get_terminal_size(fd)))
+        except (OSError, ValueError):
+            sizes.append(None)
+    out = sys.stdout
+    isatty = getattr(out, "isatty", None)
+    return [
+        bool(isatty and isatty()),
+        sizes,
+        getattr(out, "encoding", None),
+        [os.environ.get(k) for k in _TERMINAL_ENV],
+    ]
+
+
+def conditions(path: str, fmt: str) -> dict[str, Any] | None:
+    """The conditions an output of ``path`` in ``fmt`` holds under (None: the input cannot be read)."""
     try:
         ident = input_identity(path)
     except OSError:
         return None
-    env = sorted(
-        (k, v) for k, v in os.environ.items() if k.startswith("CHARLLM_TRACE_") and k not in _ENV_IGNORED
-    )
-    raw = "\n".join(
-        [
-            f"outputs|{_FORMAT}|{fmt}",
-            path,
-            ident,
-            json.dumps(params, sort_keys=True, default=str),
-            "partial-allowed" if partial_allowed else "whole-only",
-            json.dumps(env),
-            code_fingerprint(),
-        ]
-    )
-    return hashlib.sha256(raw.encode()).hexdigest()
+    return {"input": path, "identity": ident, "terminal": terminal() if fmt == "table" else None}
 
 
-def _entry(key: str) -> Path:
-    return cache_root() / KIND / key
-
-
-def _discard(entry: Path) -> None:
-    if not owned(entry, KIND):
-        return
+def lookup(key: str) -> tuple[str, bytes] | None:
+    """(the input, the output) stored under ``key`` when its conditions hold now (None: none,
+    another input or terminal, or damaged: deleted with a note)."""
     try:
-        entry.unlink()
-    except OSError:
-        return
-    print(
-        f"note: the cached output {entry.name[:16]}... was corrupt; deleted, analysing again", file=sys.stderr
-    )
-
-
-def lookup(key: str) -> bytes | None:
-    """The output stored under ``key``, checked (None: none, or damaged: deleted)."""
-    entry = _entry(key)
-    data = read_entry(entry)
+        data = cas.read(cas.OUTPUTS, key)
+    except cas.Corrupt:
+        data = b""
     if data is None:
         return None
-    nl = data.find(b"\n", 0, len(HEAD) + 80)
-    if not data.startswith(HEAD) or nl < 0:
-        _discard(entry)
-        return None
-    payload = memoryview(data)[nl + 1 :]
-    if hashlib.sha256(payload).hexdigest().encode() != data[len(HEAD) : nl]:
-        _discard(entry)
-        return None
+    nl = data.find(b"\n")
     try:
-        os.utime(entry)  # least recently used goes first when pruning
-    except OSError:
-        pass
-    return bytes(payload)
+        cond = json.loads(data[:nl]) if nl > 0 else None
+        path = cond["input"]
+        ok = isinstance(path, str)
+    except (ValueError, TypeError, KeyError):
+        ok = False
+    if not ok:
+        if cas.discard(cas.OUTPUTS, key):
+            cas.note(f"the cached output {key[:16]}... was corrupt; deleted, analysing again", once=False)
+        return None
+    if cond != conditions(path, "table" if cond.get("terminal") is not None else "json"):
+        return None
+    return path, data[nl + 1 :]
 
 
-def store(key: str, payload: bytes) -> None:
-    """Remember ``payload`` under ``key`` (best effort: errors ignored; never over a file that is
-    not this tool's)."""
+def store(key: str, cond: dict[str, Any], payload: bytes) -> None:
+    """Remember ``payload`` under ``key`` with its conditions (best effort: errors ignored; never
+    over a file that is not this tool's)."""
     try:
-        entry = _entry(key)
-        if os.path.lexists(entry) and not owned(entry, KIND):
-            return
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        replace_file(entry, key, (HEAD + hashlib.sha256(payload).hexdigest().encode() + b"\n", payload))
+        cas.write(cas.OUTPUTS, key, json.dumps(cond).encode() + b"\n" + payload)
+        cas.prune()
     except Exception:  # noqa: BLE001 - caching is best effort
         return

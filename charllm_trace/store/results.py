@@ -45,6 +45,7 @@ import polars as pl
 
 from charllm_trace.analysis.registry import ANALYSES, BY_NAME, Live
 from charllm_trace.analysis.results import AnalyzeOptions, LinkPeak, RunAnalysis
+from charllm_trace.core.cas import write_atomic
 from charllm_trace.core.errors import InputError
 from charllm_trace.store import results_checks as checks
 
@@ -223,13 +224,10 @@ def save_results(
         raise InputError(p, "already exists; pass --force to overwrite it")
     if not p.parent.is_dir():
         raise InputError(p.parent, "directory does not exist")
-    data = results_bytes(res, views)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    data = results_bytes(res, views)  # the bytes of a results-cache entry's payload too
     try:
-        tmp.write_bytes(data)
-        os.replace(tmp, p)
+        write_atomic(p, (data,))  # the store's one atomic write (core/cas.py)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise InputError(p, f"cannot write: {exc.strerror or exc}") from None
     return p
 

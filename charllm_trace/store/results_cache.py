@@ -3,8 +3,10 @@ they all go through ``service.analyze``, the cache's one front end) loads the st
 instead of loading the trace and analysing it again (docs/cache.md, "Results"). This module holds
 the entries (key, lookup, store); ``service.py`` decides when to use them.
 
-An entry is one results file (``store/results.py``; zip of Arrow IPC frames + JSON, every member
-checksummed) at ``<cache root>/results/<key>``. The key is the SHA-256 of
+An entry is the ``results`` namespace's of the one store (``core/cas.py``: key, atomic write,
+ownership, housekeeping): the store's head, then a results file (``store/results.py``: zip of Arrow
+IPC frames + JSON, every member checksummed), the same bytes ``analyze --save`` writes and the
+same reader that checks them. The key is the SHA-256 of
 
 - the input's content key, as the input cache computes it (``et/cache.py``): ``json_key`` for a
   JSON file, ``run_key`` for a directory (run directory or directory of ETs; every file's
@@ -18,9 +20,8 @@ checksummed) at ``<cache root>/results/<key>``. The key is the SHA-256 of
 
 A hit replaces the stored ``source`` by the path given now (two copies of a file share an
 entry; the output names the copy analysed). Entries are never trusted: a file that fails any
-check of ``results_store.read_results`` is deleted with a one-line note and the input analysed
-again. The entries are counted, cleared and pruned (size cap, least recently used first) with
-the input cache's (``et/cache.py`` ``info``/``clear``/``prune``, kind ``results``).
+check of the store or of ``results.read_results`` is deleted with a one-line note and the input
+analysed again. The store counts, clears and prunes the entries with every other namespace.
 
 On a hit nothing of the analyses, the graph engine, the converters or numpy is imported: the
 key needs only the stat index, the entry only zipfile, JSON and polars.
@@ -29,17 +30,14 @@ key needs only the stat index, the entry only zipfile, JSON and polars.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
-import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from charllm_trace.core import cas
 from charllm_trace.et import cache as et_cache
 from charllm_trace.inputs.urls import is_url
-from charllm_trace.store.atomic import read_entry, replace_file
 from charllm_trace.store.results import VERSION, SavedResults, read_results, results_bytes
 
 if TYPE_CHECKING:
@@ -60,38 +58,10 @@ CODE = (
     "service.py",  # the road from input to results
 )
 
-_fingerprint: str | None = None
-_noted: set[str] = set()
-
-
-def _note(text: str) -> None:
-    if text not in _noted:
-        _noted.add(text)
-        print(f"note: {text}", file=sys.stderr, flush=True)
-
 
 def code_fingerprint() -> str:
     """SHA-256 of the sources in ``CODE`` and the versions of Python, polars and numpy (once per process)."""
-    global _fingerprint
-    if _fingerprint is None:
-        import importlib.metadata
-
-        import polars
-
-        pkg = Path(__file__).resolve().parent.parent
-        h = hashlib.sha256(f"results|{sys.version}|polars {polars.__version__}".encode())
-        try:
-            h.update(f"|numpy {importlib.metadata.version('numpy')}".encode())
-        except importlib.metadata.PackageNotFoundError:
-            pass
-        for part in CODE:
-            p = pkg / part
-            for f in sorted(p.rglob("*")) if p.is_dir() else [p]:
-                if f.suffix in (".py", ".c") and f.is_file():
-                    h.update(f"{f.relative_to(pkg)}\0".encode())
-                    h.update(f.read_bytes())
-        _fingerprint = h.hexdigest()
-    return _fingerprint
+    return cas.fingerprint(KIND, CODE, versions=True)
 
 
 def input_key(path: str | os.PathLike[str]) -> str:
@@ -127,76 +97,51 @@ def results_key(
 ) -> str:
     """The key of the results of analysing ``path`` (ranks ``ranks``, all when None; ``sample``: N
     of them, ``--sample``) with ``options``."""
-    raw = "\n".join(
-        [
-            f"results|{VERSION}",
-            input_key(path),
-            options_text(options),
-            "all" if ranks is None else ",".join(map(str, ranks)),
-            "" if sample is None else f"sample={sample}",
-            "partial-allowed" if allow_partial() else "whole-only",
-            code_fingerprint(),
-        ]
+    return cas.key(
+        cas.RESULTS,
+        VERSION,
+        input_key(path),
+        options_text(options),
+        "all" if ranks is None else ",".join(map(str, ranks)),
+        "" if sample is None else f"sample={sample}",
+        "partial-allowed" if allow_partial() else "whole-only",
+        code_fingerprint(),
     )
-    return hashlib.sha256(raw.encode()).hexdigest()
-
-
-def _entry(key: str) -> Path:
-    return et_cache.cache_root() / KIND / key
 
 
 def lookup(key: str, path: str | os.PathLike[str], *, views: bool = False) -> SavedResults | None:
     """The stored results of ``key`` (None: not stored, or stored without the report's views and
     ``views`` asked for them). A damaged entry is deleted with a note (None)."""
-    entry = _entry(key)
-    data = read_entry(entry)
-    if data is None:
-        return None
     try:
-        saved = read_results(entry, data)
+        data = cas.read(cas.RESULTS, key)
+        if data is None:
+            return None
+        saved = read_results(cas.RESULTS.path(key), data)
     except Exception as exc:  # noqa: BLE001 - a broken entry is deleted and rebuilt, never trusted
         why = getattr(exc, "problem", None) or str(exc) or type(exc).__name__
-        _discard(entry, str(path), why)
+        _discard(key, str(path), why)
         return None
     if views and not saved.has_views:
         return None
-    now = time.time()
-    try:
-        os.utime(entry, (now, now))  # least recently used goes first when pruning
-    except OSError:
-        pass
     # what the loader names the input (Run.source): a URL as given, a path as pathlib writes it
     saved.set_source(str(path) if is_url(path) else str(Path(path)))
     return saved
 
 
-def _owned(entry: Path) -> bool:
-    from charllm_trace.et.cache_owner import owned
-
-    return owned(entry, KIND)
-
-
-def _discard(entry: Path, what: str, why: str) -> None:
-    if not _owned(entry):
-        _note(f"{entry} is not a cache entry of charllm-trace; left alone, analysing {what} again")
+def _discard(key: str, what: str, why: str) -> None:
+    if not cas.discard(cas.RESULTS, key):
+        cas.note(
+            f"{cas.RESULTS.path(key)} is not a cache entry of charllm-trace; left alone, analysing {what} again"
+        )
         return
-    try:
-        entry.unlink()
-    except OSError:
-        pass
     why = " ".join(str(why).split())[:120]
-    _note(f"the cached results for {what} were corrupt ({why}); deleted, analysing again")
+    cas.note(f"the cached results for {what} were corrupt ({why}); deleted, analysing again")
 
 
 def store(key: str, res: RunAnalysis, views: ReportViews | None = None) -> None:
     """Remember ``res`` (and the report's ``views``) under ``key``; best effort (errors ignored)."""
     try:
-        entry = _entry(key)
-        if os.path.lexists(entry) and not _owned(entry):
-            return  # someone else's file under our name: never replaced
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        data = results_bytes(res, views)
-        replace_file(entry, key, (data,))  # replaces an entry without views by one with them
-        et_cache.prune()
+        cas.write(cas.RESULTS, key, results_bytes(res, views))  # replaces an entry without views
+        cas.prune()
     except Exception:  # noqa: BLE001 - caching is best effort
         return

@@ -88,3 +88,25 @@ def test_no_cache_on_report_and_info(tmp_path: Path, cache_dir: Path) -> None:
 def test_every_reading_command_has_no_cache(command: list[str]) -> None:
     code, out = cli(*command, "--help")
     assert code == 0 and "--no-cache" in out
+
+
+def test_prune_covers_every_kind_through_the_one_store(cache_dir: Path) -> None:
+    """``cache prune --max-gb``: the least recently used entries go, of whatever kind (an input's
+    tables, its results, its printed output); ``cache info`` counts every kind."""
+    import os
+    import time
+
+    assert cli("analyze", str(FIXTURE), "--format", "json")[0] == 0
+    kinds = _info()["kinds"]
+    assert [kinds[k]["entries"] for k in ("kineto", "results", "outputs")] == [1, 1, 1]
+    old = time.time() - 1000
+    (entry,) = (cache_dir / "kineto").iterdir()
+    os.utime(entry / "meta.json", (old, old))  # the tables: least recently used
+    keep = _info()["bytes"] - kinds["kineto"]["bytes"]
+    code, out = cli("cache", "prune", "--max-gb", str(keep / 1e9))
+    assert code == 0 and out.startswith("removed 1 entries"), out
+    kinds = _info()["kinds"]
+    assert [kinds[k]["entries"] for k in ("kineto", "results", "outputs")] == [0, 1, 1]
+    code, out = cli("cache", "prune", "--max-gb", "0")
+    assert code == 0 and _info()["entries"] == 0, out
+    assert cli("cache", "prune", "--max-gb", "-1")[0] == 2  # not a size: usage error

@@ -16,7 +16,7 @@ import pytest
 
 from charllm_trace.converters import run_dir
 from charllm_trace.et import cache as et_cache
-from charllm_trace.et.cache_owner import mark_dir
+from charllm_trace.core.cas import DIR_MARK, MARK_FILE
 from charllm_trace.inputs import loader
 from tests.conftest import shared_trace
 
@@ -125,13 +125,13 @@ def test_stale_temporaries_are_pruned(cache_dir: Path) -> None:
     loader.load(FIXTURE)
     old = cache_dir / "kineto" / ".0123456789abcdef-interrupted"
     old.mkdir()
-    mark_dir(old)  # what an interrupted store leaves: its marker is written first
+    (old / MARK_FILE).write_bytes(DIR_MARK)  # what an interrupted store leaves: its marker is written first
     (old / "0.nodes.bin").write_bytes(b"x" * 100)
     past = time.time() - 2 * et_cache.STALE_S
     os.utime(old, (past, past))
     fresh = cache_dir / "kineto" / ".fedcba9876543210-running"
     fresh.mkdir()
-    mark_dir(fresh)
+    (fresh / MARK_FILE).write_bytes(DIR_MARK)
     foreign = cache_dir / "kineto" / "notes.txt"
     foreign.write_text("mine")
     draft = cache_dir / "kineto" / ".0123456789abcdef-draft"  # named like a temporary, not ours

@@ -183,9 +183,7 @@ def test_table_values_equal_each_runs_analyze_json(runs: list[Path]) -> None:
     assert best["tokens_per_s"] == ["slow"]  # 1024 tokens in 1.5x the time beats 512
     import jsonschema
 
-    schema = json.loads(
-        (Path(__file__).parents[2] / "docs" / "schema" / "compare.schema.json").read_text()
-    )
+    schema = json.loads((Path(__file__).parents[2] / "docs" / "schema" / "compare.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
     assert doc["schema"] == "charllm-trace/compare" and doc["version"] == 1
@@ -380,11 +378,16 @@ def test_compare_rows_are_cached_and_never_trusted(runs: list[Path], cache_dir: 
         m.setattr(service, "_load_and_analyze", fail)
         m.setattr(service.results_cache, "lookup", fail)
         assert summary_row() == first  # the cached row: neither analysed nor the results entry read
+    from charllm_trace.core import cas
+
     (entry,) = (cache_dir / "compare").iterdir()
-    entry.write_text('{"_written_by": "charllm-trace compare", "step_time_ms": [1, 2]}')
+    cas.write(cas.COMPARE, entry.name, b'{"step_time_ms": [1, 2]}')  # the store's, checksum right, not a row
     monkeypatch.setattr(service, "_load_and_analyze", fail)
     assert summary_row() == first  # a bad entry: deleted, computed again from the results entry
-    assert json.loads(entry.read_text()) == {"_written_by": "charllm-trace compare", **first}
+    assert json.loads(cas.read(cas.COMPARE, entry.name) or b"") == first
+    entry.write_bytes(entry.read_bytes().replace(b"{", b"[", 1))  # a flipped byte: checksum mismatch
+    assert summary_row() == first
+    assert json.loads(cas.read(cas.COMPARE, entry.name) or b"") == first
     entry.write_text('{"step_time_ms": [1, 2]}')  # no marker: someone else's file, left alone
     assert summary_row() == first
     assert entry.read_text() == '{"step_time_ms": [1, 2]}'

@@ -1,7 +1,8 @@
-"""The printed-output cache (``charllm_trace/store/output_cache.py``): a repeated ``analyze --format
-json`` of an unchanged input with the same options prints the first run's bytes without loading
-the trace (and, as a whole process, without importing polars: ``test_results_cache``); a changed
-input, other options, ``--no-cache``, other formats and damaged or foreign entries are handled."""
+"""The printed-output cache (``charllm_trace/store/output_cache.py``): a repeated ``analyze`` (JSON
+or a table) of an unchanged input with the same command line prints the first run's bytes without
+loading the trace (and, as a whole process through ``cli/front.py``, without importing click,
+polars or numpy); a changed input, another terminal for a table, other options, ``--no-cache``,
+other formats and damaged or foreign entries are handled."""
 
 from __future__ import annotations
 
@@ -70,13 +71,16 @@ def test_other_options_or_a_changed_input_are_analysed(cache_dir: Path, tmp_path
     code, out, _ = cli(*base)
     _, want, _ = cli(*base, "--no-cache")
     assert code == 0 and out == want
-    assert len(_outputs(cache_dir)) == 3
+    assert len(_outputs(cache_dir)) == 2  # the same command line: its entry now holds the new output
+    code, again, _ = cli(*base)
+    assert code == 0 and again == want
 
 
 @pytest.mark.parametrize(
-    "extra", [["--format", "table"], ["--format", "json", "-o", "OUT"], ["--no-cache", "--json"]]
+    "extra",
+    [["--format", "csv"], ["--format", "json", "-o", "OUT"], ["--no-cache", "--json"], ["--no-cache"]],
 )
-def test_only_json_to_stdout_with_the_cache_on_is_kept(
+def test_only_json_or_a_table_to_stdout_with_the_cache_on_is_kept(
     extra: list[str], cache_dir: Path, tmp_path: Path
 ) -> None:
     args = [str(tmp_path / "o.json") if a == "OUT" else a for a in extra]
@@ -142,3 +146,80 @@ def test_a_hit_as_a_process_prints_the_same_and_imports_no_polars(spawn, cache_d
     assert b"HEAVY ['numpy', 'polars'" in miss.stderr
     assert hit.stdout == miss.stdout
     assert b"HEAVY []" in hit.stderr, hit.stderr
+
+
+def test_a_table_is_kept_per_terminal(cache_dir: Path, monkeypatch: pytest.MonkeyPatch, no_load) -> None:
+    """A table's layout follows the terminal: its entry holds for the terminal it was drawn on
+    (width, colour variables); another terminal draws it again, byte-identical to --no-cache."""
+    args = ["analyze", str(GLOO), "--per-step"]
+    monkeypatch.setenv("COLUMNS", "100")
+    code, fresh, _ = cli(*args, "--no-cache")
+    assert code == 0 and not _outputs(cache_dir)
+    code, first, _ = cli(*args)
+    assert code == 0 and first == fresh and len(_outputs(cache_dir)) == 1
+    monkeypatch.setenv("COLUMNS", "180")
+    _, wide_fresh, _ = cli(*args, "--no-cache")
+    assert wide_fresh != fresh  # the layout does follow the width
+    code, wide, _ = cli(*args)
+    assert code == 0 and wide == wide_fresh
+    no_load()
+    code, again, _ = cli(*args)
+    assert code == 0 and again == wide_fresh
+
+
+_FRONT_PROBE = (
+    "import sys\nfrom charllm_trace.cli.front import main\nsys.argv[0] = 'charllm-trace'\n"
+    "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\nelse:\n    code = 0\n"
+    "print('HEAVY', sorted(m for m in ('click', 'polars', 'numpy', 'rich') if m in sys.modules), file=sys.stderr)\n"
+    "sys.exit(code)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "fmt", [["--format", "json"], ["--format", "table"], []], ids=["json", "table", "default"]
+)
+def test_the_front_answers_a_hit_before_click(spawn, cache_dir: Path, fmt: list[str]) -> None:
+    """``charllm-trace`` (cli/front.py) prints a stored output without importing click, polars,
+    numpy or rich; the bytes (colour codes included, FORCE_COLOR) are those of an uncached run."""
+    env = {**os.environ, "CHARLLM_TRACE_CACHE_DIR": str(cache_dir), "FORCE_COLOR": "1", "COLUMNS": "120"}
+    env.pop("CHARLLM_TRACE_NO_CACHE", None)
+    args = ["analyze", str(GLOO), *fmt]
+    run = [sys.executable, "-c", _FRONT_PROBE]
+    fresh = subprocess.run([*run, *args, "--no-cache"], capture_output=True, env=env)
+    miss = subprocess.run([*run, *args], capture_output=True, env=env)
+    hit = subprocess.run([*run, *args], capture_output=True, env=env)
+    assert fresh.returncode == miss.returncode == hit.returncode == 0, hit.stderr
+    assert b"'click'" in miss.stderr
+    assert hit.stdout == miss.stdout == fresh.stdout
+    assert b"HEAVY []" in hit.stderr, hit.stderr
+    if fmt != ["--format", "json"]:
+        assert b"\x1b[" in hit.stdout  # FORCE_COLOR: the table's colours are kept too
+
+
+def test_the_front_with_a_damaged_entry_notes_it_once_and_analyses(spawn, cache_dir: Path) -> None:
+    """A damaged entry met by the front: one note, the output of an uncached run, exit 0, no
+    traceback; the entry is stored again and the next run is a clean hit."""
+    env = {**os.environ, "CHARLLM_TRACE_CACHE_DIR": str(cache_dir)}
+    env.pop("CHARLLM_TRACE_NO_CACHE", None)
+    run = [
+        sys.executable,
+        "-m",
+        "charllm_trace",
+        "analyze",
+        str(KINETO),
+        "--format",
+        "json",
+        "--no-critical-path",
+    ]
+    first = subprocess.run(run, capture_output=True, env=env)
+    assert first.returncode == 0, first.stderr
+    (entry,) = _outputs(cache_dir)
+    data = bytearray(entry.read_bytes())
+    data[-10] ^= 0xFF
+    entry.write_bytes(bytes(data))
+    again = subprocess.run(run, capture_output=True, env=env)
+    assert again.returncode == 0 and again.stdout == first.stdout
+    notes = [ln for ln in again.stderr.decode().splitlines() if ln.strip()]
+    assert len(notes) == 1 and notes[0].startswith("note: the cached output") and "corrupt" in notes[0], notes
+    clean = subprocess.run(run, capture_output=True, env=env)
+    assert clean.returncode == 0 and clean.stdout == first.stdout and not clean.stderr

@@ -221,7 +221,10 @@ def test_damaged_entry_deleted_noted_and_rebuilt(spawn, how: str, cache_dir: Pat
     (rebuilt,) = _entries(cache_dir)
     clean = _run(*args, env=env)
     assert clean.stdout == first.stdout and "cached results" not in clean.stderr
-    assert rebuilt.read_bytes()[:4] == b"PK\x03\x04"
+    head, _, payload = rebuilt.read_bytes().partition(b"\n")
+    assert (
+        head.startswith(b"charllm-trace cas ") and payload[:4] == b"PK\x03\x04"
+    )  # the store's head, a results file
 
 
 @pytest.mark.parametrize("how", ["empty", "foreign"])
@@ -258,7 +261,7 @@ finally:
 """
 
 
-@pytest.mark.parametrize("fmt", ["json", "table"])
+@pytest.mark.parametrize("fmt", ["json", "table", "csv"])
 def test_hit_imports_no_analysis(spawn, fmt: str, cache_dir: Path) -> None:
     env = {**os.environ, "CHARLLM_TRACE_CACHE_DIR": str(cache_dir)}
     env.pop("CHARLLM_TRACE_NO_CACHE", None)
@@ -270,5 +273,6 @@ def test_hit_imports_no_analysis(spawn, fmt: str, cache_dir: Path) -> None:
     hit = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, env=env)
     assert hit.returncode == 0, hit.stderr
     assert hit.stdout == miss.stdout
-    # JSON to stdout comes from the printed-output cache (store/output_cache.py): not even polars
-    assert ("HEAVY \n" if fmt == "json" else "HEAVY polars\n") in hit.stderr, hit.stderr
+    # JSON and tables to stdout come from the printed-output cache (store/output_cache.py): not even
+    # polars; CSV from the results cache (polars, none of the analyses)
+    assert ("HEAVY polars\n" if fmt == "csv" else "HEAVY \n") in hit.stderr, hit.stderr

@@ -1,0 +1,62 @@
+"""The ``charllm-trace`` program's entry point (``python -m charllm_trace`` too): a repeated
+``analyze`` whose printed output is stored (``store/output_cache.py``) is answered here, before
+click, the command modules, polars or numpy are imported (issue 26 item 2: they were ~60 ms of
+the ~80 ms a hit cost); everything else goes to the click group (``cli/app.py``).
+
+The front reads the command line only to decide whether to look: ``analyze`` as the command
+(``--debug`` may come first), no ``--no-cache``, no help or version, the cache not turned off. The
+key is the command line as given (``output_cache.output_key``), so a hit needs no parsing; the
+entry's conditions (the input's files unchanged, the same terminal for a table) are checked
+against the present. Any failure here falls through to the group, which looks again and
+reports errors as usual.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_SKIP = ("--no-cache", "-h", "--help", "--version")
+
+
+def _hit(argv: list[str]) -> bytes | None:
+    """The stored output of ``argv`` when there is one whose conditions hold (its reader note,
+    for a run directory, goes to stderr as on a results-cache hit)."""
+    args = argv[1:] if argv[:1] == ["--debug"] else argv
+    if args[:1] != ["analyze"] or any(a in _SKIP for a in argv):
+        return None
+    if os.environ.get("CHARLLM_TRACE_NO_CACHE", "") not in ("", "0"):
+        return None
+    from charllm_trace.store import output_cache
+
+    got = output_cache.lookup(output_cache.output_key(argv))
+    if got is None:
+        return None
+    path, data = got
+    if os.path.isdir(path):
+        from charllm_trace.collectors.run_checks import note_on_results_hit
+
+        note_on_results_hit(path)
+    return data
+
+
+def main() -> None:
+    """``charllm-trace``: a stored output, else the click group."""
+    try:
+        data = _hit(sys.argv[1:])
+    except Exception:  # noqa: BLE001 - the front only saves time; the group handles everything
+        data = None
+    if data is None:
+        from charllm_trace.cli.app import main as group
+
+        group(prog_name="charllm-trace")
+        return
+    try:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: the reader has gone; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
