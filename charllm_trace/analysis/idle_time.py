@@ -70,11 +70,11 @@ def _graph_note(g: pl.DataFrame) -> list[str]:
     """The idle time between the operators of one graph launch (``cudaGraphLaunch`` ...): counted
     apart in a note (its gaps are kernel wait or other: the launch call came before them)."""
     graph = pl.col("call_name").str.contains(GRAPH_LAUNCH_RE).fill_null(False)
+    n_ops = int(g.select(graph.sum()).item())
+    if n_ops == 0:  # before the ranking over every stream op (0.05 s on 850 k events)
+        return []
     later = pl.col("start_ns").rank("ordinal").over([*_KEYS, "call_start_ns", "call_name"]) > 1
     inner = g.filter(graph & later & (pl.col("gap_ns").fill_null(0) > 0))
-    n_ops = int(g.select(graph.sum()).item())
-    if n_ops == 0:
-        return []
     return [
         f"{n_ops} GPU operators were started by graph launches; {inner.height} idle gaps, "
         f"{int(inner['gap_ns'].sum()):,} ns, lie between the operators of one graph launch on a stream "

@@ -33,13 +33,10 @@ def calibrate(g: PointGraph) -> None:
     g.base = np.maximum(lag, 0)
     cand = t[g.src] + lag
     del lag
-    by_dst = np.argsort(g.dst, kind="stable")
-    d_sorted = g.dst[by_dst]
-    heads = np.flatnonzero(np.r_[True, d_sorted[1:] != d_sorted[:-1]]) if len(d_sorted) else d_sorted
+    # the latest arrival over each point's edges (numpy's unbuffered maximum.at: no sort by
+    # destination, 0.04 s against 0.5 s for 4 M edges)
     best = np.full(g.n_points, np.iinfo(np.int64).min, dtype=np.int64)
-    if len(heads):
-        best[d_sorted[heads]] = np.maximum.reduceat(cand[by_dst], heads)
-    del heads
+    np.maximum.at(best, g.dst, cand)
     best = np.maximum(best, g.root)
     need = np.flatnonzero((t > best) & (best > np.iinfo(np.int64).min))
     del best
@@ -49,15 +46,22 @@ def calibrate(g: PointGraph) -> None:
     # the one that came closest: the dependency the point waited for last (a queued kernel's
     # previous kernel, not an event recorded long before it); on a tie the wait. Other edges
     # (a launch, whose lag is a model; tensor data) carry it only into a point with neither.
-    is_lane = np.isin(g.kind, [EK["span"], EK["thread_order"], EK["nesting"], EK["stream_order"]])
-    waits = (g.kind == EK["sync"]) | (g.kind == EK["collective"]) | (g.kind == EK["wake"])
+    # Only the edges into those points are ranked (ascending edge index: lexsort is stable, so a
+    # tie goes to the later edge, as it did when every edge was sorted by destination first).
+    wanted = np.zeros(g.n_points, dtype=bool)
+    wanted[need] = True
+    sel = np.flatnonzero(wanted[g.dst])
+    del wanted
+    kind, dst = g.kind[sel], g.dst[sel]
+    is_lane = np.isin(kind, [EK["span"], EK["thread_order"], EK["nesting"], EK["stream_order"]])
+    waits = (kind == EK["sync"]) | (kind == EK["collective"]) | (kind == EK["wake"])
     tier = (waits | is_lane).astype(np.int8)
     pref = waits.astype(np.int8)
-    del waits, is_lane
-    order = by_dst[np.lexsort((pref[by_dst], cand[by_dst], tier[by_dst], d_sorted))]
-    del pref, tier, cand, by_dst, d_sorted
-    last_of = np.searchsorted(g.dst[order], need, side="right") - 1
-    ok = (last_of >= 0) & (g.dst[order][np.maximum(last_of, 0)] == need)
-    e = order[last_of[ok]]
+    del waits, is_lane, kind
+    order = np.lexsort((pref, cand[sel], tier, dst))
+    del pref, tier, cand
+    last_of = np.searchsorted(dst[order], need, side="right") - 1
+    ok = (last_of >= 0) & (dst[order][np.maximum(last_of, 0)] == need)
+    e = sel[order[last_of[ok]]]
     g.fixed[e] += t[g.dst[e]] - (t[g.src[e]] + g.base[e] + g.fixed[e])
     g.cat[e] = np.where(g.kind[e] == EK["stream_order"], CAT["sync_wait"], g.cat[e])

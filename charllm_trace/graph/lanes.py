@@ -78,9 +78,11 @@ def time_parents(start: np.ndarray, end: np.ndarray, lane: np.ndarray, gpu: np.n
 
 def make_monotone(
     start: np.ndarray, end: np.ndarray, ppos: np.ndarray, depth: np.ndarray, lane: np.ndarray, ids: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, int]:
+) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, np.ndarray]:
     """Cut ends so that each lane's tour is time-ordered: an op ends no later than the next op
-    after its subtree on its lane starts, and no later than its parent ends."""
+    after its subtree on its lane starts, and no later than its parent ends. Returns the starts,
+    the ends, how many were cut, and each node's pre-order index and that of its subtree's last
+    node (the lanes' tour by (lane, start, depth, id): ``points._lane_chains`` reuses them)."""
     s, e = start, end.copy()
     n = len(s)
     cut = np.zeros(n, dtype=bool)
@@ -111,7 +113,7 @@ def make_monotone(
             changed = True
         if not changed:
             break
-    return s, e, int(cut.sum())
+    return s, e, int(cut.sum()), pre, last
 
 
 def subtree_last(pre: np.ndarray, ppos: np.ndarray, depth: np.ndarray) -> np.ndarray:

@@ -73,10 +73,10 @@ def build(trace: Trace, classified: pl.DataFrame | None = None, *, calibrated: b
     False: the caller adds edges first), or from recorded order and durations when the trace
     has no timestamps."""
     notes: list[str] = []
-    r, dur, depth, key, cpu_work = _point_rows(trace, classified, notes)
+    r, dur, depth, tour, cpu_work = _point_rows(trace, classified, notes)
     n, measured = r.n, r.measured
-    pre, last, chain, chain_lane = _lane_chains(r, depth, key, cpu_work)
-    del key, cpu_work
+    pre, last, chain, chain_lane = _lane_chains(r, depth, tour, cpu_work)
+    del tour, cpu_work
     ptime = np.empty(2 * n, dtype=np.int64)
     ptime[0::2] = r.start
     ptime[1::2] = r.end
@@ -158,8 +158,8 @@ def _point_rows(
     pid = col("pid", -1)
     lane = _lanes(col, gpu, pid)
     r = PointRows(nodes, rows, sub, measured, ids, gpu, start, start + dur, ppos, pid, lane, wc, cat, runtime, sync_call)
-    depth, key = _call_trees(trace, r, dur, notes)
-    return r, dur, depth, key, cpu_work
+    depth, tour = _call_trees(trace, r, dur, notes)
+    return r, dur, depth, tour, cpu_work
 
 
 def _lanes(col, gpu: np.ndarray, pid: np.ndarray) -> np.ndarray:
@@ -173,22 +173,25 @@ def _lanes(col, gpu: np.ndarray, pid: np.ndarray) -> np.ndarray:
     return dense_codes(gpu.astype(np.int64), np.where(gpu, g_lane_a, pid), np.where(gpu, g_lane_b, tid))
 
 
-def _call_trees(trace: Trace, r: PointRows, dur: np.ndarray, notes: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def _call_trees(
+    trace: Trace, r: PointRows, dur: np.ndarray, notes: list[str]
+) -> tuple[np.ndarray, np.ndarray | tuple[np.ndarray, np.ndarray]]:
     """The call tree on each lane (``r.ppos``; with times also ``r.start``/``r.end`` made to nest):
-    returns each node's depth and its order key on the lane."""
+    returns each node's depth and either its order key on the lane or, with times, the lanes'
+    tour already made (pre-order index, last of subtree: ``make_monotone`` sorts by the same keys)."""
     if r.measured:
         # the call tree on each thread from time nesting (the ``parent`` column may come from a host
         # execution trace whose parent runs on another thread): the Euler tour of a lane must be
         # time-ordered for its edges to be the measured gaps
         r.ppos = time_parents(r.start, r.end, r.lane, r.gpu)
         depth = depth_of(r.ppos)
-        r.start, r.end, clipped = make_monotone(r.start, r.end, r.ppos, depth, r.lane, r.ids)
+        r.start, r.end, clipped, pre, last = make_monotone(r.start, r.end, r.ppos, depth, r.lane, r.ids)
         if clipped:
             notes.append(
                 f"{clipped} ops overlap a neighbour or outlast their parent on their thread or stream; "
                 "their end was cut for the graph (times that contradict nesting)"
             )
-        return depth_of(r.ppos), r.start
+        return depth, (pre, last)  # make_monotone changes no parent: the depths stand
     # nesting only within a lane
     ppos = r.ppos
     same_lane = np.where(ppos >= 0, r.lane[np.maximum(ppos, 0)] == r.lane, False)
@@ -201,17 +204,20 @@ def _call_trees(trace: Trace, r: PointRows, dur: np.ndarray, notes: list[str]) -
 
 
 def _lane_chains(
-    r: PointRows, depth: np.ndarray, key: np.ndarray, cpu_work: np.ndarray
+    r: PointRows, depth: np.ndarray, key: np.ndarray | tuple[np.ndarray, np.ndarray], cpu_work: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Lanes: the Euler tour of each CPU call tree, kernels in order on each GPU stream. Returns
     each node's pre-order index and that of its subtree's last node, and the points (2*i start,
     2*i+1 end) in chain order with their lanes. Sets the what-if classes of CPU subtrees."""
     n = r.n
-    order = np.lexsort((r.ids, depth, key, r.lane))  # pre-order within each lane
-    pre = np.empty(n, dtype=np.int64)
-    pre[order] = np.arange(n)
-    del order
-    last = subtree_last(pre, r.ppos, depth)  # pre-order index of the last node of each subtree
+    if isinstance(key, tuple):  # the tour made with the call trees (measured times)
+        pre, last = key
+    else:
+        order = np.lexsort((r.ids, depth, key, r.lane))  # pre-order within each lane
+        pre = np.empty(n, dtype=np.int64)
+        pre[order] = np.arange(n)
+        del order
+        last = subtree_last(pre, r.ppos, depth)  # pre-order index of the last node of each subtree
     r.wc = cpu_subtree_classes(r.wc, cpu_work, pre, last, r.gpu)  # CPU-only ranks: aten::mm ... are work
     # points: 2*i start, 2*i+1 end; sort key (lane, slot, is_end, -depth)
     pts = np.concatenate([2 * np.arange(n), 2 * np.arange(n) + 1])

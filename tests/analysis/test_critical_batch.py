@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from charllm_trace.analysis import critical_batch
 from charllm_trace.analysis.critical import (
     critical_path,
     name_codes,
@@ -90,3 +91,14 @@ def test_batch_top_ops_equal_per_path_on_dlrm_8_ranks() -> None:
     got = check(run, top=10)
     assert got.filter(pl.col("scope") == "job").height > 0
     assert got["rank"].drop_nulls().n_unique() == 8
+
+
+@pytest.mark.parametrize("chunk", [1, 50])
+def test_batch_top_ops_summed_in_chunks_equal_per_path(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Paths summed a few at a time (``PathKeys`` sums its pending edges every ``CHUNK``: a path
+    per sum at 1) give the per-path rows exactly, as one sum of every path does."""
+    monkeypatch.setattr(critical_batch, "CHUNK", chunk)
+    got = check(loader.load(FIXTURES / "h200-1rank-nccl", cache=False), top=3)
+    assert got["step"].drop_nulls().n_unique() == 4
+    for seed in range(3):
+        check(random_run(random.Random(seed), n_ranks=2, n_coll=2), top=2)
