@@ -92,7 +92,9 @@ def lone_device_work(
         return empty
     # cheap first cut: the runtime launch begins inside some collective context range
     s = ctx_ops["start_ns"].to_numpy()
-    inside = _inside(_starts_of(ev, dev["_rt_id"].to_numpy()), s, s + ctx_ops["dur_ns"].fill_null(0).to_numpy())
+    inside = _inside(
+        _starts_of(ev, dev["_rt_id"].to_numpy()), s, s + ctx_ops["dur_ns"].fill_null(0).to_numpy()
+    )
     dev = dev.filter(pl.Series(inside))
     if not dev.height:
         return empty
