@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.converters import collectives as C
-from charllm_trace.converters.collective_rows import IO, RowInputs, collective_row, kineto_io
+from charllm_trace.converters.collective_rows import IO, RowInputs, collective_row, kineto_io, mark_starts
 from charllm_trace.converters.kineto_profile import KinetoProfile
 from charllm_trace.converters.lone_collectives import context_key, lone_device_work
 from charllm_trace.core.errors import InputError
@@ -27,11 +27,15 @@ from charllm_trace.core.limits import MAX_RANK
 __all__ = ["IO", "annotate_collectives", "kineto_io"]
 
 
-def _attach(ev: pl.DataFrame, narrow: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
-    """Add ``cols`` of ``narrow`` (keyed by ``id``) to ``ev`` without copying ev's other columns
-    (a join would gather every column of the wide table)."""
-    got = ev.select("id").join(narrow.select("id", *cols), on="id", how="left", maintain_order="left")
-    return ev.with_columns([got[c] for c in cols])
+def _attach(ev: pl.DataFrame, narrow: pl.DataFrame, cols: list[str], pos: np.ndarray) -> pl.DataFrame:
+    """Add ``cols`` of ``narrow`` (keyed by ``id``, unique) to ``ev``, null on the other rows:
+    gathered by position (``pos``: id -> row of ``ev``, the tree's), neither a join that hashes
+    the whole table nor a copy of ev's other columns."""
+    idx = np.full(ev.height, -1, dtype=np.int64)
+    idx[pos[narrow["id"].to_numpy()]] = np.arange(narrow.height, dtype=np.int64)
+    take = pl.Series(idx)
+    take = pl.select(pl.when(take >= 0).then(take)).to_series()
+    return ev.with_columns([narrow[c].gather(take).alias(c) for c in cols])
 
 
 def _contains(s: pl.Series, pattern: str) -> pl.Series:
@@ -58,6 +62,33 @@ class _Tree:
         if nm is None:
             nm = self._cache[i] = self._names[int(self.pos[i])]
         return nm
+
+    def prefetch(self, ids: np.ndarray) -> None:
+        """Look up the names of ``ids`` (-1 skipped) in one gather: the per-node rows read them."""
+        ids = np.unique(ids[(ids >= 0) & (ids < len(self.pos))])
+        ids = ids[self.pos[ids] >= 0]
+        self._cache.update(zip(ids.tolist(), self._names.gather(self.pos[ids]).to_list(), strict=True))
+
+    def nearest_marks(self, starts: np.ndarray, limit: int = 128) -> dict[int, str]:
+        """start id -> the name of the innermost ``charllm_pg:`` range among the start and its
+        ancestors (up to ``limit``), for the starts that have one; all starts walk up together."""
+        cur = np.unique(starts[(starts >= 0) & (starts < len(self.parent))])
+        cur = cur[self.pos[cur] >= 0]
+        origin = cur.copy()
+        out: dict[int, str] = {}
+        for _ in range(limit + 1):
+            if not cur.size:
+                break
+            nm = self._names.gather(self.pos[cur])
+            hit = nm.str.starts_with(C.PG_MARK).fill_null(False).to_numpy()
+            if hit.any():
+                out.update(zip(origin[hit].tolist(), nm.filter(pl.Series(hit)).to_list(), strict=True))
+            up = self.parent[cur]
+            keep = ~hit & (up >= 0)
+            cur, origin = up[keep], origin[keep]
+            cur_ok = self.pos[cur] >= 0
+            cur, origin = cur[cur_ok], origin[cur_ok]
+        return out
 
     def ancestors(self, i: int, limit: int = 128) -> list[int]:
         out = []
@@ -292,16 +323,16 @@ def _rows_frame(rows: list[dict[str, Any]], report: dict[str, Any]) -> pl.DataFr
     return cf
 
 
-def _merge_rows(ev: pl.DataFrame, cf: pl.DataFrame) -> pl.DataFrame:
+def _merge_rows(ev: pl.DataFrame, cf: pl.DataFrame, pos: np.ndarray) -> pl.DataFrame:
     """Put the collective columns on the events; gloo: the async op is launched by its c10d op."""
     launch = cf.filter(pl.col("_c10d").is_not_null()).select("id", pl.col("_c10d").alias("_gloo_launch"))
     cf = cf.drop("_size_source", "_c10d", "_start")
     cf = cf.rename({"node_type": "_nt"})
     ev = ev.drop([c for c in cf.columns if c not in ("id", "_nt") and c in ev.columns])
-    ev = _attach(ev, cf, [c for c in cf.columns if c != "id"])
+    ev = _attach(ev, cf, [c for c in cf.columns if c != "id"], pos)
     ev = ev.with_columns(pl.coalesce("_nt", "node_type").alias("node_type")).drop("_nt")
     if launch.height:
-        ev = _attach(ev, launch, ["_gloo_launch"])
+        ev = _attach(ev, launch, ["_gloo_launch"], pos)
         ev = ev.with_columns(pl.coalesce("launch_id", "_gloo_launch").alias("launch_id")).drop("_gloo_launch")
     return ev
 
@@ -326,8 +357,12 @@ def annotate_collectives(
     flags = _context_flags(ev["name"], _with_args(comm_args, io, len(tree.parent)))
     cand, ctxs = _candidate_contexts(cand, tree, flags)
     cand, ctxs, lone_ids, several = _add_lone(ev, cand, ctxs, tree, flags)
-    d = RowInputs(tree, comm_args, io, pgs, gloo_c10d, lone_ids, _c10d_starts(ev, gloo_c10d))
-    found = zip(*(c.tolist() for c in ctxs), strict=True)
+    found = list(zip(*(c.tolist() for c in ctxs), strict=True))
+    ids, on_gpu = cand["id"].to_list(), cand["on_gpu"].to_list()
+    starts = [mark_starts(f, not g, i, gloo_c10d) for f, g, i in zip(found, on_gpu, ids, strict=True)]
+    marks = tree.nearest_marks(np.array(starts, dtype=np.int64).reshape(-1))
+    tree.prefetch(np.concatenate([*ctxs, np.array(list(gloo_c10d.values()), dtype=np.int64)]))
+    d = RowInputs(tree, comm_args, io, pgs, gloo_c10d, lone_ids, _c10d_starts(ev, gloo_c10d), marks)
     rows = [collective_row(d, r, f) for r, f in zip(cand.iter_rows(named=True), found, strict=True)]
     report: dict[str, Any] = {
         "comm_nodes": len(rows),
@@ -339,4 +374,4 @@ def annotate_collectives(
     if not rows:
         return ev, report, pgs
     _check_sizes(rows, prof.path, bool(io))
-    return _merge_rows(ev, _rows_frame(rows, report)), report, pgs
+    return _merge_rows(ev, _rows_frame(rows, report), tree.pos), report, pgs

@@ -37,6 +37,9 @@ class RowInputs:
     gloo_c10d: dict[int, int]
     lone_ids: set[int]
     c10d_start: dict[int, int]
+    #: start id -> the name of the innermost ``charllm_pg:`` range around it (``_Tree.nearest_marks``
+    #: of every start ``_marked_group`` may look at), for the starts inside one
+    marks: dict[int, str]
 
     def node_io(self, i: int) -> IO:
         if i in self.io:
@@ -44,15 +47,23 @@ class RowInputs:
         return kineto_io(self.comm_args.get(i))
 
 
-def _marked_group(tree: Any, starts: list[int]) -> str | None:
-    """The group named by the innermost ``charllm_pg:<name>`` range around one of ``starts``
-    (``collectors/pg_hook.py`` wraps each collective call in one)."""
+def _marked_group(marks: dict[int, str], starts: list[int]) -> str | None:
+    """The group named by the innermost ``charllm_pg:<name>`` range around the first of ``starts``
+    inside one (``collectors/pg_hook.py`` wraps each collective call in one); ``marks``: start ->
+    that range's name."""
     for s in starts:
-        for a in [s, *tree.ancestors(s)] if s >= 0 else []:
-            name = tree.name_of(a) or ""
-            if name.startswith(C.PG_MARK):
-                return name[len(C.PG_MARK) :] or None
+        name = marks.get(s)
+        if name is not None:
+            return name[len(C.PG_MARK) :] or None
     return None
+
+
+def mark_starts(found: list[int], on_host: bool, i: int, gloo_c10d: dict[int, int]) -> tuple[int, int, int]:
+    """The starts ``_marked_group`` reads for node ``i`` whose context walk ``found`` (rpc, ann,
+    c10d): its c10d op (a gloo op's: the one that launched it, when the walk found none), its
+    annotation, itself (-1: none)."""
+    c10d = found[2] if found[2] >= 0 else (gloo_c10d.get(i, -1) if on_host else -1)
+    return c10d, found[1], i
 
 
 def _tensor_group(
@@ -178,7 +189,7 @@ def _group(
     around the call (gloo records none), else the only group; a group seen first here is added
     to the table."""
     pgs = d.pgs
-    pg_name = info.get("pg_name") or _marked_group(d.tree, [ctx.get("c10d", -1), ctx.get("ann", -1), i])
+    pg_name = info.get("pg_name") or _marked_group(d.marks, [ctx.get("c10d", -1), ctx.get("ann", -1), i])
     if pg_name is not None and pg_name not in pgs:
         pgs[pg_name] = {"desc": info.get("pg_desc"), "ranks": info.get("pg_ranks") or []}
     elif pg_name is not None:

@@ -50,6 +50,18 @@ def _inside(points: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndar
     return out
 
 
+def _starts_of(ev: pl.DataFrame, ids: np.ndarray) -> np.ndarray:
+    """``start_ns`` of the rows of ``ev`` with these ids (unique in ``ev``), -1 where an id is not
+    there or its start is null: by position, not a join that hashes the whole table."""
+    ev_ids = ev["id"].to_numpy()
+    top = int(max(ev_ids.max(initial=-1), ids.max(initial=-1))) + 1
+    pos = np.full(top, -1, dtype=np.int64)
+    pos[ev_ids] = np.arange(len(ev_ids), dtype=np.int64)
+    at = np.where(ids >= 0, pos[np.maximum(ids, 0)], -1)
+    start = ev["start_ns"].fill_null(-1).to_numpy()
+    return np.where(at >= 0, start[np.maximum(at, 0)], -1)
+
+
 def lone_device_work(
     ev: pl.DataFrame,
     exclude_ids: np.ndarray,
@@ -79,13 +91,11 @@ def lone_device_work(
     if not dev.height:
         return empty
     # cheap first cut: the runtime launch begins inside some collective context range
-    rt = ev.select(pl.col("id").alias("_rt_id"), pl.col("start_ns").alias("_rt_start"))
-    dev = dev.join(rt, on="_rt_id", how="left", maintain_order="left")
     s = ctx_ops["start_ns"].to_numpy()
     inside = _inside(
-        dev["_rt_start"].fill_null(-1).to_numpy(), s, s + ctx_ops["dur_ns"].fill_null(0).to_numpy()
+        _starts_of(ev, dev["_rt_id"].to_numpy()), s, s + ctx_ops["dur_ns"].fill_null(0).to_numpy()
     )
-    dev = dev.filter(pl.Series(inside)).drop("_rt_start")
+    dev = dev.filter(pl.Series(inside))
     if not dev.height:
         return empty
     ctx = contexts(dev["_rt_id"].to_numpy())
