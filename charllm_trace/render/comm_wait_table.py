@@ -13,7 +13,7 @@ from rich.console import Console
 from charllm_trace.analysis.comm_wait_results import COMM_WAIT_DIM_SCHEMA, COMM_WAIT_RANK_SCHEMA
 from charllm_trace.analysis.results import RunAnalysis
 from charllm_trace.render.coltable import Layout, Show, fit_table
-from charllm_trace.render.table_style import dim_line, simulated_label
+from charllm_trace.render.table_style import legend, simulated_label, when_present
 from charllm_trace.render.units import ms
 
 TOP_RANKS = 8
@@ -42,18 +42,14 @@ def render_comm_wait(res: RunAnalysis, console: Console) -> None:
     top = cw.by_rank.group_by("dim", maintain_order=True).head(TOP_RANKS)
     title = f"Stragglers by the waiting they caused (top {TOP_RANKS} per dimension)"
     console.print(fit_table(title, BY_RANK, top, keys=2))
-    dim_line(
+    legend(
         console,
         "  wait = the part of each op before its last participant started (the peer of a send/recv, "
         "every rank of a collective's group); xfer = transfer, the rest; busbw in GB/s over the whole op "
         "and over transfer alone; caused = the other participants' waiting at ops this rank started last; "
         "every op: --format json (frame comm_wait)",
+        cw.notes,
     )
-    for n in cw.notes:
-        dim_line(console, f"  note: {n}")
 
 
-def comm_wait_table(res: RunAnalysis, console: Console) -> None:
-    """The tables, only where communication was matched across ranks (the registry's renderer)."""
-    if res.comm_wait is not None:
-        render_comm_wait(res, console)
+comm_wait_table = when_present("comm_wait", render_comm_wait, blank=False)

@@ -14,9 +14,8 @@ from charllm_trace.analysis.cpu_wait_results import (
     CPU_WAIT_SCHEMA,
     CpuWaitResult,
 )
-from charllm_trace.analysis.results import RunAnalysis
 from charllm_trace.render.coltable import Layout, Show, fit_table
-from charllm_trace.render.table_style import dim_line
+from charllm_trace.render.table_style import dim_line, when_present
 from charllm_trace.render.units import ms
 
 #: host-blamed GPU idle intervals listed (the longest); the JSON has every one
@@ -86,9 +85,6 @@ def render_cpu_wait_analysis(cw: CpuWaitResult, console: Console) -> None:
         dim_line(console, f"  note: {n}")
 
 
-def cpu_wait_table(res: RunAnalysis, console: Console) -> None:
-    """The tables and a blank line, only for a run with CPU scheduler telemetry (collect
-    --cpu-hz; the analysis registry's terminal renderer of ``cpu_wait``)."""
-    if res.cpu_wait is not None:
-        render_cpu_wait_analysis(res.cpu_wait, console)
-        console.print()
+cpu_wait_table = when_present(
+    "cpu_wait", lambda res, console: render_cpu_wait_analysis(res.cpu_wait, console)
+)

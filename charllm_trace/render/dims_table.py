@@ -13,7 +13,7 @@ from rich.console import Console
 from charllm_trace.analysis.dims_results import DIM_SIZES_SCHEMA, DIMS_SCHEMA
 from charllm_trace.analysis.results import RunAnalysis
 from charllm_trace.render.coltable import Layout, Show, fit_table
-from charllm_trace.render.table_style import dim_line, simulated_label
+from charllm_trace.render.table_style import legend, simulated_label, when_present
 from charllm_trace.render.units import ms
 
 _time = partial(ms, grouped=True)
@@ -41,19 +41,13 @@ def render_dims(res: RunAnalysis, console: Console) -> None:
     )
     if dm.sizes.height:
         console.print(fit_table("Messages by size, per dimension", SIZES, dm.sizes))
-    dim_line(
+    legend(
         console,
         "  comm/exposed/overlap: the overlap analysis' rows of the dimension's process groups; ops, MB, busbw "
         "(GB/s, time-weighted): the bandwidth analysis' instances; matched, wait, xfer busbw (over transfer "
         "time alone): the waiting/transfer split; bubble: the pipeline's stages (pp); '-' = no dimension named",
+        dm.notes,
     )
-    for n in dm.notes:
-        dim_line(console, f"  note: {n}")
 
 
-def dims_table(res: RunAnalysis, console: Console) -> None:
-    """The tables and a blank line, only where a parallel dimension is named (the analysis
-    registry's terminal renderer of ``dims``)."""
-    if res.dims is not None:
-        render_dims(res, console)
-        console.print()
+dims_table = when_present("dims", render_dims)

@@ -8,9 +8,8 @@ from functools import partial
 from rich.console import Console
 
 from charllm_trace.analysis.graph_launch_results import GRAPH_LAUNCH_SCHEMA, GraphLaunchResult
-from charllm_trace.analysis.results import RunAnalysis
 from charllm_trace.render.coltable import Layout, Show, fit_table
-from charllm_trace.render.table_style import dim_line
+from charllm_trace.render.table_style import dim_line, legend, when_present
 from charllm_trace.render.units import us
 
 #: launches listed per rank (the longest spans); the JSON has every one
@@ -41,15 +40,10 @@ def render_graph_launches(gl: GraphLaunchResult, console: Console) -> None:
         dim_line(
             console, f"  the {TOP} longest per rank of {lf.height}; every launch and kernel: --format json"
         )
-    dim_line(console, "  call = the launch call's duration; to first = call start to its first kernel's start; "
-             "idle = span - busy (none of its kernels running)")  # fmt: skip
-    for n in gl.notes:
-        dim_line(console, f"  note: {n}")
+    legend(console, "  call = the launch call's duration; to first = call start to its first kernel's start; "
+           "idle = span - busy (none of its kernels running)", gl.notes)  # fmt: skip
 
 
-def graph_launch_table(res: RunAnalysis, console: Console) -> None:
-    """The tables and a blank line, only for traces with CUDA/HIP graph launches (the analysis
-    registry's terminal renderer of ``graph_launches``)."""
-    if res.graph_launches is not None:
-        render_graph_launches(res.graph_launches, console)
-        console.print()
+graph_launch_table = when_present(
+    "graph_launches", lambda res, console: render_graph_launches(res.graph_launches, console)
+)

@@ -11,7 +11,7 @@ from charllm_trace.analysis.columns import Col, columns
 from charllm_trace.analysis.iterations_results import ITERATION_SCHEMA, PHASE_SCHEMA
 from charllm_trace.analysis.results import RunAnalysis
 from charllm_trace.render.coltable import Layout, Show, fit_table, new_table
-from charllm_trace.render.table_style import dim_line, simulated_label
+from charllm_trace.render.table_style import dim_line, simulated_label, when_present
 from charllm_trace.render.units import ms as _ms
 
 MAX_ROWS = 20  # iterations shown (the JSON output has them all)
@@ -83,9 +83,4 @@ def _requests(req: pl.DataFrame, console: Console) -> None:
     dim_line(console, "  request#ID start = arrival; token#ID end = a token on the host (docs/analyses.md)")
 
 
-def iterations_table(res: RunAnalysis, console: Console) -> None:
-    """The tables and a blank line, only where there is a result (the reason is in the JSON; the
-    analysis registry's terminal renderer of ``iterations``)."""
-    if res.iterations is not None:
-        render_iterations(res, console)
-        console.print()
+iterations_table = when_present("iterations", render_iterations)

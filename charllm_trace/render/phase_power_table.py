@@ -11,7 +11,7 @@ from rich.console import Console
 from charllm_trace.analysis.phase_power_results import POWER_EXCURSION_SCHEMA, POWER_PHASE_SCHEMA
 from charllm_trace.analysis.results import RunAnalysis
 from charllm_trace.render.coltable import Layout, Show, fit_table
-from charllm_trace.render.table_style import dim_line, simulated_label
+from charllm_trace.render.table_style import legend, simulated_label, when_present
 from charllm_trace.render.units import ms
 
 PHASES = Layout(
@@ -38,19 +38,13 @@ def render_phase_power(res: RunAnalysis, console: Console) -> None:
     console.print(
         fit_table("Power excursion per step" + simulated_label(res), EXCURSIONS, pp.excursions, keys=3)
     )
-    dim_line(
+    legend(
         console,
         "  phases: a stage's forward and backward spans and its bubble (the rest of its pipeline's window), "
         "energy = the integral of the rank's power over them; excursion: peak - mean of the step, and "
         "peak - power limit (positive: above it); per step with --per-step",
+        pp.notes,
     )
-    for n in pp.notes:
-        dim_line(console, f"  note: {n}")
 
 
-def phase_power_table(res: RunAnalysis, console: Console) -> None:
-    """The tables and a blank line, only with power telemetry (the analysis registry's terminal
-    renderer of ``phase_power``)."""
-    if res.phase_power is not None:
-        render_phase_power(res, console)
-        console.print()
+phase_power_table = when_present("phase_power", render_phase_power)

@@ -10,7 +10,7 @@ from rich.console import Console
 from charllm_trace.analysis.pipeline_results import PIPELINE_STAGE_SCHEMA
 from charllm_trace.analysis.results import RunAnalysis
 from charllm_trace.render.coltable import Layout, Show, fit_table
-from charllm_trace.render.table_style import dim_line, simulated_label
+from charllm_trace.render.table_style import legend, simulated_label, when_present
 
 STAGES = Layout(
     PIPELINE_STAGE_SCHEMA,
@@ -26,19 +26,13 @@ def render_pipeline(res: RunAnalysis, console: Console) -> None:
     console.print(
         fit_table("Pipeline bubbles per stage and step" + simulated_label(res), STAGES, pipe.stages, keys=3)
     )
-    dim_line(
+    legend(
         console,
         "  window = first to last microbatch of the stage's pipeline in the step; bubble = window - "
         "the stage's labelled work; theory = (p-1)/(m+p-1); warm-up, steady, cool-down = bubble (ms) "
         "in each phase; every microbatch: --format json (frame pipeline_microbatches)",
+        pipe.notes,
     )
-    for n in pipe.notes:
-        dim_line(console, f"  note: {n}")
 
 
-def pipeline_table(res: RunAnalysis, console: Console) -> None:
-    """The tables and a blank line, only where there is a result (the reason is in the JSON; the
-    analysis registry's terminal renderer of ``pipeline``)."""
-    if res.pipeline is not None:
-        render_pipeline(res, console)
-        console.print()
+pipeline_table = when_present("pipeline", render_pipeline)
