@@ -86,15 +86,18 @@ def _text(missing: str) -> Cell:
     return lambda v: missing if v is None or v == "" else str(v)
 
 
-def formatter(col: Col, missing: str, time: Cell) -> Cell:
-    """The cell format of ``col`` by its unit (``ns``: ``time``), else by its dtype: integers as
-    they are, text as it is; ``missing`` for a null."""
+def formatter(
+    col: Col, missing: str, time: Cell, formats: Mapping[str, str] = UNIT_FORMATS, finite: bool = False
+) -> Cell:
+    """The cell format of ``col`` by its unit (``ns``: ``time``; the others by ``formats``), else
+    by its dtype: integers as they are, text as it is; ``missing`` for a null (``finite``: for an
+    infinite or NaN float too)."""
     if col.unit == "ns":
         return time
-    if col.unit in UNIT_FORMATS:
-        return number(UNIT_FORMATS[col.unit], missing)
+    if col.unit in formats:
+        return number(formats[col.unit], missing, finite)
     if _numeric(col):
-        return number("{}", missing)
+        return number("{}", missing, finite)
     return _text(missing)
 
 
@@ -103,7 +106,9 @@ class Layout:
 
     ``table``: the frame's column table (a ``Columns``); ``shows``: the columns shown, a name
     alone where nothing differs; ``units``: how units are named in the headers; ``missing``: the
-    table's mark of a null; ``time``: the format of ns values (a function of the value)."""
+    table's mark of a null; ``time``: the format of ns values (a function of the value);
+    ``formats``: the table's formats of units that differ from :data:`UNIT_FORMATS`; ``finite``:
+    an infinite or NaN float shown as a null."""
 
     def __init__(
         self,
@@ -113,8 +118,10 @@ class Layout:
         units: Mapping[str, str] = TERMINAL_UNITS,
         missing: str = "-",
         time: Cell | None = None,
+        formats: Mapping[str, str] | None = None,
+        finite: bool = False,
     ) -> None:
-        decl = _decl(table)
+        decl = self.cols = _decl(table)
         self.shows = tuple(s if isinstance(s, Show) else Show(s) for s in shows)
         time = time or partial(ms, missing=missing)
         self.heads: list[tuple[str, str]] = []
@@ -124,7 +131,8 @@ class Layout:
             self.heads.append(
                 (s.head or header(col, units), s.just or ("right" if _numeric(col) else "left"))
             )
-            self._cells.append(_cell(s, col, missing if s.missing is None else s.missing, time))
+            mark = missing if s.missing is None else s.missing
+            self._cells.append(_cell(s, col, mark, time, {**UNIT_FORMATS, **(formats or {})}, finite))
 
     def row(self, r: dict[str, Any]) -> list[str]:
         """The cells of one row (a dict of the frame's columns)."""
@@ -134,15 +142,17 @@ class Layout:
         return [self.row(r) for r in df.iter_rows(named=True)]
 
 
-def _cell(s: Show, col: Col, missing: str, time: Cell) -> Callable[[dict[str, Any]], str]:
+def _cell(
+    s: Show, col: Col, missing: str, time: Cell, formats: Mapping[str, str], finite: bool
+) -> Callable[[dict[str, Any]], str]:
     if s.cell is not None:
         return s.cell
     if isinstance(s.fmt, str):
-        base = number(s.fmt, missing)
+        base = number(s.fmt, missing, finite)
     elif s.fmt is not None:
         base = s.fmt
     else:
-        base = formatter(col, missing, time)
+        base = formatter(col, missing, time, formats, finite)
     name, div = s.name, s.div
     if div is None:
         return lambda r: base(r[name])
