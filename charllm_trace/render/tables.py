@@ -31,6 +31,7 @@ from charllm_trace.analysis.results import (
 )
 from charllm_trace.analysis.whatif_results import WHATIF_SCHEMA
 from charllm_trace.render.breakdown_table import render_breakdown
+from charllm_trace.render.categories import CP_SHORT
 from charllm_trace.render.coltable import Layout, Show, fit_table, new_table
 from charllm_trace.render.fit import FitTable, table_console
 from charllm_trace.render.table_style import dim_line, simulated_label
@@ -289,19 +290,6 @@ def render_power(res: RunAnalysis, console: Console) -> None:
         g = _fit("Time per throttle reason (whole window)", THROTTLE, th)
         console.print(g)
     _notes(console, pw.notes)
-
-
-#: Short column labels of the critical-path categories (``CP_CATEGORIES``), and what they mean.
-CP_SHORT = {
-    "gpu_compute": ("gpu", "GPU compute kernels"),
-    "gpu_memory": ("mem", "GPU memcpy/memset"),
-    "communication": ("comm", "communication"),
-    "cpu_op": ("cpu", "CPU op self time"),
-    "launch": ("launch", "runtime calls and launch latency"),
-    "sync_wait": ("wait", "synchronisation wait"),
-    "idle": ("idle", "gaps between CPU ops"),
-}
-assert tuple(CP_SHORT) == CP_CATEGORIES
 
 
 def _compact(title: str, cols: Iterable[tuple[str, str]], keys: int = 2) -> FitTable:
