@@ -12,7 +12,7 @@ Formatting only."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -32,7 +32,7 @@ TERMINAL_UNITS = {"ns": "ms", "%": "%", "W": "W", "J": "J"}
 #: how a unit is named in an HTML header (the report has the room)
 HTML_UNITS = {"ns": "ms", "%": "%", "W": "W", "J": "J", "GB/s": "GB/s"}
 #: the format of a value of each unit (numbers; ns goes through the table's time formatter)
-UNIT_FORMATS = {"%": "{:.1f}", "GB/s": "{:.3g}", "W": "{:,.1f}", "J": "{:,.3f}"}
+UNIT_FORMATS: dict[str, str | Cell] = {"%": "{:.1f}", "GB/s": "{:.3g}", "W": "{:,.1f}", "J": "{:,.3f}"}
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def _text(missing: str) -> Cell:
 
 
 def formatter(
-    col: Col, missing: str, time: Cell, formats: Mapping[str, str] = UNIT_FORMATS, finite: bool = False
+    col: Col, missing: str, time: Cell, formats: Mapping[str, str | Cell] = UNIT_FORMATS, finite: bool = False
 ) -> Cell:
     """The cell format of ``col`` by its unit (``ns``: ``time``; the others by ``formats``), else
     by its dtype: integers as they are, text as it is; ``missing`` for a null (``finite``: for an
@@ -95,7 +95,8 @@ def formatter(
     if col.unit == "ns":
         return time
     if col.unit in formats:
-        return number(formats[col.unit], missing, finite)
+        f = formats[col.unit]
+        return number(f, missing, finite) if isinstance(f, str) else f
     if _numeric(col):
         return number("{}", missing, finite)
     return _text(missing)
@@ -107,7 +108,8 @@ class Layout:
     ``table``: the frame's column table (a ``Columns``); ``shows``: the columns shown, a name
     alone where nothing differs; ``units``: how units are named in the headers; ``missing``: the
     table's mark of a null; ``time``: the format of ns values (a function of the value);
-    ``formats``: the table's formats of units that differ from :data:`UNIT_FORMATS`; ``finite``:
+    ``formats``: the table's formats of units (format strings or functions of the value) that
+    differ from :data:`UNIT_FORMATS`; ``finite``:
     an infinite or NaN float shown as a null."""
 
     def __init__(
@@ -118,7 +120,7 @@ class Layout:
         units: Mapping[str, str] = TERMINAL_UNITS,
         missing: str = "-",
         time: Cell | None = None,
-        formats: Mapping[str, str] | None = None,
+        formats: Mapping[str, str | Cell] | None = None,
         finite: bool = False,
     ) -> None:
         decl = self.cols = _decl(table)
@@ -143,7 +145,7 @@ class Layout:
 
 
 def _cell(
-    s: Show, col: Col, missing: str, time: Cell, formats: Mapping[str, str], finite: bool
+    s: Show, col: Col, missing: str, time: Cell, formats: Mapping[str, str | Cell], finite: bool
 ) -> Callable[[dict[str, Any]], str]:
     if s.cell is not None:
         return s.cell
@@ -181,8 +183,3 @@ def fit_table(
     for r in df.iter_rows(named=True):
         t.add_row(*layout.row(r))
     return t
-
-
-def html_layout(table: dict[str, pl.DataType], shows: Sequence[Show | str], time: Cell) -> Layout:
-    """A :class:`Layout` of the HTML report: units named in full, an empty cell for a null."""
-    return Layout(table, shows, units=HTML_UNITS, missing="", time=time)
