@@ -281,6 +281,19 @@ static int64_t jd_literal(const jd_in *in, int64_t p, const char *lit) {
     return p + (int64_t)k;
 }
 
+/* After a member's (or an element's) value, which ended at p (-1: it was not valid): the next
+ * member's position; or, at the container's `close`, the position after it with *end set; or -1. */
+static inline int64_t jd_after_value(const jd_in *in, int64_t p, uint8_t close, int *end) {
+    *end = 0;
+    if (p < 0) return -1;
+    p = jd_ws(in, p);
+    if (p >= in->n) return -1;
+    if (in->b[p] == ',') return jd_ws(in, p + 1);
+    if (in->b[p] != close) return -1;
+    *end = 1;
+    return p + 1;
+}
+
 /* any JSON value, validated and skipped */
 static int64_t jd_value(const jd_in *in, int64_t p, int depth) {
     if (p >= in->n) return -1;
@@ -305,16 +318,9 @@ static int64_t jd_value(const jd_in *in, int64_t p, int depth) {
                     if (p >= in->n || in->b[p] != ':') return -1;
                     p = jd_ws(in, p + 1);
                 }
-                p = jd_value(in, p, depth + 1);
-                if (p < 0) return -1;
-                p = jd_ws(in, p);
-                if (p >= in->n) return -1;
-                if (in->b[p] == ',') {
-                    p = jd_ws(in, p + 1);
-                    continue;
-                }
-                if (in->b[p] == close) return p + 1;
-                return -1;
+                int end;
+                p = jd_after_value(in, jd_value(in, p, depth + 1), close, &end);
+                if (p < 0 || end) return p;
             }
         }
     case 't':
@@ -467,21 +473,30 @@ typedef struct {
     uint32_t seen;
 } jd_event;
 
-static int64_t jd_args(const jd_in *in, int64_t p, jd_event *ev) {
+/* An object member's key at p (a string without escapes: *k, *kn) and its colon: the position of its
+ * value, or -1. */
+static inline int64_t jd_key_at(const jd_in *in, int64_t p, const uint8_t **k, int64_t *kn) {
     int esc;
+    if (p >= in->n || in->b[p] != '"') return -1;
+    int64_t ks = p + 1;
+    p = jd_string(in, p, &esc);
+    if (p < 0 || esc) return -1;
+    *k = in->b + ks;
+    *kn = p - 1 - ks;
+    p = jd_ws(in, p);
+    if (p >= in->n || in->b[p] != ':') return -1;
+    p = jd_ws(in, p + 1);
+    return p >= in->n ? -1 : p;
+}
+
+static int64_t jd_args(const jd_in *in, int64_t p, jd_event *ev) {
     p = jd_ws(in, p + 1);
     if (p < in->n && in->b[p] == '}') return p + 1;
     for (;;) {
-        if (p >= in->n || in->b[p] != '"') return -1;
-        int64_t ks = p + 1;
-        p = jd_string(in, p, &esc);
-        if (p < 0 || esc) return -1;
-        const uint8_t *k = in->b + ks;
-        int64_t kn = p - 1 - ks;
-        p = jd_ws(in, p);
-        if (p >= in->n || in->b[p] != ':') return -1;
-        p = jd_ws(in, p + 1);
-        if (p >= in->n) return -1;
+        const uint8_t *k;
+        int64_t kn;
+        p = jd_key_at(in, p, &k, &kn);
+        if (p < 0) return -1;
         int f = -1;
         if (jd_key(k, kn, "device")) f = F_DEVICE;
         else if (jd_key(k, kn, "stream")) f = F_STREAM;
@@ -496,15 +511,9 @@ static int64_t jd_args(const jd_in *in, int64_t p, jd_event *ev) {
         } else {
             p = jd_value(in, p, 2);
         }
-        if (p < 0) return -1;
-        p = jd_ws(in, p);
-        if (p >= in->n) return -1;
-        if (in->b[p] == ',') {
-            p = jd_ws(in, p + 1);
-            continue;
-        }
-        if (in->b[p] == '}') return p + 1;
-        return -1;
+        int end;
+        p = jd_after_value(in, p, '}', &end);
+        if (p < 0 || end) return p;
     }
 }
 
@@ -532,16 +541,10 @@ static int64_t jd_event_at(const jd_in *in, int64_t p, jd_event *ev) {
     p = jd_ws(in, p + 1);
     if (p < in->n && in->b[p] == '}') return p + 1;
     for (;;) {
-        if (p >= in->n || in->b[p] != '"') return -1;
-        int64_t ks = p + 1;
-        p = jd_string(in, p, &esc);
-        if (p < 0 || esc) return -1;
-        const uint8_t *k = in->b + ks;
-        int64_t kn = p - 1 - ks;
-        p = jd_ws(in, p);
-        if (p >= in->n || in->b[p] != ':') return -1;
-        p = jd_ws(in, p + 1);
-        if (p >= in->n) return -1;
+        const uint8_t *k;
+        int64_t kn;
+        p = jd_key_at(in, p, &k, &kn);
+        if (p < 0) return -1;
         int f = -1;
         switch (kn) {
         case 2:
@@ -608,15 +611,9 @@ static int64_t jd_event_at(const jd_in *in, int64_t p, jd_event *ev) {
         default:
             p = jd_value(in, p, 1);
         }
-        if (p < 0) return -1;
-        p = jd_ws(in, p);
-        if (p >= in->n) return -1;
-        if (in->b[p] == ',') {
-            p = jd_ws(in, p + 1);
-            continue;
-        }
-        if (in->b[p] == '}') return p + 1;
-        return -1;
+        int end;
+        p = jd_after_value(in, p, '}', &end);
+        if (p < 0 || end) return p;
     }
 }
 

@@ -61,6 +61,18 @@ static void release(Buf *bs, int n) {
 
 static Py_ssize_t count(Buf *b) { return b->view.len / b->view.itemsize; }
 
+/* The m edges src -> dst of n nodes as compressed rows: ptr[v] .. ptr[v + 1] (ptr zeroed, n + 1
+ * long) will hold the edges leaving v (prefix sums of the out-degrees); indeg[v] (zeroed) counts
+ * the edges entering v. */
+static void degrees(const int32_t *src, const int32_t *dst, Py_ssize_t m, Py_ssize_t n, int64_t *ptr,
+                    int32_t *indeg) {
+    for (Py_ssize_t e = 0; e < m; e++) {
+        ptr[src[e] + 1]++;
+        indeg[dst[e]]++;
+    }
+    for (Py_ssize_t v = 0; v < n; v++) ptr[v + 1] += ptr[v];
+}
+
 static PyObject *longest_path(PyObject *self, PyObject *args) {
     PyObject *o[7];
     if (!PyArg_ParseTuple(args, "OOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
@@ -109,11 +121,7 @@ static PyObject *longest_path(PyObject *self, PyObject *args) {
     }
     Py_ssize_t done = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t e = 0; e < m; e++) {
-        ptr[src[e] + 1]++;
-        indeg[dst[e]]++;
-    }
-    for (Py_ssize_t v = 0; v < n; v++) ptr[v + 1] += ptr[v];
+    degrees(src, dst, m, n, ptr, indeg);
     {
         int64_t *fill = malloc(((size_t)n + 1) * sizeof(int64_t));
         if (fill) {
@@ -254,11 +262,7 @@ static PyObject *topo_order(PyObject *self, PyObject *args) {
     }
     Py_ssize_t placed = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t e = 0; e < m; e++) {
-        ptr[src[e] + 1]++;
-        indeg[dst[e]]++;
-    }
-    for (Py_ssize_t v = 0; v < n; v++) ptr[v + 1] += ptr[v];
+    degrees(src, dst, m, n, ptr, indeg);
     memcpy(fill, ptr, (size_t)n * sizeof(int64_t));
     for (Py_ssize_t e = 0; e < m; e++) adj[fill[src[e]]++] = dst[e];
     Py_ssize_t hn = 0;
