@@ -128,9 +128,10 @@ def html_layout(table: dict[str, pl.DataType], shows: Sequence[Show | str]) -> L
     return Layout(table, shows, units=HTML_UNITS, missing="", time=ms, formats={"%": pct, "GB/s": "{:.4g}"})
 
 
-def html_rows(layout: Layout, df: pl.DataFrame) -> str:
-    """``df`` as a report table (scrolling sideways when wider than the page) under ``layout``."""
-    return table([h for h, _ in layout.heads], layout.rows(df), scroll=True)
+def html_rows(layout: Layout, df: pl.DataFrame, scroll: bool = True) -> str:
+    """``df`` as a report table under ``layout`` (``scroll``: scrolling sideways when wider than
+    the page)."""
+    return table([h for h, _ in layout.heads], layout.rows(df), scroll=scroll)
 
 
 def notes_list(notes: list[str]) -> str:
