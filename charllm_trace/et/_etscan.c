@@ -236,6 +236,14 @@ static inline void put_view(uint8_t *v, const uint8_t *data, int64_t off, int64_
         err[1] = (at);    \
         return (code);    \
     } while (0)
+/* In et_scan: declare (f, w, v, pl) and read the next field of [p, end) into them (next_field),
+ * or stop at the byte where it failed. */
+#define READ_FIELD(p, end, f, w, v, pl)                 \
+    uint64_t v;                                         \
+    const uint8_t *pl;                                  \
+    int f, w;                                           \
+    rc = next_field(&(p), (end), &(f), &(w), &(v), &(pl)); \
+    if (rc) FAIL_AT((p) - data, rc)
 
 /* A hash of an attribute name: its length and first and last 8 bytes, mixed. */
 static inline uint64_t name_hash(const uint8_t *p, uint64_t n) {
@@ -256,6 +264,7 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                 int32_t *names_ht, int64_t ht_size, int64_t step, int64_t stop, int64_t *err) {
     int64_t pos = state[0], n = state[1], nd = state[2], na = state[3], nn = state[4];
     int64_t bad = state[5];
+    int more = 0;
     int64_t *pop = state + 6; /* rows faulted in so far: nodes, deps, attributes */
     while (pos < size && pos < stop) {
         const uint8_t *p = data + pos, *fend = data + size;
@@ -267,28 +276,24 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
         if (n >= INT32_MAX) FAIL_AT(pos, E_NODES); /* attribute rows hold 32-bit node indices */
         const uint8_t *end = p + mlen;
         int64_t nd0 = nd, na0 = na;
-        uint64_t nid = 0, ntype = 0, nstart = 0, ndur = 0;
+        uint64_t scalar[8] = {0}; /* the varint fields by number: [1] id, [3] type, [6] start, [7] dur */
         /* text fields: [0] name, [1..6] inputs values/shapes/types, outputs values/shapes/types */
         int64_t toff[7] = {0}, tlen[7] = {0};
         uint8_t pres[2] = {0, 0};
         while (p < end) {
-            uint64_t val;
-            const uint8_t *payload;
-            int field, wt;
-            rc = next_field(&p, end, &field, &wt, &val, &payload);
-            if (rc) FAIL_AT(p - data, rc);
+            READ_FIELD(p, end, field, wt, val, payload);
             switch (field) {
             case 1:
-                if (wt == 0) nid = val;
+            case 3:
+            case 6:
+            case 7:
+                if (wt == 0) scalar[field] = val;
                 break;
             case 2:
                 if (wt == 2) {
                     toff[0] = payload - data;
                     tlen[0] = (int64_t)val;
                 }
-                break;
-            case 3:
-                if (wt == 0) ntype = val;
                 break;
             case 4:
             case 5:
@@ -321,12 +326,6 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                     memset(dep_kind + first_dep, field - 4, (size_t)(nd - first_dep));
                 }
                 break;
-            case 6:
-                if (wt == 0) nstart = val;
-                break;
-            case 7:
-                if (wt == 0) ndur = val;
-                break;
             case 8:
             case 9:
                 if (wt == 2) {
@@ -335,11 +334,7 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                     for (int k = 1; k <= 3; k++) toff[w * 3 + k] = tlen[w * 3 + k] = 0;
                     const uint8_t *q = payload, *qe = payload + val;
                     while (q < qe) {
-                        uint64_t v2;
-                        const uint8_t *pl2;
-                        int f2, w2;
-                        rc = next_field(&q, qe, &f2, &w2, &v2, &pl2);
-                        if (rc) FAIL_AT(q - data, rc);
+                        READ_FIELD(q, qe, f2, w2, v2, pl2);
                         if (w2 == 2 && f2 >= 1 && f2 <= 3) {
                             toff[w * 3 + f2] = pl2 - data;
                             tlen[w * 3 + f2] = (int64_t)v2;
@@ -358,11 +353,7 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                     uint64_t vv = 0;
                     int64_t vo = 0;
                     while (q < qe) {
-                        uint64_t v2;
-                        const uint8_t *pl2;
-                        int f2, w2;
-                        rc = next_field(&q, qe, &f2, &w2, &v2, &pl2);
-                        if (rc) FAIL_AT(q - data, rc);
+                        READ_FIELD(q, qe, f2, w2, v2, pl2);
                         if (f2 == 1 && w2 == 2) {
                             nm = pl2;
                             nlen = v2;
@@ -437,10 +428,10 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
             }
         }
         /* the node is complete: its scalars, text views (checked) and dependency owners */
-        id[n] = nid;
-        type[n] = ntype;
-        start_us[n] = nstart;
-        dur_us[n] = ndur;
+        id[n] = scalar[1];
+        type[n] = scalar[3];
+        start_us[n] = scalar[6];
+        dur_us[n] = scalar[7];
         io_present[2 * n] = pres[0];
         io_present[2 * n + 1] = pres[1];
         for (int k = 0; k < 7; k++) {
@@ -448,7 +439,7 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
             if (tlen[k] && !text_ok(data + toff[k], tlen[k])) bad |= (int64_t)1 << k;
             put_view(views[k] + 16 * n, data, toff[k], tlen[k], step);
         }
-        for (int64_t k = nd0; k < nd; k++) dep_node[k] = (int64_t)nid;
+        for (int64_t k = nd0; k < nd; k++) dep_node[k] = (int64_t)scalar[1];
         n++;
         pos = end - data;
         /* fault in the next rows of the big output arrays before the writes reach them */
@@ -485,13 +476,8 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
         nd = nd0;
         na = na0;
     grow:
-        state[0] = pos;
-        state[1] = n;
-        state[2] = nd;
-        state[3] = na;
-        state[4] = nn;
-        state[5] = bad;
-        return 1;
+        more = 1;
+        break;
     }
     state[0] = pos;
     state[1] = n;
@@ -499,7 +485,7 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
     state[3] = na;
     state[4] = nn;
     state[5] = bad;
-    return 0;
+    return more; /* 1: the caller grows the arrays and calls again */
 }
 
 /* Arrow binary-view structs for n slices of data (16 bytes each, see _arrow.py). */
