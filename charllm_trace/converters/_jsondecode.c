@@ -477,7 +477,7 @@ typedef struct {
  * value, or -1. */
 static inline int64_t jd_key_at(const jd_in *in, int64_t p, const uint8_t **k, int64_t *kn) {
     int esc;
-    if (p >= in->n || in->b[p] != '"') return -1;
+    if (p < 0 || p >= in->n || in->b[p] != '"') return -1;
     int64_t ks = p + 1;
     p = jd_string(in, p, &esc);
     if (p < 0 || esc) return -1;
@@ -489,32 +489,54 @@ static inline int64_t jd_key_at(const jd_in *in, int64_t p, const uint8_t **k, i
     return p >= in->n ? -1 : p;
 }
 
-static int64_t jd_args(const jd_in *in, int64_t p, jd_event *ev) {
+/* At an object's '{': the position of its first member (*end 0), or the position after an empty
+ * object's '}' (*end 1). */
+static inline int64_t jd_object_start(const jd_in *in, int64_t p, int *end) {
     p = jd_ws(in, p + 1);
-    if (p < in->n && in->b[p] == '}') return p + 1;
-    for (;;) {
-        const uint8_t *k;
-        int64_t kn;
-        p = jd_key_at(in, p, &k, &kn);
+    *end = p < in->n && in->b[p] == '}';
+    return *end ? p + 1 : p;
+}
+
+typedef int (*jd_lookup)(const uint8_t *k, int64_t kn);
+
+/* An event's (or its args') member at p: its key looked up with `lookup` (*f: the field, -1 for one
+ * not decoded; a field seen before in the event is refused), then its colon: the position of its
+ * value, or -1. */
+static inline int64_t jd_member(const jd_in *in, int64_t p, jd_lookup lookup, jd_event *ev, int *f) {
+    const uint8_t *k;
+    int64_t kn;
+    p = jd_key_at(in, p, &k, &kn);
+    if (p < 0) return -1;
+    *f = lookup(k, kn);
+    if (*f >= 0) {
+        if (ev->seen & (1u << *f)) return -1;
+        ev->seen |= 1u << *f;
+    }
+    return p;
+}
+
+static int jd_args_key(const uint8_t *k, int64_t kn) {
+    if (jd_key(k, kn, "device")) return F_DEVICE;
+    if (jd_key(k, kn, "stream")) return F_STREAM;
+    if (jd_key(k, kn, "correlation")) return F_CORR;
+    if (jd_key(k, kn, "External id")) return F_EXT;
+    if (jd_key(k, kn, "Record function id")) return F_RF;
+    return -1;
+}
+
+static int64_t jd_args(const jd_in *in, int64_t p, jd_event *ev) {
+    int end, f;
+    for (p = jd_object_start(in, p, &end); !end; p = jd_after_value(in, p, '}', &end)) {
+        p = jd_member(in, p, jd_args_key, ev, &f);
         if (p < 0) return -1;
-        int f = -1;
-        if (jd_key(k, kn, "device")) f = F_DEVICE;
-        else if (jd_key(k, kn, "stream")) f = F_STREAM;
-        else if (jd_key(k, kn, "correlation")) f = F_CORR;
-        else if (jd_key(k, kn, "External id")) f = F_EXT;
-        else if (jd_key(k, kn, "Record function id")) f = F_RF;
         if (f >= 0) {
-            if (ev->seen & (1u << f)) return -1;
-            ev->seen |= 1u << f;
             int j = f - F_DEVICE + 2;
             p = jd_int_field(in, p, &ev->iv[j], &ev->ist[j]);
         } else {
             p = jd_value(in, p, 2);
         }
-        int end;
-        p = jd_after_value(in, p, '}', &end);
-        if (p < 0 || end) return p;
     }
+    return p;
 }
 
 /* a string-or-null field: type 1 null, 2 string, 3 anything else */
@@ -535,39 +557,29 @@ static int64_t jd_text_field(const jd_in *in, int64_t p, int64_t *s, int64_t *e,
     return p;
 }
 
+static int jd_event_key(const uint8_t *k, int64_t kn) {
+    switch (kn) { /* by length first */
+    case 2:
+        return jd_key(k, kn, "ph") ? F_PH : jd_key(k, kn, "ts") ? F_TS : -1;
+    case 3:
+        return jd_key(k, kn, "cat")   ? F_CAT
+               : jd_key(k, kn, "pid") ? F_PID
+               : jd_key(k, kn, "tid") ? F_TID
+               : jd_key(k, kn, "dur") ? F_DUR
+                                      : -1;
+    case 4:
+        return jd_key(k, kn, "name") ? F_NAME : jd_key(k, kn, "args") ? F_ARGS : -1;
+    default:
+        return -1;
+    }
+}
+
 static int64_t jd_event_at(const jd_in *in, int64_t p, jd_event *ev) {
-    int esc, negative;
+    int esc, negative, end, f;
     memset(ev, 0, sizeof(*ev));
-    p = jd_ws(in, p + 1);
-    if (p < in->n && in->b[p] == '}') return p + 1;
-    for (;;) {
-        const uint8_t *k;
-        int64_t kn;
-        p = jd_key_at(in, p, &k, &kn);
+    for (p = jd_object_start(in, p, &end); !end; p = jd_after_value(in, p, '}', &end)) {
+        p = jd_member(in, p, jd_event_key, ev, &f);
         if (p < 0) return -1;
-        int f = -1;
-        switch (kn) {
-        case 2:
-            if (jd_key(k, kn, "ph")) f = F_PH;
-            else if (jd_key(k, kn, "ts")) f = F_TS;
-            break;
-        case 3:
-            if (jd_key(k, kn, "cat")) f = F_CAT;
-            else if (jd_key(k, kn, "pid")) f = F_PID;
-            else if (jd_key(k, kn, "tid")) f = F_TID;
-            else if (jd_key(k, kn, "dur")) f = F_DUR;
-            break;
-        case 4:
-            if (jd_key(k, kn, "name")) f = F_NAME;
-            else if (jd_key(k, kn, "args")) f = F_ARGS;
-            break;
-        default:
-            break;
-        }
-        if (f >= 0) {
-            if (ev->seen & (1u << f)) return -1;
-            ev->seen |= 1u << f;
-        }
         switch (f) {
         case F_PH:
             ev->ph_s = p;
@@ -611,10 +623,8 @@ static int64_t jd_event_at(const jd_in *in, int64_t p, jd_event *ev) {
         default:
             p = jd_value(in, p, 1);
         }
-        int end;
-        p = jd_after_value(in, p, '}', &end);
-        if (p < 0 || end) return p;
     }
+    return p;
 }
 
 /* code of a name/category (the raw JSON text, quotes included; "null" when missing); new ones
