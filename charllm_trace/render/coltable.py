@@ -53,10 +53,6 @@ class Show:
     cell: Callable[[dict[str, Any]], str] | None = None
 
 
-def _decl(table: dict[str, pl.DataType]) -> dict[str, Col]:
-    return {c.name: c for c in declared(table)}
-
-
 def _numeric(col: Col) -> bool:
     return col.dtype.is_numeric()
 
@@ -109,8 +105,8 @@ class Layout:
     alone where nothing differs; ``units``: how units are named in the headers; ``missing``: the
     table's mark of a null; ``time``: the format of ns values (a function of the value);
     ``formats``: the table's formats of units (format strings or functions of the value) that
-    differ from :data:`UNIT_FORMATS`; ``finite``:
-    an infinite or NaN float shown as a null."""
+    differ from :data:`UNIT_FORMATS`; ``finite``: an infinite or NaN float shown as a null.
+    ``cols``: the frame's declarations by name; ``heads``: (header, justify) of each shown column."""
 
     def __init__(
         self,
@@ -123,13 +119,13 @@ class Layout:
         formats: Mapping[str, str | Cell] | None = None,
         finite: bool = False,
     ) -> None:
-        decl = self.cols = _decl(table)
+        self.cols: dict[str, Col] = {c.name: c for c in declared(table)}
         self.shows = tuple(s if isinstance(s, Show) else Show(s) for s in shows)
         time = time or partial(ms, missing=missing)
         self.heads: list[tuple[str, str]] = []
         self._cells: list[Callable[[dict[str, Any]], str]] = []
         for s in self.shows:
-            col = decl[s.name]
+            col = self.cols[s.name]
             self.heads.append(
                 (s.head or header(col, units), s.just or ("right" if _numeric(col) else "left"))
             )
