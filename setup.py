@@ -10,6 +10,8 @@ from pathlib import Path
 from setuptools import Extension, setup
 
 HERE = Path(__file__).resolve().parent
+#: the extension-module stub both ctypes helpers include
+STUB = "charllm_trace/core/_ctypes_stub.h"
 
 
 def ctypes_helper(module: str, sources: list[str], headers: tuple[str, ...] = ()) -> Extension:
@@ -36,11 +38,11 @@ setup(
         ),
         # the ET scanner (et/_native.py); the Kineto JSON framer (converters/jsonframe.py) and
         # event decoder (converters/kineto_native.py)
-        ctypes_helper("charllm_trace.et._etscan", ["charllm_trace/et/_etscan.c"]),
+        ctypes_helper("charllm_trace.et._etscan", ["charllm_trace/et/_etscan.c"], (STUB,)),
         ctypes_helper(
             "charllm_trace.converters._jsonframe",
             ["charllm_trace/converters/_jsonframe.c", "charllm_trace/converters/_jsondecode.c"],
-            ("charllm_trace/converters/_swar.h",),
+            ("charllm_trace/converters/_swar.h", STUB),
         ),
     ]
 )

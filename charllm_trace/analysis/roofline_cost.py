@@ -26,10 +26,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import orjson
 import polars as pl
 
 from charllm_trace.analysis.flops_formulas import GEMM_OPS, matmul_flops
+from charllm_trace.et.conventions import tensor_entries
 
 MIN_TENSOR_SIZE = 1 << 16
 #: the matrix products of :data:`flops_formulas.GEMM_OPS` but ``matmul`` and ``linear``, whose
@@ -50,22 +50,11 @@ def _itemsize(t: str) -> int:
 
 
 def _tensors(io: dict | None) -> list[tuple[list[int], int]]:
-    if not io or not io.get("shapes") or not io.get("types"):
-        return []
-    try:
-        shapes, types = orjson.loads(io["shapes"]), orjson.loads(io["types"])
-    except orjson.JSONDecodeError:
-        return []
-    out = []
-    for s, t in zip(shapes, types, strict=False):
-        if (
-            isinstance(t, str)
-            and t.startswith("Tensor")
-            and isinstance(s, list)
-            and all(isinstance(x, int) for x in s)
-        ):
-            out.append((s, _itemsize(t)))
-    return out
+    return [
+        (s, _itemsize(t))
+        for s, t in tensor_entries(io, "shapes")
+        if isinstance(s, list) and all(isinstance(x, int) for x in s)
+    ]
 
 
 def gemm_cost(inputs: dict | None, outputs: dict | None) -> tuple[int, int]:

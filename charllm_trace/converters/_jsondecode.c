@@ -295,6 +295,19 @@ static int64_t jd_literal(const jd_in *in, int64_t p, const char *lit) {
     return p + (int64_t)k;
 }
 
+/* After a member's (or an element's) value, which ended at p (-1: it was not valid): the next
+ * member's position; or, at the container's `close`, the position after it with *end set; or -1. */
+static inline int64_t jd_after_value(const jd_in *in, int64_t p, uint8_t close, int *end) {
+    *end = 0;
+    if (p < 0) return -1;
+    p = jd_ws(in, p);
+    if (p >= in->n) return -1;
+    if (in->b[p] == ',') return jd_ws(in, p + 1);
+    if (in->b[p] != close) return -1;
+    *end = 1;
+    return p + 1;
+}
+
 /* any JSON value, validated and skipped */
 static int64_t jd_value(const jd_in *in, int64_t p, int depth) {
     if (p >= in->n) return -1;
@@ -319,16 +332,9 @@ static int64_t jd_value(const jd_in *in, int64_t p, int depth) {
                     if (p >= in->n || in->b[p] != ':') return -1;
                     p = jd_ws(in, p + 1);
                 }
-                p = jd_value(in, p, depth + 1);
-                if (p < 0) return -1;
-                p = jd_ws(in, p);
-                if (p >= in->n) return -1;
-                if (in->b[p] == ',') {
-                    p = jd_ws(in, p + 1);
-                    continue;
-                }
-                if (in->b[p] == close) return p + 1;
-                return -1;
+                int end;
+                p = jd_after_value(in, jd_value(in, p, depth + 1), close, &end);
+                if (p < 0 || end) return p;
             }
         }
     case 't':
@@ -481,45 +487,70 @@ typedef struct {
     uint32_t seen;
 } jd_event;
 
-static int64_t jd_args(const jd_in *in, int64_t p, jd_event *ev) {
+/* An object member's key at p (a string without escapes: *k, *kn) and its colon: the position of its
+ * value, or -1. */
+static inline int64_t jd_key_at(const jd_in *in, int64_t p, const uint8_t **k, int64_t *kn) {
     int esc;
+    if (p < 0 || p >= in->n || in->b[p] != '"') return -1;
+    int64_t ks = p + 1;
+    p = jd_string(in, p, &esc);
+    if (p < 0 || esc) return -1;
+    *k = in->b + ks;
+    *kn = p - 1 - ks;
+    p = jd_ws(in, p);
+    if (p >= in->n || in->b[p] != ':') return -1;
     p = jd_ws(in, p + 1);
-    if (p < in->n && in->b[p] == '}') return p + 1;
-    for (;;) {
-        if (p >= in->n || in->b[p] != '"') return -1;
-        int64_t ks = p + 1;
-        p = jd_string(in, p, &esc);
-        if (p < 0 || esc) return -1;
-        const uint8_t *k = in->b + ks;
-        int64_t kn = p - 1 - ks;
-        p = jd_ws(in, p);
-        if (p >= in->n || in->b[p] != ':') return -1;
-        p = jd_ws(in, p + 1);
-        if (p >= in->n) return -1;
-        int f = -1;
-        if (jd_key(k, kn, "device")) f = F_DEVICE;
-        else if (jd_key(k, kn, "stream")) f = F_STREAM;
-        else if (jd_key(k, kn, "correlation")) f = F_CORR;
-        else if (jd_key(k, kn, "External id")) f = F_EXT;
-        else if (jd_key(k, kn, "Record function id")) f = F_RF;
+    return p >= in->n ? -1 : p;
+}
+
+/* At an object's '{': the position of its first member (*end 0), or the position after an empty
+ * object's '}' (*end 1). */
+static inline int64_t jd_object_start(const jd_in *in, int64_t p, int *end) {
+    p = jd_ws(in, p + 1);
+    *end = p < in->n && in->b[p] == '}';
+    return *end ? p + 1 : p;
+}
+
+typedef int (*jd_lookup)(const uint8_t *k, int64_t kn);
+
+/* An event's (or its args') member at p: its key looked up with `lookup` (*f: the field, -1 for one
+ * not decoded; a field seen before in the event is refused), then its colon: the position of its
+ * value, or -1. */
+static inline int64_t jd_member(const jd_in *in, int64_t p, jd_lookup lookup, jd_event *ev, int *f) {
+    const uint8_t *k;
+    int64_t kn;
+    p = jd_key_at(in, p, &k, &kn);
+    if (p < 0) return -1;
+    *f = lookup(k, kn);
+    if (*f >= 0) {
+        if (ev->seen & (1u << *f)) return -1;
+        ev->seen |= 1u << *f;
+    }
+    return p;
+}
+
+static int jd_args_key(const uint8_t *k, int64_t kn) {
+    if (jd_key(k, kn, "device")) return F_DEVICE;
+    if (jd_key(k, kn, "stream")) return F_STREAM;
+    if (jd_key(k, kn, "correlation")) return F_CORR;
+    if (jd_key(k, kn, "External id")) return F_EXT;
+    if (jd_key(k, kn, "Record function id")) return F_RF;
+    return -1;
+}
+
+static int64_t jd_args(const jd_in *in, int64_t p, jd_event *ev) {
+    int end, f;
+    for (p = jd_object_start(in, p, &end); !end; p = jd_after_value(in, p, '}', &end)) {
+        p = jd_member(in, p, jd_args_key, ev, &f);
+        if (p < 0) return -1;
         if (f >= 0) {
-            if (ev->seen & (1u << f)) return -1;
-            ev->seen |= 1u << f;
             int j = f - F_DEVICE + 2;
             p = jd_int_field(in, p, &ev->iv[j], &ev->ist[j]);
         } else {
             p = jd_value(in, p, 2);
         }
-        if (p < 0) return -1;
-        p = jd_ws(in, p);
-        if (p >= in->n) return -1;
-        if (in->b[p] == ',') {
-            p = jd_ws(in, p + 1);
-            continue;
-        }
-        if (in->b[p] == '}') return p + 1;
-        return -1;
     }
+    return p;
 }
 
 /* a string-or-null field: type 1 null, 2 string, 3 anything else */
@@ -540,45 +571,29 @@ static int64_t jd_text_field(const jd_in *in, int64_t p, int64_t *s, int64_t *e,
     return p;
 }
 
+static int jd_event_key(const uint8_t *k, int64_t kn) {
+    switch (kn) { /* by length first */
+    case 2:
+        return jd_key(k, kn, "ph") ? F_PH : jd_key(k, kn, "ts") ? F_TS : -1;
+    case 3:
+        return jd_key(k, kn, "cat")   ? F_CAT
+               : jd_key(k, kn, "pid") ? F_PID
+               : jd_key(k, kn, "tid") ? F_TID
+               : jd_key(k, kn, "dur") ? F_DUR
+                                      : -1;
+    case 4:
+        return jd_key(k, kn, "name") ? F_NAME : jd_key(k, kn, "args") ? F_ARGS : -1;
+    default:
+        return -1;
+    }
+}
+
 static int64_t jd_event_at(const jd_in *in, int64_t p, jd_event *ev) {
-    int esc, negative;
+    int esc, negative, end, f;
     memset(ev, 0, sizeof(*ev));
-    p = jd_ws(in, p + 1);
-    if (p < in->n && in->b[p] == '}') return p + 1;
-    for (;;) {
-        if (p >= in->n || in->b[p] != '"') return -1;
-        int64_t ks = p + 1;
-        p = jd_string(in, p, &esc);
-        if (p < 0 || esc) return -1;
-        const uint8_t *k = in->b + ks;
-        int64_t kn = p - 1 - ks;
-        p = jd_ws(in, p);
-        if (p >= in->n || in->b[p] != ':') return -1;
-        p = jd_ws(in, p + 1);
-        if (p >= in->n) return -1;
-        int f = -1;
-        switch (kn) {
-        case 2:
-            if (jd_key(k, kn, "ph")) f = F_PH;
-            else if (jd_key(k, kn, "ts")) f = F_TS;
-            break;
-        case 3:
-            if (jd_key(k, kn, "cat")) f = F_CAT;
-            else if (jd_key(k, kn, "pid")) f = F_PID;
-            else if (jd_key(k, kn, "tid")) f = F_TID;
-            else if (jd_key(k, kn, "dur")) f = F_DUR;
-            break;
-        case 4:
-            if (jd_key(k, kn, "name")) f = F_NAME;
-            else if (jd_key(k, kn, "args")) f = F_ARGS;
-            break;
-        default:
-            break;
-        }
-        if (f >= 0) {
-            if (ev->seen & (1u << f)) return -1;
-            ev->seen |= 1u << f;
-        }
+    for (p = jd_object_start(in, p, &end); !end; p = jd_after_value(in, p, '}', &end)) {
+        p = jd_member(in, p, jd_event_key, ev, &f);
+        if (p < 0) return -1;
         switch (f) {
         case F_PH:
             ev->ph_s = p;
@@ -622,16 +637,8 @@ static int64_t jd_event_at(const jd_in *in, int64_t p, jd_event *ev) {
         default:
             p = jd_value(in, p, 1);
         }
-        if (p < 0) return -1;
-        p = jd_ws(in, p);
-        if (p >= in->n) return -1;
-        if (in->b[p] == ',') {
-            p = jd_ws(in, p + 1);
-            continue;
-        }
-        if (in->b[p] == '}') return p + 1;
-        return -1;
     }
+    return p;
 }
 
 /* code of a name/category (the raw JSON text, quotes included; "null" when missing); new ones

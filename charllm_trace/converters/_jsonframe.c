@@ -18,6 +18,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h> /* first, as Python requires; used by the stub only */
+#include "../core/_ctypes_stub.h"
 #include <stdint.h>
 #include <string.h>
 
@@ -104,24 +105,5 @@ out:
     return k;
 }
 
-/* ---- extension-module stub ----
- * Built as an extension module only so that pip compiles this file at install time and the
- * import system names and places the library; the module has no functions (they are called
- * through ctypes). SOURCE_SHA256 is the SHA-256 of this file as setup.py built it, so a test
- * can tell a stale build in a checkout. */
-#ifndef CHARLLM_SOURCE_SHA256
-#define CHARLLM_SOURCE_SHA256 "unknown"
-#endif
-
-static struct PyModuleDef stub_module = {
-    PyModuleDef_HEAD_INIT, "_jsonframe", "C functions called through ctypes (no Python functions).", -1, NULL,
-};
-
-PyMODINIT_FUNC PyInit__jsonframe(void) {
-    PyObject *m = PyModule_Create(&stub_module);
-    if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_SHA256", CHARLLM_SOURCE_SHA256) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
-}
+/* ---- extension-module stub (core/_ctypes_stub.h) ---- */
+CHARLLM_CTYPES_STUB(_jsonframe)

@@ -59,38 +59,58 @@ static void release(Buf *bs, int n) {
         if (bs[i].held) PyBuffer_Release(&bs[i].view);
 }
 
+/* The buffers of the n arguments o (names and item sizes given; those from `writable` on are
+ * written): 0, or -1 with an exception set and every buffer released. */
+static int get_bufs(PyObject **o, Buf *b, int n, const char **names, const Py_ssize_t *sizes, int writable) {
+    memset(b, 0, (size_t)n * sizeof(Buf));
+    for (int i = 0; i < n; i++) {
+        if (get_buf(o[i], &b[i], i >= writable, names[i], sizes[i]) != 0) {
+            release(b, n);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Release the n buffers and raise ValueError(msg). */
+static PyObject *fail(Buf *b, int n, const char *msg) {
+    release(b, n);
+    PyErr_SetString(PyExc_ValueError, msg);
+    return NULL;
+}
+
 static Py_ssize_t count(Buf *b) { return b->view.len / b->view.itemsize; }
+
+/* The m edges src -> dst of n nodes as compressed rows: ptr[v] .. ptr[v + 1] (ptr zeroed, n + 1
+ * long) will hold the edges leaving v (prefix sums of the out-degrees); indeg[v] (zeroed) counts
+ * the edges entering v. */
+static void degrees(const int32_t *src, const int32_t *dst, Py_ssize_t m, Py_ssize_t n, int64_t *ptr,
+                    int32_t *indeg) {
+    for (Py_ssize_t e = 0; e < m; e++) {
+        ptr[src[e] + 1]++;
+        indeg[dst[e]]++;
+    }
+    for (Py_ssize_t v = 0; v < n; v++) ptr[v + 1] += ptr[v];
+}
 
 static PyObject *longest_path(PyObject *self, PyObject *args) {
     PyObject *o[7];
     if (!PyArg_ParseTuple(args, "OOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
     Buf b[7];
-    memset(b, 0, sizeof b);
     const char *names[7] = {"src", "dst", "lag", "prio", "root", "time_out", "bind_out"};
-    Py_ssize_t sizes[7] = {4, 4, 8, 1, 8, 8, 4};
-    for (int i = 0; i < 7; i++) {
-        if (get_buf(o[i], &b[i], i >= 5, names[i], sizes[i]) != 0) {
-            release(b, 7);
-            return NULL;
-        }
-    }
+    const Py_ssize_t sizes[7] = {4, 4, 8, 1, 8, 8, 4};
+    if (get_bufs(o, b, 7, names, sizes, 5) != 0) return NULL;
     Py_ssize_t m = count(&b[0]);
     Py_ssize_t n = count(&b[4]);
-    if (count(&b[1]) != m || count(&b[2]) != m || count(&b[3]) != m || count(&b[5]) != n || count(&b[6]) != n) {
-        release(b, 7);
-        PyErr_SetString(PyExc_ValueError, "longest_path: array lengths differ");
-        return NULL;
-    }
+    if (count(&b[1]) != m || count(&b[2]) != m || count(&b[3]) != m || count(&b[5]) != n || count(&b[6]) != n)
+        return fail(b, 7, "longest_path: array lengths differ");
     const int32_t *src = b[0].view.buf, *dst = b[1].view.buf;
     const int64_t *lag = b[2].view.buf, *root = b[4].view.buf;
     const int8_t *prio = b[3].view.buf;
     int64_t *time = b[5].view.buf;
     int32_t *bind = b[6].view.buf;
-    if (n >= INT32_MAX || m >= INT32_MAX) {
-        release(b, 7);
-        PyErr_SetString(PyExc_ValueError, "longest_path: more than 2**31 - 1 vertices or edges");
-        return NULL;
-    }
+    if (n >= INT32_MAX || m >= INT32_MAX)
+        return fail(b, 7, "longest_path: more than 2**31 - 1 vertices or edges");
     for (Py_ssize_t e = 0; e < m; e++) {
         if (src[e] < 0 || src[e] >= n || dst[e] < 0 || dst[e] >= n) {
             release(b, 7);
@@ -109,11 +129,7 @@ static PyObject *longest_path(PyObject *self, PyObject *args) {
     }
     Py_ssize_t done = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t e = 0; e < m; e++) {
-        ptr[src[e] + 1]++;
-        indeg[dst[e]]++;
-    }
-    for (Py_ssize_t v = 0; v < n; v++) ptr[v + 1] += ptr[v];
+    degrees(src, dst, m, n, ptr, indeg);
     {
         int64_t *fill = malloc(((size_t)n + 1) * sizeof(int64_t));
         if (fill) {
@@ -169,21 +185,12 @@ static PyObject *walk_back(PyObject *self, PyObject *args) {
     long long start, stop_time;
     if (!PyArg_ParseTuple(args, "OOOLLO", &o[0], &o[1], &o[2], &start, &stop_time, &o[3])) return NULL;
     Buf b[4];
-    memset(b, 0, sizeof b);
     const char *names[4] = {"src", "bind", "time", "out"};
-    Py_ssize_t sizes[4] = {4, 4, 8, 4};
-    for (int i = 0; i < 4; i++) {
-        if (get_buf(o[i], &b[i], i == 3, names[i], sizes[i]) != 0) {
-            release(b, 4);
-            return NULL;
-        }
-    }
+    const Py_ssize_t sizes[4] = {4, 4, 8, 4};
+    if (get_bufs(o, b, 4, names, sizes, 3) != 0) return NULL;
     Py_ssize_t m = count(&b[0]), n = count(&b[1]), cap = count(&b[3]);
-    if (count(&b[2]) != n || start < 0 || start >= n) {
-        release(b, 4);
-        PyErr_SetString(PyExc_ValueError, "walk_back: bad lengths or start vertex");
-        return NULL;
-    }
+    if (count(&b[2]) != n || start < 0 || start >= n)
+        return fail(b, 4, "walk_back: bad lengths or start vertex");
     const int32_t *src = b[0].view.buf, *bind = b[1].view.buf;
     const int64_t *time = b[2].view.buf;
     int32_t *out = b[3].view.buf;
@@ -217,30 +224,18 @@ static PyObject *topo_order(PyObject *self, PyObject *args) {
     PyObject *o[4];
     if (!PyArg_ParseTuple(args, "OOOO", &o[0], &o[1], &o[2], &o[3])) return NULL;
     Buf b[4];
-    memset(b, 0, sizeof b);
     const char *names[4] = {"src", "dst", "key", "out"};
-    Py_ssize_t sizes[4] = {4, 4, 8, 4};
-    for (int i = 0; i < 4; i++) {
-        if (get_buf(o[i], &b[i], i == 3, names[i], sizes[i]) != 0) {
-            release(b, 4);
-            return NULL;
-        }
-    }
+    const Py_ssize_t sizes[4] = {4, 4, 8, 4};
+    if (get_bufs(o, b, 4, names, sizes, 3) != 0) return NULL;
     Py_ssize_t m = count(&b[0]), n = count(&b[2]);
-    if (count(&b[1]) != m || count(&b[3]) != n || n >= INT32_MAX || m >= INT32_MAX) {
-        release(b, 4);
-        PyErr_SetString(PyExc_ValueError, "topo_order: bad lengths");
-        return NULL;
-    }
+    if (count(&b[1]) != m || count(&b[3]) != n || n >= INT32_MAX || m >= INT32_MAX)
+        return fail(b, 4, "topo_order: bad lengths");
     const int32_t *src = b[0].view.buf, *dst = b[1].view.buf;
     const int64_t *key = b[2].view.buf;
     int32_t *out = b[3].view.buf;
     for (Py_ssize_t e = 0; e < m; e++) {
-        if (src[e] < 0 || src[e] >= n || dst[e] < 0 || dst[e] >= n) {
-            release(b, 4);
-            PyErr_SetString(PyExc_ValueError, "topo_order: an edge refers to a vertex out of range");
-            return NULL;
-        }
+        if (src[e] < 0 || src[e] >= n || dst[e] < 0 || dst[e] >= n)
+            return fail(b, 4, "topo_order: an edge refers to a vertex out of range");
     }
     int64_t *ptr = calloc((size_t)n + 1, sizeof(int64_t));
     int32_t *adj = malloc(((size_t)m + 1) * sizeof(int32_t));
@@ -254,11 +249,7 @@ static PyObject *topo_order(PyObject *self, PyObject *args) {
     }
     Py_ssize_t placed = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t e = 0; e < m; e++) {
-        ptr[src[e] + 1]++;
-        indeg[dst[e]]++;
-    }
-    for (Py_ssize_t v = 0; v < n; v++) ptr[v + 1] += ptr[v];
+    degrees(src, dst, m, n, ptr, indeg);
     memcpy(fill, ptr, (size_t)n * sizeof(int64_t));
     for (Py_ssize_t e = 0; e < m; e++) adj[fill[src[e]]++] = dst[e];
     Py_ssize_t hn = 0;

@@ -13,6 +13,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h> /* first, as Python requires; used by the stub only */
+#include "../core/_ctypes_stub.h"
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -87,6 +88,22 @@ static inline int skip_field(const uint8_t **pp, const uint8_t *end, int wt, uin
     default:
         return E_WIRETYPE;
     }
+}
+
+/* Read one field at *pp (before end): its key, then its value (varint, fixed, or a length-delimited
+ * payload); sets its field number, wire type, value and payload. 0, or an error code (a field
+ * number 0 is one). */
+static inline int next_field(const uint8_t **pp, const uint8_t *end, int *field, int *wt, uint64_t *val,
+                             const uint8_t **payload) {
+    uint64_t tag = 0;
+    *val = 0;
+    *payload = NULL;
+    int rc = rd_varint(pp, end, &tag);
+    if (!rc) rc = skip_field(pp, end, (int)(tag & 7), val, payload);
+    if (!rc && (tag >> 3) == 0) rc = E_WIRETYPE;
+    *field = (int)(tag >> 3);
+    *wt = (int)(tag & 7);
+    return rc;
 }
 
 /* Strict UTF-8 check (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF) of
@@ -212,6 +229,21 @@ static inline void put_view(uint8_t *v, const uint8_t *data, int64_t off, int64_
 #define E_NAMES -11  /* more distinct attribute names than the caller's table holds */
 #define E_BIGSTR -12 /* a text field of `step` bytes or more */
 #define E_NODES -13  /* more than 2^31 - 1 nodes in one part */
+/* In et_scan: stop at the node being read (`n`), at byte `at` of the data, with error `code`. */
+#define FAIL_AT(at, code) \
+    do {                  \
+        err[0] = n;       \
+        err[1] = (at);    \
+        return (code);    \
+    } while (0)
+/* In et_scan: declare (f, w, v, pl) and read the next field of [p, end) into them (next_field),
+ * or stop at the byte where it failed. */
+#define READ_FIELD(p, end, f, w, v, pl)                 \
+    uint64_t v;                                         \
+    const uint8_t *pl;                                  \
+    int f, w;                                           \
+    rc = next_field(&(p), (end), &(f), &(w), &(v), &(pl)); \
+    if (rc) FAIL_AT((p) - data, rc)
 
 /* A hash of an attribute name: its length and first and last 8 bytes, mixed. */
 static inline uint64_t name_hash(const uint8_t *p, uint64_t n) {
@@ -232,57 +264,36 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                 int32_t *names_ht, int64_t ht_size, int64_t step, int64_t stop, int64_t *err) {
     int64_t pos = state[0], n = state[1], nd = state[2], na = state[3], nn = state[4];
     int64_t bad = state[5];
+    int more = 0;
     int64_t *pop = state + 6; /* rows faulted in so far: nodes, deps, attributes */
     while (pos < size && pos < stop) {
         const uint8_t *p = data + pos, *fend = data + size;
         uint64_t mlen;
         int rc = rd_varint(&p, fend, &mlen);
-        if (rc) {
-            err[0] = n;
-            err[1] = p - data;
-            return rc == E_PAST ? E_LEN_PAST : E_LEN_BAD;
-        }
-        if (mlen > (uint64_t)(fend - p)) {
-            err[0] = n;
-            err[1] = p - data;
-            return E_MSG_PAST;
-        }
+        if (rc) FAIL_AT(p - data, rc == E_PAST ? E_LEN_PAST : E_LEN_BAD);
+        if (mlen > (uint64_t)(fend - p)) FAIL_AT(p - data, E_MSG_PAST);
         if (n >= cap[0]) goto grow;
-        if (n >= INT32_MAX) { /* attribute rows hold 32-bit node indices */
-            err[0] = n;
-            err[1] = pos;
-            return E_NODES;
-        }
+        if (n >= INT32_MAX) FAIL_AT(pos, E_NODES); /* attribute rows hold 32-bit node indices */
         const uint8_t *end = p + mlen;
         int64_t nd0 = nd, na0 = na;
-        uint64_t nid = 0, ntype = 0, nstart = 0, ndur = 0;
+        uint64_t scalar[8] = {0}; /* the varint fields by number: [1] id, [3] type, [6] start, [7] dur */
         /* text fields: [0] name, [1..6] inputs values/shapes/types, outputs values/shapes/types */
         int64_t toff[7] = {0}, tlen[7] = {0};
         uint8_t pres[2] = {0, 0};
         while (p < end) {
-            uint64_t tag, val = 0;
-            const uint8_t *payload = NULL;
-            rc = rd_varint(&p, end, &tag);
-            if (!rc) rc = skip_field(&p, end, (int)(tag & 7), &val, &payload);
-            if (!rc && (tag >> 3) == 0) rc = E_WIRETYPE;
-            if (rc) {
-                err[0] = n;
-                err[1] = p - data;
-                return rc;
-            }
-            int field = (int)(tag >> 3), wt = (int)(tag & 7);
+            READ_FIELD(p, end, field, wt, val, payload);
             switch (field) {
             case 1:
-                if (wt == 0) nid = val;
+            case 3:
+            case 6:
+            case 7:
+                if (wt == 0) scalar[field] = val;
                 break;
             case 2:
                 if (wt == 2) {
                     toff[0] = payload - data;
                     tlen[0] = (int64_t)val;
                 }
-                break;
-            case 3:
-                if (wt == 0) ntype = val;
                 break;
             case 4:
             case 5:
@@ -308,22 +319,12 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                             q += 3;
                         } else {
                             rc = rd_varint(&q, qe, &v);
-                            if (rc) {
-                                err[0] = n;
-                                err[1] = q - data;
-                                return rc;
-                            }
+                            if (rc) FAIL_AT(q - data, rc);
                         }
                         dep_val[nd++] = v;
                     }
                     memset(dep_kind + first_dep, field - 4, (size_t)(nd - first_dep));
                 }
-                break;
-            case 6:
-                if (wt == 0) nstart = val;
-                break;
-            case 7:
-                if (wt == 0) ndur = val;
                 break;
             case 8:
             case 9:
@@ -333,18 +334,8 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                     for (int k = 1; k <= 3; k++) toff[w * 3 + k] = tlen[w * 3 + k] = 0;
                     const uint8_t *q = payload, *qe = payload + val;
                     while (q < qe) {
-                        uint64_t t2, v2 = 0;
-                        const uint8_t *pl2 = NULL;
-                        rc = rd_varint(&q, qe, &t2);
-                        if (!rc) rc = skip_field(&q, qe, (int)(t2 & 7), &v2, &pl2);
-                        if (!rc && (t2 >> 3) == 0) rc = E_WIRETYPE;
-                        if (rc) {
-                            err[0] = n;
-                            err[1] = q - data;
-                            return rc;
-                        }
-                        int f2 = (int)(t2 >> 3);
-                        if ((t2 & 7) == 2 && f2 >= 1 && f2 <= 3) {
+                        READ_FIELD(q, qe, f2, w2, v2, pl2);
+                        if (w2 == 2 && f2 >= 1 && f2 <= 3) {
                             toff[w * 3 + f2] = pl2 - data;
                             tlen[w * 3 + f2] = (int64_t)v2;
                         }
@@ -362,17 +353,7 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                     uint64_t vv = 0;
                     int64_t vo = 0;
                     while (q < qe) {
-                        uint64_t t2, v2 = 0;
-                        const uint8_t *pl2 = NULL;
-                        rc = rd_varint(&q, qe, &t2);
-                        if (!rc) rc = skip_field(&q, qe, (int)(t2 & 7), &v2, &pl2);
-                        if (!rc && (t2 >> 3) == 0) rc = E_WIRETYPE;
-                        if (rc) {
-                            err[0] = n;
-                            err[1] = q - data;
-                            return rc;
-                        }
-                        int f2 = (int)(t2 >> 3), w2 = (int)(t2 & 7);
+                        READ_FIELD(q, qe, f2, w2, v2, pl2);
                         if (f2 == 1 && w2 == 2) {
                             nm = pl2;
                             nlen = v2;
@@ -398,11 +379,7 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
                         slot = (slot + 1) & (ht_size - 1);
                     }
                     if (code < 0) {
-                        if (nn >= cap[3] || 2 * (nn + 1) > ht_size) {
-                            err[0] = n;
-                            err[1] = q - data;
-                            return E_NAMES;
-                        }
+                        if (nn >= cap[3] || 2 * (nn + 1) > ht_size) FAIL_AT(q - data, E_NAMES);
                         code = (int32_t)nn;
                         uname_off[nn] = nlen ? nm - data : 0;
                         uname_len[nn] = (int64_t)nlen;
@@ -451,22 +428,18 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
             }
         }
         /* the node is complete: its scalars, text views (checked) and dependency owners */
-        id[n] = nid;
-        type[n] = ntype;
-        start_us[n] = nstart;
-        dur_us[n] = ndur;
+        id[n] = scalar[1];
+        type[n] = scalar[3];
+        start_us[n] = scalar[6];
+        dur_us[n] = scalar[7];
         io_present[2 * n] = pres[0];
         io_present[2 * n + 1] = pres[1];
         for (int k = 0; k < 7; k++) {
-            if (tlen[k] >= step) {
-                err[0] = n;
-                err[1] = toff[k];
-                return E_BIGSTR;
-            }
+            if (tlen[k] >= step) FAIL_AT(toff[k], E_BIGSTR);
             if (tlen[k] && !text_ok(data + toff[k], tlen[k])) bad |= (int64_t)1 << k;
             put_view(views[k] + 16 * n, data, toff[k], tlen[k], step);
         }
-        for (int64_t k = nd0; k < nd; k++) dep_node[k] = (int64_t)nid;
+        for (int64_t k = nd0; k < nd; k++) dep_node[k] = (int64_t)scalar[1];
         n++;
         pos = end - data;
         /* fault in the next rows of the big output arrays before the writes reach them */
@@ -503,13 +476,8 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
         nd = nd0;
         na = na0;
     grow:
-        state[0] = pos;
-        state[1] = n;
-        state[2] = nd;
-        state[3] = na;
-        state[4] = nn;
-        state[5] = bad;
-        return 1;
+        more = 1;
+        break;
     }
     state[0] = pos;
     state[1] = n;
@@ -517,7 +485,7 @@ int64_t et_scan(const uint8_t *data, int64_t size, int64_t *state, const int64_t
     state[3] = na;
     state[4] = nn;
     state[5] = bad;
-    return 0;
+    return more; /* 1: the caller grows the arrays and calls again */
 }
 
 /* Arrow binary-view structs for n slices of data (16 bytes each, see _arrow.py). */
@@ -762,24 +730,5 @@ int64_t et_utf8(const uint8_t *data, const int64_t *off, const int64_t *len, int
     return -1;
 }
 
-/* ---- extension-module stub ----
- * Built as an extension module only so that pip compiles this file at install time and the
- * import system names and places the library; the module has no functions (they are called
- * through ctypes). SOURCE_SHA256 is the SHA-256 of this file as setup.py built it, so a test
- * can tell a stale build in a checkout. */
-#ifndef CHARLLM_SOURCE_SHA256
-#define CHARLLM_SOURCE_SHA256 "unknown"
-#endif
-
-static struct PyModuleDef stub_module = {
-    PyModuleDef_HEAD_INIT, "_etscan", "C functions called through ctypes (no Python functions).", -1, NULL,
-};
-
-PyMODINIT_FUNC PyInit__etscan(void) {
-    PyObject *m = PyModule_Create(&stub_module);
-    if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_SHA256", CHARLLM_SOURCE_SHA256) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
-}
+/* ---- extension-module stub (core/_ctypes_stub.h) ---- */
+CHARLLM_CTYPES_STUB(_etscan)

@@ -8,6 +8,10 @@ names start with :data:`PREFIX`.
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
+
 from charllm_trace.et import schema as pb
 
 PREFIX = "charllm."
@@ -125,3 +129,26 @@ M_TELEMETRY_COL = PREFIX + "telemetry."  # + column: int64_list / double_list, p
 M_TELEMETRY_VALID = ".valid"  # + suffix: bool_list, only when the column has nulls
 
 TELEMETRY_INT_COLS = ("time_ns", "device", "throttle_reasons")
+
+
+# ---------------------------------------------------------------------------
+# IOInfo: a node's inputs / outputs, each sub-field a JSON list as text
+# ---------------------------------------------------------------------------
+
+
+def tensor_entries(io: dict[str, Any] | None, field: str) -> list[tuple[Any, str]]:
+    """(entry of ``field``, its type) for every entry of an ``inputs`` / ``outputs`` IOInfo
+    (``{"values", "shapes", "types"}``, each a JSON list as text) whose type names a tensor
+    (``Tensor(...)``, ``Tensor``...); [] when ``field`` or ``types`` is missing, empty, not
+    valid JSON or not a list."""
+    if not io or not io.get(field) or not io.get("types"):
+        return []
+    try:
+        entries, types = orjson.loads(io[field]), orjson.loads(io["types"])
+    except orjson.JSONDecodeError:
+        return []
+    if not isinstance(entries, list) or not isinstance(types, list):
+        return []
+    return [
+        (e, t) for e, t in zip(entries, types, strict=False) if isinstance(t, str) and t.startswith("Tensor")
+    ]

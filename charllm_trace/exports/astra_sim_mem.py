@@ -24,8 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import orjson
 import polars as pl
+
+from charllm_trace.et.conventions import tensor_entries
 
 #: fields of a tensor value in a host ET: id, storage id, offset, elements, element bytes, device
 TENSOR_FIELDS = 6
@@ -34,21 +35,14 @@ TENSOR_FIELDS = 6
 def tensors(io: dict[str, Any] | None) -> list[tuple[str, int]]:
     """(``t<id>@<device>``, bytes) of the ``Tensor(...)`` entries of a recorded ``inputs`` or
     ``outputs`` (values/types JSON strings); [] when there are none or they do not parse."""
-    if not io or not io.get("values") or not io.get("types"):
-        return []
-    try:
-        values, types = orjson.loads(io["values"]), orjson.loads(io["types"])
-    except orjson.JSONDecodeError:
-        return []
-    out = []
-    for v, t in zip(
-        values if isinstance(values, list) else [], types if isinstance(types, list) else [], strict=False
-    ):
-        if not (isinstance(t, str) and t.startswith("Tensor(")):
-            continue
-        if isinstance(v, list) and len(v) == TENSOR_FIELDS and all(type(x) is int for x in v[:5]):
-            out.append((f"t{v[0]}@{v[5]}", max(v[3], 0) * max(v[4], 0)))
-    return out
+    return [
+        (f"t{v[0]}@{v[5]}", max(v[3], 0) * max(v[4], 0))
+        for v, t in tensor_entries(io, "values")
+        if t.startswith("Tensor(")
+        and isinstance(v, list)
+        and len(v) == TENSOR_FIELDS
+        and all(type(x) is int for x in v[:5])
+    ]
 
 
 def io_lists(nodes: pl.DataFrame) -> Iterator[tuple[list[str], list[str]]]:

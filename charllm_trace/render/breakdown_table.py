@@ -9,10 +9,10 @@ from typing import Any
 import polars as pl
 from rich.console import Console
 
-from charllm_trace.analysis.results_breakdown import BreakdownResult
+from charllm_trace.analysis.results_breakdown import BREAKDOWN_SCHEMA, BREAKDOWN_TOTAL_SCHEMA, BreakdownResult
 from charllm_trace.core.kernel_category import CATEGORIES
-from charllm_trace.render.fit import FitTable
-from charllm_trace.render.table_style import dim_line, plain_table
+from charllm_trace.render.coltable import Layout, Show, new_table
+from charllm_trace.render.table_style import dim_line
 from charllm_trace.render.units import ms, us
 
 #: Rows of the kernel and op tables (per rank) unless ``analyze --breakdown-top`` says otherwise.
@@ -33,12 +33,6 @@ SHORT = {
 assert tuple(SHORT) == CATEGORIES
 
 
-def _table(title: str, cols: list[tuple[str, str]], names: int | None = None) -> FitTable:
-    """A table; with ``names`` its second column (kernel or op names) at most that wide, shortened
-    from the middle (so the table keeps within 80 columns)."""
-    return plain_table(title, cols, shrink=1 if names else None, max_width=names)
-
-
 _ms, _us = ms, us
 
 
@@ -46,16 +40,30 @@ def _pct(v: Any) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def _who(rank: Any) -> str:
-    return "all" if rank is None else str(rank)
-
-
-def _step(step: Any) -> str:
-    return "all" if step is None else str(step)
-
-
 def _dim(console: Console, text: str) -> None:
     dim_line(console, f"  {text}")
+
+
+def _key(r: dict[str, Any]) -> str:
+    key = r["key"] if r["key"] is not None else "(unknown)"
+    return key[5:] if key.startswith("void ") else key
+
+
+_ALL = {"missing": "all"}
+#: the category table's first columns (the categories' shares follow, as many as are shown)
+TOTALS = Layout(
+    BREAKDOWN_TOTAL_SCHEMA, [Show("rank", **_ALL), Show("step", **_ALL), Show("gpu_time_ns", "GPU ms")]
+)
+
+
+def _top(what: str) -> Layout:
+    """The top kernels' (``what`` = kernel, with their category) or launching ops' table."""
+    cat = [Show("category", "cat", lambda c: SHORT[c][0] if c in SHORT else "-")] if what == "kernel" else []
+    return Layout(
+        BREAKDOWN_SCHEMA,
+        [Show("rank", **_ALL), Show("key", what, cell=_key), *cat, Show("count", "n"), Show("total_ns", "total ms"),
+         Show("mean_ns", "mean us", _us), Show("max_ns", "max us", _us), Show("pct", "%", "{:.1f}")],
+    )  # fmt: skip
 
 
 def render_breakdown(bd: BreakdownResult, console: Console, *, per_step: bool, label: str = "") -> None:
@@ -64,19 +72,15 @@ def render_breakdown(bd: BreakdownResult, console: Console, *, per_step: bool, l
     totals = bd.totals if per_step else bd.totals.filter(pl.col("step").is_null())
     cats = bd.group("category")
     shown = [c for c in CATEGORIES if (cats["key"] == c).any()]
-    t = _table(
-        "GPU time by kernel category (% of GPU time)" + label,
-        [("rank", "right"), ("step", "right"), ("GPU ms", "right")] + [(SHORT[c][0], "right") for c in shown],
-    )
+    heads = TOTALS.heads + [(SHORT[c][0], "right") for c in shown]
+    t = new_table("GPU time by kernel category (% of GPU time)" + label, heads)
     for r in totals.iter_rows(named=True):
         pct = dict(
             cats.filter(pl.col("rank").eq_missing(r["rank"]) & pl.col("step").eq_missing(r["step"]))
             .select("key", "pct")
             .iter_rows()
         )
-        t.add_row(
-            _who(r["rank"]), _step(r["step"]), _ms(r["gpu_time_ns"]), *[_pct(pct.get(c)) for c in shown]
-        )
+        t.add_row(*TOTALS.row(r), *[_pct(pct.get(c)) for c in shown])
     console.print(t)
     legend = [f"{SHORT[c][0]} = {SHORT[c][1]}" for c in shown if SHORT[c][0] != SHORT[c][1]]
     for i in range(0, len(legend), 4):
@@ -92,34 +96,16 @@ def render_breakdown(bd: BreakdownResult, console: Console, *, per_step: bool, l
         if df.height == 0:
             continue
         df = df.filter(pl.int_range(pl.len()).over("rank") < n)  # the frame is sorted by total, desc
-        cols = [("rank", "right"), (what[:-1], "left")]
-        if group == "kernel":
-            cols.append(("cat", "left"))
-        cols += [
-            ("n", "right"),
-            ("total ms", "right"),
-            ("mean us", "right"),
-            ("max us", "right"),
-            ("%", "right"),
-        ]
-        k = _table(
-            f"Top {what} by GPU time (whole trace" + (", all ranks" if many else "") + ")" + label,
-            cols,
-            29 if group == "kernel" else 31,
-        )
+        lay = _top(what[:-1])
+        title = f"Top {what} by GPU time (whole trace" + (", all ranks" if many else "") + ")" + label
+        k = new_table(title, lay.heads, shrink=1, max_width=29 if group == "kernel" else 31)
         last = None
         for r in df.iter_rows(named=True):
-            who = _who(r["rank"])
-            if last is not None and who != last:
+            who = lay.row(r)
+            if last is not None and who[0] != last:
                 k.add_section()
-            last = who
-            key = r["key"] if r["key"] is not None else "(unknown)"
-            key = key[5:] if key.startswith("void ") else key
-            row = [who, key]
-            if group == "kernel":
-                row.append(SHORT[r["category"]][0] if r["category"] in SHORT else "-")
-            row += [str(r["count"]), _ms(r["total_ns"]), _us(r["mean_ns"]), _us(r["max_ns"]), _pct(r["pct"])]
-            k.add_row(*row)
+            last = who[0]
+            k.add_row(*who)
         console.print(k)
     _dim(console, "all kernels and ops: --format json (frames breakdown, breakdown_totals)")
     for note in bd.notes:

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from charllm_trace.analysis.comm_wait_results import CommWaitResult
+from charllm_trace.analysis.comm_wait_results import (
+    COMM_WAIT_DIM_SCHEMA,
+    COMM_WAIT_RANK_SCHEMA,
+    CommWaitResult,
+)
+from charllm_trace.render.coltable import Show
+from charllm_trace.render.report_sections import html_layout, html_rows, notes_list
 
 COMM_WAIT_NOTE = (
     "wait = the part of each matched op before its last participant started (the peer of a send/recv, "
@@ -16,30 +22,28 @@ COMM_WAIT_NOTE = (
 TOP_RANKS = 16
 
 
-def _gb(v: float | None) -> str:
-    return "" if v is None else f"{v:.4g}"
+_DASH = {"missing": "-"}
+BY_DIM = html_layout(
+    COMM_WAIT_DIM_SCHEMA,
+    [Show("dim", **_DASH), Show("coll_type", "type", **_DASH), Show("count", "ops"), Show("dur_ns", "time ms"),
+     "wait_ns", "wait_pct", "transfer_ns", "busbw_gbps", Show("transfer_busbw_gbps", "transfer-only busbw GB/s")],
+)  # fmt: skip
+BY_RANK = html_layout(
+    COMM_WAIT_RANK_SCHEMA,
+    [Show("dim", **_DASH), "rank", Show("count", "ops"), Show("n_last", "arrived last"),
+     Show("caused_wait_ns", "others' waiting caused ms"), Show("wait_ns", "own waiting ms")],
+)  # fmt: skip
 
 
 def comm_wait_parts(cw: CommWaitResult | None) -> list[str]:
     """The section's tables (nothing when no communication was matched across ranks)."""
-    from charllm_trace.render import html as H
-    from charllm_trace.render.report_sections import ms, notes_list, pct
-
     if cw is None or cw.ops.height == 0:
         return []
-    dims = [
-        [r["dim"] or "-", r["coll_type"] or "-", r["count"], ms(r["dur_ns"]), ms(r["wait_ns"]), pct(r["wait_pct"]),
-         ms(r["transfer_ns"]), _gb(r["busbw_gbps"]), _gb(r["transfer_busbw_gbps"])]
-        for r in cw.by_dim.iter_rows(named=True)
-    ]  # fmt: skip
-    head = ["dim", "type", "ops", "time ms", "wait ms", "wait %", "transfer ms", "busbw GB/s",
-            "transfer-only busbw GB/s"]  # fmt: skip
-    ranks = [
-        [r["dim"] or "-", r["rank"], r["count"], r["n_last"], ms(r["caused_wait_ns"]), ms(r["wait_ns"])]
-        for r in cw.by_rank.head(TOP_RANKS).iter_rows(named=True)
+    return [
+        html_rows(BY_DIM, cw.by_dim),
+        html_rows(BY_RANK, cw.by_rank.head(TOP_RANKS)),
+        notes_list(cw.notes),
     ]
-    rank_head = ["dim", "rank", "ops", "arrived last", "others' waiting caused ms", "own waiting ms"]
-    return [H.table(head, dims, scroll=True), H.table(rank_head, ranks, scroll=True), notes_list(cw.notes)]
 
 
 def comm_wait_section(data: Any, rep: Any) -> None:

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from charllm_trace.analysis.cpu_wait_results import CpuWaitResult
+from charllm_trace.analysis.cpu_wait_results import (
+    CPU_WAIT_IDLE_SCHEMA,
+    CPU_WAIT_PHASE_SCHEMA,
+    CPU_WAIT_SCHEMA,
+    CpuWaitResult,
+)
+from charllm_trace.render.coltable import Show
+from charllm_trace.render.report_sections import html_layout, html_rows, notes_list
 
 CPU_WAIT_NOTE = (
     "the launching thread = the thread of the rank with the most kernel-launch calls; run = on a CPU, wait = "
@@ -18,44 +25,40 @@ CPU_WAIT_NOTE = (
 TOP_IDLE = 16
 
 
+STEPS = html_layout(
+    CPU_WAIT_SCHEMA,
+    ["rank", "step", "tid", "window_ns", "run_ns", "wait_ns", "other_ns", Show("gpu_idle_pct", "GPU idle %"),
+     Show("idle_wait_ns", "wait in idle ms"), "throttled_ns"],
+)  # fmt: skip
+IDLE = html_layout(
+    CPU_WAIT_IDLE_SCHEMA,
+    ["rank", "step", "phase", Show("dur_ns", "idle ms"), "late_ns", "run_ns", "wait_ns", "other_ns", "throttled_ns",
+     Show("call_name", "launch call")],
+)  # fmt: skip
+PHASES = html_layout(
+    CPU_WAIT_PHASE_SCHEMA,
+    ["rank", Show("step", missing="all"), "phase", Show("n", "ranges"), Show("cpu_ns", "CPU ms"), "run_ns", "wait_ns",
+     "wait_pct", Show("host_idle_ns", "host-blamed idle ms"), Show("host_idle_wait_ns", "wait in it ms")],
+)  # fmt: skip
+
+
 def cpu_wait_parts(cw: CpuWaitResult | None) -> list[str]:
     """The section's tables (nothing without CPU scheduler telemetry)."""
-    from charllm_trace.render import html as H
-    from charllm_trace.render.report_sections import ms, notes_list, pct
-
     if cw is None or (cw.steps.height == 0 and cw.idle.height == 0):
         return []
-    steps = [
-        [r["rank"], r["step"], r["tid"], ms(r["window_ns"]), ms(r["run_ns"]), ms(r["wait_ns"]), ms(r["other_ns"]),
-         pct(r["gpu_idle_pct"]), ms(r["idle_wait_ns"]), ms(r["throttled_ns"])]
-        for r in cw.steps.iter_rows(named=True)
-    ]  # fmt: skip
-    head = ["rank", "step", "tid", "window ms", "run ms", "wait ms", "other ms", "GPU idle %", "wait in idle ms",
-            "throttled ms"]  # fmt: skip
-    idle = [
-        [r["rank"], "" if r["step"] is None else r["step"], r["phase"] or "", ms(r["dur_ns"]), ms(r["late_ns"]),
-         ms(r["run_ns"]), ms(r["wait_ns"]), ms(r["other_ns"]), ms(r["throttled_ns"]), r["call_name"] or ""]
-        for r in cw.idle.sort("dur_ns", descending=True).head(TOP_IDLE).iter_rows(named=True)
-    ]  # fmt: skip
-    idle_head = ["rank", "step", "phase", "idle ms", "late ms", "run ms", "wait ms", "other ms", "throttled ms",
-                 "launch call"]  # fmt: skip
-    phases = [
-        [r["rank"], "all" if r["step"] is None else r["step"], r["phase"], r["n"], ms(r["cpu_ns"]), ms(r["run_ns"]),
-         ms(r["wait_ns"]), pct(r["wait_pct"]), ms(r["host_idle_ns"]), ms(r["host_idle_wait_ns"])]
-        for r in cw.phases.iter_rows(named=True)
-    ]  # fmt: skip
-    ph_head = ["rank", "step", "phase", "ranges", "CPU ms", "run ms", "wait ms", "wait %", "host-blamed idle ms",
-               "wait in it ms"]  # fmt: skip
-    out = [H.table(head, steps, scroll=True)]
+    out = [html_rows(STEPS, cw.steps)]
     if cw.quota is not None:
         q = cw.quota
         out.append(f"<p>cgroup CPU quota (cpu.max): {q['cores']:.2f} cores ({int(q['quota_us'])} µs per "
                    f"{int(q['period_us'])} µs)</p>")  # fmt: skip
-    if idle:
-        out.append(f"<p>GPU idle blamed on the host: {cw.idle.height} intervals; the longest {len(idle)}</p>")
-        out.append(H.table(idle_head, idle, scroll=True))
-    if phases:
-        out.append(H.table(ph_head, phases, scroll=True))
+    if cw.idle.height:
+        idle = cw.idle.sort("dur_ns", descending=True).head(TOP_IDLE)
+        out.append(
+            f"<p>GPU idle blamed on the host: {cw.idle.height} intervals; the longest {idle.height}</p>"
+        )
+        out.append(html_rows(IDLE, idle))
+    if cw.phases.height:
+        out.append(html_rows(PHASES, cw.phases))
     return [*out, notes_list(cw.notes)]
 
 

@@ -10,7 +10,10 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace.analysis.dims_results import DimsResult
+from charllm_trace.analysis.dims_results import DIM_SIZES_SCHEMA, DIMS_SCHEMA, DimsResult
+from charllm_trace.render import html as H
+from charllm_trace.render.coltable import Show
+from charllm_trace.render.report_sections import html_layout, html_rows, notes_list, pct
 
 DIMS_NOTE = (
     "whole trace, summed over ranks; comm/exposed/overlap from the overlap analysis, ops/busbw from the "
@@ -19,13 +22,22 @@ DIMS_NOTE = (
 )
 
 
-def _g(v: float | None, fmt: str = "{:.4g}") -> str:
-    return "" if v is None else fmt.format(v)
+_DASH = {"missing": "-"}
+DIMS = html_layout(
+    DIMS_SCHEMA,
+    [Show("dim", **_DASH), "comm_ns", Show("exposed_comm_ns", "exposed ms"), "overlap_pct", Show("n_ops", "ops", "{:,}"),
+     Show("bytes_total", "MB", "{:,.3f}", div=1e6), "busbw_gbps", Show("n_matched", "matched", "{:,}"), "wait_ns",
+     "wait_pct", Show("transfer_busbw_gbps", "transfer-only busbw GB/s"), "bubble_ns", "bubble_pct"],
+)  # fmt: skip
+SIZES = html_layout(
+    DIM_SIZES_SCHEMA,
+    [Show("dim", **_DASH), Show("size_bucket", "size"), "count", Show("bytes_total", "MB", "{:,.3f}", div=1e6),
+     Show("bytes_pct", "bytes %", pct), "busbw_gbps", Show("busbw_max_gbps", "max busbw GB/s"), "peak_gbps",
+     "util_pct"],
+)  # fmt: skip
 
 
 def _curves(sizes: pl.DataFrame) -> list[str]:
-    from charllm_trace.render import html as H
-
     out = []
     for (dim,), g in sizes.filter(pl.col("busbw_gbps").is_not_null()).group_by("dim", maintain_order=True):
         vals = {"busbw (GB/s)": g["busbw_gbps"].to_list()}
@@ -44,28 +56,11 @@ def _curves(sizes: pl.DataFrame) -> list[str]:
 
 def dims_parts(dm: DimsResult | None) -> list[str]:
     """The section's tables and charts (nothing when no dimension is named)."""
-    from charllm_trace.render import html as H
-    from charllm_trace.render.report_sections import ms, notes_list, pct
-
     if dm is None or dm.dims.height == 0:
         return []
-    head = ["dim", "comm ms", "exposed ms", "overlap %", "ops", "MB", "busbw GB/s", "matched", "wait ms",
-            "wait %", "transfer-only busbw GB/s", "bubble ms", "bubble %"]  # fmt: skip
-    rows = [
-        [r["dim"] or "-", ms(r["comm_ns"]), ms(r["exposed_comm_ns"]), pct(r["overlap_pct"]), _g(r["n_ops"], "{:,}"),
-         _g(r["bytes_total"] and r["bytes_total"] / 1e6, "{:,.3f}"), _g(r["busbw_gbps"]), _g(r["n_matched"], "{:,}"),
-         ms(r["wait_ns"]), pct(r["wait_pct"]), _g(r["transfer_busbw_gbps"]), ms(r["bubble_ns"]), pct(r["bubble_pct"])]
-        for r in dm.dims.iter_rows(named=True)
-    ]  # fmt: skip
-    size_head = ["dim", "size", "count", "MB", "bytes %", "busbw GB/s", "max busbw GB/s", "peak GB/s", "util %"]  # fmt: skip
-    sizes = [
-        [r["dim"] or "-", r["size_bucket"], r["count"], _g(r["bytes_total"] / 1e6, "{:,.3f}"), pct(r["bytes_pct"]),
-         _g(r["busbw_gbps"]), _g(r["busbw_max_gbps"]), _g(r["peak_gbps"]), pct(r["util_pct"])]
-        for r in dm.sizes.iter_rows(named=True)
-    ]  # fmt: skip
-    parts = [H.table(head, rows, scroll=True)]
-    if sizes:
-        parts.append(H.table(size_head, sizes, scroll=True))
+    parts = [html_rows(DIMS, dm.dims)]
+    if dm.sizes.height:
+        parts.append(html_rows(SIZES, dm.sizes))
     return [*parts, *_curves(dm.sizes), notes_list(dm.notes)]
 
 

@@ -6,74 +6,48 @@ then each dimension's messages by size. Formatting only: every number comes from
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
 
 from rich.console import Console
 
+from charllm_trace.analysis.dims_results import DIM_SIZES_SCHEMA, DIMS_SCHEMA
 from charllm_trace.analysis.results import RunAnalysis
-from charllm_trace.render.fit import FitTable
-from charllm_trace.render.table_style import dim_line, simulated_label
+from charllm_trace.render.coltable import Layout, Show, fit_table
+from charllm_trace.render.table_style import legend, simulated_label, when_present
+from charllm_trace.render.units import ms
 
-
-def _ms(v: Any) -> str:
-    return "-" if v is None else f"{v / 1e6:,.3f}"
-
-
-def _f(v: Any, fmt: str) -> str:
-    return "-" if v is None else fmt.format(v)
-
-
-def _table(title: str, cols: list[tuple[str, str]]) -> FitTable:
-    t = FitTable(title, keys=1)
-    for name, just in cols:
-        t.add_column(name, just)
-    return t
+_time = partial(ms, grouped=True)
+DIMS = Layout(
+    DIMS_SCHEMA,
+    ["dim", "comm_ns", Show("exposed_comm_ns", "exposed ms"), "overlap_pct", Show("n_ops", "ops", "{:,}"),
+     Show("bytes_total", "MB", "{:,.2f}", div=1e6), "busbw_gbps", Show("n_matched", "matched", "{:,}"), "wait_ns",
+     "wait_pct", Show("transfer_busbw_gbps", "xfer busbw"), "bubble_ns", "bubble_pct"],
+    time=_time,
+)  # fmt: skip
+SIZES = Layout(
+    DIM_SIZES_SCHEMA,
+    ["dim", Show("size_bucket", "size"), Show("count", fmt="{:,}"), Show("bytes_total", "MB", "{:,.3f}", div=1e6),
+     Show("bytes_pct", "bytes %", "{:.1f}"), "busbw_gbps", Show("busbw_max_gbps", "max busbw"),
+     Show("peak_gbps", fmt="{:.4g}"), "util_pct"],
+    time=_time,
+)  # fmt: skip
 
 
 def render_dims(res: RunAnalysis, console: Console) -> None:
     dm = res.dims
     assert dm is not None
-    t = _table(
-        "By parallel dimension (whole trace, all ranks)" + simulated_label(res),
-        [("dim", "left"), ("comm ms", "right"), ("exposed ms", "right"), ("overlap %", "right"),
-         ("ops", "right"), ("MB", "right"), ("busbw", "right"), ("matched", "right"), ("wait ms", "right"),
-         ("wait %", "right"), ("xfer busbw", "right"), ("bubble ms", "right"), ("bubble %", "right")],
-    )  # fmt: skip
-    for r in dm.dims.iter_rows(named=True):
-        t.add_row(
-            r["dim"] or "-", _ms(r["comm_ns"]), _ms(r["exposed_comm_ns"]), _f(r["overlap_pct"], "{:.1f}"),
-            _f(r["n_ops"], "{:,}"), _f(r["bytes_total"] and r["bytes_total"] / 1e6, "{:,.2f}"),
-            _f(r["busbw_gbps"], "{:.3g}"), _f(r["n_matched"], "{:,}"), _ms(r["wait_ns"]),
-            _f(r["wait_pct"], "{:.1f}"), _f(r["transfer_busbw_gbps"], "{:.3g}"), _ms(r["bubble_ns"]),
-            _f(r["bubble_pct"], "{:.1f}"),
-        )  # fmt: skip
-    console.print(t)
+    console.print(
+        fit_table("By parallel dimension (whole trace, all ranks)" + simulated_label(res), DIMS, dm.dims)
+    )
     if dm.sizes.height:
-        s = _table(
-            "Messages by size, per dimension",
-            [("dim", "left"), ("size", "left"), ("count", "right"), ("MB", "right"), ("bytes %", "right"),
-             ("busbw", "right"), ("max busbw", "right"), ("peak", "right"), ("util %", "right")],
-        )  # fmt: skip
-        for r in dm.sizes.iter_rows(named=True):
-            s.add_row(
-                r["dim"] or "-", r["size_bucket"], f"{r['count']:,}", _f(r["bytes_total"] / 1e6, "{:,.3f}"),
-                _f(r["bytes_pct"], "{:.1f}"), _f(r["busbw_gbps"], "{:.3g}"), _f(r["busbw_max_gbps"], "{:.3g}"),
-                _f(r["peak_gbps"], "{:.4g}"), _f(r["util_pct"], "{:.1f}"),
-            )  # fmt: skip
-        console.print(s)
-    dim_line(
+        console.print(fit_table("Messages by size, per dimension", SIZES, dm.sizes))
+    legend(
         console,
         "  comm/exposed/overlap: the overlap analysis' rows of the dimension's process groups; ops, MB, busbw "
         "(GB/s, time-weighted): the bandwidth analysis' instances; matched, wait, xfer busbw (over transfer "
         "time alone): the waiting/transfer split; bubble: the pipeline's stages (pp); '-' = no dimension named",
+        dm.notes,
     )
-    for n in dm.notes:
-        dim_line(console, f"  note: {n}")
 
 
-def dims_table(res: RunAnalysis, console: Console) -> None:
-    """The tables and a blank line, only where a parallel dimension is named (the analysis
-    registry's terminal renderer of ``dims``)."""
-    if res.dims is not None:
-        render_dims(res, console)
-        console.print()
+dims_table = when_present("dims", render_dims)

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from charllm_trace.analysis.flops_results import FlopsResult
+from charllm_trace.analysis.flops_results import FLOPS_OP_SCHEMA, FLOPS_SCHEMA, FlopsResult
+from charllm_trace.render.coltable import Show
+from charllm_trace.render.report_sections import html_layout, html_rows
 
 TOP_OPS = 15
 MAX_BAR_RANKS = 8
@@ -13,6 +16,28 @@ MAX_BAR_RANKS = 8
 
 def _n(v: float | None, fmt: str) -> str:
     return "" if v is None or v != v else fmt.format(v)
+
+
+def _f(fmt: str) -> Callable[[Any], str]:
+    return lambda v: _n(v, fmt)
+
+
+_TFLOP = Show("flop", "TFLOP", _f("{:,.3f}"), div=1e12)
+_TIME = Show("kernel_ns", "time (ms)")
+_OP_CLASS = Show("op_class", "op class")
+PER_STEP = html_layout(
+    FLOPS_SCHEMA,
+    ["rank", Show("step", missing="all"), _OP_CLASS, "dtype", Show("n_ops", "ops"),
+     Show("n_no_shapes", "ops without FLOPs"), _TFLOP, _TIME, Show("tflops", "TFLOP/s", _f("{:,.1f}")),
+     Show("peak_tflops", "peak TFLOP/s", _f("{:,.1f}")), Show("mfu_pct", "MFU %"),
+     Show("wall_tflops", "wall TFLOP/s", _f("{:,.2f}")), Show("wall_mfu_pct", "wall MFU %"),
+     Show("mfu_why", "MFU not computed because")],
+)  # fmt: skip
+BY_OP = html_layout(
+    FLOPS_OP_SCHEMA,
+    ["rank", Show("name", "operator"), _OP_CLASS, "dtype", "count", _TFLOP, _TIME,
+     Show("tflops", "TFLOP/s", _f("{:,.1f}")), Show("mfu_pct", "MFU %")],
+)  # fmt: skip
 
 
 def flops_parts(fl: FlopsResult | None, skipped: str | None, simulated: bool = False) -> list[str]:
@@ -44,50 +69,11 @@ def flops_parts(fl: FlopsResult | None, skipped: str | None, simulated: bool = F
                 classes, values, title="MFU per op class (whole trace)", x_label="MFU (%) over kernel time"
             )
         )
-    header = ["rank", "step", "op class", "dtype", "ops", "ops without FLOPs", "TFLOP", "time (ms)",
-              "TFLOP/s", "peak TFLOP/s", "MFU %", "wall TFLOP/s", "wall MFU %", "MFU not computed because"]  # fmt: skip
-    rows = [
-        [
-            "" if r["rank"] is None else r["rank"],
-            "all" if r["step"] is None else r["step"],
-            r["op_class"],
-            r["dtype"] or "",
-            r["n_ops"],
-            r["n_no_shapes"],
-            _n(None if r["flop"] is None else r["flop"] / 1e12, "{:,.3f}"),
-            _n(None if r["kernel_ns"] is None else r["kernel_ns"] / 1e6, "{:,.3f}"),
-            _n(r["tflops"], "{:,.1f}"),
-            _n(r["peak_tflops"], "{:,.1f}"),
-            _n(r["mfu_pct"], "{:.2f}"),
-            _n(r["wall_tflops"], "{:,.2f}"),
-            _n(r["wall_mfu_pct"], "{:.2f}"),
-            r["mfu_why"] or "",
-        ]  # fmt: skip
-        for r in fl.per_step.iter_rows(named=True)
-    ]
-    parts.append(H.table(header, rows, scroll=True))
+    parts.append(html_rows(PER_STEP, fl.per_step))
     ops = fl.by_op.sort("flop", "name", descending=[True, False], nulls_last=True).head(TOP_OPS)
     if ops.height:
         parts.append("<h3>Top operators by FLOPs (whole trace)</h3>")
-        parts.append(
-            H.table(
-                ["rank", "operator", "op class", "dtype", "count", "TFLOP", "time (ms)", "TFLOP/s", "MFU %"],
-                [
-                    [
-                        "" if r["rank"] is None else r["rank"],
-                        r["name"],
-                        r["op_class"],
-                        r["dtype"] or "",
-                        r["count"],
-                        _n(r["flop"] / 1e12, "{:,.3f}"),
-                        _n(None if r["kernel_ns"] is None else r["kernel_ns"] / 1e6, "{:,.3f}"),
-                        _n(r["tflops"], "{:,.1f}"),
-                        _n(r["mfu_pct"], "{:.2f}"),
-                    ]  # fmt: skip
-                    for r in ops.iter_rows(named=True)
-                ],
-            )
-        )
+        parts.append(html_rows(BY_OP, ops, scroll=False))
     dev = [
         f"rank {r['rank']}: {r['device_model'] or 'device unknown'}"
         + (f" → {r['peak_device']} ({r['peak_source']})" if r["peak_device"] else " (not in the peak table)")

@@ -4,50 +4,49 @@ columns."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from rich.console import Console
 
+from charllm_trace.analysis.flops_results import FLOPS_OP_SCHEMA, FLOPS_SCHEMA
 from charllm_trace.analysis.results import RunAnalysis
-from charllm_trace.render.table_style import dim_line, plain_table, simulated_label
+from charllm_trace.render.coltable import Layout, Show, fit_table, number
+from charllm_trace.render.table_style import dim_line, simulated_label
 
 TOP_OPS = 8
 SHORT = {"attention": "attn"}
-
-
-def _f(v: Any, fmt: str) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "-"
-    return fmt.format(v)
+_g3 = number("{:.3g}", finite=True)
 
 
 def _mfu(v: Any) -> str:
     """An MFU figure; above 100 % marked ``!`` (its row's mfu_why and a note say why)."""
-    return _f(v, "{:.1f}") + ("!" if isinstance(v, float) and v > 100.0 else "")
+    return number("{:.1f}", finite=True)(v) + ("!" if isinstance(v, float) and v > 100.0 else "")
 
 
 def _dim(console: Console, text: str) -> None:
     dim_line(console, text)
 
 
+PER_STEP = Layout(
+    FLOPS_SCHEMA,
+    ["rank", Show("step", missing="all"), Show("op_class", "class", lambda v: "-" if v is None else SHORT.get(v, v)), "dtype",
+     Show("n_ops", "ops"), Show("n_no_shapes", "unk"), Show("flop", "TFLOP", _g3, div=1e12),
+     Show("kernel_ns", "ms", number("{:.3f}", finite=True), div=1e6), Show("tflops", "TFLOP/s", _g3),
+     Show("mfu_pct", "MFU%", _mfu), Show("wall_mfu_pct", "wall%", number("{:.2f}", finite=True))],
+)  # fmt: skip
+BY_OP = Layout(
+    FLOPS_OP_SCHEMA,
+    ["rank", Show("name", "operator"), "dtype", Show("count", "n"), Show("flop", "TFLOP", _g3, div=1e12),
+     Show("tflops", "TFLOP/s", _g3), Show("mfu_pct", "MFU %", _mfu)],
+)  # fmt: skip
+
+
 def render_flops(res: RunAnalysis, console: Console) -> None:
     fl = res.flops
     assert fl is not None
-    t = plain_table(
-        "Achieved FLOP/s and MFU (estimates)" + simulated_label(res),
-        [("rank", "right"), ("step", "right"), ("class", "left"), ("dtype", "left"), ("ops", "right"),
-         ("unk", "right"), ("TFLOP", "right"), ("ms", "right"), ("TFLOP/s", "right"), ("MFU%", "right"),
-         ("wall%", "right")],
-    )  # fmt: skip
-    for r in fl.per_step.iter_rows(named=True):
-        t.add_row(
-            _f(r["rank"], "{}"), "all" if r["step"] is None else str(r["step"]), SHORT.get(r["op_class"], r["op_class"]), r["dtype"] or "-",
-            str(r["n_ops"]), str(r["n_no_shapes"]), _f(None if r["flop"] is None else r["flop"] / 1e12, "{:.3g}"),
-            _f(None if r["kernel_ns"] is None else r["kernel_ns"] / 1e6, "{:.3f}"), _f(r["tflops"], "{:.3g}"),
-            _mfu(r["mfu_pct"]), _f(r["wall_mfu_pct"], "{:.2f}"),
-        )  # fmt: skip
-    console.print(t)
+    console.print(
+        fit_table("Achieved FLOP/s and MFU (estimates)" + simulated_label(res), PER_STEP, fl.per_step)
+    )
     what = "GPU kernels the ops launched" if fl.mode != "cpu" else "the ops' own CPU time"
     span = "GPU activity" if fl.mode != "cpu" else "the CPU ops"
     _dim(
@@ -56,7 +55,7 @@ def render_flops(res: RunAnalysis, console: Console) -> None:
         f"that time; wall% = the same over the step (whole trace: span of {span})",
     )
     peaks = [
-        f"rank {_f(r['rank'], '{}')}: {r['peak_device']} ({r['peak_source']})"
+        f"rank {number('{}')(r['rank'])}: {r['peak_device']} ({r['peak_source']})"
         for r in fl.devices.iter_rows(named=True)
         if r["peak_device"]
     ]
@@ -65,16 +64,9 @@ def render_flops(res: RunAnalysis, console: Console) -> None:
         _dim(console, "  peaks: " + "; ".join(shown))
     ops = fl.by_op.sort("flop", "name", descending=[True, False], nulls_last=True).head(TOP_OPS)
     if ops.height:
-        o = plain_table(
-            "Top operators by FLOPs (whole trace)" + simulated_label(res),
-            [("rank", "right"), ("operator", "left"), ("dtype", "left"), ("n", "right"), ("TFLOP", "right"),
-             ("TFLOP/s", "right"), ("MFU %", "right")], shrink=1, max_width=44,
-        )  # fmt: skip
-        for r in ops.iter_rows(named=True):
-            o.add_row(
-                _f(r["rank"], "{}"), str(r["name"]), r["dtype"] or "-", str(r["count"]),
-                _f(r["flop"] / 1e12, "{:.3g}"), _f(r["tflops"], "{:.3g}"), _mfu(r["mfu_pct"]),
-            )  # fmt: skip
+        o = fit_table(
+            "Top operators by FLOPs (whole trace)" + simulated_label(res), BY_OP, ops, shrink=1, max_width=44
+        )
         console.print(o)
     over = fl.per_step["mfu_pct"].gt(100).any() or fl.by_op["mfu_pct"].gt(100).any()
     if over:

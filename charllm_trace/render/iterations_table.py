@@ -4,19 +4,35 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 from rich.console import Console
 
+from charllm_trace.analysis.columns import Col, columns
+from charllm_trace.analysis.iterations_results import ITERATION_SCHEMA, PHASE_SCHEMA
 from charllm_trace.analysis.results import RunAnalysis
-from charllm_trace.render.table_style import dim_line, plain_table, simulated_label
+from charllm_trace.render.coltable import Layout, Show, fit_table, new_table
+from charllm_trace.render.table_style import dim_line, simulated_label, when_present
+from charllm_trace.render.units import ms as _ms
 
 MAX_ROWS = 20  # iterations shown (the JSON output has them all)
 
+#: the title says ms: no unit in the headers; the phases' CPU time follows as columns of their own
+ITERATIONS = Layout(ITERATION_SCHEMA, ["rank", "step", Show("cpu_ns", "CPU"), "window_ns"], units={})
+WHOLE_PHASES = Layout(
+    PHASE_SCHEMA,
+    ["rank", "phase", Show("n", "ranges"), Show("cpu_ns", "CPU ms"), Show("n_gpu_ops", "GPU ops"),
+     Show("gpu_ns", "GPU ms")],
+)  # fmt: skip
 
-def _ms(v: Any) -> str:
-    return "-" if v is None else f"{v / 1e6:.3f}"
+#: the requests' summary per rank (made here from the requests frame)
+REQUESTS = Layout(
+    columns(
+        Col("rank", pl.Int64), Col("n", pl.Int64), Col("tokens", pl.Int64), Col("ttft_mean", pl.Float64, "ns"),
+        Col("ttft_p50", pl.Float64, "ns"), Col("ttft_max", pl.Int64, "ns"), Col("tpot_mean", pl.Float64, "ns"),
+    ),
+    ["rank", Show("n", "requests"), "tokens", Show("ttft_mean", "TTFT mean ms"), Show("ttft_p50", "p50"),
+     Show("ttft_max", "max"), Show("tpot_mean", "TPOT mean ms")],
+)  # fmt: skip
 
 
 def render_iterations(res: RunAnalysis, console: Console) -> None:
@@ -25,17 +41,11 @@ def render_iterations(res: RunAnalysis, console: Console) -> None:
     if it.iterations.height:
         phases = it.phases.filter(pl.col("step").is_not_null())
         names = phases["phase"].unique(maintain_order=True).to_list()[:4]
-        t = plain_table(
-            "Iterations (ms)" + simulated_label(res),
-            [("rank", "right"), ("step", "right"), ("CPU", "right"), ("window", "right")]
-            + [(p, "right") for p in names],
-        )
+        heads = ITERATIONS.heads + [(p, "right") for p in names]
+        t = new_table("Iterations (ms)" + simulated_label(res), heads)
         cpu = {(r, s, p): c for r, s, p, c in phases.select("rank", "step", "phase", "cpu_ns").iter_rows()}
         for r in it.iterations.head(MAX_ROWS).iter_rows(named=True):
-            t.add_row(
-                str(r["rank"]), str(r["step"]), _ms(r["cpu_ns"]), _ms(r["window_ns"]),
-                *[_ms(cpu.get((r["rank"], r["step"], p))) for p in names],
-            )  # fmt: skip
+            t.add_row(*ITERATIONS.row(r), *[_ms(cpu.get((r["rank"], r["step"], p))) for p in names])
         console.print(t)
         dim_line(console, "  CPU = the step's range; window = its GPU-time window; phases: their CPU time")
         if it.iterations.height > MAX_ROWS:
@@ -50,15 +60,8 @@ def render_iterations(res: RunAnalysis, console: Console) -> None:
 
 def _whole_phases(phases: pl.DataFrame, console: Console) -> None:
     whole = phases.filter(pl.col("step").is_null())
-    if whole.height == 0:
-        return
-    t = plain_table("Phases (whole trace)", [("rank", "right"), ("phase", "left"), ("ranges", "right"),
-                    ("CPU ms", "right"), ("GPU ops", "right"), ("GPU ms", "right")])  # fmt: skip
-    for r in whole.iter_rows(named=True):
-        t.add_row(
-            str(r["rank"]), r["phase"], str(r["n"]), _ms(r["cpu_ns"]), str(r["n_gpu_ops"]), _ms(r["gpu_ns"])
-        )
-    console.print(t)
+    if whole.height:
+        console.print(fit_table("Phases (whole trace)", WHOLE_PHASES, whole))
 
 
 def _requests(req: pl.DataFrame, console: Console) -> None:
@@ -76,19 +79,8 @@ def _requests(req: pl.DataFrame, console: Console) -> None:
         )
         .sort("rank")
     )
-    t = plain_table("Requests: time to first token, time per output token", [("rank", "right"), ("requests", "right"),
-                    ("tokens", "right"), ("TTFT mean ms", "right"), ("p50", "right"), ("max", "right"),
-                    ("TPOT mean ms", "right")])  # fmt: skip
-    for r in s.iter_rows(named=True):
-        t.add_row(str(r["rank"]), str(r["n"]), str(r["tokens"]), _ms(r["ttft_mean"]), _ms(r["ttft_p50"]),
-                  _ms(r["ttft_max"]), _ms(r["tpot_mean"]))  # fmt: skip
-    console.print(t)
+    console.print(fit_table("Requests: time to first token, time per output token", REQUESTS, s))
     dim_line(console, "  request#ID start = arrival; token#ID end = a token on the host (docs/analyses.md)")
 
 
-def iterations_table(res: RunAnalysis, console: Console) -> None:
-    """The tables and a blank line, only where there is a result (the reason is in the JSON; the
-    analysis registry's terminal renderer of ``iterations``)."""
-    if res.iterations is not None:
-        render_iterations(res, console)
-        console.print()
+iterations_table = when_present("iterations", render_iterations)

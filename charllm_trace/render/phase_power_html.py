@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from charllm_trace.analysis.phase_power_results import PhasePowerResult
+from charllm_trace.analysis.phase_power_results import (
+    POWER_EXCURSION_SCHEMA,
+    POWER_PHASE_SCHEMA,
+    PhasePowerResult,
+)
+from charllm_trace.render.coltable import Show
+from charllm_trace.render.report_sections import html_layout, html_rows, notes_list
 
 PHASE_POWER_NOTE = (
     "phases: a stage's labelled forward and backward spans and its bubble (the rest of its pipeline's "
@@ -16,46 +22,25 @@ PHASE_POWER_NOTE = (
 )
 
 
-def _n(v: float | None, fmt: str = "{:,.1f}") -> str:
-    return "" if v is None else fmt.format(v)
+PHASES = html_layout(
+    POWER_PHASE_SCHEMA,
+    ["rank", "device", "step", "stage", "phase", Show("count", "spans", "{:,}"), "time_ns", "energy_j",
+     Show("avg_w", "mean W"), Show("flops_per_s", "GFLOP/s", "{:,.2f}", div=1e9)],
+)  # fmt: skip
+EXCURSIONS = html_layout(
+    POWER_EXCURSION_SCHEMA,
+    ["rank", "device", Show("step", missing="whole"), Show("avg_w", "mean W"), "peak_w",
+     Show("excursion_w", "peak - mean W"), Show("power_limit_w", "limit W", "{:,.0f}"),
+     Show("over_limit_w", "peak - limit W", "{:+,.1f}"), Show("above_limit_ns", "at/above limit ms")],
+)  # fmt: skip
 
 
 def phase_power_parts(pp: PhasePowerResult | None) -> list[str]:
     """The section's tables (nothing without power telemetry)."""
-    from charllm_trace.render import html as H
-    from charllm_trace.render.report_sections import ms, notes_list
-
     if pp is None or pp.excursions.height == 0:
         return []
-    parts = []
-    if pp.phases.height:
-        head = [
-            "rank",
-            "device",
-            "step",
-            "stage",
-            "phase",
-            "spans",
-            "time ms",
-            "energy J",
-            "mean W",
-            "GFLOP/s",
-        ]
-        rows = [
-            [r["rank"], r["device"], r["step"], r["stage"], r["phase"], _n(r["count"], "{:,}"), ms(r["time_ns"]),
-             _n(r["energy_j"], "{:,.3f}"), _n(r["avg_w"]), _n(r["flops_per_s"] and r["flops_per_s"] / 1e9, "{:,.2f}")]
-            for r in pp.phases.iter_rows(named=True)
-        ]  # fmt: skip
-        parts.append(H.table(head, rows, scroll=True))
-    head = ["rank", "device", "step", "mean W", "peak W", "peak - mean W", "limit W", "peak - limit W",
-            "at/above limit ms"]  # fmt: skip
-    rows = [
-        [r["rank"], r["device"], "whole" if r["step"] is None else r["step"], _n(r["avg_w"]), _n(r["peak_w"]),
-         _n(r["excursion_w"]), _n(r["power_limit_w"], "{:,.0f}"), _n(r["over_limit_w"], "{:+,.1f}"),
-         ms(r["above_limit_ns"])]
-        for r in pp.excursions.iter_rows(named=True)
-    ]  # fmt: skip
-    return [*parts, H.table(head, rows, scroll=True), notes_list(pp.notes)]
+    parts = [html_rows(PHASES, pp.phases)] if pp.phases.height else []
+    return [*parts, html_rows(EXCURSIONS, pp.excursions), notes_list(pp.notes)]
 
 
 def phase_power_section(data: Any, rep: Any) -> None:

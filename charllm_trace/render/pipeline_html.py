@@ -9,7 +9,9 @@ from typing import Any
 
 import polars as pl
 
-from charllm_trace.analysis.pipeline_results import PipelineResult
+from charllm_trace.analysis.pipeline_results import PIPELINE_STAGE_SCHEMA, PipelineResult
+from charllm_trace.render.coltable import Show
+from charllm_trace.render.report_sections import html_layout, html_rows, notes_list
 from charllm_trace.render.svg import MB, ML, MR, MT, Scale, W, axis_x, empty, esc, figure, swatches
 
 KIND_COLORS = {"forward": "#4c78a8", "backward": "#f58518"}
@@ -75,24 +77,21 @@ def gantt(mb: pl.DataFrame, step: int) -> str:
     return figure("gantt", title, "".join(parts), legend, note)
 
 
+STAGES = html_layout(
+    PIPELINE_STAGE_SCHEMA,
+    ["rank", "step", Show("stage", cell=lambda r: f"{r['stage']}/{r['n_stages']}"), "schedule",
+     Show("n_microbatches", "m"), "window_ns", "bubble_ns", "bubble_pct", "theory_pct",
+     Show("warmup_bubble_ns", "warm-up bubble ms"), "steady_bubble_ns", Show("cooldown_bubble_ns", "cool-down bubble ms")],
+)  # fmt: skip
+
+
 def pipeline_parts(pipe: PipelineResult | None) -> list[str]:
     """The section's figures and table (nothing when the run has no labelled microbatches)."""
-    from charllm_trace.render import html as H
-    from charllm_trace.render.report_sections import ms, notes_list, pct
-
     if pipe is None or pipe.microbatches.height == 0:
         return []
     steps = sorted(s for s in pipe.microbatches["step"].unique().to_list() if s is not None)[:MAX_STEPS]
     out = [gantt(pipe.microbatches, s) for s in steps]
-    rows = [
-        [r["rank"], r["step"], f"{r['stage']}/{r['n_stages']}", r["schedule"], r["n_microbatches"],
-         ms(r["window_ns"]), ms(r["bubble_ns"]), pct(r["bubble_pct"]), pct(r["theory_pct"]),
-         ms(r["warmup_bubble_ns"]), ms(r["steady_bubble_ns"]), ms(r["cooldown_bubble_ns"])]
-        for r in pipe.stages.iter_rows(named=True)
-    ]  # fmt: skip
-    head = ["rank", "step", "stage", "schedule", "m", "window ms", "bubble ms", "bubble %", "theory %",
-            "warm-up bubble ms", "steady bubble ms", "cool-down bubble ms"]  # fmt: skip
-    out.append(H.table(head, rows, scroll=True))
+    out.append(html_rows(STAGES, pipe.stages))
     if pipe.notes:
         out.append(notes_list(pipe.notes))
     return out

@@ -12,6 +12,7 @@ import polars as pl
 from charllm_trace.analysis.results import CP_CATEGORIES
 from charllm_trace.render import html as H
 from charllm_trace.render.breakdown_html import breakdown_parts
+from charllm_trace.render.categories import CP_STYLE
 from charllm_trace.render.report_sections import ms as _ms
 from charllm_trace.render.report_sections import notes_list as _notes_list
 from charllm_trace.render.report_sections import pct as _pct
@@ -19,18 +20,6 @@ from charllm_trace.render.report_sections import power_figures, stragglers_html
 from charllm_trace.render.report_sections import what_if_parts as _what_if_parts
 from charllm_trace.render.report_streams import stream_parts
 from charllm_trace.render.svg import fmt_bytes
-
-#: Label and colour of each critical-path category (``CP_CATEGORIES``).
-CP_STYLE = {
-    "gpu_compute": ("GPU compute", "#4c78a8"),
-    "gpu_memory": ("GPU memcpy/memset", "#72b7b2"),
-    "communication": ("communication", "#f58518"),
-    "cpu_op": ("CPU op (self time)", "#54a24b"),
-    "launch": ("launch / runtime call", "#b279a2"),
-    "sync_wait": ("synchronisation wait", "#e45756"),
-    "idle": ("idle", "#bab0ac"),
-}
-assert tuple(CP_STYLE) == CP_CATEGORIES
 
 
 def overlap_section(data: Any, rep: H.HtmlReport) -> None:

@@ -11,7 +11,9 @@ import polars as pl
 
 from charllm_trace.analysis.findings import Finding
 from charllm_trace.render import charts as H
+from charllm_trace.render import units
 from charllm_trace.render.charts import table
+from charllm_trace.render.coltable import HTML_UNITS, Layout, Show
 from charllm_trace.render.report_views import DeviceSeries, RankLanes
 from charllm_trace.render.svg import esc
 
@@ -112,11 +114,24 @@ def power_figures(
 
 
 def ms(ns: float | None) -> str:
-    return "" if ns is None else f"{ns / 1e6:,.3f}"
+    return units.ms(ns, missing="", grouped=True)
 
 
 def pct(v: float | None) -> str:
     return "" if v is None or v != v else f"{v:.2f}"
+
+
+def html_layout(table: dict[str, pl.DataType], shows: Sequence[Show | str]) -> Layout:
+    """A table of the report from the column declarations (:class:`Layout`): units named in full
+    in the headers, times in ms, percentages with two decimals, bandwidths with four digits, an
+    empty cell for a null."""
+    return Layout(table, shows, units=HTML_UNITS, missing="", time=ms, formats={"%": pct, "GB/s": "{:.4g}"})
+
+
+def html_rows(layout: Layout, df: pl.DataFrame, scroll: bool = True) -> str:
+    """``df`` as a report table under ``layout`` (``scroll``: scrolling sideways when wider than
+    the page)."""
+    return table([h for h, _ in layout.heads], layout.rows(df), scroll=scroll)
 
 
 def notes_list(notes: list[str]) -> str:

@@ -4,7 +4,7 @@ per-analysis renderers and the label of a simulated timeline. Formatting only.""
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from rich.console import Console
@@ -44,3 +44,26 @@ def dim_line(console: Console, text: str, style: str | None = "dim") -> None:
         console.print(
             " " * lead + line, style=style, markup=False, highlight=False, overflow="ignore", crop=False
         )
+
+
+def legend(console: Console, text: str, notes: Iterable[str] = ()) -> None:
+    """A table's legend (a dim line), then each of the analysis' notes on a dim line of its own."""
+    dim_line(console, text)
+    for n in notes:
+        dim_line(console, f"  note: {n}")
+
+
+def when_present(
+    name: str, render: Callable[[Any, Console], None], blank: bool = True
+) -> Callable[[Any, Console], None]:
+    """The analysis registry's terminal renderer of the analysis ``name``: ``render(res, console)``
+    and (``blank``) an empty line, only where ``res`` (a ``RunAnalysis``) holds its result."""
+
+    def table(res: Any, console: Console) -> None:
+        if getattr(res, name) is not None:
+            render(res, console)
+            if blank:
+                console.print()
+
+    table.__doc__ = f"The tables of ``{name}``, only where it has a result (the registry's renderer)."
+    return table

@@ -12,14 +12,27 @@ from rich.console import Console
 
 from charllm_trace.analysis.registry import resolve, shown
 from charllm_trace.analysis.results import (
+    BANDWIDTH_SUMMARY_SCHEMA,
     CAN_SIMULATE,
     CP_CATEGORIES,
+    CRITICAL_OPS_SCHEMA,
+    ENERGY_SCHEMA,
+    ENERGY_TOTAL_SCHEMA,
+    MATCHED_SCHEMA,
     NO_PEAK,
     NO_STEPS,
+    OVERLAP_GROUP_SCHEMA,
+    OVERLAP_SCHEMA,
+    POWER_SCHEMA,
+    STRAGGLER_SCHEMA,
+    THROTTLE_SCHEMA,
     WARNING,
     RunAnalysis,
 )
+from charllm_trace.analysis.whatif_results import WHATIF_SCHEMA
 from charllm_trace.render.breakdown_table import render_breakdown
+from charllm_trace.render.categories import CP_SHORT
+from charllm_trace.render.coltable import Layout, Show, fit_table, new_table
 from charllm_trace.render.fit import FitTable, table_console
 from charllm_trace.render.table_style import dim_line, simulated_label
 from charllm_trace.render.tables_spread import render_rank_spread
@@ -64,17 +77,127 @@ def _step(v: Any) -> str:
     return "all" if v is None else str(v)
 
 
+#: Text columns that may be shortened with an ellipsis (names; never numbers or keys).
+SHRINKABLE = frozenset({"operator", "kernel", "launching CPU op", "process group", "key"})
+
+
+def _shrink(heads: Iterable[tuple[str, str]]) -> int | None:
+    return next((i for i, (name, just) in enumerate(heads) if just == "left" and name in SHRINKABLE), None)
+
+
 def _table(title: str, cols: Iterable[tuple[str, str]], keys: int = 2) -> FitTable:
     """A table that splits into parts (repeating its first ``keys`` columns) rather than cut a
     number when the console is narrower than it (:mod:`charllm_trace.render.fit`)."""
-    t = FitTable(title, keys=keys)
-    for name, just in cols:
-        t.add_column(name, just, shrink=just == "left" and name in SHRINKABLE)
-    return t
+    cols = list(cols)
+    return new_table(title, cols, keys=keys, shrink=_shrink(cols))
 
 
-#: Text columns that may be shortened with an ellipsis (names; never numbers or keys).
-SHRINKABLE = frozenset({"operator", "kernel", "launching CPU op", "process group", "key"})
+def _fit(title: str, layout: Layout, df: pl.DataFrame, keys: int = 2) -> FitTable:
+    """:func:`_table` of ``df``'s rows under ``layout``."""
+    return fit_table(title, layout, df, keys=keys, shrink=_shrink(layout.heads))
+
+
+#: the tables' own formats: numbers with two decimals, NaN and infinities as nulls
+_OPTS: dict[str, Any] = {
+    "formats": {"%": "{:.2f}", "GB/s": "{:.2f}", "J": "{:.2f}", "W": "{:.1f}"},
+    "finite": True,
+}
+_STEP = Show("step", missing="all")
+OVERLAP = Layout(
+    OVERLAP_SCHEMA,
+    ["rank", _STEP, "span_ns", "compute_ns", "comm_ns", "overlap_pct", Show("exposed_comm_ns", "exposed ms"),
+     Show("memory_ns", "mem ms"), "idle_ns"],
+    **_OPTS,
+)  # fmt: skip
+
+
+def _overlap_by(name: str, label: Show) -> Layout:
+    return Layout(
+        OVERLAP_GROUP_SCHEMA,
+        ["rank", _STEP, label, "dim", "comm_ns", "overlap_pct", Show("exposed_comm_ns", "exposed ms"),
+         Show("n_comm", "n")],
+        **_OPTS,
+    )  # fmt: skip
+
+
+def _pg_label(r: dict[str, Any]) -> str:
+    return str(f"{r['pg_name']} ({r['pg_desc']})" if r["pg_desc"] else r["pg_name"])
+
+
+OVERLAP_BY = {
+    "pg_name": _overlap_by("process group", Show("pg_name", "process group", just="left", cell=_pg_label)),
+    "dim": _overlap_by("dimension", Show("dim", "dimension", just="left", cell=lambda r: str(r["dim"]))),
+}
+_MB = {"head": "MB", "fmt": "{:.2f}", "div": 1e6}
+BANDWIDTH = Layout(
+    BANDWIDTH_SUMMARY_SCHEMA,
+    [Show("coll_type", "type", missing="unknown"), Show("pg_name", "group"), "dim",
+     Show("size_bucket", "size", missing="unknown"), "count", Show("bytes_total", **_MB),
+     Show("dur_ns_total", "time ms", _ms), Show("algbw_time_weighted_gbps", "algbw"),
+     Show("busbw_time_weighted_gbps", "busbw"), Show("busbw_max_gbps", "max busbw"),
+     Show("peak_gbps", "peak", "{:.0f}"), Show("util_pct", "util %", "{:.1f}")],
+    **_OPTS,
+)  # fmt: skip
+MATCHED = Layout(
+    MATCHED_SCHEMA,
+    [Show("pg_name", "group"), Show("coll_seq", "seq"), Show("coll_type", "type", missing="unknown"),
+     Show("bytes", **_MB), Show("n_ranks", "ranks"), Show("dur_min_ns", "min dur ms"),
+     Show("dur_max_ns", "max dur ms"), Show("busbw_gbps", "busbw GB/s"), Show("skew_ns", "skew ms"), "late_rank"],
+    **_OPTS,
+)  # fmt: skip
+STRAGGLERS = Layout(
+    STRAGGLER_SCHEMA,
+    [Show("pg_name", "group"), "dim", "rank", Show("n_matched", "matched"), Show("n_last", "last"),
+     Show("last_pct", "last %", "{:.1f}"), Show("mean_late_ns", "mean late ms"), Show("max_late_ns", "max late ms")],
+    **_OPTS,
+)  # fmt: skip
+
+
+def _window_s(r: dict[str, Any]) -> str:
+    start, end = r["start_ns"], r["end_ns"]
+    return _num(None if start is None or end is None else (end - start) / 1e9, "{:.3f}")
+
+
+ENERGY = Layout(
+    ENERGY_TOTAL_SCHEMA,
+    ["rank", "device", Show("start_ns", "window s", cell=_window_s),
+     Show("n_samples", "samples"), Show("sensor_period_ns", "sensor period ms", "{:.3g}", div=1e6),
+     Show("integral_j", "∫P dt J"), "counter_j", Show("correction", fmt="{:.4f}"), "operators_j", "idle_j",
+     Show("short_kernel_pct", "short-op time %", "{:.1f}")],
+    **_OPTS,
+)  # fmt: skip
+
+
+def _key(r: dict[str, Any]) -> str:
+    key = str(r["key"])
+    return key if len(key) <= 70 else key[:67] + "..."
+
+
+def _energy_by(what: str) -> Layout:
+    return Layout(
+        ENERGY_SCHEMA,
+        ["rank", Show("key", what, cell=_key), "count", "busy_ns", Show("energy_j", "J"),
+         Show("share_pct", "share %", "{:.1f}"), Show("short_pct", "short-op %", "{:.0f}")],
+        **_OPTS,
+    )  # fmt: skip
+
+
+POWER = Layout(
+    POWER_SCHEMA,
+    ["rank", Show("device", "dev"), _STEP, "avg_w", "peak_w", "swing_w",
+     Show("swing_rate_w_per_s", "max dP/dt W/s", "{:.0f}"), "above_limit_ns", Show("temp_rise_c", "temp rise °C", "{:.1f}"),
+     Show("sm_clock_ratio", "SM clk/max", "{:.3f}"), "throttled_ns", Show("outlier_reason", "outlier", missing="")],
+    **_OPTS,
+)  # fmt: skip
+THROTTLE = Layout(THROTTLE_SCHEMA, ["rank", Show("device", "dev"), "reason", Show("time_ns", "ms")])
+WHAT_IF = Layout(
+    WHATIF_SCHEMA,
+    ["rank", _STEP, Show("measured_ns", "meas ms"), Show("predicted_ns", "pred ms"),
+     Show("change_pct", "chg %", "{:+.1f}"), Show("measured_exposed_comm_ns", "meas exp"),
+     Show("predicted_exposed_comm_ns", "pred exp"), Show("measured_overlap_pct", "meas ovl", "{:.1f}"),
+     Show("predicted_overlap_pct", "pred ovl", "{:.1f}")],
+    **_OPTS,
+)  # fmt: skip
 
 
 def _legend(console: Console, text: str) -> None:
@@ -98,39 +221,10 @@ def render_overlap(res: RunAnalysis, console: Console) -> None:
         title += " (HTA convention)"
     if ov.mode == "cpu":
         title += " (CPU ops)"
-    t = _table(
-        title,
-        [("rank", "right"), ("step", "right"), ("span ms", "right"), ("compute ms", "right"),
-         ("comm ms", "right"), ("overlap %", "right"), ("exposed ms", "right"),
-         ("mem ms", "right"), ("idle ms", "right")],
-    )  # fmt: skip
-    for r in ov.per_rank.iter_rows(named=True):
-        t.add_row(
-            str(r["rank"]), _step(r["step"]), _ms(r["span_ns"]), _ms(r["compute_ns"]), _ms(r["comm_ns"]),
-            _num(r["overlap_pct"]), _ms(r["exposed_comm_ns"]), _ms(r["memory_ns"]), _ms(r["idle_ns"]),
-        )  # fmt: skip
-    console.print(t)
+    console.print(_fit(title, OVERLAP, ov.per_rank))
     for df, key, name in ((ov.per_group, "pg_name", "process group"), (ov.per_dim, "dim", "dimension")):
-        if df.height == 0:
-            continue
-        g = _table(
-            f"Overlap by {name}" + simulated_label(res),
-            [("rank", "right"), ("step", "right"), (name, "left"), ("dim", "left"), ("comm ms", "right"),
-             ("overlap %", "right"), ("exposed ms", "right"), ("n", "right")],
-        )  # fmt: skip
-        for r in df.iter_rows(named=True):
-            label = (
-                r[key]
-                if key == "dim"
-                else f"{r['pg_name']} ({r['pg_desc']})"
-                if r["pg_desc"]
-                else r["pg_name"]
-            )
-            g.add_row(
-                str(r["rank"]), _step(r["step"]), str(label), r["dim"] or "-", _ms(r["comm_ns"]),
-                _num(r["overlap_pct"]), _ms(r["exposed_comm_ns"]), str(r["n_comm"]),
-            )  # fmt: skip
-        console.print(g)
+        if df.height:
+            console.print(_fit(f"Overlap by {name}" + simulated_label(res), OVERLAP_BY[key], df))
     render_rank_spread(res, console)  # per dimension, over the ranks (issue 11)
     _legend(console, "exposed = communication not overlapped with compute; mem = memcpy and memset")
     _notes(console, ov.notes)
@@ -139,21 +233,8 @@ def render_overlap(res: RunAnalysis, console: Console) -> None:
 def render_bandwidth(res: RunAnalysis, console: Console) -> None:
     bw = res.bandwidth
     assert bw is not None
-    t = _table(
-        "Collective bandwidth (GB/s) by type, group and message size" + simulated_label(res),
-        [("type", "left"), ("group", "left"), ("dim", "left"), ("size", "left"), ("count", "right"),
-         ("MB", "right"), ("time ms", "right"), ("algbw", "right"), ("busbw", "right"),
-         ("max busbw", "right"), ("peak", "right"), ("util %", "right")],
-        keys=4,
-    )  # fmt: skip
-    for r in bw.summary.iter_rows(named=True):
-        t.add_row(
-            r["coll_type"] or "unknown", r["pg_name"] or "-", r["dim"] or "-", r["size_bucket"] or "unknown", str(r["count"]),
-            _num(None if r["bytes_total"] is None else r["bytes_total"] / 1e6), _ms(r["dur_ns_total"]),
-            _num(r["algbw_time_weighted_gbps"]), _num(r["busbw_time_weighted_gbps"]), _num(r["busbw_max_gbps"]),
-            _num(r["peak_gbps"], "{:.0f}"), _num(r["util_pct"], "{:.1f}"),
-        )  # fmt: skip
-    console.print(t)
+    title = "Collective bandwidth (GB/s) by type, group and message size" + simulated_label(res)
+    console.print(_fit(title, BANDWIDTH, bw.summary, keys=4))
     for pg, lp in bw.peaks.items():
         if lp.gbps is None:
             continue  # an unknown peak is explained once, in the notes below
@@ -163,37 +244,20 @@ def render_bandwidth(res: RunAnalysis, console: Console) -> None:
         )
     if bw.matched.height:
         m = bw.matched.sort("skew_ns", descending=True).head(TOP)
-        mt = _table(
+        mt = _fit(
             "Collectives matched across ranks, by arrival skew"
             + (f" (top {TOP} of {bw.matched.height})" if bw.matched.height > TOP else "")
             + simulated_label(res),
-            [("group", "left"), ("seq", "right"), ("type", "left"), ("MB", "right"), ("ranks", "right"),
-             ("min dur ms", "right"), ("max dur ms", "right"), ("busbw GB/s", "right"),
-             ("skew ms", "right"), ("late rank", "right")],
+            MATCHED,
+            m,
             keys=3,
-        )  # fmt: skip
-        for r in m.iter_rows(named=True):
-            mt.add_row(
-                r["pg_name"] or "-", "-" if r["coll_seq"] is None else str(r["coll_seq"]), r["coll_type"] or "unknown",
-                _num(None if r["bytes"] is None else r["bytes"] / 1e6), str(r["n_ranks"]),
-                _ms(r["dur_min_ns"]), _ms(r["dur_max_ns"]), _num(r["busbw_gbps"]), _ms(r["skew_ns"]),
-                str(r["late_rank"]),
-            )  # fmt: skip
+        )
         console.print(mt)
     if bw.stragglers.height:
         sg = bw.stragglers.sort(["n_last", "mean_late_ns"], descending=True, nulls_last=True)
         more = f" (top {TOP} of {sg.height})" if sg.height > TOP else ""
-        t = _table(
-            f"Stragglers: arrivals at collectives matched across ranks{more}" + simulated_label(res),
-            [("group", "left"), ("dim", "left"), ("rank", "right"), ("matched", "right"), ("last", "right"),
-             ("last %", "right"), ("mean late ms", "right"), ("max late ms", "right")],
-            keys=3,
-        )  # fmt: skip
-        for r in sg.head(TOP).iter_rows(named=True):
-            t.add_row(
-                r["pg_name"] or "-", r["dim"] or "-", str(r["rank"]), str(r["n_matched"]), str(r["n_last"]),
-                _num(r["last_pct"], "{:.1f}"), _ms(r["mean_late_ns"]), _ms(r["max_late_ns"]),
-            )  # fmt: skip
+        title = f"Stragglers: arrivals at collectives matched across ranks{more}" + simulated_label(res)
+        t = _fit(title, STRAGGLERS, sg.head(TOP), keys=3)
         console.print(t)
     _notes(console, bw.notes)
 
@@ -201,20 +265,7 @@ def render_bandwidth(res: RunAnalysis, console: Console) -> None:
 def render_energy(res: RunAnalysis, console: Console) -> None:
     en = res.energy
     assert en is not None
-    t = _table(
-        f"Energy ({en.method} integration)" + simulated_label(res),
-        [("rank", "right"), ("device", "right"), ("window s", "right"), ("samples", "right"),
-         ("sensor period ms", "right"), ("∫P dt J", "right"), ("counter J", "right"), ("correction", "right"),
-         ("operators J", "right"), ("idle J", "right"), ("short-op time %", "right")],
-    )  # fmt: skip
-    for r in en.totals.iter_rows(named=True):
-        t.add_row(
-            str(r["rank"]), str(r["device"]), _num((r["end_ns"] - r["start_ns"]) / 1e9, "{:.3f}"),
-            str(r["n_samples"]), _num(r["sensor_period_ns"] / 1e6, "{:.3g}"), _num(r["integral_j"]),
-            _num(r["counter_j"]), _num(r["correction"], "{:.4f}"), _num(r["operators_j"]), _num(r["idle_j"]),
-            _num(r["short_kernel_pct"], "{:.1f}"),
-        )  # fmt: skip
-    console.print(t)
+    console.print(_fit(f"Energy ({en.method} integration)" + simulated_label(res), ENERGY, en.totals))
     titles = {"phase": "phase", "op": "launching CPU op", "kernel": "kernel", "coll_type": "collective type",
               "step": "step"}  # fmt: skip
     for group, what in titles.items():
@@ -223,17 +274,7 @@ def render_energy(res: RunAnalysis, console: Console) -> None:
             continue
         show = df if group in ("phase", "step", "coll_type") else df.head(TOP)
         more = "" if show.height == df.height else f" (top {TOP} of {df.height})"
-        g = _table(
-            f"Energy by {what}{more}" + simulated_label(res),
-            [("rank", "right"), (what, "left"), ("count", "right"), ("busy ms", "right"), ("J", "right"),
-             ("share %", "right"), ("short-op %", "right")],
-        )  # fmt: skip
-        for r in show.iter_rows(named=True):
-            key = str(r["key"])
-            g.add_row(
-                str(r["rank"]), key if len(key) <= 70 else key[:67] + "...", str(r["count"]), _ms(r["busy_ns"]),
-                _num(r["energy_j"]), _num(r["share_pct"], "{:.1f}"), _num(r["short_pct"], "{:.0f}"),
-            )  # fmt: skip
+        g = _fit(f"Energy by {what}{more}" + simulated_label(res), _energy_by(what), show)
         console.print(g)
     _notes(console, en.notes)
 
@@ -241,44 +282,14 @@ def render_energy(res: RunAnalysis, console: Console) -> None:
 def render_power(res: RunAnalysis, console: Console) -> None:
     pw = res.power
     assert pw is not None
-    t = _table(
-        "Power and thermal per step" + simulated_label(res),
-        [("rank", "right"), ("dev", "right"), ("step", "right"), ("avg W", "right"), ("peak W", "right"),
-         ("swing W", "right"), ("max dP/dt W/s", "right"), ("above limit ms", "right"), ("temp rise °C", "right"),
-         ("SM clk/max", "right"), ("throttled ms", "right"), ("outlier", "left")],
-        keys=3,
-    )  # fmt: skip
-    for r in pw.per_step.iter_rows(named=True):
-        t.add_row(
-            str(r["rank"]), str(r["device"]), _step(r["step"]), _num(r["avg_w"], "{:.1f}"),
-            _num(r["peak_w"], "{:.1f}"), _num(r["swing_w"], "{:.1f}"), _num(r["swing_rate_w_per_s"], "{:.0f}"),
-            _ms(r["above_limit_ns"]), _num(r["temp_rise_c"], "{:.1f}"), _num(r["sm_clock_ratio"], "{:.3f}"),
-            _ms(r["throttled_ns"]), r["outlier_reason"] or "",
-        )  # fmt: skip
-    console.print(t)
+    console.print(_fit("Power and thermal per step" + simulated_label(res), POWER, pw.per_step, keys=3))
     if pw.throttle.height:
         th = pw.throttle.group_by(["rank", "device", "reason"], maintain_order=True).agg(
             pl.col("time_ns").filter(pl.col("step").is_null()).sum()
         )
-        g = _table("Time per throttle reason (whole window)", [("rank", "right"), ("dev", "right"),
-                   ("reason", "left"), ("ms", "right")])  # fmt: skip
-        for r in th.iter_rows(named=True):
-            g.add_row(str(r["rank"]), str(r["device"]), r["reason"], _ms(r["time_ns"]))
+        g = _fit("Time per throttle reason (whole window)", THROTTLE, th)
         console.print(g)
     _notes(console, pw.notes)
-
-
-#: Short column labels of the critical-path categories (``CP_CATEGORIES``), and what they mean.
-CP_SHORT = {
-    "gpu_compute": ("gpu", "GPU compute kernels"),
-    "gpu_memory": ("mem", "GPU memcpy/memset"),
-    "communication": ("comm", "communication"),
-    "cpu_op": ("cpu", "CPU op self time"),
-    "launch": ("launch", "runtime calls and launch latency"),
-    "sync_wait": ("wait", "synchronisation wait"),
-    "idle": ("idle", "gaps between CPU ops"),
-}
-assert tuple(CP_SHORT) == CP_CATEGORIES
 
 
 def _compact(title: str, cols: Iterable[tuple[str, str]], keys: int = 2) -> FitTable:
@@ -296,7 +307,16 @@ def _pct1(v: Any) -> str:
 
 
 def _cp_who(r: dict[str, Any]) -> str:
-    return "job" if r["scope"] == "job" else str(r["rank"])
+    return "job" if r["scope"] == "job" else "-" if r["rank"] is None else str(r["rank"])
+
+
+CP_OPS = Layout(
+    CRITICAL_OPS_SCHEMA,
+    [Show("rank", cell=_cp_who), Show("name", "operator"),
+     Show("category", "what", lambda cat: CP_SHORT.get(cat, (cat,))[0] if cat else "-"), Show("time_ns", "ms"),
+     Show("pct", "% path", "{:.1f}"), Show("count", "n")],
+    finite=True,
+)  # fmt: skip
 
 
 def render_critical_path(res: RunAnalysis, console: Console) -> None:
@@ -337,27 +357,15 @@ def render_critical_path(res: RunAnalysis, console: Console) -> None:
     if ops["rank"].n_unique() > MAX_RANK_OPS and (ops["scope"] == "job").any():
         ops, only_job = ops.filter(pl.col("scope") == "job"), True  # many ranks: the job's path only
     if ops.height:
-        o = _compact(
-            "Top operators on the critical path (whole trace"
-            + (", job path" if only_job else "")
-            + ")"
-            + simulated_label(res),
-            [("rank", "right"), ("operator", "left"), ("what", "left"), ("ms", "right"), ("% path", "right"),
-             ("n", "right")],
-        )  # fmt: skip
-        o.columns[1].shrink = True
-        o.columns[1].max_width = 44
+        title = "Top operators on the critical path (whole trace" + (", job path" if only_job else "") + ")"
+        o = new_table(title + simulated_label(res), CP_OPS.heads, keys=2, shrink=1, max_width=44)
         last = None
         for r in ops.iter_rows(named=True):
             who = _cp_who(r)
             if last is not None and who != last:
                 o.add_section()
             last = who
-            cat = r["category"]
-            o.add_row(
-                who, str(r["name"]), CP_SHORT.get(cat, (cat,))[0] if cat else "-", _ms(r["time_ns"]),
-                _pct1(r["pct"]), str(r["count"]),
-            )  # fmt: skip
+            o.add_row(*CP_OPS.row(r))
         console.print(o)
         if only_job:
             dim_line(
@@ -372,19 +380,8 @@ def render_what_if(res: RunAnalysis, console: Console, printed: list[str] | None
 
     wi = res.what_if
     assert wi is not None
-    t = _compact(
-        f"What-if (PREDICTED): {keys_text(wi)}" + simulated_label(res),
-        [("rank", "right"), ("step", "right"), ("meas ms", "right"), ("pred ms", "right"), ("chg %", "right"),
-         ("meas exp", "right"), ("pred exp", "right"), ("meas ovl", "right"), ("pred ovl", "right")],
-    )  # fmt: skip
-    for r in _steps_shown(res, wi.steps).iter_rows(named=True):
-        t.add_row(
-            str(r["rank"]), _step(r["step"]), _ms(r["measured_ns"]), _ms(r["predicted_ns"]),
-            _num(r["change_pct"], "{:+.1f}"), _ms(r["measured_exposed_comm_ns"]),
-            _ms(r["predicted_exposed_comm_ns"]), _pct1(r["measured_overlap_pct"]),
-            _pct1(r["predicted_overlap_pct"]),
-        )  # fmt: skip
-    console.print(t)
+    title = f"What-if (PREDICTED): {keys_text(wi)}" + simulated_label(res)
+    console.print(_fit(title, WHAT_IF, _steps_shown(res, wi.steps)))
     dim_line(console, "  " + headline(wi), style="bold")
     dim_line(
         console,

@@ -10,21 +10,33 @@ from typing import Any
 import polars as pl
 from rich.console import Console
 
+from charllm_trace.analysis.idle_results import IDLE_TIME_SCHEMA, LAUNCH_SCHEMA
 from charllm_trace.analysis.results import RunAnalysis
-from charllm_trace.render.table_style import dim_line, plain_table, simulated_label
-from charllm_trace.render.units import ms, us
-
-_ms, _us = ms, us
-
-
-def _f(v: Any, fmt: str = "{:.1f}") -> str:
-    return "-" if v is None else fmt.format(v)
+from charllm_trace.render.coltable import Layout, Show, fit_table
+from charllm_trace.render.table_style import dim_line, simulated_label
+from charllm_trace.render.units import us
 
 
 def _stream(r: dict[str, Any]) -> str:
     if r["stream"] is None:
         return "all"
     return str(r["stream"]) if r["device"] is None else f"{r['device']}:{r['stream']}"
+
+
+_STEP, _STREAM = Show("step", missing="all"), Show("stream", cell=_stream)
+IDLE = Layout(
+    IDLE_TIME_SCHEMA,
+    ["rank", _STEP, _STREAM, Show("n_ops", "ops"), "span_ns", "idle_ns", Show("host_wait_pct", "host %"),
+     Show("kernel_wait_pct", "kernel %"), Show("other_pct", "other %")],
+)  # fmt: skip
+#: the title says µs: the delays' headers name no unit
+LAUNCH = Layout(
+    LAUNCH_SCHEMA,
+    ["rank", _STEP, _STREAM, Show("n_launched", "ops"), Show("delay_p50_ns", "p50"), Show("delay_p90_ns", "p90"),
+     Show("delay_p99_ns", "p99"), Show("delay_max_ns", "max"), Show("shorter_pct", "short %"),
+     Show("queue_max", "q max"), Show("queue_mean", "q mean", "{:.2f}")],
+    time=us,
+)  # fmt: skip
 
 
 def _rows(res: RunAnalysis, df: pl.DataFrame) -> pl.DataFrame:
@@ -40,20 +52,8 @@ def _notes(console: Console, notes: list[str]) -> None:
 def render_idle_time(res: RunAnalysis, console: Console) -> None:
     it = res.idle_time
     assert it is not None
-    t = plain_table(
-        "GPU idle time per stream (HTA's categories)"
-        + (" (HTA convention)" if it.hta_compat else "")
-        + simulated_label(res),
-        [("rank", "right"), ("step", "right"), ("stream", "right"), ("ops", "right"), ("span ms", "right"),
-         ("idle ms", "right"), ("host %", "right"), ("kernel %", "right"), ("other %", "right")],
-    )  # fmt: skip
-    for r in _rows(res, it.streams).iter_rows(named=True):
-        t.add_row(
-            str(r["rank"]), "all" if r["step"] is None else str(r["step"]), _stream(r), str(r["n_ops"]),
-            _ms(r["span_ns"]), _ms(r["idle_ns"]), _f(r["host_wait_pct"]), _f(r["kernel_wait_pct"]),
-            _f(r["other_pct"]),
-        )  # fmt: skip
-    console.print(t)
+    title = "GPU idle time per stream (HTA's categories)" + (" (HTA convention)" if it.hta_compat else "")
+    console.print(fit_table(title + simulated_label(res), IDLE, _rows(res, it.streams)))
     dim_line(
         console,
         "  % of the stream's idle time: host = waiting for the CPU to launch; kernel = gap under "
@@ -66,19 +66,8 @@ def render_idle_time(res: RunAnalysis, console: Console) -> None:
 def render_launch(res: RunAnalysis, console: Console, printed: list[str] | None = None) -> None:
     ls = res.launch
     assert ls is not None
-    t = plain_table(
-        "Launch statistics: launch call to GPU start (µs), queue" + simulated_label(res),
-        [("rank", "right"), ("step", "right"), ("stream", "right"), ("ops", "right"), ("p50", "right"),
-         ("p90", "right"), ("p99", "right"), ("max", "right"), ("short %", "right"), ("q max", "right"),
-         ("q mean", "right")],
-    )  # fmt: skip
-    for r in _rows(res, ls.stats).iter_rows(named=True):
-        t.add_row(
-            str(r["rank"]), "all" if r["step"] is None else str(r["step"]), _stream(r), str(r["n_launched"]),
-            _us(r["delay_p50_ns"]), _us(r["delay_p90_ns"]), _us(r["delay_p99_ns"]), _us(r["delay_max_ns"]),
-            _f(r["shorter_pct"]), _f(r["queue_max"], "{}"), _f(r["queue_mean"], "{:.2f}"),
-        )  # fmt: skip
-    console.print(t)
+    title = "Launch statistics: launch call to GPU start (µs), queue" + simulated_label(res)
+    console.print(fit_table(title, LAUNCH, _rows(res, ls.stats)))
     dim_line(
         console,
         "  ops: with a launch call; short % = ops shorter than their launch call; q = ops launched "
