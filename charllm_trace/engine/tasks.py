@@ -140,6 +140,22 @@ def analyze_task(
     return analyze_rank(loaded.rank, loaded.trace, options, dims, hosts, node_gpus=node_gpus)
 
 
+def analyze_rows_task(
+    loaded: Loaded,
+    options: Any,
+    dims: Mapping[str, str | None],
+    hosts: Mapping[int, str | None],
+    node_gpus: int | None,
+    where: str,
+) -> tuple[Any, dict[str, str]]:
+    """:func:`analyze_task`, its rank rows written under ``where`` instead of sent
+    (``engine/spill.py``): (the part, frame name -> file)."""
+    from charllm_trace.engine.spill import write_rows
+
+    part = analyze_task(loaded, options, dims, hosts, node_gpus)
+    return part, write_rows(part, where, options.breakdown_top)
+
+
 def info_task(loaded: Loaded) -> dict[str, Any]:
     """One rank's part of ``info`` (``et/summary.py``)."""
     from charllm_trace.et.summary import rank_info
