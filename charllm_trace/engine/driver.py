@@ -19,10 +19,12 @@ from charllm_trace.engine.tasks import (
     Failure,
     RankMeta,
     analyze_rows_task,
+    analyze_spec_task,
     analyze_task,
     convert_task,
     info_task,
     load_rank,
+    meta_task,
     rank_meta,
 )
 from charllm_trace.inputs.urls import is_url
@@ -34,7 +36,8 @@ def _note(text: str) -> None:
 
 @dataclass
 class Gathered:
-    """The ranks read on workers: their handles (results on the workers) and metadata."""
+    """The ranks read on workers: their handles (results on the workers; or, read without
+    keeping them, their specs, to be read again) and metadata."""
 
     plan: Plan
     handles: list[Any]
@@ -44,8 +47,18 @@ class Gathered:
 
 
 def _read(
-    eng: Any, path: str, ranks: list[int] | None, cache: bool, sample: int | None = None, *, keep_going: bool
+    eng: Any,
+    path: str,
+    ranks: list[int] | None,
+    cache: bool,
+    sample: int | None = None,
+    *,
+    keep_going: bool,
+    keep: bool = True,
 ) -> Gathered:
+    """Read the ranks on the workers and gather their metadata. ``keep``: the workers keep the
+    ranks read (the handles are futures); else each worker drops a rank's trace once its metadata
+    is taken and the handles are the ranks' specs, read again by the task that uses them."""
     pl_ = plan(path)
     specs = pl_.specs
     late = sample is not None and any(s.rank is None for s in specs)  # ranks told once read
@@ -53,8 +66,11 @@ def _read(
         ranks = _choose(path, sorted({s.rank for s in specs if s.rank is not None}), ranks, sample)
     if ranks is not None:  # a run directory's ranks are known before reading
         specs = [s for s in specs if s.rank is None or s.rank in ranks]
-    handles = eng.map(load_rank, specs, cache=cache)
-    metas = eng.gather(eng.map(rank_meta, handles))
+    if keep:
+        handles = eng.map(load_rank, specs, cache=cache)
+        metas = eng.gather(eng.map(rank_meta, handles))
+    else:
+        handles, metas = list(specs), eng.gather(eng.map(meta_task, specs, cache=cache))
     failed = [m for m in metas if isinstance(m, Failure)]
     if failed and not keep_going:
         f = failed[0]
@@ -157,8 +173,9 @@ def analyze_distributed(
     from charllm_trace.engine.cluster import open_engine
     from charllm_trace.engine.graph_step import graph_step as graph_rounds
 
+    graph = bool(options.critical_path or options.what_if)  # the graph rounds read the traces again
     with open_engine(cluster.address) as eng:
-        g = _read(eng, path, ranks, cache, sample, keep_going=cluster.keep_going)
+        g = _read(eng, path, ranks, cache, sample, keep_going=cluster.keep_going, keep=graph)
         dims = dims_of([m.groups for m in g.metas], g.manifest, options)
         hosts = hosts_of(g.manifest, {m.rank: m.hostname for m in g.metas})
         node_gpus = ranks_per_node(g.manifest)
@@ -166,13 +183,12 @@ def analyze_distributed(
         written: list[dict[str, str]] = []
         empties: dict[Any, Any] = {}  # one empty frame per place and schema (engine/compact.py)
         fold = RowsFold(options.breakdown_top)  # with spill: the breakdown's parts summed batch by batch
-        graph = bool(options.critical_path or options.what_if)
-        if spill is None:
+        if not graph:  # each rank read again and freed once analysed: a worker holds the ranks in flight
+            futs = eng.map(analyze_spec_task, g.handles, cache=cache, where=spill, **kw)
+        elif spill is None:
             futs = eng.map(analyze_task, g.handles, **kw)
         else:
             futs = eng.map(analyze_rows_task, g.handles, where=spill, **kw)
-        if not graph:  # the analysis is a trace's last use: each freed once analysed, not at the end
-            eng.release(g.handles)
         if spill is None:
             parts = eng.gather_batches(futs, each=lambda b: compact_batch(b, empties))
         else:
