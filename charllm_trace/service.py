@@ -51,6 +51,10 @@ class Request:
     ``row``: compare's sweep row (``regress.sweep.run_row``); when its cache entry holds it, the
     results themselves are not read (``Analysis.analysis`` is None). ``cache``: use the caches
     (None: the process's choice, ``et.cache.enabled()``: ``--no-cache``, ``CHARLLM_TRACE_NO_CACHE``).
+    ``spill``: with a scheduler, a directory or URL every worker and this process reach, where the
+    workers write their ranks' own rows instead of sending them (``engine/spill.py``); the results
+    then name those files (``RunAnalysis.spilled``) and the caller removes the location once it has
+    written its output.
     """
 
     ranks: tuple[int, ...] | None = None
@@ -59,6 +63,7 @@ class Request:
     run: bool = False
     row: bool = False
     cache: bool | None = None
+    spill: str | None = None
 
     def use_cache(self) -> bool:
         return et_cache.enabled() if self.cache is None else self.cache
@@ -150,7 +155,13 @@ def _on_cluster(src: str, options: AnalyzeOptions, req: Request, cluster: Cluste
     from charllm_trace.engine.driver import analyze_distributed
 
     res = analyze_distributed(
-        src, options, req.rank_list(), cluster=cluster, cache=req.use_cache(), sample=req.sample
+        src,
+        options,
+        req.rank_list(),
+        cluster=cluster,
+        cache=req.use_cache(),
+        sample=req.sample,
+        spill=req.spill,
     )
     return _with_row(Analysis(src, res), req)
 

@@ -146,6 +146,18 @@ def _fine(ops: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def sum_ranks(fines: list[pl.DataFrame]) -> pl.DataFrame:
+    """Several ranks' :func:`_fine` rows (or earlier sums of them) as one part without a rank
+    (``rank`` null), summed per (step, category, kernel, op, top-level op): the all-ranks rows
+    of :func:`breakdown_from` are sums of these, so a part of them summed batch by batch gives
+    the same rows (the Dask engine's driver: ``analysis/rank_rows.py``)."""
+    no_rank = pl.lit(None, dtype=pl.Int64).alias("rank")
+    both = pl.concat([f.with_columns(no_rank) for f in fines], how="vertical")
+    return both.group_by(["rank", "step", *_COLS], maintain_order=True).agg(
+        pl.col("count").sum(), pl.col("total_ns").sum(), pl.col("max_ns").max()
+    )
+
+
 def _aggregate(fine: pl.DataFrame, all_ranks: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Unfolded rows of every group and the totals, per (rank, step), from the :func:`_fine` rows
     of every rank: the scopes and groups are sums of those."""

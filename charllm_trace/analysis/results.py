@@ -23,7 +23,7 @@ The formulas are in ``docs/analyses.md``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -249,6 +249,38 @@ class RunAnalysis:
         #: instead of classifying again. An input of the analyses, not a result: not a dataclass
         #: field (not compared, exported or copied by ``dataclasses.replace``).
         self.classified: dict[int, pl.DataFrame] = {}
+        #: Frames whose rows are not held here (``analysis/rank_rows.py``: the Dask engine's
+        #: workers wrote them to files): frame name -> a function giving its rows a piece at a
+        #: time, in order; the frame itself is then empty. The machine formats' writers stream
+        #: them (``render/export.py``); :meth:`with_rows` loads them. Not a dataclass field.
+        self.spilled: dict[str, Callable[[], Iterator[pl.DataFrame]]] = {}
+
+    def frame_pieces(self, name: str, held: pl.DataFrame) -> Iterator[pl.DataFrame]:
+        """The rows of the frame ``name`` (``held``: as :meth:`frames` gives it) a piece at a
+        time: its spilled pieces read back, if any, then the frame itself (the rows held here:
+        the time breakdown's all-ranks rows come after the ranks' own)."""
+        more = self.spilled.get(name)
+        if more is not None:
+            yield from more()
+        yield held
+
+    def with_rows(self) -> RunAnalysis:
+        """This result with its spilled frames' rows loaded into it (itself when none is)."""
+        if not self.spilled:
+            return self
+        frames = self.frames()
+        for name in list(self.spilled):
+            whole = pl.concat(list(self.frame_pieces(name, frames[name])), how="vertical")
+            self._put(name, whole)
+        self.spilled = {}
+        return self
+
+    def _put(self, name: str, df: pl.DataFrame) -> None:
+        """Set the frame ``name`` (a registry frame name) to ``df``."""
+        for a in ANALYSES:
+            for f in a.frames:
+                if f.name == name and a.get(self) is not None:
+                    setattr(a.get(self), f.attr, df)
 
     def frames(self) -> dict[str, pl.DataFrame]:
         """Every frame of the result, by a stable name (used by the exporters): the registry's

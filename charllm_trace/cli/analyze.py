@@ -206,12 +206,37 @@ def analyze_cmd(
         raise UsageError("-o needs --format json, csv or parquet")
     if output is not None and fmt == "json" and not is_url(output):
         refuse_existing(output, force)  # before the analysis, not after it (a dangling link too)
-    res = _results(ctx, path, args, save, force, cluster)
-    _emit(res, fmt, output, force, wide, _Kept(okey, path, fmt))
+    spill = _spill_place(output, fmt, save, cluster)
+    try:
+        res = _results(ctx, path, args, save, force, cluster, spill)
+        _emit(res, fmt, output, force, wide, _Kept(okey, path, fmt))
+    finally:
+        if spill is not None:
+            from charllm_trace.engine.spill import remove
+
+            remove(spill)
+
+
+def _spill_place(output: str | None, fmt: str, save: str | None, cluster: Cluster | None) -> str | None:
+    """Where the workers write their ranks' own rows (``engine/spill.py``): beside ``-o``, when a
+    scheduler analyses and a machine format is written to a file (not with --save, which keeps
+    the results whole)."""
+    if cluster is None or output is None or fmt == "table" or save is not None:
+        return None
+    import uuid
+
+    base, _, name = output.rstrip("/").rpartition("/")
+    return f"{base or '.'}/.{name}.rows-{uuid.uuid4().hex[:12]}"
 
 
 def _results(
-    ctx: click.Context, path: str, args: AnalysisArgs, save: str | None, force: bool, cluster: Cluster | None
+    ctx: click.Context,
+    path: str,
+    args: AnalysisArgs,
+    save: str | None,
+    force: bool,
+    cluster: Cluster | None,
+    spill: str | None = None,
 ) -> RunAnalysis:
     """``analyze``'s results: a results file's as saved, else through the service (and saved)."""
     from charllm_trace.service import is_saved  # here: a printed-output hit imports no polars
@@ -219,7 +244,7 @@ def _results(
     if is_saved(path):
         refuse_analysis_options(ctx, path, ("path", "fmt", "as_json", "output", "force"))
         return analysed(path).results()
-    opts, req = args.options(cluster), args.request(views=save is not None and cluster is None)
+    opts, req = args.options(cluster), args.request(views=save is not None and cluster is None, spill=spill)
     refuse_existing_save(save, force)  # with a scheduler, --save keeps no report views (docs/scale.md)
     got = analysed(path, opts, req, cluster)
     if save is not None:

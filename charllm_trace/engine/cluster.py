@@ -60,7 +60,8 @@ class DaskEngine:
 
     def release(self, handles: list[Any]) -> None:
         for h in handles:
-            h.release()
+            if hasattr(h, "release"):  # a future (not what a plan holds: engine/driver.py _read)
+                h.release()
 
 
 def connect_timeout() -> float:

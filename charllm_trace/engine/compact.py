@@ -57,20 +57,27 @@ def _put(obj: Any, path: Path, df: pl.DataFrame) -> Any:
     return obj
 
 
-def compact_batch(parts: list[Any]) -> list[Any]:
+def compact_batch(parts: list[Any], empties: dict[Any, pl.DataFrame] | None = None) -> list[Any]:
     """``parts`` (a batch as gathered) with their frames sharing one concatenated frame per place
-    and schema; frames without rows, or alone of their kind in the batch, are left as they are."""
+    and schema; frames alone of their kind in the batch are left as they are. Frames without rows
+    become one shared empty frame per place and schema (kept in ``empties`` from batch to batch,
+    when given): ~8 kB each otherwise, and a part has several (its rank rows, when the workers
+    wrote them: ``engine/spill.py``)."""
     found = []
     for p in parts:
         f: dict[Path, pl.DataFrame] = {}
         _frames(p, (), f)
         found.append(f)
     places: dict[tuple[Path, tuple[tuple[str, pl.DataType], ...]], list[int]] = {}
+    out = list(parts)
+    empties = {} if empties is None else empties
     for i, f in enumerate(found):
         for path, df in f.items():
+            key = (path, tuple(df.schema.items()))
             if df.height:
-                places.setdefault((path, tuple(df.schema.items())), []).append(i)
-    out = list(parts)
+                places.setdefault(key, []).append(i)
+            else:
+                out[i] = _put(out[i], path, empties.setdefault(key, df))
     for (path, _schema), idx in places.items():
         if len(idx) < 2:
             continue

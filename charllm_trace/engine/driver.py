@@ -12,14 +12,19 @@ from typing import Any
 
 from charllm_trace.core.errors import InputError
 from charllm_trace.engine import Cluster
+from charllm_trace.engine.compact import compact_batch
 from charllm_trace.engine.plan import Plan, plan
+from charllm_trace.engine.spill import row_files
 from charllm_trace.engine.tasks import (
     Failure,
     RankMeta,
+    analyze_rows_task,
+    analyze_spec_task,
     analyze_task,
     convert_task,
     info_task,
     load_rank,
+    meta_task,
     rank_meta,
 )
 from charllm_trace.inputs.urls import is_url
@@ -31,7 +36,8 @@ def _note(text: str) -> None:
 
 @dataclass
 class Gathered:
-    """The ranks read on workers: their handles (results on the workers) and metadata."""
+    """The ranks read on workers: their handles (results on the workers; or, read without
+    keeping them, their specs, to be read again) and metadata."""
 
     plan: Plan
     handles: list[Any]
@@ -41,8 +47,18 @@ class Gathered:
 
 
 def _read(
-    eng: Any, path: str, ranks: list[int] | None, cache: bool, sample: int | None = None, *, keep_going: bool
+    eng: Any,
+    path: str,
+    ranks: list[int] | None,
+    cache: bool,
+    sample: int | None = None,
+    *,
+    keep_going: bool,
+    keep: bool = True,
 ) -> Gathered:
+    """Read the ranks on the workers and gather their metadata. ``keep``: the workers keep the
+    ranks read (the handles are futures); else each worker drops a rank's trace once its metadata
+    is taken and the handles are the ranks' specs, read again by the task that uses them."""
     pl_ = plan(path)
     specs = pl_.specs
     late = sample is not None and any(s.rank is None for s in specs)  # ranks told once read
@@ -50,8 +66,11 @@ def _read(
         ranks = _choose(path, sorted({s.rank for s in specs if s.rank is not None}), ranks, sample)
     if ranks is not None:  # a run directory's ranks are known before reading
         specs = [s for s in specs if s.rank is None or s.rank in ranks]
-    handles = eng.map(load_rank, specs, cache=cache)
-    metas = eng.gather(eng.map(rank_meta, handles))
+    if keep:
+        handles = eng.map(load_rank, specs, cache=cache)
+        metas = eng.gather(eng.map(rank_meta, handles))
+    else:
+        handles, metas = list(specs), eng.gather(eng.map(meta_task, specs, cache=cache))
     failed = [m for m in metas if isinstance(m, Failure)]
     if failed and not keep_going:
         f = failed[0]
@@ -140,25 +159,41 @@ def analyze_distributed(
     cluster: Cluster,
     cache: bool = True,
     sample: int | None = None,
+    spill: str | None = None,
 ) -> Any:
-    """``analyze_run`` of the input at ``path`` on the scheduler's workers (see the module's docstring)."""
+    """``analyze_run`` of the input at ``path`` on the scheduler's workers (see the module's docstring).
+    ``spill``: a directory or URL every worker and this process reach, where the workers write
+    their ranks' own rows (``engine/spill.py``); the result then names those files in
+    ``RunAnalysis.spilled`` (the caller writes the output, then removes ``spill``)."""
     from charllm_trace.analysis.api import dims_of
     from charllm_trace.analysis.bandwidth import hosts_of
     from charllm_trace.analysis.group_size import ranks_per_node
     from charllm_trace.analysis.rank_parts import merge_parts
+    from charllm_trace.analysis.rank_rows import RowsFold
     from charllm_trace.engine.cluster import open_engine
-    from charllm_trace.engine.compact import compact_batch
     from charllm_trace.engine.graph_step import graph_step as graph_rounds
 
+    graph = bool(options.critical_path or options.what_if)  # the graph rounds read the traces again
     with open_engine(cluster.address) as eng:
-        g = _read(eng, path, ranks, cache, sample, keep_going=cluster.keep_going)
+        g = _read(eng, path, ranks, cache, sample, keep_going=cluster.keep_going, keep=graph)
         dims = dims_of([m.groups for m in g.metas], g.manifest, options)
         hosts = hosts_of(g.manifest, {m.rank: m.hostname for m in g.metas})
         node_gpus = ranks_per_node(g.manifest)
-        parts = eng.gather_batches(
-            eng.map(analyze_task, g.handles, options=options, dims=dims, hosts=hosts, node_gpus=node_gpus),
-            each=compact_batch,
-        )
+        kw = {"options": options, "dims": dims, "hosts": hosts, "node_gpus": node_gpus}
+        written: list[dict[str, str]] = []
+        empties: dict[Any, Any] = {}  # one empty frame per place and schema (engine/compact.py)
+        fold = RowsFold(options.breakdown_top)  # with spill: the breakdown's parts summed batch by batch
+        if not graph:  # each rank read again and freed once analysed: a worker holds the ranks in flight
+            futs = eng.map(analyze_spec_task, g.handles, cache=cache, where=spill, **kw)
+        elif spill is None:
+            futs = eng.map(analyze_task, g.handles, **kw)
+        else:
+            futs = eng.map(analyze_rows_task, g.handles, where=spill, **kw)
+        if spill is None:
+            parts = eng.gather_batches(futs, each=lambda b: compact_batch(b, empties))
+        else:
+            got = eng.gather_batches(futs, each=lambda b: _compact_pairs(b, empties, fold))
+            parts, written = [p for p, _ in got], [w for _, w in got]
         # the critical path and what-if: each rank's share of the graph on its worker (graph_step.py)
         graph_skipped: dict[str, str] = {}
         cp_wi = graph_rounds(
@@ -177,7 +212,20 @@ def analyze_distributed(
 
     res = merge_parts(parts, options, manifest=g.manifest, source=g.plan.source, graph_step=graph_step)
     res.classified = {}
+    if spill is not None:
+        fold.apply(res, written)
+        res.spilled = dict(row_files(written))
     return res
+
+
+def _compact_pairs(
+    got: list[tuple[Any, dict[str, str]]], empties: dict[Any, Any], fold: Any
+) -> list[tuple[Any, dict[str, str]]]:
+    """A batch of (part, files written): the time breakdown's parts folded into ``fold``
+    (``analysis/rank_rows.py``), then :func:`compact_batch`."""
+    parts = [p for p, _ in got]
+    fold.add(parts)
+    return list(zip(compact_batch(parts, empties), [w for _, w in got], strict=True))
 
 
 def info_distributed(path: str, *, cluster: Cluster, cache: bool = True) -> dict[str, Any]:

@@ -140,6 +140,39 @@ def analyze_task(
     return analyze_rank(loaded.rank, loaded.trace, options, dims, hosts, node_gpus=node_gpus)
 
 
+def meta_task(spec: RankSpec, cache: bool = False) -> RankMeta | Failure:
+    """:func:`rank_meta` of the rank read from ``spec``, its trace dropped here: what the
+    driver needs before analysing, without the worker holding every rank's trace until then."""
+    return rank_meta(load_rank(spec, cache))
+
+
+def analyze_spec_task(spec: RankSpec, cache: bool, where: str | None, **kw: Any) -> Any:
+    """The rank read again from ``spec`` and analysed (:func:`analyze_task`, or
+    :func:`analyze_rows_task` with a spill location ``where``); its trace freed once analysed."""
+    loaded = load_rank(spec, cache)
+    if isinstance(loaded, Failure):  # it was read once already: the file changed since
+        raise InputError(loaded.path, loaded.problem)
+    if where is None:
+        return analyze_task(loaded, **kw)
+    return analyze_rows_task(loaded, where=where, **kw)
+
+
+def analyze_rows_task(
+    loaded: Loaded,
+    options: Any,
+    dims: Mapping[str, str | None],
+    hosts: Mapping[int, str | None],
+    node_gpus: int | None,
+    where: str,
+) -> tuple[Any, dict[str, str]]:
+    """:func:`analyze_task`, its rank rows written under ``where`` instead of sent
+    (``engine/spill.py``): (the part, frame name -> file)."""
+    from charllm_trace.engine.spill import write_rows
+
+    part = analyze_task(loaded, options, dims, hosts, node_gpus)
+    return part, write_rows(part, where, options.breakdown_top)
+
+
 def info_task(loaded: Loaded) -> dict[str, Any]:
     """One rank's part of ``info`` (``et/summary.py``)."""
     from charllm_trace.et.summary import rank_info

@@ -123,12 +123,13 @@ def iter_json(res: RunAnalysis, chunk: int | None = None) -> Iterator[bytes]:
         yield b'  "frames": {\n'
         for j, (name, df) in enumerate(value.items()):
             yield (b",\n" if j else b"") + b"    " + orjson.dumps(name)
-            if df is None or df.height == 0:
-                yield b": []"
-                continue
-            yield b": [\n"
-            yield from _rows_json(df, chunk)
-            yield b"\n    ]"
+            rows = 0
+            for piece in res.frame_pieces(name, df) if df is not None else ():
+                if piece.height:
+                    yield b": [\n" if not rows else b",\n"
+                    yield from _rows_json(piece, chunk)
+                    rows += piece.height
+            yield b"\n    ]" if rows else b": []"
         yield b"\n  }"
     yield b"\n}"
 
@@ -180,12 +181,31 @@ def write(
     written = []
     for name, path in targets.items():
         df = frames[name]
-        if fmt == "csv":
+        if name in res.spilled:
+            _write_pieces(res, name, df, fmt, path)
+        elif fmt == "csv":
             df.write_csv(path)
         else:
             df.write_parquet(path)
         written.append(str(path))
     return written
+
+
+def _write_pieces(res: RunAnalysis, name: str, df: pl.DataFrame, fmt: str, path: Path) -> None:
+    """A spilled frame (``RunAnalysis.spilled``) written a piece at a time: the CSV's header, then
+    each piece's rows; the Parquet file a row group per piece."""
+    if fmt == "csv":
+        with open(path, "wb") as f:
+            df.clear().write_csv(f)
+            for piece in res.frame_pieces(name, df):
+                piece.write_csv(f, include_header=False)
+        return
+    import pyarrow.parquet as pq  # here: 0.34-0.37 s to import (load 14), which no other output needs
+
+    schema = df.clear().to_arrow().schema
+    with pq.ParquetWriter(path, schema, compression="zstd") as w:
+        for piece in res.frame_pieces(name, df):
+            w.write_table(piece.to_arrow().cast(schema))
 
 
 def _write_json(res: RunAnalysis, path: Path) -> None:
