@@ -248,6 +248,21 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--fast"):
         own = config.option.markexpr
         config.option.markexpr = f"({own}) and {FAST_TIER}" if own else FAST_TIER
+        _fewer_examples()
+
+
+def _fewer_examples() -> None:
+    """The fast tier runs a quarter of each hypothesis test's examples (tests/helpers/fuzz_budget.py;
+    set before the test modules are imported); everything runs the full count."""
+    from tests.helpers import fuzz_budget
+
+    fuzz_budget.FAST = True
+    try:
+        from hypothesis import settings
+    except ImportError:
+        return
+    settings.register_profile("charllm-fast", settings(), max_examples=fuzz_budget.examples(100))
+    settings.load_profile("charllm-fast")
 
 
 @pytest.hookimpl(optionalhook=True)
