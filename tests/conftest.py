@@ -195,8 +195,24 @@ def _is_hypothesis(item: pytest.Item) -> bool:
     return bool(getattr(fn, "is_hypothesis_test", False))
 
 
+def _uses_a_module_fixture(item: pytest.Item) -> bool:
+    """The test requests (directly or through other fixtures) a fixture of module scope."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        defs and defs[-1].scope == "module"
+        for defs in (info.name2fixturedefs.get(n) for n in info.names_closure)
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks and xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        # a module fixture is computed once per worker that runs one of its tests: its tests go to
+        # one worker (xdist_group, --dist loadgroup) unless the test names a group of its own
+        if _uses_a_module_fixture(item) and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
         names = set(getattr(item, "fixturenames", ()))
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in names:
@@ -224,6 +240,51 @@ def pytest_configure(config: pytest.Config) -> None:
     # every case once, in processes of its own) stay on one worker: xdist_group + loadgroup
     if getattr(config.option, "dist", "no") == "load":
         config.option.dist = "loadgroup"
+    # a worker parses the command line again (where -n alone leaves --dist at "no") and groups the
+    # tests' ids only with loadgroup on: the controller says so in the worker's input
+    if getattr(config, "workerinput", {}).get("charllm_loadgroup"):
+        config.option.loadgroup = True
+        config.pluginmanager.register(_GroupIds(), "charllm-xdist-group-ids")
     if config.getoption("--fast"):
         own = config.option.markexpr
         config.option.markexpr = f"({own}) and {FAST_TIER}" if own else FAST_TIER
+        _fewer_examples()
+
+
+def _fewer_examples() -> None:
+    """The fast tier runs a quarter of each hypothesis test's examples (tests/helpers/fuzz_budget.py;
+    set before the test modules are imported); everything runs the full count."""
+    from tests.helpers import fuzz_budget
+
+    fuzz_budget.FAST = True
+    try:
+        from hypothesis import settings
+    except ImportError:
+        return
+    settings.register_profile("charllm-fast", settings(), max_examples=fuzz_budget.examples(100))
+    settings.load_profile("charllm-fast")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:  # noqa: ANN001 (xdist's WorkerController)
+    """pytest-xdist, on the controller: tell each worker that the tests are grouped."""
+    if node.config.option.dist == "loadgroup":
+        node.workerinput["charllm_loadgroup"] = True
+
+
+class _GroupIds:
+    """On a worker: the test ids carry their ``xdist_group`` (``ID@GROUP``), which is how the
+    controller keeps a group on one worker. xdist 3.8 writes the suffix to ``Item._nodeid``, which
+    pytest 9 no longer reads (it keeps the id in ``Item._id``): without this no group held."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        for item in items:
+            names = sorted(
+                {
+                    str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")
+                }
+            )
+            if names and "@" not in item.nodeid.rpartition("]")[2] and hasattr(item, "_id"):
+                item._id = type(item._id).parse(f"{item.nodeid}@{'_'.join(names)}")

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from charllm_trace.analysis.energy import energy, interval_energy
 from charllm_trace.analysis.power import power
 from tests.helpers.analysis_helpers import T0, cpu, kernel, make_trace
+from tests.helpers.fuzz_budget import examples
 
 S = 1_000_000_000  # one second in ns
 
@@ -75,7 +76,7 @@ def test_no_telemetry_says_so():
     assert power(tr).notes == ["no power telemetry in this trace"]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.lists(st.integers(1, 50), min_size=1, max_size=12),  # sample gaps (ms)
     st.data(),

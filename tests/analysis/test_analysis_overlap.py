@@ -13,6 +13,7 @@ from charllm_trace.core import intervals as iv
 from charllm_trace.core.classify import classify, with_phase
 from charllm_trace.core.model import ProcessGroup
 from tests.helpers.analysis_helpers import PG0, cpu, kernel, make_trace
+from tests.helpers.fuzz_budget import examples
 
 # ---------------------------------------------------------------- intervals
 
@@ -29,7 +30,7 @@ ivs = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(ivs, ivs, st.integers(0, 80), st.integers(0, 80))
 def test_interval_measures_match_brute_force(a, b, w0, w1):
     A = iv.merge([s for s, _ in a], [e for _, e in a])

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from charllm_trace.analysis.cpu_wait import _holding
+from tests.helpers.fuzz_budget import examples
 
 
 def _reference(starts: np.ndarray, ends: np.ndarray, names: list[str], t: np.ndarray) -> list[str | None]:
@@ -31,7 +32,7 @@ def test_no_ranges_all_null() -> None:
     assert _holding(np.array([5]), np.array([9]), ["p"], np.array([], dtype=np.int64)).to_list() == []
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     gaps=st.lists(st.tuples(st.integers(0, 50), st.integers(1, 50)), max_size=12),
     t=st.lists(st.integers(-10, 1500), max_size=40),

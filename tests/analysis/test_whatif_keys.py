@@ -26,6 +26,7 @@ from charllm_trace.analysis.whatif import what_if
 from charllm_trace.analysis.whatif_keys import describe, parse_what_if, per_edge_keys
 from charllm_trace.core.errors import UsageError
 from charllm_trace.core.model import ProcessGroup, Run, Trace
+from tests.helpers.fuzz_budget import examples
 from tests.helpers.graph_traces import N, mk_trace
 from tests.helpers.kineto_builder import trace_of, x
 
@@ -326,7 +327,7 @@ _OPS = {"aten::mm": "gemm", "aten::linear": "gemm", "aten::add": "elementwise", 
         "aten::foo": None}  # fmt: skip
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     ops=st.lists(
         st.tuples(st.sampled_from(sorted(_OPS)), st.integers(1, 50), st.integers(0, 20)),

@@ -6,14 +6,15 @@ import gzip
 import json
 import re
 from pathlib import Path
-
-import nbformat
-from nbclient import NotebookClient
+from typing import TYPE_CHECKING
 
 from tests.conftest import FIXTURES, ROOT
 
 NOTEBOOK = ROOT / "notebooks" / "walkthrough.ipynb"
 FIXTURE = FIXTURES / "cpu-2rank-gloo"
+
+if TYPE_CHECKING:
+    import nbformat
 
 
 def _outputs(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
@@ -29,7 +30,12 @@ def _profiler_steps(kineto: Path) -> set[int]:
     }
 
 
-def test_walkthrough_runs_top_to_bottom() -> None:
+def test_walkthrough_runs_top_to_bottom(spawn) -> None:
+    """The notebook runs in a Jupyter kernel, a process of its own (``spawn`` marks it
+    ``subprocess``); nbformat and nbclient are imported here, not when every worker collects."""
+    import nbformat
+    from nbclient import NotebookClient
+
     nb = nbformat.read(NOTEBOOK, as_version=4)
     # shipped without outputs, so that what the test sees is what it computed
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")

@@ -17,6 +17,7 @@ from charllm_trace.core.model import COLL_TYPES, NODE_KINDS, NODE_TYPES, Process
 from charllm_trace.et import _native
 from charllm_trace.et.reader import decode_et_reference, read_et
 from charllm_trace.et.writer import write_et
+from tests.helpers.fuzz_budget import examples
 
 I64 = st.integers(-(2**63), 2**63 - 1)
 I32 = st.integers(-(2**31), 2**31 - 1)
@@ -167,7 +168,7 @@ def decoder(kind: str):
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 @given(traces(), st.booleans())
 def test_write_read_roundtrip(trace: Trace, gz: bool) -> None:

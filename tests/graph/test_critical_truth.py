@@ -19,6 +19,7 @@ from charllm_trace.analysis.critical import critical_path
 from charllm_trace.analysis.results import CP_CATEGORIES
 from charllm_trace.inputs import loader
 from tests import schedgen as G
+from tests.helpers.fuzz_budget import examples
 
 TOL = 0.01  # of the path's length
 
@@ -185,7 +186,7 @@ def schedules(draw, worlds=(1,)) -> G.Schedule:
     return G.Schedule(steps, costs=costs, world=world, cpu_scale=scale)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schedules())
 def test_random_schedules_match_the_simulation(s: G.Schedule) -> None:
     with tempfile.TemporaryDirectory() as d:
@@ -196,7 +197,7 @@ def test_random_schedules_match_the_simulation(s: G.Schedule) -> None:
 
 
 @settings(
-    max_examples=30,
+    max_examples=examples(30),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

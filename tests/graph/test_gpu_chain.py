@@ -34,8 +34,16 @@ def _cuda_reason() -> str | None:
     return None
 
 
-REASON = _cuda_reason()
-pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.skipif(REASON is not None, reason=str(REASON))]
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _needs_a_cuda_gpu() -> None:
+    """Skips the module's tests without a CUDA GPU and NVML. Asked when the tests run, not when they
+    are collected: importing torch costs every pytest worker seconds, also in the fast tier."""
+    reason = _cuda_reason()
+    if reason is not None:
+        pytest.skip(reason)
 
 
 def _cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:

@@ -33,6 +33,7 @@ from charllm_trace.graph import points as P
 from charllm_trace.graph import to_networkx
 from charllm_trace.graph.run import build_run_graph
 from tests.conftest import FIXTURES, shared_trace
+from tests.helpers.fuzz_budget import examples
 from tests.helpers.graph_traces import N, coll_rank, mk_trace
 
 MIN = engine.NONE
@@ -204,7 +205,7 @@ def check_against_networkx(trace: Trace) -> None:
 
 
 @given(st.integers(0, 2**32 - 1))
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 def test_engine_times_and_paths_match_networkx_on_random_traces(seed):
     check_against_networkx(random_trace(random.Random(seed)))
 
@@ -218,7 +219,7 @@ def test_random_trace_generator_covers_every_edge_kind():
 
 
 @given(st.integers(0, 2**32 - 1), st.integers(2, 3), st.integers(1, 3))
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 def test_merged_run_graph_matches_networkx(seed, n_ranks, n_coll):
     run = random_run(random.Random(seed), n_ranks, n_coll)
     rg = build_run_graph(run)
@@ -254,7 +255,7 @@ def test_merged_run_graph_matches_networkx(seed, n_ranks, n_coll):
 
 
 @given(st.integers(0, 2**32 - 1))
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 def test_kernel_matches_a_topological_dp_on_random_dags(seed):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 40))

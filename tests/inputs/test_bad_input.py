@@ -17,6 +17,7 @@ from charllm_trace.et import _native
 from charllm_trace.et.writer import write_et, write_run
 from tests.conftest import shared_trace
 from tests.helpers.et_traces import small_trace
+from tests.helpers.fuzz_budget import examples
 
 
 @pytest.fixture(autouse=True)
@@ -202,7 +203,7 @@ def test_mutated_ets_decode_or_fail_cleanly(tmp_path: Path) -> None:
     write_et(small_trace(), good)
     data = good.read_bytes()
 
-    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck))
     @given(
         flips=st.lists(st.tuples(st.integers(0, len(data) - 1), st.integers(0, 255)), max_size=4),
         cut=st.integers(1, len(data)),

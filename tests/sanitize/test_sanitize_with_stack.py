@@ -15,9 +15,11 @@ from click.testing import CliRunner
 
 from charllm_trace.cli.app import main
 from charllm_trace.sanitize.rules import ID_BASE
+from tests.conftest import HAVE_TORCH
 
 ROOT = Path(__file__).resolve().parents[2]
-pytest.importorskip("torch")
+# torch runs in the collected job, not here: found, not imported (an import costs every worker seconds)
+pytestmark = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed (the collect extra)")
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -90,11 +91,22 @@ def test_untimed_simulated_round_trip(tmp_path: Path) -> None:
     _round_trip(run, AnalyzeOptions(simulate=True, per_step=True), tmp_path / "sim")
 
 
-@pytest.fixture
-def saved(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def saved_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The gloo run analysed with every option and saved, once for the module (1.3 s of CPU)."""
     run = loader.load(GLOO, cache=False)
     an = analyze_run(run, FULL)
-    return save_results(an, tmp_path / "r.zip", views=report_views(run, an.classified))
+    return save_results(
+        an, tmp_path_factory.mktemp("saved") / "r.zip", views=report_views(run, an.classified)
+    )
+
+
+@pytest.fixture
+def saved(saved_once: Path, tmp_path: Path) -> Path:
+    """A copy of the saved results of the test's own (a test may replace or damage it)."""
+    copy = tmp_path / "r.zip"
+    shutil.copyfile(saved_once, copy)
+    return copy
 
 
 def _rewrite(src: Path, dst: Path, edit) -> Path:
