@@ -40,6 +40,9 @@ def kineto_trace(prof: KinetoProfile) -> tuple[Trace, dict[str, Any]]:
     ev = prof.events.rename({"row": "id"})
     prof.events = prof.events.clear()  # consumed: lets its buffers go as soon as ev's replace them
     ev = cpu_tree(ev)
+    # the call tree's numpy temporaries (sorts of the CPU rows) are freed: their pages go back
+    # before the polars steps below allocate (jemalloc does not reuse glibc's free pages)
+    trim_heap()
     ev, gstats = link_gpu(ev)
     ev = node_types(ev)
     ev, creport, pgs = annotate_collectives(ev, prof.comm_args, prof)

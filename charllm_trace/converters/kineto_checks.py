@@ -86,7 +86,8 @@ def _check_missing(path: str | os.PathLike[str], events: pl.DataFrame) -> None:
 def _check_repeated(
     path: str | os.PathLike[str], events: pl.DataFrame, kind: str, col: str, what: str, label: str
 ) -> None:
-    ids = events.filter(pl.col("kind") == kind)[col].drop_nulls()
+    # the one column, not a filtered copy of every column of the events
+    ids = events.select(pl.col(col).filter(pl.col("kind") == kind).drop_nulls()).to_series()
     if ids.len() == ids.n_unique():
         return
     dup = ids.value_counts(sort=True).filter(pl.col("count") > 1)

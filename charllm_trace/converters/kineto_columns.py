@@ -40,6 +40,7 @@ from charllm_trace.converters.kineto_profile import (
 )
 from charllm_trace.converters.kineto_times import strict_text_us_to_ns
 from charllm_trace.converters.kineto_vocab import COMM_HINT, Vocab, comm_hits
+from charllm_trace.core.alloc import trim_heap
 from charllm_trace.core.errors import InputError
 
 _COMM_FIELDS = {f"c{i}": key for i, key in enumerate(COMM_ARG_KEYS)}
@@ -461,22 +462,30 @@ class Columns:
         dur = np.concatenate(self.dur_parts) if self.dur_parts else np.zeros(0, dtype=np.int64)
         self.ts_parts = self.dur_parts = []
         check_times(self.path, ts, dur, base_ns)
+        ints = {key: int_col(key) for key in INT_COLUMNS}
+        ints["device"] = ints["device"].cast(pl.Int32)
+        ts += base_ns
+        name_codes = np.concatenate(self.name_parts) if self.name_parts else np.zeros(0, np.uint32)
+        self.name_parts.clear()
+        # the batches' parts are all freed now, before the string columns are made: their pages
+        # go back instead of adding to the read's peak
+        trim_heap()
         events = pl.DataFrame(
             {
                 "row": pl.Series(np.arange(n, dtype=np.int64)),
-                "name": self.names.decode(self.name_parts),
+                "name": self.names.decode([name_codes]),
                 "cat": pl.Series(self.cats.values, dtype=pl.String).gather(codes),
                 "kind": pl.Series([k for k, _ in kind_gpu], dtype=pl.String).gather(codes),
                 "on_gpu": pl.Series([g for _, g in kind_gpu], dtype=pl.Boolean).gather(codes),
-                "pid": int_col("pid"),
-                "tid": int_col("tid"),
-                "device": int_col("device").cast(pl.Int32),
-                "stream": int_col("stream"),
-                "start_ns": pl.Series(ts + base_ns, dtype=pl.Int64),
+                "pid": ints["pid"],
+                "tid": ints["tid"],
+                "device": ints["device"],
+                "stream": ints["stream"],
+                "start_ns": pl.Series(ts, dtype=pl.Int64),
                 "dur_ns": pl.Series(dur, dtype=pl.Int64),
-                "correlation": int_col("correlation"),
-                "external_id": int_col("external_id"),
-                "rf_id": int_col("rf_id"),
+                "correlation": ints["correlation"],
+                "external_id": ints["external_id"],
+                "rf_id": ints["rf_id"],
             }
         )
         device_pids = self.procs.device_pids()
