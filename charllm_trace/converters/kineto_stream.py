@@ -131,8 +131,18 @@ class _Splitter:
             self.skel += self.buf[self.skel_to - self.buf_off :]
             keep = len(self.buf)
             self.skel_to = self.buf_off + keep
-        self.buf = self.buf[keep:]  # a fresh buffer (the old one may still be exported to a dying view)
-        self.buf_off += keep
+        if keep:  # a fresh buffer (the old one may still be exported to a dying view)
+            self.buf = self.buf[keep:]
+            self.buf_off += keep
+
+    def append(self, chunk: bytes) -> None:
+        """Add the next chunk to ``buf``: in place, so that an event still open (or a run of
+        blanks between events, as in a gzip bomb of spaces) grows the buffer once, not by a copy
+        of everything held at every chunk (quadratic time, twice the memory)."""
+        try:
+            self.buf += chunk
+        except BufferError:  # still exported to a dying view: a fresh buffer
+            self.buf = self.buf + chunk
 
     def _events(self, pos: np.ndarray, code: np.ndarray, i: int, m: int) -> int:
         """Decode the events up to the next non-comma (only the list's commas, at depth 2, and its
@@ -187,7 +197,7 @@ def _read_columns(path: str | os.PathLike[str], stream: Any, cols: Columns) -> K
     with closing(_prefetched(_scanned_chunks(stream, jsonframe))) as chunks:
         for chunk, pos, code, dep in chunks:
             got_any = True
-            sp.buf += chunk
+            sp.append(chunk)
             del chunk
             sp.scan(pos, code, dep)
     if not got_any:

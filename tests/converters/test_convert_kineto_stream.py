@@ -307,3 +307,28 @@ def test_the_reading_thread_stops_with_an_error(tmp_path: Path, monkeypatch: pyt
         read_kineto(p)
     assert threading.active_count() == before  # while the error (and its traceback) is alive
     assert "not valid JSON" in ei.value.one_line()
+
+
+def test_a_long_run_of_blanks_inside_the_list_is_held_once(
+    scanner: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gzip bomb of spaces after ``"traceEvents": [`` is framed chunk by chunk with no comma:
+    before, every chunk re-sliced everything held (a copy of the whole run per chunk: quadratic
+    time, twice the memory; 620 MB and 3.9 s to refuse a 1 MB bomb at the 256 MB limit, and a
+    MemoryError, exit 3, under a 3 GiB address-space cap). Now the buffer grows in place: the
+    traced peak stays near the blanks held (24 MiB in 1 MiB chunks: 1.17-1.24x of them, against
+    2.17-2.20x before), not twice them."""
+    import tracemalloc
+
+    monkeypatch.setattr(kineto_stream, "CHUNK", 1 << 20)
+    blanks = 24 << 20
+    p = tmp_path / "t.json"
+    p.write_bytes(b'{"traceEvents": [' + b" " * blanks + b"]}")
+    tracemalloc.start()
+    try:
+        got = read_kineto(p)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert got.events.height == 0
+    assert peak < 1.6 * blanks, peak
