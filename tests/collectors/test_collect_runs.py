@@ -60,27 +60,29 @@ def env(**extra: str) -> dict[str, str]:
     return e
 
 
+def collect_argv(run: Path, *command: str, opts: tuple[str, ...] = ("--telemetry-hz", "0")) -> list[str]:
+    """``charllm-trace collect -o RUN OPTS -- COMMAND`` in this interpreter."""
+    return [sys.executable, "-m", "charllm_trace.cli.app", "collect", "-o", str(run), *opts, "--", *command]
+
+
 def collect(
     run: Path, *command: str, extra_env: dict[str, str] | None = None, opts: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "charllm_trace.cli.app",
-            "collect",
-            "-o",
-            str(run),
-            "--telemetry-hz",
-            "0",
-            *opts,
-            "--",
-            *command,
-        ],
+        collect_argv(run, *command, opts=("--telemetry-hz", "0", *opts)),
         capture_output=True,
         text=True,
         timeout=120,
         env=env(**(extra_env or {})),
+    )
+
+
+def start_collect(
+    run: Path, *command: str, extra_env: dict[str, str], **popen: object
+) -> subprocess.Popen[str]:
+    """``collect`` started in the background, its stderr piped (for a test's ``held`` list)."""
+    return subprocess.Popen(
+        collect_argv(run, *command), stderr=subprocess.PIPE, text=True, env=env(**extra_env), **popen
     )
 
 
@@ -180,23 +182,7 @@ def test_multi_node_run_shares_one_directory(tmp_path: Path, held: list) -> None
     # The first node's rank runs until the second node's launcher has ended (any load).
     rank_code = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)"
     # Node 0 makes the run id; node 1 (started while node 0 runs) takes it from the manifest.
-    n0 = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "charllm_trace.cli.app",
-            "collect",
-            "-o",
-            str(run),
-            "--telemetry-hz",
-            "0",
-            "--",
-            *fake_torchrun(1, rank_code),
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(NODE_RANK="0"),
-    )
+    n0 = start_collect(run, *fake_torchrun(1, rank_code), extra_env=dict(NODE_RANK="0"))
     held.append(n0)
     assert wait_for(lambda: (run / "manifest.json").exists())
     p1 = collect(run, *fake_torchrun(1, "pass"), extra_env={"NODE_RANK": "1", "FAKE_RANK_BASE": "1"})
@@ -210,22 +196,10 @@ def test_multi_node_run_shares_one_directory(tmp_path: Path, held: list) -> None
     # With a shared run id, node 1 may start first.
     go.unlink()
     run2 = tmp_path / "run2"
-    n1 = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "charllm_trace.cli.app",
-            "collect",
-            "-o",
-            str(run2),
-            "--telemetry-hz",
-            "0",
-            "--",
-            *fake_torchrun(1, rank_code),
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(NODE_RANK="1", CHARLLM_TRACE_RUN_ID="job-42", FAKE_RANK_BASE="1"),
+    n1 = start_collect(
+        run2,
+        *fake_torchrun(1, rank_code),
+        extra_env=dict(NODE_RANK="1", CHARLLM_TRACE_RUN_ID="job-42", FAKE_RANK_BASE="1"),
     )
     held.append(n1)
     assert wait_for(lambda: any(run2.glob("node-*.json")))
@@ -241,24 +215,12 @@ def test_launchers_sharing_a_host_leave_each_others_ranks_alone(tmp_path: Path, 
     # One run, two launchers on one host (srun with one task per GPU): the first to finish must
     # not stop the other's ranks as leftovers.
     run = tmp_path / "run"
-    slow = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "charllm_trace.cli.app",
-            "collect",
-            "-o",
-            str(run),
-            "--telemetry-hz",
-            "0",
-            "--",
-            *fake_torchrun(
-                1, f"import os, time\nwhile not os.path.exists({str(tmp_path / 'go')!r}): time.sleep(0.05)"
-            ),
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(NODE_RANK="1", CHARLLM_TRACE_RUN_ID="job-7", FAKE_RANK_BASE="1"),
+    slow = start_collect(
+        run,
+        *fake_torchrun(
+            1, f"import os, time\nwhile not os.path.exists({str(tmp_path / 'go')!r}): time.sleep(0.05)"
+        ),
+        extra_env=dict(NODE_RANK="1", CHARLLM_TRACE_RUN_ID="job-7", FAKE_RANK_BASE="1"),
     )
     held.append(slow)
     assert wait_for(lambda: (run / "rank-1.info.json").exists())
@@ -317,23 +279,8 @@ def test_rank_exception_is_named(spawn, tmp_path: Path) -> None:
 
 def test_sigint_gives_interrupted(tmp_path: Path, held: list) -> None:
     run = tmp_path / "run"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "charllm_trace.cli.app",
-            "collect",
-            "-o",
-            str(run),
-            "--telemetry-hz",
-            "0",
-            "--",
-            *fake_torchrun(1, "import time; time.sleep(60)"),
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(),
-        start_new_session=True,
+    proc = start_collect(
+        run, *fake_torchrun(1, "import time; time.sleep(60)"), extra_env={}, start_new_session=True
     )
     held.append(proc)
     assert wait_for(lambda: (run / "rank-0.info.json").exists())
