@@ -99,3 +99,19 @@ def n_frames(res: RunAnalysis) -> int:
         if (r := getattr(res, name)) is not None
         for f in dataclasses.fields(r)
     )
+
+
+def analyze_json_without_source(path: Any) -> dict[str, Any]:
+    """``analyze PATH --format json`` run in this process, as a dict without its ``source`` (the
+    one field that names the input): what sanitize's tests compare before and after."""
+    import json
+
+    from click.testing import CliRunner
+
+    from charllm_trace.cli.app import main
+
+    r = CliRunner().invoke(main, ["analyze", str(path), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    doc.pop("source")
+    return doc

@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from charllm_trace.cli.app import main
 from charllm_trace.sanitize.rules import ID_BASE
 from tests.conftest import shared_trace
+from tests.helpers.results_helpers import analyze_json_without_source
 
 FIX = Path(__file__).parents[1] / "fixtures" / "traces" / "cpu-2rank-gloo"
 IP = "10.20.30.40"
@@ -175,14 +176,7 @@ def test_ids_are_remapped_consistently(pair) -> None:
 def test_analysis_identical_before_and_after(pair) -> None:
     run, out = pair
 
-    def analyze(d: Path) -> dict:
-        r = CliRunner().invoke(main, ["analyze", str(d), "--format", "json"])
-        assert r.exit_code == 0, r.output
-        doc = json.loads(r.output)
-        doc.pop("source")
-        return doc
-
-    assert analyze(run) == analyze(out)
+    assert analyze_json_without_source(run) == analyze_json_without_source(out)
 
 
 def test_hardware_names_are_never_rewritten(tmp_path: Path) -> None:
@@ -210,14 +204,7 @@ def test_with_stack_profiles_analyse_the_same(tmp_path: Path, name: str) -> None
     out = tmp_path / name
     assert CliRunner().invoke(main, ["sanitize", str(src), "-o", str(out)]).exit_code == 0
 
-    def analyze(p: Path) -> dict:
-        r = CliRunner().invoke(main, ["analyze", str(p), "--format", "json"])
-        assert r.exit_code == 0, r.output
-        doc = json.loads(r.output)
-        doc.pop("source")
-        return doc
-
-    assert analyze(src) == analyze(out)
+    assert analyze_json_without_source(src) == analyze_json_without_source(out)
     assert b".py(" not in _read(out)
 
 
@@ -243,14 +230,7 @@ def test_shared_traces_same_analysis_no_ids_left(tmp_path: Path, rel: str) -> No
     r = CliRunner().invoke(main, ["sanitize", str(src), "-o", str(out)])
     assert r.exit_code == 0, r.output
 
-    def analyze(p: Path) -> dict:
-        r = CliRunner().invoke(main, ["analyze", str(p), "--format", "json"])
-        assert r.exit_code == 0, r.output
-        doc = json.loads(r.output)
-        doc.pop("source")
-        return doc
-
-    assert analyze(src) == analyze(out)
+    assert analyze_json_without_source(src) == analyze_json_without_source(out)
     gpu = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "ac2g")
     outs = (
         [out] if out.is_file() else sorted(out.rglob("*kineto*.json.gz")) + sorted(out.glob("rank-*.json.gz"))
@@ -289,11 +269,4 @@ def test_converted_chakra_ets_keep_no_host_or_pid(tmp_path: Path, gloo_ets: Path
         assert held and not {v for v in held if 100 <= v < ID_BASE}, p.name
         assert not held & real
 
-    def analyze(d: Path) -> dict:
-        r = CliRunner().invoke(main, ["analyze", str(d), "--format", "json"])
-        assert r.exit_code == 0, r.output
-        doc = json.loads(r.output)
-        doc.pop("source")
-        return doc
-
-    assert analyze(gloo_ets) == analyze(out)
+    assert analyze_json_without_source(gloo_ets) == analyze_json_without_source(out)

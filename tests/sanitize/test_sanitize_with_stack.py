@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from charllm_trace.cli.app import main
 from charllm_trace.sanitize.rules import ID_BASE
 from tests.conftest import HAVE_TORCH
+from tests.helpers.results_helpers import analyze_json_without_source
 
 ROOT = Path(__file__).resolve().parents[2]
 # torch runs in the collected job, not here: found, not imported (an import costs every worker seconds)
@@ -38,14 +39,6 @@ def runs(spawn, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return run, out
 
 
-def _analyze(d: Path) -> dict:
-    r = CliRunner().invoke(main, ["analyze", str(d), "--format", "json"])
-    assert r.exit_code == 0, r.output
-    doc = json.loads(r.output)
-    doc.pop("source")
-    return doc
-
-
 def _pseudonymous_ids(doc: dict) -> tuple[dict, set]:
     """``doc`` with the thread ids of its frames taken out, and those ids: sanitize maps every
     thread id to a pseudonym on purpose (the CPU-wait frames name the launching thread)."""
@@ -62,7 +55,10 @@ def test_with_stack_run_analyses_identically(runs) -> None:
     k = json.loads(gzip.decompress((run / "rank-0.kineto.json.gz").read_bytes()))
     n_py = sum(1 for e in k["traceEvents"] if e.get("cat") == "python_function")
     assert n_py > 100  # a real with_stack profile
-    (a, tids_a), (b, tids_b) = _pseudonymous_ids(_analyze(run)), _pseudonymous_ids(_analyze(out))
+    (a, tids_a), (b, tids_b) = (
+        _pseudonymous_ids(analyze_json_without_source(run)),
+        _pseudonymous_ids(analyze_json_without_source(out)),
+    )
     assert a == b  # every figure identical
     assert len(tids_a) == len(tids_b) and not (tids_a - {None}) & tids_b  # the same threads, renamed
 
