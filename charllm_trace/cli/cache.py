@@ -3,6 +3,7 @@ results (docs/cache.md)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import click
@@ -141,6 +142,10 @@ def cache_prune(max_gb: float | None) -> None:
     """Remove temporaries of interrupted stores and, above the size cap, the least recently used
     entries of every kind (what every store does after writing)."""
     from charllm_trace.core import cas
+
+    # click's range lets nan through; inf means no cap, as in $CHARLLM_TRACE_CACHE_MAX_GB
+    if max_gb is not None and math.isnan(max_gb):
+        raise click.BadParameter(f"{max_gb} is not a size in GB", param_hint="'--max-gb'")
 
     before = cas.info()
     cas.prune(max_gb)

@@ -110,3 +110,5 @@ def test_prune_covers_every_kind_through_the_one_store(cache_dir: Path) -> None:
     code, out = cli("cache", "prune", "--max-gb", "0")
     assert code == 0 and _info()["entries"] == 0, out
     assert cli("cache", "prune", "--max-gb", "-1")[0] == 2  # not a size: usage error
+    code, out = cli("cache", "prune", "--max-gb", "nan")  # a float to click, but no size: refused
+    assert code == 2 and "is not a size in GB" in out, out
