@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -225,6 +226,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 #: the tier for the edit-test loop: no processes started, no cluster, no browser, nothing slow
 FAST_TIER = "not (subprocess or cluster or browser or slow)"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection made (every test module, its items and fixtures: about a million objects)
+    lives to the end of the session: moved out of the collector's reach, so that the full
+    collections the tests' own allocations trigger do not walk it each time
+    (docs/benchmarks.md, "The collector and the test suite")."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 from charllm_trace.converters.kineto_checks import check_name_value
 from charllm_trace.converters.kineto_columns import Columns, decode_top
 from charllm_trace.converters.kineto_profile import KinetoProfile
-from charllm_trace.core.alloc import trim_heap
+from charllm_trace.core.alloc import gc_paused, trim_heap
 from charllm_trace.core.errors import InputError
 from charllm_trace.core.event_limit import check_event_count, max_events
 
@@ -79,7 +79,8 @@ def read_kineto(path: str | os.PathLike[str]) -> KinetoProfile:
 
     stream, raw = _open_stream(path)
     try:
-        return _read_stream(path, stream)
+        with gc_paused():  # the batches' Python objects hold no cycle (core/alloc.py)
+            return _read_stream(path, stream)
     except (EOFError, zlib.error, isal_zlib.error) as exc:
         raise InputError(path, f"corrupt or truncated gzip file ({exc})") from None
     except OSError as exc:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from charllm_trace.converters._io import kind_of, load_json
+from charllm_trace.core.alloc import gc_paused
 from charllm_trace.core.errors import InputError
 from charllm_trace.core.model import Run, Trace
 from charllm_trace.core.progress import report
@@ -66,7 +67,8 @@ def convert_file(path: str | os.PathLike[str]) -> Run:
     elif kind == "host_et":
         trace, _report = convert_pair(p, None)
     else:
-        trace, _report = convert_doc(load_json(p), p)  # raises the right one-line error
+        with gc_paused():
+            trace, _report = convert_doc(load_json(p), p)  # raises the right one-line error
     report(p.name, size, size)
     return Run.single(trace, source=str(p))
 
@@ -81,9 +83,18 @@ def _size(p: Path) -> int:
 def convert_pair(
     host_et: str | os.PathLike[str] | None, kineto: str | os.PathLike[str] | None
 ) -> tuple[Trace, dict[str, Any]]:
-    """Convert one rank: a host ET and/or a Kineto profile (at least one)."""
+    """Convert one rank: a host ET and/or a Kineto profile (at least one). Python's cyclic
+    collector is off meanwhile: the decoded documents' containers hold no cycle and, with a big
+    heap around them, cost full collections (core/alloc.py ``gc_paused``)."""
     if kineto is None and host_et is None:
         raise ValueError("convert_pair needs at least one file")
+    with gc_paused():
+        return _convert_pair(host_et, kineto)
+
+
+def _convert_pair(
+    host_et: str | os.PathLike[str] | None, kineto: str | os.PathLike[str] | None
+) -> tuple[Trace, dict[str, Any]]:
     if kineto is None:
         return convert_doc(_load_kind(host_et, "host_et"), host_et)  # type: ignore[arg-type]
     from charllm_trace.converters.build import kineto_trace, linked_trace

@@ -49,6 +49,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from charllm_trace.core.alloc import gc_paused
 from charllm_trace.core.errors import InputError
 from charllm_trace.sanitize import formats
 from charllm_trace.sanitize.rules import (
@@ -250,7 +251,8 @@ def _self_check(sc: Scrubber, s: Path, d: Path, tmp: Path) -> None:
             data = formats.read(p)
             left = sc.leftovers(data) + sc.leftovers(p.relative_to(tmp).as_posix().encode())
             if sc.ids and len(data) < _BIG and formats.kind_of(d.name if s.is_file() else p.name) == "json":
-                left += [str(i) for i in sc.leaked_ids(formats.load_json(p, data))]  # ids under id keys
+                with gc_paused():
+                    left += [str(i) for i in sc.leaked_ids(formats.load_json(p, data))]  # ids under id keys
             del data
             if left:
                 raise RuntimeError(

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from charllm_trace.core.alloc import gc_paused
 from charllm_trace.core.errors import InputError
 from charllm_trace.core.files import GZIP_MAGIC, gunzip, read_regular
 from charllm_trace.sanitize import chakra_et
@@ -174,7 +175,8 @@ def table_collect(sc: Scrubber, kind: str, data: bytes) -> None:
 def collect(sc: Scrubber, kind: str, path: Path, data: bytes) -> None:
     """Pass 1: learn host and user names from a file of ``kind`` (CSV teaches none)."""
     try:
-        _collect(sc, kind, path, data)
+        with gc_paused():  # a decoded document's containers hold no cycle (core/alloc.py)
+            _collect(sc, kind, path, data)
     except RecursionError:
         raise InputError(path, "nested too deeply to sanitize (more than ~900 levels)") from None
 
@@ -182,7 +184,8 @@ def collect(sc: Scrubber, kind: str, path: Path, data: bytes) -> None:
 def clean(sc: Scrubber, kind: str, path: Path, data: bytes) -> bytes:
     """Pass 2: the cleaned bytes of a file of ``kind`` (uncompressed)."""
     try:
-        return _clean(sc, kind, path, data)
+        with gc_paused():
+            return _clean(sc, kind, path, data)
     except RecursionError:
         raise InputError(path, "nested too deeply to sanitize (more than ~900 levels)") from None
     except orjson.JSONEncodeError as exc:  # orjson writes at most 254 levels
