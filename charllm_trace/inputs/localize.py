@@ -61,10 +61,14 @@ def url_output(output: str) -> Iterator[str]:
         return
     from charllm_trace.inputs import urls
 
-    name = output.rstrip("/").rsplit("/", 1)[-1]
-    parent = output.rstrip("/")[: -len(name)].rstrip("/")
+    base = output.rstrip("/")
+    name = base.rsplit("/", 1)[-1]
+    # what comes before the name, its slash kept: "s3://b/x/" or, for a name right after the
+    # protocol ("memory://out"), "memory://" (stripping that slash made "memory:/out/...", which
+    # fsspec took for a local path: the files went to ./memory:/out)
+    parent = base[: -len(name)]
     with tempfile.TemporaryDirectory(prefix="charllm-out-") as tmp:
         yield str(Path(tmp) / name)
         for f in sorted(Path(tmp).rglob("*")):
             if f.is_file():
-                urls.write_bytes(f"{parent}/{f.relative_to(tmp).as_posix()}", f.read_bytes())
+                urls.write_bytes(f"{parent}{f.relative_to(tmp).as_posix()}", f.read_bytes())

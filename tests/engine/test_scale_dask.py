@@ -260,21 +260,49 @@ def test_file_urls_read_by_workers_and_written_whole(scheduler, tmp_path):
     assert missing.exit_code == 2 and missing.output.startswith(f"error: {url}-nope: ")
 
 
-def test_memory_urls_in_process_and_on_thread_workers(monkeypatch):
+def _memory_gloo():
     import fsspec
 
     fs = fsspec.filesystem("memory")
     for f in GLOO.iterdir():
         fs.pipe(f"/gloo/{f.name}", f.read_bytes())
+    return fs
+
+
+def test_memory_urls_without_a_scheduler(monkeypatch):
+    """A ``memory://`` input is copied here and read by the local path (graph analyses
+    included); outputs are uploaded whole, and refused when they exist."""
+    fs = _memory_gloo()
     monkeypatch.delenv(engine.ENV, raising=False)
     opts = AnalyzeOptions(per_step=True)
     local = _local(GLOO, opts)
-    # no scheduler: the URL is copied here and read by the local path (graph analyses included)
     plain = analyze_run(load("memory://gloo", cache=False), opts)
     assert plain.critical_path is not None
     assert local.frames()["critical_path"].equals(plain.frames()["critical_path"])
     assert_same_analysis(local, plain)
-    # workers in this process (memory:// is per process), each reading its rank from the URL
+    res = CliRunner().invoke(main, ["convert", "memory://gloo", "-o", "memory://gloo-et"])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls("/gloo-et", detail=False)) == [
+        ".charllm-trace-convert", "rank-0.et", "rank-1.et"
+    ]  # fmt: skip
+    again = CliRunner().invoke(main, ["convert", "memory://gloo", "-o", "memory://gloo-et"])
+    assert again.exit_code == 2 and "refusing to overwrite" in again.output
+    for _ in range(2):
+        res = CliRunner().invoke(main, ["report", "memory://gloo", "-o", "memory://out/r.html", "--no-cache"])
+    assert res.exit_code == 2 and "already exists" in res.output
+    assert fs.cat_file("/out/r.html").startswith(b"<!DOCTYPE html>")
+    for d in ("/gloo", "/gloo-et", "/out"):
+        fs.rm(d, recursive=True)
+
+
+@pytest.mark.cluster  # a Dask scheduler and two thread workers in this process
+def test_memory_urls_on_thread_workers(monkeypatch):
+    """``memory://`` is per process: workers in this process (``local-threads:2``) each read
+    their rank from the URL, and write the converted ranks there."""
+    fs = _memory_gloo()
+    opts = AnalyzeOptions(per_step=True)
+    monkeypatch.delenv(engine.ENV, raising=False)
+    local = _local(GLOO, opts)
     monkeypatch.setenv(engine.ENV, "local-threads:2")
     assert_same_analysis(local, _distributed("memory://gloo", opts))
     res = CliRunner().invoke(main, ["info", "memory://gloo", "--json", "--no-cache"])
@@ -285,15 +313,7 @@ def test_memory_urls_in_process_and_on_thread_workers(monkeypatch):
     assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls("/gloo-et", detail=False)) == [
         ".charllm-trace-convert", "rank-0.et", "rank-1.et"
     ]  # fmt: skip
-    # without a scheduler: the input copied here, the output uploaded whole; refused when it exists
-    monkeypatch.delenv(engine.ENV)
-    again = CliRunner().invoke(main, ["convert", "memory://gloo", "-o", "memory://gloo-et"])
-    assert again.exit_code == 2 and "refusing to overwrite" in again.output
-    for _ in range(2):
-        res = CliRunner().invoke(main, ["report", "memory://gloo", "-o", "memory://out/r.html", "--no-cache"])
-    assert res.exit_code == 2 and "already exists" in res.output
-    assert fs.cat_file("/out/r.html").startswith(b"<!DOCTYPE html>")
-    for d in ("/gloo", "/gloo-et", "/out"):
+    for d in ("/gloo", "/gloo-et"):
         fs.rm(d, recursive=True)
 
 

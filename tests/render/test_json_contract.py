@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import jsonschema
 import pytest
 from click.testing import CliRunner
 
@@ -26,6 +25,8 @@ def _schema(kind: str) -> dict:
 
 
 def _validate(kind: str, doc: dict) -> None:
+    import jsonschema  # 1.2 s to import (its format checkers): only where a test validates
+
     jsonschema.Draft202012Validator.check_schema(_schema(kind))
     jsonschema.validate(doc, _schema(kind), cls=jsonschema.Draft202012Validator)
     assert doc["schema"] == f"charllm-trace/{kind}" and isinstance(doc["version"], int)
