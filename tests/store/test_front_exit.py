@@ -40,7 +40,9 @@ _CHILD = (
 
 def _child(spawn, tmp_path: Path, *args: str, thread: bool = False) -> subprocess.CompletedProcess:
     env = {**os.environ, "THREAD": "1" if thread else "0", "CHARLLM_TRACE_NO_CACHE": "1"}
-    return spawn.run([sys.executable, "-c", _CHILD, str(tmp_path / "mark"), *args], capture_output=True, env=env)
+    return spawn.run(
+        [sys.executable, "-c", _CHILD, str(tmp_path / "mark"), *args], capture_output=True, env=env
+    )
 
 
 def test_analyze_prints_the_same_bytes_and_runs_atexit_without_teardown(spawn, tmp_path: Path) -> None:
