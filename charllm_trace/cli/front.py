@@ -79,10 +79,10 @@ def program() -> NoReturn:
 def _leave(exc: SystemExit) -> NoReturn:
     """Exit with ``exc``'s code without the interpreter's teardown, or raise ``exc`` (the usual exit)."""
     import atexit
-    import threading
 
     code = 0 if exc.code is None else exc.code
-    if not isinstance(code, int) or threading.active_count() > 1:
+    threading = sys.modules.get("threading")  # not imported (a cache hit): no other thread was started by it
+    if not isinstance(code, int) or (threading is not None and threading.active_count() > 1):
         raise exc
     try:
         sys.stdout.flush()
