@@ -1,5 +1,5 @@
 """``python -m charllm_trace``: the ``charllm-trace`` program (``cli/front.py``)."""
 
-from charllm_trace.cli.front import main
+from charllm_trace.cli.front import program
 
-main()
+program()

@@ -9,12 +9,21 @@ key is the command line as given (``output_cache.output_key``), so a hit needs n
 entry's conditions (the input's files unchanged, the same terminal for a table) are checked
 against the present. Any failure here falls through to the group, which looks again and
 reports errors as usual.
+
+The program (``program``: the installed script, ``python -m charllm_trace``) leaves at once when
+``main`` is done (``_leave``): the standard streams flushed and the ``atexit`` functions run, as at a
+normal exit, but without the interpreter's teardown of every module and object (after a cold
+``analyze`` that is freeing the analysed tables one by one: ~0.1 s of CPU, docs/benchmarks.md).
+Only when no other Python thread is alive and the exit code is a number; otherwise, or when a
+standard stream cannot be flushed, the interpreter exits as usual. ``main`` itself raises
+``SystemExit`` as click does, for callers in a Python process.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import NoReturn
 
 _SKIP = ("--no-cache", "-h", "--help", "--version")
 
@@ -58,5 +67,35 @@ def main() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def program() -> NoReturn:
+    """The ``charllm-trace`` program: ``main``, then the process leaves (see the module's docstring)."""
+    try:
+        main()
+    except SystemExit as exc:  # click ends every command so (standalone mode)
+        _leave(exc)
+    _leave(SystemExit(0))
+
+
+def _leave(exc: SystemExit) -> NoReturn:
+    """Exit with ``exc``'s code without the interpreter's teardown, or raise ``exc`` (the usual exit)."""
+    import atexit
+
+    code = 0 if exc.code is None else exc.code
+    threading = sys.modules.get("threading")  # not imported (a cache hit): no other thread was started by it
+    if not isinstance(code, int) or (threading is not None and threading.active_count() > 1):
+        raise exc
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed pipe, a full disk: the interpreter words it as usual
+        raise exc from None
+    atexit._run_exitfuncs()  # what the interpreter runs at exit (logging, temporary copies, ...)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    program()

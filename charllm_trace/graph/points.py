@@ -220,7 +220,9 @@ def _lane_chains(
         last = subtree_last(pre, r.ppos, depth)  # pre-order index of the last node of each subtree
     r.wc = cpu_subtree_classes(r.wc, cpu_work, pre, last, r.gpu)  # CPU-only ranks: aten::mm ... are work
     # points: 2*i start, 2*i+1 end; sort key (lane, slot, is_end, -depth)
-    pts = np.concatenate([2 * np.arange(n), 2 * np.arange(n) + 1])
+    # point indexes and lanes in int32 (< 2**31, as in the graph): the chain, the lane edges and
+    # their sources and destinations are the largest arrays alive while the edges are built
+    pts = np.concatenate([np.arange(0, 2 * n, 2, dtype=np.int32), np.arange(1, 2 * n, 2, dtype=np.int32)])
     slot = np.concatenate([pre, last])
     is_end = np.concatenate([np.zeros(n, np.int64), np.ones(n, np.int64)])
     dkey = np.concatenate([np.zeros(n, np.int64), -depth])
@@ -231,7 +233,7 @@ def _lane_chains(
         porder = np.argsort((plane * (n + 1) + slot) * (2 * maxd + 2) + k2, kind="stable")
     else:  # pragma: no cover - only for absurd depths
         porder = np.lexsort((k2, slot, plane))
-    return pre, last, pts[porder], plane[porder]
+    return pre, last, pts[porder], plane[porder].astype(np.int32)
 
 
 def _lane_edges(
@@ -271,7 +273,7 @@ def _lane_edges(
     ewc = np.where(own >= 0, r.wc[np.maximum(own, 0)], WC["idle"]).astype(np.int8)
     ecat = np.where(gpu_gap, CAT["sync_wait"], ecat).astype(np.int8)
     ewc = np.where(gpu_gap, -1, ewc).astype(np.int8)
-    edges.add_block(a, b, lane_base, kind, ecat, ewc, own, np.full(len(a), PRIO_LANE, np.int8))
+    edges.add_block(a, b, lane_base, kind, ecat, ewc, own.astype(np.int32), np.full(len(a), PRIO_LANE, np.int8))
     return a, b, kind
 
 
