@@ -7,14 +7,16 @@ from __future__ import annotations
 import sys
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from charllm_trace.core.errors import InputError
 from charllm_trace.engine import Cluster
 from charllm_trace.engine.compact import compact_batch
+from charllm_trace.engine.graph_step import graph_file
 from charllm_trace.engine.plan import Plan, plan
-from charllm_trace.engine.spill import row_files
+from charllm_trace.engine.spill import remove, row_files
 from charllm_trace.engine.tasks import (
     Failure,
     RankMeta,
@@ -70,7 +72,7 @@ def _read(
         handles = eng.map(load_rank, specs, cache=cache)
         metas = eng.gather(eng.map(rank_meta, handles))
     else:
-        handles, metas = list(specs), eng.gather(eng.map(meta_task, specs, cache=cache))
+        handles, metas = list(specs), eng.map_gather(meta_task, specs, cache=cache)
     failed = [m for m in metas if isinstance(m, Failure)]
     if failed and not keep_going:
         f = failed[0]
@@ -174,8 +176,10 @@ def analyze_distributed(
     from charllm_trace.engine.graph_step import graph_step as graph_rounds
 
     graph = bool(options.critical_path or options.what_if)  # the graph rounds read the traces again
+    # with a spill location, the analysis task stores each rank's graph there: no trace is kept
+    stored = graph and spill is not None
     with open_engine(cluster.address) as eng:
-        g = _read(eng, path, ranks, cache, sample, keep_going=cluster.keep_going, keep=graph)
+        g = _read(eng, path, ranks, cache, sample, keep_going=cluster.keep_going, keep=graph and not stored)
         dims = dims_of([m.groups for m in g.metas], g.manifest, options)
         hosts = hosts_of(g.manifest, {m.rank: m.hostname for m in g.metas})
         node_gpus = ranks_per_node(g.manifest)
@@ -183,27 +187,39 @@ def analyze_distributed(
         written: list[dict[str, str]] = []
         empties: dict[Any, Any] = {}  # one empty frame per place and schema (engine/compact.py)
         fold = RowsFold(options.breakdown_top)  # with spill: the breakdown's parts summed batch by batch
-        if not graph:  # each rank read again and freed once analysed: a worker holds the ranks in flight
-            futs = eng.map(analyze_spec_task, g.handles, cache=cache, where=spill, **kw)
-        elif spill is None:
-            futs = eng.map(analyze_task, g.handles, **kw)
-        else:
-            futs = eng.map(analyze_rows_task, g.handles, where=spill, **kw)
+        each = (
+            partial(compact_batch, empties=empties)
+            if spill is None
+            else partial(_compact_pairs, empties=empties, fold=fold)
+        )
+        if not graph or stored:  # read again, freed once analysed: a worker holds the ranks in flight
+            got = eng.map_gather(
+                analyze_spec_task, g.handles, cache=cache, where=spill, graph=stored, each=each, **kw
+            )
+        else:  # the ranks kept on the workers (read by _read) for the graph rounds
+            task, where = (analyze_task, {}) if spill is None else (analyze_rows_task, {"where": spill})
+            got = eng.gather_batches(eng.map(task, g.handles, **where, **kw), each=each)
         if spill is None:
-            parts = eng.gather_batches(futs, each=lambda b: compact_batch(b, empties))
+            parts = got
         else:
-            got = eng.gather_batches(futs, each=lambda b: _compact_pairs(b, empties, fold))
             parts, written = [p for p, _ in got], [w for _, w in got]
+        del got
         # the critical path and what-if: each rank's share of the graph on its worker (graph_step.py)
         graph_skipped: dict[str, str] = {}
-        cp_wi = graph_rounds(
-            eng,
-            g.handles,
-            [m.rank for m in g.metas],
-            options,
-            graph_skipped,
-            [p.rank for p in parts if p.no_ts],
-        )
+        ranks_read = [m.rank for m in g.metas]
+        try:
+            cp_wi = graph_rounds(
+                eng,
+                g.handles,
+                ranks_read,
+                options,
+                graph_skipped,
+                [p.rank for p in parts if p.no_ts],
+                stored=[graph_file(spill, r) for r in ranks_read] if stored and spill is not None else None,
+            )
+        finally:
+            if stored and spill is not None:
+                remove(graph_file(spill, 0).rsplit("/", 1)[0])
         eng.release(g.handles)
 
     def graph_step(skipped: dict[str, str], no_ts: list[int], simulated: bool) -> Any:
