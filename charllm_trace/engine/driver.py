@@ -14,7 +14,7 @@ from typing import Any
 from charllm_trace.core.errors import InputError
 from charllm_trace.core.model import ProcessGroup
 from charllm_trace.engine import Cluster
-from charllm_trace.engine.compact import compact_batch
+from charllm_trace.engine.compact import HeldParts
 from charllm_trace.engine.graph_step import graph_file
 from charllm_trace.engine.plan import Plan, plan
 from charllm_trace.engine.spill import remove, row_files
@@ -200,26 +200,16 @@ def analyze_distributed(
         hosts = hosts_of(g.manifest, {m.rank: m.hostname for m in g.metas})
         node_gpus = ranks_per_node(g.manifest)
         kw = {"options": options, "dims": dims, "hosts": hosts, "node_gpus": node_gpus}
-        written: list[dict[str, str]] = []
-        empties: dict[Any, Any] = {}  # one empty frame per place and schema (engine/compact.py)
         fold = RowsFold(options.breakdown_top)  # with spill: the breakdown's parts summed batch by batch
-        each = (
-            partial(compact_batch, empties=empties)
-            if spill is None
-            else partial(_compact_pairs, empties=empties, fold=fold)
-        )
+        parts = HeldParts()  # one concatenated frame per batch, place and schema (engine/compact.py)
+        each = partial(_hold, parts=parts, fold=fold if spill is not None else None)
         if not graph or stored:  # read again, freed once analysed: a worker holds the ranks in flight
-            got = eng.map_gather(
+            written = eng.map_gather(
                 analyze_spec_task, g.handles, cache=cache, where=spill, graph=stored, each=each, **kw
             )
         else:  # the ranks kept on the workers (read by _read) for the graph rounds
             task, where = (analyze_task, {}) if spill is None else (analyze_rows_task, {"where": spill})
-            got = eng.gather_batches(eng.map(task, g.handles, **where, **kw), each=each)
-        if spill is None:
-            parts = got
-        else:
-            parts, written = [p for p, _ in got], [w for _, w in got]
-        del got
+            written = eng.gather_batches(eng.map(task, g.handles, **where, **kw), each=each)
         # the critical path and what-if: each rank's share of the graph on its worker (graph_step.py)
         graph_skipped: dict[str, str] = {}
         ranks_read = [m.rank for m in g.metas]
@@ -250,14 +240,17 @@ def analyze_distributed(
     return res
 
 
-def _compact_pairs(
-    got: list[tuple[Any, dict[str, str]]], empties: dict[Any, Any], fold: Any
-) -> list[tuple[Any, dict[str, str]]]:
-    """A batch of (part, files written): the time breakdown's parts folded into ``fold``
-    (``analysis/rank_rows.py``), then :func:`compact_batch`."""
-    parts = [p for p, _ in got]
-    fold.add(parts)
-    return list(zip(compact_batch(parts, empties), [w for _, w in got], strict=True))
+def _hold(got: list[Any], parts: HeldParts, fold: Any) -> list[dict[str, str]]:
+    """A gathered batch held in ``parts``; with ``fold`` (a spill location), the batch is of
+    (part, files written), the time breakdown's parts folded into ``fold``
+    (``analysis/rank_rows.py``) first. Returns the files written per part ({} without)."""
+    if fold is None:
+        parts.add(got)
+        return [{} for _ in got]
+    batch = [p for p, _ in got]
+    fold.add(batch)
+    parts.add(batch)
+    return [w for _, w in got]
 
 
 def info_distributed(path: str, *, cluster: Cluster, cache: bool = True) -> dict[str, Any]:
