@@ -18,7 +18,7 @@ With ``--scheduler ADDRESS`` (e.g. ``local:2``: a ``LocalCluster`` of 2 process 
 by the analysing process) every case runs through the Dask engine (docs/scale.md); "driver MiB"
 is then the peak of the process that gathers and merges the ranks' parts and writes the JSON
 (the scheduler of ``local:N`` runs in it too; its workers are not counted). ``--no-critical-path``
-passes that option (the critical path is not computed with a scheduler).
+passes that option (with a scheduler the critical path runs on the workers: docs/scale.md).
 
     python benchmarks/bench_many_ranks.py                       # 128, 512, 1024 ranks
     python benchmarks/bench_many_ranks.py --ranks 128 --cases all,ranks

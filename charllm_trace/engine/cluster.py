@@ -21,6 +21,8 @@ from charllm_trace.core.errors import InputError
 RETRIES = 2
 #: results gathered to the driver at a time by :meth:`DaskEngine.gather_batches`
 GATHER_BATCH = 64
+#: tasks kept waiting per worker thread beyond the batch being gathered (:meth:`DaskEngine.map_gather`)
+AHEAD_PER_THREAD = 4
 _LOCAL = re.compile(r"local(-threads)?:(\d+)")
 
 
@@ -58,10 +60,52 @@ class DaskEngine:
             out.extend(each(got) if each is not None else got)
         return out
 
+    def map_gather(
+        self,
+        fn: Callable[..., Any],
+        items: Sequence[Any],
+        *more: Sequence[Any],
+        each: Callable[[list[Any]], list[Any]] | None = None,
+        **kw: Any,
+    ) -> list[Any]:
+        """:meth:`map` then :meth:`gather_batches`, the tasks submitted a window at a time: at most
+        :func:`window` tasks wait on the cluster beyond the batch being gathered, so the
+        scheduler (in this process with ``local:N``) holds the state of those, not of a task per
+        rank. The results come back in ``items``' order."""
+        out: list[Any] = []
+        size, ahead = GATHER_BATCH, window(self.threads())
+        n, sent = len(items), 0
+        futs: dict[int, Any] = {}
+        for i in range(0, n, size):
+            hi = min(n, i + size + ahead)
+            if hi > sent:
+                new = self.map(fn, items[sent:hi], *[m[sent:hi] for m in more], **kw)
+                futs.update(zip(range(sent, hi), new, strict=True))
+                sent = hi
+            batch = [futs.pop(j) for j in range(i, min(n, i + size))]
+            got = self.client.gather(batch)
+            self.release(batch)
+            out.extend(each(got) if each is not None else got)
+        return out
+
+    def threads(self) -> int:
+        """The cluster's worker threads now (at least 1)."""
+        try:
+            return max(1, sum(self.client.nthreads().values()))
+        except Exception:  # noqa: BLE001 - a scheduler that does not answer: the smallest window
+            return 1
+
     def release(self, handles: list[Any]) -> None:
         for h in handles:
             if hasattr(h, "release"):  # a future (not what a plan holds: engine/driver.py _read)
                 h.release()
+
+
+def window(threads: int) -> int:
+    """How many tasks :meth:`DaskEngine.map_gather` keeps submitted beyond the batch it gathers:
+    enough to keep every worker thread busy meanwhile (:data:`AHEAD_PER_THREAD` each), and at
+    least a batch."""
+    return max(GATHER_BATCH, AHEAD_PER_THREAD * threads)
 
 
 def connect_timeout() -> float:

@@ -11,8 +11,10 @@ frame for frame, so the merge computes the same results.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, overload
 
 import polars as pl
 
@@ -88,3 +90,136 @@ def compact_batch(parts: list[Any], empties: dict[Any, pl.DataFrame] | None = No
             out[i] = _put(out[i], path, whole.slice(off, df.height))
             off += df.height
     return out
+
+
+class _Ref:
+    """Where a held part's frame is: rows ``offset`` to ``offset + height`` of ``HeldParts.frames[frame]``."""
+
+    __slots__ = ("frame", "height", "offset")
+
+    def __init__(self, frame: int, offset: int, height: int) -> None:
+        self.frame, self.offset, self.height = frame, offset, height
+
+
+class HeldParts(Sequence[Any]):
+    """The ranks' parts as the driver holds them until the merge (issue 26 item 3: a driver that
+    does not grow with ranks): what :func:`compact_batch` gives, but each rank's frames are held as
+    a reference (:class:`_Ref`: 3 integers) into the batch's concatenated frame, not as a frame
+    slice (~3 kB each, a dozen per part). Read, a part is rebuilt: its fields as they arrived,
+    its per-analysis parts (``RankPart.parts``) a mapping that gives each entry with its frames
+    sliced back on each access (:class:`_Entries`): a merge that reads one analysis' entries
+    holds those slices, not every rank's every frame. The frames read are those
+    :func:`compact_batch` would have held: the same slices of the same concatenated frames."""
+
+    def __init__(self, empties: dict[Any, pl.DataFrame] | None = None) -> None:
+        self.frames: list[pl.DataFrame] = []
+        self.skeletons: list[tuple[Any, frozenset[str]]] = []  # (part with refs, its fields holding refs)
+        self.empties = {} if empties is None else empties
+
+    def add(self, parts: list[Any]) -> None:
+        """Hold a gathered batch (:func:`compact_batch`'s places and schemas)."""
+        found = []
+        for p in parts:
+            f: dict[Path, pl.DataFrame] = {}
+            _frames(p, (), f)
+            found.append(f)
+        places: dict[tuple[Path, tuple[tuple[str, pl.DataType], ...]], list[int]] = {}
+        out = list(parts)
+        fields: list[set[str]] = [set() for _ in parts]
+        for i, f in enumerate(found):
+            for path, df in f.items():
+                key = (path, tuple(df.schema.items()))
+                if df.height:
+                    places.setdefault(key, []).append(i)
+                else:
+                    out[i] = _put(out[i], path, self.empties.setdefault(key, df))
+        for (path, _schema), idx in places.items():
+            if len(idx) < 2:  # alone of its kind in the batch: held as it is, as compact_batch does
+                continue
+            frames = [found[i][path] for i in idx]
+            k = len(self.frames)
+            self.frames.append(pl.concat(frames, how="vertical", rechunk=True))
+            off = 0
+            for i, df in zip(idx, frames, strict=True):
+                out[i] = _put(out[i], path, _Ref(k, off, df.height))
+                fields[i].add(str(path[0]))
+                off += df.height
+        self.skeletons.extend((p, frozenset(f)) for p, f in zip(out, fields, strict=True))
+
+    def __len__(self) -> int:
+        return len(self.skeletons)
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Any]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return [self._part(*s) for s in self.skeletons[i]]
+        return self._part(*self.skeletons[i])
+
+    def __iter__(self) -> Iterator[Any]:
+        for s in self.skeletons:
+            yield self._part(*s)
+
+    def _part(self, skel: Any, fields: frozenset[str]) -> Any:
+        if not fields:
+            return skel
+        p = copy.copy(skel)
+        for name in fields:
+            v = getattr(skel, name)
+            built = _Entries(v, self.frames) if isinstance(v, dict) else _build(v, self.frames)
+            object.__setattr__(p, name, built)
+        return p
+
+
+class _Entries(Mapping[str, Any]):
+    """A held part's per-analysis parts: each entry rebuilt with its frames on access."""
+
+    __slots__ = ("frames", "skel")
+
+    def __init__(self, skel: dict[str, Any], frames: list[pl.DataFrame]) -> None:
+        self.skel, self.frames = skel, frames
+
+    def __getitem__(self, k: str) -> Any:
+        return _build(self.skel[k], self.frames)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.skel)
+
+    def __len__(self) -> int:
+        return len(self.skel)
+
+    def __contains__(self, k: object) -> bool:
+        return k in self.skel
+
+
+def _build(obj: Any, frames: list[pl.DataFrame], depth: int = 0) -> Any:
+    """``obj`` with its :class:`_Ref` s replaced by their slices (containers rebuilt as
+    :func:`_put` leaves them; an object without refs is returned as it is)."""
+    if isinstance(obj, _Ref):
+        return frames[obj.frame].slice(obj.offset, obj.height)
+    if depth > 4 or isinstance(obj, pl.DataFrame | str | int | float | type(None)):
+        return obj
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changed = {}
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name)
+            b = _build(v, frames, depth + 1)
+            if b is not v:
+                changed[f.name] = b
+        if not changed:
+            return obj
+        c = copy.copy(obj)
+        for k, v in changed.items():
+            object.__setattr__(c, k, v)
+        return c
+    if isinstance(obj, tuple | list):
+        items = [_build(x, frames, depth + 1) for x in obj]
+        if all(a is b for a, b in zip(items, obj, strict=True)):
+            return obj
+        return tuple(items) if isinstance(obj, tuple) else items
+    if isinstance(obj, dict):
+        d = {k: _build(x, frames, depth + 1) if isinstance(k, str) else x for k, x in obj.items()}
+        return obj if all(d[k] is obj[k] for k in obj) else d
+    return obj

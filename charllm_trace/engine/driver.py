@@ -7,14 +7,17 @@ from __future__ import annotations
 import sys
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from charllm_trace.core.errors import InputError
+from charllm_trace.core.model import ProcessGroup
 from charllm_trace.engine import Cluster
-from charllm_trace.engine.compact import compact_batch
+from charllm_trace.engine.compact import HeldParts
+from charllm_trace.engine.graph_step import graph_file
 from charllm_trace.engine.plan import Plan, plan
-from charllm_trace.engine.spill import row_files
+from charllm_trace.engine.spill import remove, row_files
 from charllm_trace.engine.tasks import (
     Failure,
     RankMeta,
@@ -66,11 +69,13 @@ def _read(
         ranks = _choose(path, sorted({s.rank for s in specs if s.rank is not None}), ranks, sample)
     if ranks is not None:  # a run directory's ranks are known before reading
         specs = [s for s in specs if s.rank is None or s.rank in ranks]
+    shared: dict[ProcessGroup, ProcessGroup] = {}
+    each = partial(_share_groups, shared=shared)
     if keep:
         handles = eng.map(load_rank, specs, cache=cache)
-        metas = eng.gather(eng.map(rank_meta, handles))
+        metas = eng.gather_batches(eng.map(rank_meta, handles), each=each)
     else:
-        handles, metas = list(specs), eng.gather(eng.map(meta_task, specs, cache=cache))
+        handles, metas = list(specs), eng.map_gather(meta_task, specs, cache=cache, each=each)
     failed = [m for m in metas if isinstance(m, Failure)]
     if failed and not keep_going:
         f = failed[0]
@@ -108,6 +113,19 @@ def _read(
     g = Gathered(pl_, [h for _, h in ok], [m for m, _ in ok], failed, manifest)
     _label(g, worlds)
     return g
+
+
+def _share_groups(
+    metas: list[RankMeta | Failure], shared: dict[ProcessGroup, ProcessGroup]
+) -> list[RankMeta | Failure]:
+    """A gathered batch of metadata, each process group held once for all ranks (``shared``,
+    from batch to batch): every rank names the groups it is in, and a group of all N ranks
+    arrives N times, N integers each: unshared, 32 MiB at 1,024 ranks and 590 MiB at 4,096
+    (measured: docs/scale.md)."""
+    for m in metas:
+        if isinstance(m, RankMeta):
+            m.groups = [shared.setdefault(pg, pg) for pg in m.groups]
+    return metas
 
 
 def _choose(path: str, present: list[int], ranks: list[int] | None, sample: int | None) -> list[int] | None:
@@ -174,36 +192,40 @@ def analyze_distributed(
     from charllm_trace.engine.graph_step import graph_step as graph_rounds
 
     graph = bool(options.critical_path or options.what_if)  # the graph rounds read the traces again
+    # with a spill location, the analysis task stores each rank's graph there: no trace is kept
+    stored = graph and spill is not None
     with open_engine(cluster.address) as eng:
-        g = _read(eng, path, ranks, cache, sample, keep_going=cluster.keep_going, keep=graph)
+        g = _read(eng, path, ranks, cache, sample, keep_going=cluster.keep_going, keep=graph and not stored)
         dims = dims_of([m.groups for m in g.metas], g.manifest, options)
         hosts = hosts_of(g.manifest, {m.rank: m.hostname for m in g.metas})
         node_gpus = ranks_per_node(g.manifest)
         kw = {"options": options, "dims": dims, "hosts": hosts, "node_gpus": node_gpus}
-        written: list[dict[str, str]] = []
-        empties: dict[Any, Any] = {}  # one empty frame per place and schema (engine/compact.py)
         fold = RowsFold(options.breakdown_top)  # with spill: the breakdown's parts summed batch by batch
-        if not graph:  # each rank read again and freed once analysed: a worker holds the ranks in flight
-            futs = eng.map(analyze_spec_task, g.handles, cache=cache, where=spill, **kw)
-        elif spill is None:
-            futs = eng.map(analyze_task, g.handles, **kw)
-        else:
-            futs = eng.map(analyze_rows_task, g.handles, where=spill, **kw)
-        if spill is None:
-            parts = eng.gather_batches(futs, each=lambda b: compact_batch(b, empties))
-        else:
-            got = eng.gather_batches(futs, each=lambda b: _compact_pairs(b, empties, fold))
-            parts, written = [p for p, _ in got], [w for _, w in got]
+        parts = HeldParts()  # one concatenated frame per batch, place and schema (engine/compact.py)
+        each = partial(_hold, parts=parts, fold=fold if spill is not None else None)
+        if not graph or stored:  # read again, freed once analysed: a worker holds the ranks in flight
+            written = eng.map_gather(
+                analyze_spec_task, g.handles, cache=cache, where=spill, graph=stored, each=each, **kw
+            )
+        else:  # the ranks kept on the workers (read by _read) for the graph rounds
+            task, where = (analyze_task, {}) if spill is None else (analyze_rows_task, {"where": spill})
+            written = eng.gather_batches(eng.map(task, g.handles, **where, **kw), each=each)
         # the critical path and what-if: each rank's share of the graph on its worker (graph_step.py)
         graph_skipped: dict[str, str] = {}
-        cp_wi = graph_rounds(
-            eng,
-            g.handles,
-            [m.rank for m in g.metas],
-            options,
-            graph_skipped,
-            [p.rank for p in parts if p.no_ts],
-        )
+        ranks_read = [m.rank for m in g.metas]
+        try:
+            cp_wi = graph_rounds(
+                eng,
+                g.handles,
+                ranks_read,
+                options,
+                graph_skipped,
+                [p.rank for p in parts if p.no_ts],
+                stored=[graph_file(spill, r) for r in ranks_read] if stored and spill is not None else None,
+            )
+        finally:
+            if stored and spill is not None:
+                remove(graph_file(spill, 0).rsplit("/", 1)[0])
         eng.release(g.handles)
 
     def graph_step(skipped: dict[str, str], no_ts: list[int], simulated: bool) -> Any:
@@ -218,14 +240,17 @@ def analyze_distributed(
     return res
 
 
-def _compact_pairs(
-    got: list[tuple[Any, dict[str, str]]], empties: dict[Any, Any], fold: Any
-) -> list[tuple[Any, dict[str, str]]]:
-    """A batch of (part, files written): the time breakdown's parts folded into ``fold``
-    (``analysis/rank_rows.py``), then :func:`compact_batch`."""
-    parts = [p for p, _ in got]
-    fold.add(parts)
-    return list(zip(compact_batch(parts, empties), [w for _, w in got], strict=True))
+def _hold(got: list[Any], parts: HeldParts, fold: Any) -> list[dict[str, str]]:
+    """A gathered batch held in ``parts``; with ``fold`` (a spill location), the batch is of
+    (part, files written), the time breakdown's parts folded into ``fold``
+    (``analysis/rank_rows.py``) first. Returns the files written per part ({} without)."""
+    if fold is None:
+        parts.add(got)
+        return [{} for _ in got]
+    batch = [p for p, _ in got]
+    fold.add(batch)
+    parts.add(batch)
+    return [w for _, w in got]
 
 
 def info_distributed(path: str, *, cluster: Cluster, cache: bool = True) -> dict[str, Any]:

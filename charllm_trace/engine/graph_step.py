@@ -13,6 +13,7 @@ start times back), then one round per rank a critical path crosses."""
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from charllm_trace.analysis.whatif import factor_array
 from charllm_trace.analysis.whatif_keys import per_edge_keys
 from charllm_trace.core.dag import cycle_error
 from charllm_trace.core.errors import UsageError
+from charllm_trace.engine.spill import read_bytes, write_bytes
 from charllm_trace.graph.run import match_instances
 
 #: top ops kept per path (``critical.critical_path``'s default)
@@ -80,6 +82,87 @@ def walk_task(
     ]
 
 
+class _Held:
+    """The ranks' graphs as futures on their workers (``build_task`` of each rank read and kept):
+    each round maps a task over the graphs, its results gathered by a second one."""
+
+    def __init__(self, eng: Any, handles: list[Any]) -> None:
+        self.eng = eng
+        self.rgs = eng.map(build_task, handles)
+        self.held = [self.rgs]
+
+    def instances(self) -> list[Any]:
+        return self.eng.gather(self.eng.map(instances_task, self.rgs))
+
+    def step(self, task: Any, extract: Any, *more: list[Any], **kw: Any) -> list[Any]:
+        """``task`` (which changes a rank's graph) on every graph, then ``extract`` of each."""
+        nxt = self.eng.map(task, self.rgs, *more, **kw)
+        out = self.eng.gather(self.eng.map(extract, nxt))
+        self.rgs = nxt
+        self.held.append(nxt)
+        return out
+
+    def walk(self, idx: list[int], reqs: list[Any]) -> list[Any]:
+        return self.eng.gather(self.eng.map(walk_task, [self.rgs[i] for i in idx], reqs))
+
+    def close(self) -> None:
+        for h in self.held:
+            self.eng.release(h)
+
+
+class _Stored:
+    """The ranks' graphs as files (``store_graph``: each rank's analysis task built its graph and
+    wrote it where the rank rows go, ``engine/spill.py``): each round's task reads a rank's graph,
+    works on it, writes it back when it changed it and returns its small result, so a worker
+    holds the graphs of the ranks in flight, not of all its ranks."""
+
+    def __init__(self, eng: Any, files: list[str]) -> None:
+        self.eng = eng
+        self.files = files
+
+    def instances(self) -> list[Any]:
+        return self.eng.map_gather(stored_task, self.files, step="instances")
+
+    def step(self, task: Any, extract: Any, *more: list[Any], **kw: Any) -> list[Any]:
+        name = {join_task: "join", finish_task: "finish"}[task]
+        return self.eng.map_gather(stored_task, self.files, *more, step=name, **kw)
+
+    def walk(self, idx: list[int], reqs: list[Any]) -> list[Any]:
+        return self.eng.map_gather(stored_task, [self.files[i] for i in idx], reqs, step="walk")
+
+    def close(self) -> None:
+        pass
+
+
+def stored_task(path: str, *args: Any, step: str, **kw: Any) -> Any:
+    """One round's work on the rank graph stored at ``path`` (:class:`_Stored`)."""
+    rg = load_graph(path)
+    if step == "instances":
+        return instances_task(rg)
+    if step == "walk":
+        return walk_task(rg, *args)
+    if step == "join":
+        rg = join_task(rg, *args, **kw)
+        store_graph(rg, path)
+        return contracted_task(rg)
+    rg = finish_task(rg, *args, **kw)
+    store_graph(rg, path)
+    return summary_task(rg)
+
+
+def graph_file(where: str, rank: int) -> str:
+    """Where a rank's graph is stored under the spill location ``where``."""
+    return f"{where.rstrip('/')}/graph/rank-{rank}.pickle"
+
+
+def store_graph(rg: rgm.RankGraph, path: str) -> None:
+    write_bytes(path, pickle.dumps(rg, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def load_graph(path: str) -> rgm.RankGraph:
+    return pickle.loads(read_bytes(path))
+
+
 def graph_step(
     eng: Any,
     handles: list[Any],
@@ -87,8 +170,10 @@ def graph_step(
     options: AnalyzeOptions,
     skipped: dict[str, str],
     no_ts: list[int],
+    stored: list[str] | None = None,
 ) -> tuple[CriticalPathResult | None, WhatIfResult | None]:
-    """``analysis.api._graph_analyses`` of the ranks read on the workers (``handles``, in rank order)."""
+    """``analysis.api._graph_analyses`` of the ranks read on the workers (``handles``, in rank
+    order), or of their graphs stored in the files ``stored`` (in rank order: :class:`_Stored`)."""
     if gm.skip_untimed(options, skipped, no_ts):
         return None, None
     sets: dict[str, np.ndarray | None] = {"base": None}
@@ -100,22 +185,23 @@ def graph_step(
                 "run it without --scheduler"
             )
         sets["new"] = factor_array(dict(options.what_if))
-    rgs = eng.map(build_task, handles)
+    graphs = _Stored(eng, stored) if stored is not None else _Held(eng, handles)
     try:
-        return _rounds(eng, rgs, ranks, options, skipped, sets)
+        return _rounds(graphs, ranks, options, skipped, sets)
     finally:
-        eng.release(rgs)
+        graphs.close()
 
 
-def _rounds(eng, rgs, ranks, options, skipped, sets):
-    infos = eng.gather(eng.map(instances_task, rgs))
+def _rounds(graphs, ranks, options, skipped, sets):
+    infos = graphs.instances()
     measured = all(m for _, m, _ in infos)
     frames = [f.with_columns(rank=pl.lit(r, dtype=pl.Int64)) for r, _, f in infos if f.height]
+    del infos
     inst, match_notes = match_instances(frames) if measured and len(ranks) > 1 else match_instances([])
     n_v = int(inst["_v"].max()) + 1 if inst.height else 0
-    rows = [inst.filter(pl.col("rank") == r).select("_i", "_v", "_tr", "_vt") for r in ranks]
-    joined = eng.map(join_task, rgs, rows, sets=sets)
-    parts = eng.gather(eng.map(contracted_task, joined))
+    rows = _rows_by_rank(inst, ranks)
+    parts = graphs.step(join_task, contracted_task, rows, sets=sets)
+    del rows
     notes = gm.graph_notes(
         [(r, p[0]) for r, p in zip(ranks, parts, strict=True)],
         match_notes,
@@ -128,51 +214,63 @@ def _rounds(eng, rgs, ranks, options, skipped, sets):
         vt, v_left = gm.solve_virtual(n_v, [(p[2], p[3][k][0], p[3][k][1]) for p in parts])
         if left or v_left:
             gm.skip_cycles(options, skipped, cycle_error("execution graph", left + v_left).problem)
-            eng.release(joined)
             return None, None
         vtimes[k] = vt
     per_rank = [{k: vtimes[k][p[2]] for k in sets} for p in parts]
-    done = eng.map(finish_task, joined, per_rank, sets=sets, what_if=bool(options.what_if))
-    eng.release(joined)
-    try:
-        summaries = eng.gather(eng.map(summary_task, done))
-        who = gm.bind_virtual(n_v, [(r, p[2], s[0]) for r, p, s in zip(ranks, parts, summaries, strict=True)])
-        cp_paths: list[gm.Path] = []
-        starts: list[tuple[gm.Path, int, int]] = []  # (path, rank, end point)
-        whole: list[tuple[int, int, int, int]] = []  # (rank, end point, end time, start time)
+    vids = [p[2] for p in parts]
+    del parts
+    summaries = graphs.step(finish_task, summary_task, per_rank, sets=sets, what_if=bool(options.what_if))
+    del per_rank
+    who = gm.bind_virtual(n_v, [(r, v, s[0]) for r, v, s in zip(ranks, vids, summaries, strict=True)])
+    cp_paths: list[gm.Path] = []
+    starts: list[tuple[gm.Path, int, int]] = []  # (path, rank, end point)
+    whole: list[tuple[int, int, int, int]] = []  # (rank, end point, end time, start time)
+    for r, s in zip(ranks, summaries, strict=True):
+        for step, sink, _w0, w0_t, sink_t in s[1]:
+            p = gm.Path("rank", r, step, w0_t, sink_t)
+            cp_paths.append(p)
+            starts.append((p, r, sink))
+            if step is None:
+                whole.append((r, sink, sink_t, w0_t))
+    if len(whole) > 1:
+        r, sink, sink_t, _ = max(whole, key=lambda w: w[2])
+        job = gm.Path("job", None, None, min(w[3] for w in whole), sink_t)
+        cp_paths.append(job)
+        starts.append((job, r, sink))
+    if not options.critical_path:
+        cp_paths, starts = [], []
+    waits: list[gm.Path] = []
+    if options.what_if:
         for r, s in zip(ranks, summaries, strict=True):
-            for step, sink, _w0, w0_t, sink_t in s[1]:
-                p = gm.Path("rank", r, step, w0_t, sink_t)
-                cp_paths.append(p)
+            if s[2][1] is not None:
+                sink, w0_t, sink_t = s[2][1]
+                p = gm.Path("rank", r, None, w0_t, sink_t)
+                waits.append(p)
                 starts.append((p, r, sink))
-                if step is None:
-                    whole.append((r, sink, sink_t, w0_t))
-        if len(whole) > 1:
-            r, sink, sink_t, _ = max(whole, key=lambda w: w[2])
-            job = gm.Path("job", None, None, min(w[3] for w in whole), sink_t)
-            cp_paths.append(job)
-            starts.append((job, r, sink))
-        if not options.critical_path:
-            cp_paths, starts = [], []
-        waits: list[gm.Path] = []
-        if options.what_if:
-            for r, s in zip(ranks, summaries, strict=True):
-                if s[2][1] is not None:
-                    sink, w0_t, sink_t = s[2][1]
-                    p = gm.Path("rank", r, None, w0_t, sink_t)
-                    waits.append(p)
-                    starts.append((p, r, sink))
-        _walk(eng, dict(zip(ranks, done, strict=True)), starts, who)
-        cp = gm.critical_from(cp_paths, notes, measured) if options.critical_path else None
-        wi = None
-        if options.what_if:
-            wi = gm.whatif_from([s[2][0] for s in summaries], waits, dict(options.what_if), notes, measured)
-        return gm.keep_steps(options, cp, wi)
-    finally:
-        eng.release(done)
+    _walk(graphs, {r: i for i, r in enumerate(ranks)}, starts, who)
+    cp = gm.critical_from(cp_paths, notes, measured) if options.critical_path else None
+    wi = None
+    if options.what_if:
+        wi = gm.whatif_from([s[2][0] for s in summaries], waits, dict(options.what_if), notes, measured)
+    return gm.keep_steps(options, cp, wi)
 
 
-def _walk(eng: Any, by_rank: dict[int, Any], starts: list[tuple[gm.Path, int, int]], who: np.ndarray) -> None:
+def _rows_by_rank(inst: pl.DataFrame, ranks: list[int]) -> list[pl.DataFrame]:
+    """Each rank's matched instances (in ``ranks``' order): one partition of the table, not a
+    filter of the whole table per rank."""
+    cols = ["_i", "_v", "_tr", "_vt"]
+    if not inst.height:
+        return [inst.select(cols) for _ in ranks]
+    by = {
+        k[0]: f.select(cols) for k, f in inst.partition_by("rank", as_dict=True, maintain_order=True).items()
+    }
+    empty = inst.select(cols).clear()
+    return [by.get(r, empty) for r in ranks]
+
+
+def _walk(
+    graphs: Any, by_rank: dict[int, int], starts: list[tuple[gm.Path, int, int]], who: np.ndarray
+) -> None:
     """Walk every path back, one round per rank crossed: each rank walks its pieces and sends
     their first 4 x TOP ops by time (enough for a path's top ops unless it crosses a rank twice:
     then that rank's pieces are walked again with all their ops)."""
@@ -184,7 +282,7 @@ def _walk(eng: Any, by_rank: dict[int, Any], starts: list[tuple[gm.Path, int, in
         reqs[i].append((r, sink, None, p.start_ns))
     trunc: dict[tuple[int, int], bool] = {}
     while todo:
-        out = _gather_walks(eng, by_rank, todo)
+        out = _gather_walks(graphs, by_rank, todo)
         todo = {}
         for i, j, w in out:
             p = paths[i]
@@ -201,15 +299,15 @@ def _walk(eng: Any, by_rank: dict[int, Any], starts: list[tuple[gm.Path, int, in
         for j, (r, start, v, stop) in enumerate(rq):
             if seen.count(r) > 1 and trunc.get((i, j)):
                 again.setdefault(r, []).append((i, j, start, v, stop, True))
-    for i, j, w in _gather_walks(eng, by_rank, again):
+    for i, j, w in _gather_walks(graphs, by_rank, again):
         paths[i].names[j] = w.names
 
 
 def _gather_walks(
-    eng: Any, by_rank: dict[int, Any], todo: dict[int, list]
+    graphs: Any, by_rank: dict[int, int], todo: dict[int, list]
 ) -> list[tuple[int, int, rgm.Walked]]:
     if not todo:
         return []
     rs = sorted(todo)
-    out = eng.gather(eng.map(walk_task, [by_rank[r] for r in rs], [todo[r] for r in rs]))
+    out = graphs.walk([by_rank[r] for r in rs], [todo[r] for r in rs])
     return [x for res in out for x in res]

@@ -47,6 +47,26 @@ def _read(path: str) -> pl.DataFrame:
     return pl.read_ipc(path)
 
 
+def write_bytes(target: str, data: bytes) -> None:
+    """``data`` written to ``target`` (a path or URL), its directory made."""
+    if is_url(target):
+        fs, p = urls.fs_of(target)
+        fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
+        with fs.open(p, "wb") as f:
+            f.write(data)
+        return
+    Path(target).parent.mkdir(parents=True, exist_ok=True)
+    Path(target).write_bytes(data)
+
+
+def read_bytes(path: str) -> bytes:
+    if is_url(path):
+        fs, p = urls.fs_of(path)
+        with fs.open(p, "rb") as f:
+            return f.read()
+    return Path(path).read_bytes()
+
+
 def write_rows(part: Any, where: str, top_n: int | None = None) -> dict[str, str]:
     """Write the rank rows of ``part`` (a ``RankPart``) under ``where``, leaving empty frames in
     the part; returns frame name -> the file written. ``top_n``: ``--breakdown-top``."""

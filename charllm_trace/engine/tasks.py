@@ -16,6 +16,7 @@ from typing import Any
 
 from charllm_trace.core.errors import InputError
 from charllm_trace.core.model import ProcessGroup, Trace
+from charllm_trace.engine.graph_step import build_task, graph_file, store_graph
 from charllm_trace.engine.plan import RankSpec
 from charllm_trace.inputs.urls import is_url
 
@@ -146,15 +147,21 @@ def meta_task(spec: RankSpec, cache: bool = False) -> RankMeta | Failure:
     return rank_meta(load_rank(spec, cache))
 
 
-def analyze_spec_task(spec: RankSpec, cache: bool, where: str | None, **kw: Any) -> Any:
+def analyze_spec_task(spec: RankSpec, cache: bool, where: str | None, graph: bool = False, **kw: Any) -> Any:
     """The rank read again from ``spec`` and analysed (:func:`analyze_task`, or
-    :func:`analyze_rows_task` with a spill location ``where``); its trace freed once analysed."""
+    :func:`analyze_rows_task` with a spill location ``where``); its trace freed once analysed.
+    ``graph`` (with ``where``): its share of the execution graph is built too and stored under
+    ``where`` (``engine/graph_step.py`` ``store_graph``) for the graph rounds, which read it from
+    there instead of the worker keeping the rank's trace."""
     loaded = load_rank(spec, cache)
     if isinstance(loaded, Failure):  # it was read once already: the file changed since
         raise InputError(loaded.path, loaded.problem)
     if where is None:
         return analyze_task(loaded, **kw)
-    return analyze_rows_task(loaded, where=where, **kw)
+    out = analyze_rows_task(loaded, where=where, **kw)
+    if graph:  # after the analysis, on the same trace, as when the worker kept it (build_task)
+        store_graph(build_task(loaded), graph_file(where, loaded.rank))
+    return out
 
 
 def analyze_rows_task(

@@ -13,7 +13,7 @@ from charllm_trace.analysis.api import dims_of
 from charllm_trace.analysis.bandwidth import hosts_of
 from charllm_trace.analysis.rank_parts import merge_parts
 from charllm_trace.analysis.results import AnalyzeOptions
-from charllm_trace.engine.compact import compact_batch
+from charllm_trace.engine.compact import HeldParts, compact_batch
 from charllm_trace.engine.plan import plan
 from charllm_trace.engine.tasks import analyze_task, load_rank, rank_meta
 from charllm_trace.render.export import to_json
@@ -88,3 +88,30 @@ def test_parts_without_some_frames_or_with_other_schemas_are_kept() -> None:
     assert got2[1].parts["bandwidth"].coll.schema["bytes"] == pl.Float64
     assert got2[0].parts["bandwidth"].coll.schema["bytes"] == pl.Int64
     assert to_json(_merge(compact_batch([pickle.loads(x) for x in wire]), opts, manifest)) == want
+
+
+def test_held_parts_read_back_equal_and_merge_to_the_same_json() -> None:
+    """``HeldParts`` (frames held as references into one frame per batch, place and schema;
+    rebuilt on access) gives each part's frames as they arrived and the same merged JSON,
+    across batches, as the parts held whole."""
+    opts = AnalyzeOptions(per_step=True, critical_path=False)
+    parts, manifest = _parts(shared_trace("param/dlrm_8ranks_v100"), opts)
+    wire = [pickle.dumps(p) for p in parts]
+    want = to_json(_merge([pickle.loads(b) for b in wire], opts, manifest))
+    held = HeldParts()
+    for lo, hi in ((0, 3), (3, 7), (7, 8)):  # the last batch of one: its frames held as they are
+        held.add([pickle.loads(b) for b in wire[lo:hi]])
+    assert len(held) == 8 and [p.rank for p in held] == [p.rank for p in parts]
+    assert len(held.frames) >= 2 * 10  # a frame per place in each batch of several, not one per rank
+    n = 0
+    for a, b in zip(parts, held, strict=True):
+        fa = dict(_frames(a))
+        fb = dict(_frames(dataclasses.replace(b, parts=dict(b.parts))))
+        assert fa.keys() == fb.keys()
+        for k in fa:
+            assert fa[k].equals(fb[k], null_equal=True) and fa[k].schema == fb[k].schema, k
+            n += 1
+    assert n >= 8 * 10
+    assert [p.rank for p in held[2:5]] == [2, 3, 4]
+    assert to_json(_merge(held, opts, manifest)) == want
+    assert to_json(_merge(held, opts, manifest)) == want  # read again: the held parts are unchanged
