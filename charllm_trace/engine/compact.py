@@ -59,20 +59,21 @@ def _put(obj: Any, path: Path, df: pl.DataFrame) -> Any:
     return obj
 
 
-def compact_batch(parts: list[Any], empties: dict[Any, pl.DataFrame] | None = None) -> list[Any]:
-    """``parts`` (a batch as gathered) with their frames sharing one concatenated frame per place
-    and schema; frames alone of their kind in the batch are left as they are. Frames without rows
-    become one shared empty frame per place and schema (kept in ``empties`` from batch to batch,
-    when given): ~8 kB each otherwise, and a part has several (its rank rows, when the workers
-    wrote them: ``engine/spill.py``)."""
+_Places = dict[tuple[Path, tuple[tuple[str, pl.DataType], ...]], list[int]]
+
+
+def _group(
+    parts: list[Any], empties: dict[Any, pl.DataFrame]
+) -> tuple[list[dict[Path, pl.DataFrame]], _Places, list[Any]]:
+    """Each part's frames by place; the parts (by index) that hold rows at each place and schema;
+    the parts with their empty frames replaced by the one kept in ``empties``."""
     found = []
     for p in parts:
         f: dict[Path, pl.DataFrame] = {}
         _frames(p, (), f)
         found.append(f)
-    places: dict[tuple[Path, tuple[tuple[str, pl.DataType], ...]], list[int]] = {}
+    places: _Places = {}
     out = list(parts)
-    empties = {} if empties is None else empties
     for i, f in enumerate(found):
         for path, df in f.items():
             key = (path, tuple(df.schema.items()))
@@ -80,6 +81,16 @@ def compact_batch(parts: list[Any], empties: dict[Any, pl.DataFrame] | None = No
                 places.setdefault(key, []).append(i)
             else:
                 out[i] = _put(out[i], path, empties.setdefault(key, df))
+    return found, places, out
+
+
+def compact_batch(parts: list[Any], empties: dict[Any, pl.DataFrame] | None = None) -> list[Any]:
+    """``parts`` (a batch as gathered) with their frames sharing one concatenated frame per place
+    and schema; frames alone of their kind in the batch are left as they are. Frames without rows
+    become one shared empty frame per place and schema (kept in ``empties`` from batch to batch,
+    when given): ~8 kB each otherwise, and a part has several (its rank rows, when the workers
+    wrote them: ``engine/spill.py``)."""
+    found, places, out = _group(parts, {} if empties is None else empties)
     for (path, _schema), idx in places.items():
         if len(idx) < 2:
             continue
@@ -118,21 +129,8 @@ class HeldParts(Sequence[Any]):
 
     def add(self, parts: list[Any]) -> None:
         """Hold a gathered batch (:func:`compact_batch`'s places and schemas)."""
-        found = []
-        for p in parts:
-            f: dict[Path, pl.DataFrame] = {}
-            _frames(p, (), f)
-            found.append(f)
-        places: dict[tuple[Path, tuple[tuple[str, pl.DataType], ...]], list[int]] = {}
-        out = list(parts)
+        found, places, out = _group(parts, self.empties)
         fields: list[set[str]] = [set() for _ in parts]
-        for i, f in enumerate(found):
-            for path, df in f.items():
-                key = (path, tuple(df.schema.items()))
-                if df.height:
-                    places.setdefault(key, []).append(i)
-                else:
-                    out[i] = _put(out[i], path, self.empties.setdefault(key, df))
         for (path, _schema), idx in places.items():
             if len(idx) < 2:  # alone of its kind in the batch: held as it is, as compact_batch does
                 continue
