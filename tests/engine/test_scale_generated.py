@@ -10,6 +10,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -44,26 +45,30 @@ def _analyze(run, out):
     return doc
 
 
-def test_16_generated_ranks_json_equals_local(spawn, tmp_path, monkeypatch, dask_cluster):  # noqa: F811
+def generated_run(ranks: int, run: Path) -> Path:
+    """``benchmarks/make_many_ranks.py``: the shared DLRM 8-rank set renumbered to ``ranks`` ranks
+    in ``run`` (a child process: the tests that call it request ``spawn``)."""
     src = shared_trace("param/dlrm_8ranks_v100")
-    run = tmp_path / "r16"
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "make_many_ranks.py"),
-            "16",
-            str(run),
-            "--source",
-            str(src),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    cmd = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "make_many_ranks.py"),
+        str(ranks),
+        str(run),
+        "--source",
+        str(src),
+    ]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return run
+
+
+def test_16_generated_ranks_json_equals_local(spawn, tmp_path, monkeypatch, dask_cluster):  # noqa: F811
+    run = generated_run(16, tmp_path / "r16")
     local = _analyze(run, tmp_path / "local.json")
     from charllm_trace import engine
 
     monkeypatch.setenv(engine.ENV, dask_cluster)
     dist = _analyze(run, tmp_path / "dist.json")
     assert len(local["ranks"]) == 16
-    assert len(local["frames"]["critical_path"]) >= 16  # the graph rounds ran (a path per rank, and the job's)
+    # the graph rounds ran (a path per rank, and the job's)
+    assert len(local["frames"]["critical_path"]) >= 16
     assert _same(local, dist) > 1000

@@ -13,12 +13,9 @@ through a real LocalCluster of 2 process workers:
 from __future__ import annotations
 
 import pickle
-import subprocess
-import sys
 
 import pytest
 from click.testing import CliRunner
-from conftest import ROOT, shared_trace
 
 from charllm_trace.cli.app import main
 from charllm_trace.core.model import ProcessGroup
@@ -27,25 +24,14 @@ from charllm_trace.engine.cluster import GATHER_BATCH, open_engine, window
 from charllm_trace.engine.driver import _share_groups
 from charllm_trace.engine.tasks import RankMeta
 from tests.engine.test_scale_dask import dask_cluster  # noqa: F401  (the fixture)
-from tests.engine.test_scale_generated import _same
+from tests.engine.test_scale_generated import _same, generated_run
 
 pytest.importorskip("distributed")
 
 
 @pytest.fixture(scope="module")
 def run16(tmp_path_factory):
-    src = shared_trace("param/dlrm_8ranks_v100")
-    run = tmp_path_factory.mktemp("gen") / "r16"
-    cmd = [
-        sys.executable,
-        str(ROOT / "benchmarks" / "make_many_ranks.py"),
-        "16",
-        str(run),
-        "--source",
-        str(src),
-    ]
-    subprocess.run(cmd, check=True, capture_output=True)
-    return run
+    return generated_run(16, tmp_path_factory.mktemp("gen") / "r16")
 
 
 def _doc(args: list[str], out=None) -> dict:
@@ -86,6 +72,7 @@ def _square(x: int) -> int:
     return x * x
 
 
+@pytest.mark.cluster  # a Dask scheduler and two thread workers in this process
 def test_map_gather_keeps_order_and_a_bounded_window():
     n = 5 * GATHER_BATCH + 7
     with open_engine("local-threads:2") as eng:
