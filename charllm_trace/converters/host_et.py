@@ -228,11 +228,6 @@ def _int64_or_none(values: list[Any]) -> bool:
     return True
 
 
-def _json_column(values: list[bytes]) -> pl.Series:
-    """orjson's output (UTF-8 bytes) as a string column."""
-    return pl.Series(values, dtype=pl.Binary).cast(pl.String)
-
-
 def _process_groups(iv: Any) -> list[dict[str, Any]]:
     """The process groups in a ``PG_INIT`` node's first input (JSON text)."""
     if not (iv and isinstance(iv[0], str)):
@@ -261,14 +256,14 @@ def _parse_host_et(doc: dict[str, Any], path: str | os.PathLike[str]) -> HostET:
         check_fields(path, raw)
     parent, rf_id, tid, scope = (_int_column(cols[k], checked) for k in fields)
     io_struct = pl.Struct({"values": pl.String, "shapes": pl.String, "types": pl.String})
-    in_values = _json_column(cols["in_values"])
+    in_values = pl.Series(cols["in_values"], dtype=pl.String)
     for i, text in cols["pg_values"]:
         in_values = in_values.scatter(i, text)
     io_cols = pl.DataFrame(
         {
             "in_v": in_values,
             **{
-                k: _json_column(cols[k])
+                k: pl.Series(cols[k], dtype=pl.String)
                 for k in ("in_shapes", "in_types", "out_v", "out_shapes", "out_types")
             },
         }
@@ -286,7 +281,7 @@ def _parse_host_et(doc: dict[str, Any], path: str | os.PathLike[str]) -> HostET:
             "scope": scope,
             "inputs": io_cols["inputs"],
             "outputs": io_cols["outputs"],
-            "attrs": pl.Series(cols["attrs"], dtype=pl.Binary).cast(pl.String),
+            "attrs": pl.Series(cols["attrs"], dtype=pl.String),
         }
     )
     # A parent that is the node itself, or not a node of this trace (the implicit root), is no parent.
@@ -326,7 +321,7 @@ def _tensor_table(ids: np.ndarray, counts: list[int], keys: list[str]) -> pl.Dat
 
 
 def _columns(raw: list[dict[str, Any]]) -> dict[str, Any]:
-    """One pass over the nodes: each field as a list (the values and shapes as orjson's bytes), the
+    """One pass over the nodes: each field as a list (values, shapes and types as JSON text), the
     tensor keys, the io map, the process groups and whether every node is ``plain``."""
     names, parents, rf_ids, tids, scopes, attrs_j = [], [], [], [], [], []
     in_v, in_s, in_t, out_v, out_s, out_t = [], [], [], [], [], []
@@ -352,15 +347,15 @@ def _columns(raw: list[dict[str, Any]]) -> dict[str, Any]:
         # other node's values list is written as JSON.
         if name == PG_INIT and isinstance(iv, list) and len(iv) == 1 and isinstance(iv[0], str):
             pg_values.append((i, pg_init_values(iv[0])))
-            in_v.append(b"")
+            in_v.append("")
         else:
-            in_v.append(dumps(iv))
-        in_s.append(dumps(ish))
-        in_t.append(dumps(ity))
-        out_v.append(dumps(ov))
-        out_s.append(dumps(osh))
-        out_t.append(dumps(oty))
-        attrs_j.append(dumps(extra) if extra else None)
+            in_v.append(dumps(iv).decode())
+        in_s.append(dumps(ish).decode())
+        in_t.append(dumps(ity).decode())
+        out_v.append(dumps(ov).decode())
+        out_s.append(dumps(osh).decode())
+        out_t.append(dumps(oty).decode())
+        attrs_j.append(dumps(extra).decode() if extra else None)
         io[n["id"]] = (ish, ity, iv)
         k = len(in_keys)
         _tensor_keys(iv, in_keys)
