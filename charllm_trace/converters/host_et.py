@@ -19,6 +19,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import orjson
 import polars as pl
 
@@ -87,43 +88,37 @@ def _tensor_keys(values: Any, out: list[str]) -> None:
     """Keys ("<tensor id>:<storage id>") of the tensors in a host-ET value list, nested lists included.
 
     A tensor is written as ``[tensor_id, storage_id, offset, numel, itemsize, device]``."""
-    stack = [values]
+    if type(values) is not list:
+        return
+    stack = [values]  # lists only
     while stack:
         v = stack.pop()
-        if type(v) is not list:
-            continue
         if len(v) == 6 and type(v[0]) is int and type(v[1]) is int and type(v[5]) is str:
             out.append(f"{v[0]}:{v[1]}")
-            continue
-        stack.extend(x for x in v if type(x) is list)
-
-
-def _attr_map(node: dict[str, Any]) -> dict[str, Any]:
-    attrs = node.get("attrs")
-    if isinstance(attrs, list):
-        return {a.get("name"): a.get("value") for a in attrs if isinstance(a, dict)}
-    return {}
+        else:
+            stack += [x for x in v if type(x) is list]
 
 
 #: host-ET schemas read here: PyTorch's 1.0.x and the 1.1.x ones (``1.1.1-chakra.0.0.4``)
 SUPPORTED_SCHEMA = re.compile(r"1\.[01]\.\d+(?:-[\w.]+)?")
 
 
-def _check_ids(path: str | os.PathLike[str], raw: list[dict[str, Any]]) -> None:
-    """Node ids are unique 64-bit integers, checked before any join on them (a file whose ids are all
-    equal made the converter's joins grow without bound)."""
+def _check_ids(path: str | os.PathLike[str], raw: list[dict[str, Any]]) -> pl.Series:
+    """The node ids as an Int64 series, after checking they are unique 64-bit integers, before any
+    join on them (a file whose ids are all equal made the converter's joins grow without bound)."""
     ids = [n["id"] for n in raw]
-    bad = next((i for i in ids if not 0 <= i < 2**63), None)
-    if bad is not None:
+    if ids and not (min(ids) >= 0 and max(ids) < 2**63):
+        bad = next(i for i in ids if not 0 <= i < 2**63)
         raise InputError(path, f"host ET node id {bad} is not a 64-bit id >= 0")
     s = pl.Series(ids, dtype=pl.Int64)
+    if s.n_unique() == s.len():
+        return s
     dup = s.value_counts(sort=True).filter(pl.col("count") > 1)
-    if dup.height:
-        first, n = dup.row(0)
-        raise InputError(
-            path,
-            f"host ET node id {first} appears {n:,} times ({dup.height:,} ids repeated): node ids must be unique",
-        )
+    first, n = dup.row(0)
+    raise InputError(
+        path,
+        f"host ET node id {first} appears {n:,} times ({dup.height:,} ids repeated): node ids must be unique",
+    )
 
 
 def parse_host_et(doc: dict[str, Any], path: str | os.PathLike[str]) -> HostET:
@@ -154,34 +149,83 @@ def _schema(doc: dict[str, Any], path: str | os.PathLike[str]) -> str | None:
     return schema
 
 
+#: what ``inputs`` and ``outputs`` may be (besides absent): an object (1.1.x) or a list (1.0.x)
+_IO_TYPES = (dict, list)
+
+
 def _node_fields(n: dict[str, Any]) -> tuple[Any, ...]:
     """(input values, shapes, types, output values, shapes, types, parent, rf_id, tid, scope,
-    extra attributes) of a node in either schema."""
-    if isinstance(n.get("inputs"), dict):  # 1.1.x
-        am = _attr_map(n)
-        iv = n["inputs"].get("values", [])
-        ish = n["inputs"].get("shapes", [])
-        ity = n["inputs"].get("types", [])
-        o = n.get("outputs") or {}
-        ov, osh, oty = o.get("values", []), o.get("shapes", []), o.get("types", [])
-        extra = {k: v for k, v in am.items() if k not in ("rf_id", "tid")}
+    extra attributes, plain) of a node in either schema.
+
+    ``plain``: the node's inputs and outputs are of the kinds allowed and its parent, rf_id, tid and
+    scope are the values :func:`check_fields` checks (no repeated attribute, no ``ctrl_deps`` beside
+    1.0.x fields), so checking the returned values checks the node."""
+    inputs = n.get("inputs")
+    if isinstance(inputs, dict):  # 1.1.x
+        attrs = n.get("attrs")
+        am: dict[Any, Any] = {}
+        plain = True
+        if isinstance(attrs, list):
+            am = {a.get("name"): a.get("value") for a in attrs if isinstance(a, dict)}
+            plain = len(am) == len(attrs)
+        o = n.get("outputs")
+        plain = plain and (o is None or isinstance(o, _IO_TYPES))
+        o = o or {}
+        rf, tid = am.pop("rf_id", None), am.pop("tid", None)
         return (
-            iv,
-            ish,
-            ity,
-            ov,
-            osh,
-            oty,
+            inputs.get("values", []),
+            inputs.get("shapes", []),
+            inputs.get("types", []),
+            o.get("values", []),
+            o.get("shapes", []),
+            o.get("types", []),
             n.get("ctrl_deps"),
-            am.get("rf_id"),
-            am.get("tid"),
+            rf,
+            tid,
             am.get("scope"),
-            extra,
+            am,
+            plain,
         )
-    iv, ish, ity = n.get("inputs", []), n.get("input_shapes", []), n.get("input_types", [])
-    ov, osh, oty = n.get("outputs", []), n.get("output_shapes", []), n.get("output_types", [])
+    o = n.get("outputs", [])
+    plain = (
+        (inputs is None or isinstance(inputs, _IO_TYPES))
+        and (o is None or isinstance(o, _IO_TYPES))
+        and "ctrl_deps" not in n
+    )
     extra = {k: n[k] for k in ("fw_parent", "seq_id", "scope", "fw_tid", "op_schema") if k in n}
-    return iv, ish, ity, ov, osh, oty, n.get("parent"), n.get("rf_id"), n.get("tid"), n.get("scope"), extra
+    return (
+        n.get("inputs", []),
+        n.get("input_shapes", []),
+        n.get("input_types", []),
+        o,
+        n.get("output_shapes", []),
+        n.get("output_types", []),
+        n.get("parent"),
+        n.get("rf_id"),
+        n.get("tid"),
+        n.get("scope"),
+        extra,
+        plain,
+    )
+
+
+def _int_column(values: list[Any], checked: bool) -> pl.Series:
+    """``values`` as an Int64 column; with ``checked`` False, values that are not integers become
+    null (after :func:`check_fields`, only values it did not look at can be such)."""
+    if not checked:
+        values = [v if isinstance(v, int) else None for v in values]
+    return pl.Series(values, dtype=pl.Int64)
+
+
+def _int64_or_none(values: list[Any]) -> bool:
+    """Every value is None or an int (not a bool) that fits in 64 bits."""
+    if not set(map(type, values)) <= {int, type(None)}:
+        return False
+    try:
+        pl.Series(values, dtype=pl.Int64)
+    except (TypeError, OverflowError):
+        return False
+    return True
 
 
 def _process_groups(iv: Any) -> list[dict[str, Any]]:
@@ -198,62 +242,53 @@ def _process_groups(iv: Any) -> list[dict[str, Any]]:
 def _parse_host_et(doc: dict[str, Any], path: str | os.PathLike[str]) -> HostET:
     schema = _schema(doc, path)
     raw = node_objects(path, doc["nodes"])
-    _check_ids(path, raw)
-    check_fields(path, raw)
-    ids, names, parents, rf_ids, tids, scopes = [], [], [], [], [], []
-    in_j, out_j, attrs_j = [], [], []
-    io: dict[int, tuple[Any, Any, Any]] = {}
-    t_in_node, t_in_key, t_out_node, t_out_key = [], [], [], []
-    pgs: list[dict[str, Any]] = []
-    for n in raw:
-        nid = n["id"]
-        iv, ish, ity, ov, osh, oty, parent, rf, tid, scope, extra = _node_fields(n)
-        name = str(n.get("name", ""))
-        ids.append(nid)
-        names.append(name)
-        parents.append(parent if isinstance(parent, int) and parent != nid else None)
-        rf_ids.append(rf if isinstance(rf, int) else None)
-        tids.append(tid if isinstance(tid, int) else None)
-        scopes.append(scope if isinstance(scope, int) else None)
-        # The process-group node keeps PyTorch's JSON text as it is (see pg_init_values); every
-        # other node's values list is written as JSON.
-        pg_text = iv[0] if name == PG_INIT and isinstance(iv, list) and len(iv) == 1 else None
-        in_v = pg_init_values(pg_text) if isinstance(pg_text, str) else orjson.dumps(iv).decode()
-        in_j.append((in_v, orjson.dumps(ish).decode(), orjson.dumps(ity).decode()))
-        out_j.append((orjson.dumps(ov).decode(), orjson.dumps(osh).decode(), orjson.dumps(oty).decode()))
-        attrs_j.append(orjson.dumps(extra).decode() if extra else None)
-        io[nid] = (ish, ity, iv)
-        ks: list[str] = []
-        _tensor_keys(iv, ks)
-        t_in_node.extend([nid] * len(ks))
-        t_in_key.extend(ks)
-        ks = []
-        _tensor_keys(ov, ks)
-        t_out_node.extend([nid] * len(ks))
-        t_out_key.extend(ks)
-        if name == PG_INIT:
-            pgs.extend(_process_groups(iv))
+    ids = _check_ids(path, raw)
+    try:
+        cols = _columns(raw)
+    except (TypeError, KeyError, AttributeError, ValueError, OverflowError, IndexError):
+        check_fields(path, raw)  # a node's field of the wrong kind is named before the failure
+        raise
+    # The checks of check_fields, on whole columns; it runs node by node (to name the first bad
+    # node) only when these cannot vouch for every node.
+    fields = ("parent", "rf_id", "tid", "scope")
+    checked = cols["plain"] and all(_int64_or_none(cols[k]) for k in fields)
+    if not checked:
+        check_fields(path, raw)
+    parent, rf_id, tid, scope = (_int_column(cols[k], checked) for k in fields)
     io_struct = pl.Struct({"values": pl.String, "shapes": pl.String, "types": pl.String})
+    in_values = pl.Series(cols["in_values"], dtype=pl.String)
+    for i, text in cols["pg_values"]:
+        in_values = in_values.scatter(i, text)
+    io_cols = pl.DataFrame(
+        {
+            "in_v": in_values,
+            **{
+                k: pl.Series(cols[k], dtype=pl.String)
+                for k in ("in_shapes", "in_types", "out_v", "out_shapes", "out_types")
+            },
+        }
+    ).select(
+        pl.struct(values="in_v", shapes="in_shapes", types="in_types").cast(io_struct).alias("inputs"),
+        pl.struct(values="out_v", shapes="out_shapes", types="out_types").cast(io_struct).alias("outputs"),
+    )
     nodes = pl.DataFrame(
         {
-            "id": pl.Series(ids, dtype=pl.Int64),
-            "name": pl.Series(names, dtype=pl.String),
-            "parent": pl.Series(parents, dtype=pl.Int64),
-            "rf_id": pl.Series(rf_ids, dtype=pl.Int64),
-            "et_tid": pl.Series(tids, dtype=pl.Int64),
-            "scope": pl.Series(scopes, dtype=pl.Int64),
-            "inputs": pl.Series(
-                [{"values": a, "shapes": b, "types": c} for a, b, c in in_j], dtype=io_struct
-            ),
-            "outputs": pl.Series(
-                [{"values": a, "shapes": b, "types": c} for a, b, c in out_j], dtype=io_struct
-            ),
-            "attrs": pl.Series(attrs_j, dtype=pl.String),
+            "id": ids,
+            "name": pl.Series(cols["names"], dtype=pl.String),
+            "parent": parent,
+            "rf_id": rf_id,
+            "et_tid": tid,
+            "scope": scope,
+            "inputs": io_cols["inputs"],
+            "outputs": io_cols["outputs"],
+            "attrs": pl.Series(cols["attrs"], dtype=pl.String),
         }
     )
-    # A parent that is not a node of this trace (the implicit root) is no parent.
+    # A parent that is the node itself, or not a node of this trace (the implicit root), is no parent.
     nodes = nodes.with_columns(
-        pl.when(pl.col("parent").is_in(nodes["id"].implode())).then(pl.col("parent")).alias("parent"),
+        pl.when(pl.col("parent").is_in(nodes["id"].implode()) & (pl.col("parent") != pl.col("id")))
+        .then(pl.col("parent"))
+        .alias("parent"),
         pl.when(pl.col("scope") == USER_SCOPE)
         .then(pl.lit("annotation"))
         .otherwise(pl.lit("cpu_op"))
@@ -261,21 +296,97 @@ def _parse_host_et(doc: dict[str, Any], path: str | os.PathLike[str]) -> HostET:
     )
     check_parent_cycle(path, nodes)
     pid = doc.get("pid") if isinstance(doc.get("pid"), int) else None
+    id_arr = ids.to_numpy()
     return HostET(
         path=os.fspath(path),
         schema=schema,
         pid=pid,
         nodes=nodes,
-        io=io,
-        tensors_in=pl.DataFrame(
-            {"node": pl.Series(t_in_node, dtype=pl.Int64), "tensor": pl.Series(t_in_key, dtype=pl.String)}
-        ),
-        tensors_out=pl.DataFrame(
-            {"node": pl.Series(t_out_node, dtype=pl.Int64), "tensor": pl.Series(t_out_key, dtype=pl.String)}
-        ),
-        process_groups=pgs,
+        io=cols["io"],
+        tensors_in=_tensor_table(id_arr, cols["in_counts"], cols["in_keys"]),
+        tensors_out=_tensor_table(id_arr, cols["out_counts"], cols["out_keys"]),
+        process_groups=cols["pgs"],
         time=doc.get("time") if isinstance(doc.get("time"), str) else None,
     )
+
+
+def _tensor_table(ids: np.ndarray, counts: list[int], keys: list[str]) -> pl.DataFrame:
+    """(node, tensor) rows: node ``ids[i]`` once per each of its ``counts[i]`` keys."""
+    return pl.DataFrame(
+        {
+            "node": pl.Series(np.repeat(ids, counts), dtype=pl.Int64),
+            "tensor": pl.Series(keys, dtype=pl.String),
+        }
+    )
+
+
+def _columns(raw: list[dict[str, Any]]) -> dict[str, Any]:
+    """One pass over the nodes: each field as a list (values, shapes and types as JSON text), the
+    tensor keys, the io map, the process groups and whether every node is ``plain``."""
+    names, parents, rf_ids, tids, scopes, attrs_j = [], [], [], [], [], []
+    in_v, in_s, in_t, out_v, out_s, out_t = [], [], [], [], [], []
+    in_keys: list[str] = []
+    out_keys: list[str] = []
+    in_counts, out_counts = [], []
+    io: dict[int, tuple[Any, Any, Any]] = {}
+    pgs: list[dict[str, Any]] = []
+    pg_values: list[tuple[int, str]] = []
+    plain = True
+    dumps = orjson.dumps
+    for i, n in enumerate(raw):
+        iv, ish, ity, ov, osh, oty, parent, rf, tid, scope, extra, ok = _node_fields(n)
+        plain = plain and ok
+        name = n.get("name", "")
+        name = name if type(name) is str else str(name)
+        names.append(name)
+        parents.append(parent)
+        rf_ids.append(rf)
+        tids.append(tid)
+        scopes.append(scope)
+        # The process-group node keeps PyTorch's JSON text as it is (see pg_init_values); every
+        # other node's values list is written as JSON.
+        if name == PG_INIT and isinstance(iv, list) and len(iv) == 1 and isinstance(iv[0], str):
+            pg_values.append((i, pg_init_values(iv[0])))
+            in_v.append("")
+        else:
+            in_v.append(dumps(iv).decode())
+        in_s.append(dumps(ish).decode())
+        in_t.append(dumps(ity).decode())
+        out_v.append(dumps(ov).decode())
+        out_s.append(dumps(osh).decode())
+        out_t.append(dumps(oty).decode())
+        attrs_j.append(dumps(extra).decode() if extra else None)
+        io[n["id"]] = (ish, ity, iv)
+        k = len(in_keys)
+        _tensor_keys(iv, in_keys)
+        in_counts.append(len(in_keys) - k)
+        k = len(out_keys)
+        _tensor_keys(ov, out_keys)
+        out_counts.append(len(out_keys) - k)
+        if name == PG_INIT:
+            pgs.extend(_process_groups(iv))
+    return {
+        "names": names,
+        "parent": parents,
+        "rf_id": rf_ids,
+        "tid": tids,
+        "scope": scopes,
+        "attrs": attrs_j,
+        "in_values": in_v,
+        "in_shapes": in_s,
+        "in_types": in_t,
+        "out_v": out_v,
+        "out_shapes": out_s,
+        "out_types": out_t,
+        "in_keys": in_keys,
+        "out_keys": out_keys,
+        "in_counts": in_counts,
+        "out_counts": out_counts,
+        "io": io,
+        "pgs": pgs,
+        "pg_values": pg_values,
+        "plain": plain,
+    }
 
 
 def read_host_et(path: str | os.PathLike[str]) -> HostET:
