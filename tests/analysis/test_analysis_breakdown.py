@@ -9,6 +9,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+import orjson
 import polars as pl
 import pytest
 from rich.console import Console
@@ -113,7 +114,7 @@ def test_categories_cover_the_list_and_fall_back_to_other() -> None:
 
 
 def _kernel_names(rel: str) -> list[str]:
-    doc = json.loads(gzip.open(shared_trace(rel)).read())
+    doc = orjson.loads(gzip.decompress(shared_trace(rel).read_bytes()))
     cats = ("kernel", "gpu_memcpy", "gpu_memset")
     return sorted({e["name"] for e in doc["traceEvents"] if e.get("cat") in cats})
 
@@ -375,7 +376,7 @@ def test_report_says_why_without_breakdown() -> None:
 def _event_durations(rel: str) -> dict[str, float]:
     """Summed durations (µs) of the profile's kernels, memcpys and memsets by name, read from the
     JSON directly."""
-    doc = json.loads(gzip.open(shared_trace(rel)).read())
+    doc = orjson.loads(gzip.decompress(shared_trace(rel).read_bytes()))
     out: dict[str, float] = defaultdict(float)
     for e in doc["traceEvents"]:
         if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("ph") == "X":

@@ -5,10 +5,10 @@ hour later (another collection) it is refused, one line, exit 2."""
 from __future__ import annotations
 
 import gzip
-import json
 import shutil
 from pathlib import Path
 
+import orjson
 import pytest
 from click.testing import CliRunner
 
@@ -20,9 +20,9 @@ def _shifted(tmp_path: Path, seconds: int) -> Path:
     run = tmp_path / "run"
     shutil.copytree(FIXTURES / "cpu-2rank-gloo", run)
     p = run / "rank-1.kineto.json.gz"
-    doc = json.loads(gzip.decompress(p.read_bytes()))
+    doc = orjson.loads(gzip.decompress(p.read_bytes()))
     doc["baseTimeNanoseconds"] += seconds * 10**9
-    p.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    p.write_bytes(gzip.compress(orjson.dumps(doc), compresslevel=1))
     return run
 
 

@@ -7,6 +7,7 @@ import gzip
 import json
 from pathlib import Path
 
+import orjson
 import pytest
 
 from charllm_trace.converters import kineto, kineto_stream, kineto_vocab
@@ -22,9 +23,11 @@ from tests.helpers.kineto_files import KINETO_FILES
 def test_plain_json_in_small_batches_equals_the_plain_json_reader(
     rel: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    doc = json.loads(gzip.decompress(shared_trace(rel).read_bytes()))
+    doc = orjson.loads(gzip.decompress(shared_trace(rel).read_bytes()))
     p = tmp_path / "t.json"
-    p.write_text(json.dumps(doc, indent=1))  # newlines and indentation between the events
+    p.write_bytes(
+        orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+    )  # newlines and indentation between the events
     n = len(doc["traceEvents"])
     monkeypatch.setattr(kineto_stream, "BATCH", max(1, n // 7 + 3))  # several batches, uneven split
     fast = read_kineto(p)

@@ -31,7 +31,7 @@ GROUPS = (ProcessGroup(name="0", desc="default_pg", ranks=(0, 1)),)
 
 def _pytorch_pg_text(rank: int = 0) -> str:
     """The process-group JSON text exactly as PyTorch wrote it in the host ET."""
-    doc = json.loads(gzip.open(RUN / f"rank-{rank}.host_et.json.gz").read())
+    doc = orjson.loads(gzip.decompress((RUN / f"rank-{rank}.host_et.json.gz").read_bytes()))
     (node,) = [n for n in doc["nodes"] if n["name"] == PG_INIT]
     (text,) = node["inputs"]["values"]
     assert isinstance(text, str)

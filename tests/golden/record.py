@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 from click.testing import CliRunner
 
 from charllm_trace.cli.app import main as cli_main
@@ -144,7 +145,7 @@ def _files(out: Outputs, d: Path, repl: list[tuple[Path, str]]) -> None:
             data = N.report_html(data)
             out.golden["report_outline"] = N.html_outline(data)
         elif rel == "perfetto.json":
-            out.golden["perfetto_summary"] = N.perfetto_summary(json.loads(data))
+            out.golden["perfetto_summary"] = N.perfetto_summary(orjson.loads(data))
         elif rel.endswith(".json") and len(data) < 4096:
             out.golden.setdefault("small_files", {})[rel] = data.decode("utf-8", "replace")
         files[rel] = N.sha256(data)
@@ -168,7 +169,7 @@ def write(out: Outputs, d: Path) -> None:
 
 def _pretty_lines(data: bytes) -> list[str]:
     try:
-        return _dump(json.loads(data)).splitlines()
+        return _dump(orjson.loads(data)).splitlines()
     except ValueError:
         return data.decode("utf-8", "replace").splitlines()
 
@@ -199,7 +200,7 @@ def _same_json(a: bytes, b: bytes) -> bool:
     if a == b:
         return True
     try:
-        return close(json.loads(a), json.loads(b))
+        return close(orjson.loads(a), orjson.loads(b))
     except ValueError:
         return False
 

@@ -6,6 +6,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import orjson
 import polars as pl
 import pytest
 from hypothesis import given
@@ -457,13 +458,13 @@ def _stretch_nccl_kernels(src: Path, dst: Path, factor: float) -> int:
     """Copy a Kineto profile, multiplying the duration of every NCCL kernel by ``factor``."""
     import gzip
 
-    doc = json.loads(gzip.decompress(src.read_bytes()))
+    doc = orjson.loads(gzip.decompress(src.read_bytes()))
     n = 0
     for ev in doc["traceEvents"]:
         if ev.get("cat") == "kernel" and str(ev.get("name", "")).startswith("ncclKernel"):
             ev["dur"] = ev["dur"] * factor
             n += 1
-    dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    dst.write_bytes(gzip.compress(orjson.dumps(doc), compresslevel=1))
     return n
 
 
@@ -477,7 +478,7 @@ def test_check_real_trace_against_itself_and_a_slower_copy(tmp_path: Path) -> No
     doc = json.loads(base.read_text())
     keys = {m["key"] for m in doc["metrics"]}
     # one overlap and one exposed-comm metric per ProfilerStep plus the whole trace
-    events = json.loads(gzip.decompress(src.read_bytes()))["traceEvents"]
+    events = orjson.loads(gzip.decompress(src.read_bytes()))["traceEvents"]
     steps = {
         int(e["name"].split("#")[1]) for e in events if str(e.get("name", "")).startswith("ProfilerStep#")
     }
@@ -716,7 +717,7 @@ def test_baseline_of_a_trace_without_communication_or_telemetry_exits_2(tmp_path
     import gzip
 
     src = shared_trace("hta/simple_add_kineto.json.gz")
-    events = json.loads(gzip.decompress(src.read_bytes()))["traceEvents"]
+    events = orjson.loads(gzip.decompress(src.read_bytes()))["traceEvents"]
     assert not any("nccl" in str(e.get("name", "")).lower() for e in events)  # nothing to guard
     out = tmp_path / "b.json"
     r = _cli("baseline", str(src), "-o", str(out))
@@ -736,14 +737,14 @@ def test_communication_moved_out_of_compute_fails_on_overlap(tmp_path: Path) -> 
     assert _cli("baseline", str(src), "-o", str(base)).exit_code == 0
     old = {m["key"]: m["value"] for m in json.loads(base.read_text())["metrics"]}
 
-    doc = json.loads(gzip.decompress(src.read_bytes()))
+    doc = orjson.loads(gzip.decompress(src.read_bytes()))
     evs = doc["traceEvents"]
     t = max(e["ts"] + e.get("dur", 0) for e in evs if e.get("ph") == "X") + 10
     for e in evs:
         if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel"):
             e["ts"], t = t, t + e["dur"] + 10
     moved = tmp_path / "moved.json.gz"
-    moved.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    moved.write_bytes(gzip.compress(orjson.dumps(doc), compresslevel=1))
 
     r = _cli("check", str(moved), "--baseline", str(base), "--format", "json")
     assert r.exit_code == 1

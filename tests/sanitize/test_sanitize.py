@@ -127,7 +127,7 @@ def _make_run(root: Path) -> Path:
         )
     )
     # rank 0: the real A100 DDP profile, plus what a with_stack profile of a user's run holds
-    k = json.loads(gzip.decompress(shared_trace("hta/a100_ddp_nccl_rank0.json.gz").read_bytes()))
+    k = orjson.loads(gzip.decompress(shared_trace("hta/a100_ddp_nccl_rank0.json.gz").read_bytes()))
     ev = k["traceEvents"]
     cpu = [e for e in ev if e.get("cat") == "cpu_op"][:50]
     for i, e in enumerate(cpu):
@@ -151,7 +151,7 @@ def _make_run(root: Path) -> Path:
     )
     _gz_json(run / "rank-0.kineto.json.gz", k)
     # rank 1: the linked host ET + Kineto pair, with a hostname in the host ET header
-    het = json.loads(gzip.decompress(shared_trace("hta/simple_add_host_et.json.gz").read_bytes()))
+    het = orjson.loads(gzip.decompress(shared_trace("hta/simple_add_host_et.json.gz").read_bytes()))
     het["hostname"] = HOST_B
     _gz_json(run / "rank-1.host_et.json.gz", het)
     (run / "rank-1.kineto.json.gz").write_bytes(shared_trace("hta/simple_add_kineto.json.gz").read_bytes())
@@ -229,7 +229,7 @@ def test_nothing_removed_remains_anywhere(made) -> None:
     assert man["parallel"] == {"tp": 1, "dp": 2} and man["versions"]["nccl"] == "2.21.5"
     meta = json.loads((out / "telemetry-host0.meta.json").read_text())
     assert meta["host"] == "host0" and meta["devices"][0]["model"] == "NVIDIA A100-PG509-200"
-    het = json.loads(_read_all(out / "rank-1.host_et.json.gz"))
+    het = orjson.loads(_read_all(out / "rank-1.host_et.json.gz"))
     assert het["hostname"] == "host1"
     assert report.python_frames_cleaned == 50
     # two nodes plus MASTER_ADDR; the environment of the manifest and of the ET metadata
@@ -242,8 +242,8 @@ def test_measurements_are_kept_exactly(made) -> None:
     assert (out / "telemetry-host0.csv").read_bytes() == (run / f"telemetry-{HOST_A}.csv").read_bytes()
     # Kineto: every event the same but for the dropped stack args, the Python frames' paths and
     # the process/thread ids (remapped in order, issue 15 item 6)
-    a = json.loads(_read_all(run / "rank-0.kineto.json.gz"))
-    b = json.loads(_read_all(out / "rank-0.kineto.json.gz"))
+    a = orjson.loads(_read_all(run / "rank-0.kineto.json.gz"))
+    b = orjson.loads(_read_all(out / "rank-0.kineto.json.gz"))
     to: dict[int, int] = {}  # original id -> its pseudonym, learnt below: must be one map, in order
     assert a["deviceProperties"] == b["deviceProperties"]
     assert a["distributedInfo"] == b["distributedInfo"]
@@ -283,12 +283,12 @@ def test_measurements_are_kept_exactly(made) -> None:
     assert ka == [e for e in eb if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     assert sum(1 for e in ka if "Collective name" in e.get("args", {})) == 21
     # host ET nodes unchanged
-    ha = json.loads(gzip.decompress(shared_trace("hta/simple_add_host_et.json.gz").read_bytes()))
-    hb = json.loads(_read_all(out / "rank-1.host_et.json.gz"))
+    ha = orjson.loads(gzip.decompress(shared_trace("hta/simple_add_host_et.json.gz").read_bytes()))
+    hb = orjson.loads(_read_all(out / "rank-1.host_et.json.gz"))
     assert ha["nodes"] == hb["nodes"]
     # the untouched Kineto file keeps every event
-    ka1 = json.loads(_read_all(run / "rank-1.kineto.json.gz"))
-    kb1 = json.loads(_read_all(out / "rank-1.kineto.json.gz"))
+    ka1 = orjson.loads(_read_all(run / "rank-1.kineto.json.gz"))
+    kb1 = orjson.loads(_read_all(out / "rank-1.kineto.json.gz"))
     ids = ("pid", "tid")
     assert len(ka1["traceEvents"]) == len(kb1["traceEvents"])
     for x, y in zip(ka1["traceEvents"], kb1["traceEvents"], strict=True):  # all but the process/thread ids
@@ -413,8 +413,8 @@ def test_single_kineto_file_with_python_frames(tmp_path: Path) -> None:
     src = shared_trace("tracelens/h100_qwen1.5-0.5b_inference.json.gz")
     out = tmp_path / "clean.json.gz"
     sanitize_run(src, out)
-    a = json.loads(gzip.decompress(src.read_bytes()))
-    b = json.loads(_read_all(out))
+    a = orjson.loads(gzip.decompress(src.read_bytes()))
+    b = orjson.loads(_read_all(out))
     n_py = sum(1 for e in a["traceEvents"] if e.get("cat") == "python_function")
     assert n_py > 1000
     # the Python frames are kept (dropping them changes CPU leaf ops), without their file paths

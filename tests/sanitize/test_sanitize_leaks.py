@@ -12,11 +12,11 @@ endpoints (``--master_addr`` IP, ``--rdzv_endpoint`` host:port) in ``manifest.js
 from __future__ import annotations
 
 import gzip
-import json
 import re
 import shutil
 from pathlib import Path
 
+import orjson
 import pytest
 from click.testing import CliRunner
 
@@ -54,12 +54,12 @@ def _read(p: Path) -> bytes:
 
 
 def _jload(p: Path):
-    return json.loads(_read(p))
+    return orjson.loads(_read(p))
 
 
 def _jdump(p: Path, doc) -> None:
-    data = json.dumps(doc, indent=1).encode()
-    p.write_bytes(gzip.compress(data) if p.name.endswith(".gz") else data)
+    data = orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+    p.write_bytes(gzip.compress(data, compresslevel=1) if p.name.endswith(".gz") else data)
 
 
 def _input_ids(run: Path) -> set[int]:
@@ -145,7 +145,7 @@ def test_leak_scanner_finds_nothing_private(pair) -> None:
             f"host name left in {name}"
         )
         if ".json" in name:
-            assert not held_ids(json.loads(data)), f"process/thread ids left in {name}"
+            assert not held_ids(orjson.loads(data)), f"process/thread ids left in {name}"
 
 
 def test_ids_are_remapped_consistently(pair) -> None:
