@@ -409,6 +409,11 @@ def owned(p: Path, ns: str) -> bool:
 # ---------------------------------------------------------------------------
 
 
+def entry_size(p: Path) -> int:
+    """Bytes of an entry (a file, or a directory's files); 0 when unreadable."""
+    return _size(p)
+
+
 def _size(p: Path) -> int:
     try:
         if p.is_dir():
@@ -491,6 +496,54 @@ def prune(limit_gb: float | None = None) -> None:
             break
         _remove(e)
         total -= size
+    _write_usage(total, now)
+
+
+#: at the store's root: what the last :func:`prune` walk found plus what was stored since
+USAGE_FILE = ".charllm-trace-usage"
+_USAGE_HEAD = "charllm-trace usage "
+
+
+def _read_usage() -> tuple[float, float] | None:
+    """(bytes, time of the last walk) from the usage file; None when absent, foreign or unreadable."""
+    try:
+        text = (root() / USAGE_FILE).read_text(encoding="ascii")
+        if not text.startswith(_USAGE_HEAD):
+            return None
+        total, walked = (float(x) for x in text[len(_USAGE_HEAD) :].split())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return total, walked
+
+
+def _write_usage(total: float, walked: float) -> None:
+    """Record the estimate (best effort; a file of that name that is not ours is left alone)."""
+    target = root() / USAGE_FILE
+    try:
+        if os.path.lexists(target) and _read_usage() is None:
+            return
+        write_atomic(target, [f"{_USAGE_HEAD}{int(total)} {walked:.3f}\n".encode()])
+    except OSError:
+        return
+
+
+def stored(nbytes: int) -> None:
+    """After an entry of about ``nbytes`` was stored: :func:`prune` when the store may be over its
+    cap. The walk over every entry runs only when the running estimate (the last walk's total
+    plus what was stored since) passes the cap, when the last walk is older than ``STALE_S``
+    (stale temporaries; a concurrent writer's addition may be missing from the estimate: the
+    file is read, added to and replaced without a lock), or when there is no estimate. An
+    overestimate (an entry replaced or deleted since) only brings the walk sooner. Without this
+    every store walked the whole store: O(entries) stats per store, quadratic in a session."""
+    limit = max_gb() * 1e9
+    state = _read_usage()
+    if state is not None:
+        total, walked = state
+        total += max(0, nbytes)
+        if total <= limit and 0 <= time.time() - walked <= STALE_S:
+            _write_usage(total, walked)
+            return
+    prune()
 
 
 def info() -> dict[str, Any]:
@@ -530,4 +583,6 @@ def clear() -> dict[str, int]:
             (base / sub).rmdir()  # only when empty: foreign files stay
         except OSError:
             pass
+    if _read_usage() is not None:
+        (base / USAGE_FILE).unlink(missing_ok=True)
     return removed

@@ -174,7 +174,7 @@ def _put(
         _write_entry(ns, key, traces, info_)
         if index:
             cas.write_index(cas.ET_INDEX, index, key)
-        prune()
+        cas.stored(cas.entry_size(ns.path(key)))
     except InputError:
         raise  # a bad CHARLLM_TRACE_CACHE_MAX_GB
     except Exception:  # noqa: BLE001 - caching is best effort

@@ -129,7 +129,8 @@ def store(key: str, cond: dict[str, Any], payload: bytes) -> None:
     """Remember ``payload`` under ``key`` with its conditions (best effort: errors ignored; never
     over a file that is not this tool's)."""
     try:
-        cas.write(cas.OUTPUTS, key, json.dumps(cond).encode() + b"\n" + payload)
-        cas.prune()
+        data = json.dumps(cond).encode() + b"\n" + payload
+        cas.write(cas.OUTPUTS, key, data)
+        cas.stored(len(data))
     except Exception:  # noqa: BLE001 - caching is best effort
         return

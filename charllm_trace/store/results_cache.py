@@ -141,7 +141,8 @@ def _discard(key: str, what: str, why: str) -> None:
 def store(key: str, res: RunAnalysis, views: ReportViews | None = None) -> None:
     """Remember ``res`` (and the report's ``views``) under ``key``; best effort (errors ignored)."""
     try:
-        cas.write(cas.RESULTS, key, results_bytes(res, views))  # replaces an entry without views
-        cas.prune()
+        data = results_bytes(res, views)
+        cas.write(cas.RESULTS, key, data)  # replaces an entry without views
+        cas.stored(len(data))
     except Exception:  # noqa: BLE001 - caching is best effort
         return

@@ -63,6 +63,8 @@ def lookup(key: str, path: str | os.PathLike[str]) -> dict[str, Any] | None:
 def store(key: str, row: dict[str, Any]) -> None:
     """Remember ``row`` under ``key``; best effort (errors ignored)."""
     try:
-        cas.write(cas.COMPARE, key, json.dumps(row).encode())
+        data = json.dumps(row).encode()
+        cas.write(cas.COMPARE, key, data)
+        cas.stored(len(data))
     except Exception:  # noqa: BLE001 - caching is best effort
         return

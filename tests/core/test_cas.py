@@ -114,6 +114,48 @@ def test_prune_keeps_the_most_recently_used_of_every_namespace(
         cas.prune()
 
 
+def test_a_store_walks_the_store_only_when_the_estimate_says_it_may_be_over_the_cap(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``stored``: the first store walks (no estimate yet); then stores under the cap add to the
+    estimate without a walk; one that passes the cap walks and prunes the least recently used;
+    an estimate older than STALE_S walks again; a usage file that is not ours is never replaced."""
+    walks: list[float | None] = []
+    real = cas.prune
+    monkeypatch.setattr(cas, "prune", lambda limit_gb=None: (walks.append(limit_gb), real(limit_gb)))
+    now = time.time()
+    for i in range(3):
+        cas.write(cas.OUTPUTS, f"{i:064x}", b"x" * 1000)
+        os.utime(cas.OUTPUTS.path(f"{i:064x}"), (now - 100 + i, now - 100 + i))
+        cas.stored(1000)
+    assert len(walks) == 1  # the first store: no estimate yet
+    size = cas.OUTPUTS.path(f"{0:064x}").stat().st_size
+    total, walked = cas._read_usage()
+    assert total == size + 2 * 1000 and abs(walked - time.time()) < 60  # the walk's total, then the adds
+    monkeypatch.setenv("CHARLLM_TRACE_CACHE_MAX_GB", str(2.5 * size / 1e9))
+    cas.stored(1000)  # the estimate passes the cap: a walk, the oldest entry goes
+    assert len(walks) == 2 and not cas.OUTPUTS.path(f"{0:064x}").exists()
+    assert cas._read_usage()[0] == 2 * size  # what the walk found
+    cas.stored(0)
+    assert len(walks) == 2
+    usage = cache_dir / cas.USAGE_FILE
+    usage.write_text(f"{cas._USAGE_HEAD}{2 * size} {time.time() - 2 * cas.STALE_S:.3f}\n")
+    cas.stored(0)  # the last walk is old: walk again (stale temporaries, missed concurrent adds)
+    assert len(walks) == 3
+    usage.write_text("my notes\n")  # a file of that name that is not the store's
+    cas.stored(0)
+    cas.stored(0)
+    assert len(walks) == 5 and usage.read_text() == "my notes\n"  # no estimate: every store walks
+    cas.clear()
+    assert usage.read_text() == "my notes\n"
+    usage.unlink()
+    cas.write(cas.OUTPUTS, f"{7:064x}", b"y")
+    cas.stored(1)
+    assert usage.is_file()
+    cas.clear()
+    assert not usage.exists()  # ours: cleared with the entries
+
+
 def test_concurrent_writers_never_show_a_reader_half_an_entry(cache_dir: Path) -> None:
     payloads = [bytes([65 + i]) * (1 << 18) for i in range(4)]
     errors: list[BaseException] = []
