@@ -470,12 +470,37 @@ class Scrubber:
         return found
 
     def leaked_ids(self, doc: Any, key: str = "") -> list[int]:
-        """Learnt process/thread ids still held under an id key of a JSON tree."""
-        if type(doc) is dict:
-            return [x for k, v in doc.items() for x in self.leaked_ids(v, str(k))]
-        if type(doc) is list:
-            return [x for v in doc for x in self.leaked_ids(v, key)]
-        return [doc] if type(doc) is int and key.lower() in ID_KEYS and doc in self.ids else []
+        """Learnt process/thread ids still held under an id key of a JSON tree (a list's items are
+        under the list's key). One walk with a stack of containers: the recursion it replaces
+        built a list per value (10.8 M calls on the tests' profiles)."""
+        ids = self.ids
+        found: list[int] = []
+        if not ids:
+            return found
+        id_key: dict[Any, bool] = {}
+        stack: list[tuple[Any, bool]] = [(doc, key.lower() in ID_KEYS)]
+        while stack:
+            node, under = stack.pop()
+            if type(node) is dict:
+                for k, v in node.items():
+                    flag = id_key.get(k)
+                    if flag is None:
+                        flag = id_key[k] = str(k).lower() in ID_KEYS
+                    tv = type(v)
+                    if tv is dict or tv is list:
+                        stack.append((v, flag))
+                    elif flag and tv is int and v in ids:
+                        found.append(v)
+            elif type(node) is list:
+                for v in node:
+                    tv = type(v)
+                    if tv is dict or tv is list:
+                        stack.append((v, under))
+                    elif under and tv is int and v in ids:
+                        found.append(v)
+            elif under and type(node) is int and node in ids:
+                found.append(node)
+        return found
 
 
 def collect_json(sc: Scrubber, doc: Any) -> None:
