@@ -4,9 +4,20 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+# Python's bytecode cache on for the test session and every process it starts (xdist workers,
+# CLI children, collectors), even where the environment turns it off (PYTHONDONTWRITEBYTECODE=1,
+# as on our development machines): otherwise every process compiles the package and pytest
+# rewrites and compiles every test module again — 5.3 s of CPU per worker to collect the fast tier
+# without the cache, 1.65 s with it (docs/benchmarks.md "The test suite in tiers"). The files go
+# to __pycache__/ (ignored by git). CHARLLM_TEST_NO_BYTECODE=1 keeps the environment's choice.
+if not os.environ.get("CHARLLM_TEST_NO_BYTECODE"):
+    sys.dont_write_bytecode = False
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "traces"
