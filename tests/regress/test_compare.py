@@ -181,11 +181,11 @@ def test_table_values_equal_each_runs_analyze_json(runs: list[Path]) -> None:
     assert set(best["step_time_ms"]) == {"fast", "bare"} and best["avg_power_w"] == ["fast"]
     assert best["busbw_dp_gbps"] == ["fast"]
     assert best["tokens_per_s"] == ["slow"]  # 1024 tokens in 1.5x the time beats 512
-    import jsonschema
+    from tests.helpers.schema import schema_valid
 
-    schema = json.loads((Path(__file__).parents[2] / "docs" / "schema" / "compare.schema.json").read_text())
-    jsonschema.Draft202012Validator.check_schema(schema)
-    jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+    schema_valid(
+        json.loads((Path(__file__).parents[2] / "docs" / "schema" / "compare.schema.json").read_text()), doc
+    )
     assert doc["schema"] == "charllm-trace/compare" and doc["version"] == 1
     assert [c["name"] for c in doc["columns"]] == list(doc["rows"][0])
     dirs = {c["name"]: c["better"] for c in doc["columns"]}

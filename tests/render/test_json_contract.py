@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from charllm_trace.cli.app import main
 from charllm_trace.render.contract import analyze_schema
 from tests.conftest import FIXTURES, shared_trace
+from tests.helpers.schema import schema_valid
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "docs" / "schema"
@@ -25,10 +26,7 @@ def _schema(kind: str) -> dict:
 
 
 def _validate(kind: str, doc: dict) -> None:
-    import jsonschema  # 1.2 s to import (its format checkers): only where a test validates
-
-    jsonschema.Draft202012Validator.check_schema(_schema(kind))
-    jsonschema.validate(doc, _schema(kind), cls=jsonschema.Draft202012Validator)
+    schema_valid(_schema(kind), doc)
     assert doc["schema"] == f"charllm-trace/{kind}" and isinstance(doc["version"], int)
 
 
@@ -156,3 +154,18 @@ def test_duplicate_step_numbers_are_reported(tmp_path, cache_dir) -> None:
     notes = [n for ns in out["notes"].values() for n in ns]
     name = steps[0]["name"]
     assert any(f"{name} appears 2 times" in n for n in notes), notes
+
+
+def test_the_validator_is_not_vacuous() -> None:
+    """The schema check the tests above use refuses a wrong type deep in a frame, a missing
+    required key and a schema that is not a schema."""
+    schema = _schema("info")
+    doc = _json("info", str(RUN), "--json")
+    schema_valid(schema, doc)
+    with pytest.raises(AssertionError, match="required"):
+        schema_valid(schema, {k: v for k, v in doc.items() if k != "schema"})
+    with pytest.raises(AssertionError, match="not of type"):
+        schema_valid({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}}},
+                     {"a": [1, 2, "3"]})  # fmt: skip
+    with pytest.raises(Exception, match="not valid|is not"):
+        schema_valid({"type": 7}, {})
