@@ -24,6 +24,7 @@ import polars as pl
 from charllm_trace.core.errors import InputError
 from charllm_trace.core.model import TELEMETRY_SCHEMA, Run, Trace
 from charllm_trace.et import conventions as cv
+from charllm_trace.et import encode
 from charllm_trace.et import schema as pb
 from charllm_trace.et.framing import encode_varint, frame
 
@@ -145,16 +146,21 @@ def global_metadata(trace: Trace, manifest: Mapping[str, Any] | None = None) -> 
 BATCH = 32768
 
 
-def _batches(trace: Trace):
-    """(columns as Python lists, ctrl deps by id, data deps by id) for consecutive row batches."""
-    nodes = trace.nodes
-    rows = nodes.select(pl.col("id"), pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"))
+def _sorted_deps(trace: Trace) -> tuple[pl.DataFrame, np.ndarray]:
+    """The dependencies sorted by their node's row (stable), and those rows."""
+    rows = trace.nodes.select(pl.col("id"), pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"))
     deps = trace.deps.join(rows, left_on="node", right_on="id", how="left")
     if deps["_row"].null_count():
         bad = deps.filter(pl.col("_row").is_null())["node"].unique().sort().head(5).to_list()
         raise ValueError(f"dependencies of nodes that do not exist: {bad}")
     deps = deps.sort("_row", maintain_order=True)
-    dep_rows = deps["_row"].to_numpy()
+    return deps, deps["_row"].to_numpy()
+
+
+def _batches(trace: Trace):
+    """(columns as Python lists, ctrl deps by id, data deps by id) for consecutive row batches."""
+    nodes = trace.nodes
+    deps, dep_rows = _sorted_deps(trace)
     for b0 in range(0, nodes.height, BATCH):
         cols = nodes.slice(b0, BATCH).to_dict(as_series=False)
         lo, hi = (int(x) for x in np.searchsorted(dep_rows, [b0, b0 + BATCH]))
@@ -173,8 +179,15 @@ def _batches(trace: Trace):
         yield cols, by_kind["ctrl"], by_kind["data"]
 
 
-def iter_node_messages(trace: Trace):  # noqa: C901 - one flat mapping, easier to read in one place
+def iter_node_messages(trace: Trace):
     """Yield one Chakra ``Node`` message per row of ``trace.nodes``."""
+    _check_nodes(trace)
+    for cols, ctrl, data in _batches(trace):
+        yield from _node_messages(cols, ctrl, data, trace.meta.rank)
+
+
+def _check_nodes(trace: Trace) -> None:
+    """Refuse (ValueError) what no Chakra ET can hold: null or repeated ids, unknown types."""
     nodes = trace.nodes
     if nodes["id"].null_count():
         raise ValueError("node id is null")
@@ -185,8 +198,6 @@ def iter_node_messages(trace: Trace):  # noqa: C901 - one flat mapping, easier t
         raise ValueError(f"unknown node_type {sorted(unknown_types)}")
     if set(trace.deps["kind"].unique().to_list()) - {"ctrl", "data"}:
         raise ValueError("dependency kind other than ctrl/data")
-    for cols, ctrl, data in _batches(trace):
-        yield from _node_messages(cols, ctrl, data, trace.meta.rank)
 
 
 def _node_messages(cols: dict[str, list[Any]], ctrl: dict, data: dict, rank: int | None):
@@ -322,6 +333,11 @@ def _set_io(msg: Any, io: dict[str, Any], fld: str, nulls: list[str]) -> None:
 def _write_stream(f: Any, trace: Trace, manifest: Mapping[str, Any] | None) -> None:
     gm = global_metadata(trace, manifest).SerializeToString()
     f.write(frame(gm))
+    if encode.available():  # the C encoder; the protobuf path below is its oracle
+        _check_nodes(trace)
+        deps, dep_rows = _sorted_deps(trace)
+        encode.write_nodes(f.write, trace, dep_rows, deps, BATCH, _add_splits, _add_extra_attrs)
+        return
     buf: list[bytes] = []
     size = 0
     for n in iter_node_messages(trace):
