@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from charllm_trace.core.model import Trace
-from charllm_trace.et import _native
+from charllm_trace.et import _native, pbattrs
 from charllm_trace.et import conventions as cv
 from charllm_trace.et import schema as pb
 
@@ -147,7 +147,7 @@ class _Columns:
         self.ptrs = tuple(ctypes.addressof(a) for a in self._arrays)
 
 
-def _splits(b: pl.DataFrame, add_splits: Callable[[Any, Any, Any], None]) -> list[bytes | None]:
+def _splits(b: pl.DataFrame) -> list[bytes | None]:
     """Per row: the split-list attributes as protobuf writes them (None where there are none)."""
     out: list[bytes | None] = [None] * b.height
     has = b.select(pl.col("in_split").is_not_null() | pl.col("out_split").is_not_null()).to_series()
@@ -157,22 +157,44 @@ def _splits(b: pl.DataFrame, add_splits: Callable[[Any, Any, Any], None]) -> lis
             idx, b["in_split"].gather(idx).to_list(), b["out_split"].gather(idx).to_list(), strict=True
         ):
             n = pb.Node()
-            add_splits(n.attr.add, ins, outs)
+            pbattrs.add_splits(n.attr.add, ins, outs)
             out[i] = n.SerializeToString()
     return out
 
 
-def _extra(s: pl.Series, add_extra: Callable[[Any, str], None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(per-row index into the table, offsets, data) of the ``attrs`` attributes, encoded with
-    protobuf once per distinct text; index -1 where ``attrs`` is null."""
+#: the JSON value types whose attribute bytes are cached by value (floats are not: 0.0 == -0.0)
+_CACHED = (bool, int, str)
+
+
+def _extra_bytes(text: str, cache: dict[tuple[str, type, Any], bytes]) -> bytes:
+    """The attributes of one ``attrs`` text as protobuf serializes them (``pbattrs.add_extra_attrs``),
+    each (name, scalar value) serialized once per batch: the texts of a trace share most pairs."""
+    items, raw = pbattrs.extra_items(text)
+    parts = []
+    for name, value in items:
+        key = (name, type(value), value) if type(value) in _CACHED else None
+        b = cache.get(key) if key is not None else None
+        if b is None:
+            n = pb.Node()
+            pbattrs.add_value(n.attr, name, value)
+            b = n.SerializeToString()
+            if key is not None:
+                cache[key] = b
+        parts.append(b)
+    if raw:
+        n = pb.Node()
+        pbattrs.add_raw_attrs(n, text)
+        parts.append(n.SerializeToString())
+    return b"".join(parts)
+
+
+def _extra(s: pl.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(per-row index into the table, offsets, data) of the ``attrs`` attributes, encoded once per
+    distinct text; index -1 where ``attrs`` is null."""
     uniq = s.drop_nulls().unique(maintain_order=True)
     codes = s.cast(pl.Enum(uniq)).to_physical().cast(pl.Int64).fill_null(-1).to_numpy()
-    blobs = []
-    for text in uniq.to_list():
-        n = pb.Node()
-        add_extra(n, text)
-        blobs.append(n.SerializeToString())
-    off, data = _table(blobs)
+    cache: dict[tuple[str, type, Any], bytes] = {}
+    off, data = _table([_extra_bytes(text, cache) for text in uniq.to_list()])
     return np.ascontiguousarray(codes), off, data
 
 
@@ -196,13 +218,11 @@ def write_nodes(
     dep_rows: np.ndarray,
     deps: pl.DataFrame,
     batch: int,
-    add_splits: Callable[[Any, Any, Any], None],
-    add_extra: Callable[[Any, str], None],
 ) -> None:
     """Write every node of ``trace`` (checked by the caller) as length-prefixed Node messages.
 
     ``dep_rows``/``deps``: the dependencies sorted by their node's row (``deps`` has ``dep`` and
-    ``kind``); ``add_splits``/``add_extra``: the writer's protobuf code for those attributes."""
+    ``kind``), as ``writer._sorted_deps`` gives them."""
     so = _native.lib()
     if so is None:
         raise RuntimeError(
@@ -219,10 +239,10 @@ def write_nodes(
     for b0 in range(0, nodes.height, batch):
         b = nodes.slice(b0, batch)
         n = b.height
-        cols = _Columns(b, _splits(b, add_splits))
+        cols = _Columns(b, _splits(b))
         coff, cval = _csr(*dep_kind["ctrl"], b0, n)
         doff, dval = _csr(*dep_kind["data"], b0, n)
-        ecode, eoff, edata = _extra(b["attrs"], add_extra)
+        ecode, eoff, edata = _extra(b["attrs"])
         fields = {
             "n": n, "ints": cols.ints, "int_null": cols.int_null, "n_int_attrs": len(cv.NODE_INT_ATTRS),
             "small": cols.small, "str_off": cols.ptrs[0], "str_data": cols.ptrs[1], "str_null": cols.ptrs[2],

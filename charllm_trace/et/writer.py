@@ -27,62 +27,9 @@ from charllm_trace.et import conventions as cv
 from charllm_trace.et import encode
 from charllm_trace.et import schema as pb
 from charllm_trace.et.framing import encode_varint, frame
+from charllm_trace.et.pbattrs import add_extra_attrs, add_splits
 
 _MASK64 = (1 << 64) - 1
-_INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
-
-
-# ---------------------------------------------------------------------------
-# attribute helpers
-# ---------------------------------------------------------------------------
-
-
-def _add_value(attrs: Any, name: str, value: Any) -> None:
-    """Append ``value`` (a JSON value) as an AttributeProto called ``name``."""
-    if isinstance(value, bool):
-        attrs.add(name=name, bool_val=value)
-    elif isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX:
-        attrs.add(name=name, int64_val=value)
-    elif isinstance(value, int) and 0 <= value <= _MASK64:
-        attrs.add(name=name, uint64_val=value)
-    elif isinstance(value, float):
-        attrs.add(name=name, double_val=value)
-    elif isinstance(value, str):
-        attrs.add(name=name, string_val=value)
-    elif isinstance(value, list) and value and _list_kind(value) is not None:
-        kind = _list_kind(value)
-        a = attrs.add(name=name)
-        getattr(a, kind).values.extend(value)
-    else:  # null, object, empty or mixed list, huge int: JSON text
-        attrs.add(name=cv.A_JSON + name.removeprefix(cv.A_ESCAPED), string_val=orjson.dumps(value).decode())
-
-
-def _list_kind(values: list[Any]) -> str | None:
-    if all(isinstance(v, bool) for v in values):
-        return "bool_list"
-    if all(isinstance(v, int) and not isinstance(v, bool) and _INT64_MIN <= v <= _INT64_MAX for v in values):
-        return "int64_list"
-    if all(isinstance(v, float) for v in values):
-        return "double_list"
-    if all(isinstance(v, str) for v in values):
-        return "string_list"
-    return None
-
-
-def _add_extra_attrs(node: pb.Node, text: str) -> None:
-    """The ``attrs`` JSON object, one attribute per key; the exact text too when needed."""
-    try:
-        obj = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        obj = None
-    if isinstance(obj, dict) and obj:
-        for key, value in obj.items():
-            _add_value(node.attr, cv.A_ESCAPED + key if cv.is_reserved(key) else key, value)
-        if orjson.dumps(obj).decode() == text:
-            return
-    # not a JSON object, an empty one, or not in canonical form: keep the exact text
-    node.attr.add(name=cv.A_ATTRS_RAW, string_val=text)
 
 
 # ---------------------------------------------------------------------------
@@ -230,11 +177,11 @@ def _node_messages(cols: dict[str, list[Any]], ctrl: dict, data: dict, rank: int
         for aname, v in zip(str_names, strs, strict=True):
             if v is not None:
                 add(name=aname, string_val=v)
-        _add_splits(add, in_split, out_split)
+        add_splits(add, in_split, out_split)
         if nulls:
             add(name=cv.A_NULLS).string_list.values.extend(nulls)
         if extra is not None:
-            _add_extra_attrs(n, extra)
+            add_extra_attrs(n, extra)
         yield n
 
 
@@ -307,19 +254,6 @@ def _add_peer_attrs(add: Any, ptype: int | None, rank: int | None, peer: Any) ->
         add(name=cv.A_PEER, int64_val=peer)
 
 
-def _add_splits(add: Any, in_split: Any, out_split: Any) -> None:
-    """The all-to-all split lists (JSON text where one holds a null)."""
-    for v, aname in ((in_split, cv.A_IN_SPLIT), (out_split, cv.A_OUT_SPLIT)):
-        if v is None:
-            continue
-        if None in v:
-            add(name=aname + ".json", string_val=orjson.dumps(v).decode())
-        else:
-            attr = add(name=aname)
-            attr.int64_list.SetInParent()
-            attr.int64_list.values.extend(v)
-
-
 def _set_io(msg: Any, io: dict[str, Any], fld: str, nulls: list[str]) -> None:
     msg.SetInParent()
     for sub in ("values", "shapes", "types"):
@@ -336,7 +270,7 @@ def _write_stream(f: Any, trace: Trace, manifest: Mapping[str, Any] | None) -> N
     if encode.available():  # the C encoder; the protobuf path below is its oracle
         _check_nodes(trace)
         deps, dep_rows = _sorted_deps(trace)
-        encode.write_nodes(f.write, trace, dep_rows, deps, BATCH, _add_splits, _add_extra_attrs)
+        encode.write_nodes(f.write, trace, dep_rows, deps, BATCH)
         return
     buf: list[bytes] = []
     size = 0
