@@ -4,6 +4,10 @@ The file is what Chakra's ``protolib.encodeMessage`` writes: a varint length and
 ``GlobalMetadata`` message, then a varint length and a ``Node`` message per node.
 Standard fields are filled as the schema means them; what Chakra has no field
 for goes into ``charllm.*`` attributes (see ``docs/et-conventions.md``).
+
+The ``Node`` messages are encoded by the C encoder (``encode.py``, ``_etwrite.c``) from the
+columns; :func:`iter_node_messages` builds the same messages with protobuf, node by node: the
+encoder's oracle, used when ``CHARLLM_TRACE_NATIVE=0`` (docs/native.md).
 """
 
 from __future__ import annotations
