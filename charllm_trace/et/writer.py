@@ -34,6 +34,7 @@ from charllm_trace.et.framing import encode_varint, frame
 from charllm_trace.et.pbattrs import add_extra_attrs, add_splits
 
 _MASK64 = (1 << 64) - 1
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
 # ---------------------------------------------------------------------------
@@ -138,15 +139,19 @@ def iter_node_messages(trace: Trace):
 
 
 def _check_nodes(trace: Trace) -> None:
-    """Refuse (ValueError) what no Chakra ET can hold: null or repeated ids, unknown types."""
+    """Refuse (ValueError) what no Chakra ET can hold: null or repeated ids, unknown types, a rank
+    beyond int32 on send and receive nodes."""
     nodes = trace.nodes
     if nodes["id"].null_count():
         raise ValueError("node id is null")
     if nodes["id"].n_unique() != nodes.height:
         raise ValueError("node ids are not unique")
-    unknown_types = set(nodes["node_type"].drop_nulls().unique().to_list()) - set(cv.NODE_TYPE_TO_PB)
-    if unknown_types:
-        raise ValueError(f"unknown node_type {sorted(unknown_types)}")
+    types = set(nodes["node_type"].drop_nulls().unique().to_list())
+    if types - set(cv.NODE_TYPE_TO_PB):
+        raise ValueError(f"unknown node_type {sorted(types - set(cv.NODE_TYPE_TO_PB))}")
+    rank = trace.meta.rank
+    if rank is not None and not _INT32_MIN <= rank <= _INT32_MAX and types & {"COMM_SEND", "COMM_RECV"}:
+        raise ValueError(f"rank {rank} does not fit the int32 comm_src/comm_dst of send and receive nodes")
     if set(trace.deps["kind"].unique().to_list()) - {"ctrl", "data"}:
         raise ValueError("dependency kind other than ctrl/data")
 

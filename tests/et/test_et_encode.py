@@ -164,3 +164,21 @@ def test_without_the_compiled_module_writing_is_one_error(tmp_path, monkeypatch:
         assert list(tmp_path.iterdir()) == []
     finally:
         _native.reset()
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_rank_beyond_int32_on_send_nodes_is_refused_by_both_paths(
+    native: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CHARLLM_TRACE_NATIVE", native)
+    _native.reset()
+    t = small_trace()  # has a COMM_SEND node
+    t.meta.rank = 2**31
+    try:
+        with pytest.raises(ValueError, match="does not fit the int32 comm_src"):
+            encode_et(t)
+    finally:
+        _native.reset()
+    monkeypatch.setenv("CHARLLM_TRACE_NATIVE", "1")
+    t.meta.rank = 2**31 - 1
+    assert_same_bytes(t)
