@@ -5,7 +5,8 @@ each message serialized and length-prefixed), several times faster: polars hands
 batch's columns as numpy arrays (integers, null flags, Arrow string offsets and data) and the C
 function encodes whole batches of rows. Python encodes with protobuf only what the C code takes as
 ready-made bytes: the attribute names and null markers (once), the all-to-all split lists (rare),
-and each distinct ``attrs`` text of a batch (once per text, not per node: a trace repeats few).
+and each distinct ``attrs`` text of a batch (once per text, not per node, and within the texts
+once per (name, scalar value) pair: a trace repeats both; ``pbattrs.py``).
 The protobuf path stays as the oracle (``CHARLLM_TRACE_NATIVE=0``); ``tests/et/test_et_encode.py``
 compares the two on random traces, the fixtures and the shared traces. See docs/native.md.
 """
