@@ -36,9 +36,11 @@ setup(
             sources=["charllm_trace/core/_dag.c"],
             extra_compile_args=["-O2"],
         ),
-        # the ET scanner (et/_native.py); the Kineto JSON framer (converters/jsonframe.py) and
+        # the ET scanner and node encoder (et/_native.py); the Kineto JSON framer (converters/jsonframe.py) and
         # event decoder (converters/kineto_native.py)
-        ctypes_helper("charllm_trace.et._etscan", ["charllm_trace/et/_etscan.c"], (STUB,)),
+        ctypes_helper(
+            "charllm_trace.et._etscan", ["charllm_trace/et/_etscan.c", "charllm_trace/et/_etwrite.c"], (STUB,)
+        ),
         ctypes_helper(
             "charllm_trace.converters._jsonframe",
             ["charllm_trace/converters/_jsonframe.c", "charllm_trace/converters/_jsondecode.c"],

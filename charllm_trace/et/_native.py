@@ -1,4 +1,4 @@
-"""The C scanner (``_etscan.c``), built with the package (``setup.py``) and called with ctypes.
+"""The C scanner (``_etscan.c``) and node encoder (``_etwrite.c``), built with the package (``setup.py``) and called with ctypes.
 
 :func:`lib` opens the extension module ``charllm_trace.et._etscan`` through
 :mod:`charllm_trace.core.native_libs`. The scanner is required: when it is missing or broken,
@@ -34,6 +34,17 @@ def _declare(so: ctypes.CDLL) -> None:
     so.et_utf8.argtypes = [_p, _p, _p, _i64]
     so.et_views.restype = None
     so.et_views.argtypes = [_p, _p, _p, _i64, _p, _i64]
+    so.et_encode_nodes.restype = _i64
+    so.et_encode_nodes.argtypes = [_p, _i64, _p, _i64, ctypes.POINTER(_i64)]
+
+
+#: the fields of ``_etwrite.c``'s ``et_rows``, in order: ``et_encode_nodes`` takes them as 64-bit
+#: words (integers, and the addresses of arrays)
+ET_ROWS = (
+    "n", "ints", "int_null", "n_int_attrs", "small", "str_off", "str_data", "str_null", "n_str_attrs",
+    "ctrl_off", "ctrl", "data_off", "data", "extra_code", "extra_off", "extra_data", "piece_off",
+    "piece_data", "rank", "has_rank",
+)  # fmt: skip
 
 
 _LIBRARY = _native_libs.Library(MODULE, _declare)

@@ -4,6 +4,10 @@ The file is what Chakra's ``protolib.encodeMessage`` writes: a varint length and
 ``GlobalMetadata`` message, then a varint length and a ``Node`` message per node.
 Standard fields are filled as the schema means them; what Chakra has no field
 for goes into ``charllm.*`` attributes (see ``docs/et-conventions.md``).
+
+The ``Node`` messages are encoded by the C encoder (``encode.py``, ``_etwrite.c``) from the
+columns; :func:`iter_node_messages` builds the same messages with protobuf, node by node: the
+encoder's oracle, used when ``CHARLLM_TRACE_NATIVE=0`` (docs/native.md).
 """
 
 from __future__ import annotations
@@ -24,64 +28,13 @@ import polars as pl
 from charllm_trace.core.errors import InputError
 from charllm_trace.core.model import TELEMETRY_SCHEMA, Run, Trace
 from charllm_trace.et import conventions as cv
+from charllm_trace.et import encode
 from charllm_trace.et import schema as pb
 from charllm_trace.et.framing import encode_varint, frame
+from charllm_trace.et.pbattrs import add_extra_attrs, add_splits
 
 _MASK64 = (1 << 64) - 1
-_INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
-
-
-# ---------------------------------------------------------------------------
-# attribute helpers
-# ---------------------------------------------------------------------------
-
-
-def _add_value(attrs: Any, name: str, value: Any) -> None:
-    """Append ``value`` (a JSON value) as an AttributeProto called ``name``."""
-    if isinstance(value, bool):
-        attrs.add(name=name, bool_val=value)
-    elif isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX:
-        attrs.add(name=name, int64_val=value)
-    elif isinstance(value, int) and 0 <= value <= _MASK64:
-        attrs.add(name=name, uint64_val=value)
-    elif isinstance(value, float):
-        attrs.add(name=name, double_val=value)
-    elif isinstance(value, str):
-        attrs.add(name=name, string_val=value)
-    elif isinstance(value, list) and value and _list_kind(value) is not None:
-        kind = _list_kind(value)
-        a = attrs.add(name=name)
-        getattr(a, kind).values.extend(value)
-    else:  # null, object, empty or mixed list, huge int: JSON text
-        attrs.add(name=cv.A_JSON + name.removeprefix(cv.A_ESCAPED), string_val=orjson.dumps(value).decode())
-
-
-def _list_kind(values: list[Any]) -> str | None:
-    if all(isinstance(v, bool) for v in values):
-        return "bool_list"
-    if all(isinstance(v, int) and not isinstance(v, bool) and _INT64_MIN <= v <= _INT64_MAX for v in values):
-        return "int64_list"
-    if all(isinstance(v, float) for v in values):
-        return "double_list"
-    if all(isinstance(v, str) for v in values):
-        return "string_list"
-    return None
-
-
-def _add_extra_attrs(node: pb.Node, text: str) -> None:
-    """The ``attrs`` JSON object, one attribute per key; the exact text too when needed."""
-    try:
-        obj = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        obj = None
-    if isinstance(obj, dict) and obj:
-        for key, value in obj.items():
-            _add_value(node.attr, cv.A_ESCAPED + key if cv.is_reserved(key) else key, value)
-        if orjson.dumps(obj).decode() == text:
-            return
-    # not a JSON object, an empty one, or not in canonical form: keep the exact text
-    node.attr.add(name=cv.A_ATTRS_RAW, string_val=text)
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
 # ---------------------------------------------------------------------------
@@ -145,16 +98,21 @@ def global_metadata(trace: Trace, manifest: Mapping[str, Any] | None = None) -> 
 BATCH = 32768
 
 
-def _batches(trace: Trace):
-    """(columns as Python lists, ctrl deps by id, data deps by id) for consecutive row batches."""
-    nodes = trace.nodes
-    rows = nodes.select(pl.col("id"), pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"))
+def _sorted_deps(trace: Trace) -> tuple[pl.DataFrame, np.ndarray]:
+    """The dependencies sorted by their node's row (stable), and those rows."""
+    rows = trace.nodes.select(pl.col("id"), pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"))
     deps = trace.deps.join(rows, left_on="node", right_on="id", how="left")
     if deps["_row"].null_count():
         bad = deps.filter(pl.col("_row").is_null())["node"].unique().sort().head(5).to_list()
         raise ValueError(f"dependencies of nodes that do not exist: {bad}")
     deps = deps.sort("_row", maintain_order=True)
-    dep_rows = deps["_row"].to_numpy()
+    return deps, deps["_row"].to_numpy()
+
+
+def _batches(trace: Trace):
+    """(columns as Python lists, ctrl deps by id, data deps by id) for consecutive row batches."""
+    nodes = trace.nodes
+    deps, dep_rows = _sorted_deps(trace)
     for b0 in range(0, nodes.height, BATCH):
         cols = nodes.slice(b0, BATCH).to_dict(as_series=False)
         lo, hi = (int(x) for x in np.searchsorted(dep_rows, [b0, b0 + BATCH]))
@@ -173,20 +131,29 @@ def _batches(trace: Trace):
         yield cols, by_kind["ctrl"], by_kind["data"]
 
 
-def iter_node_messages(trace: Trace):  # noqa: C901 - one flat mapping, easier to read in one place
+def iter_node_messages(trace: Trace):
     """Yield one Chakra ``Node`` message per row of ``trace.nodes``."""
+    _check_nodes(trace)
+    for cols, ctrl, data in _batches(trace):
+        yield from _node_messages(cols, ctrl, data, trace.meta.rank)
+
+
+def _check_nodes(trace: Trace) -> None:
+    """Refuse (ValueError) what no Chakra ET can hold: null or repeated ids, unknown types, a rank
+    beyond int32 on send and receive nodes."""
     nodes = trace.nodes
     if nodes["id"].null_count():
         raise ValueError("node id is null")
     if nodes["id"].n_unique() != nodes.height:
         raise ValueError("node ids are not unique")
-    unknown_types = set(nodes["node_type"].drop_nulls().unique().to_list()) - set(cv.NODE_TYPE_TO_PB)
-    if unknown_types:
-        raise ValueError(f"unknown node_type {sorted(unknown_types)}")
+    types = set(nodes["node_type"].drop_nulls().unique().to_list())
+    if types - set(cv.NODE_TYPE_TO_PB):
+        raise ValueError(f"unknown node_type {sorted(types - set(cv.NODE_TYPE_TO_PB))}")
+    rank = trace.meta.rank
+    if rank is not None and not _INT32_MIN <= rank <= _INT32_MAX and types & {"COMM_SEND", "COMM_RECV"}:
+        raise ValueError(f"rank {rank} does not fit the int32 comm_src/comm_dst of send and receive nodes")
     if set(trace.deps["kind"].unique().to_list()) - {"ctrl", "data"}:
         raise ValueError("dependency kind other than ctrl/data")
-    for cols, ctrl, data in _batches(trace):
-        yield from _node_messages(cols, ctrl, data, trace.meta.rank)
 
 
 def _node_messages(cols: dict[str, list[Any]], ctrl: dict, data: dict, rank: int | None):
@@ -219,11 +186,11 @@ def _node_messages(cols: dict[str, list[Any]], ctrl: dict, data: dict, rank: int
         for aname, v in zip(str_names, strs, strict=True):
             if v is not None:
                 add(name=aname, string_val=v)
-        _add_splits(add, in_split, out_split)
+        add_splits(add, in_split, out_split)
         if nulls:
             add(name=cv.A_NULLS).string_list.values.extend(nulls)
         if extra is not None:
-            _add_extra_attrs(n, extra)
+            add_extra_attrs(n, extra)
         yield n
 
 
@@ -296,19 +263,6 @@ def _add_peer_attrs(add: Any, ptype: int | None, rank: int | None, peer: Any) ->
         add(name=cv.A_PEER, int64_val=peer)
 
 
-def _add_splits(add: Any, in_split: Any, out_split: Any) -> None:
-    """The all-to-all split lists (JSON text where one holds a null)."""
-    for v, aname in ((in_split, cv.A_IN_SPLIT), (out_split, cv.A_OUT_SPLIT)):
-        if v is None:
-            continue
-        if None in v:
-            add(name=aname + ".json", string_val=orjson.dumps(v).decode())
-        else:
-            attr = add(name=aname)
-            attr.int64_list.SetInParent()
-            attr.int64_list.values.extend(v)
-
-
 def _set_io(msg: Any, io: dict[str, Any], fld: str, nulls: list[str]) -> None:
     msg.SetInParent()
     for sub in ("values", "shapes", "types"):
@@ -322,6 +276,11 @@ def _set_io(msg: Any, io: dict[str, Any], fld: str, nulls: list[str]) -> None:
 def _write_stream(f: Any, trace: Trace, manifest: Mapping[str, Any] | None) -> None:
     gm = global_metadata(trace, manifest).SerializeToString()
     f.write(frame(gm))
+    if encode.available():  # the C encoder; the protobuf path below is its oracle
+        _check_nodes(trace)
+        deps, dep_rows = _sorted_deps(trace)
+        encode.write_nodes(f.write, trace, dep_rows, deps, BATCH)
+        return
     buf: list[bytes] = []
     size = 0
     for n in iter_node_messages(trace):

@@ -35,7 +35,11 @@ PKG = Path(charllm_trace.__file__).resolve().parent
 KINETO = ROOT / "tests" / "fixtures" / "traces" / "cpu-2rank-gloo" / "rank-0.kineto.json.gz"
 # each helper's sources then headers, in setup.py's order (its SOURCE_SHA256 covers them all)
 HELPERS = {
-    "charllm_trace.et._etscan": [PKG / "et" / "_etscan.c", PKG / "core" / "_ctypes_stub.h"],
+    "charllm_trace.et._etscan": [
+        PKG / "et" / "_etscan.c",
+        PKG / "et" / "_etwrite.c",
+        PKG / "core" / "_ctypes_stub.h",
+    ],
     "charllm_trace.converters._jsonframe": [
         PKG / "converters" / "_jsonframe.c",
         PKG / "converters" / "_jsondecode.c",

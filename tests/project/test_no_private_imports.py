@@ -24,6 +24,7 @@ KNOWN = {
     ("charllm_trace.collectors.session", "charllm_trace.collectors.launcher", "_telemetry_note"),
     # the native loader modules of et/ - issue 12 (native build)
     ("charllm_trace.et._arrow", "charllm_trace.et", "_native"),
+    ("charllm_trace.et.encode", "charllm_trace.et", "_native"),
     ("charllm_trace.et.nodescan", "charllm_trace.et", "_native"),
     ("charllm_trace.et.reader", "charllm_trace.et", "_native"),
 }
