@@ -82,9 +82,16 @@ def walk_task(
     """(path, piece number, piece) of each (path, piece number, start point or V, stop time, all
     ops?) walked in this rank."""
     return [
-        (i, j, rgm.walk(rg, "base", start, v, stop, None if full else TOP))
+        (i, j, _packed(rgm.walk(rg, "base", start, v, stop, None if full else TOP)))
         for i, j, start, v, stop, full in reqs
     ]
+
+
+def _packed(w: rgm.Walked) -> rgm.Walked:
+    """``w`` with its op names (a frame of up to 4 x TOP rows) pickled: the driver holds every
+    path's names until the walk ends, and a small frame costs ~8 kB resident whatever its rows
+    against ~2 kB as bytes; :func:`_critical` unpickles them a chunk of paths at a time."""
+    return dataclasses.replace(w, names=pickle.dumps(w.names, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 class _Held:
@@ -242,17 +249,20 @@ def _rounds(graphs, ranks, options, skipped, sets):
 
 def _critical(paths: list[gm.Path], notes: list[str], measured: bool) -> CriticalPathResult:
     """``graph_merge.critical_from`` of ``paths`` (in their order), :data:`PATH_CHUNK` paths at a
-    time, each chunk's op names (a small frame per piece walked) released once its rows are made:
+    time, each chunk's op names (pickled by the walk, a frame per piece) unpickled for its rows and
+    released once they are made:
     the rows of every path at once cost the driver ~45 kB per path (+47 MiB at 1,024 DLRM ranks,
     docs/benchmarks.md "fourth round"). The rows are the same rows in the same order."""
-    if len(paths) <= PATH_CHUNK:
-        return gm.critical_from(paths, notes, measured)
     done = []
-    for i in range(0, len(paths), PATH_CHUNK):
+    for i in range(0, max(1, len(paths)), PATH_CHUNK):
         chunk = paths[i : i + PATH_CHUNK]
+        for p in chunk:  # the names as the walk packed them (_packed)
+            p.names = [pickle.loads(b) if isinstance(b, bytes) else b for b in p.names]
         done.append(gm.critical_from(chunk, notes, measured))
         for p in chunk:
             p.names = []
+    if len(done) == 1:
+        return done[0]
     return dataclasses.replace(
         done[0],
         paths=pl.concat([d.paths for d in done], rechunk=True),
