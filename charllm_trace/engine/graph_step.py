@@ -13,7 +13,9 @@ start times back), then one round per rank a critical path crosses."""
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -26,11 +28,14 @@ from charllm_trace.analysis.whatif import factor_array
 from charllm_trace.analysis.whatif_keys import per_edge_keys
 from charllm_trace.core.dag import cycle_error
 from charllm_trace.core.errors import UsageError
+from charllm_trace.engine import graph_fold as gf
 from charllm_trace.engine.spill import read_bytes, write_bytes
 from charllm_trace.graph.run import match_instances
 
 #: top ops kept per path (``critical.critical_path``'s default)
 TOP = 10
+#: critical paths turned into their result rows at a time (:func:`_critical`)
+PATH_CHUNK = 64
 
 
 def build_task(loaded: Any) -> rgm.RankGraph:
@@ -77,9 +82,16 @@ def walk_task(
     """(path, piece number, piece) of each (path, piece number, start point or V, stop time, all
     ops?) walked in this rank."""
     return [
-        (i, j, rgm.walk(rg, "base", start, v, stop, None if full else TOP))
+        (i, j, _packed(rgm.walk(rg, "base", start, v, stop, None if full else TOP)))
         for i, j, start, v, stop, full in reqs
     ]
+
+
+def _packed(w: rgm.Walked) -> rgm.Walked:
+    """``w`` with its op names (a frame of up to 4 x TOP rows) pickled: the driver holds every
+    path's names until the walk ends, and a small frame costs ~8 kB resident whatever its rows
+    against ~2 kB as bytes; :func:`_critical` unpickles them a chunk of paths at a time."""
+    return dataclasses.replace(w, names=pickle.dumps(w.names, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 class _Held:
@@ -91,13 +103,14 @@ class _Held:
         self.rgs = eng.map(build_task, handles)
         self.held = [self.rgs]
 
-    def instances(self) -> list[Any]:
-        return self.eng.gather(self.eng.map(instances_task, self.rgs))
+    def instances(self, each: Any) -> list[Any]:
+        return self.eng.gather_batches(self.eng.map(instances_task, self.rgs), each=each)
 
-    def step(self, task: Any, extract: Any, *more: list[Any], **kw: Any) -> list[Any]:
-        """``task`` (which changes a rank's graph) on every graph, then ``extract`` of each."""
+    def step(self, task: Any, extract: Any, *more: Sequence[Any], each: Any, **kw: Any) -> list[Any]:
+        """``task`` (which changes a rank's graph) on every graph, then ``extract`` of each
+        (gathered a batch at a time, each batch given to ``each``)."""
         nxt = self.eng.map(task, self.rgs, *more, **kw)
-        out = self.eng.gather(self.eng.map(extract, nxt))
+        out = self.eng.gather_batches(self.eng.map(extract, nxt), each=each)
         self.rgs = nxt
         self.held.append(nxt)
         return out
@@ -120,12 +133,12 @@ class _Stored:
         self.eng = eng
         self.files = files
 
-    def instances(self) -> list[Any]:
-        return self.eng.map_gather(stored_task, self.files, step="instances")
+    def instances(self, each: Any) -> list[Any]:
+        return self.eng.map_gather(stored_task, self.files, step="instances", each=each)
 
-    def step(self, task: Any, extract: Any, *more: list[Any], **kw: Any) -> list[Any]:
+    def step(self, task: Any, extract: Any, *more: Sequence[Any], each: Any, **kw: Any) -> list[Any]:
         name = {join_task: "join", finish_task: "finish"}[task]
-        return self.eng.map_gather(stored_task, self.files, *more, step=name, **kw)
+        return self.eng.map_gather(stored_task, self.files, *more, step=name, each=each, **kw)
 
     def walk(self, idx: list[int], reqs: list[Any]) -> list[Any]:
         return self.eng.map_gather(stored_task, [self.files[i] for i in idx], reqs, step="walk")
@@ -193,40 +206,81 @@ def graph_step(
 
 
 def _rounds(graphs, ranks, options, skipped, sets):
-    infos = graphs.instances()
-    measured = all(m for _, m, _ in infos)
-    frames = [f.with_columns(rank=pl.lit(r, dtype=pl.Int64)) for r, _, f in infos if f.height]
-    del infos
-    inst, match_notes = match_instances(frames) if measured and len(ranks) > 1 else match_instances([])
+    """The rounds, each gathered a batch at a time and folded (``engine/graph_fold.py``)."""
+    got = gf.Instances()
+    graphs.instances(got)
+    measured = got.measured
+    inst, match_notes = match_instances(got.frames) if measured and len(ranks) > 1 else match_instances([])
+    del got
     n_v = int(inst["_v"].max()) + 1 if inst.height else 0
-    rows = _rows_by_rank(inst, ranks)
-    parts = graphs.step(join_task, contracted_task, rows, sets=sets)
-    del rows
-    notes = gm.graph_notes(
-        [(r, p[0]) for r, p in zip(ranks, parts, strict=True)],
-        match_notes,
-        sum(p[1] for p in parts),
-        measured,
-    )
+    con = gf.Contracted(ranks, list(sets))
+    graphs.step(join_task, contracted_task, gf.RowsByRank(inst, ranks), each=con, sets=sets)
+    del inst
+    notes = gm.graph_notes(con.notes, match_notes, con.dropped, measured)
     vtimes: dict[str, np.ndarray] = {}
     for k in sets:
-        left = sum(p[3][k][2] for p in parts)
-        vt, v_left = gm.solve_virtual(n_v, [(p[2], p[3][k][0], p[3][k][1]) for p in parts])
-        if left or v_left:
-            gm.skip_cycles(options, skipped, cycle_error("execution graph", left + v_left).problem)
+        vt, v_left = gm.solve_virtual(n_v, [con.share(k)])
+        if con.left[k] or v_left:
+            gm.skip_cycles(options, skipped, cycle_error("execution graph", con.left[k] + v_left).problem)
             return None, None
         vtimes[k] = vt
-    per_rank = [{k: vtimes[k][p[2]] for k in sets} for p in parts]
-    vids = [p[2] for p in parts]
-    del parts
-    summaries = graphs.step(finish_task, summary_task, per_rank, sets=sets, what_if=bool(options.what_if))
+    per_rank = gf.VTimesByRank(vtimes, con)
+    del con
+    summaries = gf.Summaries(ranks)
+    graphs.step(finish_task, summary_task, per_rank, each=summaries, sets=sets, what_if=bool(options.what_if))
+    who = gm.bind_virtual(n_v, summaries.binds(per_rank))
     del per_rank
-    who = gm.bind_virtual(n_v, [(r, v, s[0]) for r, v, s in zip(ranks, vids, summaries, strict=True)])
+    cp_paths, starts = _paths(summaries, options)
+    waits: list[gm.Path] = []
+    if options.what_if:
+        for (r, _), s2 in zip(summaries.targets, summaries.whatif, strict=True):
+            if s2[1] is not None:
+                sink, w0_t, sink_t = s2[1]
+                p = gm.Path("rank", r, None, w0_t, sink_t)
+                waits.append(p)
+                starts.append((p, r, sink))
+    _walk(graphs, {r: i for i, r in enumerate(ranks)}, starts, who)
+    cp = _critical(cp_paths, notes, measured) if options.critical_path else None
+    wi = None
+    if options.what_if:
+        wi = gm.whatif_from([s2[0] for s2 in summaries.whatif], waits, dict(options.what_if), notes, measured)
+    return gm.keep_steps(options, cp, wi)
+
+
+def _critical(paths: list[gm.Path], notes: list[str], measured: bool) -> CriticalPathResult:
+    """``graph_merge.critical_from`` of ``paths`` (in their order), :data:`PATH_CHUNK` paths at a
+    time, each chunk's op names (pickled by the walk, a frame per piece) unpickled for its rows and
+    released once they are made:
+    the rows of every path at once cost the driver ~45 kB per path (+47 MiB at 1,024 DLRM ranks,
+    docs/benchmarks.md "fourth round"). The rows are the same rows in the same order."""
+    done = []
+    for i in range(0, max(1, len(paths)), PATH_CHUNK):
+        chunk = paths[i : i + PATH_CHUNK]
+        for p in chunk:  # the names as the walk packed them (_packed)
+            p.names = [pickle.loads(b) if isinstance(b, bytes) else b for b in p.names]
+        done.append(gm.critical_from(chunk, notes, measured))
+        for p in chunk:
+            p.names = []
+    if len(done) == 1:
+        return done[0]
+    return dataclasses.replace(
+        done[0],
+        paths=pl.concat([d.paths for d in done], rechunk=True),
+        top_ops=pl.concat([d.top_ops for d in done], rechunk=True),
+    )
+
+
+def _paths(
+    summaries: gf.Summaries, options: AnalyzeOptions
+) -> tuple[list[gm.Path], list[tuple[gm.Path, int, int]]]:
+    """The critical paths to walk (each rank's windows, and the job's) and where each starts."""
+    if not options.critical_path:
+        return [], []
     cp_paths: list[gm.Path] = []
     starts: list[tuple[gm.Path, int, int]] = []  # (path, rank, end point)
     whole: list[tuple[int, int, int, int]] = []  # (rank, end point, end time, start time)
-    for r, s in zip(ranks, summaries, strict=True):
-        for step, sink, _w0, w0_t, sink_t in s[1]:
+    for r, targets in summaries.targets:
+        for step, sink, _w0, w0_t, sink_t in targets:
             p = gm.Path("rank", r, step, w0_t, sink_t)
             cp_paths.append(p)
             starts.append((p, r, sink))
@@ -237,35 +291,7 @@ def _rounds(graphs, ranks, options, skipped, sets):
         job = gm.Path("job", None, None, min(w[3] for w in whole), sink_t)
         cp_paths.append(job)
         starts.append((job, r, sink))
-    if not options.critical_path:
-        cp_paths, starts = [], []
-    waits: list[gm.Path] = []
-    if options.what_if:
-        for r, s in zip(ranks, summaries, strict=True):
-            if s[2][1] is not None:
-                sink, w0_t, sink_t = s[2][1]
-                p = gm.Path("rank", r, None, w0_t, sink_t)
-                waits.append(p)
-                starts.append((p, r, sink))
-    _walk(graphs, {r: i for i, r in enumerate(ranks)}, starts, who)
-    cp = gm.critical_from(cp_paths, notes, measured) if options.critical_path else None
-    wi = None
-    if options.what_if:
-        wi = gm.whatif_from([s[2][0] for s in summaries], waits, dict(options.what_if), notes, measured)
-    return gm.keep_steps(options, cp, wi)
-
-
-def _rows_by_rank(inst: pl.DataFrame, ranks: list[int]) -> list[pl.DataFrame]:
-    """Each rank's matched instances (in ``ranks``' order): one partition of the table, not a
-    filter of the whole table per rank."""
-    cols = ["_i", "_v", "_tr", "_vt"]
-    if not inst.height:
-        return [inst.select(cols) for _ in ranks]
-    by = {
-        k[0]: f.select(cols) for k, f in inst.partition_by("rank", as_dict=True, maintain_order=True).items()
-    }
-    empty = inst.select(cols).clear()
-    return [by.get(r, empty) for r in ranks]
+    return cp_paths, starts
 
 
 def _walk(
