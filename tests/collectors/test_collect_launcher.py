@@ -136,7 +136,7 @@ def test_collectors_import_no_torch_nvml_amdsmi(spawn) -> None:
     assert p.returncode == 0 and p.stdout.strip() == "[]", p.stderr
 
 
-def test_a_killed_run_says_what_its_ranks_traced(tmp_path: Path) -> None:
+def test_a_killed_run_says_what_its_ranks_traced(spawn, tmp_path: Path) -> None:  # noqa: ANN001 - collect starts the command
     """Issue 28: after a kill, the launcher said "no rank traced any step" while rank-0.info.json
     listed steps_traced 3..400 (the profile was never saved); it now says what was traced."""
     out = tmp_path / "run"

@@ -78,7 +78,7 @@ def test_simple_add_pair_links_every_op_and_keeps_host_ids() -> None:
     assert all(x in got for x in k_launch)
 
 
-def test_dlrm_8_ranks_link_by_name_order_and_collectives_agree_across_ranks() -> None:
+def test_dlrm_8_ranks_link_by_name_order_and_collectives_agree_across_ranks(spawn) -> None:  # noqa: ANN001 - workers=2
     d = shared_trace("param/dlrm_8ranks_v100")
     run = convert_run(d, workers=2)
     assert run.ranks == list(range(8))

@@ -42,19 +42,19 @@ def _same_as_one_process(run: Path, tmp_path: Path, *extra: str) -> dict[str, by
     return files
 
 
-def test_fixture_run_written_by_workers_equals_one_process(tmp_path):
+def test_fixture_run_written_by_workers_equals_one_process(spawn, tmp_path):  # worker processes
     files = _same_as_one_process(GLOO, tmp_path)
     assert sorted(files) == [".charllm-trace-convert", "rank-0.et", "rank-1.et"]  # no temporaries left
 
 
-def test_gz_and_force_over_an_earlier_conversion(tmp_path):
+def test_gz_and_force_over_an_earlier_conversion(spawn, tmp_path):  # worker processes
     for out in ("many", "one"):
         assert _convert(GLOO, tmp_path / out, 1)[0] == 0  # rank-N.et there, then replaced by .et.gz
     files = _same_as_one_process(GLOO, tmp_path, "--gz", "--force")
     assert sorted(files) == [".charllm-trace-convert", "rank-0.et.gz", "rank-1.et.gz"]
 
 
-def test_partial_run_labelled_as_in_one_process(tmp_path):
+def test_partial_run_labelled_as_in_one_process(spawn, tmp_path):  # worker processes
     """A finished run whose manifest names 3 ranks, 2 present: the run's manifest (the ETs'
     header) gets the partial label, which the workers could not know: converted again here."""
     run = tmp_path / "run"
@@ -69,7 +69,7 @@ def test_partial_run_labelled_as_in_one_process(tmp_path):
     assert b"partial" in (tmp_path / "many" / "rank-0.et").read_bytes()
 
 
-def test_a_rank_that_fails_leaves_no_file(tmp_path):
+def test_a_rank_that_fails_leaves_no_file(spawn, tmp_path):  # worker processes
     run = tmp_path / "run"
     shutil.copytree(GLOO, run)
     k = run / "rank-1.kineto.json.gz"  # cut in half: it pairs by its first bytes, then fails to read

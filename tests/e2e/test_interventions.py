@@ -107,7 +107,7 @@ pairs_only = pytest.mark.skipif(not PAIRS.exists(), reason="no recorded interven
 
 
 @pytest.fixture(scope="module")
-def results(harness):  # noqa: ANN001, ANN201
+def results(harness, spawn):  # noqa: ANN001, ANN201 - the harness runs the CLI in child processes
     return harness.compare(PAIRS)
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from charllm_trace.converters import run_dir
-from charllm_trace.et import cache as et_cache
 from charllm_trace.core.cas import DIR_MARK, MARK_FILE
+from charllm_trace.et import cache as et_cache
 from charllm_trace.inputs import loader
 from tests.conftest import shared_trace
 

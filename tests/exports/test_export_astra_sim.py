@@ -200,7 +200,7 @@ def check_exclusive(run: Run, per_rank: dict[int, list[pb.Node]]) -> None:
 
 
 @pytest.fixture(scope="module")
-def dlrm_ets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def dlrm_ets(tmp_path_factory: pytest.TempPathFactory, spawn) -> Path:  # noqa: ANN001 - --workers 2: processes
     src = shared_trace("param/dlrm_8ranks_v100")
     out = tmp_path_factory.mktemp("dlrm") / "et"
     r = CliRunner().invoke(main, ["convert", str(src), "-o", str(out), "--workers", "2"])

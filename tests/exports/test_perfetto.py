@@ -320,7 +320,7 @@ def _trace_processor_bin() -> str:
         )
 
 
-def test_perfetto_trace_processor_reads_it_back(run: Run, tmp_path: Path) -> None:
+def test_perfetto_trace_processor_reads_it_back(spawn, run: Run, tmp_path: Path) -> None:  # noqa: ANN001 - the trace processor is a process
     pytest.importorskip("perfetto")
     from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
 
