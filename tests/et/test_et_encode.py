@@ -4,9 +4,6 @@ cases, across batch and buffer boundaries, on the fixture runs and on the shared
 
 from __future__ import annotations
 
-import contextlib
-import os
-
 import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,27 +16,17 @@ from charllm_trace.et.reader import read_et
 from charllm_trace.et.writer import encode_et, write_et
 from charllm_trace.inputs.loader import load
 from tests.conftest import ROOT
-from tests.et.test_et_property import traces
+from tests.et.test_et_property import decoder, traces
 from tests.helpers.et_traces import small_trace
 from tests.helpers.fuzz_budget import examples
 
 FIXTURES = ROOT / "tests" / "fixtures" / "traces"
 
 
-@contextlib.contextmanager
 def protobuf_path():
-    """The writer's protobuf (upb) path, the C encoder's oracle."""
-    old = os.environ.get("CHARLLM_TRACE_NATIVE")
-    os.environ["CHARLLM_TRACE_NATIVE"] = "0"
-    _native.reset()
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("CHARLLM_TRACE_NATIVE", None)
-        else:
-            os.environ["CHARLLM_TRACE_NATIVE"] = old
-        _native.reset()
+    """The writer's protobuf (upb) path, the C encoder's oracle (``CHARLLM_TRACE_NATIVE=0``, as the
+    property tests' numpy decoder)."""
+    return decoder("numpy")
 
 
 def assert_same_bytes(trace: Trace) -> bytes:
