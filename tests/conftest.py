@@ -311,13 +311,6 @@ class _GroupIds:
                 item._id = type(item._id).parse(f"{item.nodeid}@{'_'.join(names)}")
 
 
-def _children_cpu() -> float:
-    import resource
-
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
 @pytest.fixture(autouse=True)
 def _fast_tier_starts_no_process(request: pytest.FixtureRequest):
     """Under ``--fast``: a test that started (and waited for) a child process without requesting
@@ -327,9 +320,11 @@ def _fast_tier_starts_no_process(request: pytest.FixtureRequest):
     if not request.config.getoption("--fast") or "spawn" in request.fixturenames:
         yield
         return
-    before = _children_cpu()
+    from tests.helpers.cpu_times import children_cpu
+
+    before = children_cpu()
     yield
-    if _children_cpu() > before:
+    if children_cpu() > before:
         pytest.fail(
             f"{request.node.nodeid} started a child process in the fast tier: request the `spawn` "
             "fixture (tests/conftest.py FIXTURE_MARKERS), which moves it to the subprocess tier"

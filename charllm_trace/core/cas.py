@@ -411,10 +411,6 @@ def owned(p: Path, ns: str) -> bool:
 
 def entry_size(p: Path) -> int:
     """Bytes of an entry (a file, or a directory's files); 0 when unreadable."""
-    return _size(p)
-
-
-def _size(p: Path) -> int:
     try:
         if p.is_dir():
             return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
@@ -488,7 +484,7 @@ def prune(limit_gb: float | None = None) -> None:
             continue
         if sub not in KINDS:
             continue
-        size = _size(e)
+        size = entry_size(e)
         entries.append((_used(e, st), size, e))
         total += size
     for _, size, e in sorted(entries):
@@ -556,7 +552,7 @@ def info() -> dict[str, Any]:
             temps += 1
             continue
         kinds[sub]["entries"] += 1
-        kinds[sub]["bytes"] += _size(e)
+        kinds[sub]["bytes"] += entry_size(e)
     return {
         "root": str(base),
         "exists": base.is_dir(),

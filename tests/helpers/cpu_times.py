@@ -29,17 +29,18 @@ def _log(row: list) -> None:
             f.write(json.dumps(row) + "\n")
 
 
-def _children() -> float:
+def children_cpu() -> float:
+    """CPU seconds of the child processes reaped so far (also conftest's fast-tier process check)."""
     t = os.times()
     return t.children_user + t.children_system
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # noqa: ANN201
-    w0, c0, k0 = time.perf_counter(), time.process_time(), _children()
+    w0, c0, k0 = time.perf_counter(), time.process_time(), children_cpu()
     yield
     worker = os.environ.get("PYTEST_XDIST_WORKER", "-")
-    w, c, k = time.perf_counter() - w0, time.process_time() - c0, _children() - k0
+    w, c, k = time.perf_counter() - w0, time.process_time() - c0, children_cpu() - k0
     _log([item.nodeid.split("@")[0], round(w, 4), round(c, 4), worker, round(k, 4)])
 
 
