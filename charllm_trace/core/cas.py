@@ -518,7 +518,8 @@ def _write_usage(total: float, walked: float) -> None:
     try:
         if os.path.lexists(target) and _read_usage() is None:
             return
-        write_atomic(target, [f"{_USAGE_HEAD}{int(total)} {walked:.3f}\n".encode()])
+        ms = int(walked * 1000)  # truncated, never rounded up: a walk is never dated after now
+        write_atomic(target, [f"{_USAGE_HEAD}{int(total)} {ms // 1000}.{ms % 1000:03d}\n".encode()])
     except OSError:
         return
 

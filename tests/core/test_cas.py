@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,24 @@ def test_a_store_walks_the_store_only_when_the_estimate_says_it_may_be_over_the_
     assert usage.is_file()
     cas.clear()
     assert not usage.exists()  # ours: cleared with the entries
+
+
+def test_a_walk_is_never_recorded_after_the_moment_it_ran(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The usage file keeps milliseconds: a walk at 1000.0006 s recorded as 1000.001 would be in the
+    future for the next store at 1000.0008 s, which would walk again (seen once in CI)."""
+    walks: list[float | None] = []
+    real = cas.prune
+    monkeypatch.setattr(cas, "prune", lambda limit_gb=None: (walks.append(limit_gb), real(limit_gb)))
+    clock = iter([1_000_000_000.0006, 1_000_000_000.0008, 1_000_000_000.0009])
+    fake = types.SimpleNamespace(time=lambda: next(clock))
+    monkeypatch.setattr(cas, "time", fake)
+    cas.write(cas.OUTPUTS, f"{1:064x}", b"x" * 10)
+    cas.stored(10)  # no estimate: walks at ...0006
+    assert cas._read_usage()[1] <= 1_000_000_000.0006
+    cas.stored(10)  # at ...0008: the estimate is fresh, no second walk
+    assert len(walks) == 1
 
 
 def test_concurrent_writers_never_show_a_reader_half_an_entry(cache_dir: Path) -> None:
