@@ -30,7 +30,7 @@ For one rank (docs/analyses.md, "FLOP/s and MFU"):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import orjson
@@ -472,18 +472,29 @@ def rank_flops(rank: int, ctx: RankContext, *, per_step: bool) -> tuple[int, Flo
 
 
 def flops_from(
-    parts: list[tuple[int, FlopsResult]], *, simulated: bool, skipped: dict[str, str]
+    parts: list[tuple[int, FlopsResult]],
+    *,
+    simulated: bool,
+    skipped: dict[str, str],
+    frames: Callable[[str, set[int] | None], list[pl.DataFrame]] | None = None,
 ) -> tuple[FlopsResult | None, list[tuple[int, list[str]]]]:
-    """:func:`run_flops` from every rank's :func:`rank_flops` (in rank order)."""
+    """:func:`run_flops` from every rank's :func:`rank_flops` (in rank order). ``frames(field,
+    ranks)``: the parts' frames of ``field`` stacked in rank order (``Merge.frames``), where the
+    parts' own are not to be read one by one."""
     have = [(r, f) for r, f in parts if f.per_step.height]
     if not have:
         skipped["flops"] = NO_FLOP_OPS
         return None, []
+    if frames is None:
+        stacked = [[f.per_step for _, f in have], [f.by_op for _, f in have], [f.devices for _, f in parts]]
+    else:
+        timed = {r for r, _ in have}
+        stacked = [frames("per_step", timed), frames("by_op", timed), frames("devices", None)]
     modes = {f.mode for _, f in have}
     res = FlopsResult(
-        per_step=pl.concat([f.per_step for _, f in have]),
-        by_op=pl.concat([f.by_op for _, f in have]),
-        devices=pl.concat([f.devices for _, f in parts]),
+        per_step=pl.concat(stacked[0]),
+        by_op=pl.concat(stacked[1]),
+        devices=pl.concat(stacked[2]),
         mode=modes.pop() if len(modes) == 1 else "mixed",
         simulated=simulated,
     )
@@ -510,7 +521,10 @@ def rank_part(ctx: RankContext, options: AnalyzeOptions) -> tuple[int, FlopsResu
 def merge(m: Merge) -> FlopsResult | None:
     """The registry's merge of ``flops``: every rank's part stacked, its notes merged across ranks."""
     fl, notes = flops_from(
-        [p.parts["flops"] for p in m.parts if p.parts.get("flops")], simulated=m.simulated, skipped=m.skipped
+        [e for _, e in m.entries("flops") if e],
+        simulated=m.simulated,
+        skipped=m.skipped,
+        frames=lambda field, ranks: m.frames("flops", (1, field), ranks),
     )
     if fl is not None:
         fl.notes = merge_notes(notes, m.multi)

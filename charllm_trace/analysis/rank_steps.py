@@ -57,7 +57,8 @@ def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
 
 
 def _of(m: Merge, name: str) -> list[tuple[int, Any]]:
-    """(rank, part) of every rank that gave a part for ``name``."""
+    """(rank, part) of every rank that gave a part for ``name``, its frames built (for merges
+    that read them part by part; the others read ``m.entries`` and ``m.frames``)."""
     return [(p.rank, p.parts[name]) for p in m.parts if p.parts.get(name) is not None]
 
 
@@ -77,7 +78,7 @@ def overlap_part(ctx: RankContext, options: AnalyzeOptions) -> OverlapResult | N
 
 
 def merge_overlap(m: Merge) -> OverlapResult | None:
-    got = _of(m, "overlap")
+    got = m.entries("overlap")
     if not got:
         no_ts = [p.rank for p in m.parts if p.no_ts]
         no_dur = [p.rank for p in m.parts if p.no_dur]
@@ -91,9 +92,9 @@ def merge_overlap(m: Merge) -> OverlapResult | None:
         return None
     ovs = [o for _, o in got]
     ov = OverlapResult(
-        per_rank=_concat([o.per_rank for o in ovs]),
-        per_group=_concat([o.per_group for o in ovs]),
-        per_dim=_concat([o.per_dim for o in ovs]),
+        per_rank=_concat(m.frames("overlap", ("per_rank",))),
+        per_group=_concat(m.frames("overlap", ("per_group",))),
+        per_dim=_concat(m.frames("overlap", ("per_dim",))),
         mode=ovs[0].mode if len({o.mode for o in ovs}) == 1 else "mixed",
         hta_compat=m.options.hta_compat,
         simulated=m.simulated,
@@ -162,7 +163,7 @@ def bandwidth_part(ctx: RankContext, options: AnalyzeOptions) -> BandwidthPart:
 
 
 def merge_bandwidth(m: Merge) -> BandwidthResult | None:
-    parts: list[BandwidthPart] = [p for _, p in _of(m, "bandwidth")]
+    parts: list[BandwidthPart] = [p for _, p in m.entries("bandwidth")]  # their frames: m.frames
     peaks: dict[str, LinkPeak] = {}
     tally: Tally = {}
     for p in parts:
@@ -170,7 +171,7 @@ def merge_bandwidth(m: Merge) -> BandwidthResult | None:
         for k, v in p.tally.items():  # summed over ranks
             tally[k] = tally.get(k, 0) + v
     bw = bandwidth_from(
-        [p.coll for p in parts], peaks, simulated=any(p.meta_simulated for p in parts), tally=tally
+        m.frames("bandwidth", ("coll",)), peaks, simulated=any(p.meta_simulated for p in parts), tally=tally
     )
     if bw.collectives.height == 0:
         m.skipped["bandwidth"] = no_bandwidth_reason(
@@ -221,22 +222,23 @@ def energy_part(ctx: RankContext, options: AnalyzeOptions) -> EnergyPart:
 
 
 def merge_energy(m: Merge) -> EnergyResult | None:
-    parts = [(r, p) for r, p in _of(m, "energy") if p.energy is not None and p.power is not None]
+    got = m.entries("energy")
+    parts = [(r, p) for r, p in got if p.energy is not None and p.power is not None]
     if parts:
-        en = EnergyResult(
-            totals=_concat([p.energy.totals for _, p in parts]),
-            by=_concat([p.energy.by for _, p in parts]),
+        en = EnergyResult(  # (a rank without energy has no power either: energy_part)
+            totals=_concat(m.frames("energy", ("energy", "totals"))),
+            by=_concat(m.frames("energy", ("energy", "by"))),
             method=m.options.energy_method,
             simulated=m.simulated,
             notes=merge_notes([(r, p.energy.notes) for r, p in parts], m.multi),
         )
         m.shared["power"] = PowerResult(
-            per_step=_concat([p.power.per_step for _, p in parts]),
-            throttle=_concat([p.power.throttle for _, p in parts]),
+            per_step=_concat(m.frames("energy", ("power", "per_step"))),
+            throttle=_concat(m.frames("energy", ("power", "throttle"))),
             simulated=m.simulated,
             notes=merge_notes([(r, p.power.notes) for r, p in parts], m.multi),
         )
-        missing = [p.rank for p in m.parts if p.parts["energy"].energy is None]
+        missing = [r for r, p in got if p.energy is None]
         if missing:
             en.notes.append(f"ranks {missing}: no telemetry")
         return en
@@ -247,7 +249,7 @@ def merge_energy(m: Merge) -> EnergyResult | None:
 def _no_energy_reason(m: Merge) -> str:
     if m.simulated:
         return "simulated timeline: telemetry cannot be joined to it; energy and power not computed"
-    tel = [p.parts["energy"] for p in m.parts]
+    tel = [p for _, p in m.entries("energy")]
     n_tel = sum(t.tel_rows for t in tel)
     if not n_tel:
         return NO_TELEMETRY
@@ -308,9 +310,9 @@ def _merge_rank_frames(m: Merge, name: str, build: Callable[..., Any], reason: s
     """The run's result of ``name`` from every rank's ``(frame | None, notes)`` part (``build``:
     the frames of the ranks that have one, the notes merged); ``reason`` in ``skipped`` when
     ``build`` finds nothing."""
-    got = [(p.rank, p.parts[name]) for p in m.parts]
+    got = m.entries(name)
     res = build(
-        [f for _, (f, _) in got if f is not None],
+        m.frames(name, (0,)),
         merge_notes([(r, ns) for r, (_, ns) in got], m.multi),
         simulated=m.simulated,
     )

@@ -34,7 +34,7 @@ docs/architecture.md, "Adding an analysis".
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -226,6 +226,19 @@ class Live(Mapping[str, Any]):
         return len(self._build())
 
 
+#: where a frame lies in a part: attribute names and tuple/list indices, from the part down
+FramePath = tuple[str | int, ...]
+
+
+def frame_at(obj: Any, path: FramePath) -> Any:
+    """What lies at ``path`` in ``obj`` (None where a step finds None)."""
+    for key in path:
+        if obj is None:
+            return None
+        obj = obj[key] if isinstance(key, int) else getattr(obj, key)
+    return obj
+
+
 @dataclass
 class Merge:
     """What a merge function reads: every rank's part (in rank order), the options, the run's
@@ -243,6 +256,36 @@ class Merge:
     shared: dict[str, Any] = field(default_factory=dict)
     results: dict[str, Any] = field(default_factory=dict)  # the results merged so far, by name
     cpu_sched: Any = None  # the run's CPU scheduler samples (Run.cpu_sched; the local path only)
+
+    def entries(self, name: str) -> list[tuple[int, Any]]:
+        """(rank, part) of every rank that gave a part for ``name``, in rank order. Parts held as
+        the Dask driver holds them (``engine/compact.HeldParts``) give each part as held: its
+        other fields as they arrived, its frames unresolved (read them with :meth:`frames`), so
+        that no rank's frames are rebuilt to read its notes."""
+        held = getattr(self.parts, "entries", None)
+        if held is not None:
+            return held(name)  # type: ignore[no-any-return]
+        return [(p.rank, p.parts[name]) for p in self.parts if p.parts.get(name) is not None]
+
+    def frames(self, name: str, path: FramePath, ranks: Container[int] | None = None) -> list[pl.DataFrame]:
+        """The frames at ``path`` (attribute names and indices from the part down) of every rank's
+        ``name`` part, in rank order (of ``ranks`` only, when given); ranks without the part, or
+        with None there, are left out.
+        Their concatenation is every rank's rows in rank order. From held parts, one piece per
+        run of ranks whose rows lie next to each other in one held frame (a gathered batch),
+        not a frame per rank: at 4,096 ranks a frame per rank per place cost the merges up to
+        88 MiB (docs/benchmarks.md)."""
+        held = getattr(self.parts, "frames", None)
+        if held is not None:
+            return held(name, path, ranks)  # type: ignore[no-any-return]
+        out = []
+        for p in self.parts:
+            if ranks is not None and p.rank not in ranks:
+                continue
+            f = frame_at(p.parts.get(name), path)
+            if f is not None:
+                out.append(f)
+        return out
 
 
 def merge_notes(per_rank: list[tuple[int, list[str]]], multi: bool) -> list[str]:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 import polars as pl
+
+from charllm_trace.analysis.registry import FramePath, frame_at
 
 #: a place in a part: attribute names, tuple indices and ("key", name) of dicts from the part down to a frame
 Path = tuple[str | int | tuple[str, str], ...]
@@ -104,7 +106,7 @@ def compact_batch(parts: list[Any], empties: dict[Any, pl.DataFrame] | None = No
 
 
 class _Ref:
-    """Where a held part's frame is: rows ``offset`` to ``offset + height`` of ``HeldParts.frames[frame]``."""
+    """Where a held part's frame is: rows ``offset`` to ``offset + height`` of ``HeldParts.held[frame]``."""
 
     __slots__ = ("frame", "height", "offset")
 
@@ -123,7 +125,7 @@ class HeldParts(Sequence[Any]):
     :func:`compact_batch` would have held: the same slices of the same concatenated frames."""
 
     def __init__(self, empties: dict[Any, pl.DataFrame] | None = None) -> None:
-        self.frames: list[pl.DataFrame] = []
+        self.held: list[pl.DataFrame] = []  # one concatenated frame per batch, place and schema
         self.skeletons: list[tuple[Any, frozenset[str]]] = []  # (part with refs, its fields holding refs)
         self.empties = {} if empties is None else empties
 
@@ -135,8 +137,8 @@ class HeldParts(Sequence[Any]):
             if len(idx) < 2:  # alone of its kind in the batch: held as it is, as compact_batch does
                 continue
             frames = [found[i][path] for i in idx]
-            k = len(self.frames)
-            self.frames.append(pl.concat(frames, how="vertical", rechunk=True))
+            k = len(self.held)
+            self.held.append(pl.concat(frames, how="vertical", rechunk=True))
             off = 0
             for i, df in zip(idx, frames, strict=True):
                 out[i] = _put(out[i], path, _Ref(k, off, df.height))
@@ -146,6 +148,48 @@ class HeldParts(Sequence[Any]):
 
     def __len__(self) -> int:
         return len(self.skeletons)
+
+    def entries(self, name: str) -> list[tuple[int, Any]]:
+        """(rank, part) of every held part's ``name`` entry that is not None, as held: frames
+        that share a batch's frame are :class:`_Ref` s (``Merge.entries``)."""
+        out = []
+        for skel, _ in self.skeletons:
+            e = skel.parts.get(name)
+            if e is not None:
+                out.append((skel.rank, e))
+        return out
+
+    def frames(self, name: str, path: FramePath, ranks: Container[int] | None = None) -> list[pl.DataFrame]:
+        """``Merge.frames`` of the held parts: the frames at ``path`` of every ``name`` entry in
+        rank order, the references that follow one another in one held frame joined into one
+        slice. Frames without rows are left out unless every one is empty (then the first)."""
+        pieces: list[pl.DataFrame] = []
+        empty: pl.DataFrame | None = None
+        run: list[int] | None = None  # [frame, start, end] of the slice being joined
+
+        def close() -> None:
+            if run is not None:
+                pieces.append(self.held[run[0]].slice(run[1], run[2] - run[1]))
+
+        for r, e in self.entries(name):
+            if ranks is not None and r not in ranks:
+                continue
+            leaf = frame_at(e, path)
+            if isinstance(leaf, _Ref):
+                if run is not None and run[0] == leaf.frame and run[2] == leaf.offset:
+                    run[2] += leaf.height
+                    continue
+                close()
+                run = [leaf.frame, leaf.offset, leaf.offset + leaf.height]
+            elif isinstance(leaf, pl.DataFrame):
+                if leaf.height == 0:
+                    empty = leaf if empty is None else empty
+                    continue
+                close()
+                run = None
+                pieces.append(leaf)
+        close()
+        return pieces if pieces or empty is None else [empty]
 
     @overload
     def __getitem__(self, i: int) -> Any: ...
@@ -166,7 +210,7 @@ class HeldParts(Sequence[Any]):
         p = copy.copy(skel)
         for name in fields:
             v = getattr(skel, name)
-            built = _Entries(v, self.frames) if isinstance(v, dict) else _build(v, self.frames)
+            built = _Entries(v, self.held) if isinstance(v, dict) else _build(v, self.held)
             object.__setattr__(p, name, built)
         return p
 

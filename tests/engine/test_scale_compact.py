@@ -102,7 +102,7 @@ def test_held_parts_read_back_equal_and_merge_to_the_same_json() -> None:
     for lo, hi in ((0, 3), (3, 7), (7, 8)):  # the last batch of one: its frames held as they are
         held.add([pickle.loads(b) for b in wire[lo:hi]])
     assert len(held) == 8 and [p.rank for p in held] == [p.rank for p in parts]
-    assert len(held.frames) >= 2 * 10  # a frame per place in each batch of several, not one per rank
+    assert len(held.held) >= 2 * 10  # a frame per place in each batch of several, not one per rank
     n = 0
     for a, b in zip(parts, held, strict=True):
         fa = dict(_frames(a))
@@ -115,3 +115,37 @@ def test_held_parts_read_back_equal_and_merge_to_the_same_json() -> None:
     assert [p.rank for p in held[2:5]] == [2, 3, 4]
     assert to_json(_merge(held, opts, manifest)) == want
     assert to_json(_merge(held, opts, manifest)) == want  # read again: the held parts are unchanged
+
+
+def test_held_frames_are_the_ranks_rows_in_rank_order_in_one_piece_per_batch() -> None:
+    """``HeldParts.frames`` (what the merges stack): the same rows as each rank's frame stacked
+    in rank order, as one slice per batch frame, not a frame per rank; ``entries`` give the
+    parts' other fields as they arrived without building their frames."""
+    from charllm_trace.analysis.registry import Merge
+
+    opts = AnalyzeOptions(per_step=True, critical_path=False)
+    parts, _ = _parts(shared_trace("param/dlrm_8ranks_v100"), opts)
+    wire = [pickle.dumps(p) for p in parts]
+    held = HeldParts()
+    for lo, hi in ((0, 3), (3, 7), (7, 8)):
+        held.add([pickle.loads(b) for b in wire[lo:hi]])
+    whole = Merge(parts, opts, False, True, {})
+    kept = Merge(held, opts, False, True, {})
+    places = [
+        ("overlap", ("per_rank",)),
+        ("bandwidth", ("coll",)),
+        ("comm_wait", (0,)),
+        ("flops", (1, "per_step")),
+        ("flops", (1, "devices")),
+    ]
+    for name, path in places:
+        want, got = whole.frames(name, path), kept.frames(name, path)
+        assert len(want) == 8 and len(got) <= 3, (name, path, len(got))  # batches of 3, 4 and 1
+        a, b = pl.concat(want), pl.concat(got)
+        assert a.height > 0 and a.equals(b, null_equal=True) and a.schema == b.schema, (name, path)
+    assert len(kept.frames("flops", (1, "per_step"), {2, 5})) == 2  # a batch's run cut by the ranks asked
+    assert pl.concat(kept.frames("flops", (1, "per_step"), {2, 5})).equals(
+        pl.concat(whole.frames("flops", (1, "per_step"), {2, 5}))
+    )
+    assert [r for r, _ in kept.entries("overlap")] == list(range(8))
+    assert [o.notes for _, o in kept.entries("overlap")] == [o.notes for _, o in whole.entries("overlap")]
