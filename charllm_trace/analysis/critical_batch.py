@@ -114,13 +114,29 @@ def top_ops_all(keys: PathKeys, paths: list[tuple], vocab: dict[int, pl.Series],
     step and length), its ``top`` (name, category) pairs by time, as
     ``critical.top_ops_of(critical.name_codes(path_piece(...).ops, vocab, top), ...)`` gives
     them, concatenated in ``tgt`` order."""
-    sums = (
-        keys.summed()  # only edges that take time (PathKeys.add)
-        .sort(["tgt", "time_ns", "orank", "code", "cat"], descending=[False, True, False, False, False])
+    sums = keys.summed().sort(  # only edges that take time (PathKeys.add)
+        ["tgt", "time_ns", "orank", "code", "cat"], descending=[False, True, False, False, False]
     )
     lead = _first_n_per(sums, top * 4)
+    return _top_of_lead(
+        lead.with_columns(name=_names(lead["orank"].to_numpy(), lead["code"].to_numpy(), vocab)), paths, top
+    )
+
+
+def top_ops_named(named: pl.DataFrame, paths: list[tuple], top: int) -> pl.DataFrame:
+    """:func:`top_ops_all` from sums already named: ``named`` holds (tgt, orank, code, cat,
+    time_ns, count, name) rows, one per (tgt, orank, code, cat), as ``critical.top_ops_of``
+    reads them for one path (the Dask engine's walked pieces, ``analysis/graph_merge.py``)."""
+    sums = named.sort(
+        ["tgt", "time_ns", "orank", "code", "cat"], descending=[False, True, False, False, False]
+    )
+    return _top_of_lead(_first_n_per(sums, top * 4), paths, top)
+
+
+def _top_of_lead(lead: pl.DataFrame, paths: list[tuple], top: int) -> pl.DataFrame:
+    """The rows of :func:`top_ops_all` from each path's first ``4 x top`` sums by time, named."""
     named = lead.with_columns(
-        name=_names(lead["orank"].to_numpy(), lead["code"].to_numpy(), vocab).fill_null("(wait / idle)"),
+        name=pl.col("name").fill_null("(wait / idle)"),
         category=pl.Series(_CATS[lead["cat"].to_numpy()].tolist(), dtype=pl.String),
     )
     best = (

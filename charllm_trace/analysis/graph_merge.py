@@ -11,7 +11,8 @@ from collections.abc import Mapping
 import numpy as np
 import polars as pl
 
-from charllm_trace.analysis.critical import SIMULATED_CP, PathPiece, path_row, top_ops_of
+from charllm_trace.analysis.critical import SIMULATED_CP, PathPiece, path_row
+from charllm_trace.analysis.critical_batch import top_ops_named
 from charllm_trace.analysis.results import (
     CRITICAL_OPS_SCHEMA,
     CRITICAL_PATH_SCHEMA,
@@ -135,26 +136,33 @@ class Path:
 def critical_from(paths: list[Path], notes: list[str], measured: bool, top: int = 10) -> CriticalPathResult:
     """``critical.critical_path`` (without segments) from the walked paths, in target order."""
     rows = [path_row(p.scope, p.rank, p.step, p.start_ns, p.end_ns, p.pieces) for p in paths]
-    ops = []
-    for p in paths:
-        if sum(pc.n_edges for pc in p.pieces) == 0:
-            continue
-        named = (
-            pl.concat(p.names)
-            .group_by("orank", "code", "cat")
-            .agg(pl.col("time_ns").sum(), pl.col("count").sum(), pl.col("name").first())
-        )
-        ops.append(top_ops_of(named, p.scope, p.rank, p.step, p.end_ns - p.pieces[-1].last_time, top))
+    walked = [p for p in paths if sum(pc.n_edges for pc in p.pieces)]
     notes = list(notes)
     if not measured:
         notes.insert(0, SIMULATED_CP)
     return CriticalPathResult(
         paths=frame(pl.DataFrame(rows) if rows else {}, CRITICAL_PATH_SCHEMA),
-        top_ops=frame(pl.concat(ops), CRITICAL_OPS_SCHEMA) if ops else frame({}, CRITICAL_OPS_SCHEMA),
+        top_ops=_top_ops(walked, top) if walked else frame({}, CRITICAL_OPS_SCHEMA),
         segments=frame({}, CRITICAL_SEGMENT_SCHEMA),
         simulated=not measured,
         notes=notes,
     )
+
+
+def _top_ops(paths: list[Path], top: int) -> pl.DataFrame:
+    """``critical.top_ops_of`` of each path's pieces' named sums, every path in one query
+    (``critical_batch.top_ops_named``; a few polars queries per path cost the driver ~30 MiB of
+    resident memory at 1,024 DLRM ranks, docs/benchmarks.md)."""
+    pieces = [n for p in paths for n in p.names]
+    per_path = [sum(n.height for n in p.names) for p in paths]
+    named = (
+        pl.concat(pieces, how="vertical")
+        .with_columns(tgt=pl.Series(np.repeat(np.arange(len(paths), dtype=np.int64), per_path)))
+        .group_by("tgt", "orank", "code", "cat")
+        .agg(pl.col("time_ns").sum(), pl.col("count").sum(), pl.col("name").first())
+    )
+    keys = [(p.scope, p.rank, p.step, p.end_ns - p.pieces[-1].last_time) for p in paths]
+    return top_ops_named(named, keys, top)
 
 
 def whatif_from(

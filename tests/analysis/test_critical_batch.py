@@ -102,3 +102,66 @@ def test_batch_top_ops_summed_in_chunks_equal_per_path(monkeypatch: pytest.Monke
     assert got["step"].drop_nulls().n_unique() == 4
     for seed in range(3):
         check(random_run(random.Random(seed), n_ranks=2, n_coll=2), top=2)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_walked_paths_top_ops_in_one_query_equal_per_path(seed: int) -> None:
+    """``graph_merge.critical_from`` (the Dask engine's walked paths) takes every path's top ops in
+    one query (``critical_batch.top_ops_named``): the rows equal, to the bit, summing each path's
+    pieces on its own and ``critical.top_ops_of`` per path, on random pieces whose (rank, code,
+    category) keys repeat across pieces, with unnamed ops, tied times and a path without edges."""
+    from charllm_trace.analysis import graph_merge as gm
+    from charllm_trace.analysis.critical import PathPiece, top_ops_of
+    from charllm_trace.analysis.results import CP_CATEGORIES
+
+    rng = random.Random(seed)
+
+    def piece_names(n: int) -> pl.DataFrame:
+        return pl.DataFrame(
+            {
+                "orank": [rng.randrange(3) for _ in range(n)],
+                "code": [rng.randrange(-1, 30) for _ in range(n)],
+                "cat": [rng.randrange(len(CP_CATEGORIES)) for _ in range(n)],
+                "time_ns": [rng.choice([5, 10, rng.randrange(1, 10_000)]) for _ in range(n)],
+                "count": [rng.randrange(1, 4) for _ in range(n)],
+            },
+            schema={
+                "orank": pl.Int64,
+                "code": pl.Int64,
+                "cat": pl.Int64,
+                "time_ns": pl.Int64,
+                "count": pl.Int64,
+            },
+        ).with_columns(
+            name=pl.when(pl.col("code") >= 0).then(pl.format("op{}", pl.col("code") % 17)).otherwise(None)
+        )
+
+    paths = []
+    for i in range(25):
+        k = rng.randrange(1, 4)
+        pieces = [
+            PathPiece(
+                np.zeros(len(CP_CATEGORIES), dtype=np.int64), 0, 1, 0 if i == 3 else 5, {0}, 1_000 * j, None
+            )
+            for j in range(k)
+        ]
+        p = gm.Path("job" if i == 24 else "rank", None if i == 24 else i % 7, i % 3 or None, 0, 50_000 + i)
+        p.pieces, p.names = pieces, [piece_names(rng.randrange(0, 60)) for _ in range(k)]
+        paths.append(p)
+    got = gm.critical_from(paths, [], True, top=5).top_ops
+    want = [
+        top_ops_of(
+            pl.concat(p.names)
+            .group_by("orank", "code", "cat")
+            .agg(pl.col("time_ns").sum(), pl.col("count").sum(), pl.col("name").first()),
+            p.scope,
+            p.rank,
+            p.step,
+            p.end_ns - p.pieces[-1].last_time,
+            5,
+        )
+        for p in paths
+        if sum(pc.n_edges for pc in p.pieces)
+    ]
+    assert got.height > 50
+    assert_frame_equal(got, frame(pl.concat(want), CRITICAL_OPS_SCHEMA))
