@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -88,9 +89,9 @@ def walk_task(
 
 
 def _packed(w: rgm.Walked) -> rgm.Walked:
-    """``w`` with its op names (a frame of up to 4 x TOP rows) pickled: the driver holds every
-    path's names until the walk ends, and a small frame costs ~8 kB resident whatever its rows
-    against ~2 kB as bytes; :func:`_critical` unpickles them a chunk of paths at a time."""
+    """``w`` with its op names (a frame of up to 4 x TOP rows) pickled: the driver keeps every
+    path's names until the walk ends (on disk, :class:`_Names`), and :func:`_critical` unpickles
+    them a chunk of paths at a time."""
     return dataclasses.replace(w, names=pickle.dumps(w.names, protocol=pickle.HIGHEST_PROTOCOL))
 
 
@@ -239,15 +240,44 @@ def _rounds(graphs, ranks, options, skipped, sets):
                 p = gm.Path("rank", r, None, w0_t, sink_t)
                 waits.append(p)
                 starts.append((p, r, sink))
-    _walk(graphs, {r: i for i, r in enumerate(ranks)}, starts, who)
-    cp = _critical(cp_paths, notes, measured) if options.critical_path else None
+    with _Names() as names:  # the walk's op names wait on this process's disk, not in its memory
+        _walk(graphs, {r: i for i, r in enumerate(ranks)}, starts, who, names)
+        cp = _critical(cp_paths, notes, measured, names) if options.critical_path else None
     wi = None
     if options.what_if:
         wi = gm.whatif_from([s2[0] for s2 in summaries.whatif], waits, dict(options.what_if), notes, measured)
     return gm.keep_steps(options, cp, wi)
 
 
-def _critical(paths: list[gm.Path], notes: list[str], measured: bool) -> CriticalPathResult:
+class _Names:
+    """The walked pieces' op names (each a pickled frame, :func:`_packed`) in a temporary file of
+    this process, each piece's names held as its (offset, length) there until the critical
+    path's rows are made a chunk of paths at a time (:func:`_critical`). Held in memory they were
+    the walk's growth of the driver: ~4 kB per piece, +55 MiB at 4,096 DLRM ranks
+    (docs/benchmarks.md, "fifth round"). The file is removed when closed."""
+
+    def __init__(self) -> None:
+        self.file = tempfile.TemporaryFile(prefix="charllm-trace-walk-")  # noqa: SIM115 - closed by __exit__
+        self.end = 0
+
+    def __enter__(self) -> _Names:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.file.close()
+
+    def put(self, data: bytes) -> tuple[int, int]:
+        self.file.seek(self.end)
+        self.file.write(data)
+        at, self.end = self.end, self.end + len(data)
+        return at, len(data)
+
+    def get(self, ref: tuple[int, int]) -> pl.DataFrame:
+        self.file.seek(ref[0])
+        return pickle.loads(self.file.read(ref[1]))  # type: ignore[no-any-return]
+
+
+def _critical(paths: list[gm.Path], notes: list[str], measured: bool, names: _Names) -> CriticalPathResult:
     """``graph_merge.critical_from`` of ``paths`` (in their order), :data:`PATH_CHUNK` paths at a
     time, each chunk's op names (pickled by the walk, a frame per piece) unpickled for its rows and
     released once they are made:
@@ -256,8 +286,8 @@ def _critical(paths: list[gm.Path], notes: list[str], measured: bool) -> Critica
     done = []
     for i in range(0, max(1, len(paths)), PATH_CHUNK):
         chunk = paths[i : i + PATH_CHUNK]
-        for p in chunk:  # the names as the walk packed them (_packed)
-            p.names = [pickle.loads(b) if isinstance(b, bytes) else b for b in p.names]
+        for p in chunk:  # the names as the walk stored them (_Names.put)
+            p.names = [names.get(ref) for ref in p.names]
         done.append(gm.critical_from(chunk, notes, measured))
         for p in chunk:
             p.names = []
@@ -295,7 +325,11 @@ def _paths(
 
 
 def _walk(
-    graphs: Any, by_rank: dict[int, int], starts: list[tuple[gm.Path, int, int]], who: np.ndarray
+    graphs: Any,
+    by_rank: dict[int, int],
+    starts: list[tuple[gm.Path, int, int]],
+    who: np.ndarray,
+    names: _Names,
 ) -> None:
     """Walk every path back, one round per rank crossed: each rank walks its pieces and sends
     their first 4 x TOP ops by time (enough for a path's top ops unless it crosses a rank twice:
@@ -313,7 +347,7 @@ def _walk(
         for i, j, w in out:
             p = paths[i]
             p.pieces.append(w.piece)
-            p.names.append(w.names)
+            p.names.append(names.put(w.names))
             trunc[(i, j)] = w.truncated
             if w.exit_v is not None:
                 q = int(who[w.exit_v])
@@ -326,7 +360,7 @@ def _walk(
             if seen.count(r) > 1 and trunc.get((i, j)):
                 again.setdefault(r, []).append((i, j, start, v, stop, True))
     for i, j, w in _gather_walks(graphs, by_rank, again):
-        paths[i].names[j] = w.names
+        paths[i].names[j] = names.put(w.names)
 
 
 def _gather_walks(
