@@ -117,8 +117,10 @@ def streams_part(ctx: RankContext, options: AnalyzeOptions) -> Any:
 
 
 def merge_idle_time(m: Merge) -> Any:
-    timed = [(p.rank, p.parts.get("idle_time")) for p in m.parts if not p.no_ts]
-    idle, launch, why = stream_analyses_from(timed, m.options, simulated=m.simulated)
+    timed = m.timed("idle_time")  # (an untimed rank has no part: its frames are not stacked)
+    idle, launch, why = stream_analyses_from(
+        timed, m.options, simulated=m.simulated, frames=lambda path: m.frames("idle_time", path)
+    )
     if why is not None:
         no_ts_why = NO_TIMESTAMPS.replace("overlap needs them", "idle time per stream and launches need them")
         m.skipped["idle_time"] = m.skipped["launch"] = no_ts_why if not timed else why

@@ -267,6 +267,14 @@ class Merge:
             return held(name)  # type: ignore[no-any-return]
         return [(p.rank, p.parts[name]) for p in self.parts if p.parts.get(name) is not None]
 
+    def timed(self, name: str) -> list[tuple[int, Any]]:
+        """(rank, part or None) of every rank with timestamps (or simulated ones), in rank order;
+        held parts as :meth:`entries` gives them."""
+        held = getattr(self.parts, "timed", None)
+        if held is not None:
+            return held(name)  # type: ignore[no-any-return]
+        return [(p.rank, p.parts.get(name)) for p in self.parts if not p.no_ts]
+
     def frames(self, name: str, path: FramePath, ranks: Container[int] | None = None) -> list[pl.DataFrame]:
         """The frames at ``path`` (attribute names and indices from the part down) of every rank's
         ``name`` part, in rank order (of ``ranks`` only, when given); ranks without the part, or

@@ -3,7 +3,7 @@ launch statistics of every timed rank, from one ``stream_ops`` frame per rank.""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import polars as pl
 
@@ -61,24 +61,35 @@ def rank_stream_analyses(ctx: RankContext, options: AnalyzeOptions) -> RankStrea
 
 
 def stream_analyses_from(
-    parts: list[tuple[int, RankStreams]], options: AnalyzeOptions, *, simulated: bool = False
+    parts: list[tuple[int, RankStreams]],
+    options: AnalyzeOptions,
+    *,
+    simulated: bool = False,
+    frames: Callable[[tuple[int, str]], list[pl.DataFrame]] | None = None,
 ) -> tuple[IdleTimeResult | None, LaunchResult | None, str | None]:
-    """:func:`stream_analyses` from every timed rank's :func:`rank_stream_analyses` (in rank order)."""
+    """:func:`stream_analyses` from every timed rank's :func:`rank_stream_analyses` (in rank order).
+    ``frames(path)``: the frames at ``path`` ((0, "streams"), (1, "stats"), (1, "queue")) of the
+    parts that are not None, stacked in rank order (``Merge.frames``), where the parts' own are
+    not to be read one by one."""
     idle = [(r, p[0]) for r, p in parts if p is not None]
     launch = [(r, p[1]) for r, p in parts if p is not None]
     if not idle:
         return None, None, NO_STREAM_OPS
+    if frames is None:
+        stacked = [[x.streams for _, x in idle], [x.stats for _, x in launch], [x.queue for _, x in launch]]
+    else:
+        stacked = [frames((0, "streams")), frames((1, "stats")), frames((1, "queue"))]
     multi = len(parts) > 1
     it = IdleTimeResult(
-        streams=pl.concat([x.streams for _, x in idle]),
+        streams=pl.concat(stacked[0]),
         kernel_wait_threshold_ns=idle[0][1].kernel_wait_threshold_ns,
         hta_compat=options.hta_compat,
         simulated=simulated,
         notes=_notes([(r, x.notes) for r, x in idle], multi),
     )
     ls = LaunchResult(
-        stats=pl.concat([x.stats for _, x in launch]),
-        queue=pl.concat([x.queue for _, x in launch]),
+        stats=pl.concat(stacked[1]),
+        queue=pl.concat(stacked[2]),
         hta_compat=options.hta_compat,
         simulated=simulated,
         notes=_notes([(r, x.notes) for r, x in launch], multi),

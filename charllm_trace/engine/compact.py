@@ -159,6 +159,10 @@ class HeldParts(Sequence[Any]):
                 out.append((skel.rank, e))
         return out
 
+    def timed(self, name: str) -> list[tuple[int, Any]]:
+        """``Merge.timed`` of the held parts (each ``name`` entry as held, or None)."""
+        return [(skel.rank, skel.parts.get(name)) for skel, _ in self.skeletons if not skel.no_ts]
+
     def frames(self, name: str, path: FramePath, ranks: Container[int] | None = None) -> list[pl.DataFrame]:
         """``Merge.frames`` of the held parts: the frames at ``path`` of every ``name`` entry in
         rank order, the references that follow one another in one held frame joined into one

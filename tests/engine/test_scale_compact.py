@@ -65,7 +65,10 @@ def test_compacted_parts_equal_and_merge_to_the_same_json() -> None:
             n += 1
     assert n >= 8 * 10  # a dozen frames per rank
     # one frame per place and schema: every rank's collective rows share one buffer
-    assert len({p.parts["bandwidth"].coll.to_arrow().column(0).chunks[0].buffers()[1].address for p in got[:5]}) == 1
+    assert (
+        len({p.parts["bandwidth"].coll.to_arrow().column(0).chunks[0].buffers()[1].address for p in got[:5]})
+        == 1
+    )
     assert to_json(_merge(got, opts, manifest)) == want
 
 
@@ -137,6 +140,8 @@ def test_held_frames_are_the_ranks_rows_in_rank_order_in_one_piece_per_batch() -
         ("comm_wait", (0,)),
         ("flops", (1, "per_step")),
         ("flops", (1, "devices")),
+        ("idle_time", (0, "streams")),
+        ("idle_time", (1, "queue")),
     ]
     for name, path in places:
         want, got = whole.frames(name, path), kept.frames(name, path)
@@ -148,4 +153,7 @@ def test_held_frames_are_the_ranks_rows_in_rank_order_in_one_piece_per_batch() -
         pl.concat(whole.frames("flops", (1, "per_step"), {2, 5}))
     )
     assert [r for r, _ in kept.entries("overlap")] == list(range(8))
+    assert [(r, e[1].notes) for r, e in kept.timed("idle_time")] == [
+        (r, e[1].notes) for r, e in whole.timed("idle_time")
+    ]
     assert [o.notes for _, o in kept.entries("overlap")] == [o.notes for _, o in whole.entries("overlap")]
