@@ -133,6 +133,26 @@ class Path:
     names: list[pl.DataFrame] = dataclasses.field(default_factory=list)
 
 
+def add_piece(path: Path, piece: PathPiece) -> None:
+    """Add the next piece walked (earlier in time than those before) to ``path``, summed into
+    one piece: what ``path_row``, the top ops' lengths and the what-if's fixed waits read of a
+    path's pieces are sums, their ranks' union and the last piece's ``last_time`` (a piece per
+    rank crossed, each a few small objects, held until every path was walked, grew the driver
+    with ranks: docs/benchmarks.md, "fifth round")."""
+    if not path.pieces:
+        path.pieces.append(
+            dataclasses.replace(piece, cats=piece.cats.astype(np.int64), ranks=set(piece.ranks))
+        )
+        return
+    acc = path.pieces[0]
+    acc.cats += piece.cats
+    acc.wait += piece.wait
+    acc.n_segments += piece.n_segments
+    acc.n_edges += piece.n_edges
+    acc.ranks |= piece.ranks
+    acc.last_time = piece.last_time
+
+
 def critical_from(paths: list[Path], notes: list[str], measured: bool, top: int = 10) -> CriticalPathResult:
     """``critical.critical_path`` (without segments) from the walked paths, in target order."""
     rows = [path_row(p.scope, p.rank, p.step, p.start_ns, p.end_ns, p.pieces) for p in paths]

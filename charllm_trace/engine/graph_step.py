@@ -346,7 +346,7 @@ def _walk(
         todo = {}
         for i, j, w in out:
             p = paths[i]
-            p.pieces.append(w.piece)
+            gm.add_piece(p, w.piece)
             p.names.append(names.put(w.names))
             trunc[(i, j)] = w.truncated
             if w.exit_v is not None:
