@@ -197,6 +197,31 @@ def test_a_stop_request_ends_the_current_tick_and_restores_signal_handlers(tmp_p
     assert read_meta(tmp_path)["ticks"] == 51
 
 
+def test_the_launcher_is_told_ready_once_the_first_sample_is_taken(tmp_path: Path) -> None:
+    """A launcher stops the sampler as soon as it is told ready (a profiling window of a few
+    milliseconds on a loaded machine: seen in CI with no row recorded): the first tick's samples
+    are in already; a sampler stopped before its first sample still tells the launcher."""
+    clock = FakeClock()
+    s = Sampler(FakeDevices(clock), str(tmp_path), HZ, host="testhost", clock=clock)
+    r, w = os.pipe()
+    s.ready_fd = w
+
+    def ready_then_stop(real=s._ready) -> None:
+        real()
+        s.stop_requested = True  # what the launcher's SIGTERM does at once
+
+    s._ready = ready_then_stop  # type: ignore[method-assign]
+    meta = s.run()
+    assert os.read(r, 64) == b"ready\n"
+    os.close(r)
+    assert meta["complete"] is True and meta["ticks"] == 1 and meta["rows"] == 2  # one per device
+    early = Sampler(FakeDevices(clock), str(tmp_path / "early"), HZ, host="testhost", clock=clock)
+    r, w = os.pipe()
+    early.ready_fd, early.stop_requested = w, True  # stopped before it began: no sample, still told
+    assert early.run()["rows"] == 0 and os.read(r, 64) == b"ready\n"
+    os.close(r)
+
+
 def write_stream(path: Path, seconds: float, error_from_ns: dict[int, int] | None = None) -> None:
     """Device d updates every UPDATE_NS[d]; update k shows power 100*d + k and energy k/10."""
     lines = ["t_ns,device,power_w,energy_j,temp_c,sm_clock_mhz,throttle_reasons,error"]

@@ -163,7 +163,6 @@ class Sampler:
         period = round(1e9 / self.hz)
         self.start_ns = self.clock.time_ns()
         write_meta(self.meta_path, self.meta(complete=False))
-        self._ready()
         t0 = self.clock.monotonic_ns()
         self.grid_t0_unix_ns = self.clock.time_ns()  # tick k is due at this + k * period (Unix clock)
         deadline = None if duration_s is None else t0 + int(duration_s * 1e9)
@@ -190,6 +189,8 @@ class Sampler:
                 self._sample_devices(b, writer, now, retry_at)
                 self.ticks += 1
                 k += 1
+                if self.ticks == 1:  # ready once the first sample is taken: a window stopped at
+                    self._ready()  # once (a loaded machine, a short step) still holds a sample
                 if now >= next_flush:
                     writer.flush()
                     next_flush = now + int(FLUSH_S * 1e9)
@@ -201,6 +202,7 @@ class Sampler:
                     if self.parent_pid is not None and os.getppid() != self.parent_pid:
                         break  # the launcher died: do not sample forever
         finally:
+            self._ready()  # (stopped before the first sample: never leave a launcher waiting)
             self.end_ns = self.clock.time_ns()
             writer.close()
             b.close()
@@ -229,7 +231,7 @@ class Sampler:
             writer.add((a + self.clock.time_ns()) // 2, b.devices[i]["index"], vals)
 
     def _ready(self) -> None:
-        """Tell a waiting launcher that the signal handlers are in place and sampling starts."""
+        """Tell a waiting launcher that the signal handlers are in place and the first sample is taken."""
         if self.ready_fd is not None:
             try:
                 os.write(self.ready_fd, b"ready\n")
