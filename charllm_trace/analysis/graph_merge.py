@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -122,7 +123,9 @@ def bind_virtual(n_v: int, starts: list[tuple[int, np.ndarray, np.ndarray]]) -> 
 
 @dataclasses.dataclass
 class Path:
-    """A critical path being walked: its target and the pieces walked so far (latest first)."""
+    """A critical path being walked: its target and the pieces walked so far (latest first; the
+    Dask engine keeps them summed into one, :func:`add_piece`), and each piece's op names (or
+    where they wait: ``engine/graph_step._Names``)."""
 
     scope: str
     rank: int | None
@@ -130,7 +133,7 @@ class Path:
     start_ns: int  # its window's start (the walk's stop time)
     end_ns: int  # its end point's time
     pieces: list[PathPiece] = dataclasses.field(default_factory=list)
-    names: list[pl.DataFrame] = dataclasses.field(default_factory=list)
+    names: list[Any] = dataclasses.field(default_factory=list)
 
 
 def add_piece(path: Path, piece: PathPiece) -> None:
