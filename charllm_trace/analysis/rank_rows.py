@@ -138,9 +138,10 @@ class RowsFold:
         if fines:
             self.total = sum_ranks([f for f in (self.total, *fines) if f is not None])
 
-    def apply(self, res: Any, files: list[dict[str, str]]) -> None:
-        """Put the rows held by the driver into ``res.breakdown`` (the merged result); ``files``:
-        each part's files written (``engine/spill.py``), a lone rank's breakdown files dropped."""
+    def apply(self, res: Any, drop: Callable[[int, str], None]) -> None:
+        """Put the rows held by the driver into ``res.breakdown`` (the merged result); a lone
+        rank's breakdown files are dropped: ``drop(i, name)`` of the ``i``-th part's file of the
+        frame ``name`` (``engine/spill.Written.drop``)."""
         bd_res = getattr(res, "breakdown", None)
         if self.first is None or self.total is None or bd_res is None:
             return
@@ -150,7 +151,7 @@ class RowsFold:
             assert own is not None
             bd_res.by, bd_res.totals = own.by, own.totals
             for name in BREAKDOWN_ROWS:
-                files[i].pop(name, None)
+                drop(i, name)
             return
         whole = (-2, self.total.with_columns(pl.lit(-2, dtype=pl.Int64).alias("rank")), [], bd[3])
         by, totals = _rows_among(whole, self.top_n)

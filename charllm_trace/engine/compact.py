@@ -11,14 +11,18 @@ frame for frame, so the merge computes the same results.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import dataclasses
+import io
+import pickle
 from collections.abc import Container, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 import polars as pl
 
 from charllm_trace.analysis.registry import FramePath, frame_at
+from charllm_trace.engine.shelf import Shelf
 
 #: a place in a part: attribute names, tuple indices and ("key", name) of dicts from the part down to a frame
 Path = tuple[str | int | tuple[str, str], ...]
@@ -114,20 +118,87 @@ class _Ref:
         self.frame, self.offset, self.height = frame, offset, height
 
 
+class _Pickler(pickle.Pickler):
+    """Pickles a batch's skeletons, the shared empty frames (``HeldParts.empties``) named by
+    their index: unpickled, every part points at the one frame again (~8 kB each otherwise)."""
+
+    def __init__(self, buf: io.BytesIO, ids: dict[int, int]) -> None:
+        super().__init__(buf, protocol=pickle.HIGHEST_PROTOCOL)
+        self.ids = ids
+
+    def persistent_id(self, obj: Any) -> int | None:  # noqa: D102 - pickle's hook
+        return self.ids.get(id(obj)) if isinstance(obj, pl.DataFrame) else None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, shared: list[pl.DataFrame]) -> None:
+        super().__init__(io.BytesIO(data))
+        self.shared = shared
+
+    def persistent_load(self, pid: Any) -> Any:  # noqa: D102 - pickle's hook
+        return self.shared[pid]
+
+
+class _Frames(Sequence[pl.DataFrame]):
+    """The batches' concatenated frames on the shelf (Arrow IPC), read back on access; the
+    last few read are kept."""
+
+    KEEP = 16
+
+    def __init__(self, shelf: Shelf) -> None:
+        self.shelf = shelf
+        self.refs: list[tuple[int, int]] = []
+        self.cache: dict[int, pl.DataFrame] = {}
+
+    def append(self, df: pl.DataFrame) -> None:
+        buf = io.BytesIO()
+        df.write_ipc(buf, compression="uncompressed")
+        self.refs.append(self.shelf.put(buf.getvalue()))
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    @overload
+    def __getitem__(self, k: int) -> pl.DataFrame: ...
+    @overload
+    def __getitem__(self, k: slice) -> list[pl.DataFrame]: ...
+    def __getitem__(self, k: int | slice) -> Any:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        df = self.cache.get(k)
+        if df is None:
+            df = pl.read_ipc(io.BytesIO(self.shelf.get(self.refs[k])))
+            if len(self.cache) >= self.KEEP:
+                del self.cache[next(iter(self.cache))]
+            self.cache[k] = df
+        return df
+
+
 class HeldParts(Sequence[Any]):
     """The ranks' parts as the driver holds them until the merge (issue 26 item 3: a driver that
     does not grow with ranks): what :func:`compact_batch` gives, but each rank's frames are held as
     a reference (:class:`_Ref`: 3 integers) into the batch's concatenated frame, not as a frame
-    slice (~3 kB each, a dozen per part). Read, a part is rebuilt: its fields as they arrived,
-    its per-analysis parts (``RankPart.parts``) a mapping that gives each entry with its frames
-    sliced back on each access (:class:`_Entries`): a merge that reads one analysis' entries
-    holds those slices, not every rank's every frame. The frames read are those
-    :func:`compact_batch` would have held: the same slices of the same concatenated frames."""
+    slice (~3 kB each, a dozen per part), and both the batch's frames and its parts with their
+    references (the skeletons) wait on this process's disk (:class:`Shelf`), not in its memory:
+    read back a batch at a time. Read, a part is rebuilt: its fields as they arrived, its
+    per-analysis parts (``RankPart.parts``) a mapping that gives each entry with its frames sliced
+    back on each access (:class:`_Entries`): a merge that reads one analysis' entries holds those
+    slices, not every rank's every frame. The frames read are those :func:`compact_batch` would
+    have held: the same rows in the same slices of one frame per batch, place and schema."""
 
     def __init__(self, empties: dict[Any, pl.DataFrame] | None = None) -> None:
-        self.held: list[pl.DataFrame] = []  # one concatenated frame per batch, place and schema
-        self.skeletons: list[tuple[Any, frozenset[str]]] = []  # (part with refs, its fields holding refs)
+        self.shelf = Shelf()
+        self.held = _Frames(self.shelf)  # one concatenated frame per batch, place and schema
+        self.batches: list[tuple[tuple[int, int], int]] = []  # (skeletons on the shelf, parts in it)
+        self.starts: list[int] = []  # the first part's index of each batch
+        self.n = 0
         self.empties = {} if empties is None else empties
+        self.shared: list[pl.DataFrame] = []  # the empties as numbered in the skeletons
+        self.ids: dict[int, int] = {}
+
+    def close(self) -> None:
+        """Remove the shelf's file (also removed when the process ends)."""
+        self.shelf.close()
 
     def add(self, parts: list[Any]) -> None:
         """Hold a gathered batch (:func:`compact_batch`'s places and schemas)."""
@@ -144,16 +215,36 @@ class HeldParts(Sequence[Any]):
                 out[i] = _put(out[i], path, _Ref(k, off, df.height))
                 fields[i].add(str(path[0]))
                 off += df.height
-        self.skeletons.extend((p, frozenset(f)) for p, f in zip(out, fields, strict=True))
+        for df in self.empties.values():
+            if id(df) not in self.ids:
+                self.ids[id(df)] = len(self.shared)
+                self.shared.append(df)
+        buf = io.BytesIO()
+        _Pickler(buf, self.ids).dump([(p, frozenset(f)) for p, f in zip(out, fields, strict=True)])
+        self.starts.append(self.n)
+        self.batches.append((self.shelf.put(buf.getvalue()), len(parts)))
+        self.n += len(parts)
+
+    def _batch(self, b: int) -> list[tuple[Any, frozenset[str]]]:
+        got: list[tuple[Any, frozenset[str]]] = _Unpickler(
+            self.shelf.get(self.batches[b][0]), self.shared
+        ).load()
+        return got
+
+    def skeletons(self) -> Iterator[tuple[Any, frozenset[str]]]:
+        """Every held part as held (its frames :class:`_Ref` s) with its fields that hold
+        references, in order, a batch read at a time."""
+        for b in range(len(self.batches)):
+            yield from self._batch(b)
 
     def __len__(self) -> int:
-        return len(self.skeletons)
+        return self.n
 
     def entries(self, name: str) -> list[tuple[int, Any]]:
         """(rank, part) of every held part's ``name`` entry that is not None, as held: frames
         that share a batch's frame are :class:`_Ref` s (``Merge.entries``)."""
         out = []
-        for skel, _ in self.skeletons:
+        for skel, _ in self.skeletons():
             e = skel.parts.get(name)
             if e is not None:
                 out.append((skel.rank, e))
@@ -161,7 +252,7 @@ class HeldParts(Sequence[Any]):
 
     def timed(self, name: str) -> list[tuple[int, Any]]:
         """``Merge.timed`` of the held parts (each ``name`` entry as held, or None)."""
-        return [(skel.rank, skel.parts.get(name)) for skel, _ in self.skeletons if not skel.no_ts]
+        return [(skel.rank, skel.parts.get(name)) for skel, _ in self.skeletons() if not skel.no_ts]
 
     def frames(self, name: str, path: FramePath, ranks: Container[int] | None = None) -> list[pl.DataFrame]:
         """``Merge.frames`` of the held parts: the frames at ``path`` of every ``name`` entry in
@@ -201,11 +292,16 @@ class HeldParts(Sequence[Any]):
     def __getitem__(self, i: slice) -> list[Any]: ...
     def __getitem__(self, i: int | slice) -> Any:
         if isinstance(i, slice):
-            return [self._part(*s) for s in self.skeletons[i]]
-        return self._part(*self.skeletons[i])
+            return [self[k] for k in range(*i.indices(self.n))]
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        b = bisect.bisect_right(self.starts, i) - 1
+        return self._part(*self._batch(b)[i - self.starts[b]])
 
     def __iter__(self) -> Iterator[Any]:
-        for s in self.skeletons:
+        for s in self.skeletons():
             yield self._part(*s)
 
     def _part(self, skel: Any, fields: frozenset[str]) -> Any:

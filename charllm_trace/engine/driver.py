@@ -17,7 +17,7 @@ from charllm_trace.engine import Cluster
 from charllm_trace.engine.compact import HeldParts
 from charllm_trace.engine.graph_step import graph_file
 from charllm_trace.engine.plan import Plan, plan
-from charllm_trace.engine.spill import remove, row_files
+from charllm_trace.engine.spill import Written, remove
 from charllm_trace.engine.tasks import (
     Failure,
     RankMeta,
@@ -202,14 +202,15 @@ def analyze_distributed(
         kw = {"options": options, "dims": dims, "hosts": hosts, "node_gpus": node_gpus}
         fold = RowsFold(options.breakdown_top)  # with spill: the breakdown's parts summed batch by batch
         parts = HeldParts()  # one concatenated frame per batch, place and schema (engine/compact.py)
-        each = partial(_hold, parts=parts, fold=fold if spill is not None else None)
+        written = Written(spill) if spill is not None else None
+        each = partial(_hold, parts=parts, fold=fold if spill is not None else None, written=written)
         if not graph or stored:  # read again, freed once analysed: a worker holds the ranks in flight
-            written = eng.map_gather(
+            eng.map_gather(
                 analyze_spec_task, g.handles, cache=cache, where=spill, graph=stored, each=each, **kw
             )
         else:  # the ranks kept on the workers (read by _read) for the graph rounds
             task, where = (analyze_task, {}) if spill is None else (analyze_rows_task, {"where": spill})
-            written = eng.gather_batches(eng.map(task, g.handles, **where, **kw), each=each)
+            eng.gather_batches(eng.map(task, g.handles, **where, **kw), each=each)
         # the critical path and what-if: each rank's share of the graph on its worker (graph_step.py)
         graph_skipped: dict[str, str] = {}
         ranks_read = [m.rank for m in g.metas]
@@ -232,25 +233,31 @@ def analyze_distributed(
         skipped.update(graph_skipped)
         return cp_wi
 
-    res = merge_parts(parts, options, manifest=g.manifest, source=g.plan.source, graph_step=graph_step)
+    try:
+        res = merge_parts(parts, options, manifest=g.manifest, source=g.plan.source, graph_step=graph_step)
+    finally:
+        parts.close()
     res.classified = {}
-    if spill is not None:
-        fold.apply(res, written)
-        res.spilled = dict(row_files(written))
+    if written is not None:
+        fold.apply(res, written.drop)
+        res.spilled = dict(written.files())
     return res
 
 
-def _hold(got: list[Any], parts: HeldParts, fold: Any) -> list[dict[str, str]]:
-    """A gathered batch held in ``parts``; with ``fold`` (a spill location), the batch is of
-    (part, files written), the time breakdown's parts folded into ``fold``
-    (``analysis/rank_rows.py``) first. Returns the files written per part ({} without)."""
-    if fold is None:
+def _hold(got: list[Any], parts: HeldParts, fold: Any, written: Written | None) -> list[Any]:
+    """A gathered batch held in ``parts``; with ``fold`` and ``written`` (a spill location), the
+    batch is of (part, files written), the time breakdown's parts folded into ``fold``
+    (``analysis/rank_rows.py``) first and the files noted in ``written``. Returns nothing to
+    keep: what the batch brought is held by those."""
+    if fold is None or written is None:
         parts.add(got)
-        return [{} for _ in got]
+        return []
     batch = [p for p, _ in got]
     fold.add(batch)
     parts.add(batch)
-    return [w for _, w in got]
+    for p, w in got:
+        written.add(p.rank, w)
+    return []
 
 
 def info_distributed(path: str, *, cluster: Cluster, cache: bool = True) -> dict[str, Any]:

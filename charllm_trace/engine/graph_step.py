@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +29,7 @@ from charllm_trace.analysis.whatif_keys import per_edge_keys
 from charllm_trace.core.dag import cycle_error
 from charllm_trace.core.errors import UsageError
 from charllm_trace.engine import graph_fold as gf
+from charllm_trace.engine.shelf import Ref, Shelf
 from charllm_trace.engine.spill import read_bytes, write_bytes
 from charllm_trace.graph.run import match_instances
 
@@ -116,8 +116,8 @@ class _Held:
         self.held.append(nxt)
         return out
 
-    def walk(self, idx: list[int], reqs: list[Any]) -> list[Any]:
-        return self.eng.gather(self.eng.map(walk_task, [self.rgs[i] for i in idx], reqs))
+    def walk(self, idx: list[int], reqs: list[Any], each: Any) -> None:
+        self.eng.gather_batches(self.eng.map(walk_task, [self.rgs[i] for i in idx], reqs), each=each)
 
     def close(self) -> None:
         for h in self.held:
@@ -141,8 +141,8 @@ class _Stored:
         name = {join_task: "join", finish_task: "finish"}[task]
         return self.eng.map_gather(stored_task, self.files, *more, step=name, each=each, **kw)
 
-    def walk(self, idx: list[int], reqs: list[Any]) -> list[Any]:
-        return self.eng.map_gather(stored_task, [self.files[i] for i in idx], reqs, step="walk")
+    def walk(self, idx: list[int], reqs: list[Any], each: Any) -> None:
+        self.eng.map_gather(stored_task, [self.files[i] for i in idx], reqs, step="walk", each=each)
 
     def close(self) -> None:
         pass
@@ -250,31 +250,26 @@ def _rounds(graphs, ranks, options, skipped, sets):
 
 
 class _Names:
-    """The walked pieces' op names (each a pickled frame, :func:`_packed`) in a temporary file of
-    this process, each piece's names held as its (offset, length) there until the critical
-    path's rows are made a chunk of paths at a time (:func:`_critical`). Held in memory they were
-    the walk's growth of the driver: ~4 kB per piece, +55 MiB at 4,096 DLRM ranks
-    (docs/benchmarks.md, "fifth round"). The file is removed when closed."""
+    """The walked pieces' op names (each a pickled frame, :func:`_packed`) on this process's
+    :class:`Shelf`, each piece's names held as its (offset, length) there until the critical
+    path's rows are made a chunk of paths at a time (:func:`_critical`): ~4 kB per piece that
+    the driver does not hold (docs/benchmarks.md, "fifth round"). The file is removed when
+    closed."""
 
     def __init__(self) -> None:
-        self.file = tempfile.TemporaryFile(prefix="charllm-trace-walk-")  # noqa: SIM115 - closed by __exit__
-        self.end = 0
+        self.shelf = Shelf()
 
     def __enter__(self) -> _Names:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.file.close()
+        self.shelf.close()
 
-    def put(self, data: bytes) -> tuple[int, int]:
-        self.file.seek(self.end)
-        self.file.write(data)
-        at, self.end = self.end, self.end + len(data)
-        return at, len(data)
+    def put(self, data: bytes) -> Ref:
+        return self.shelf.put(data)
 
-    def get(self, ref: tuple[int, int]) -> pl.DataFrame:
-        self.file.seek(ref[0])
-        return pickle.loads(self.file.read(ref[1]))  # type: ignore[no-any-return]
+    def get(self, ref: Ref) -> pl.DataFrame:
+        return pickle.loads(self.shelf.get(ref))  # type: ignore[no-any-return]
 
 
 def _critical(paths: list[gm.Path], notes: list[str], measured: bool, names: _Names) -> CriticalPathResult:
@@ -341,33 +336,46 @@ def _walk(
         todo.setdefault(r, []).append((i, 0, sink, None, p.start_ns, False))
         reqs[i].append((r, sink, None, p.start_ns))
     trunc: dict[tuple[int, int], bool] = {}
+    nxt: dict[int, list[tuple[int, int, int | None, int | None, int, bool]]] = {}
+
+    def arrived(i: int, j: int, w: rgm.Walked) -> None:
+        p = paths[i]
+        gm.add_piece(p, w.piece)
+        p.names.append(names.put(w.names))
+        trunc[(i, j)] = w.truncated
+        if w.exit_v is not None:
+            q = int(who[w.exit_v])
+            reqs[i].append((q, None, w.exit_v, p.start_ns))
+            nxt.setdefault(q, []).append((i, j + 1, None, w.exit_v, p.start_ns, False))
+
     while todo:
-        out = _gather_walks(graphs, by_rank, todo)
-        todo = {}
-        for i, j, w in out:
-            p = paths[i]
-            gm.add_piece(p, w.piece)
-            p.names.append(names.put(w.names))
-            trunc[(i, j)] = w.truncated
-            if w.exit_v is not None:
-                q = int(who[w.exit_v])
-                reqs[i].append((q, None, w.exit_v, p.start_ns))
-                todo.setdefault(q, []).append((i, j + 1, None, w.exit_v, p.start_ns, False))
+        _gather_walks(graphs, by_rank, todo, arrived)
+        todo, nxt = nxt, {}
     again: dict[int, list[tuple[int, int, int | None, int | None, int, bool]]] = {}
     for i, rq in enumerate(reqs):
         seen = [r for r, _, _, _ in rq]
         for j, (r, start, v, stop) in enumerate(rq):
             if seen.count(r) > 1 and trunc.get((i, j)):
                 again.setdefault(r, []).append((i, j, start, v, stop, True))
-    for i, j, w in _gather_walks(graphs, by_rank, again):
+
+    def rewalked(i: int, j: int, w: rgm.Walked) -> None:
         paths[i].names[j] = names.put(w.names)
 
+    _gather_walks(graphs, by_rank, again, rewalked)
 
-def _gather_walks(
-    graphs: Any, by_rank: dict[int, int], todo: dict[int, list]
-) -> list[tuple[int, int, rgm.Walked]]:
+
+def _gather_walks(graphs: Any, by_rank: dict[int, int], todo: dict[int, list], each: Any) -> None:
+    """Each rank of ``todo`` walks its pieces; ``each(path, piece number, piece)`` of every piece
+    as its batch of ranks is gathered, the batch let go before the next arrives (not every
+    rank's pieces gathered at once)."""
     if not todo:
+        return
+
+    def batch(got: list[list[tuple[int, int, rgm.Walked]]]) -> list[Any]:
+        for res in got:
+            for i, j, w in res:
+                each(i, j, w)
         return []
+
     rs = sorted(todo)
-    out = graphs.walk([by_rank[r] for r in rs], [todo[r] for r in rs])
-    return [x for res in out for x in res]
+    graphs.walk([by_rank[r] for r in rs], [todo[r] for r in rs], batch)

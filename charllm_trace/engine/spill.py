@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import shutil
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,30 +73,62 @@ def write_rows(part: Any, where: str, top_n: int | None = None) -> dict[str, str
     the part; returns frame name -> the file written. ``top_n``: ``--breakdown-top``."""
     out = {}
     for name, df in take_rows(part, top_n):
-        target = f"{where.rstrip('/')}/{name}/rank-{part.rank}.arrow"
+        target = rows_file(where, name, part.rank)
         _write(df, target)
         out[name] = target
     return out
 
 
+def rows_file(where: str, name: str, rank: int) -> str:
+    """Where a rank's rows of the frame ``name`` are written under the spill location ``where``."""
+    return f"{where.rstrip('/')}/{name}/rank-{rank}.arrow"
+
+
 @dataclass
 class RowFiles:
-    """A frame's rows in files, in order: called, it reads them one at a time."""
+    """A frame's rows in files, in order (those of ``ranks``: :func:`rows_file`): called, it reads
+    them one at a time."""
 
-    files: list[str]
+    where: str
+    name: str
+    ranks: array[int]
 
     def __call__(self) -> Iterator[pl.DataFrame]:
-        for f in self.files:
-            yield _read(f)
+        for r in self.ranks:
+            yield _read(rows_file(self.where, self.name, r))
 
 
-def row_files(written: list[dict[str, str]]) -> dict[str, RowFiles]:
-    """Frame name -> its files, from each rank's :func:`write_rows` (in rank order)."""
-    out: dict[str, RowFiles] = {}
-    for w in written:
-        for name, f in w.items():
-            out.setdefault(name, RowFiles([])).files.append(f)
-    return out
+class Written:
+    """The files the workers wrote (:func:`write_rows`), as the driver holds them until the
+    output is written: per frame, the numbers of the ranks that wrote one (8 bytes each), not
+    the paths (a path and a dict per rank: ~2 kB per rank)."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.ranks: dict[str, array[int]] = {}
+        self.index: dict[str, array[int]] = {}  # the parts' places, as gathered (for drop)
+        self.n = 0
+
+    def add(self, rank: int, files: dict[str, str]) -> None:
+        """The files a rank's task wrote (the next part gathered), each where :func:`rows_file` says."""
+        for name, f in files.items():
+            if f != rows_file(self.where, name, rank):
+                raise ValueError(f"rank {rank} wrote its {name} rows to {f}, not where the driver reads them")
+            self.ranks.setdefault(name, array("q")).append(rank)
+            self.index.setdefault(name, array("q")).append(self.n)
+        self.n += 1
+
+    def drop(self, i: int, name: str) -> None:
+        """The ``i``-th part's file of ``name`` left unread (``RowsFold.apply``)."""
+        idx = self.index.get(name)
+        if idx is None or i not in idx:
+            return
+        k = idx.index(i)
+        del idx[k], self.ranks[name][k]
+
+    def files(self) -> dict[str, RowFiles]:
+        """Frame name -> its files, in the order gathered (rank order)."""
+        return {name: RowFiles(self.where, name, r) for name, r in self.ranks.items() if len(r)}
 
 
 def remove(where: str) -> None:

@@ -43,7 +43,7 @@ def _check(run, options) -> int:
         fold.add(parts[i : i + 3])
     res = _merge(run, parts, options)
     files = [{k: f"{i}/{k}" for k in r} for i, r in enumerate(rows)]
-    fold.apply(res, files)
+    fold.apply(res, lambda i, name: files[i].pop(name, None))
     for name in {k for f in files for k in f}:
         ranks = [i for i, f in enumerate(files) if name in f]
         res.spilled[name] = lambda ranks=ranks, name=name: (rows[i][name] for i in ranks)

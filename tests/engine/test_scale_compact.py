@@ -157,3 +157,30 @@ def test_held_frames_are_the_ranks_rows_in_rank_order_in_one_piece_per_batch() -
         (r, e[1].notes) for r, e in whole.timed("idle_time")
     ]
     assert [o.notes for _, o in kept.entries("overlap")] == [o.notes for _, o in whole.entries("overlap")]
+
+
+def test_held_parts_wait_on_disk_and_keep_empty_frames_shared() -> None:
+    """The held parts are on the driver's disk, not in its memory (issue 26 item 3): nothing of a
+    batch is kept once added but its place on the shelf; read back, the parts' empty frames are
+    the one frame per place and schema again (not a copy per rank), and at most a few batch
+    frames are kept read."""
+    opts = AnalyzeOptions(per_step=True, critical_path=False)
+    parts, _ = _parts(shared_trace("param/dlrm_8ranks_v100"), opts)
+    wire = [pickle.dumps(p) for p in parts]
+    held = HeldParts()
+    for lo in range(0, 8, 2):
+        held.add([pickle.loads(b) for b in wire[lo : lo + 2]])
+    assert len(held.batches) == 4 and held.shelf.end > 0
+    # held: each batch's place on the shelf and its count, each frame's place; nothing read yet
+    assert all(isinstance(at, int) and isinstance(n, int) for (at, _), n in held.batches)
+    assert len(held.held.refs) == len(held.held) and not held.held.cache
+    empty_ids = {id(df) for df in held.empties.values()}
+    assert empty_ids, "the DLRM parts have empty frames"
+    seen: dict[str, set[int]] = {}
+    for p in held:
+        for path, df in _frames(dataclasses.replace(p, parts=dict(p.parts))):
+            if df.height == 0:
+                seen.setdefault(str(path), set()).add(id(df))
+    assert seen and all(len(ids) == 1 and ids <= empty_ids for ids in seen.values())
+    assert len(held.held.cache) <= held.held.KEEP
+    held.close()
