@@ -115,16 +115,33 @@ def connect_timeout() -> float:
         return 10.0
 
 
+#: Dask settings while the engine is open. ``low-level-log-length``: each comm of Dask keeps its
+#: last N batches of messages for debugging (default 1,000), the tasks' pickled arguments
+#: included: in the driver that was ~1 kB per task sent and released, the largest part of what it
+#: kept per task (docs/benchmarks.md, "sixth round"); none is kept.
+DASK_CONFIG = {"distributed.admin.low-level-log-length": 0}
+
+
 @contextmanager
 def open_engine(address: str) -> Iterator[DaskEngine]:
     """A :class:`DaskEngine` on the scheduler at ``address`` (see the module's docstring);
     InputError when it cannot be reached."""
     try:
-        from distributed import Client, LocalCluster
+        import dask
+        from distributed import Client  # noqa: F401 - Dask is there
     except ImportError:
         raise InputError(
             None, f"--scheduler {address}: Dask is not installed (pip install 'charllm-trace[scale]')"
         ) from None
+    with dask.config.set(DASK_CONFIG):
+        with _engine(address) as eng:
+            yield eng
+
+
+@contextmanager
+def _engine(address: str) -> Iterator[DaskEngine]:
+    from distributed import Client, LocalCluster
+
     m = _LOCAL.fullmatch(address.strip())
     cluster = None
     if m:

@@ -16,13 +16,14 @@ import copy
 import dataclasses
 import io
 import pickle
+from array import array
 from collections.abc import Container, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 import polars as pl
 
 from charllm_trace.analysis.registry import FramePath, frame_at
-from charllm_trace.engine.shelf import Shelf
+from charllm_trace.engine.shelf import Ref, Shelf
 
 #: a place in a part: attribute names, tuple indices and ("key", name) of dicts from the part down to a frame
 Path = tuple[str | int | tuple[str, str], ...]
@@ -189,11 +190,14 @@ class HeldParts(Sequence[Any]):
     def __init__(self, empties: dict[Any, pl.DataFrame] | None = None) -> None:
         self.shelf = Shelf()
         self.held = _Frames(self.shelf)  # one concatenated frame per batch, place and schema
-        self.batches: list[tuple[tuple[int, int], int]] = []  # (skeletons on the shelf, parts in it)
+        # per batch: the parts without their entries (and their fields holding refs), and each
+        # analysis' entries (None where a part has none), each pickled on its own on the shelf
+        self.batches: list[tuple[Ref, dict[str, Ref], int]] = []
         self.starts: list[int] = []  # the first part's index of each batch
-        self.n = 0
+        self.ranks = array("q")  # each part's rank, and whether it has no timestamps
+        self.no_ts = bytearray()
         self.empties = {} if empties is None else empties
-        self.shared: list[pl.DataFrame] = []  # the empties as numbered in the skeletons
+        self.shared: list[pl.DataFrame] = []  # the empties as numbered in the pickles
         self.ids: dict[int, int] = {}
 
     def close(self) -> None:
@@ -219,17 +223,39 @@ class HeldParts(Sequence[Any]):
             if id(df) not in self.ids:
                 self.ids[id(df)] = len(self.shared)
                 self.shared.append(df)
+        names = list(dict.fromkeys(n for p in out for n in p.parts))
+        entries = {n: self._put([p.parts.get(n) for p in out]) for n in names}
+        bases = []
+        for p, f in zip(out, fields, strict=True):
+            base = copy.copy(p)
+            object.__setattr__(base, "parts", {n: None for n in p.parts})  # the names, in order
+            bases.append((base, frozenset(f)))
+            self.ranks.append(p.rank)
+            self.no_ts.append(bool(p.no_ts))
+        self.starts.append(len(self.ranks) - len(parts))
+        self.batches.append((self._put(bases), entries, len(parts)))
+
+    def _put(self, obj: Any) -> Ref:
         buf = io.BytesIO()
-        _Pickler(buf, self.ids).dump([(p, frozenset(f)) for p, f in zip(out, fields, strict=True)])
-        self.starts.append(self.n)
-        self.batches.append((self.shelf.put(buf.getvalue()), len(parts)))
-        self.n += len(parts)
+        _Pickler(buf, self.ids).dump(obj)
+        return self.shelf.put(buf.getvalue())
+
+    def _get(self, ref: Ref) -> Any:
+        return _Unpickler(self.shelf.get(ref), self.shared).load()
+
+    def _entries(self, b: int, name: str) -> list[Any]:
+        """The ``name`` entries of batch ``b``'s parts as held (None where a part has none)."""
+        ref = self.batches[b][1].get(name)
+        return [None] * self.batches[b][2] if ref is None else self._get(ref)  # type: ignore[no-any-return]
 
     def _batch(self, b: int) -> list[tuple[Any, frozenset[str]]]:
-        got: list[tuple[Any, frozenset[str]]] = _Unpickler(
-            self.shelf.get(self.batches[b][0]), self.shared
-        ).load()
-        return got
+        """Batch ``b``'s parts as held, their entries put back."""
+        bases: list[tuple[Any, frozenset[str]]] = self._get(self.batches[b][0])
+        for name in self.batches[b][1]:
+            for (base, _), e in zip(bases, self._entries(b, name), strict=True):
+                if name in base.parts:
+                    base.parts[name] = e
+        return bases
 
     def skeletons(self) -> Iterator[tuple[Any, frozenset[str]]]:
         """Every held part as held (its frames :class:`_Ref` s) with its fields that hold
@@ -238,21 +264,22 @@ class HeldParts(Sequence[Any]):
             yield from self._batch(b)
 
     def __len__(self) -> int:
-        return self.n
+        return len(self.ranks)
+
+    def _each(self, name: str) -> Iterator[tuple[int, Any]]:
+        """(index, entry) of every held part's ``name`` entry, None where it has none: only that
+        analysis' entries are read back, a batch at a time."""
+        for b, start in enumerate(self.starts):
+            yield from enumerate(self._entries(b, name), start=start)
 
     def entries(self, name: str) -> list[tuple[int, Any]]:
         """(rank, part) of every held part's ``name`` entry that is not None, as held: frames
         that share a batch's frame are :class:`_Ref` s (``Merge.entries``)."""
-        out = []
-        for skel, _ in self.skeletons():
-            e = skel.parts.get(name)
-            if e is not None:
-                out.append((skel.rank, e))
-        return out
+        return [(self.ranks[i], e) for i, e in self._each(name) if e is not None]
 
     def timed(self, name: str) -> list[tuple[int, Any]]:
         """``Merge.timed`` of the held parts (each ``name`` entry as held, or None)."""
-        return [(skel.rank, skel.parts.get(name)) for skel, _ in self.skeletons() if not skel.no_ts]
+        return [(self.ranks[i], e) for i, e in self._each(name) if not self.no_ts[i]]
 
     def frames(self, name: str, path: FramePath, ranks: Container[int] | None = None) -> list[pl.DataFrame]:
         """``Merge.frames`` of the held parts: the frames at ``path`` of every ``name`` entry in
@@ -292,10 +319,10 @@ class HeldParts(Sequence[Any]):
     def __getitem__(self, i: slice) -> list[Any]: ...
     def __getitem__(self, i: int | slice) -> Any:
         if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(self.n))]
+            return [self[k] for k in range(*i.indices(len(self)))]
         if i < 0:
-            i += self.n
-        if not 0 <= i < self.n:
+            i += len(self)
+        if not 0 <= i < len(self):
             raise IndexError(i)
         b = bisect.bisect_right(self.starts, i) - 1
         return self._part(*self._batch(b)[i - self.starts[b]])

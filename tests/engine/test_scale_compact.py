@@ -171,9 +171,15 @@ def test_held_parts_wait_on_disk_and_keep_empty_frames_shared() -> None:
     for lo in range(0, 8, 2):
         held.add([pickle.loads(b) for b in wire[lo : lo + 2]])
     assert len(held.batches) == 4 and held.shelf.end > 0
-    # held: each batch's place on the shelf and its count, each frame's place; nothing read yet
-    assert all(isinstance(at, int) and isinstance(n, int) for (at, _), n in held.batches)
+    # held: each batch's places on the shelf and its count, each frame's place; nothing read yet
+    assert all(isinstance(n, int) and "overlap" in entries for _, entries, n in held.batches)
     assert len(held.held.refs) == len(held.held) and not held.held.cache
+    read: list[tuple[int, int]] = []
+    get = held.shelf.get
+    held.shelf.get = lambda ref: read.append(ref) or get(ref)  # type: ignore[method-assign]
+    assert [r for r, _ in held.entries("overlap")] == list(range(8))
+    assert read == [entries["overlap"] for _, entries, _ in held.batches]  # that analysis' entries alone
+    held.shelf.get = get  # type: ignore[method-assign]
     empty_ids = {id(df) for df in held.empties.values()}
     assert empty_ids, "the DLRM parts have empty frames"
     seen: dict[str, set[int]] = {}
