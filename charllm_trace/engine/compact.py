@@ -293,8 +293,8 @@ class HeldParts(Sequence[Any]):
             if run is not None:
                 pieces.append(self.held[run[0]].slice(run[1], run[2] - run[1]))
 
-        for r, e in self.entries(name):
-            if ranks is not None and r not in ranks:
+        for i, e in self._each(name):  # read a batch at a time, not every entry at once
+            if e is None or (ranks is not None and self.ranks[i] not in ranks):
                 continue
             leaf = frame_at(e, path)
             if isinstance(leaf, _Ref):

@@ -298,7 +298,9 @@ def _critical(paths: list[gm.Path], notes: list[str], measured: bool, names: _Na
 def _paths(
     summaries: gf.Summaries, options: AnalyzeOptions
 ) -> tuple[list[gm.Path], list[tuple[gm.Path, int, int]]]:
-    """The critical paths to walk (each rank's windows, and the job's) and where each starts."""
+    """The critical paths to walk (each rank's windows, and the job's) and where each starts. A
+    step's own window is walked only with ``--per-step``: without, ``keep_steps`` drops its rows
+    (each path's rows are its own), and walking it cost as much as the whole window's path."""
     if not options.critical_path:
         return [], []
     cp_paths: list[gm.Path] = []
@@ -306,6 +308,8 @@ def _paths(
     whole: list[tuple[int, int, int, int]] = []  # (rank, end point, end time, start time)
     for r, targets in summaries.targets:
         for step, sink, _w0, w0_t, sink_t in targets:
+            if step is not None and not options.per_step:
+                continue
             p = gm.Path("rank", r, step, w0_t, sink_t)
             cp_paths.append(p)
             starts.append((p, r, sink))
