@@ -140,7 +140,7 @@ class _Unpickler(pickle.Unpickler):
         return self.shared[pid]
 
 
-class _Frames(Sequence[pl.DataFrame]):
+class _Frames:
     """The batches' concatenated frames on the shelf (Arrow IPC), read back on access; the
     last few read are kept."""
 
@@ -159,13 +159,8 @@ class _Frames(Sequence[pl.DataFrame]):
     def __len__(self) -> int:
         return len(self.refs)
 
-    @overload
-    def __getitem__(self, k: int) -> pl.DataFrame: ...
-    @overload
-    def __getitem__(self, k: slice) -> list[pl.DataFrame]: ...
-    def __getitem__(self, k: int | slice) -> Any:
-        if isinstance(k, slice):
-            return [self[i] for i in range(*k.indices(len(self)))]
+    def __getitem__(self, k: int) -> pl.DataFrame:
+        """The ``k``-th frame appended (what a :class:`_Ref` names)."""
         df = self.cache.get(k)
         if df is None:
             df = pl.read_ipc(io.BytesIO(self.shelf.get(self.refs[k])))
@@ -347,7 +342,7 @@ class _Entries(Mapping[str, Any]):
 
     __slots__ = ("frames", "skel")
 
-    def __init__(self, skel: dict[str, Any], frames: list[pl.DataFrame]) -> None:
+    def __init__(self, skel: dict[str, Any], frames: _Frames) -> None:
         self.skel, self.frames = skel, frames
 
     def __getitem__(self, k: str) -> Any:
@@ -363,7 +358,7 @@ class _Entries(Mapping[str, Any]):
         return k in self.skel
 
 
-def _build(obj: Any, frames: list[pl.DataFrame], depth: int = 0) -> Any:
+def _build(obj: Any, frames: _Frames, depth: int = 0) -> Any:
     """``obj`` with its :class:`_Ref` s replaced by their slices (containers rebuilt as
     :func:`_put` leaves them; an object without refs is returned as it is)."""
     if isinstance(obj, _Ref):
