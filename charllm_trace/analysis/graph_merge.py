@@ -139,9 +139,9 @@ class Path:
 def add_piece(path: Path, piece: PathPiece) -> None:
     """Add the next piece walked (earlier in time than those before) to ``path``, summed into
     one piece: what ``path_row``, the top ops' lengths and the what-if's fixed waits read of a
-    path's pieces are sums, their ranks' union and the last piece's ``last_time`` (a piece per
-    rank crossed, each a few small objects, held until every path was walked, grew the driver
-    with ranks: docs/benchmarks.md, "fifth round")."""
+    path's pieces are sums, their ranks' union and the last piece's ``last_time``: one piece per
+    path instead of one per rank crossed (tests/analysis/test_path_pieces.py). The pieces given
+    are not changed."""
     if not path.pieces:
         path.pieces.append(
             dataclasses.replace(piece, cats=piece.cats.astype(np.int64), ranks=set(piece.ranks))
