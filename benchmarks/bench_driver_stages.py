@@ -117,8 +117,22 @@ def _instrument() -> None:
     rp.resolve = resolve
 
 
+def _as_the_command() -> None:
+    """Polars loaded with the settings the command gives it (``core/alloc.py``), which it can only
+    get before it is imported, here before :func:`_instrument` imports it: the command's own
+    allocator setting, and with ``--scheduler`` its driver's one arena. (Until the seventh
+    round this harness ran with polars' defaults: docs/benchmarks.md, "seventh round".)"""
+    from charllm_trace.core import alloc
+
+    if any(a == "--scheduler" or a.startswith("--scheduler=") for a in sys.argv):
+        alloc.one_arena_for_driver()
+    alloc.tune_polars_allocator()
+    alloc.trim_heap_after_reads()
+
+
 def main() -> int:
     threading.Thread(target=_sample, daemon=True).start()
+    _as_the_command()
     _instrument()
     from charllm_trace.cli.front import main as cli
 

@@ -71,6 +71,10 @@ def scheduler_option(command: str) -> Any:
 
         @functools.wraps(f)
         def wrapper(*args: Any, scheduler: str | None = None, keep_going: bool = False, **kw: Any) -> Any:
+            if scheduler:  # this process drives the workers: polars with one arena (core/alloc.py)
+                from charllm_trace.core.alloc import one_arena_for_driver
+
+                one_arena_for_driver()
             return f(*args, cluster=cluster_of(scheduler, keep_going), **kw)
 
         return options(wrapper, expose=True)

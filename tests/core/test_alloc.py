@@ -100,6 +100,7 @@ def test_the_command_opts_in_before_polars_loads(spawn, tmp_path: Path) -> None:
     opts = _jemalloc_opts(r.stderr)
     assert opts["dirty_decay_ms"] == "100" and opts["muzzy_decay_ms"] == "0", opts
     assert opts["background_thread"] == "true"
+    assert opts["narenas"] != "1"  # jemalloc's own number (4 per CPU): one is for a driver only
     # a command that never imports polars (a repeated analysis, printed from the output cache)
     # leaves it out, and the environment alone
     again = (
@@ -115,6 +116,35 @@ def test_the_command_opts_in_before_polars_loads(spawn, tmp_path: Path) -> None:
     r = _run(HOOK + "import charllm_trace as ct\nct.load(" + repr(str(FIXTURE)) + ")\nprint('SEEN', SEEN)",
              CHARLLM_TRACE_CACHE_DIR=str(tmp_path / "cache"))  # fmt: skip
     assert "SEEN [None]" in r.stdout, r.stdout
+
+
+def test_a_command_driving_workers_loads_polars_with_one_arena(spawn, tmp_path: Path) -> None:
+    """``--scheduler``: the process that drives the workers (and merges their small frames) asks
+    for one jemalloc arena before polars loads (``core/alloc.one_arena_for_driver``); its
+    output is what it was, and the variable is left as polars sets it."""
+    code = (
+        "import os, sys\n"
+        "from charllm_trace.core import alloc as _alloc\nfrom charllm_trace.cli.app import main\n"
+        "_alloc.POLARS_MALLOC_CONF += ',stats_print:true'\n"
+        f"try:\n    main(['info', {str(FIXTURE)!r}, '--scheduler', 'local:1'], standalone_mode=False)\n"
+        "finally:\n    print('VAR', os.environ.get('_RJEM_MALLOC_CONF'))\n"
+    )
+    r = _run(code, CHARLLM_TRACE_CACHE_DIR=str(tmp_path / "cache"))
+    assert "narenas:1" not in r.stdout.split("VAR", 1)[1]  # the workers and children: polars' own
+    assert r.stderr.count("Begin jemalloc statistics") == 1  # this process's (workers: no report)
+    opts = _jemalloc_opts(r.stderr)
+    assert opts["narenas"] == "1" and opts["dirty_decay_ms"] == "100", opts
+    here = _run(code.replace(", '--scheduler', 'local:1'", ""), CHARLLM_TRACE_CACHE_DIR=str(tmp_path / "c2"))
+    assert _jemalloc_opts(here.stderr)["narenas"] != "1"
+    assert here.stdout.split("VAR")[0] == r.stdout.split("VAR")[0]  # the same summary either way
+    # asked for after polars is in, or with the user's own setting: nothing changes
+    late = _run("import polars; from charllm_trace.core import alloc; print(alloc.one_arena_for_driver())")
+    assert late.stdout.split() == ["False"]
+    mine = _run(
+        "from charllm_trace.core import alloc; print(alloc.one_arena_for_driver())",
+        _RJEM_MALLOC_CONF="narenas:4",
+    )
+    assert mine.stdout.split() == ["False"]
 
 
 def test_a_users_own_setting_or_opt_out_wins(spawn) -> None:
