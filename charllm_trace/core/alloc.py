@@ -43,7 +43,7 @@ POLARS_MALLOC_CONF = "background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0
 #: added to them in a process that drives Dask workers (:func:`one_arena_for_driver`)
 DRIVER_MALLOC_CONF = "narenas:1"
 _VAR = "_RJEM_MALLOC_CONF"
-_DRIVER = [False]
+_DRIVER = False
 
 
 def one_arena_for_driver() -> bool:
@@ -52,19 +52,21 @@ def one_arena_for_driver() -> bool:
     process whose polars work is the merging of many small per-rank frames (``--scheduler``'s
     driver, ``engine/driver.py``), where freed pages stay behind in every arena a thread touched.
     Measured with ``benchmarks/bench_driver_stages.py`` on the generated DLRM runs (2 CPUs,
-    8 arenas by default): the driver's peak 209 MiB instead of 226-229 at 4,096 ranks, 163
-    instead of 171-176 at 1,024, 141-142 instead of 146-154 at 128, the JSON byte-identical
-    (docs/benchmarks.md, "seventh round"). Not for one big trace analysed here: there polars'
+    8 arenas by default), against the same command without it: the driver's peak 206 MiB
+    instead of 212 at 4,096 ranks, 163 instead of 170 at 1,024, no difference beyond the noise
+    at 128 (142-149 against 143-146), the JSON byte-identical (docs/benchmarks.md, "seventh
+    round"). Not for one big trace analysed here: there polars'
     threads allocate in parallel, and one arena would make them take turns. Returns whether it
     applies (polars not yet imported, the setting not left to the user)."""
+    global _DRIVER
     if not _may_tune():
         return False
-    _DRIVER[0] = True
+    _DRIVER = True
     return True
 
 
 def _conf() -> str:
-    return POLARS_MALLOC_CONF + ("," + DRIVER_MALLOC_CONF if _DRIVER[0] and DRIVER_MALLOC_CONF else "")
+    return POLARS_MALLOC_CONF + ("," + DRIVER_MALLOC_CONF if _DRIVER and DRIVER_MALLOC_CONF else "")
 
 
 def _may_tune() -> bool:
