@@ -267,9 +267,28 @@ def test_killed_rank_is_named_with_how_it_died(spawn, tmp_path: Path) -> None:
     assert info0["ended"] == {"how": "signal", "signal": "SIGTERM"} and info0["run_id"] == m["run_id"]
 
 
+# Rank 0 fails only once rank 1 has ended and its launcher has reaped it (its /proc entry gone):
+# the launcher stops the ranks still running when one fails, and on a loaded machine rank 1 could
+# still be starting when rank 0 raised (its info file not yet written).
+RAISE_AFTER_RANK_1 = """import json, os, time
+if os.environ['RANK'] == '0':
+    info, pid, deadline = {info!r}, None, time.time() + 60
+    while time.time() < deadline:
+        try:
+            d = json.loads(open(info).read())
+            pid = d['pid'] if d.get('ended') else None
+        except (OSError, ValueError):
+            pid = None
+        if pid is not None and not os.path.exists(f'/proc/{{pid}}'):
+            break
+        time.sleep(0.02)
+    raise ValueError('bad batch')
+"""
+
+
 def test_rank_exception_is_named(spawn, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    rank_code = "import os\nif os.environ['RANK'] == '0':\n    raise ValueError('bad batch')\n"
+    rank_code = RAISE_AFTER_RANK_1.format(info=str(run / "rank-1.info.json"))
     p = collect(run, *fake_torchrun(2, rank_code))
     assert p.returncode == 1
     assert manifest(run)["failure"].startswith("rank 0 (pid ")
