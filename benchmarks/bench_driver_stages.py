@@ -7,7 +7,9 @@ ranks' metadata, gathering the parts, the graph rounds (matching the collectives
 solving the virtual points, the walk, making the critical path's rows), each registered
 analysis' merge and the JSON writer. A thread reads ``VmRSS`` every 0.2 s; printed per stage:
 RSS when the stage began and its highest sample while it ran (MiB), then ``VmHWM`` (the peak).
-The printed output of the command itself is unchanged (``-o FILE`` recommended).
+The printed output of the command itself is unchanged (``-o FILE`` recommended). Polars is set up
+as the command sets it up; ``--without-driver-arena`` first leaves out the driver's one jemalloc
+arena (``core/alloc.one_arena_for_driver``), for an A/B against it.
 
     python benchmarks/make_many_ranks.py 1024 /tmp/many/dlrm_1024
     python benchmarks/bench_driver_stages.py analyze /tmp/many/dlrm_1024 --no-cache \\
@@ -16,6 +18,7 @@ The printed output of the command itself is unchanged (``-o FILE`` recommended).
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -117,14 +120,19 @@ def _instrument() -> None:
     rp.resolve = resolve
 
 
-def _as_the_command() -> None:
+def _as_the_command(driver_arena: bool) -> None:
     """Polars loaded with the settings the command gives it (``core/alloc.py``), which it can only
     get before it is imported, here before :func:`_instrument` imports it: the command's own
-    allocator setting, and with ``--scheduler`` its driver's one arena. (Until the seventh
-    round this harness ran with polars' defaults: docs/benchmarks.md, "seventh round".)"""
+    allocator setting, and with a scheduler (``--scheduler`` or its variable) its driver's one
+    arena unless ``driver_arena`` is false. (Until the seventh round this harness ran with
+    polars' defaults: docs/benchmarks.md, "seventh round".)"""
     from charllm_trace.core import alloc
+    from charllm_trace.engine import ENV
 
-    if any(a == "--scheduler" or a.startswith("--scheduler=") for a in sys.argv):
+    scheduler = os.environ.get(ENV) or any(
+        a == "--scheduler" or a.startswith("--scheduler=") for a in sys.argv
+    )
+    if scheduler and driver_arena:
         alloc.one_arena_for_driver()
     alloc.tune_polars_allocator()
     alloc.trim_heap_after_reads()
@@ -132,7 +140,10 @@ def _as_the_command() -> None:
 
 def main() -> int:
     threading.Thread(target=_sample, daemon=True).start()
-    _as_the_command()
+    arena = sys.argv[1:2] != ["--without-driver-arena"]
+    if not arena:
+        del sys.argv[1]
+    _as_the_command(arena)
     _instrument()
     from charllm_trace.cli.front import main as cli
 

@@ -51,13 +51,13 @@ def one_arena_for_driver() -> bool:
     jemalloc arena (:data:`DRIVER_MALLOC_CONF`) instead of jemalloc's four per CPU: for a
     process whose polars work is the merging of many small per-rank frames (``--scheduler``'s
     driver, ``engine/driver.py``), where freed pages stay behind in every arena a thread touched.
-    Measured with ``benchmarks/bench_driver_stages.py`` on the generated DLRM runs (2 CPUs,
-    8 arenas by default), against the same command without it: the driver's peak 206 MiB
-    instead of 212 at 4,096 ranks, 163 instead of 170 at 1,024, no difference beyond the noise
-    at 128 (142-149 against 143-146), the JSON byte-identical (docs/benchmarks.md, "seventh
-    round"). Not for one big trace analysed here: there polars'
-    threads allocate in parallel, and one arena would make them take turns. Returns whether it
-    applies (polars not yet imported, the setting not left to the user)."""
+    Measured with ``benchmarks/bench_driver_stages.py`` (against ``--without-driver-arena``) on
+    the generated DLRM runs (2 CPUs, 8 arenas by default): the driver's peak 206 MiB instead of
+    212 at 4,096 ranks, 163 instead of 170 at 1,024, no difference beyond the noise at 128
+    (142-149 against 142-150), the JSON byte-identical (docs/benchmarks.md, "seventh round").
+    Not for one big trace analysed here: there polars' threads allocate in parallel, and one
+    arena would make them take turns. Returns whether it applies (polars not yet imported, the
+    setting not left to the user)."""
     global _DRIVER
     if not _may_tune():
         return False
@@ -66,7 +66,7 @@ def one_arena_for_driver() -> bool:
 
 
 def _conf() -> str:
-    return POLARS_MALLOC_CONF + ("," + DRIVER_MALLOC_CONF if _DRIVER and DRIVER_MALLOC_CONF else "")
+    return POLARS_MALLOC_CONF + ("," + DRIVER_MALLOC_CONF if _DRIVER else "")
 
 
 def _may_tune() -> bool:
