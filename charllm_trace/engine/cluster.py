@@ -99,6 +99,20 @@ class DaskEngine:
         for h in handles:
             if hasattr(h, "release"):  # a future (not what a plan holds: engine/driver.py _read)
                 h.release()
+        forget_keys()
+
+
+def forget_keys() -> None:
+    """Empty Dask's memo of task names (``dask.utils.key_split``: up to 100,000 keys, each task's
+    unique key kept as the scheduler and the client saw it). Every task a job submits has a key of
+    its own, so the memo grew with the tasks run, several per rank (~300 bytes a key: +12 MiB
+    over 32,768 tasks in this process with ``local:N``; docs/benchmarks.md, "eighth round"); a key
+    is split again when next needed, which costs microseconds."""
+    from dask.utils import key_split
+
+    clear = getattr(key_split, "cache_clear", None)
+    if clear is not None:
+        clear()
 
 
 def window(threads: int) -> int:

@@ -91,6 +91,26 @@ def test_map_gather_keeps_order_and_a_bounded_window():
     assert 0 < max(seen) <= GATHER_BATCH + ahead < n
 
 
+@pytest.mark.cluster  # a Dask scheduler and two thread workers in this process
+def test_task_names_are_not_memoised_for_every_task():
+    """Dask memoises the split of each task key it sees (``dask.utils.key_split``, up to
+    100,000): every task has a key of its own, so that memo grew with the tasks a job ran.
+    The engine empties it as it releases what it gathered (``cluster.forget_keys``)."""
+    from dask.utils import key_split
+
+    n = 4 * GATHER_BATCH
+    with open_engine("local-threads:2") as eng:
+        handles = eng.map(_square, list(range(n)))
+        assert eng.gather(handles) == [x * x for x in range(n)]
+        grown = key_split.cache_info().currsize
+        eng.release(handles)
+        released = key_split.cache_info().currsize
+        got = eng.map_gather(_square, list(range(n)))
+        after = key_split.cache_info().currsize
+    assert grown >= n, "without the engine's release, a key memoised per task"
+    assert released == 0 and after == 0
+    assert got == [x * x for x in range(n)]
+
 def test_groups_of_every_rank_are_held_once():
     n = 300
     one = pickle.dumps([ProcessGroup("0", "default_pg", tuple(range(n))), ProcessGroup("1", None, (0, 1))])
