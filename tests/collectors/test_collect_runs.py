@@ -311,6 +311,33 @@ def test_sigint_gives_interrupted(tmp_path: Path, held: list) -> None:
     assert "run interrupted (SIGINT to the launcher)" in proc.stderr.read()
 
 
+def test_the_wardens_lock_removal_waits_for_the_dead_launchers_hold(tmp_path: Path, monkeypatch) -> None:
+    """The killed launcher's hold on the host's telemetry lock ends as the kernel closes its
+    files, which can come after the warden woke up (a fresh-clone CI run once left the lock
+    behind): the warden tries again for a while; a hold that stays (another launcher on this
+    host) keeps the file. Holds are per open file, so a second open in this process conflicts."""
+    import fcntl
+    import types
+
+    from charllm_trace.collectors import warden
+
+    lock = tmp_path / "telemetry-h.lock"
+    holder = open(lock, "a+")  # noqa: SIM115 - closed below, as the dead launcher's files are
+    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    assert not warden.remove_lock(str(lock), wait_s=0.2)  # held throughout: left in place
+    assert lock.exists()
+    waits: list[float] = []
+
+    def sleep(s: float) -> None:  # the warden waits once: meanwhile the hold ends
+        waits.append(s)
+        holder.close()
+
+    monkeypatch.setattr(warden, "time", types.SimpleNamespace(monotonic=time.monotonic, sleep=sleep))
+    assert warden.remove_lock(str(lock), wait_s=60)
+    assert len(waits) == 1 and not lock.exists()
+    assert warden.remove_lock(str(tmp_path / "telemetry-none.lock"))  # nobody holds it
+
+
 def test_sigkill_of_the_launcher_leaves_a_true_manifest_and_no_ranks(tmp_path: Path, held: list) -> None:
     stream = tmp_path / "stream.csv"  # SYNTHETIC telemetry: one device, a value every 20 ms
     stream.write_text("t_ns,device,power_w\n" + "".join(f"{k * 20_000_000},0,{k}\n" for k in range(30_000)))
