@@ -132,10 +132,11 @@ def finish_interrupted(setup: dict[str, Any], child: tuple[int, int | None] | No
 
 
 def remove_lock(lock: str, wait_s: float = LOCK_WAIT_S) -> bool:
-    """Delete the host's telemetry lock file once no launcher holds it; True if deleted. The
-    dead launcher's hold ends as the kernel closes its files, which can come after the pipe's
-    end the warden woke on (a loaded machine: seen in a test run), so the lock is tried again
-    for up to ``wait_s``; past that, another launcher on this host holds it: it stays."""
+    """Delete the host's telemetry lock file once no launcher holds it; True if deleted. Only
+    launchers take it, and the dead one's hold ends as the kernel closes its files, in no set
+    order with the pipe whose end woke the warden (once, on a loaded 2-core machine, a test
+    found the lock left behind); so it is tried again for up to ``wait_s``; past that, another
+    launcher on this host holds it: it stays."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
