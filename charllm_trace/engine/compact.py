@@ -98,16 +98,26 @@ def compact_batch(parts: list[Any], empties: dict[Any, pl.DataFrame] | None = No
     when given): ~8 kB each otherwise, and a part has several (its rank rows, when the workers
     wrote them: ``engine/spill.py``)."""
     found, places, out = _group(parts, {} if empties is None else empties)
+    for path, whole, spans in _joined(found, places):
+        for i, off, height in spans:
+            out[i] = _put(out[i], path, whole.slice(off, height))
+    return out
+
+
+def _joined(
+    found: list[dict[Path, pl.DataFrame]], places: _Places
+) -> Iterator[tuple[Path, pl.DataFrame, list[tuple[int, int, int]]]]:
+    """For each place and schema held by two parts or more (one alone is left as it is): the
+    place, its frames concatenated in part order, and (part index, offset, rows) of each."""
     for (path, _schema), idx in places.items():
         if len(idx) < 2:
             continue
         frames = [found[i][path] for i in idx]
-        whole = pl.concat(frames, how="vertical", rechunk=True)
-        off = 0
-        for i, df in zip(idx, frames, strict=True):
-            out[i] = _put(out[i], path, whole.slice(off, df.height))
-            off += df.height
-    return out
+        offsets = [0]
+        for df in frames[:-1]:
+            offsets.append(offsets[-1] + df.height)
+        spans = [(i, off, df.height) for i, off, df in zip(idx, offsets, frames, strict=True)]
+        yield path, pl.concat(frames, how="vertical", rechunk=True), spans
 
 
 class _Ref:
@@ -203,17 +213,12 @@ class HeldParts(Sequence[Any]):
         """Hold a gathered batch (:func:`compact_batch`'s places and schemas)."""
         found, places, out = _group(parts, self.empties)
         fields: list[set[str]] = [set() for _ in parts]
-        for (path, _schema), idx in places.items():
-            if len(idx) < 2:  # alone of its kind in the batch: held as it is, as compact_batch does
-                continue
-            frames = [found[i][path] for i in idx]
+        for path, whole, spans in _joined(found, places):
             k = len(self.held)
-            self.held.append(pl.concat(frames, how="vertical", rechunk=True))
-            off = 0
-            for i, df in zip(idx, frames, strict=True):
-                out[i] = _put(out[i], path, _Ref(k, off, df.height))
+            self.held.append(whole)
+            for i, off, height in spans:
+                out[i] = _put(out[i], path, _Ref(k, off, height))
                 fields[i].add(str(path[0]))
-                off += df.height
         for df in self.empties.values():
             if id(df) not in self.ids:
                 self.ids[id(df)] = len(self.shared)
