@@ -324,16 +324,22 @@ def test_the_wardens_lock_removal_waits_for_the_dead_launchers_hold(tmp_path: Pa
     lock = tmp_path / "telemetry-h.lock"
     holder = open(lock, "a+")  # noqa: SIM115 - closed below, as the dead launcher's files are
     fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    assert not warden.remove_lock(str(lock), wait_s=0.2)  # held throughout: left in place
-    assert lock.exists()
+    now = [0.0]  # the warden's clock, moved by its waits
     waits: list[float] = []
+    release_after = [None]  # the wait after which the hold ends (None: it never does)
 
-    def sleep(s: float) -> None:  # the warden waits once: meanwhile the hold ends
+    def sleep(s: float) -> None:
         waits.append(s)
-        holder.close()
+        now[0] += s
+        if release_after[0] is not None and len(waits) == release_after[0]:
+            holder.close()
 
-    monkeypatch.setattr(warden, "time", types.SimpleNamespace(monotonic=time.monotonic, sleep=sleep))
-    assert warden.remove_lock(str(lock), wait_s=60)
+    monkeypatch.setattr(warden, "time", types.SimpleNamespace(monotonic=lambda: now[0], sleep=sleep))
+    assert not warden.remove_lock(str(lock), wait_s=1.0)  # held throughout: left in place
+    assert lock.exists() and 1.0 <= sum(waits) < 1.1  # tried until the deadline, not forever
+    waits.clear()
+    release_after[0] = 1  # the dead launcher's files closed during the first wait
+    assert warden.remove_lock(str(lock), wait_s=1.0)
     assert len(waits) == 1 and not lock.exists()
     assert warden.remove_lock(str(tmp_path / "telemetry-none.lock"))  # nobody holds it
 

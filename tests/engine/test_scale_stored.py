@@ -98,6 +98,8 @@ def test_task_names_are_not_memoised_for_every_task():
     The engine empties it as it releases what it gathered (``cluster.forget_keys``)."""
     from dask.utils import key_split
 
+    if not hasattr(key_split, "cache_info"):
+        pytest.skip("this Dask does not memoise key_split (forget_keys does nothing there)")
     n = 4 * GATHER_BATCH
     with open_engine("local-threads:2") as eng:
         handles = eng.map(_square, list(range(n)))
