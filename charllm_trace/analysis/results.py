@@ -203,6 +203,18 @@ class AnalyzeOptions:
     step_marker: str | None = None  # steps: the ranges of this name, not ProfilerSteps (marker_steps)
 
 
+@dataclass(frozen=True)
+class Chained:
+    """Pieces of a frame's rows from several sources (each as :attr:`RunAnalysis.spilled`
+    gives them), one after the other."""
+
+    sources: tuple[Callable[[], Iterator[pl.DataFrame]], ...]
+
+    def __call__(self) -> Iterator[pl.DataFrame]:
+        for source in self.sources:
+            yield from source()
+
+
 @dataclass
 class RunAnalysis:
     """The four analyses of a run. An analysis that cannot be computed is None and
@@ -263,6 +275,17 @@ class RunAnalysis:
         if more is not None:
             yield from more()
         yield held
+
+    def move_rows(self, name: str, more: Callable[[], Iterator[pl.DataFrame]]) -> None:
+        """The rows this result holds of the frame ``name`` now given by ``more`` (as
+        :attr:`spilled` gives them: they were written elsewhere), after the frame's spilled pieces
+        if it had any; the frame held is left empty, its columns kept."""
+        held = self.frames()[name]
+        self._put(name, held.clear())
+        if self.frames()[name].height:  # a frame its result derives (not set): held, not moved
+            raise ValueError(f"the frame {name!r} cannot be emptied: its rows stay held")
+        before = self.spilled.get(name)
+        self.spilled[name] = more if before is None else Chained((before, more))
 
     def with_rows(self) -> RunAnalysis:
         """This result with its spilled frames' rows loaded into it (itself when none is)."""

@@ -26,11 +26,21 @@ AHEAD_PER_THREAD = 4
 _LOCAL = re.compile(r"local(-threads)?:(\d+)")
 
 
-class DaskEngine:
-    """Maps a function over ranks on the cluster; results stay on workers until gathered."""
+class Abandoned(RuntimeError):
+    """A task mapping tasks of its own (:func:`worker_engine`) stops: what asked for it is gone."""
 
-    def __init__(self, client: Any) -> None:
+
+class DaskEngine:
+    """Maps a function over ranks on the cluster; results stay on workers until gathered.
+    ``wanted``: asked before each batch is gathered; false stops the work (:class:`Abandoned`)."""
+
+    def __init__(self, client: Any, wanted: Callable[[], bool] | None = None) -> None:
         self.client = client
+        self.wanted = wanted
+
+    def _go_on(self) -> None:
+        if self.wanted is not None and not self.wanted():
+            raise Abandoned("the task was given up by its client (the command was stopped)")
 
     def map(self, fn: Callable[..., Any], items: Sequence[Any], *more: Sequence[Any], **kw: Any) -> list[Any]:
         """``fn(item, *each of more's items, **kw)`` for each item (``more``: per-item arguments)."""
@@ -54,6 +64,7 @@ class DaskEngine:
         out: list[Any] = []
         size = size or GATHER_BATCH
         for i in range(0, len(handles), size):
+            self._go_on()
             batch = handles[i : i + size]
             got = self.client.gather(batch)
             self.release(batch)
@@ -77,6 +88,7 @@ class DaskEngine:
         n, sent = len(items), 0
         futs: dict[int, Any] = {}
         for i in range(0, n, size):
+            self._go_on()
             hi = min(n, i + size + ahead)
             if hi > sent:
                 new = self.map(fn, items[sent:hi], *[m[sent:hi] for m in more], **kw)
@@ -87,6 +99,23 @@ class DaskEngine:
             self.release(batch)
             out.extend(each(got) if each is not None else got)
         return out
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` as one task on a worker, its result brought here; ``fn`` may map tasks of
+        its own through :func:`worker_engine` (the reduction of a many-rank analysis runs there,
+        not in this process: ``engine/driver.py``). While it runs, this process empties Dask's
+        memo of task names every :data:`FORGET_EVERY_S` seconds: with ``local:N`` the scheduler
+        is here and splits the name of every task ``fn`` submits (:func:`forget_keys`)."""
+        fut = self.client.submit(fn, *args, retries=RETRIES, pure=False)
+        try:
+            while True:
+                try:
+                    return fut.result(timeout=FORGET_EVERY_S)
+                except TimeoutError:  # still running (Dask's timeout is the built-in one)
+                    forget_keys()
+        finally:
+            fut.release()
+            forget_keys()
 
     def threads(self) -> int:
         """The cluster's worker threads now (at least 1)."""
@@ -129,6 +158,9 @@ def connect_timeout() -> float:
         return 10.0
 
 
+#: seconds between two emptyings of Dask's memo of task names while :meth:`DaskEngine.run` waits
+FORGET_EVERY_S = 1.0
+
 #: Dask settings while the engine is open. ``low-level-log-length``: each comm of Dask keeps its
 #: last N batches of messages for debugging (default 1,000), the tasks' pickled arguments
 #: included: in the driver that was ~1 kB per task sent and released, the largest part of what it
@@ -150,6 +182,36 @@ def open_engine(address: str) -> Iterator[DaskEngine]:
     with dask.config.set(DASK_CONFIG):
         with _engine(address) as eng:
             yield eng
+
+
+@contextmanager
+def worker_engine() -> Iterator[DaskEngine]:
+    """A :class:`DaskEngine` for a task running on a worker (:meth:`DaskEngine.run`): it maps
+    tasks on the same cluster, its own thread having left the worker's pool meanwhile (Dask's
+    ``worker_client``), so that the worker runs ranks' tasks too. It stops between two batches
+    once the task is no longer wanted (the command that asked for it was stopped: a running
+    task is not interrupted by Dask, and would go on mapping every rank)."""
+    import dask
+    from distributed import worker_client
+
+    wanted = _still_wanted()
+    with dask.config.set(DASK_CONFIG), worker_client() as client:
+        yield DaskEngine(client, wanted)
+
+
+def _still_wanted() -> Callable[[], bool]:
+    """Whether the task this thread runs is still wanted: its worker still holds it, not
+    cancelled (the client that asked for it released it or went away)."""
+    from distributed import get_worker
+    from distributed.worker import thread_state
+
+    worker, key = get_worker(), thread_state.key
+
+    def wanted() -> bool:
+        ts = worker.state.tasks.get(key)
+        return ts is not None and ts.state not in ("cancelled", "released", "forgotten")
+
+    return wanted
 
 
 @contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -58,10 +59,12 @@ def _read(
     *,
     keep_going: bool,
     keep: bool = True,
+    say: Callable[[str], None] | None = None,
 ) -> Gathered:
     """Read the ranks on the workers and gather their metadata. ``keep``: the workers keep the
     ranks read (the handles are futures); else each worker drops a rank's trace once its metadata
-    is taken and the handles are the ranks' specs, read again by the task that uses them."""
+    is taken and the handles are the ranks' specs, read again by the task that uses them.
+    ``say``: how the notes on the input are told (default: printed)."""
     pl_ = plan(path)
     specs = pl_.specs
     late = sample is not None and any(s.rank is None for s in specs)  # ranks told once read
@@ -111,7 +114,7 @@ def _read(
     if not manifest:
         manifest = next((dict(m.manifest) for m, _ in ok if m.manifest), {})
     g = Gathered(pl_, [h for _, h in ok], [m for m, _ in ok], failed, manifest)
-    _label(g, worlds)
+    _label(g, worlds, say or _note)
     return g
 
 
@@ -138,7 +141,7 @@ def _choose(path: str, present: list[int], ranks: list[int] | None, sample: int 
         raise InputError(path, exc.problem) from None
 
 
-def _label(g: Gathered, worlds: set[int]) -> None:
+def _label(g: Gathered, worlds: set[int], say: Callable[[str], None]) -> None:
     """What the local reader says of a directory's run (``run_checks.label_partial``), and the
     ranks left out by --keep-going: printed, and kept as the run's ``partial`` note."""
     notes = []
@@ -151,7 +154,7 @@ def _label(g: Gathered, worlds: set[int]) -> None:
             partial = [s.rank for s in g.plan.specs if s.rank is not None and len(s.files) < 2]
             said = reader_note(Path(g.plan.source), g.manifest, [m.rank for m in g.metas], partial)
             if said:
-                _note(f"{g.plan.source}: {said}")
+                say(f"{g.plan.source}: {said}")
         # every rank the input holds (before --ranks chose some), failed ones included (noted below)
         present = {m.rank for m in g.metas} | {s.rank for s in g.plan.specs if s.rank is not None}
         note = check_complete(g.plan.source, g.manifest, sorted(present), worlds)
@@ -163,10 +166,37 @@ def _label(g: Gathered, worlds: set[int]) -> None:
             f"--keep-going: {len(g.failed)} rank file(s) could not be read and are left out ({left})"
         )
     for n in notes:
-        _note(f"{g.plan.source}: {n}")
+        say(f"{g.plan.source}: {n}")
     if notes:
         prev = g.manifest.get("partial")
         g.manifest["partial"] = "; ".join(([prev] if isinstance(prev, str) else []) + notes)
+
+
+@dataclass
+class Job:
+    """What ``analyze`` asks of the cluster (:func:`analyze_distributed`'s arguments)."""
+
+    path: str
+    options: Any
+    ranks: list[int] | None
+    keep_going: bool
+    cache: bool
+    sample: int | None
+    spill: str | None
+
+
+@dataclass
+class Analysed:
+    """The ranks analysed on the workers, before their parts are merged: the ranks read, each
+    rank's part (``parts``), the breakdown's fold and the files written with a spill location,
+    and the graph rounds' critical path and what-if with what they skipped."""
+
+    gathered: Gathered
+    parts: HeldParts
+    fold: Any
+    written: Written | None
+    cp_wi: Any
+    graph_skipped: dict[str, str]
 
 
 def analyze_distributed(
@@ -182,28 +212,87 @@ def analyze_distributed(
     """``analyze_run`` of the input at ``path`` on the scheduler's workers (see the module's docstring).
     ``spill``: a directory or URL every worker and this process reach, where the workers write
     their ranks' own rows (``engine/spill.py``); the result then names those files in
-    ``RunAnalysis.spilled`` (the caller writes the output, then removes ``spill``)."""
+    ``RunAnalysis.spilled`` (the caller writes the output, then removes ``spill``). With it, the
+    whole reduction (reading the ranks' metadata, gathering their parts, the graph rounds, the
+    merge) runs as one task on a worker (:func:`reduce_task`), which writes the merged frames'
+    rows there too: this process holds none of the ranks' rows and no merge's memory, whatever
+    the number of ranks (issue 26; docs/scale.md)."""
+    from charllm_trace.engine.cluster import open_engine
+
+    job = Job(path, options, ranks, cluster.keep_going, cache, sample, spill)
+    with open_engine(cluster.address) as eng:
+        if spill is not None:
+            return _reduced(eng.run(reduce_task, job))
+        done = _analyze_ranks(eng, job, _note)
+    return _merge(done, job)
+
+
+@dataclass
+class Reduced:
+    """What :func:`reduce_task` sends back: the result (its frames' rows in files), the notes
+    it would have printed, and the input refused (path, problem) instead of a result."""
+
+    result: Any
+    said: list[str]
+    refused: tuple[str | None, str] | None = None
+
+
+def reduce_task(job: Job) -> Reduced:
+    """:func:`analyze_distributed` with a spill location, on a worker: it maps the ranks' tasks
+    on the cluster from there (``engine.cluster.worker_engine``), merges their parts and writes
+    every merged frame's rows under ``job.spill`` (``engine/spill.move_held_rows``). Bad input
+    comes back as a value (an ``InputError`` is not rebuilt from its pickle, and a task that
+    raises is run again)."""
+    from charllm_trace.engine.cluster import worker_engine
+    from charllm_trace.engine.spill import move_held_rows
+
+    if job.spill is None:
+        raise ValueError("reduce_task needs a spill location (job.spill)")
+    said: list[str] = []
+    try:
+        with worker_engine() as eng:
+            done = _analyze_ranks(eng, job, said.append)
+        res = _merge(done, job)
+    except InputError as exc:
+        return Reduced(None, said, (exc.path, exc.problem))
+    move_held_rows(res, job.spill)
+    return Reduced(res, said)
+
+
+def _reduced(got: Reduced) -> Any:
+    """:func:`reduce_task`'s answer here: its notes printed, bad input raised, else the result."""
+    for text in got.said:
+        _note(text)
+    if got.refused is not None:
+        raise InputError(*got.refused)
+    return got.result
+
+
+def _analyze_ranks(eng: Any, job: Job, say: Callable[[str], None]) -> Analysed:
+    """The ranks read and analysed on the workers through ``eng``, and the graph rounds run
+    (``say``: how the notes on the input are told)."""
     from charllm_trace.analysis.api import dims_of
     from charllm_trace.analysis.bandwidth import hosts_of
     from charllm_trace.analysis.group_size import ranks_per_node
-    from charllm_trace.analysis.rank_parts import merge_parts
     from charllm_trace.analysis.rank_rows import RowsFold
-    from charllm_trace.engine.cluster import open_engine
     from charllm_trace.engine.graph_step import graph_step as graph_rounds
 
+    options, spill, cache = job.options, job.spill, job.cache
     graph = bool(options.critical_path or options.what_if)  # the graph rounds read the traces again
     # with a spill location, the analysis task stores each rank's graph there: no trace is kept
     stored = graph and spill is not None
-    with open_engine(cluster.address) as eng:
-        g = _read(eng, path, ranks, cache, sample, keep_going=cluster.keep_going, keep=graph and not stored)
-        dims = dims_of([m.groups for m in g.metas], g.manifest, options)
-        hosts = hosts_of(g.manifest, {m.rank: m.hostname for m in g.metas})
-        node_gpus = ranks_per_node(g.manifest)
-        kw = {"options": options, "dims": dims, "hosts": hosts, "node_gpus": node_gpus}
-        fold = RowsFold(options.breakdown_top)  # with spill: the breakdown's parts summed batch by batch
-        parts = HeldParts()  # one concatenated frame per batch, place and schema (engine/compact.py)
-        written = Written(spill) if spill is not None else None
-        each = partial(_hold, parts=parts, fold=fold if spill is not None else None, written=written)
+    g = _read(
+        eng, job.path, job.ranks, cache, job.sample, keep_going=job.keep_going, keep=graph and not stored, say=say
+    )
+    dims = dims_of([m.groups for m in g.metas], g.manifest, options)
+    hosts = hosts_of(g.manifest, {m.rank: m.hostname for m in g.metas})
+    node_gpus = ranks_per_node(g.manifest)
+    kw = {"options": options, "dims": dims, "hosts": hosts, "node_gpus": node_gpus}
+    fold = RowsFold(options.breakdown_top)  # with spill: the breakdown's parts summed batch by batch
+    parts = HeldParts()  # one concatenated frame per batch, place and schema (engine/compact.py)
+    written = Written(spill) if spill is not None else None
+    each = partial(_hold, parts=parts, fold=fold if spill is not None else None, written=written)
+    try:
         if not graph or stored:  # read again, freed once analysed: a worker holds the ranks in flight
             eng.map_gather(
                 analyze_spec_task, g.handles, cache=cache, where=spill, graph=stored, each=each, **kw
@@ -228,19 +317,29 @@ def analyze_distributed(
             if stored and spill is not None:
                 remove(graph_file(spill, 0).rsplit("/", 1)[0])
         eng.release(g.handles)
+    except BaseException:
+        parts.close()
+        raise
+    return Analysed(g, parts, fold, written, cp_wi, graph_skipped)
+
+
+def _merge(done: Analysed, job: Job) -> Any:
+    """The ranks' parts merged into one ``RunAnalysis`` (``analysis/rank_parts.merge_parts``)."""
+    from charllm_trace.analysis.rank_parts import merge_parts
 
     def graph_step(skipped: dict[str, str], no_ts: list[int], simulated: bool) -> Any:
-        skipped.update(graph_skipped)
-        return cp_wi
+        skipped.update(done.graph_skipped)
+        return done.cp_wi
 
+    g, parts = done.gathered, done.parts
     try:
-        res = merge_parts(parts, options, manifest=g.manifest, source=g.plan.source, graph_step=graph_step)
+        res = merge_parts(parts, job.options, manifest=g.manifest, source=g.plan.source, graph_step=graph_step)
     finally:
         parts.close()
     res.classified = {}
-    if written is not None:
-        fold.apply(res, written.drop)
-        res.spilled = dict(written.files())
+    if done.written is not None:
+        done.fold.apply(res, done.written.drop)
+        res.spilled = dict(done.written.files())
     return res
 
 

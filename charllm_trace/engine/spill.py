@@ -131,6 +131,44 @@ class Written:
         return {name: RowFiles(self.where, name, r) for name, r in self.ranks.items() if len(r)}
 
 
+#: rows of a merged frame per file written by :func:`move_held_rows` (the JSON writer's chunk)
+PIECE_ROWS = 4096
+
+
+def held_file(where: str, name: str, i: int) -> str:
+    """Where the ``i``-th piece of the merged frame ``name``'s rows is written under ``where``."""
+    return f"{where.rstrip('/')}/held/{name}/piece-{i}.arrow"
+
+
+@dataclass
+class PieceFiles:
+    """A merged frame's rows in files (:func:`held_file`, ``n`` of them): called, it reads them
+    one at a time."""
+
+    where: str
+    name: str
+    n: int
+
+    def __call__(self) -> Iterator[pl.DataFrame]:
+        for i in range(self.n):
+            yield _read(held_file(self.where, self.name, i))
+
+
+def move_held_rows(res: Any, where: str, rows: int = PIECE_ROWS) -> None:
+    """Every frame's rows that ``res`` (a merged ``RunAnalysis``) holds written under ``where``,
+    ``rows`` to a file, and taken out of it (``RunAnalysis.move_rows``): what travels from the
+    worker that merged to the process that writes the output is then the result without rows,
+    and that process reads them back a file at a time."""
+    for name, df in res.frames().items():
+        if df.height == 0:
+            continue
+        n = 0
+        for off in range(0, df.height, rows):
+            _write(df.slice(off, rows), held_file(where, name, n))
+            n += 1
+        res.move_rows(name, PieceFiles(where, name, n))
+
+
 def remove(where: str) -> None:
     """Delete the spill location and what is in it (best effort)."""
     if is_url(where):

@@ -228,6 +228,16 @@ def test_failing_rank_exit_2_or_keep_going(scheduler, tmp_path):
     assert doc["ranks"] == [0, 1, 2, 4, 5, 6, 7]
     said = " ".join(n for notes in doc["notes"].values() for n in notes)
     assert "--keep-going" in said and str(bad) in said
+    # written to a file: the reduction runs on a worker (engine/driver.reduce_task); the same
+    # one line for the bad file, the same notes printed here, the same document
+    got = tmp_path / "res.json"
+    res = r.invoke(main, ["analyze", str(run), "--no-cache", "--format", "json", "-o", str(got)])
+    assert res.exit_code == 2 and res.output.strip().splitlines()[-1] == line
+    assert not got.exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    res = r.invoke(main, ["analyze", str(run), "--no-cache", "--format", "json", "-o", str(got), "--keep-going"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(got.read_bytes()) == doc
+    assert f"--keep-going: 1 rank file(s) could not be read and are left out ({bad}:" in res.stderr
     out = tmp_path / "et"
     res = r.invoke(main, ["convert", str(run), "-o", str(out)])
     assert res.exit_code == 2 and str(bad) in res.output

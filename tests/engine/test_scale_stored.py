@@ -115,6 +115,91 @@ def test_task_names_are_not_memoised_for_every_task():
     assert got == [x * x for x in range(n)]
 
 
+def _map_from_a_worker(n: int, hold_s: float) -> tuple[list[int], int]:
+    """A task that maps ``n`` tasks of its own (``worker_engine``), gathers them without
+    releasing them and waits ``hold_s``: their results, and the memo's size then."""
+    import time
+
+    from dask.utils import key_split
+
+    from charllm_trace.engine.cluster import worker_engine
+
+    with worker_engine() as eng:
+        got = eng.gather(eng.map(_square, list(range(n))))
+        time.sleep(hold_s)
+        return got, key_split.cache_info().currsize
+
+
+@pytest.mark.cluster  # a Dask scheduler and two thread workers in this process
+def test_a_task_run_on_a_worker_maps_tasks_and_the_driver_forgets_their_names(monkeypatch):
+    """``DaskEngine.run``: one task on a worker that maps tasks of its own (how the reduction
+    of a run with a spill location runs: ``engine/driver.reduce_task``); its result comes back,
+    and while it runs the driver empties the memo of task names (the scheduler, here with
+    ``local:N``, splits every task's key), without waiting for the task to release them."""
+    from dask.utils import key_split
+
+    import charllm_trace.engine.cluster as cluster
+
+    if not hasattr(key_split, "cache_info"):
+        pytest.skip("this Dask does not memoise key_split (forget_keys does nothing there)")
+    cleared: list[int] = []
+    real = cluster.forget_keys
+
+    def forget() -> None:
+        cleared.append(key_split.cache_info().currsize)
+        real()
+
+    monkeypatch.setattr(cluster, "forget_keys", forget)
+    monkeypatch.setattr(cluster, "FORGET_EVERY_S", 0.05)
+    n = 4 * GATHER_BATCH
+    with open_engine("local-threads:2") as eng:
+        got, held = eng.run(_map_from_a_worker, n, 0.5)
+    assert got == [x * x for x in range(n)]
+    # the task released nothing: only the driver's waiting emptied the names its tasks left
+    assert held < GATHER_BATCH, (held, cleared)
+    assert sum(cleared) >= n and len(cleared) >= 3, cleared
+
+
+_CALLS: list[int] = []  # the calls of _slow (thread workers: this process)
+
+
+def _slow(x: int) -> int:
+    import time
+
+    time.sleep(0.02)
+    _CALLS.append(x)
+    return x
+
+
+def _map_slowly(n: int) -> int:
+    from charllm_trace.engine.cluster import worker_engine
+
+    with worker_engine() as eng:
+        return len(eng.map_gather(_slow, list(range(n))))
+
+
+@pytest.mark.cluster  # a Dask scheduler and two thread workers in this process
+def test_a_task_given_up_by_its_client_stops_mapping():
+    """A task that maps tasks of its own stops once its client gives it up (a stopped command
+    releases it): Dask does not interrupt a running task, so it asks between two batches."""
+    import time
+
+    _CALLS.clear()
+    n = 40 * GATHER_BATCH  # 2,560 calls of 20 ms on two threads: ~26 s if nothing stopped it
+    with open_engine("local-threads:2") as eng:
+        fut = eng.client.submit(_map_slowly, n, pure=False)
+        deadline = time.monotonic() + 60
+        while len(_CALLS) < GATHER_BATCH and time.monotonic() < deadline:
+            time.sleep(0.05)
+        fut.cancel()
+        seen, still = -1, 0.0
+        while still < 1.0 and time.monotonic() < deadline:  # until no call for 1 s
+            time.sleep(0.1)
+            still = still + 0.1 if len(_CALLS) == seen else 0.0
+            seen = len(_CALLS)
+    assert GATHER_BATCH <= seen < n // 4, seen  # the batches in flight ended, no more was sent
+
+
 def test_groups_of_every_rank_are_held_once():
     n = 300
     one = pickle.dumps([ProcessGroup("0", "default_pg", tuple(range(n))), ProcessGroup("1", None, (0, 1))])
