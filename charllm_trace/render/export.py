@@ -99,7 +99,7 @@ def to_document(res: RunAnalysis) -> dict[str, Any]:
 
 _OPTS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
 #: rows of a frame turned into Python objects at a time by :func:`iter_json`
-JSON_CHUNK_ROWS = 4096
+JSON_CHUNK_ROWS = 512
 
 
 def _rows_json(df: pl.DataFrame, chunk: int) -> Iterator[bytes]:
