@@ -7,7 +7,11 @@ ranks' metadata, gathering the parts, the graph rounds (matching the collectives
 solving the virtual points, the walk, making the critical path's rows), each registered
 analysis' merge and the JSON writer. A thread reads ``VmRSS`` every 0.2 s; printed per stage:
 RSS when the stage began and its highest sample while it ran (MiB), then ``VmHWM`` (the peak).
-The printed output of the command itself is unchanged (``-o FILE`` recommended). Polars is set up
+With a spill location (``-o FILE``) the reduction runs as one task on a worker
+(``engine/driver.reduce_task``): the driver's stages are then waiting for it, receiving its result
+and writing the output; the stages inside it are not sampled (they run in a worker, whose peak is
+printed at the end: the largest ended child process's ``ru_maxrss``). The printed output of the
+command itself is unchanged (``-o FILE`` recommended). Polars is set up
 as the command sets it up; ``--without-driver-arena`` first leaves out the driver's one jemalloc
 arena (``core/alloc.one_arena_for_driver``), for an A/B against it.
 
@@ -19,6 +23,7 @@ arena (``core/alloc.one_arena_for_driver``), for an A/B against it.
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import threading
 import time
@@ -82,12 +87,15 @@ def _wrap_fold(cls: type, label: str) -> None:
 def _instrument() -> None:
     import charllm_trace.analysis.graph_merge as gm
     import charllm_trace.analysis.rank_parts as rp
+    import charllm_trace.engine.cluster as cl
     import charllm_trace.engine.driver as drv
     import charllm_trace.engine.graph_fold as gf
     import charllm_trace.engine.graph_step as gs
     import charllm_trace.render.export as ex
 
     for mod, name, label in (
+        (cl.DaskEngine, "run", "reduce on a worker"),
+        (drv, "_reduced", "result received"),
         (drv, "_read", "read metadata"),
         (drv, "_hold", "gather parts"),
         (gs, "graph_step", "graph rounds"),
@@ -99,7 +107,8 @@ def _instrument() -> None:
         (rp, "merge_parts", "merge"),
         (ex, "_write_json", "write json"),
     ):
-        _wrap(mod, name, label)
+        if hasattr(mod, name):  # the stages of this checkout's engine
+            _wrap(mod, name, label)
     for cls, label in (
         (gf.Instances, "rounds: instances"),
         (gf.Contracted, "rounds: join"),
@@ -158,6 +167,8 @@ def main() -> int:
     time.sleep(0.3)
     err = sys.stderr
     print(f"wall {time.time() - t0:.1f} s, exit {code}, peak (VmHWM) {_status('VmHWM:'):.0f} MiB", file=err)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"largest worker's peak (ru_maxrss of the ended child processes) {kids:.0f} MiB", file=err)
     print(f"{'at start':>9} {'highest':>8}  stage (MiB)", file=err)
     for s in _order:
         print(f"{_first[s]:9.0f} {_high[s]:8.0f}  {s}", file=err)
