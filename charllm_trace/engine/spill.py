@@ -5,9 +5,12 @@ With a spill location (a directory or fsspec URL that every worker and the drive
 command line puts it beside ``-o``), a worker takes the frames that are its rank's own rows
 (``analysis/rank_rows.py``) out of its rank's part and writes each to
 ``<location>/<frame>/rank-<N>.arrow`` (Arrow IPC); the part it sends carries empty frames in
-their place. The driver merges the light parts and names the files in ``RunAnalysis.spilled``,
-in rank order (:class:`RowFiles`); the writers of JSON, CSV and Parquet read them back one rank
-at a time (``render/export.py``). :func:`remove` deletes the location once the output is written.
+their place. The merge, which with a spill location runs on a worker
+(``engine/driver.reduce_task``), takes the light parts and names the files in
+``RunAnalysis.spilled``, in rank order (:class:`RowFiles`); it then writes the merged frames'
+rows there too, :data:`PIECE_ROWS` rows a file (:func:`move_held_rows`), so that the result sent
+to the driver holds no rows. The writers of JSON, CSV and Parquet read them back a file at a
+time (``render/export.py``). :func:`remove` deletes the location once the output is written.
 """
 
 from __future__ import annotations
@@ -131,7 +134,7 @@ class Written:
         return {name: RowFiles(self.where, name, r) for name, r in self.ranks.items() if len(r)}
 
 
-#: rows of a merged frame per file written by :func:`move_held_rows` (the JSON writer's chunk)
+#: rows of a merged frame per file written by :func:`move_held_rows` (a piece the writers read at once)
 PIECE_ROWS = 4096
 
 
