@@ -1,6 +1,7 @@
 """The driver's side of ``--scheduler``: plan the ranks, have workers read and analyse them, and
 merge what comes back (``analysis/rank_parts.py``, ``et/summary.py``). Only per-rank summaries
-travel: never a node table (docs/scale.md lists them)."""
+travel: never a node table (docs/scale.md lists them). With a spill location, all of that runs
+as one task on a worker (:func:`reduce_task`) and the driver receives a result without rows."""
 
 from __future__ import annotations
 
