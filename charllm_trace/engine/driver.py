@@ -276,7 +276,6 @@ def _analyze_ranks(eng: Any, job: Job, say: Callable[[str], None]) -> Analysed:
     from charllm_trace.analysis.bandwidth import hosts_of
     from charllm_trace.analysis.group_size import ranks_per_node
     from charllm_trace.analysis.rank_rows import RowsFold
-    from charllm_trace.engine.graph_step import graph_step as graph_rounds
 
     options, spill, cache = job.options, job.spill, job.cache
     graph = bool(options.critical_path or options.what_if)  # the graph rounds read the traces again
@@ -301,27 +300,37 @@ def _analyze_ranks(eng: Any, job: Job, say: Callable[[str], None]) -> Analysed:
         else:  # the ranks kept on the workers (read by _read) for the graph rounds
             task, where = (analyze_task, {}) if spill is None else (analyze_rows_task, {"where": spill})
             eng.gather_batches(eng.map(task, g.handles, **where, **kw), each=each)
-        # the critical path and what-if: each rank's share of the graph on its worker (graph_step.py)
         graph_skipped: dict[str, str] = {}
-        ranks_read = [m.rank for m in g.metas]
-        try:
-            cp_wi = graph_rounds(
-                eng,
-                g.handles,
-                ranks_read,
-                options,
-                graph_skipped,
-                [p.rank for p in parts if p.no_ts],
-                stored=[graph_file(spill, r) for r in ranks_read] if stored and spill is not None else None,
-            )
-        finally:
-            if stored and spill is not None:
-                remove(graph_file(spill, 0).rsplit("/", 1)[0])
+        cp_wi = _graph_rounds(eng, g, parts, options, graph_skipped, spill if stored else None)
         eng.release(g.handles)
     except BaseException:
         parts.close()
         raise
     return Analysed(g, parts, fold, written, cp_wi, graph_skipped)
+
+
+def _graph_rounds(
+    eng: Any, g: Gathered, parts: HeldParts, options: Any, skipped: dict[str, str], stored: str | None
+) -> Any:
+    """The critical path and what-if: each rank's share of the graph on its worker
+    (``engine/graph_step.py``); ``stored``: the spill location where each rank's graph was
+    stored by its analysis task (removed once the rounds end), else the ranks are kept."""
+    from charllm_trace.engine.graph_step import graph_step
+
+    ranks_read = [m.rank for m in g.metas]
+    try:
+        return graph_step(
+            eng,
+            g.handles,
+            ranks_read,
+            options,
+            skipped,
+            [p.rank for p in parts if p.no_ts],
+            stored=[graph_file(stored, r) for r in ranks_read] if stored is not None else None,
+        )
+    finally:
+        if stored is not None:
+            remove(graph_file(stored, 0).rsplit("/", 1)[0])
 
 
 def _merge(done: Analysed, job: Job) -> Any:
